@@ -1,0 +1,1 @@
+"""On-disk formats (``.pte``, ``.ptd``) and nothing else. Torch-free."""

@@ -1,0 +1,124 @@
+"""The ``.pte`` container: a Program flatbuffer with an ``eh00`` extended header and aligned segments.
+
+Layout: bytes 0-4 root offset, 4-8 the ``ET12`` identifier, 8-40 the extended
+header (magic, length, program size, segment base offset, segment data size),
+then the rest of the flatbuffer; segments follow at ``segment_base_offset``.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from edgetorch.format.flatbuffer import FlatbufferError, decode, encode
+from edgetorch.format.program import DataSegment, Program
+
+FILE_IDENTIFIER = b"ET12"
+HEADER_MAGIC = b"eh00"
+HEADER_LENGTH = 32
+SEGMENT_ALIGNMENT = 128
+TENSOR_ALIGNMENT = 16
+SUPPORTED_VERSION = 0
+
+
+class FormatError(ValueError):
+    """A file is not a well-formed program container."""
+
+
+@dataclass
+class ExtendedHeader:
+    program_size: int
+    segment_base_offset: int
+    segment_data_size: int = 0
+
+    def to_bytes(self) -> bytes:
+        return HEADER_MAGIC + struct.pack("<IQQQ", HEADER_LENGTH, self.program_size, self.segment_base_offset, self.segment_data_size)
+
+    @staticmethod
+    def from_bytes(data: bytes | memoryview) -> "ExtendedHeader | None":
+        """The header at bytes 8.., or None when the file has none (an older or plain flatbuffer)."""
+        if len(data) < 8 + 24 or bytes(data[8:12]) != HEADER_MAGIC:
+            return None
+        (length,) = struct.unpack_from("<I", data, 12)
+        if length < 24 or length > 8 + len(data):
+            raise FormatError(f"extended header length {length} is out of range; expected 24..32")
+        size, base = struct.unpack_from("<QQ", data, 16)
+        seg_size = struct.unpack_from("<Q", data, 32)[0] if length >= 32 and len(data) >= 40 else 0
+        return ExtendedHeader(size, base, seg_size)
+
+
+def aligned(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+@dataclass
+class PteFile:
+    """A decoded container: the Program and a view of the bytes its segments live in."""
+
+    program: Program
+    header: ExtendedHeader | None
+    data: memoryview
+
+    def segment(self, index: int) -> memoryview:
+        """The bytes of segment ``index``, checked against the file's length."""
+        segments = self.program.segments
+        if not 0 <= index < len(segments):
+            raise FormatError(f"segment index {index} is out of range; the program has {len(segments)} segments")
+        if self.header is None:
+            raise FormatError("the program refers to segments but the file has no extended header")
+        seg = segments[index]
+        start = self.header.segment_base_offset + seg.offset
+        if seg.offset < 0 or seg.size < 0 or start + seg.size > len(self.data):
+            raise FormatError(
+                f"segment {index} spans bytes {start}..{start + seg.size} but the file has only {len(self.data)} bytes; "
+                "the file is truncated or corrupt"
+            )
+        return self.data[start : start + seg.size]
+
+
+def load_pte(data: bytes | bytearray | memoryview) -> PteFile:
+    """Decode a ``.pte`` file; byte payloads stay views of ``data``."""
+    view = memoryview(data).cast("B")
+    if len(view) < 8:
+        raise FormatError(f"expected a .pte file of at least 8 bytes, found {len(view)} bytes")
+    if bytes(view[4:8]) != FILE_IDENTIFIER:
+        raise FormatError(
+            f"expected the identifier {FILE_IDENTIFIER!r} at bytes 4..8, found {bytes(view[4:8])!r}; this is not an ExecuTorch program"
+        )
+    header = ExtendedHeader.from_bytes(view)
+    if header is not None:
+        if header.program_size > len(view) or header.program_size < 40:
+            raise FormatError(f"header says the program is {header.program_size} bytes but the file has {len(view)}; it is truncated")
+        if header.segment_base_offset and header.segment_base_offset > len(view):
+            raise FormatError(f"segment base offset {header.segment_base_offset} is past the end of the {len(view)}-byte file")
+        fb_view = view[: header.program_size]
+    else:
+        fb_view = view
+    try:
+        program = decode(fb_view, Program, FILE_IDENTIFIER)
+    except FlatbufferError as e:
+        raise FormatError(f"the program flatbuffer is malformed: {e}") from None
+    if program.version != SUPPORTED_VERSION:
+        raise FormatError(f"program version {program.version} is not supported; this runtime reads version {SUPPORTED_VERSION}")
+    return PteFile(program, header, view)
+
+
+def save_pte(program: Program, segments: list[bytes | memoryview] = ()) -> bytes:
+    """Encode ``program`` with ``segments`` appended; ``program.segments`` is rewritten to match."""
+    offsets, pos = [], 0
+    for seg in segments:
+        offsets.append(DataSegment(offset=pos, size=len(seg)))
+        pos = aligned(pos + len(seg), SEGMENT_ALIGNMENT)
+    program.segments = offsets
+    flat = encode(program, FILE_IDENTIFIER)
+    root = struct.unpack_from("<I", flat, 0)[0]
+    program_size = len(flat) + HEADER_LENGTH
+    base = aligned(program_size, SEGMENT_ALIGNMENT) if segments else 0
+    seg_total = offsets[-1].offset + offsets[-1].size if segments else 0
+    header = ExtendedHeader(program_size, base, seg_total).to_bytes()
+    out = bytearray(struct.pack("<I", root + HEADER_LENGTH) + flat[4:8] + header + flat[8:])
+    for seg, ref in zip(segments, offsets):
+        out += bytes(base + ref.offset - len(out))
+        out += seg
+    return bytes(out)
