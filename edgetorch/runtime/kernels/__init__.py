@@ -1,0 +1,18 @@
+"""The portable kernel library: one module per operator family, all registering into ``registry``."""
+
+from edgetorch.runtime.kernels import (  # noqa: F401  (imported for their registrations)
+    conv,
+    elementwise,
+    index,
+    linalg,
+    normalization,
+    pool,
+    prim,
+    quantized,
+    reduction,
+    shape,
+    sort,
+)
+from edgetorch.runtime.kernels.registry import KERNELS, kernel, lookup, register_kernel, resize
+
+__all__ = ["KERNELS", "kernel", "lookup", "register_kernel", "resize"]
