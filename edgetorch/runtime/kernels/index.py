@@ -1,1 +1,274 @@
-"""Placeholder; being written."""
+"""Indexing kernels: advanced indexing (index, index_put), gather/scatter, index_select/copy/add, masks, nonzero.
+
+Torch-free (NumPy only). Torch's advanced-indexing rules (``None`` entries take a whole axis, boolean
+masks stand for their ``nonzero()``, index tensors broadcast together, the indexed axes move to the
+front when they are not adjacent) are NumPy's, so an index list becomes a NumPy index tuple.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.shape import along, copy_into, wrap_dim
+
+
+def index_tuple(indices: list[np.ndarray | None]) -> tuple:
+    """A NumPy index for a torch ``Tensor?[]`` index list (uint8 and bool tensors are masks)."""
+    parts: list[object] = []
+    for idx in indices:
+        if idx is None:
+            parts.append(slice(None))
+        elif idx.dtype in (np.bool_, np.uint8) and idx.ndim > 0:
+            parts.extend(np.nonzero(idx))
+        elif idx.dtype == np.uint8:
+            parts.append(idx.astype(np.bool_))
+        else:
+            parts.append(idx)
+    return tuple(parts)
+
+
+@kernel("aten::index.Tensor_out")
+def index(self: np.ndarray, indices: list[np.ndarray | None], out: np.ndarray) -> np.ndarray:
+    """``self[indices]`` with torch's advanced-indexing rules."""
+    return copy_into(out, self[index_tuple(indices)])
+
+
+def put_indexed(target: np.ndarray, indices: list[np.ndarray | None], values: np.ndarray, accumulate: bool) -> None:
+    """``target[indices] = values`` (or ``+=`` with repeated indices summed when ``accumulate``)."""
+    where = index_tuple(indices)
+    if accumulate:
+        np.add.at(target, where, values.astype(target.dtype, copy=False))
+    else:
+        target[where] = values
+
+
+@kernel("aten::index_put.out")
+def index_put(
+    self: np.ndarray, indices: list[np.ndarray | None], values: np.ndarray, accumulate: bool, out: np.ndarray
+) -> np.ndarray:
+    """A copy of ``self`` with ``values`` (broadcast) written or added at ``indices``."""
+    out = copy_into(out, self)
+    put_indexed(out, indices, values, accumulate)
+    return out
+
+
+@kernel("aten::index_put_")
+def index_put_(self: np.ndarray, indices: list[np.ndarray | None], values: np.ndarray, accumulate: bool) -> np.ndarray:
+    """``self`` itself with ``values`` written or added at ``indices`` (in place, e.g. a mutable buffer)."""
+    put_indexed(self, indices, values, accumulate)
+    return self
+
+
+@kernel("aten::index_select.out")
+def index_select(self: np.ndarray, dim: int, index: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The slices of ``self`` along ``dim`` at positions ``index`` (a 0-D or 1-D tensor)."""
+    dim = wrap_dim(dim, self.ndim)
+    source = self.reshape(self.shape or (1,))
+    shape = source.shape[:dim] + (index.size,) + source.shape[dim + 1 :]
+    result = np.take(source, index.reshape(-1), axis=dim, out=resize(out, shape))
+    return result.reshape(self.shape) if self.ndim == 0 else result
+
+
+def along_axis(index: np.ndarray, dim: int) -> tuple:
+    """The fancy index of element ``i`` -> ``i`` with coordinate ``dim`` replaced by ``index[i]``.
+
+    Unlike ``np.take_along_axis``, ``index`` may be smaller than the indexed tensor on other axes (torch's rule).
+    """
+    grids = np.ogrid[tuple(slice(n) for n in index.shape)]
+    grids[dim] = index
+    return tuple(grids)
+
+
+def leading_block(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The view ``x[:shape[0], :shape[1], ...]``."""
+    return x[tuple(slice(n) for n in shape)]
+
+
+@kernel("aten::gather.out")
+def gather(self: np.ndarray, dim: int, index: np.ndarray, sparse_grad: bool, out: np.ndarray) -> np.ndarray:
+    """``out[i][j] = self[index[i][j]][j]`` for ``dim`` 0 (and likewise for other dims)."""
+    where = along_axis(at_least_1d(index), wrap_dim(dim, self.ndim))
+    return copy_into(out, at_least_1d(self)[where].reshape(index.shape))
+
+
+def at_least_1d(x: np.ndarray) -> np.ndarray:
+    """A 0-D tensor as a 1-element 1-D view (torch's scatter/gather treat them alike); others unchanged."""
+    return x.reshape(x.shape or (1,))
+
+
+def scattered(self: np.ndarray, dim: int, index: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """``out`` resized and holding a copy of ``self``, its at-least-1-D view, and the fancy index to write to."""
+    out = copy_into(out, self)
+    return out, at_least_1d(out), along_axis(at_least_1d(index), wrap_dim(dim, self.ndim))
+
+
+def scatter_source(src: np.ndarray | float | int | bool, index: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The part of ``src`` the scatter reads (its leading block of ``index``'s shape), in ``dtype``."""
+    if isinstance(src, np.ndarray):
+        return leading_block(at_least_1d(src), at_least_1d(index).shape).astype(dtype, copy=False)
+    return np.asarray(src).astype(dtype)
+
+
+REDUCE_UFUNCS = {"add": np.add, "sum": np.add, "multiply": np.multiply, "prod": np.multiply}
+REDUCE_UFUNCS.update(amax=np.maximum, amin=np.minimum)
+
+
+def reduce_ufunc(reduce: str) -> np.ufunc:
+    """The NumPy ufunc for a scatter reduction name."""
+    try:
+        return REDUCE_UFUNCS[reduce]
+    except KeyError:
+        raise ValueError(f"unsupported scatter reduction {reduce!r}; expected one of {sorted(REDUCE_UFUNCS)}") from None
+
+
+def scatter_into(self, dim, index, src, out, reduce: str | None = None) -> np.ndarray:
+    """A copy of ``self`` with ``src`` written (or reduced with ``reduce``) at ``index`` along ``dim``."""
+    out, target, where = scattered(self, dim, index, out)
+    values = scatter_source(src, index, target.dtype)
+    if reduce is None:
+        target[where] = values
+    else:
+        reduce_ufunc(reduce).at(target, where, values)
+    return out
+
+
+@kernel("aten::scatter.src_out", "aten::scatter.value_out")
+def scatter(self: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray | float, out: np.ndarray) -> np.ndarray:
+    """A copy of ``self`` with ``self[index[i][j]][j] = src[i][j]`` (dim 0), ``src`` a tensor or a scalar."""
+    return scatter_into(self, dim, index, src, out)
+
+
+@kernel("aten::scatter.reduce_out", "aten::scatter.value_reduce_out")
+def scatter_reduce_legacy(
+    self: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray | float, reduce: str, out: np.ndarray
+) -> np.ndarray:
+    """Like scatter, but combining with the existing value by ``reduce`` ("add" or "multiply")."""
+    return scatter_into(self, dim, index, src, out, reduce)
+
+
+@kernel("aten::scatter_add.out")
+def scatter_add(self: np.ndarray, dim: int, index: np.ndarray, src: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A copy of ``self`` with ``src`` added at ``index`` along ``dim`` (repeated indices accumulate)."""
+    return scatter_into(self, dim, index, src, out, "add")
+
+
+def reduction_identity(reduce: str, dtype: np.dtype) -> object:
+    """The value a reduction starts from, so positions ignore ``self`` when ``include_self`` is False."""
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min if reduce == "amax" else info.max
+    if dtype.kind == "b":
+        return reduce == "amin"
+    return -np.inf if reduce == "amax" else np.inf
+
+
+@kernel("aten::scatter_reduce.two_out")
+def scatter_reduce(
+    self: np.ndarray,
+    dim: int,
+    index: np.ndarray,
+    src: np.ndarray,
+    reduce: str,
+    include_self: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """``self`` with ``src`` reduced in at ``index`` by sum, prod, mean, amax or amin."""
+    out, target, where = scattered(self, dim, index, out)
+    values = scatter_source(src, index, target.dtype)
+    if not include_self:
+        target[where] = reduction_identity(reduce, target.dtype)
+    if reduce == "mean":
+        counts = np.full(target.shape, int(include_self), dtype=np.int64)
+        np.add.at(counts, where, 1)
+        np.add.at(target, where, values)
+        np.maximum(counts, 1, out=counts)
+        divide = np.floor_divide if target.dtype.kind in "iu" else np.true_divide
+        divide(target, counts, out=target, casting="unsafe")
+    else:
+        reduce_ufunc(reduce).at(target, where, values)
+    return out
+
+
+@kernel("aten::index_copy.out")
+def index_copy(self: np.ndarray, dim: int, index: np.ndarray, source: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A copy of ``self`` with the slices at ``index`` along ``dim`` replaced by ``source`` (a KV-cache update)."""
+    out = copy_into(out, self)
+    dim = wrap_dim(dim, self.ndim)
+    shape = list(out.shape)
+    shape[dim] = index.size
+    out[along(dim, index.reshape(-1))] = source.reshape(shape)
+    return out
+
+
+@kernel("aten::index_add.out")
+def index_add(
+    self: np.ndarray, dim: int, index: np.ndarray, source: np.ndarray, alpha: float, out: np.ndarray
+) -> np.ndarray:
+    """A copy of ``self`` with ``alpha * source`` added to the slices at ``index`` along ``dim``."""
+    out = copy_into(out, self)
+    values = source if alpha == 1 else source * alpha
+    np.add.at(out, along(wrap_dim(dim, self.ndim), index.reshape(-1)), values.astype(out.dtype, copy=False))
+    return out
+
+
+@kernel("aten::index_fill.int_Scalar_out", "aten::index_fill.int_Tensor_out")
+def index_fill(self: np.ndarray, dim: int, index: np.ndarray, value: np.ndarray | float, out: np.ndarray) -> np.ndarray:
+    """A copy of ``self`` with the slices at ``index`` along ``dim`` set to ``value`` (a scalar or 0-D tensor)."""
+    out = copy_into(out, self)
+    out[along(wrap_dim(dim, self.ndim), index.reshape(-1))] = value
+    return out
+
+
+@kernel("aten::select_scatter.out")
+def select_scatter(self: np.ndarray, src: np.ndarray, dim: int, index: int, out: np.ndarray) -> np.ndarray:
+    """A copy of ``self`` with slice ``index`` along ``dim`` replaced by ``src``."""
+    out = copy_into(out, self)
+    out[along(wrap_dim(dim, self.ndim), index)] = src
+    return out
+
+
+@kernel("aten::slice_scatter.out")
+def slice_scatter(
+    self: np.ndarray,
+    src: np.ndarray,
+    dim: int,
+    start: int | None,
+    end: int | None,
+    step: int,
+    out: np.ndarray,
+) -> np.ndarray:
+    """A copy of ``self`` with ``self[start:end:step]`` along ``dim`` replaced by ``src``."""
+    out = copy_into(out, self)
+    out[along(wrap_dim(dim, self.ndim), slice(start, end, step))] = src
+    return out
+
+
+@kernel("aten::masked_scatter.out")
+def masked_scatter(self: np.ndarray, mask: np.ndarray, source: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``self`` (broadcast with ``mask``) with the masked positions filled, in order, from ``source``."""
+    shape = np.broadcast_shapes(self.shape, mask.shape)
+    out = copy_into(out, np.broadcast_to(self, shape))
+    full_mask = np.broadcast_to(mask, shape)
+    count = int(np.count_nonzero(full_mask))
+    if count > source.size:
+        raise ValueError(f"masked_scatter: mask selects {count} elements but source has only {source.size}")
+    out[full_mask] = source.reshape(-1)[:count]
+    return out
+
+
+@kernel("aten::masked_select.out")
+def masked_select(self: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The elements of ``self`` (broadcast with ``mask``) where ``mask`` is true, as a 1-D tensor."""
+    shape = np.broadcast_shapes(self.shape, mask.shape)
+    return copy_into(out, np.broadcast_to(self, shape)[np.broadcast_to(mask, shape)])
+
+
+@kernel("aten::nonzero.out")
+def nonzero(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The coordinates of the non-zero elements of ``self``, one row each (an ``(n, ndim)`` tensor)."""
+    return copy_into(out, np.argwhere(self))
