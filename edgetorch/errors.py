@@ -23,3 +23,7 @@ class UnsupportedBackendError(EdgetorchError):
 
 class DelegateLoadError(EdgetorchError):
     """A backend could not initialise a delegate blob (a node or feature it does not support)."""
+
+
+class ExecutionError(EdgetorchError, RuntimeError):
+    """A kernel or delegate failed while a method ran; the message names the instruction and operator."""

@@ -1,0 +1,5 @@
+import sys
+
+from edgetorch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,420 @@
+"""Load time: a method's values and instructions become a flat list of bound steps. Run time: run the steps.
+
+Two execution modes, chosen once per method at load:
+
+* static (every tensor STATIC, only kernel and delegate calls): each step is a
+  ``functools.partial`` over the arrays it reads and writes, and ``execute`` is
+  ``for step in steps: step()``;
+* dynamic (dynamic shapes, control flow, symbolic-size scalars): values live in
+  a list, each step reads its arguments from it and stores what the kernel
+  returns (a resized view of the planned slot), and a program counter follows
+  JumpFalseCall and MoveCall.
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from edgetorch.errors import EdgetorchError, ExecutionError, InvalidInputError, ProgramLoadError, UnsupportedOperatorError
+from edgetorch.format import program as fbp
+from edgetorch.runtime import kernels as _kernels  # noqa: F401  (registers the portable kernels)
+from edgetorch.runtime.backends import get_backend
+from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
+from edgetorch.runtime.kernels.registry import lookup, resize
+from edgetorch.runtime.memory import allocate_arenas, check_dim_order, view_of
+
+# A program may jump backwards (loops); a run that takes more steps than this is stopped, never hangs.
+MAX_STEPS_PER_RUN = 50_000_000
+
+
+@dataclass
+class TensorSlot:
+    """What the plan says about one tensor value."""
+
+    dtype: np.dtype
+    sizes: tuple[int, ...]
+    dim_order: list[int]
+    dynamic: bool
+    constant: bool
+
+
+class _ListRef:
+    """A list value whose items are other values read at run time (symbolic ints, resized tensors)."""
+
+    __slots__ = ("items", "none_for_negative")
+
+    def __init__(self, items: list[int], none_for_negative: bool = False):
+        self.items = items
+        self.none_for_negative = none_for_negative
+
+    def resolve(self, vals: list) -> list:
+        if self.none_for_negative:
+            return [None if i < 0 else vals[i] for i in self.items]
+        return [vals[i] for i in self.items]
+
+
+def op_key(op: fbp.Operator) -> str:
+    return f"{op.name}.{op.overload}" if op.overload else op.name
+
+
+class MethodExecutor:
+    """The bound form of one ExecutionPlan."""
+
+    def __init__(self, plan: fbp.ExecutionPlan, program: Any, limit: int):
+        self.plan = plan
+        self.name = plan.name
+        self._program = program
+        if not plan.chains:
+            self.instructions: list = []
+        elif len(plan.chains) > 1:
+            raise ProgramLoadError(f"method {plan.name!r} has {len(plan.chains)} chains; this runtime runs one")
+        else:
+            self.instructions = plan.chains[0].instructions
+        nvals = len(plan.values)
+        for i in list(plan.inputs) + list(plan.outputs):
+            self._check_index(i, "input/output")
+        self.arenas = allocate_arenas(list(plan.non_const_buffer_sizes), limit)
+        self.slots: dict[int, TensorSlot] = {}
+        self.bound: list[Any] = [None] * nvals
+        self.vals: list[Any] = [None] * nvals
+        for i, ev in enumerate(plan.values):
+            self.vals[i] = self.bound[i] = self._make_value(i, ev.val, limit)
+        self.static = self._is_static()
+        self.operators = [op_key(op) for op in plan.operators]
+        self.kernels = [lookup(name) for name in self.operators]
+        self.delegates = [self._init_delegate(i, d) for i, d in enumerate(plan.delegates)]
+        self.steps: list[Callable] = [self._bind(pc, ins) for pc, ins in enumerate(self.instructions)]
+        self.tracer: Any = None
+
+    # ------------------------------------------------------------------ values
+
+    def _check_index(self, i: int, what: str) -> int:
+        if not 0 <= i < len(self.plan.values):
+            raise ProgramLoadError(
+                f"method {self.name!r}: {what} refers to value {i}, but the method has {len(self.plan.values)} values"
+            )
+        return i
+
+    def _make_value(self, i: int, v: Any, limit: int) -> Any:
+        if v is None or isinstance(v, fbp.Null):
+            return None
+        if isinstance(v, fbp.Int):
+            return v.int_val
+        if isinstance(v, fbp.Bool):
+            return bool(v.bool_val)
+        if isinstance(v, fbp.Double):
+            return v.double_val
+        if isinstance(v, fbp.String):
+            return v.string_val
+        if isinstance(v, (fbp.DoubleList, fbp.BoolList)):
+            return list(v.items)
+        if isinstance(v, fbp.IntList):
+            return _ListRef([self._check_index(j, f"int list {i}") for j in v.items])
+        if isinstance(v, fbp.TensorList):
+            return _ListRef([self._check_index(j, f"tensor list {i}") for j in v.items])
+        if isinstance(v, fbp.OptionalTensorList):
+            return _ListRef([j if j < 0 else self._check_index(j, f"tensor list {i}") for j in v.items], True)
+        if isinstance(v, fbp.Tensor):
+            return self._make_tensor(i, v, limit)
+        raise ProgramLoadError(f"value {i} has unsupported kind {type(v).__name__}")
+
+    def _make_tensor(self, i: int, t: fbp.Tensor, limit: int) -> np.ndarray:
+        what = f"tensor value {i} of method {self.name!r}"
+        dtype = SCALAR_TO_NUMPY.get(t.scalar_type)
+        if dtype is None:
+            raise ProgramLoadError(f"{what} has scalar type {t.scalar_type!r}, which this runtime does not support")
+        sizes = [int(s) for s in t.sizes]
+        if any(s < 0 for s in sizes):
+            raise ProgramLoadError(f"{what} has negative sizes {sizes}")
+        order = check_dim_order(t.dim_order, len(sizes), what)
+        nbytes = math.prod(sizes) * dtype.itemsize
+        if nbytes > limit:
+            raise ProgramLoadError(f"{what} claims {nbytes} bytes, more than this runtime's limit of {limit}")
+        program = self._program
+        constant = t.data_buffer_idx > 0 and t.allocation_info is None
+        info = t.extra_tensor_info
+        dynamic = t.shape_dynamism != fbp.TensorShapeDynamism.STATIC
+        self.slots[i] = TensorSlot(dtype, tuple(sizes), order, dynamic, constant)
+        if info is not None and info.location == fbp.TensorDataLocation.EXTERNAL and t.allocation_info is None:
+            return view_of(program.external_tensor(info.fully_qualified_name, what), 0, dtype, sizes, order, what)
+        if constant:
+            buf, offset = program.constant_data(t.data_buffer_idx, what)
+            return view_of(buf, offset, dtype, sizes, order, what)
+        if t.allocation_info is not None:
+            a = t.allocation_info
+            if not 0 < a.memory_id < len(self.arenas):
+                raise ProgramLoadError(
+                    f"{what} is planned in memory id {a.memory_id}, but the method has "
+                    f"{len(self.arenas) - 1} planned buffers (ids 1..{len(self.arenas) - 1})"
+                )
+            arr = view_of(self.arenas[a.memory_id], a.memory_offset, dtype, sizes, order, what)
+            if t.data_buffer_idx > 0:
+                seg_index = info.mutable_data_segments_idx if info is not None else 0
+                buf, offset = program.mutable_data(seg_index, t.data_buffer_idx, what)
+                np.copyto(arr, view_of(buf, offset, dtype, sizes, order, what))
+            return arr
+        return np.zeros(sizes, dtype)  # unplanned: receives data at input time or from a delegate
+
+    def _is_static(self) -> bool:
+        if any(s.dynamic for s in self.slots.values()):
+            return False
+        for i in self.plan.inputs:
+            if i not in self.slots:
+                return False
+        for ins in self.instructions:
+            a = ins.instr_args
+            if not isinstance(a, (fbp.KernelCall, fbp.DelegateCall)):
+                return False
+            if isinstance(a, fbp.KernelCall) and 0 <= a.op_index < len(self.plan.operators):
+                _fn, nargs = lookup(op_key(self.plan.operators[a.op_index]))
+                if any(j not in self.slots and not isinstance(self.bound[j], _ListRef) for j in a.args[nargs:] if 0 <= j < len(self.bound)):
+                    return False
+        return True
+
+    # ------------------------------------------------------------------ steps
+
+    def _arg(self, j: int) -> Any:
+        v = self.bound[j]
+        return v.resolve(self.bound) if isinstance(v, _ListRef) else v
+
+    def _bind(self, pc: int, ins: fbp.Instruction) -> Callable:
+        a = ins.instr_args
+        if isinstance(a, fbp.KernelCall):
+            if not 0 <= a.op_index < len(self.kernels):
+                raise ProgramLoadError(f"instruction {pc} calls operator {a.op_index}, but the method has {len(self.kernels)}")
+            fn, nargs = self.kernels[a.op_index]
+            args = [self._check_index(j, f"instruction {pc}") for j in a.args]
+            if len(args) < nargs:
+                raise ProgramLoadError(
+                    f"instruction {pc} passes {len(args)} arguments to {self.operators[a.op_index]}, whose kernel takes {nargs}"
+                )
+            return self._kernel_step(fn, args[:nargs], args[nargs:])
+        if isinstance(a, fbp.DelegateCall):
+            if not 0 <= a.delegate_index < len(self.delegates):
+                raise ProgramLoadError(f"instruction {pc} calls delegate {a.delegate_index}, but the method has {len(self.delegates)}")
+            return self._delegate_step(self.delegates[a.delegate_index], [self._check_index(j, f"instruction {pc}") for j in a.args])
+        if isinstance(a, fbp.MoveCall):
+            src, dst, vals = self._check_index(a.move_from, "move"), self._check_index(a.move_to, "move"), self.vals
+
+            def move() -> None:
+                vals[dst] = vals[src]
+
+            return move
+        if isinstance(a, fbp.JumpFalseCall):
+            cond, dest, vals = self._check_index(a.cond_value_index, "jump"), a.destination_instruction, self.vals
+            if not 0 <= dest <= len(self.instructions):
+                raise ProgramLoadError(f"instruction {pc} jumps to {dest}, outside 0..{len(self.instructions)}")
+
+            def jump_false() -> int | None:
+                return None if bool(vals[cond]) else dest
+
+            return jump_false
+        if isinstance(a, fbp.FreeCall):
+            self._check_index(a.value_index, "free")
+            return lambda: None
+        raise ProgramLoadError(f"instruction {pc} has unsupported kind {type(a).__name__}")
+
+    def _kernel_step(self, fn: Callable, params: list[int], rets: list[int]) -> Callable:
+        if self.static:
+            return functools.partial(fn, *[self._arg(j) for j in params])
+        vals, bound, slots = self.vals, self.bound, self.slots
+        outs = set(rets)
+        args: list[Any] = []
+        reads: list[tuple[int, int]] = []
+        lists: list[tuple[int, _ListRef]] = []
+        for p, j in enumerate(params):
+            v = bound[j]
+            if j in outs and j in slots:
+                args.append(v)  # the planned slot at its upper-bound shape; the kernel resizes it
+            elif isinstance(v, _ListRef):
+                args.append(None)
+                lists.append((p, v))
+            elif j in slots and slots[j].constant:
+                args.append(v)
+            else:
+                args.append(None)
+                reads.append((p, j))
+        if len(rets) == 1:
+            r0 = rets[0]
+
+            def step() -> None:
+                for p, j in reads:
+                    args[p] = vals[j]
+                for p, ref in lists:
+                    args[p] = ref.resolve(vals)
+                vals[r0] = fn(*args)
+
+            return step
+
+        def step_many() -> None:
+            for p, j in reads:
+                args[p] = vals[j]
+            for p, ref in lists:
+                args[p] = ref.resolve(vals)
+            result = fn(*args)
+            for j, r in zip(rets, result):
+                vals[j] = r
+
+        return step_many
+
+    def _init_delegate(self, index: int, d: fbp.BackendDelegate) -> tuple[Any, Any]:
+        backend = get_backend(d.id)
+        processed = self._program.delegate_data(d.processed, f"delegate {index} ({d.id}) of method {self.name!r}")
+        specs = {s.key: bytes(s.value) for s in d.compile_specs}
+        return backend, backend.init(processed, specs, self._program.named_data)
+
+    def _delegate_step(self, delegate: tuple[Any, Any], args: list[int]) -> Callable:
+        backend, handle = delegate
+        vals, bound = self.vals, self.bound
+        if self.static:
+            arrays = [self._arg(j) for j in args]
+
+            def run_static() -> None:
+                result = backend.execute(handle, arrays)
+                if result is not None:
+                    for dst, r in zip(arrays[len(arrays) - len(result) :], result):
+                        if r is not dst:
+                            np.copyto(dst, r)
+
+            return run_static
+
+        def run() -> None:
+            current = [vals[j] for j in args]
+            result = backend.execute(handle, current)
+            if result is not None:
+                for j, r in zip(args[len(args) - len(result) :], result):
+                    vals[j] = r
+
+        return run
+
+    # ------------------------------------------------------------------ run
+
+    def set_inputs(self, inputs: list[Any]) -> None:
+        plan = self.plan
+        if len(inputs) != len(plan.inputs):
+            raise InvalidInputError(f"method {self.name!r} expects {len(plan.inputs)} inputs, got {len(inputs)}")
+        for n, (j, x) in enumerate(zip(plan.inputs, inputs)):
+            slot = self.slots.get(j)
+            if slot is None:
+                self.vals[j] = _scalar_input(n, x, self.bound[j], self.name)
+                continue
+            arr = _as_array(n, x, slot, self.name)
+            if self.static:
+                np.copyto(self.bound[j], arr)
+            else:
+                view = resize(self.bound[j], arr.shape) if arr.shape != slot.sizes else self.bound[j]
+                np.copyto(view, arr)
+                self.vals[j] = view
+
+    def run(self) -> None:
+        pc = 0
+        try:
+            if self.tracer is not None:
+                self._run_traced(self.tracer)
+            elif self.static:
+                for pc, step in enumerate(self.steps):
+                    step()
+            else:
+                steps, n, count = self.steps, len(self.steps), 0
+                while pc < n:
+                    nxt = steps[pc]()
+                    pc = pc + 1 if nxt is None else nxt
+                    count += 1
+                    if count > MAX_STEPS_PER_RUN:
+                        raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
+        except EdgetorchError:
+            raise
+        except Exception as e:
+            raise ExecutionError(
+                f"method {self.name!r} failed at instruction {pc} ({self.describe(pc)}): {type(e).__name__}: {e}"
+            ) from e
+
+    def describe(self, pc: int) -> str:
+        """A short human name for instruction ``pc``: its operator, backend or kind."""
+        if not 0 <= pc < len(self.instructions):
+            return "end of program"
+        a = self.instructions[pc].instr_args
+        if isinstance(a, fbp.KernelCall):
+            return self.operators[a.op_index]
+        if isinstance(a, fbp.DelegateCall):
+            return f"delegate {self.plan.delegates[a.delegate_index].id}"
+        return type(a).__name__
+
+    def _run_traced(self, tracer: Any) -> None:
+        steps, pc, n, clock = self.steps, 0, len(self.steps), time.perf_counter
+        while pc < n:
+            t0 = clock()
+            nxt = steps[pc]()
+            tracer.record(pc, clock() - t0)
+            pc = pc + 1 if nxt is None else nxt
+
+    def outputs(self) -> list[Any]:
+        source = self.bound if self.static else self.vals
+        out = []
+        for j in self.plan.outputs:
+            v = source[j]
+            if isinstance(v, _ListRef):
+                v = v.resolve(source)
+            if isinstance(v, np.ndarray):
+                out.append(np.array(v, copy=True))
+            elif isinstance(v, list):
+                out.append([np.array(t, copy=True) if isinstance(t, np.ndarray) else t for t in v])
+            else:
+                out.append(v)
+        return out
+
+
+def _as_array(n: int, x: Any, slot: TensorSlot, method: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype != slot.dtype:
+        if arr.ndim == 0 and not isinstance(x, np.ndarray) and np.can_cast(arr, slot.dtype, "same_kind"):
+            arr = arr.astype(slot.dtype)
+        else:
+            raise InvalidInputError(
+                f"input {n} of method {method!r} must have dtype {slot.dtype}, got {arr.dtype}; "
+                f"convert it first (for example x.astype(np.{slot.dtype}))"
+            )
+    if arr.ndim != len(slot.sizes):
+        raise InvalidInputError(
+            f"input {n} of method {method!r} must have {len(slot.sizes)} dimensions (shape {list(slot.sizes)}), "
+            f"got shape {list(arr.shape)}"
+        )
+    for d, (got, want) in enumerate(zip(arr.shape, slot.sizes)):
+        if slot.dynamic and got > want:
+            raise InvalidInputError(
+                f"input {n} of method {method!r}: dimension {d} is {got}, above its upper bound {want}; "
+                "re-export with a larger bound to run this size"
+            )
+        if not slot.dynamic and got != want:
+            raise InvalidInputError(
+                f"input {n} of method {method!r} must have shape {list(slot.sizes)}, got {list(arr.shape)} "
+                f"(dimension {d} is static)"
+            )
+    return arr
+
+
+def _scalar_input(n: int, x: Any, planned: Any, method: str) -> Any:
+    if isinstance(planned, bool):
+        kinds = (bool, np.bool_)
+    elif isinstance(planned, int):
+        kinds = (int, np.integer)
+    elif isinstance(planned, float):
+        kinds = (int, float, np.integer, np.floating)
+    else:
+        return x
+    if hasattr(x, "item") and getattr(x, "ndim", 0) == 0:
+        x = x.item()
+    if not isinstance(x, kinds) or (isinstance(planned, int) and not isinstance(planned, bool) and isinstance(x, bool)):
+        raise InvalidInputError(f"input {n} of method {method!r} must be a {type(planned).__name__}, got {type(x).__name__}")
+    return type(planned)(x)
+
+
+__all__ = ["MethodExecutor", "UnsupportedOperatorError"]

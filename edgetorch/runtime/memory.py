@@ -1,0 +1,50 @@
+"""Planned memory: one NumPy arena per memory id, tensors as views at their planned offsets. Torch-free."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from edgetorch.errors import ProgramLoadError
+
+# A plan asking for more than this is refused rather than allocated; Runtime(max_planned_bytes=...) raises it.
+DEFAULT_MAX_PLANNED_BYTES = 32 << 30
+
+
+def allocate_arenas(sizes: list[int], limit: int) -> list[np.ndarray | None]:
+    """One zeroed uint8 arena per memory id; id 0 is the constant pool and gets none."""
+    if any(int(s) < 0 for s in sizes):
+        raise ProgramLoadError(f"planned buffer sizes must be non-negative, found {list(sizes)}")
+    total = sum(int(s) for s in sizes[1:])
+    if total > limit:
+        raise ProgramLoadError(
+            f"the method plans {total} bytes of memory, more than this runtime's limit of {limit}; "
+            "if the program is genuine, raise the limit with Runtime(max_planned_bytes=...)"
+        )
+    return [None] + [np.zeros(int(s), np.uint8) for s in sizes[1:]]
+
+
+def view_of(
+    buf: np.ndarray | memoryview, offset: int, dtype: np.dtype, sizes: list[int], dim_order: list[int], what: str
+) -> np.ndarray:
+    """A tensor of logical shape ``sizes`` stored at ``buf[offset:]`` in ``dim_order`` (no copy)."""
+    numel = math.prod(sizes)
+    nbytes = numel * dtype.itemsize
+    if offset < 0 or offset + nbytes > len(buf):
+        raise ProgramLoadError(
+            f"{what} needs bytes {offset}..{offset + nbytes} but its buffer holds only {len(buf)}; the file is corrupt"
+        )
+    flat = np.frombuffer(buf, dtype=dtype, count=numel, offset=offset) if numel else np.empty(0, dtype)
+    if list(dim_order) == list(range(len(sizes))):
+        return flat.reshape(sizes)
+    physical = [sizes[d] for d in dim_order]
+    return flat.reshape(physical).transpose(np.argsort(dim_order))
+
+
+def check_dim_order(dim_order: list[int], ndim: int, what: str) -> list[int]:
+    """``dim_order`` as a list, or the identity when absent; a non-permutation is a corrupt file."""
+    order = list(dim_order) if dim_order is not None and len(dim_order) else list(range(ndim))
+    if sorted(order) != list(range(ndim)):
+        raise ProgramLoadError(f"{what} has dim order {order}, which is not a permutation of 0..{ndim - 1}")
+    return order
