@@ -1,1 +1,343 @@
-"""Placeholder; being written."""
+"""Convolution kernels (1-d/2-d/3-d, grouped, depthwise, transposed), im2col/col2im and pixel (un)shuffle.
+
+A convolution is im2col + one batched ``np.matmul``: the input (zero-padded once) is seen through a strided
+window view, copied into a column matrix and multiplied by the weight for every group at once. Pointwise
+convolutions skip the column matrix; depthwise ones are a multiply-accumulate over the kernel taps, one whole-
+tensor NumPy op per tap. Transposed convolution is the matmul followed by col2im (one strided add per tap).
+The window helpers here are shared with the pooling kernels. Imports only NumPy and the runtime's own modules.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
+from edgetorch.runtime.kernels.registry import kernel, resize
+
+
+def expand(values: Sequence[int], n: int) -> list[int]:
+    """An int-list parameter with ``n`` entries (torch lets one value stand for every spatial dim)."""
+    values = [int(v) for v in values]
+    return values * n if len(values) == 1 else values
+
+
+def pooled_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:
+    """Output length of a window sweep, with torch's rule that a ceil-mode window must start inside the input."""
+    span = size + 2 * pad - dilation * (kernel - 1) - 1
+    n = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (n - 1) * stride >= size + pad:
+        n -= 1
+    return n
+
+
+def padded(x: np.ndarray, lo: Sequence[int], extent: Sequence[int], value: float, dtype: np.dtype) -> np.ndarray:
+    """``x`` with its last ``len(lo)`` dims shifted by ``lo`` inside a ``value``-filled box of size ``extent``.
+
+    Returns ``x`` itself (no copy) when nothing needs padding and the dtype already matches.
+    """
+    d = len(lo)
+    sizes = x.shape[-d:]
+    if dtype == x.dtype and not any(lo) and all(e <= s for e, s in zip(extent, sizes)):
+        return x
+    buf = np.full(x.shape[:-d] + tuple(extent), value, dtype)
+    dst = tuple(slice(p, min(p + s, e)) for p, s, e in zip(lo, sizes, extent))
+    src = tuple(slice(0, r.stop - r.start) for r in dst)
+    np.copyto(buf[(Ellipsis, *dst)], x[(Ellipsis, *src)], casting="unsafe")
+    return buf
+
+
+def window_view(
+    x: np.ndarray, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out_sizes: Sequence[int]
+) -> np.ndarray:
+    """Read-only view ``(*lead, *out_sizes, *kernel)`` of ``x``'s sliding windows over its last ``len(kernel)`` dims."""
+    d = len(kernel)
+    spatial = x.strides[-d:]
+    shape = x.shape[:-d] + tuple(out_sizes) + tuple(kernel)
+    strides = (
+        x.strides[:-d] + tuple(s * t for s, t in zip(spatial, stride)) + tuple(s * t for s, t in zip(spatial, dilation))
+    )
+    return as_strided(x, shape, strides, writeable=False)
+
+
+def tap_slices(
+    tap: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out_sizes: Sequence[int]
+) -> tuple[slice, ...]:
+    """The strided slices of a padded input that kernel position ``tap`` reads for every output position."""
+    return tuple(
+        slice(k * dl, k * dl + (n - 1) * st + 1, st) for k, st, dl, n in zip(tap, stride, dilation, out_sizes)
+    )
+
+
+def compute_target(out: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``out`` when results can be written straight into it, else a scratch array in the compute ``dtype``."""
+    if out.dtype == dtype and out.flags.c_contiguous:
+        return out
+    return np.empty(out.shape, dtype)
+
+
+def _compute_dtype(x: np.ndarray) -> np.dtype:
+    return np.dtype(np.float32) if x.dtype in LOW_PRECISION else x.dtype
+
+
+def _add_bias(target: np.ndarray, bias: np.ndarray | None) -> None:
+    if bias is not None:
+        np.add(target, upcast(bias).reshape((-1,) + (1,) * (target.ndim - 2)), out=target, casting="unsafe")
+
+
+def _columns(
+    xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out_sizes: Sequence[int]
+) -> np.ndarray:
+    """im2col of the padded input: ``(N, C, *kernel, *out_sizes)`` in ``xp``'s layout, one strided copy."""
+    d = len(kernel)
+    win = window_view(xp, kernel, stride, dilation, out_sizes)
+    order = (0, 1, *range(2 + d, 2 + 2 * d), *range(2, 2 + d))
+    cols = np.empty(xp.shape[:2] + tuple(kernel) + tuple(out_sizes), _compute_dtype(xp))
+    np.copyto(cols, win.transpose(order), casting="unsafe")
+    return cols
+
+
+def _depthwise(
+    xp: np.ndarray,
+    w: np.ndarray,
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    out_sizes: Sequence[int],
+    target: np.ndarray,
+) -> None:
+    """Depthwise convolution (one input channel per group) as a multiply-accumulate per kernel tap."""
+    n, c = xp.shape[:2]
+    mult = w.shape[0] // c
+    d = len(out_sizes)
+    acc = target.reshape((n, c, mult, *out_sizes))
+    w = upcast(w).reshape((c, mult, *w.shape[2:]))
+    tmp = np.empty_like(acc)
+    for i, tap in enumerate(itertools.product(*(range(k) for k in w.shape[2:]))):
+        src = xp[(slice(None), slice(None), None, *tap_slices(tap, stride, dilation, out_sizes))]
+        wt = w[(slice(None), slice(None), *tap)].reshape((c, mult) + (1,) * d)
+        np.multiply(src, wt, out=acc if i == 0 else tmp, casting="unsafe")
+        if i:
+            np.add(acc, tmp, out=acc)
+
+
+def _conv_forward(
+    x: np.ndarray,
+    w: np.ndarray,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    target: np.ndarray,
+) -> None:
+    d = w.ndim - 2
+    n, c = x.shape[:2]
+    kernel, out_sizes = w.shape[2:], target.shape[2:]
+    extent = [(o - 1) * s + dl * (k - 1) + 1 for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
+    xp = padded(x, padding, extent, 0, _compute_dtype(x))
+    if groups > 1 and groups == c and w.shape[1] == 1:
+        _depthwise(xp, w, stride, dilation, out_sizes, target)
+        return
+    cg, og, taps = c // groups, w.shape[0] // groups, math.prod(kernel)
+    if taps == 1:
+        cols = xp[(Ellipsis, *tap_slices((0,) * d, stride, dilation, out_sizes))]
+        cols = cols.reshape(n, groups, cg, -1)
+    else:
+        cols = _columns(xp, kernel, stride, dilation, out_sizes).reshape(n, groups, cg * taps, -1)
+    wm = upcast(w).reshape(groups, og, cg * taps)
+    if cols.dtype != wm.dtype:
+        cols = cols.astype(wm.dtype)
+    np.matmul(wm, cols, out=target.reshape(n, groups, og, -1))
+
+
+def col2im_into(
+    cols: np.ndarray,
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    padding: Sequence[int],
+    target: np.ndarray,
+) -> None:
+    """Sum column blocks ``(N, C, *kernel, *in_sizes)`` back onto the image ``target`` (one strided add per tap)."""
+    d = len(stride)
+    kernel, in_sizes = cols.shape[2 : 2 + d], cols.shape[2 + d :]
+    reach = [(i - 1) * s + dl * (k - 1) + 1 for i, s, dl, k in zip(in_sizes, stride, dilation, kernel)]
+    full_sizes = [max(r, o + p) for r, o, p in zip(reach, target.shape[2:], padding)]
+    direct = not any(padding) and list(target.shape[2:]) == full_sizes and target.flags.c_contiguous
+    full = target if direct else np.empty(target.shape[:2] + tuple(full_sizes), target.dtype)
+    full.fill(0)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        dst = full[(slice(None), slice(None), *tap_slices(tap, stride, dilation, in_sizes))]
+        np.add(dst, cols[(slice(None), slice(None), *tap)], out=dst, casting="unsafe")
+    if not direct:
+        crop = tuple(slice(p, p + o) for p, o in zip(padding, target.shape[2:]))
+        np.copyto(target, full[(slice(None), slice(None), *crop)])
+
+
+def _conv_transposed(
+    x: np.ndarray,
+    w: np.ndarray,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    target: np.ndarray,
+) -> None:
+    n, c = x.shape[:2]
+    cg, og = c // groups, w.shape[1]
+    kernel, in_sizes = w.shape[2:], x.shape[2:]
+    wt = upcast(w).reshape(groups, cg, og * math.prod(kernel)).transpose(0, 2, 1)
+    xs = upcast(x).reshape(n, groups, cg, -1)
+    if xs.dtype != wt.dtype:
+        xs = xs.astype(wt.dtype)
+    cols = np.matmul(wt, xs).reshape((n, groups * og, *kernel, *in_sizes))
+    col2im_into(cols, stride, dilation, padding, target)
+
+
+def _conv_out_sizes(
+    x: np.ndarray,
+    w: np.ndarray,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+) -> tuple[int, ...]:
+    sizes, kernel = x.shape[2:], w.shape[2:]
+    if transposed:
+        spatial = [
+            (i - 1) * s - 2 * p + dl * (k - 1) + op + 1
+            for i, s, p, dl, k, op in zip(sizes, stride, padding, dilation, kernel, output_padding)
+        ]
+        return (x.shape[0], w.shape[1] * groups, *spatial)
+    spatial = [pooled_size(i, k, s, p, dl, False) for i, k, s, p, dl in zip(sizes, kernel, stride, padding, dilation)]
+    return (x.shape[0], w.shape[0], *spatial)
+
+
+@kernel("aten::convolution.out")
+def convolution(
+    input: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    out: np.ndarray,
+) -> np.ndarray:
+    """N-d (1/2/3 spatial dims) convolution or transposed convolution of a batched input."""
+    d = weight.ndim - 2
+    stride, padding, dilation = expand(stride, d), expand(padding, d), expand(dilation, d)
+    output_padding = expand(output_padding or [0], d)
+    if input.ndim != d + 2:
+        raise ValueError(
+            f"convolution expects a batched {d + 2}-d input for a {weight.ndim}-d weight, got shape {input.shape}; "
+            "add the batch dimension before the convolution"
+        )
+    shape = _conv_out_sizes(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    out = resize(out, shape)
+    target = compute_target(out, _compute_dtype(input))
+    run = _conv_transposed if transposed else _conv_forward
+    run(input, weight, stride, padding, dilation, groups, target)
+    _add_bias(target, bias)
+    return out if target is out else store(out, target)
+
+
+@kernel("aten::_convolution.out")
+def convolution_with_flags(
+    input: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    benchmark: bool,
+    deterministic: bool,
+    cudnn_enabled: bool,
+    allow_tf32: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """``convolution`` with backend-selection flags that have no meaning on this runtime."""
+    return convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out)
+
+
+@kernel("aten::im2col.out")
+def im2col(
+    self: np.ndarray,
+    kernel_size: list[int],
+    dilation: list[int],
+    padding: list[int],
+    stride: list[int],
+    out: np.ndarray,
+) -> np.ndarray:
+    """Unfold 2-d sliding blocks into columns: ``(N, C, H, W)`` -> ``(N, C*kh*kw, L)`` (batch dim optional)."""
+    x = self if self.ndim == 4 else self[None]
+    kernel, dilation, padding, stride = (expand(v, 2) for v in (kernel_size, dilation, padding, stride))
+    sizes = [pooled_size(i, k, s, p, dl, False) for i, k, s, p, dl in zip(x.shape[2:], kernel, stride, padding, dilation)]
+    extent = [(o - 1) * s + dl * (k - 1) + 1 for o, s, dl, k in zip(sizes, stride, dilation, kernel)]
+    xp = padded(x, padding, extent, 0, x.dtype)
+    cols = _columns(xp, kernel, stride, dilation, sizes)
+    shape = (x.shape[1] * math.prod(kernel), math.prod(sizes))
+    out = resize(out, shape if self.ndim == 3 else (x.shape[0], *shape))
+    return store(out, cols.reshape(out.shape))
+
+
+@kernel("aten::col2im.out")
+def col2im(
+    self: np.ndarray,
+    output_size: list[int],
+    kernel_size: list[int],
+    dilation: list[int],
+    padding: list[int],
+    stride: list[int],
+    out: np.ndarray,
+) -> np.ndarray:
+    """Fold columns ``(N, C*kh*kw, L)`` back into an image ``(N, C, *output_size)``, summing overlaps."""
+    cols = self if self.ndim == 3 else self[None]
+    size, kernel, dilation, padding, stride = (
+        expand(v, 2) for v in (output_size, kernel_size, dilation, padding, stride)
+    )
+    blocks = [pooled_size(i, k, s, p, dl, False) for i, k, s, p, dl in zip(size, kernel, stride, padding, dilation)]
+    n, c = cols.shape[0], cols.shape[1] // math.prod(kernel)
+    out = resize(out, (n, c, *size) if self.ndim == 3 else (c, *size))
+    out_b = out if self.ndim == 3 else out[None]
+    target = compute_target(out_b, _compute_dtype(cols))
+    col2im_into(upcast(cols).reshape(n, c, *kernel, *blocks), stride, dilation, padding, target)
+    if target is not out_b:
+        store(out_b, target)
+    return out
+
+
+def _shuffle(x: np.ndarray, r: int, upscale: bool, out: np.ndarray) -> np.ndarray:
+    *lead, c, h, w = x.shape
+    if upscale:
+        blocks = x.reshape(*lead, c // (r * r), r, r, h, w)
+        shape = (*lead, c // (r * r), h * r, w * r)
+    else:
+        blocks = x.reshape(*lead, c, h // r, r, w // r, r)
+        shape = (*lead, c * r * r, h // r, w // r)
+    k = len(lead)
+    order = (*range(k), k, k + 3, k + 1, k + 4, k + 2) if upscale else (*range(k), k, k + 2, k + 4, k + 1, k + 3)
+    out = resize(out, shape)
+    np.copyto(out.reshape([blocks.shape[i] for i in order]), blocks.transpose(order), casting="unsafe")
+    return out
+
+
+@kernel("aten::pixel_shuffle.out")
+def pixel_shuffle(self: np.ndarray, upscale_factor: int, out: np.ndarray) -> np.ndarray:
+    """``(*, C*r*r, H, W)`` -> ``(*, C, H*r, W*r)``: channel blocks become spatial sub-pixels."""
+    return _shuffle(self, upscale_factor, True, out)
+
+
+@kernel("aten::pixel_unshuffle.out")
+def pixel_unshuffle(self: np.ndarray, downscale_factor: int, out: np.ndarray) -> np.ndarray:
+    """``(*, C, H*r, W*r)`` -> ``(*, C*r*r, H, W)``: the inverse of pixel_shuffle."""
+    return _shuffle(self, downscale_factor, False, out)
