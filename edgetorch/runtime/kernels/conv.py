@@ -68,9 +68,7 @@ def tap_slices(
     tap: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out_sizes: Sequence[int]
 ) -> tuple[slice, ...]:
     """The strided slices of a padded input that kernel position ``tap`` reads for every output position."""
-    return tuple(
-        slice(k * dl, k * dl + (n - 1) * st + 1, st) for k, st, dl, n in zip(tap, stride, dilation, out_sizes)
-    )
+    return tuple(slice(k * dl, k * dl + (n - 1) * st + 1, st) for k, st, dl, n in zip(tap, stride, dilation, out_sizes))
 
 
 def compute_target(out: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -281,7 +279,9 @@ def im2col(
     """Unfold 2-d sliding blocks into columns: ``(N, C, H, W)`` -> ``(N, C*kh*kw, L)`` (batch dim optional)."""
     x = self if self.ndim == 4 else self[None]
     kernel, dilation, padding, stride = (expand(v, 2) for v in (kernel_size, dilation, padding, stride))
-    sizes = [pooled_size(i, k, s, p, dl, False) for i, k, s, p, dl in zip(x.shape[2:], kernel, stride, padding, dilation)]
+    sizes = [
+        pooled_size(i, k, s, p, dl, False) for i, k, s, p, dl in zip(x.shape[2:], kernel, stride, padding, dilation)
+    ]
     extent = [(o - 1) * s + dl * (k - 1) + 1 for o, s, dl, k in zip(sizes, stride, dilation, kernel)]
     xp = padded(x, padding, extent, 0, x.dtype)
     cols = _columns(xp, kernel, stride, dilation, sizes)

@@ -124,9 +124,7 @@ def mv(self: np.ndarray, vec: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 @kernel("aten::addmv.out")
-def addmv(
-    self: np.ndarray, mat: np.ndarray, vec: np.ndarray, beta: float, alpha: float, out: np.ndarray
-) -> np.ndarray:
+def addmv(self: np.ndarray, mat: np.ndarray, vec: np.ndarray, beta: float, alpha: float, out: np.ndarray) -> np.ndarray:
     """``beta * self + alpha * (mat @ vec)``."""
     return _scaled_sum_into(self, mat, vec, beta, alpha, resize(out, mat.shape[:1]))
 

@@ -1,1 +1,436 @@
-"""Placeholder; being written."""
+"""Pooling, upsampling, padding and grid-sampling kernels over the last 1-3 (spatial) dims.
+
+Window ops (max/avg pooling) pad once and then run one whole-tensor NumPy op per kernel tap; adaptive pooling
+reduces one axis at a time; resampling and padding build per-axis source indices and gather with one
+``np.take`` into ``out``. Index formulas follow torch's CPU kernels so results match to the bit where torch's
+arithmetic allows. Imports only NumPy and the runtime's own modules.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from edgetorch.runtime.kernels.conv import compute_target, expand, padded, pooled_size, tap_slices
+from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
+from edgetorch.runtime.kernels.registry import kernel, register_kernel, resize
+
+
+def _compute_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float32) if dtype in LOW_PRECISION else dtype
+
+
+def _lowest(dtype: np.dtype) -> float:
+    return np.iinfo(dtype).min if np.issubdtype(dtype, np.integer) else -np.inf
+
+
+def _grid(per_axis: Sequence[np.ndarray]) -> np.ndarray:
+    """Sum of 1-d arrays broadcast to the outer grid ``(len(a0), len(a1), ...)``."""
+    d = len(per_axis)
+    return sum(a.reshape((-1,) + (1,) * (d - 1 - i)) for i, a in enumerate(per_axis))
+
+
+def _spatial_strides(sizes: Sequence[int]) -> list[int]:
+    return [math.prod(sizes[i + 1 :]) for i in range(len(sizes))]
+
+
+class _Windows:
+    """Geometry of a pooling sweep over the last ``d`` dims of ``x``."""
+
+    def __init__(self, x: np.ndarray, d: int, kernel_size, stride, padding, dilation, ceil_mode: bool) -> None:
+        self.d = d
+        self.kernel = expand(kernel_size, d)
+        self.stride = expand(stride or self.kernel, d)
+        self.padding = expand(padding, d)
+        self.dilation = expand(dilation, d)
+        self.sizes = list(x.shape[-d:])
+        self.out_sizes = [
+            pooled_size(*a, ceil_mode) for a in zip(self.sizes, self.kernel, self.stride, self.padding, self.dilation)
+        ]
+        self.extent = [
+            (o - 1) * s + dl * (k - 1) + 1
+            for o, s, dl, k in zip(self.out_sizes, self.stride, self.dilation, self.kernel)
+        ]
+        self.out_shape = x.shape[:-d] + tuple(self.out_sizes)
+
+    def taps(self) -> itertools.product:
+        return itertools.product(*(range(k) for k in self.kernel))
+
+    def slices(self, tap: Sequence[int]) -> tuple:
+        return (Ellipsis, *tap_slices(tap, self.stride, self.dilation, self.out_sizes))
+
+
+def _max_pool(
+    x: np.ndarray, d: int, kernel_size, stride, padding, dilation, ceil_mode: bool, out: np.ndarray, indices: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Max over each window and the flat (per-plane) input index of the first maximum; NaN wins, as in torch."""
+    g = _Windows(x, d, kernel_size, stride, padding, dilation, ceil_mode)
+    out, indices = resize(out, g.out_shape), resize(indices, g.out_shape)
+    xp = padded(x, g.padding, g.extent, _lowest(x.dtype), x.dtype)
+    plane = _spatial_strides(g.sizes)
+    starts = [np.arange(o) * s - p for o, s, p in zip(g.out_sizes, g.stride, g.padding)]
+    first_valid = [np.where(a < 0, a + (-a + dl - 1) // dl * dl, a) for a, dl in zip(starts, g.dilation)]
+    best = compute_target(out, x.dtype)
+    best.fill(_lowest(x.dtype))
+    indices[...] = _grid([f * st for f, st in zip(first_valid, plane)])
+    base = _grid([a * st for a, st in zip(starts, plane)])
+    wins = np.empty(best.shape, bool)
+    nans = np.empty(best.shape, bool) if np.issubdtype(_compute_dtype(x.dtype), np.floating) else None
+    for tap in g.taps():
+        v = xp[g.slices(tap)]
+        np.greater(v, best, out=wins)
+        if nans is not None:
+            np.logical_or(wins, np.isnan(v, out=nans), out=wins)
+        np.copyto(best, v, where=wins)
+        offset = sum(k * dl * st for k, dl, st in zip(tap, g.dilation, plane))
+        np.copyto(indices, base + offset, where=wins)
+    if best is not out:
+        store(out, best)
+    return out, indices
+
+
+@kernel("aten::max_pool2d_with_indices.out")
+def max_pool2d_with_indices(
+    self: np.ndarray,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    ceil_mode: bool,
+    out: np.ndarray,
+    indices: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """2-d max pooling of ``(N, C, H, W)`` or ``(C, H, W)`` with indices into each ``H*W`` plane."""
+    return _max_pool(self, 2, kernel_size, stride, padding, dilation, ceil_mode, out, indices)
+
+
+@kernel("aten::max_pool3d_with_indices.out")
+def max_pool3d_with_indices(
+    self: np.ndarray,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    ceil_mode: bool,
+    out: np.ndarray,
+    indices: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """3-d max pooling of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` with indices into each ``D*H*W`` volume."""
+    return _max_pool(self, 3, kernel_size, stride, padding, dilation, ceil_mode, out, indices)
+
+
+def _avg_divisors(g: _Windows, count_include_pad: bool) -> np.ndarray:
+    """Per-output-position divisor: the window's size clipped to the padded (or the real) input."""
+    counts = []
+    for o, k, s, p, n in zip(g.out_sizes, g.kernel, g.stride, g.padding, g.sizes):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, n + p)
+        if count_include_pad:
+            counts.append(end - start)
+        else:
+            counts.append(np.minimum(end, n) - np.maximum(start, 0))
+    d = len(counts)
+    return math.prod(c.reshape((-1,) + (1,) * (d - 1 - i)) for i, c in enumerate(counts))
+
+
+def _avg_pool(
+    x: np.ndarray,
+    d: int,
+    kernel_size,
+    stride,
+    padding,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+    out: np.ndarray,
+) -> np.ndarray:
+    g = _Windows(x, d, kernel_size, stride, padding, [1], ceil_mode)
+    out = resize(out, g.out_shape)
+    ct = _compute_dtype(x.dtype)
+    xp = padded(x, g.padding, g.extent, 0, ct)
+    acc = compute_target(out, ct)
+    for i, tap in enumerate(g.taps()):
+        if i == 0:
+            np.copyto(acc, xp[g.slices(tap)])
+        else:
+            np.add(acc, xp[g.slices(tap)], out=acc)
+    divisor = divisor_override if divisor_override else _avg_divisors(g, count_include_pad)
+    if np.issubdtype(ct, np.integer):
+        # torch divides integers in C++: truncation toward zero.
+        q = np.abs(acc) // divisor
+        np.copyto(acc, np.where(acc < 0, -q, q))
+    else:
+        np.divide(acc, divisor, out=acc, casting="unsafe")
+    return out if acc is out else store(out, acc)
+
+
+@kernel("aten::avg_pool2d.out")
+def avg_pool2d(
+    self: np.ndarray,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+    out: np.ndarray,
+) -> np.ndarray:
+    """2-d average pooling (zero padding; divisor per ``count_include_pad`` or ``divisor_override``)."""
+    return _avg_pool(self, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out)
+
+
+@kernel("aten::avg_pool3d.out")
+def avg_pool3d(
+    self: np.ndarray,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+    out: np.ndarray,
+) -> np.ndarray:
+    """3-d average pooling."""
+    return _avg_pool(self, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out)
+
+
+@kernel("aten::avg_pool1d.out")
+def avg_pool1d(
+    self: np.ndarray,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """1-d average pooling."""
+    return _avg_pool(self, 1, kernel_size, stride, padding, ceil_mode, count_include_pad, None, out)
+
+
+def _adaptive_bounds(n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    o = np.arange(m)
+    return o * n // m, -(-(o + 1) * n // m)
+
+
+def _adaptive_sum(x: np.ndarray, axis: int, m: int) -> np.ndarray:
+    """Sums of torch's adaptive windows ``[floor(i*n/m), ceil((i+1)*n/m))`` along ``axis``."""
+    n = x.shape[axis]
+    if n % m == 0:
+        return x.reshape(x.shape[:axis] + (m, n // m) + x.shape[axis + 1 :]).sum(axis + 1)
+    start, end = _adaptive_bounds(n, m)
+    # Overlapping windows: difference of a float64 running sum (exact enough for float32 inputs).
+    cs = np.cumsum(x, axis=axis, dtype=np.float64)
+    cs = np.concatenate([np.zeros_like(np.take(cs, [0], axis)), cs], axis)
+    return (np.take(cs, end, axis) - np.take(cs, start, axis)).astype(x.dtype)
+
+
+def _adaptive_avg_pool(x: np.ndarray, d: int, output_size: list[int], out: np.ndarray) -> np.ndarray:
+    sizes, out_sizes = x.shape[-d:], expand(output_size, d)
+    out = resize(out, x.shape[:-d] + tuple(out_sizes))
+    acc = upcast(x)
+    for i, m in enumerate(out_sizes):
+        acc = _adaptive_sum(acc, x.ndim - d + i, m)
+    bounds = [_adaptive_bounds(n, m) for n, m in zip(sizes, out_sizes)]
+    divisor = math.prod((end - start).reshape((-1,) + (1,) * (d - 1 - i)) for i, (start, end) in enumerate(bounds))
+    if out.dtype == acc.dtype:
+        np.divide(acc, divisor, out=out)
+        return out
+    return store(out, acc / divisor)
+
+
+@kernel("aten::_adaptive_avg_pool2d.out")
+def adaptive_avg_pool2d(self: np.ndarray, output_size: list[int], out: np.ndarray) -> np.ndarray:
+    """2-d adaptive average pooling to ``output_size`` (windows may overlap when sizes do not divide)."""
+    return _adaptive_avg_pool(self, 2, output_size, out)
+
+
+@kernel("aten::_adaptive_avg_pool3d.out")
+def adaptive_avg_pool3d(self: np.ndarray, output_size: list[int], out: np.ndarray) -> np.ndarray:
+    """3-d adaptive average pooling to ``output_size``."""
+    return _adaptive_avg_pool(self, 3, output_size, out)
+
+
+def gather_spatial(x: np.ndarray, per_axis: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """``out[..., i, j, ...] = x[..., per_axis[0][i], per_axis[1][j], ...]`` as one flat ``np.take``."""
+    d = len(per_axis)
+    out = resize(out, x.shape[:-d] + tuple(len(a) for a in per_axis))
+    flat = _grid([a * s for a, s in zip(per_axis, _spatial_strides(x.shape[-d:]))]).ravel()
+    src = x.reshape(x.shape[:-d] + (-1,))
+    if out.flags.c_contiguous and out.dtype == x.dtype:
+        np.take(src, flat, axis=-1, out=out.reshape(out.shape[:-d] + (-1,)), mode="clip")
+        return out
+    return store(out, np.take(src, flat, axis=-1).reshape(out.shape))
+
+
+def _scale_value(scale: float | None, n_in: int, n_out: int, dtype: np.dtype) -> np.floating:
+    """torch's ``compute_scales_value``: the reciprocal of a given scale factor, else in/out."""
+    if scale is not None and scale > 0:
+        return dtype.type(1.0 / scale)
+    return dtype.type(n_in) / dtype.type(n_out)
+
+
+def _nearest_source(n_in: int, n_out: int, scale: float | None, exact: bool) -> np.ndarray:
+    dst = np.arange(n_out)
+    if not exact and n_out == n_in:
+        return dst
+    if not exact and n_out == 2 * n_in:
+        return dst >> 1
+    s = _scale_value(scale, n_in, n_out, np.dtype(np.float32))
+    if exact:
+        src = np.floor(((dst + 0.5) * np.float64(s)).astype(np.float32))
+    else:
+        src = np.floor(dst.astype(np.float32) * s)
+    return np.minimum(src.astype(np.int64), n_in - 1)
+
+
+def _upsample_nearest(
+    x: np.ndarray, output_size: Sequence[int], scales: Sequence[float | None], exact: bool, out: np.ndarray
+) -> np.ndarray:
+    d = len(output_size)
+    sources = [_nearest_source(n, m, s, exact) for n, m, s in zip(x.shape[-d:], output_size, scales)]
+    return gather_spatial(x, sources, out)
+
+
+def _vec_sizes(
+    x: np.ndarray, output_size: list[int] | None, scale_factors: list[float] | None, d: int
+) -> tuple[list[int], list[float | None]]:
+    """Output sizes and per-axis scales of a ``.vec`` upsample (exactly one of size or factors is given)."""
+    if output_size is not None:
+        return [int(s) for s in output_size], [None] * d
+    if scale_factors is None:
+        raise ValueError("upsample needs either output_size or scale_factors; both were None")
+    factors = expand(scale_factors, d) if len(scale_factors) == 1 else list(scale_factors)
+    return [int(n * f) for n, f in zip(x.shape[-d:], factors)], factors
+
+
+@kernel("aten::upsample_nearest2d.vec_out")
+def upsample_nearest2d_vec(
+    input: np.ndarray, output_size: list[int] | None, scale_factors: list[float] | None, out: np.ndarray
+) -> np.ndarray:
+    """Nearest-neighbour 2-d resize to ``output_size`` or by ``scale_factors``."""
+    sizes, scales = _vec_sizes(input, output_size, scale_factors, 2)
+    return _upsample_nearest(input, sizes, scales, False, out)
+
+
+def _nearest_kernel(d: int, exact: bool):
+    def run(self: np.ndarray, output_size: list[int], *scales_and_out):
+        *scales, out = scales_and_out
+        return _upsample_nearest(self, expand(output_size, d), scales, exact, out)
+
+    run.__doc__ = f"Nearest{'-exact' if exact else ''} {d}-d resize to ``output_size`` (optional per-axis scales)."
+    return run
+
+
+for _d in (1, 2, 3):
+    register_kernel(f"aten::upsample_nearest{_d}d.out", _nearest_kernel(_d, False), nargs=3 + _d)
+    register_kernel(f"aten::_upsample_nearest_exact{_d}d.out", _nearest_kernel(_d, True), nargs=3 + _d)
+
+
+def _linear_taps(
+    n_in: int, n_out: int, align_corners: bool, scale: float | None, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Source indices and weights ``(i0, i1, w0, w1)`` of linear interpolation along one axis, as torch computes them."""
+    t = dtype.type
+    if align_corners:
+        s = t(n_in - 1) / t(n_out - 1) if n_out > 1 else t(0)
+        src = np.arange(n_out, dtype=dtype) * s
+    else:
+        s = _scale_value(scale, n_in, n_out, dtype)
+        src = np.maximum(s * (np.arange(n_out, dtype=dtype) + t(0.5)) - t(0.5), t(0))
+    i0 = src.astype(np.int64)
+    i1 = i0 + (i0 < n_in - 1)
+    w1 = np.clip(src - i0.astype(dtype), t(0), t(1))
+    return i0, i1, t(1) - w1, w1
+
+
+def _upsample_linear(
+    x: np.ndarray, output_size: Sequence[int], align_corners: bool, scales: Sequence[float | None], out: np.ndarray
+) -> np.ndarray:
+    """Separable (bi/tri)linear resize: interpolate the innermost axis first, as torch nests its loops."""
+    d = len(output_size)
+    out = resize(out, x.shape[:-d] + tuple(output_size))
+    ct = _compute_dtype(x.dtype)
+    y = x.astype(ct, copy=False)
+    for axis in reversed(range(x.ndim - d, x.ndim)):
+        i = axis - (x.ndim - d)
+        i0, i1, w0, w1 = _linear_taps(x.shape[axis], output_size[i], align_corners, scales[i], ct)
+        shape = (-1,) + (1,) * (x.ndim - 1 - axis)
+        y = np.take(y, i0, axis) * w0.reshape(shape) + np.take(y, i1, axis) * w1.reshape(shape)
+    return store(out, y)
+
+
+@kernel("aten::upsample_bilinear2d.vec_out")
+def upsample_bilinear2d_vec(
+    input: np.ndarray,
+    output_size: list[int] | None,
+    align_corners: bool,
+    scale_factors: list[float] | None,
+    out: np.ndarray,
+) -> np.ndarray:
+    """Bilinear 2-d resize to ``output_size`` or by ``scale_factors``."""
+    sizes, scales = _vec_sizes(input, output_size, scale_factors, 2)
+    return _upsample_linear(input, sizes, align_corners, scales, out)
+
+
+def _linear_kernel(d: int):
+    def run(self: np.ndarray, output_size: list[int], align_corners: bool, *scales_and_out):
+        *scales, out = scales_and_out
+        return _upsample_linear(self, expand(output_size, d), align_corners, scales, out)
+
+    run.__doc__ = f"{('Linear', 'Bilinear', 'Trilinear')[d - 1]} {d}-d resize to ``output_size``."
+    return run
+
+
+register_kernel("aten::upsample_linear1d.out", _linear_kernel(1), nargs=5)
+register_kernel("aten::upsample_bilinear2d.out", _linear_kernel(2), nargs=6)
+register_kernel("aten::upsample_trilinear3d.out", _linear_kernel(3), nargs=7)
+
+
+@kernel("aten::constant_pad_nd.out")
+def constant_pad_nd(self: np.ndarray, pad: list[int], value: float, out: np.ndarray) -> np.ndarray:
+    """Pad (or, for negative amounts, crop) the last ``len(pad) // 2`` dims; ``pad`` lists (before, after) from the last dim."""
+    d = len(pad) // 2
+    lo = [int(pad[2 * (d - 1 - i)]) for i in range(d)]
+    hi = [int(pad[2 * (d - 1 - i) + 1]) for i in range(d)]
+    sizes = self.shape[self.ndim - d :]
+    out = resize(out, self.shape[: self.ndim - d] + tuple(n + a + b for n, a, b in zip(sizes, lo, hi)))
+    if any(a > 0 for a in lo + hi):
+        out.fill(value)
+    src = tuple(slice(max(-a, 0), n - max(-b, 0)) for n, a, b in zip(sizes, lo, hi))
+    dst = tuple(slice(max(a, 0), max(a, 0) + max(s.stop - s.start, 0)) for a, s in zip(lo, src))
+    np.copyto(out[(Ellipsis, *dst)], self[(Ellipsis, *src)], casting="unsafe")
+    return out
+
+
+def _pad_sources(self: np.ndarray, padding: list[int], reflect: bool) -> list[np.ndarray]:
+    """Per-axis source indices of reflection or replication padding (``padding`` listed from the last dim)."""
+    d = len(padding) // 2
+    sources = []
+    for i in range(d):
+        n = self.shape[self.ndim - d + i]
+        lo, hi = padding[2 * (d - 1 - i)], padding[2 * (d - 1 - i) + 1]
+        if reflect and (lo >= n or hi >= n):
+            raise ValueError(f"reflection padding ({lo}, {hi}) must be smaller than the padded dim's size {n}")
+        idx = np.arange(-lo, n + hi)
+        if reflect:
+            idx = np.abs(idx)
+            idx = np.where(idx > n - 1, 2 * (n - 1) - idx, idx)
+        sources.append(np.clip(idx, 0, n - 1))
+    return sources
+
+
+def _pad_kernel(d: int, reflect: bool):
+    def run(self: np.ndarray, padding: list[int], out: np.ndarray) -> np.ndarray:
+        return gather_spatial(self, _pad_sources(self, padding, reflect), out)
+
+    run.__doc__ = f"{'Reflection' if reflect else 'Replication'} padding of the last {d} dim(s)."
+    return run
+
+
+for _d in (1, 2, 3):
+    register_kernel(f"aten::reflection_pad{_d}d.out", _pad_kernel(_d, True))
+    register_kernel(f"aten::replication_pad{_d}d.out", _pad_kernel(_d, False))
