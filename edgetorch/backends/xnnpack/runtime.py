@@ -1,0 +1,925 @@
+"""The XNNPACK backend's runtime half: runs ExecuTorch XNNPACK delegate blobs with NumPy.
+
+``init`` parses the blob, resolves constants as zero-copy views (of the blob or
+of the program's named data), prepacks weights, and compiles the node list into
+planners. A planner, given the arrays of its inputs at concrete shapes,
+allocates its outputs and returns bound steps (BLAS calls and ufuncs writing
+into preallocated memory). A plan (the steps for one set of input shapes) is
+built once and reused; a call with new input shapes builds a new one, which is
+how XNNPACK graphs reshape at run time. Inside the graph, convolutions and
+pooling work on NHWC tensors; ExecuTorch's lowering inserts the transposes from
+and to the NCHW tensors the delegate exchanges with the program.
+
+Imports only the standard library, NumPy and the format code; registers itself
+as ``XnnpackBackend`` at import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
+from edgetorch.errors import DelegateLoadError, InvalidInputError
+from edgetorch.runtime.backends import BackendInterface, register_backend
+
+Step = Callable[[], Any]
+Planner = Callable[["_Env"], list]
+
+_DTYPES = {
+    xs.XNNDatatype.xnn_datatype_fp32: np.dtype(np.float32),
+    xs.XNNDatatype.xnn_datatype_fp16: np.dtype(np.float16),
+    xs.XNNDatatype.xnn_datatype_int32: np.dtype(np.int32),
+}
+_MAX_PLANS = 8
+
+
+class _Unsupported(Exception):
+    """A node or parameter combination this runtime cannot run; becomes a DelegateLoadError naming the node."""
+
+
+# ----------------------------------------------------------------------------- values
+
+
+class _Graph:
+    """The blob's values: dtypes, declared dims, constants (zero-copy views) and the external arguments."""
+
+    def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
+        self.values: dict[int, xs.XNNTensorValue] = {}
+        self.constants: dict[int, np.ndarray] = {}
+        for value in blob.graph.xvalues:
+            self._define(value, blob, named_data)
+        self.inputs = [(self.values[i].external_id, i) for i in blob.graph.input_ids]
+        self.outputs = [(self.values[i].external_id, i) for i in blob.graph.output_ids]
+
+    def _define(self, value: xs.XValue, blob: XnnpackBlob, named_data: Mapping[str, memoryview]) -> None:
+        if isinstance(value.xvalue_union, xs.XNNQuantizedTensorValue):
+            raise DelegateLoadError(
+                "the XNNPACK blob holds quantized tensor values; edgetorch's XNNPACK runtime runs float graphs only "
+                "(lower without a quantizer, or run the quantized program with ExecuTorch)"
+            )
+        tv = value.xvalue_union
+        if tv is None:
+            raise DelegateLoadError("the XNNPACK blob has a value with no tensor description; the blob is corrupt")
+        dtype = _DTYPES.get(tv.datatype)
+        if dtype is None or tv.dq_datatype != xs.XNNDatatype.xnn_datatype_invalid:
+            raise DelegateLoadError(
+                f"XNNPACK value {tv.id_out} has datatype {tv.datatype.name}; edgetorch's XNNPACK runtime supports "
+                f"{sorted(d.name for d in _DTYPES)} without dynamic quantization"
+            )
+        self.values[tv.id_out] = tv
+        if tv.constant_buffer_idx:
+            try:
+                data = blob.constant(tv.constant_buffer_idx, named_data)
+            except BlobError as e:
+                raise DelegateLoadError(f"XNNPACK value {tv.id_out}: {e}") from None
+            count = math.prod(tv.dims)
+            if len(data) < count * dtype.itemsize:
+                raise DelegateLoadError(
+                    f"XNNPACK constant {tv.id_out} has {len(data)} bytes; dims {list(tv.dims)} of {dtype} need "
+                    f"{count * dtype.itemsize}"
+                )
+            self.constants[tv.id_out] = np.frombuffer(data, dtype, count).reshape(tv.dims)
+
+    def dtype(self, vid: int) -> np.dtype:
+        return _DTYPES[self.value(vid).datatype]
+
+    def value(self, vid: int) -> xs.XNNTensorValue:
+        v = self.values.get(vid)
+        if v is None:
+            raise _Unsupported(f"it refers to value {vid}, which the blob does not define")
+        return v
+
+    def constant(self, vid: int, role: str) -> np.ndarray:
+        c = self.constants.get(vid)
+        if c is None:
+            raise _Unsupported(f"its {role} (value {vid}) is not a constant")
+        return c
+
+
+class _Env:
+    """Value id -> array while a plan is built: constants, external inputs and every intermediate."""
+
+    def __init__(self, graph: _Graph):
+        self.graph = graph
+        self.arrays: dict[int, np.ndarray] = dict(graph.constants)
+
+    def __getitem__(self, vid: int) -> np.ndarray:
+        a = self.arrays.get(vid)
+        if a is None:
+            raise _Unsupported(f"it reads value {vid} before any node produces it")
+        return a
+
+    def empty(self, vid: int, shape: Sequence[int]) -> np.ndarray:
+        a = np.empty(tuple(int(d) for d in shape), self.graph.dtype(vid))
+        self.arrays[vid] = a
+        return a
+
+    def alias(self, vid: int, array: np.ndarray) -> None:
+        self.arrays[vid] = array
+
+
+# ------------------------------------------------------------------------- shared math
+
+
+def _clamp(src: np.ndarray, dst: np.ndarray, lo: float, hi: float) -> list:
+    """Steps that write clamp(src) into dst; in place when src is dst."""
+    if lo == -math.inf and hi == math.inf:
+        return [] if src is dst else [partial(np.copyto, dst, src)]
+    if hi == math.inf:
+        return [partial(np.maximum, src, dst.dtype.type(lo), out=dst)]
+    if lo == -math.inf:
+        return [partial(np.minimum, src, dst.dtype.type(hi), out=dst)]
+    return [partial(np.clip, src, dst.dtype.type(lo), dst.dtype.type(hi), out=dst)]
+
+
+def _min_max(node: xs.XNode) -> tuple[float, float]:
+    mm = node.output_min_max
+    return (-math.inf, math.inf) if mm is None else (mm.output_min, mm.output_max)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """A 2-D sliding window over NHWC data: kernel, stride, dilation and padding."""
+
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    top: int
+    right: int
+    bottom: int
+    left: int
+
+    @property
+    def padded(self) -> bool:
+        return bool(self.top or self.right or self.bottom or self.left)
+
+    def out_hw(self, h: int, w: int) -> tuple[int, int]:
+        oh = (h + self.top + self.bottom - self.dh * (self.kh - 1) - 1) // self.sh + 1
+        ow = (w + self.left + self.right - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        if oh <= 0 or ow <= 0:
+            raise ValueError(f"a {self.kh}x{self.kw} window does not fit a {h}x{w} input")
+        return oh, ow
+
+    def pad(self, x: np.ndarray, fill: float) -> tuple[np.ndarray, list]:
+        """``x`` with its borders padded by ``fill`` (set once), and the step that copies the interior in."""
+        if not self.padded:
+            return x, []
+        n, h, w, c = x.shape
+        xp = np.full((n, h + self.top + self.bottom, w + self.left + self.right, c), fill, x.dtype)
+        return xp, [partial(np.copyto, xp[:, self.top : self.top + h, self.left : self.left + w, :], x)]
+
+    def tap(self, xp: np.ndarray, i: int, j: int, oh: int, ow: int) -> np.ndarray:
+        """The [N, OH, OW, C] view of ``xp`` that kernel tap (i, j) reads."""
+        r, c = i * self.dh, j * self.dw
+        return xp[:, r : r + self.sh * (oh - 1) + 1 : self.sh, c : c + self.sw * (ow - 1) + 1 : self.sw, :]
+
+    def taps(self) -> list[tuple[int, int]]:
+        return [(i, j) for i in range(self.kh) for j in range(self.kw)]
+
+    def im2col(self, xp: np.ndarray, oh: int, ow: int) -> np.ndarray:
+        """The read-only [N, OH, OW, KH, KW, C] view of every window of ``xp``."""
+        n, _, _, c = xp.shape
+        s0, s1, s2, s3 = xp.strides
+        shape = (n, oh, ow, self.kh, self.kw, c)
+        strides = (s0, s1 * self.sh, s2 * self.sw, s1 * self.dh, s2 * self.dw, s3)
+        return as_strided(xp, shape, strides, writeable=False)
+
+
+def _conv_window(n: Any) -> _Window:
+    return _Window(
+        n.kernel_height, n.kernel_width, n.subsampling_height, n.subsampling_width,
+        max(n.dilation_height, 1), max(n.dilation_width, 1),
+        n.padding_top, n.padding_right, n.padding_bottom, n.padding_left,
+    )  # fmt: skip
+
+
+def _pool_window(n: Any) -> _Window:
+    return _Window(
+        n.pooling_height, n.pooling_width, max(n.stride_height, 1), max(n.stride_width, 1),
+        max(n.dilation_height, 1), max(n.dilation_width, 1),
+        n.padding_top, n.padding_right, n.padding_bottom, n.padding_left,
+    )  # fmt: skip
+
+
+def _nhwc(x: np.ndarray, what: str) -> tuple[int, int, int, int]:
+    if x.ndim != 4:
+        raise ValueError(f"{what} expects a 4-d NHWC input, found shape {x.shape}")
+    return x.shape
+
+
+def _bias_steps(y2: np.ndarray, env: _Env, bias_id: int) -> list:
+    if bias_id == xs.INVALID_VALUE_ID:
+        return []
+    return [partial(np.add, y2, env[bias_id].reshape(-1), out=y2)]
+
+
+# -------------------------------------------------------------------------- the nodes
+
+_COMPILERS: dict[type, Callable[[Any, xs.XNode, _Graph], Planner]] = {}
+
+
+def _compiles(*kinds: type) -> Callable:
+    def register(fn: Callable) -> Callable:
+        for kind in kinds:
+            _COMPILERS[kind] = fn
+        return fn
+
+    return register
+
+
+@_compiles(xs.XNNFullyConnected)
+def _fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    transposed = bool(n.flags & xs.FLAG_TRANSPOSE_WEIGHTS)
+    packed = None
+    if n.filter_id in g.constants:
+        w = g.constants[n.filter_id]
+        packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
+
+    def plan(env: _Env) -> list:
+        x = env[n.input1_id]
+        w = packed if packed is not None else (env[n.filter_id] if transposed else env[n.filter_id].T)
+        ic, oc = w.shape
+        if x.shape[-1] != ic:
+            raise ValueError(f"fully connected expects {ic} input features, found input shape {x.shape}")
+        y = env.empty(n.output_id, x.shape[:-1] + (oc,))
+        y2 = y.reshape(-1, oc)
+        return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + _bias_steps(y2, env, n.bias_id)
+
+    return plan
+
+
+@_compiles(xs.XNNConv2d)
+def _convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    win, groups, icg, ocg = _conv_window(n), n.groups, n.group_input_channels, n.group_output_channels
+    k = win.kh * win.kw * icg
+    # [OC, KH, KW, ICg] -> per group [K, OCg], so that columns @ w is the convolution.
+    w = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(groups, ocg, k).transpose(0, 2, 1))
+    pointwise = win.kh == win.kw == win.sh == win.sw == 1 and not win.padded
+
+    def plan(env: _Env) -> list:
+        x = env[n.input1_id]
+        nb, h, wd, c = _nhwc(x, "convolution")
+        if c != groups * icg:
+            raise ValueError(f"convolution expects {groups * icg} input channels, found input shape {x.shape}")
+        oh, ow = win.out_hw(h, wd)
+        y = env.empty(n.output_id, (nb, oh, ow, groups * ocg))
+        m = nb * oh * ow
+        y2 = y.reshape(m, groups * ocg)
+        if pointwise and groups == 1:
+            steps = [partial(np.matmul, x.reshape(m, c), w[0], out=y2)]
+        elif groups == 1:
+            xp, steps = win.pad(x, 0.0)
+            cols = np.empty((nb, oh, ow, win.kh, win.kw, c), x.dtype)
+            steps += [
+                partial(np.copyto, cols, win.im2col(xp, oh, ow)),
+                partial(np.matmul, cols.reshape(m, k), w[0], out=y2),
+            ]
+        else:
+            steps = _grouped_convolution(x, y2, w, win, groups, oh, ow)
+        return steps + _bias_steps(y2, env, n.bias_id)
+
+    return plan
+
+
+def _grouped_convolution(
+    x: np.ndarray, y2: np.ndarray, w: np.ndarray, win: _Window, groups: int, oh: int, ow: int
+) -> list:
+    nb, _, _, c = x.shape
+    icg, m = c // groups, nb * oh * ow
+    xp, steps = win.pad(x, 0.0)
+    windows = win.im2col(xp, oh, ow).reshape(nb, oh, ow, win.kh, win.kw, groups, icg)
+    cols = np.empty((groups, nb, oh, ow, win.kh, win.kw, icg), x.dtype)
+    out = np.empty((groups, m, w.shape[2]), x.dtype)
+    return steps + [
+        partial(np.copyto, cols, windows.transpose(5, 0, 1, 2, 3, 4, 6)),
+        partial(np.matmul, cols.reshape(groups, m, -1), w, out=out),
+        partial(np.copyto, y2.reshape(m, groups, -1), out.transpose(1, 0, 2)),
+    ]
+
+
+@_compiles(xs.XNNDepthwiseConv2d)
+def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    win, channels, mult = _conv_window(n), n.groups, n.group_output_channels
+    if n.group_input_channels != 1:
+        raise _Unsupported(f"depthwise convolution with {n.group_input_channels} input channels per group")
+    # [1, KH, KW, C*mult] -> one [C, mult] weight per tap
+    taps = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(win.kh * win.kw, channels, mult))
+
+    def plan(env: _Env) -> list:
+        x = env[n.input1_id]
+        nb, h, wd, c = _nhwc(x, "depthwise convolution")
+        if c != channels:
+            raise ValueError(f"depthwise convolution expects {channels} channels, found input shape {x.shape}")
+        oh, ow = win.out_hw(h, wd)
+        y = env.empty(n.output_id, (nb, oh, ow, c * mult))
+        xp, steps = win.pad(x, 0.0)
+        acc = y if mult == 1 else y.reshape(nb, oh, ow, c, mult)
+        tmp = np.empty_like(acc)
+        for t, (i, j) in enumerate(win.taps()):
+            view = win.tap(xp, i, j, oh, ow)
+            view, wt = (view, taps[t, :, 0]) if mult == 1 else (view[..., None], taps[t])
+            if t == 0:
+                steps.append(partial(np.multiply, view, wt, out=acc))
+            else:
+                steps += [partial(np.multiply, view, wt, out=tmp), partial(np.add, acc, tmp, out=acc)]
+        return steps + _bias_steps(y.reshape(-1, c * mult), env, n.bias_id)
+
+    return plan
+
+
+@_compiles(xs.XNNConvTranspose2d)
+def _deconvolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    win, groups, icg, ocg = _conv_window(n), n.groups, n.group_input_channels, n.group_output_channels
+    adj_h, adj_w = n.adjustment_height, n.adjustment_width
+    # [OC, KH, KW, ICg] -> per group [ICg, KH*KW*OCg]: x @ w gives every tap's contribution at once.
+    w = g.constant(n.filter_id, "filter").reshape(groups, ocg, win.kh, win.kw, icg)
+    w = np.ascontiguousarray(w.transpose(0, 4, 2, 3, 1).reshape(groups, icg, win.kh * win.kw * ocg))
+
+    def plan(env: _Env) -> list:
+        x = env[n.input1_id]
+        nb, h, wd, c = _nhwc(x, "transposed convolution")
+        if c != groups * icg:
+            raise ValueError(f"transposed convolution expects {groups * icg} channels, found input shape {x.shape}")
+        full_h = win.sh * (h - 1) + win.dh * (win.kh - 1) + 1 + adj_h
+        full_w = win.sw * (wd - 1) + win.dw * (win.kw - 1) + 1 + adj_w
+        oh, ow = full_h - win.top - win.bottom, full_w - win.left - win.right
+        y = env.empty(n.output_id, (nb, oh, ow, groups * ocg))
+        m = nb * h * wd
+        cols = np.empty((groups, m, w.shape[2]), x.dtype)
+        full = np.zeros((nb, full_h, full_w, groups, ocg), x.dtype)
+        contributions = cols.reshape(groups, nb, h, wd, win.kh, win.kw, ocg).transpose(1, 2, 3, 4, 5, 0, 6)
+        steps = [partial(np.matmul, x.reshape(m, groups, icg).transpose(1, 0, 2), w, out=cols), partial(full.fill, 0)]
+        for i, j in win.taps():
+            r, s = i * win.dh, j * win.dw
+            dst = full[:, r : r + win.sh * (h - 1) + 1 : win.sh, s : s + win.sw * (wd - 1) + 1 : win.sw]
+            steps.append(partial(np.add, dst, contributions[:, :, :, i, j], out=dst))
+        crop = full[:, win.top : win.top + oh, win.left : win.left + ow].reshape(nb, oh, ow, groups * ocg)
+        steps.append(partial(np.copyto, y, crop))
+        return steps + _bias_steps(y.reshape(-1, groups * ocg), env, n.bias_id)
+
+    return plan
+
+
+@_compiles(xs.XNNMaxPooling2d)
+def _max_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    win = _pool_window(n)
+
+    def plan(env: _Env) -> list:
+        x = env[n.input_id]
+        nb, h, wd, c = _nhwc(x, "max pooling")
+        oh, ow = win.out_hw(h, wd)
+        y = env.empty(n.output_id, (nb, oh, ow, c))
+        xp, steps = win.pad(x, -np.inf)
+        for t, (i, j) in enumerate(win.taps()):
+            view = win.tap(xp, i, j, oh, ow)
+            steps.append(partial(np.copyto, y, view) if t == 0 else partial(np.maximum, y, view, out=y))
+        return steps
+
+    return plan
+
+
+@_compiles(xs.XNNAvgPooling2d)
+def _average_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    win = _pool_window(n)
+
+    def plan(env: _Env) -> list:
+        x = env[n.input_id]
+        nb, h, wd, c = _nhwc(x, "average pooling")
+        oh, ow = win.out_hw(h, wd)
+        y = env.empty(n.output_id, (nb, oh, ow, c))
+        xp, steps = win.pad(x, 0.0)
+        for t, (i, j) in enumerate(win.taps()):
+            view = win.tap(xp, i, j, oh, ow)
+            steps.append(partial(np.copyto, y, view) if t == 0 else partial(np.add, y, view, out=y))
+        return steps + [partial(np.multiply, y, _pool_scale(win, h, wd, oh, ow, x.dtype), out=y)]
+
+    return plan
+
+
+def _pool_scale(win: _Window, h: int, w: int, oh: int, ow: int, dtype: np.dtype) -> np.ndarray:
+    """1 / the number of in-bounds elements under each window (padding is not counted), as [OH, OW, 1]."""
+    ones = np.zeros((1, h + win.top + win.bottom, w + win.left + win.right, 1), dtype)
+    ones[:, win.top : win.top + h, win.left : win.left + w] = 1
+    count = sum(win.tap(ones, i, j, oh, ow) for i, j in win.taps())
+    return (1.0 / count[0]).astype(dtype)
+
+
+@_compiles(xs.XNNGlobalAvgPooling2d)
+def _global_average_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    keep = bool(n.flags & xs.FLAG_KEEP_DIMS)
+
+    def plan(env: _Env) -> list:
+        x = env[n.input_id]
+        if x.ndim < 3:
+            raise ValueError(f"global average pooling expects an input with spatial dims, found shape {x.shape}")
+        axes = tuple(range(1, x.ndim - 1))
+        kept = (x.shape[0],) + (1,) * len(axes) + (x.shape[-1],)
+        y = env.empty(n.output_id, kept if keep else (x.shape[0], x.shape[-1]))
+        yk = y.reshape(kept)
+        scale = y.dtype.type(1.0 / math.prod(x.shape[a] for a in axes))
+        return [partial(np.add.reduce, x, axis=axes, keepdims=True, out=yk), partial(np.multiply, yk, scale, out=yk)]
+
+    return plan
+
+
+_BINARY = {
+    xs.XNNAdd: np.add,
+    xs.XNNSubtract: np.subtract,
+    xs.XNNMultiply: np.multiply,
+    xs.XNNDiv: np.divide,
+    xs.XNNMinimum: np.minimum,
+    xs.XNNMaximum: np.maximum,
+}
+
+
+@_compiles(*_BINARY)
+def _binary(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    ufunc = _BINARY[type(n)]
+
+    def plan(env: _Env) -> list:
+        a, b = env[n.input1_id], env[n.input2_id]
+        y = env.empty(n.output_id, np.broadcast_shapes(a.shape, b.shape))
+        return [partial(ufunc, a, b, out=y)]
+
+    return plan
+
+
+@_compiles(xs.XNNPReLU)
+def _prelu(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    def plan(env: _Env) -> list:
+        x, slope = env[n.input1_id], env[n.input2_id]
+        y = env.empty(n.output_id, x.shape)
+        neg = np.empty_like(y)
+        zero = y.dtype.type(0)
+        return [
+            partial(np.minimum, x, zero, out=neg),
+            partial(np.multiply, neg, slope, out=neg),
+            partial(np.maximum, x, zero, out=y),
+            partial(np.add, y, neg, out=y),
+        ]
+
+    return plan
+
+
+_A_S = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)  # Abramowitz & Stegun 7.1.26
+
+
+def _gelu(x: np.ndarray, y: np.ndarray) -> list:
+    """Exact (erf) GELU: x * Phi(x), with Phi from the Abramowitz-Stegun erfc fit (error below 2e-7)."""
+    t = np.empty_like(y)
+    f = y.dtype.type
+    steps = [
+        partial(np.abs, x, out=t),
+        partial(np.multiply, t, f(0.3275911 / math.sqrt(2.0)), out=t),
+        partial(np.add, t, f(1), out=t),
+        partial(np.reciprocal, t, out=t),
+        partial(np.multiply, t, f(_A_S[4]), out=y),
+    ]
+    for a in reversed(_A_S[:4]):
+        steps += [partial(np.add, y, f(a), out=y), partial(np.multiply, y, t, out=y)]
+    return steps + [  # y = erfc(|x|/sqrt2) after the exp factor; Phi = 0.5 + copysign(0.5 - y/2, x)
+        partial(np.square, x, out=t),
+        partial(np.multiply, t, f(-0.5), out=t),
+        partial(np.exp, t, out=t),
+        partial(np.multiply, y, t, out=y),
+        partial(np.multiply, y, f(-0.5), out=y),
+        partial(np.add, y, f(0.5), out=y),
+        partial(np.copysign, y, x, out=y),
+        partial(np.add, y, f(0.5), out=y),
+        partial(np.multiply, y, x, out=y),
+    ]
+
+
+def _sigmoid(x: np.ndarray, y: np.ndarray) -> list:
+    return [
+        partial(np.negative, x, out=y),
+        partial(np.exp, y, out=y),
+        partial(np.add, y, y.dtype.type(1), out=y),
+        partial(np.reciprocal, y, out=y),
+    ]
+
+
+def _hardswish(x: np.ndarray, y: np.ndarray) -> list:
+    f = y.dtype.type
+    return [
+        partial(np.add, x, f(3), out=y),
+        partial(np.clip, y, f(0), f(6), out=y),
+        partial(np.multiply, y, x, out=y),
+        partial(np.multiply, y, f(1 / 6), out=y),
+    ]
+
+
+def _rsqrt(x: np.ndarray, y: np.ndarray) -> list:
+    return [partial(np.sqrt, x, out=y), partial(np.reciprocal, y, out=y)]
+
+
+def _ufunc(f: np.ufunc) -> Callable[[np.ndarray, np.ndarray], list]:
+    return lambda x, y: [partial(f, x, out=y)]
+
+
+_UNARY: dict[type, Callable[[np.ndarray, np.ndarray], list]] = {
+    xs.XNNAbs: _ufunc(np.abs),
+    xs.XNNNegate: _ufunc(np.negative),
+    xs.XNNFloor: _ufunc(np.floor),
+    xs.XNNCeiling: _ufunc(np.ceil),
+    xs.XNNSquare: _ufunc(np.square),
+    xs.XNNSquareRoot: _ufunc(np.sqrt),
+    xs.XNNExp: _ufunc(np.exp),
+    xs.XNNLog: _ufunc(np.log),
+    xs.XNNTanh: _ufunc(np.tanh),
+    xs.XNNSin: _ufunc(np.sin),
+    xs.XNNCos: _ufunc(np.cos),
+    xs.XNNSigmoid: _sigmoid,
+    xs.XNNHardswish: _hardswish,
+    xs.XNNReciprocalSquareRoot: _rsqrt,
+    xs.XNNGelu: _gelu,
+}
+
+
+def _elementwise(kernel: Callable[[np.ndarray, np.ndarray], list]) -> Callable:
+    def compile_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+        def plan(env: _Env) -> list:
+            x = env[n.input_id]
+            return kernel(x, env.empty(n.output_id, x.shape))
+
+        return plan
+
+    return compile_node
+
+
+for _kind, _kernel in _UNARY.items():
+    _COMPILERS[_kind] = _elementwise(_kernel)
+
+
+@_compiles(xs.XNNClamp)
+def _clamp_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    lo, hi = _min_max(node)
+    return _elementwise(lambda x, y: _clamp(x, y, lo, hi))(n, node, g)
+
+
+@_compiles(xs.XNNLeakyReLU)
+def _leaky_relu(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    def kernel(x: np.ndarray, y: np.ndarray) -> list:
+        slope = y.dtype.type(n.negative_slope)
+        pick = np.maximum if n.negative_slope <= 1 else np.minimum  # slope*x is the smaller branch when x > 0
+        return [partial(np.multiply, x, slope, out=y), partial(pick, x, y, out=y)]
+
+    return _elementwise(kernel)(n, node, g)
+
+
+@_compiles(xs.XNNELU)
+def _elu(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    def kernel(x: np.ndarray, y: np.ndarray) -> list:
+        neg = np.empty_like(y)
+        zero = y.dtype.type(0)
+        return [
+            partial(np.minimum, x, zero, out=neg),
+            partial(np.expm1, neg, out=neg),
+            partial(np.multiply, neg, y.dtype.type(n.alpha), out=neg),
+            partial(np.maximum, x, zero, out=y),
+            partial(np.add, y, neg, out=y),
+        ]
+
+    return _elementwise(kernel)(n, node, g)
+
+
+@_compiles(xs.XNNConvert)
+def _convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    return _elementwise(lambda x, y: [partial(np.copyto, y, x, casting="unsafe")])(n, node, g)
+
+
+@_compiles(xs.XNNCopy)
+def _copy(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    # Values are never written after they are produced, so a copy can share its input's memory.
+    def plan(env: _Env) -> list:
+        env.alias(n.output_id, env[n.input_id])
+        return []
+
+    return plan
+
+
+@_compiles(xs.XNNSoftmax)
+def _softmax(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    def plan(env: _Env) -> list:
+        x = env[n.input_id]
+        y = env.empty(n.output_id, x.shape)
+        return _softmax_steps(x, y)
+
+    return plan
+
+
+def _softmax_steps(x: np.ndarray, y: np.ndarray) -> list:
+    """Softmax over the last axis of x into y (x may be y)."""
+    red = np.empty(x.shape[:-1] + (1,), y.dtype)
+    return [
+        partial(np.maximum.reduce, x, axis=-1, keepdims=True, out=red),
+        partial(np.subtract, x, red, out=y),
+        partial(np.exp, y, out=y),
+        partial(np.add.reduce, y, axis=-1, keepdims=True, out=red),
+        partial(np.divide, y, red, out=y),
+    ]
+
+
+@_compiles(xs.XNNStaticTranspose)
+def _transpose(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    perm = tuple(n.perm)
+
+    def plan(env: _Env) -> list:
+        x = env[n.input_id]
+        view = x.transpose(perm)
+        return [partial(np.copyto, env.empty(n.output_id, view.shape), view)]
+
+    return plan
+
+
+@_compiles(xs.XNNStaticReshape)
+def _reshape(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    shape = tuple(-1 if d == 0 else d for d in n.new_shape)  # 0 marks the dimension to infer
+    if shape.count(-1) > 1:
+        raise _Unsupported(f"reshape to {list(n.new_shape)} infers more than one dimension")
+
+    def plan(env: _Env) -> list:
+        env.alias(n.output_id, env[n.input_id].reshape(shape))
+        return []
+
+    return plan
+
+
+@_compiles(xs.XNNStaticConstantPad)
+def _constant_pad(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    pre, post = list(n.pre_paddings), list(n.post_paddings)
+
+    def plan(env: _Env) -> list:
+        x = env[n.input_id]
+        if len(pre) != x.ndim or len(post) != x.ndim:
+            raise ValueError(f"constant pad has {len(pre)}-d paddings for an input of shape {x.shape}")
+        y = env.empty(n.output_id, [d + a + b for d, a, b in zip(x.shape, pre, post)])
+        y.fill(n.padding_value)  # the border is written once; each run refills only the interior
+        inner = y[tuple(slice(a, a + d) for a, d in zip(pre, x.shape))]
+        return [partial(np.copyto, inner, x)]
+
+    return plan
+
+
+@_compiles(xs.XNNConcatenate2, xs.XNNConcatenate3, xs.XNNConcatenate4, xs.XNNConcatenate5)
+def _concatenate(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    count = {xs.XNNConcatenate2: 2, xs.XNNConcatenate3: 3, xs.XNNConcatenate4: 4, xs.XNNConcatenate5: 5}[type(n)]
+    ids = [n.input1_id, n.input2_id, n.input3_id, n.input4_id, n.input5_id][:count]
+
+    def plan(env: _Env) -> list:
+        xs_ = [env[i] for i in ids]
+        axis = n.axis
+        shape = list(xs_[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in xs_)
+        y = env.empty(n.output_id, shape)
+        steps, start = [], 0
+        for x in xs_:
+            index = (slice(None),) * axis + (slice(start, start + x.shape[axis]),)
+            steps.append(partial(np.copyto, y[index], x))
+            start += x.shape[axis]
+        return steps
+
+    return plan
+
+
+@_compiles(xs.XNNStaticSlice)
+def _slice(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    offsets, sizes = list(n.offsets), list(n.sizes)
+
+    def plan(env: _Env) -> list:
+        x = env[n.input_id]
+        if len(offsets) != x.ndim:
+            raise ValueError(f"slice has {len(offsets)} offsets for an input of shape {x.shape}")
+        index = tuple(slice(o, d if s == 0 else o + s) for o, s, d in zip(offsets, sizes, x.shape))
+        view = x[index]
+        return [partial(np.copyto, env.empty(n.output_id, view.shape), view)]
+
+    return plan
+
+
+@_compiles(xs.XNNBatchMatrixMultiply)
+def _batch_matmul(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    transpose_b = bool(n.flags & xs.FLAG_TRANSPOSE_B)
+
+    def plan(env: _Env) -> list:
+        a, b = env[n.input1_id], env[n.input2_id]
+        if transpose_b:
+            b = b.swapaxes(-1, -2)
+        if a.shape[-1] != b.shape[-2]:
+            raise ValueError(f"batch matmul of shapes {a.shape} and {b.shape} does not line up")
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        y = env.empty(n.output_id, batch + (a.shape[-2], b.shape[-1]))
+        return [partial(np.matmul, a, b, out=y)]
+
+    return plan
+
+
+@_compiles(xs.XNNStaticResizeBilinear2D)
+def _resize_bilinear(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    def plan(env: _Env) -> list:
+        x = env[n.input_id]
+        nb, h, w, c = _nhwc(x, "bilinear resize")
+        oh, ow = n.new_height, n.new_width
+        y = env.empty(n.output_id, (nb, oh, ow, c))
+        h0, h1, fh = _resize_taps(h, oh, n.flags, x.dtype)
+        w0, w1, fw = _resize_taps(w, ow, n.flags, x.dtype)
+        rows, other = np.empty((nb, oh, w, c), x.dtype), np.empty((nb, oh, w, c), x.dtype)
+        tmp = np.empty_like(y)
+        take = partial(np.take, mode="clip")
+        return [
+            partial(take, x, h0, axis=1, out=rows),
+            partial(take, x, h1, axis=1, out=other),
+            partial(np.subtract, other, rows, out=other),
+            partial(np.multiply, other, fh[:, None, None], out=other),
+            partial(np.add, rows, other, out=rows),
+            partial(take, rows, w0, axis=2, out=y),
+            partial(take, rows, w1, axis=2, out=tmp),
+            partial(np.subtract, tmp, y, out=tmp),
+            partial(np.multiply, tmp, fw[:, None], out=tmp),
+            partial(np.add, y, tmp, out=y),
+        ]
+
+    return plan
+
+
+def _resize_taps(size: int, out: int, flags: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each output index: the two source indices and the weight of the second."""
+    dst = np.arange(out, dtype=np.float64)
+    if flags & xs.FLAG_ALIGN_CORNERS:
+        src = dst * ((size - 1) / (out - 1) if out > 1 else 0.0)
+    elif flags & xs.FLAG_TENSORFLOW_LEGACY_MODE:
+        src = dst * (size / out)
+    else:
+        src = np.maximum((dst + 0.5) * (size / out) - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.intp), size - 1)
+    hi = np.minimum(lo + 1, size - 1)
+    return lo, hi, (src - lo).astype(dtype)
+
+
+@_compiles(xs.XNNScaledDotProductAttention)
+def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    # XNNPACK's attention: softmax((query * scale) @ key^T + mask) @ value, scale per channel, mask [T, U].
+    def plan(env: _Env) -> list:
+        q, k, v = env[n.query_id], env[n.key_id], env[n.value_id]
+        scale, mask = env[n.scale_id], env[n.mask_id]
+        if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+            raise ValueError(f"attention shapes do not line up: query {q.shape}, key {k.shape}, value {v.shape}")
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        qs = np.empty(q.shape, q.dtype)
+        scores = np.empty(batch + (q.shape[-2], k.shape[-2]), q.dtype)
+        y = env.empty(n.output_id, batch + (q.shape[-2], v.shape[-1]))
+        return [
+            partial(np.multiply, q, scale, out=qs),
+            partial(np.matmul, qs, k.swapaxes(-1, -2), out=scores),
+            partial(np.add, scores, mask, out=scores),
+            *_softmax_steps(scores, scores),
+            partial(np.matmul, scores, v, out=y),
+        ]
+
+    return plan
+
+
+# ------------------------------------------------------------------------ compile, run
+
+
+def _output_id(n: Any) -> int:
+    return n.output_id
+
+
+def _compile_node(index: int, node: xs.XNode, g: _Graph) -> Planner:
+    n = node.xnode_union
+    kind = type(n).__name__ if n is not None else "an empty node"
+    compiler = _COMPILERS.get(type(n))
+    if compiler is None:
+        raise DelegateLoadError(
+            f"XNNPACK node {index} ({kind}) is not supported by edgetorch's XNNPACK runtime; "
+            "run this program with ExecuTorch or lower the model without this operator in the partition"
+        )
+    try:
+        planner = compiler(n, node, g)
+    except _Unsupported as e:
+        raise DelegateLoadError(f"XNNPACK node {index} ({kind}) cannot run here: {e}") from None
+    lo, hi = _min_max(node)
+    if isinstance(n, xs.XNNClamp) or (lo == -math.inf and hi == math.inf):
+        return _named_planner(index, kind, planner)
+
+    def with_activation(env: _Env) -> list:
+        steps = planner(env)
+        y = env[_output_id(n)]
+        return steps + _clamp(y, y, lo, hi)
+
+    return _named_planner(index, kind, with_activation)
+
+
+def _named_planner(index: int, kind: str, planner: Planner) -> Planner:
+    """Make plan-time failures name the node they come from."""
+
+    def plan(env: _Env) -> list:
+        try:
+            return planner(env)
+        except (ValueError, _Unsupported) as e:
+            raise _PlanError(f"XNNPACK node {index} ({kind}): {e}") from None
+
+    return plan
+
+
+class _PlanError(Exception):
+    pass
+
+
+@dataclass
+class _Plan:
+    inputs: list  # arrays the external inputs are copied into
+    steps: list
+    outputs: list  # arrays holding the external outputs after the steps run
+
+
+class XnnpackDelegate:
+    """One initialised delegate: its graph, its compiled nodes and a plan per input-shape set."""
+
+    def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
+        self.graph = _Graph(blob, named_data)
+        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(blob.graph.xnodes)]
+        self.plans: OrderedDict[tuple, _Plan] = OrderedDict()
+        declared = tuple(tuple(self.graph.value(vid).dims) for _, vid in self.graph.inputs)
+        try:
+            self.plan(declared)
+        except _PlanError as e:
+            raise DelegateLoadError(str(e)) from None
+
+    def plan(self, shapes: tuple) -> _Plan:
+        """The steps for external inputs of ``shapes``, built on first use and cached."""
+        plan = self.plans.get(shapes)
+        if plan is not None:
+            return plan
+        env = _Env(self.graph)
+        inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
+        steps = [step for planner in self.planners for step in planner(env)]
+        plan = _Plan(inputs, steps, [env[vid] for _, vid in self.graph.outputs])
+        self.plans[shapes] = plan
+        if len(self.plans) > _MAX_PLANS:
+            self.plans.popitem(last=False)
+        return plan
+
+    def execute(self, args: Sequence[Any]) -> list | None:
+        ins = [args[ext] for ext, _ in self.graph.inputs]
+        shapes = tuple(np.shape(a) for a in ins)
+        try:
+            plan = self.plan(shapes)
+        except _PlanError as e:
+            raise InvalidInputError(f"the XNNPACK delegate cannot run inputs of shapes {list(shapes)}: {e}") from None
+        for dst, src in zip(plan.inputs, ins):
+            np.copyto(dst, src)
+        for step in plan.steps:
+            step()
+        return self._write_outputs(plan, args)
+
+    def _write_outputs(self, plan: _Plan, args: Sequence[Any]) -> list | None:
+        results, resized = [], False
+        for (ext, _), value in zip(self.graph.outputs, plan.outputs):
+            dst = args[ext]
+            if dst.shape != value.shape:
+                resized = True
+                dst = _resized(dst, value.shape)
+            np.copyto(dst, value)
+            results.append(dst)
+        return results if resized else None
+
+
+def _resized(planned: np.ndarray, shape: tuple) -> np.ndarray:
+    """A ``shape`` view at the start of the planned output's memory, or a new array when it does not fit."""
+    count = math.prod(shape)
+    if planned.flags.c_contiguous and planned.size >= count:
+        return planned.reshape(-1)[:count].reshape(shape)
+    return np.empty(shape, planned.dtype)
+
+
+class XnnpackBackend(BackendInterface):
+    """ExecuTorch's XnnpackBackend, run with NumPy."""
+
+    def init(
+        self, processed: memoryview, compile_specs: Mapping[str, bytes], named_data: Mapping[str, memoryview]
+    ) -> XnnpackDelegate:
+        try:
+            blob = parse_blob(processed)
+        except BlobError as e:
+            raise DelegateLoadError(f"cannot load the XNNPACK delegate: {e}") from None
+        return XnnpackDelegate(blob, named_data)
+
+    def execute(self, handle: XnnpackDelegate, args: Sequence[Any]) -> list | None:
+        return handle.execute(args)
+
+
+register_backend("XnnpackBackend", XnnpackBackend())
