@@ -20,9 +20,9 @@ class EdgeOpOverload:
     def __init__(self, op: torch._ops.OpOverload):
         self._op = op
         self._schema = op._schema
-        self.__name__ = op.__name__
-        self.__qualname__ = op.__qualname__ if hasattr(op, "__qualname__") else op.__name__
-        self.__module__ = "edgetorch.exir.dialects.edge"
+        # Printed graphs show edge targets as edgetorch_exir_dialects_edge__ops_aten_add_Tensor.
+        self.__name__ = self.__qualname__ = f"{op.namespace}.{op.__name__}"
+        self.__module__ = "edgetorch.exir.dialects.edge._ops"
         self.namespace = op.namespace
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -33,6 +33,12 @@ class EdgeOpOverload:
 
     def __hash__(self) -> int:
         return hash(("edge", self._op))
+
+    def __deepcopy__(self, memo: dict) -> EdgeOpOverload:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (edge_op, (self._op,))
 
     def name(self) -> str:
         return self._op.name()

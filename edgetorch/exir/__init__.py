@@ -1,0 +1,37 @@
+"""edgetorch.exir: the compiler, mirroring ``executorch.exir``.
+
+``to_edge`` lowers torch.export programs to the Edge dialect;
+``EdgeProgramManager.to_executorch`` produces the .pte. The back-half names
+(``ExecutorchBackendConfig``, ``ExecutorchProgramManager``) load on first use.
+"""
+
+from typing import Any
+
+from edgetorch.exir.capture import capture_pre_autograd_graph, dynamic_dim
+from edgetorch.exir.dialects._ops import exir_ops
+from edgetorch.exir.pass_base import ExportPass, PassManager, PassResult
+from edgetorch.exir.program import EdgeCompileConfig, EdgeProgramManager, to_edge
+
+_LAZY = {"ExecutorchBackendConfig", "ExecutorchProgramManager"}
+
+__all__ = [
+    "EdgeCompileConfig",
+    "EdgeProgramManager",
+    "ExecutorchBackendConfig",
+    "ExecutorchProgramManager",
+    "ExportPass",
+    "PassManager",
+    "PassResult",
+    "capture_pre_autograd_graph",
+    "dynamic_dim",
+    "exir_ops",
+    "to_edge",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from edgetorch.exir import to_executorch
+
+        return getattr(to_executorch, name)
+    raise AttributeError(f"module 'edgetorch.exir' has no attribute {name!r}")

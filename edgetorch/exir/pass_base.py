@@ -1,0 +1,122 @@
+"""Pass infrastructure for edge graphs: ExportPass, PassResult, PassManager.
+
+``ExportPass`` re-runs a graph node by node on fake tensors and builds a new
+graph from what each hook returns, so a subclass that overrides
+``call_operator`` can rewrite one op into one, many or no ops while every new
+node gets a correct ``meta["val"]``. It builds on torch's interpreter-based
+export pass base and teaches it Edge-dialect targets (``EdgeOpOverload``).
+May import torch and edgetorch.exir.dialects only.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch._export.pass_base import _ExportPassBaseDeprecatedDoNotUse
+from torch._export.pass_infra.node_metadata import NodeMetadata
+from torch._export.pass_infra.proxy_value import ProxyValue
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from edgetorch.exir.dialects._ops import EdgeOpOverload
+
+__all__ = ["ExportPass", "NodeMetadata", "PassBase", "PassManager", "PassResult", "PassType", "ProxyValue"]
+
+logger = logging.getLogger(__name__)
+
+PassType = Callable[[torch.fx.GraphModule], PassResult | None]
+
+
+class ExportPass(_ExportPassBaseDeprecatedDoNotUse):
+    """Interpreter-based pass: override ``call_operator(op, args, kwargs, meta)`` to rewrite ops.
+
+    ``super().call_operator(new_op, args, kwargs, meta)`` emits a node and returns a
+    ``ProxyValue`` holding the (fake) result; chain such calls for one-to-many
+    rewrites, or return an input (``args[0]``) to drop an op. Calling the pass on a
+    GraphModule returns a ``PassResult`` with a freshly traced graph.
+    """
+
+    class ExportInterpreter(_ExportPassBaseDeprecatedDoNotUse.ExportInterpreter):
+        """Dispatches Edge-dialect targets to ``call_operator`` like ATen ones."""
+
+        def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ProxyValue:
+            if isinstance(target, EdgeOpOverload):
+                return self.callback.call_operator(target, args, kwargs, NodeMetadata(self.node.meta))
+            return super().call_function(target, args, kwargs)
+
+    def call_getitem(self, value: ProxyValue, key: int, meta: NodeMetadata) -> ProxyValue:
+        """Emit ``value[key]`` (kept as its own hook so passes can intercept tuple outputs)."""
+        return self._fx("call_function", operator.getitem, (value, key), {}, meta)
+
+
+class PassManager:
+    """Runs passes in order on a GraphModule; nested lists of passes are flattened.
+
+    A pass is a ``PassBase``/``ExportPass`` instance or any callable taking a
+    GraphModule and returning a ``PassResult`` (or ``None`` after editing in place).
+    With ``run_checks_after_each_pass=True`` the built-in check (no ``call_method``
+    nodes) and every check added with ``add_checks`` run after each pass; their
+    errors propagate unless ``suppress_check_failures=True``, which only logs them.
+    """
+
+    def __init__(
+        self,
+        passes: Iterable[Any] | None = None,
+        run_checks_after_each_pass: bool = False,
+        suppress_check_failures: bool = False,
+    ) -> None:
+        self.passes: list[PassType] = list(_flatten(passes or []))
+        self.run_checks_after_each_pass = run_checks_after_each_pass
+        self.suppress_check_failures = suppress_check_failures
+        self._checks: list[Callable[[torch.fx.GraphModule], None]] = [_no_call_method]
+
+    def add_pass(self, p: PassType) -> None:
+        """Append one pass to the end of the schedule."""
+        self.passes.append(p)
+
+    def add_checks(self, check: Callable[[torch.fx.GraphModule], None]) -> None:
+        """Register a check (raises on a bad graph) to run after every pass."""
+        self._checks.append(check)
+
+    def check(self, graph_module: torch.fx.GraphModule) -> None:
+        """Run every registered check on ``graph_module``."""
+        for check in self._checks:
+            try:
+                check(graph_module)
+            except Exception:
+                if not self.suppress_check_failures:
+                    raise
+                logger.warning("check %s failed (suppressed)", getattr(check, "__name__", check), exc_info=True)
+
+    def __call__(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        modified = False
+        for p in self.passes:
+            result = p(graph_module)
+            if result is None:
+                modified = True
+            else:
+                graph_module, modified = result.graph_module, modified or result.modified
+            graph_module.recompile()
+            if self.run_checks_after_each_pass:
+                self.check(graph_module)
+        return PassResult(graph_module, modified)
+
+
+def _no_call_method(graph_module: torch.fx.GraphModule) -> None:
+    for node in graph_module.graph.nodes:
+        if node.op == "call_method":
+            raise ValueError(
+                f"call_method node {node.format_node()} is not allowed in an ExecuTorch program; "
+                "rewrite it as a call_function on an ATen or Edge op."
+            )
+
+
+def _flatten(passes: Iterable[Any]) -> Iterable[Any]:
+    for p in passes:
+        if isinstance(p, list | tuple):
+            yield from _flatten(p)
+        else:
+            yield p

@@ -1,0 +1,45 @@
+"""Decomposition of an ATen program to the Core ATen op set, the first step of ``to_edge``.
+
+May import torch only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch._decomp import get_decompositions
+from torch.export import ExportedProgram
+
+# Not in torch's Core ATen table, but ExecuTorch decomposes it too (no portable kernel).
+_EXTRA_DECOMPOSED = [torch.ops.aten.linalg_vector_norm.default]
+
+# Metadata asserts that torch.export leaves behind; they are not Core ATen and compute nothing.
+_DROPPED_ASSERTS = (torch.ops.aten._assert_tensor_metadata.default,)
+
+
+def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverload] = ()) -> dict:
+    """The decomposition table ``to_edge`` uses, minus the ops that must survive as they are.
+
+    ``ops_to_not_decompose`` is where ``EdgeCompileConfig.preserve_ops`` and a
+    partitioner's ``ops_to_not_decompose`` land: ops a backend wants to see whole.
+    """
+    table = torch.export.default_decompositions()
+    for op, fn in get_decompositions(_EXTRA_DECOMPOSED).items():
+        table[op] = fn
+    for op in ops_to_not_decompose:
+        table.pop(op, None)
+    return table
+
+
+def decompose(program: ExportedProgram, ops_to_not_decompose: Iterable[torch._ops.OpOverload] = ()) -> ExportedProgram:
+    """A new program whose graph holds only Core ATen ops (plus the ops kept from decomposition)."""
+    program = program.run_decompositions(core_aten_decompositions(ops_to_not_decompose))
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in list(module.graph.nodes):
+            if node.op == "call_function" and node.target in _DROPPED_ASSERTS:
+                module.graph.erase_node(node)
+        module.recompile()
+    return program

@@ -1,0 +1,218 @@
+"""``to_edge`` and ``EdgeProgramManager``: ATen programs lowered to the Edge dialect.
+
+``to_edge`` decomposes each exported method to Core ATen, rewrites it into
+Edge ops (see ``passes/to_edge.py``), lifts new constants and checks the
+result. The manager holds one Edge ``ExportedProgram`` per method, applies
+user passes (``transform``) and hands everything to the back half
+(``to_executorch``). May import torch and edgetorch.exir.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    OutputSpec,
+    SymIntArgument,
+    TensorArgument,
+)
+
+from edgetorch.exir.pass_base import PassManager, PassType
+from edgetorch.exir.passes.decompose import decompose
+from edgetorch.exir.passes.lift_constants import lift_constants
+from edgetorch.exir.passes.to_edge import ToEdgePass
+from edgetorch.exir.verification import EdgeVerifier, verify_aten_graph, verify_edge_graph
+
+if TYPE_CHECKING:
+    from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
+
+__all__ = ["EdgeCompileConfig", "EdgeProgramManager", "lower_to_edge", "to_edge"]
+
+
+@dataclass
+class EdgeCompileConfig:
+    """Options of the ATen -> Edge lowering.
+
+    ``_check_ir_validity``: verify input and output graphs (raise on invalid IR).
+    ``_skip_dim_order``: keep ``_to_copy``/``clone`` instead of ``dim_order_ops``.
+    ``_core_aten_ops_exception_list``: non-core ATen ops accepted without decomposition.
+    ``preserve_ops``: ATen ops kept whole through decomposition (e.g. for a backend).
+    """
+
+    _check_ir_validity: bool = True
+    _skip_dim_order: bool = False
+    _core_aten_ops_exception_list: list[torch._ops.OpOverload] = field(default_factory=list)
+    preserve_ops: list[torch._ops.OpOverload] = field(default_factory=list)
+
+
+def _output_arg(old: Any, node: Any) -> Any:
+    if isinstance(old, TensorArgument):
+        return TensorArgument(name=node.name)
+    if isinstance(old, SymIntArgument):
+        return SymIntArgument(name=node.name)
+    return old
+
+
+def rebuild_program(program: ExportedProgram, graph_module: torch.fx.GraphModule) -> ExportedProgram:
+    """An Edge ExportedProgram around ``graph_module``, a transformed copy of ``program``'s graph.
+
+    Tensor constants left as attributes are lifted to inputs; the graph
+    signature is re-pointed at the new graph's placeholders and outputs, which
+    must come in the same order as ``program``'s.
+    """
+    specs, constants = lift_constants(graph_module, program.graph_signature.input_specs, program.constants)
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(specs):
+        raise ValueError(f"a pass changed the graph's inputs: {len(specs)} expected, {len(placeholders)} found.")
+    input_specs = [copy.copy(spec) for spec in specs]
+    for spec, node in zip(input_specs, placeholders):
+        spec.arg = _output_arg(spec.arg, node)
+    outputs = graph_module.graph.output_node().args[0]
+    old_outputs = program.graph_signature.output_specs
+    if len(outputs) != len(old_outputs):
+        raise ValueError(f"a pass changed the graph's outputs: {len(old_outputs)} expected, {len(outputs)} found.")
+    output_specs = [
+        OutputSpec(kind=spec.kind, arg=_output_arg(spec.arg, node), target=spec.target)
+        for spec, node in zip(old_outputs, outputs)
+    ]
+    _assign_debug_handles(graph_module)
+    return ExportedProgram(
+        root=graph_module,
+        graph=graph_module.graph,
+        graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
+        state_dict=program.state_dict,
+        range_constraints=program.range_constraints,
+        module_call_graph=program.module_call_graph,
+        example_inputs=program.example_inputs,
+        constants=constants,
+        verifiers=[EdgeVerifier],
+    )
+
+
+def _assign_debug_handles(graph_module: torch.fx.GraphModule) -> None:
+    """Give every call_function node lacking one a ``meta["debug_handle"]`` (ints from 1)."""
+    nodes = [n for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
+    last = max((n.meta.get("debug_handle", 0) for n in nodes), default=0)
+    for node in nodes:
+        if node.op == "call_function" and "debug_handle" not in node.meta:
+            last += 1
+            node.meta["debug_handle"] = last
+
+
+def lower_to_edge(
+    program: ExportedProgram,
+    compile_config: EdgeCompileConfig | None = None,
+    ops_to_not_decompose: Iterable[torch._ops.OpOverload] = (),
+) -> ExportedProgram:
+    """One ATen ExportedProgram lowered to the Edge dialect (verified if the config asks).
+
+    ``ops_to_not_decompose`` adds to ``compile_config.preserve_ops``; it is the
+    hook a partitioner uses to keep ops it will delegate whole.
+    """
+    config = compile_config or EdgeCompileConfig()
+    keep = [*config.preserve_ops, *ops_to_not_decompose]
+    if config._check_ir_validity:
+        verify_aten_graph(program.graph_module)
+    program = decompose(program, keep)
+    graph_module = ToEdgePass(skip_dim_order=config._skip_dim_order)(program.graph_module).graph_module
+    edge = rebuild_program(program, graph_module)
+    if config._check_ir_validity:
+        verify_edge_graph(edge.graph_module, [*keep, *config._core_aten_ops_exception_list])
+    return edge
+
+
+def to_edge(
+    programs: ExportedProgram | Mapping[str, ExportedProgram],
+    constant_methods: Mapping[str, Any] | None = None,
+    compile_config: EdgeCompileConfig | None = None,
+) -> EdgeProgramManager:
+    """Lower exported programs to the Edge dialect.
+
+    ``programs`` is one ExportedProgram (the method "forward") or a dict of
+    method name -> ExportedProgram. ``constant_methods`` maps extra method
+    names to the constant each returns (config values stored in the program).
+    """
+    if isinstance(constant_methods, EdgeCompileConfig):
+        raise TypeError("to_edge's second argument is constant_methods; pass the config as compile_config=...")
+    config = compile_config or EdgeCompileConfig()
+    named = {"forward": programs} if isinstance(programs, ExportedProgram) else dict(programs)
+    edge = {name: lower_to_edge(program, config) for name, program in named.items()}
+    return EdgeProgramManager(edge, constant_methods, config)
+
+
+class EdgeProgramManager:
+    """One or more Edge-dialect methods (plus constant methods) on their way to a .pte."""
+
+    def __init__(
+        self,
+        edge_programs: Mapping[str, ExportedProgram],
+        constant_methods: Mapping[str, Any] | None = None,
+        compile_config: EdgeCompileConfig | None = None,
+    ) -> None:
+        clash = set(edge_programs) & set(constant_methods or {})
+        if clash:
+            raise ValueError(f"method names {sorted(clash)} are both programs and constant methods; rename one.")
+        self._edge_programs = dict(edge_programs)
+        self._constant_methods = dict(constant_methods or {})
+        self.compile_config = compile_config or EdgeCompileConfig()
+
+    @property
+    def methods(self) -> set[str]:
+        """Names of the program methods."""
+        return set(self._edge_programs)
+
+    @property
+    def config_methods(self) -> set[str]:
+        """Names of the constant methods."""
+        return set(self._constant_methods)
+
+    def exported_program(self, method_name: str = "forward") -> ExportedProgram:
+        """The Edge ExportedProgram of one method."""
+        try:
+            return self._edge_programs[method_name]
+        except KeyError:
+            raise KeyError(f"no method {method_name!r}; this program has {sorted(self.methods)}") from None
+
+    def transform(
+        self,
+        passes: Sequence[PassType] | Mapping[str, Sequence[PassType]] | PassManager,
+        compile_config: EdgeCompileConfig | None = None,
+    ) -> EdgeProgramManager:
+        """A new manager with ``passes`` applied in order (this one is left unchanged).
+
+        ``passes`` is a sequence run on every method, a dict method -> sequence
+        (other methods are copied as they are), or a PassManager. The results are
+        verified as Edge dialect unless the config disables IR checks.
+        """
+        config = compile_config or self.compile_config
+        if isinstance(passes, Mapping):
+            per_method = {name: passes.get(name) for name in self._edge_programs}
+        else:
+            per_method = dict.fromkeys(self._edge_programs, passes)
+        new = {name: _apply(program, per_method[name], config) for name, program in self._edge_programs.items()}
+        return EdgeProgramManager(new, self._constant_methods, config)
+
+    def to_executorch(self, config: ExecutorchBackendConfig | None = None) -> ExecutorchProgramManager:
+        """Lower to the ExecuTorch dialect and serialize (out variants, memory planning, emission)."""
+        from edgetorch.exir.to_executorch import ExecutorchProgramManager
+
+        programs = {name: copy.deepcopy(program) for name, program in self._edge_programs.items()}
+        return ExecutorchProgramManager(programs, dict(self._constant_methods), config)
+
+
+def _apply(program: ExportedProgram, passes: Any, config: EdgeCompileConfig) -> ExportedProgram:
+    program = copy.deepcopy(program)
+    if passes is None:
+        return program
+    manager = passes if isinstance(passes, PassManager) else PassManager(list(passes))
+    graph_module = manager(program.graph_module).graph_module
+    edge = rebuild_program(program, graph_module)
+    if config._check_ir_validity:
+        verify_edge_graph(edge.graph_module, [*config.preserve_ops, *config._core_aten_ops_exception_list])
+    return edge
