@@ -75,7 +75,7 @@ def along_axis(index: np.ndarray, dim: int) -> tuple:
 
     Unlike ``np.take_along_axis``, ``index`` may be smaller than the indexed tensor on other axes (torch's rule).
     """
-    grids = np.ogrid[tuple(slice(n) for n in index.shape)]
+    grids = list(np.ix_(*(np.arange(n) for n in index.shape)))
     grids[dim] = index
     return tuple(grids)
 
