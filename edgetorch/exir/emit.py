@@ -1,0 +1,395 @@
+"""Emission: a planned execution-dialect graph -> an ExecutionPlan of the Program schema.
+
+One emitter per method builds the values table, the deduplicated operator
+list, one chain of instructions (kernel calls, delegate calls, and jump/move
+instructions for ``torch.cond``) and a debug map from instruction index to the
+graph node it came from. Constant tensors and delegate blobs go to
+:class:`ProgramData`, shared by all methods, which becomes the file's segments.
+May import torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import OutputKind
+from torch.utils._pytree import tree_flatten, treespec_dumps
+
+from edgetorch.errors import UnsupportedOperatorError
+from edgetorch.exir import memory
+from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.passes.out_variant import SymOp
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DTYPE_TO_SCALAR, TensorSpec, is_inplace, spec_leaves
+from edgetorch.format.program import (
+    AllocationDetails,
+    BackendDelegate,
+    BackendDelegateDataReference,
+    BackendDelegateInlineData,
+    Bool,
+    BoolList,
+    Chain,
+    CompileSpec,
+    ContainerMetadata,
+    DataLocation,
+    DelegateCall,
+    Double,
+    DoubleList,
+    EValue,
+    ExecutionPlan,
+    Instruction,
+    Int,
+    IntList,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    Null,
+    Operator,
+    OptionalTensorList,
+    ScalarType,
+    String,
+    Tensor,
+    TensorList,
+    TensorShapeDynamism,
+)  # fmt: skip
+
+MEMORY_FORMATS = {
+    torch.contiguous_format: 0,
+    torch.preserve_format: 1,
+    torch.channels_last: 2,
+    torch.channels_last_3d: 3,
+}
+
+
+@dataclass(frozen=True)
+class Value:
+    """An index into the values table (as opposed to a Python constant still to be emitted)."""
+
+    id: int
+
+
+@dataclass
+class ProgramData:
+    """Data shared by all methods of one program: constant tensor bytes and delegate blobs, deduplicated."""
+
+    constant_alignment: int = 16
+    extract_delegates: bool = True
+    constants: list[bytes] = field(default_factory=lambda: [b""])
+    delegate_blobs: list[bytes] = field(default_factory=list)
+    _seen: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def constant(self, data: bytes) -> int:
+        """The buffer index of ``data`` in the constant segment (index 0 is reserved)."""
+        return self._index("constant", data, self.constants)
+
+    def delegate(self, blob: bytes) -> BackendDelegateDataReference:
+        index = self._index("delegate", blob, self.delegate_blobs)
+        location = DataLocation.SEGMENT if self.extract_delegates else DataLocation.INLINE
+        return BackendDelegateDataReference(location=location, index=index + int(self.extract_delegates))
+
+    def _index(self, kind: str, data: bytes, table: list[bytes]) -> int:
+        key = (kind, hashlib.sha256(data).hexdigest())
+        if key not in self._seen:
+            self._seen[key] = len(table)
+            table.append(data)
+        return self._seen[key]
+
+    def constant_segment(self) -> tuple[bytes, list[int]]:
+        """The constant segment's bytes and each buffer's offset in it (offset 0 for the reserved buffer)."""
+        blob, offsets = bytearray(), [0]
+        for data in self.constants[1:]:
+            offsets.append(len(blob))
+            blob += data + bytes(-len(data) % self.constant_alignment)
+        return bytes(blob), offsets
+
+    def inline_delegates(self) -> list[BackendDelegateInlineData]:
+        return [] if self.extract_delegates else [BackendDelegateInlineData(b) for b in self.delegate_blobs]
+
+
+class MethodEmitter:
+    """Turns one planned ExportedProgram into an ExecutionPlan named ``name``."""
+
+    def __init__(self, name: str, ep: ExportedProgram | None, data: ProgramData):
+        self.name, self.ep, self.data = name, ep, data
+        self.values: list[EValue] = []
+        self.instructions: list[Instruction] = []
+        self.operators: list[Operator] = []
+        self.delegates: list[BackendDelegate] = []
+        self.debug_handles: list[str | None] = []
+        self._operator_index: dict[tuple[str, str], int] = {}
+        self._spec_ids: dict[int, int] = {}
+        self._inputs: list[int] = []
+
+    def emit(self) -> ExecutionPlan:
+        gm = self.ep.graph_module
+        outputs = self._emit_graph(gm, None)
+        kinds = [s.kind for s in self.ep.graph_signature.output_specs]
+        user = [o for o, k in zip(outputs, kinds) if k == OutputKind.USER_OUTPUT]
+        call_spec = self.ep.call_spec
+        return ExecutionPlan(
+            name=self.name,
+            container_meta_type=ContainerMetadata(
+                treespec_dumps(call_spec.in_spec), treespec_dumps(call_spec.out_spec)
+            ),
+            values=self.values,
+            inputs=self._inputs,
+            outputs=[self._arg(o, None) for o in user],
+            chains=[Chain(inputs=[], outputs=[], instructions=self.instructions)],
+            operators=self.operators,
+            delegates=self.delegates,
+            non_const_buffer_sizes=list(gm.meta.get("non_const_buffer_sizes", [0])),
+        )
+
+    def _emit_graph(self, gm: torch.fx.GraphModule, operands: list | None) -> list:
+        env: dict[torch.fx.Node, Any] = {}
+        placeholders = iter(operands or ())
+        for node in gm.graph.nodes:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+            if node.op == "placeholder":
+                env[node] = next(placeholders) if operands is not None else self._placeholder(node)
+            elif node.op == "get_attr":
+                env[node] = getattr(gm, node.target)
+            elif node.op == "call_function":
+                env[node] = self._call(gm, node, args, kwargs)
+            elif node.op == "output":
+                return list(tree_flatten(args[0])[0])
+        raise ValueError(f"graph of method {self.name} has no output node")
+
+    def _value(self, val: Any) -> Value:
+        self.values.append(EValue(val))
+        return Value(len(self.values) - 1)
+
+    def _tensor(self, spec: TensorSpec) -> Value:
+        if id(spec) not in self._spec_ids:
+            self._spec_ids[id(spec)] = self._value(self._tensor_value(spec)).id
+        return Value(self._spec_ids[id(spec)])
+
+    def _tensor_value(self, spec: TensorSpec) -> Tensor:
+        planned = spec.mem_id is not None and spec.mem_offset is not None
+        return Tensor(
+            scalar_type=spec.scalar_type,
+            sizes=list(spec.shape),
+            dim_order=list(spec.dim_order),
+            requires_grad=spec.requires_grad,
+            data_buffer_idx=self.data.constant(_tensor_bytes(spec)) if spec.const else 0,
+            allocation_info=_allocation(spec) if planned and not spec.const else None,
+            shape_dynamism=TensorShapeDynamism.DYNAMIC_BOUND if spec.dynamic else TensorShapeDynamism.STATIC,
+        )
+
+    def _placeholder(self, node: torch.fx.Node) -> Any:
+        spec = node.meta.get("spec")
+        value = self._tensor(spec) if isinstance(spec, TensorSpec) else self._constant(node.meta.get("val"))
+        if not (isinstance(spec, TensorSpec) and spec.const) and node.name not in self._buffer_inputs():
+            self._inputs.append(value.id)
+        return value
+
+    def _buffer_inputs(self) -> set[str]:
+        return set(self.ep.graph_signature.inputs_to_buffers)
+
+    def _call(self, gm: torch.fx.GraphModule, node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
+        target = to_aten(node.target)
+        if target is operator.getitem:
+            return args[0][args[1]]
+        if target is memory.alloc:
+            return self._spec_value(node.meta["spec"])
+        if target in CONTROL_FLOW_OPS:
+            return self._cond(gm, node, args)
+        if getattr(target, "_name", getattr(target, "__name__", None)) == "executorch_call_delegate":
+            return self._delegate(node, args)
+        if isinstance(target, SymOp):
+            return self._kernel(node, (target.op_name, target.overload), list(args), [self._sym_result(node)])
+        if isinstance(target, torch._ops.OpOverload):
+            return self._operator(node, target, args, kwargs)
+        raise UnsupportedOperatorError(f"node {node.name}: cannot emit a call to {node.target!r}; expected an operator")
+
+    def _spec_value(self, spec: Any) -> Any:
+        if isinstance(spec, TensorSpec):
+            return self._tensor(spec)
+        return [self._spec_value(s) for s in spec]
+
+    def _sym_result(self, node: torch.fx.Node) -> Value:
+        val = node.meta.get("val")
+        if isinstance(val, (bool, torch.SymBool)):
+            return self._value(Bool(False))
+        return self._value(Double(0.0) if isinstance(val, (float, torch.SymFloat)) else Int(0))
+
+    def _operator(self, node: torch.fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+        schema = op._schema
+        ids, outs = [], []
+        for i, arg in enumerate(schema.arguments):
+            if arg.name in kwargs:
+                v = kwargs[arg.name]
+            elif not arg.kwarg_only and i < len(args):
+                v = args[i]
+            else:
+                v = arg.default_value if arg.has_default_value() else None
+            ids.append(self._arg(v, arg.type))
+            if arg.is_out:
+                outs.append(v)
+        if outs:
+            result = outs[0] if len(outs) == 1 else outs
+            ret = result if len(outs) == 1 else self._value(TensorList([o.id for o in outs]))
+        elif is_inplace(op):
+            result = ret = Value(ids[0])
+        elif _returns_scalar(schema):
+            result = ret = self._sym_result(node)
+        else:
+            raise UnsupportedOperatorError(
+                f"node {node.name}: {op.name()} is a functional op; run ToOutVarPass before emitting"
+            )
+        name = schema.name
+        self._kernel(node, (name, schema.overload_name), [Value(i) for i in ids], [ret])
+        return result
+
+    def _kernel(self, node: torch.fx.Node, key: tuple[str, str], args: list, returns: list) -> Any:
+        if key not in self._operator_index:
+            self._operator_index[key] = len(self.operators)
+            self.operators.append(Operator(name=key[0], overload=key[1]))
+        ids = [self._arg(a, None) for a in args] + [r.id for r in returns]
+        self._append(KernelCall(op_index=self._operator_index[key], args=ids), node.name)
+        return returns[0] if len(returns) == 1 else returns
+
+    def _append(self, instruction: Any, debug_name: str | None) -> int:
+        self.instructions.append(Instruction(instruction))
+        self.debug_handles.append(debug_name)
+        return len(self.instructions) - 1
+
+    def _arg(self, v: Any, typ: Any) -> int:
+        if isinstance(v, Value):
+            return v.id
+        if isinstance(typ, torch.OptionalType) and v is not None:
+            typ = typ.getElementType()
+        if v is None:
+            return self._value(_empty_tensor() if isinstance(typ, torch.TensorType) else Null()).id
+        if isinstance(v, (list, tuple)):
+            return self._list(list(v), typ.getElementType() if isinstance(typ, torch.ListType) else None)
+        return self._constant(v).id
+
+    def _list(self, items: list, elem: Any) -> int:
+        kind = str(elem) if elem is not None else _guess_kind(items)
+        if kind == "Tensor":
+            return self._value(TensorList([self._arg(i, None) for i in items])).id
+        if kind == "Tensor?":
+            return self._value(OptionalTensorList([-1 if i is None else self._arg(i, None) for i in items])).id
+        if kind == "float":
+            return self._value(DoubleList([float(i) for i in items])).id
+        if kind == "bool":
+            return self._value(BoolList([bool(i) for i in items])).id
+        return self._value(IntList([self._arg(i, None) for i in items])).id
+
+    def _constant(self, v: Any) -> Value:
+        if isinstance(v, bool):
+            return self._value(Bool(v))
+        if isinstance(v, int):
+            return self._value(Int(v))
+        if isinstance(v, float):
+            return self._value(Double(v))
+        if isinstance(v, str):
+            return self._value(String(v))
+        if isinstance(v, torch.dtype):
+            return self._value(Int(int(DTYPE_TO_SCALAR[v])))
+        if isinstance(v, torch.memory_format):
+            return self._value(Int(MEMORY_FORMATS[v]))
+        if isinstance(v, torch.layout):
+            return self._value(Int(0))
+        if v is None:
+            return self._value(Null())
+        if isinstance(v, (list, tuple)):
+            return Value(self._list(list(v), None))
+        raise UnsupportedOperatorError(f"method {self.name}: cannot emit a constant of type {type(v).__name__}: {v!r}")
+
+    def _cond(self, gm: torch.fx.GraphModule, node: torch.fx.Node, args: tuple) -> list:
+        pred, true_fn, false_fn, operands = args
+        outputs = [self._tensor(s) for s in spec_leaves(node.meta["spec"])]
+        pred_id = self._arg(pred, None)
+        to_false = self._append(JumpFalseCall(cond_value_index=pred_id, destination_instruction=-1), None)
+        self._branch(true_fn, list(operands), outputs)
+        to_end = self._append(
+            JumpFalseCall(cond_value_index=self._value(Bool(False)).id, destination_instruction=-1), None
+        )
+        self.instructions[to_false].instr_args.destination_instruction = len(self.instructions)
+        self._branch(false_fn, list(operands), outputs)
+        self.instructions[to_end].instr_args.destination_instruction = len(self.instructions)
+        return outputs
+
+    def _branch(self, branch: torch.fx.GraphModule, operands: list, outputs: list[Value]) -> None:
+        results = self._emit_graph(branch, [Value(self._arg(o, None)) for o in operands])
+        for src, dst in zip(results, outputs):
+            if src.id != dst.id:
+                self._append(MoveCall(move_from=src.id, move_to=dst.id), None)
+
+    def _delegate(self, node: torch.fx.Node, args: tuple) -> Any:
+        lowered, inputs = args[0], args[1:]
+        result = self._spec_value(node.meta["spec"])
+        outs = result if isinstance(result, list) else [result]
+        self.delegates.append(
+            BackendDelegate(
+                id=lowered.backend_id,
+                processed=self.data.delegate(bytes(lowered.processed_bytes)),
+                compile_specs=[CompileSpec(key=c.key, value=bytes(c.value)) for c in lowered.compile_specs],
+            )
+        )
+        ids = [self._arg(a, None) for a in inputs] + [o.id for o in outs]
+        self._append(DelegateCall(delegate_index=len(self.delegates) - 1, args=ids), node.name)
+        return result
+
+
+def _returns_scalar(schema: torch._C.FunctionSchema) -> bool:
+    return len(schema.returns) == 1 and str(schema.returns[0].type) in ("int", "SymInt", "float", "bool", "Scalar")
+
+
+def _guess_kind(items: list) -> str:
+    if any(isinstance(i, Value) for i in items) and not any(isinstance(i, int) for i in items):
+        return "Tensor"
+    if items and all(isinstance(i, bool) for i in items):
+        return "bool"
+    if any(isinstance(i, float) for i in items):
+        return "float"
+    return "int"
+
+
+def _allocation(spec: TensorSpec) -> AllocationDetails:
+    offset = spec.mem_offset
+    return AllocationDetails(
+        memory_id=spec.mem_id, memory_offset_low=offset & 0xFFFFFFFF, memory_offset_high=offset >> 32
+    )
+
+
+def _empty_tensor() -> Tensor:
+    return Tensor(scalar_type=ScalarType.BYTE, sizes=[0], dim_order=[0])
+
+
+def _tensor_bytes(spec: TensorSpec) -> bytes:
+    """The constant's bytes laid out in its dim order (row-major over the permuted dims)."""
+    data = spec.storage.detach().cpu().permute(spec.dim_order).contiguous()
+    return data.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def emit_constant_method(name: str, value: Any, data: ProgramData) -> ExecutionPlan:
+    """A method with no instructions that returns ``value`` (an int, float, bool, str, tensor or list of them)."""
+    emitter = MethodEmitter(name, None, data)
+    leaves, spec = tree_flatten(value)
+    outputs = [_constant_leaf(emitter, leaf) for leaf in leaves]
+    return ExecutionPlan(
+        name=name,
+        container_meta_type=ContainerMetadata("", treespec_dumps(spec)),
+        values=emitter.values,
+        inputs=[],
+        outputs=outputs,
+        chains=[Chain(inputs=[], outputs=[], instructions=[])],
+        operators=[],
+        delegates=[],
+        non_const_buffer_sizes=[0],
+    )
+
+
+def _constant_leaf(emitter: MethodEmitter, leaf: Any) -> int:
+    if isinstance(leaf, torch.Tensor):
+        spec = TensorSpec.from_val(leaf.contiguous())
+        spec.shape, spec.const, spec.storage = tuple(leaf.shape), True, leaf.contiguous()
+        return emitter._tensor(spec).id
+    return emitter._constant(leaf).id

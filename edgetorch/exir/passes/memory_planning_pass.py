@@ -1,0 +1,70 @@
+"""MemoryPlanningPass: give every non-constant tensor of a method an arena (mem_id) and an offset.
+
+The last pass before emission. Which tensors are planned is configurable
+(graph inputs, graph outputs, mutable buffers); the placement algorithm is
+``"greedy"``, ``"naive"`` or any callable ``algo(specs, alignment)`` that sets
+``spec.mem_offset``. Specs may carry a preset ``mem_id`` to use several arenas.
+May import torch.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export.graph_signature import ExportGraphSignature
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from edgetorch.exir.memory_planning import ALGORITHMS, Algorithm, MemoryPlan, assign_lifetimes, plan
+from edgetorch.exir.passes.spec_prop import TensorSpec, graph_specs, spec_leaves
+
+
+class MemoryPlanningPass(PassBase):
+    """Plan the memory of one method; the result is ``self.plan`` and ``gm.meta["non_const_buffer_sizes"]``."""
+
+    def __init__(
+        self,
+        algo: str | Algorithm = "greedy",
+        alloc_graph_input: bool = True,
+        alloc_graph_output: bool = True,
+        alloc_mutable_buffers: bool = True,
+        alignment: int = 16,
+    ):
+        if isinstance(algo, str) and algo not in ALGORITHMS:
+            raise ValueError(
+                f"unknown memory planning algorithm {algo!r}; expected one of {sorted(ALGORITHMS)} or a callable"
+            )
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ValueError(f"alignment must be a power of two, found {alignment}")
+        self.algo = ALGORITHMS[algo] if isinstance(algo, str) else algo
+        self.alloc_graph_input = alloc_graph_input
+        self.alloc_graph_output = alloc_graph_output
+        self.alloc_mutable_buffers = alloc_mutable_buffers
+        self.alignment = alignment
+        self.plan: MemoryPlan | None = None
+
+    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        return self.run(graph_module)
+
+    def run(
+        self, graph_module: torch.fx.GraphModule, graph_signature: ExportGraphSignature | None = None
+    ) -> PassResult:
+        """Plan ``graph_module``; ``graph_signature`` tells user inputs from mutable buffers."""
+        assign_lifetimes(graph_module)
+        skipped = {id(s) for s in self._unplanned(graph_module, graph_signature)}
+        specs = [s for s in graph_specs(graph_module) if not s.const and id(s) not in skipped]
+        bufsizes = plan(specs, self.algo, self.alignment)
+        unplanned = [s for s in graph_specs(graph_module) if id(s) in skipped]
+        self.plan = MemoryPlan(specs, bufsizes, self.alignment, unplanned)
+        graph_module.meta["non_const_buffer_sizes"] = bufsizes
+        return PassResult(graph_module, True)
+
+    def _unplanned(self, gm: torch.fx.GraphModule, signature: ExportGraphSignature | None) -> list[TensorSpec]:
+        buffers = set(signature.inputs_to_buffers) if signature is not None else set()
+        skipped: list[TensorSpec] = []
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                keep = self.alloc_mutable_buffers if node.name in buffers else self.alloc_graph_input
+                skipped += [] if keep else spec_leaves(node.meta.get("spec"))
+        if not self.alloc_graph_output:
+            outputs = gm.graph.output_node().args[0]
+            skipped += spec_leaves([a.meta.get("spec") for a in outputs if isinstance(a, torch.fx.Node)])
+        return skipped

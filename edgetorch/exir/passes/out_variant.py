@@ -1,0 +1,198 @@
+"""Out-variant conversion: functional ops become their ``out`` overloads writing into ``memory.alloc`` tensors.
+
+Also the other rewrites that turn an Edge graph into the execution dialect:
+view ops become their ``*_copy`` forms, arithmetic on symbolic sizes becomes
+``executorch_prim`` ops, graph asserts go, and mutated buffers get an
+in-place ``aten.copy_`` write-back. May import torch.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import OutputKind
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torchgen.model import FunctionSchema, SchemaKind
+
+from edgetorch.errors import UnsupportedOperatorError
+from edgetorch.exir import memory
+from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, TensorSpec, is_inplace, spec_leaves
+
+
+class SymOp:
+    """A scalar op on symbolic sizes, run by ExecuTorch's ``executorch_prim`` kernels."""
+
+    def __init__(self, name: str, fn: Callable[..., Any]):
+        self.op_name, self.overload = f"executorch_prim::{name}", "Scalar"
+        self.fn = fn
+        self.__name__ = f"{name}.Scalar"
+        self.__module__ = "executorch_prim"
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+    def __repr__(self) -> str:
+        return f"executorch_prim.{self.__name__}"
+
+
+SYM_OPS: dict[Callable[..., Any], SymOp] = {
+    fn: SymOp(name, fn)
+    for fn, name in [
+        (operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"), (operator.floordiv, "floordiv"),
+        (operator.truediv, "truediv"), (operator.mod, "mod"), (operator.eq, "eq"), (operator.gt, "gt"),
+        (operator.lt, "lt"), (operator.ge, "ge"), (operator.le, "le"), (operator.neg, "neg"),
+        (math.ceil, "ceil"), (math.trunc, "trunc"),
+    ]
+}  # fmt: skip
+
+KEPT_OPS = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default, torch.ops.aten.sym_stride.int}
+ASSERT_OPS = {
+    torch.ops.aten._assert_scalar.default,
+    torch.ops.aten.sym_constrain_range_for_size.default,
+    torch.ops.aten._assert_tensor_metadata.default,
+    torch.ops.aten.sym_constrain_range.default,
+}
+
+
+def insert_buffer_write_back(ep: ExportedProgram) -> None:
+    """Make each buffer mutation an explicit ``aten.copy_(buffer, new_value)`` that the output then returns."""
+    graph = ep.graph
+    output = graph.output_node()
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    buffer_inputs = {fqn: name for name, fqn in ep.graph_signature.inputs_to_buffers.items()}
+    results = list(output.args[0])
+    for i, spec in enumerate(ep.graph_signature.output_specs):
+        if spec.kind != OutputKind.BUFFER_MUTATION:
+            continue
+        with graph.inserting_before(output):
+            buffer = placeholders[buffer_inputs[spec.target]]
+            copy = graph.call_function(torch.ops.aten.copy_.default, (buffer, results[i]))
+        copy.meta["val"] = buffer.meta["val"]
+        results[i] = copy
+    output.args = (tuple(results),)
+
+
+class ToOutVarPass(PassBase):
+    """Rewrite every functional op call into its out variant fed by ``memory.alloc`` nodes.
+
+    Runs after spec propagation and shape evaluation: the alloc nodes carry the
+    specs of the values they create.
+    """
+
+    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        for node in list(graph_module.graph.nodes):
+            if node.op == "call_function":
+                _convert(graph_module, node)
+        graph_module.graph.eliminate_dead_code()
+        graph_module.recompile()
+        return PassResult(graph_module, True)
+
+
+def _convert(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+    target = to_aten(node.target)
+    if target in ASSERT_OPS:
+        gm.graph.erase_node(node)
+    elif target in SYM_OPS:
+        node.target = SYM_OPS[target]
+    elif target in CONTROL_FLOW_OPS:
+        for branch in node.args[1:3]:
+            ToOutVarPass()(getattr(gm, branch.target))
+    elif isinstance(target, torch._ops.OpOverload) and target not in KEPT_OPS and not is_inplace(target):
+        _to_out_variant(gm, node, target)
+    elif not isinstance(target, torch._ops.OpOverload) and node.target is not operator.getitem:
+        raise UnsupportedOperatorError(
+            f"{_where(node)}: expected an operator overload as call target, found {node.target!r}; "
+            "only ATen, Edge, custom and control-flow ops can be compiled"
+        )
+
+
+def _to_out_variant(gm: torch.fx.GraphModule, node: torch.fx.Node, target: torch._ops.OpOverload) -> None:
+    copy_form = _copy_form(target)
+    if copy_form is not target:  # a view's copy is a fresh contiguous tensor
+        for spec in spec_leaves(node.meta["spec"]):
+            spec.dim_order = tuple(range(len(spec.dim_order)))
+    target = _scalar_overload(copy_form, node)
+    out_op, out_names = _out_variant(target)
+    if out_op is None:
+        raise UnsupportedOperatorError(
+            f"{_where(node)}: {target.name()} has no out variant, so it cannot run on planned memory; "
+            "decompose it, delegate it to a backend, or register an out overload"
+        )
+    specs = node.meta["spec"]
+    specs = list(specs) if isinstance(specs, (list, tuple)) else [specs]
+    names = {a.name for a in out_op._schema.arguments}
+    kwargs = {k: v for k, v in node.kwargs.items() if k in names}
+    with gm.graph.inserting_before(node):
+        for name, spec, val in zip(out_names, specs, _vals(node)):
+            kwargs[name] = _alloc_node(gm, spec, val)
+    node.target = out_op
+    node.kwargs = kwargs
+
+
+def _vals(node: torch.fx.Node) -> list:
+    val = node.meta.get("val")
+    return list(val) if isinstance(val, (list, tuple)) else [val]
+
+
+def _alloc_node(gm: torch.fx.GraphModule, spec: TensorSpec, val: Any) -> torch.fx.Node:
+    alloc = gm.graph.call_function(memory.alloc, ((spec.shape, spec.dtype),))
+    alloc.meta["spec"] = spec
+    alloc.meta["val"] = val
+    return alloc
+
+
+def _copy_form(target: torch._ops.OpOverload) -> torch._ops.OpOverload:
+    """A view op's ``*_copy`` twin (``aten.view`` -> ``aten.view_copy``); other ops unchanged."""
+    returns = target._schema.returns
+    if not (returns and returns[0].alias_info is not None and not returns[0].alias_info.is_write):
+        return target
+    packet = getattr(getattr(torch.ops, target.namespace), f"{target._opname}_copy", None)
+    return getattr(packet, target._overloadname, target) if packet is not None else target
+
+
+def _scalar_overload(target: torch._ops.OpOverload, node: torch.fx.Node) -> torch._ops.OpOverload:
+    """``add.Tensor(x, 2.0)`` -> ``add.Scalar``: a Python number cannot be passed where a Tensor is expected."""
+    args = target._schema.arguments
+    if not any(
+        isinstance(a.type, torch.TensorType) and isinstance(v, (int, float, bool)) for a, v in zip(args, node.args)
+    ):
+        return target
+    packet = target.overloadpacket
+    scalar = getattr(packet, "Scalar", None) if "Scalar" in packet.overloads() else None
+    return scalar if scalar is not None else target
+
+
+@cache
+def _out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload | None, tuple[str, ...]]:
+    """The overload whose schema is ``op``'s functional schema plus out arguments, and those arguments' names."""
+    functional = _parse(op)
+    if functional is None:
+        return None, ()
+    signature = functional.signature()
+    for name in op.overloadpacket.overloads():
+        candidate = getattr(op.overloadpacket, name)
+        schema = _parse(candidate)
+        if schema is not None and schema.kind() == SchemaKind.out and schema.signature() == signature:
+            return candidate, tuple(a.name for a in schema.arguments.out)
+    return None, ()
+
+
+def _parse(op: torch._ops.OpOverload) -> FunctionSchema | None:
+    try:
+        return FunctionSchema.parse(str(op._schema))
+    except (AssertionError, RuntimeError, KeyError):  # schemas torchgen cannot read (e.g. generic list ops)
+        return None
+
+
+def _where(node: torch.fx.Node) -> str:
+    """The node's name and the last source line that produced it."""
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+    lines = [t.strip() for t in trace if t.strip().startswith("File ")]
+    return f"node {node.name} ({lines[-1]})" if lines else f"node {node.name}"

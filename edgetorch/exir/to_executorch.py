@@ -1,0 +1,158 @@
+"""``to_executorch``: Edge programs -> execution dialect -> memory plan -> ``.pte`` bytes.
+
+Per method, in order: buffer write-back, spec propagation, the user's passes,
+symbolic shape evaluation, out-variant conversion, memory planning (always
+last), then emission of all methods (and constant methods) into one Program.
+May import torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from torch.export import ExportedProgram
+from torch.fx.passes.infra.pass_base import PassBase
+
+from edgetorch.exir.emit import MethodEmitter, ProgramData, emit_constant_method
+from edgetorch.exir.memory_planning import MemoryPlan
+from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
+from edgetorch.exir.passes.out_variant import ToOutVarPass, insert_buffer_write_back
+from edgetorch.exir.passes.spec_prop import ConstraintBasedSymShapeEvalPass, SpecPropPass, mark_constants
+from edgetorch.format.program import Program, SubsegmentOffsets
+from edgetorch.format.pte import SEGMENT_ALIGNMENT, save_pte
+
+
+@dataclass
+class ExecutorchBackendConfig:
+    """How ``to_executorch`` lowers and serializes; per-method dicts are allowed where noted."""
+
+    passes: list = field(default_factory=list)
+    """Passes run on every method after spec propagation, before out-variant conversion."""
+    memory_planning_pass: Any = field(default_factory=MemoryPlanningPass)
+    """A MemoryPlanningPass, or a dict of them by method name."""
+    to_out_var_pass: PassBase = field(default_factory=ToOutVarPass)
+    sym_shape_eval_pass: Any = field(default_factory=ConstraintBasedSymShapeEvalPass)
+    """How symbolic sizes become planned sizes (upper bounds by default); a pass or a dict by method name."""
+    extract_delegate_segments: bool = True
+    """Put delegate blobs in segments after the flatbuffer (True) or inline in it (False)."""
+    segment_alignment: int = SEGMENT_ALIGNMENT
+    constant_tensor_alignment: int | None = None
+    """Alignment of each constant inside the constant segment (default 16)."""
+    delegate_alignment: int | None = None
+    """Alignment the delegate blobs need; segments are aligned to ``segment_alignment``, which must be a multiple."""
+
+    def __post_init__(self) -> None:
+        for name in ("segment_alignment", "constant_tensor_alignment", "delegate_alignment"):
+            value = getattr(self, name)
+            if value is not None and (value <= 0 or value & (value - 1)):
+                raise ValueError(f"{name} must be a power of two, found {value}")
+        if self.segment_alignment > SEGMENT_ALIGNMENT or SEGMENT_ALIGNMENT % self.segment_alignment:
+            raise ValueError(
+                f"segment_alignment {self.segment_alignment} is not supported; the .pte writer aligns segments "
+                f"to {SEGMENT_ALIGNMENT} bytes, so use a power of two up to {SEGMENT_ALIGNMENT}"
+            )
+        if self.delegate_alignment is not None and SEGMENT_ALIGNMENT % self.delegate_alignment:
+            raise ValueError(
+                f"delegate_alignment {self.delegate_alignment} exceeds the {SEGMENT_ALIGNMENT}-byte segment alignment"
+            )
+
+
+class ExecutorchProgramManager:
+    """The result of ``to_executorch``: execution-dialect programs per method and the ``.pte`` bytes."""
+
+    def __init__(
+        self,
+        edge_programs: dict[str, ExportedProgram] | ExportedProgram,
+        constant_methods: dict[str, object] | None = None,
+        config: ExecutorchBackendConfig | None = None,
+    ):
+        if isinstance(edge_programs, ExportedProgram):
+            edge_programs = {"forward": edge_programs}
+        self._config = config or ExecutorchBackendConfig()
+        self._constant_methods = dict(constant_methods or {})
+        self.memory_plans: dict[str, MemoryPlan] = {}
+        self._programs = {name: self._lower(name, ep) for name, ep in edge_programs.items()}
+        self._program, self._segments, self.debug_handle_map = self._emit()
+        self._buffer: bytes | None = None
+
+    @property
+    def methods(self) -> set[str]:
+        return set(self._programs)
+
+    @property
+    def config_methods(self) -> set[str]:
+        return set(self._constant_methods)
+
+    @property
+    def executorch_program(self) -> Program:
+        """The Program before serialization."""
+        return self._program
+
+    def exported_program(self, method_name: str = "forward") -> ExportedProgram:
+        """The planned execution-dialect program of ``method_name`` (alloc nodes and out-variant calls)."""
+        return self._programs[method_name]
+
+    @property
+    def buffer(self) -> bytes:
+        """The ``.pte`` file's bytes (built once)."""
+        if self._buffer is None:
+            self._buffer = save_pte(self._program, self._segments)
+        return self._buffer
+
+    def write_to_file(self, open_file: BinaryIO) -> None:
+        open_file.write(self.buffer)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the program to ``path``, which must end in ``.pte``."""
+        if not str(path).endswith(".pte"):
+            raise ValueError(f"expected a path ending in .pte, found {str(path)!r}")
+        with open(path, "wb") as f:
+            self.write_to_file(f)
+
+    def _lower(self, name: str, edge_program: ExportedProgram) -> ExportedProgram:
+        ep = copy.deepcopy(edge_program)
+        gm = ep.graph_module
+        insert_buffer_write_back(ep)
+        SpecPropPass()(gm)
+        mark_constants(ep)
+        for p in self._config.passes:
+            p(gm)
+        _for_method(self._config.sym_shape_eval_pass, name)(gm)
+        self._config.to_out_var_pass(gm)
+        planner = _for_method(self._config.memory_planning_pass, name)
+        planner.run(gm, ep.graph_signature)
+        self.memory_plans[name] = planner.plan
+        return ep
+
+    def _emit(self) -> tuple[Program, list[bytes], dict[str, list[str | None]]]:
+        config = self._config
+        data = ProgramData(config.constant_tensor_alignment or 16, config.extract_delegate_segments)
+        plans, debug = [], {}
+        for name, ep in self._programs.items():
+            emitter = MethodEmitter(name, ep, data)
+            plans.append(emitter.emit())
+            debug[name] = emitter.debug_handles
+        plans += [emit_constant_method(name, value, data) for name, value in self._constant_methods.items()]
+        constants, offsets = data.constant_segment()
+        segments = [constants] + (data.delegate_blobs if config.extract_delegate_segments else [])
+        program = Program(
+            version=0,
+            execution_plan=plans,
+            constant_buffer=[],
+            backend_delegate_data=data.inline_delegates(),
+            segments=[],
+            constant_segment=SubsegmentOffsets(segment_index=0, offsets=offsets),
+        )
+        return program, segments, debug
+
+
+def _for_method(option: Any, name: str) -> Any:
+    """A per-method option's value for ``name`` (dict options must name every method)."""
+    if isinstance(option, dict):
+        if name not in option:
+            raise KeyError(f"no entry for method {name!r} in per-method option; it has {sorted(option)}")
+        return option[name]
+    return option
