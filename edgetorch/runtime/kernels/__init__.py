@@ -2,6 +2,7 @@
 
 from edgetorch.runtime.kernels import (  # noqa: F401  (imported for their registrations)
     conv,
+    creation,
     elementwise,
     index,
     linalg,
