@@ -20,6 +20,27 @@ from edgetorch.runtime.kernels.registry import register_kernel, resize
 
 Number = int | float | bool
 
+
+def sym_max(a: Number, b: Number) -> Number:
+    """The larger of ``a`` and ``b``; a float if either is (as ``torch.sym_max`` promotes)."""
+    return promoted(max(a, b), a, b)
+
+
+def sym_min(a: Number, b: Number) -> Number:
+    """The smaller of ``a`` and ``b``; a float if either is (as ``torch.sym_min`` promotes)."""
+    return promoted(min(a, b), a, b)
+
+
+def promoted(result: Number, a: Number, b: Number) -> Number:
+    """``result`` as a float when ``a`` or ``b`` is one."""
+    return float(result) if isinstance(a, float) or isinstance(b, float) else result
+
+
+def sym_ite(condition: bool, if_true: Number, if_false: Number) -> Number:
+    """``if_true`` when ``condition`` holds, else ``if_false``."""
+    return if_true if condition else if_false
+
+
 BINARY: dict[str, Callable[[Number, Number], Number]] = {
     "add": operator.add,
     "sub": operator.sub,
@@ -32,8 +53,8 @@ BINARY: dict[str, Callable[[Number, Number], Number]] = {
     "lt": operator.lt,
     "ge": operator.ge,
     "le": operator.le,
-    "sym_max": max,
-    "sym_min": min,
+    "sym_max": sym_max,
+    "sym_min": sym_min,
 }
 
 UNARY: dict[str, Callable[[Number], Number]] = {
@@ -55,11 +76,7 @@ for _name, _fn in UNARY.items():
 # The integer-only overloads ExecuTorch's C++ runtime also registers.
 register_kernel("executorch_prim::floordiv.int", operator.floordiv, nargs=2)
 register_kernel("executorch_prim::mod.int", operator.mod, nargs=2)
-
-
-def sym_ite(condition: bool, if_true: Number, if_false: Number) -> Number:
-    """``if_true`` when ``condition`` holds, else ``if_false``."""
-    return if_true if condition else if_false
+register_kernel("executorch_prim::sym_ite.Scalar", sym_ite)
 
 
 def sym_size(self: np.ndarray, dim: int) -> int:
@@ -110,7 +127,6 @@ def et_view(self: np.ndarray, size: list[int]) -> np.ndarray:
     return view
 
 
-register_kernel("executorch_prim::sym_ite.Scalar", sym_ite)
 register_kernel("aten::sym_size.int", sym_size)
 register_kernel("aten::sym_stride.int", sym_stride)
 register_kernel("aten::sym_numel", sym_numel)
