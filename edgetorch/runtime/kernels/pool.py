@@ -8,13 +8,12 @@ arithmetic allows. Imports only NumPy and the runtime's own modules.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from edgetorch.runtime.kernels.conv import compute_target, expand, padded, pooled_size, tap_slices
+from edgetorch.runtime.kernels.conv import TapSweep, expand, pooled_size
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
 from edgetorch.runtime.kernels.registry import kernel, register_kernel, resize
 
@@ -41,7 +40,6 @@ class _Windows:
     """Geometry of a pooling sweep over the last ``d`` dims of ``x``."""
 
     def __init__(self, x: np.ndarray, d: int, kernel_size, stride, padding, dilation, ceil_mode: bool) -> None:
-        self.d = d
         self.kernel = expand(kernel_size, d)
         self.stride = expand(stride or self.kernel, d)
         self.padding = expand(padding, d)
@@ -50,17 +48,11 @@ class _Windows:
         self.out_sizes = [
             pooled_size(*a, ceil_mode) for a in zip(self.sizes, self.kernel, self.stride, self.padding, self.dilation)
         ]
-        self.extent = [
-            (o - 1) * s + dl * (k - 1) + 1
-            for o, s, dl, k in zip(self.out_sizes, self.stride, self.dilation, self.kernel)
-        ]
-        self.out_shape = x.shape[:-d] + tuple(self.out_sizes)
+        self.lead = x.shape[:-d]
+        self.out_shape = self.lead + tuple(self.out_sizes)
 
-    def taps(self) -> itertools.product:
-        return itertools.product(*(range(k) for k in self.kernel))
-
-    def slices(self, tap: Sequence[int]) -> tuple:
-        return (Ellipsis, *tap_slices(tap, self.stride, self.dilation, self.out_sizes))
+    def sweep(self, x: np.ndarray, fill: float, dtype: np.dtype) -> TapSweep:
+        return TapSweep(x, self.kernel, self.stride, self.dilation, self.padding, self.out_sizes, fill, dtype)
 
 
 def _max_pool(
@@ -69,26 +61,27 @@ def _max_pool(
     """Max over each window and the flat (per-plane) input index of the first maximum; NaN wins, as in torch."""
     g = _Windows(x, d, kernel_size, stride, padding, dilation, ceil_mode)
     out, indices = resize(out, g.out_shape), resize(indices, g.out_shape)
-    xp = padded(x, g.padding, g.extent, _lowest(x.dtype), x.dtype)
+    sweep = g.sweep(x, _lowest(x.dtype), x.dtype)
+    best, best_view = sweep.virtual(g.lead, x.dtype)
+    index, index_view = sweep.virtual(g.lead, np.dtype(np.int64))
     plane = _spatial_strides(g.sizes)
-    starts = [np.arange(o) * s - p for o, s, p in zip(g.out_sizes, g.stride, g.padding)]
+    starts = [np.arange(m) * s - p for m, s, p in zip(sweep.plane, g.stride, g.padding)]
     first_valid = [np.where(a < 0, a + (-a + dl - 1) // dl * dl, a) for a, dl in zip(starts, g.dilation)]
-    best = compute_target(out, x.dtype)
     best.fill(_lowest(x.dtype))
-    indices[...] = _grid([f * st for f, st in zip(first_valid, plane)])
-    base = _grid([a * st for a, st in zip(starts, plane)])
+    index[...] = sweep.grid([f * st for f, st in zip(first_valid, plane)])
+    base = sweep.grid([a * st for a, st in zip(starts, plane)])
     wins = np.empty(best.shape, bool)
     nans = np.empty(best.shape, bool) if np.issubdtype(_compute_dtype(x.dtype), np.floating) else None
-    for tap in g.taps():
-        v = xp[g.slices(tap)]
+    for tap in sweep.taps():
+        v = sweep.tap(tap)
         np.greater(v, best, out=wins)
         if nans is not None:
             np.logical_or(wins, np.isnan(v, out=nans), out=wins)
         np.copyto(best, v, where=wins)
         offset = sum(k * dl * st for k, dl, st in zip(tap, g.dilation, plane))
-        np.copyto(indices, base + offset, where=wins)
-    if best is not out:
-        store(out, best)
+        np.copyto(index, base + offset, where=wins)
+    np.copyto(out, best_view)
+    np.copyto(indices, index_view)
     return out, indices
 
 
@@ -150,21 +143,20 @@ def _avg_pool(
     g = _Windows(x, d, kernel_size, stride, padding, [1], ceil_mode)
     out = resize(out, g.out_shape)
     ct = _compute_dtype(x.dtype)
-    xp = padded(x, g.padding, g.extent, 0, ct)
-    acc = compute_target(out, ct)
-    for i, tap in enumerate(g.taps()):
+    sweep = g.sweep(x, 0, ct)
+    acc, acc_view = sweep.virtual(g.lead, ct)
+    for i, tap in enumerate(sweep.taps()):
         if i == 0:
-            np.copyto(acc, xp[g.slices(tap)])
+            np.copyto(acc, sweep.tap(tap))
         else:
-            np.add(acc, xp[g.slices(tap)], out=acc)
+            np.add(acc, sweep.tap(tap), out=acc)
     divisor = divisor_override if divisor_override else _avg_divisors(g, count_include_pad)
     if np.issubdtype(ct, np.integer):
         # torch divides integers in C++: truncation toward zero.
-        q = np.abs(acc) // divisor
-        np.copyto(acc, np.where(acc < 0, -q, q))
-    else:
-        np.divide(acc, divisor, out=acc, casting="unsafe")
-    return out if acc is out else store(out, acc)
+        q = np.abs(acc_view) // divisor
+        return store(out, np.where(acc_view < 0, -q, q))
+    np.divide(acc_view, divisor, out=out, casting="unsafe")
+    return out
 
 
 @kernel("aten::avg_pool2d.out")
