@@ -7,17 +7,15 @@ import pytest
 import torch
 
 from edgetorch.runtime.kernels import index
-from edgetorch.runtime.kernels.registry import KERNELS
 from tests.runtime.kernels.test_shape import (
     ALL_DTYPES,
     NUMERIC_DTYPES,
     T,
+    assert_kernels_take_schema_arguments,
     assert_same,
     check_out_variant,
-    kernels_of,
     materialize,
     run_kernel,
-    schema_arg_count,
     to_numpy,
 )
 
@@ -35,10 +33,7 @@ def mask(shape: tuple[int, ...]) -> T:
 
 
 def test_every_index_kernel_takes_the_schema_arguments():
-    names = kernels_of(index.__name__)
-    assert "aten::index.Tensor_out" in names and "aten::index_put_" in names
-    for name in names:
-        assert KERNELS[name][1] == schema_arg_count(name), name
+    assert_kernels_take_schema_arguments(index.__name__, {"aten::index.Tensor_out", "aten::index_put_"})
 
 
 A = T((3, 4, 5))
