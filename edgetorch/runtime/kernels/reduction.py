@@ -522,18 +522,62 @@ def logcumsumexp_out(x: np.ndarray, dim: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def _minkowski(diff: np.ndarray, p: float) -> np.ndarray:
-    """The p-norm of ``diff`` over its last axis (p = 0 counts non-zeros, p = inf takes the largest)."""
-    mag = np.abs(diff)
+def p_norm(x: np.ndarray, p: float, axes: tuple[int, ...] | None, keepdim: bool = False) -> np.ndarray:
+    """The p-norm of ``x`` over ``axes``: p = 0 counts non-zeros, p = inf (-inf) takes the largest (smallest)
+    magnitude, otherwise (sum |x|^p)^(1/p)."""
+    mag = np.abs(x)
     if p == 0:
-        return np.count_nonzero(mag, axis=-1).astype(diff.dtype)
+        return np.add.reduce(mag != 0, axis=axes, keepdims=keepdim).astype(mag.dtype)
+    if math.isinf(p) and p > 0:
+        return np.maximum.reduce(mag, axis=axes, keepdims=keepdim, initial=0)
     if math.isinf(p):
-        return mag.max(axis=-1, initial=0)
+        return np.minimum.reduce(mag, axis=axes, keepdims=keepdim)
     if p == 1:
-        return mag.sum(axis=-1)
+        return np.add.reduce(mag, axis=axes, keepdims=keepdim)
     if p == 2:
-        return np.sqrt(np.einsum("...i,...i->...", mag, mag))
-    return np.power(np.power(mag, p).sum(axis=-1), 1.0 / p)
+        return np.sqrt(np.add.reduce(mag * mag, axis=axes, keepdims=keepdim))
+    return np.power(np.add.reduce(np.power(mag, p), axis=axes, keepdims=keepdim), 1.0 / p)
+
+
+def _vector_norm(x: np.ndarray, p: float | None, dims, keepdim: bool, dtype: int | None, out: np.ndarray):
+    x = cast_input(x, dtype)
+    axes = reduction_axes(dims, x.ndim)
+    result = p_norm(x.astype(_float_acc(out), copy=False), 2.0 if p is None else p, axes)
+    return _write_stat(result, x, axes, keepdim, out)
+
+
+@kernel("aten::linalg_vector_norm.out")
+def linalg_vector_norm_out(
+    x: np.ndarray, ord: float, dim: list[int] | None, keepdim: bool, dtype: int | None, out: np.ndarray
+) -> np.ndarray:
+    """The ``ord``-norm of ``x`` over ``dim`` (None or [] = all) treated as one vector."""
+    return _vector_norm(x, ord, dim, keepdim, dtype, out)
+
+
+@kernel("aten::norm.out")
+def norm_out(x: np.ndarray, p: float | None, dim: list[int], keepdim: bool, out: np.ndarray) -> np.ndarray:
+    """The ``p``-norm (2 when None) of ``x`` over ``dim``."""
+    return _vector_norm(x, p, dim, keepdim, None, out)
+
+
+@kernel("aten::norm.dtype_out")
+def norm_dtype_out(
+    x: np.ndarray, p: float | None, dim: list[int], keepdim: bool, dtype: int, out: np.ndarray
+) -> np.ndarray:
+    """The ``p``-norm of ``x`` over ``dim``, computed in ``dtype``."""
+    return _vector_norm(x, p, dim, keepdim, dtype, out)
+
+
+@kernel("aten::norm.Scalar_out")
+def norm_all_out(x: np.ndarray, p: float, out: np.ndarray) -> np.ndarray:
+    """The ``p``-norm of every element."""
+    return _vector_norm(x, p, None, False, None, out)
+
+
+@kernel("aten::norm.ScalarOpt_dtype_out")
+def norm_all_dtype_out(x: np.ndarray, p: float | None, dtype: int, out: np.ndarray) -> np.ndarray:
+    """The ``p``-norm of every element, computed in ``dtype``."""
+    return _vector_norm(x, p, None, False, dtype, out)
 
 
 def _check_p(p: float, op: str) -> None:
@@ -554,7 +598,7 @@ def cdist_out(x1: np.ndarray, x2: np.ndarray, p: float, compute_mode: int | None
         sq = np.sum(a * a, -1)[..., :, None] + np.sum(b * b, -1)[..., None, :] - 2 * (a @ np.swapaxes(b, -1, -2))
         result = np.sqrt(np.maximum(sq, 0, out=sq), out=sq)
     else:
-        result = _minkowski(a[..., :, None, :] - b[..., None, :, :], p)
+        result = p_norm(a[..., :, None, :] - b[..., None, :, :], p, -1)
     out = resize(out, (*batch, rows, cols))
     np.copyto(out, np.broadcast_to(result, out.shape), casting="unsafe")
     return out
@@ -568,5 +612,5 @@ def pdist_out(x: np.ndarray, p: float, out: np.ndarray) -> np.ndarray:
     first, second = np.triu_indices(x.shape[0], 1)
     xf = x.astype(acc, copy=False)
     out = resize(out, (first.size,))
-    np.copyto(out, _minkowski(xf[first] - xf[second], p), casting="unsafe")
+    np.copyto(out, p_norm(xf[first] - xf[second], p, -1), casting="unsafe")
     return out

@@ -382,3 +382,25 @@ def test_dynamic_shape_resizes_a_larger_out(name, args, reference):
     got = call(name, x, *args, out)
     check(got, want)
     assert np.shares_memory(got, out), "the result must live in the planned buffer"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("shape,dim,keepdim", [c for c in CASES if c[1] != []])
+@pytest.mark.parametrize("ord", [0.0, 1.0, 2.0, 3.0, 0.5, math.inf, -math.inf])
+def test_vector_norm(ord, shape, dim, keepdim, dtype):
+    x = make(shape, dtype)
+    want = aten.linalg_vector_norm(x, ord, dim, keepdim)
+    check(call("aten::linalg_vector_norm.out", x, ord, dim, keepdim, None, planned(want)), want, rtol=1e-4)
+    if dim:
+        want = aten.norm.ScalarOpt_dim(x, ord, dim, keepdim)
+        check(call("aten::norm.out", x, ord, dim, keepdim, planned(want)), want, rtol=1e-4)
+
+
+def test_norm_with_dtype_and_over_everything():
+    x = make((3, 4), torch.float32)
+    want = aten.norm.ScalarOpt_dim_dtype(x, 2.0, [1], False, dtype=torch.float64)
+    check(call("aten::norm.dtype_out", x, 2.0, [1], False, 7, planned(want)), want)
+    want = aten.norm.Scalar(x, 3.0)
+    check(call("aten::norm.Scalar_out", x, 3.0, planned(want)), want)
+    want = aten.norm.ScalarOpt_dtype(x, None, dtype=torch.float64)
+    check(call("aten::norm.ScalarOpt_dtype_out", x, None, 7, planned(want)), want)
