@@ -14,18 +14,10 @@ from edgetorch.runtime.kernels.shape import along, copy_into, wrap_dim
 
 
 def index_tuple(indices: list[np.ndarray | None]) -> tuple:
-    """A NumPy index for a torch ``Tensor?[]`` index list (uint8 and bool tensors are masks)."""
-    parts: list[object] = []
-    for idx in indices:
-        if idx is None:
-            parts.append(slice(None))
-        elif idx.dtype in (np.bool_, np.uint8) and idx.ndim > 0:
-            parts.extend(np.nonzero(idx))
-        elif idx.dtype == np.uint8:
-            parts.append(idx.astype(np.bool_))
-        else:
-            parts.append(idx)
-    return tuple(parts)
+    """A NumPy index for a torch ``Tensor?[]`` index list (a uint8 tensor is a mask, as a bool one)."""
+    return tuple(
+        slice(None) if idx is None else idx.astype(np.bool_) if idx.dtype == np.uint8 else idx for idx in indices
+    )
 
 
 @kernel("aten::index.Tensor_out")
