@@ -102,8 +102,14 @@ def scatter_source(src: np.ndarray | float | int | bool, index: np.ndarray, dtyp
     return np.asarray(src).astype(dtype)
 
 
-REDUCE_UFUNCS = {"add": np.add, "sum": np.add, "multiply": np.multiply, "prod": np.multiply}
-REDUCE_UFUNCS.update(amax=np.maximum, amin=np.minimum)
+REDUCE_UFUNCS = {
+    "add": np.add,
+    "sum": np.add,
+    "multiply": np.multiply,
+    "prod": np.multiply,
+    "amax": np.maximum,
+    "amin": np.minimum,
+}
 
 
 def reduce_ufunc(reduce: str) -> np.ufunc:
@@ -114,7 +120,14 @@ def reduce_ufunc(reduce: str) -> np.ufunc:
         raise ValueError(f"unsupported scatter reduction {reduce!r}; expected one of {sorted(REDUCE_UFUNCS)}") from None
 
 
-def scatter_into(self, dim, index, src, out, reduce: str | None = None) -> np.ndarray:
+def scatter_into(
+    self: np.ndarray,
+    dim: int,
+    index: np.ndarray,
+    src: np.ndarray | float,
+    out: np.ndarray,
+    reduce: str | None = None,
+) -> np.ndarray:
     """A copy of ``self`` with ``src`` written (or reduced with ``reduce``) at ``index`` along ``dim``."""
     out, target, where = scattered(self, dim, index, out)
     values = scatter_source(src, index, target.dtype)
