@@ -436,3 +436,70 @@ def _pad_kernel(d: int, reflect: bool):
 for _d in (1, 2, 3):
     register_kernel(f"aten::reflection_pad{_d}d.out", _pad_kernel(_d, True))
     register_kernel(f"aten::replication_pad{_d}d.out", _pad_kernel(_d, False))
+
+
+def _reflect(coord: np.ndarray, twice_low: int, twice_high: int) -> np.ndarray:
+    """Fold ``coord`` into ``[twice_low/2, twice_high/2]`` by mirroring at the borders (torch's reflect_coordinates)."""
+    if twice_low == twice_high:
+        return np.zeros_like(coord)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    coord = np.abs(coord - low)
+    extra = np.fmod(coord, span)
+    flips = np.floor(coord / span)
+    return np.where(flips % 2 == 0, extra + low, span - extra + low)
+
+
+def _grid_source(coord: np.ndarray, size: int, padding_mode: int, align_corners: bool) -> np.ndarray:
+    """Pixel coordinate of normalised grid values in [-1, 1], after border (1) or reflection (2) padding."""
+    if align_corners:
+        coord = (coord + 1) / 2 * (size - 1)
+    else:
+        coord = ((coord + 1) * size - 1) / 2
+    if padding_mode == 2:
+        coord = _reflect(coord, 0, 2 * (size - 1)) if align_corners else _reflect(coord, -1, 2 * size - 1)
+    if padding_mode in (1, 2):
+        coord = np.clip(coord, 0, size - 1)
+    # Like torch, non-finite or huge coordinates become an out-of-bounds pixel instead of overflowing.
+    return np.where(np.isfinite(coord) & (np.abs(coord) < 2**31), coord, -100)
+
+
+@kernel("aten::grid_sampler_2d.out")
+def grid_sampler_2d(
+    input: np.ndarray,
+    grid: np.ndarray,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """Sample ``input`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2) points: bilinear (0) or nearest (1) interpolation."""
+    if interpolation_mode not in (0, 1):
+        raise ValueError(
+            f"grid_sampler_2d: interpolation mode {interpolation_mode} (bicubic) is not supported by this runtime; "
+            "export the model with mode='bilinear' or 'nearest'"
+        )
+    n, c, h, w = input.shape
+    out = resize(out, (n, c, *grid.shape[1:3]))
+    g = upcast(grid).reshape(n, -1, 2)
+    ix = _grid_source(g[..., 0], w, padding_mode, align_corners)
+    iy = _grid_source(g[..., 1], h, padding_mode, align_corners)
+    if interpolation_mode == 1:
+        corners = [(np.rint(ix), np.rint(iy), None)]
+    else:
+        x0, y0 = np.floor(ix), np.floor(iy)
+        x1, y1 = x0 + 1, y0 + 1
+        corners = [
+            (x0, y0, (x1 - ix) * (y1 - iy)),
+            (x1, y0, (ix - x0) * (y1 - iy)),
+            (x0, y1, (x1 - ix) * (iy - y0)),
+            (x1, y1, (ix - x0) * (iy - y0)),
+        ]
+    flat = upcast(input).reshape(n, c, h * w)
+    acc = np.zeros((n, c, ix.shape[1]), flat.dtype)
+    for cx, cy, weight in corners:
+        inside = (cx >= 0) & (cx < w) & (cy >= 0) & (cy < h)
+        index = np.where(inside, cy * w + cx, 0).astype(np.int64)
+        values = np.take_along_axis(flat, index[:, None, :], axis=2)
+        scale = inside if weight is None else weight * inside
+        acc += values * scale[:, None, :].astype(flat.dtype)
+    return store(out, acc.reshape(out.shape))

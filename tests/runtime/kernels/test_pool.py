@@ -287,3 +287,21 @@ def test_reflection_and_replication_pad(shape, padding, dtype, mode):
 def test_reflection_pad_rejects_padding_not_smaller_than_input():
     with pytest.raises(ValueError, match="smaller"):
         KERNELS["aten::reflection_pad1d.out"][0](np.zeros((1, 3), np.float32), [3, 0], np.zeros((1, 6), np.float32))
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("padding_mode", [0, 1, 2])
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_grid_sampler_2d(mode, padding_mode, align_corners, dtype):
+    x = sample((2, 3, 5, 7), dtype)
+    grid = (torch.rand(2, 4, 6, 2) * 2.6 - 1.3).to(dtype)
+    expected = aten.grid_sampler_2d.default(x, grid, mode, padding_mode, align_corners)
+    check(call("aten::grid_sampler_2d.out", x, grid, mode, padding_mode, align_corners, out_like=expected), expected)
+
+
+def test_grid_sampler_2d_rejects_bicubic():
+    with pytest.raises(ValueError, match="bicubic"):
+        KERNELS["aten::grid_sampler_2d.out"][0](
+            np.zeros((1, 1, 2, 2), np.float32), np.zeros((1, 1, 1, 2), np.float32), 2, 0, False, np.zeros((1, 1, 1, 1))
+        )
