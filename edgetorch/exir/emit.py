@@ -219,7 +219,7 @@ class MethodEmitter:
 
     def _operator(self, node: torch.fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         schema = op._schema
-        ids, outs = [], []
+        ids, outs, out_ids = [], [], []
         for i, arg in enumerate(schema.arguments):
             if arg.name in kwargs:
                 v = kwargs[arg.name]
@@ -230,9 +230,10 @@ class MethodEmitter:
             ids.append(self._arg(v, arg.type))
             if arg.is_out:
                 outs.append(v)
+                out_ids.append(ids[-1])
         if outs:
             result = outs[0] if len(outs) == 1 else outs
-            ret = result if len(outs) == 1 else self._value(TensorList([o.id for o in outs]))
+            ret = Value(out_ids[0]) if len(outs) == 1 else self._value(TensorList(out_ids))
         elif is_inplace(op):
             result = ret = Value(ids[0])
         elif _returns_scalar(schema):
@@ -270,7 +271,7 @@ class MethodEmitter:
         return self._constant(v).id
 
     def _list(self, items: list, elem: Any) -> int:
-        kind = str(elem) if elem is not None else _guess_kind(items)
+        kind = _list_kind(elem) if elem is not None else _guess_kind(items)
         if kind == "Tensor":
             return self._value(TensorList([self._arg(i, None) for i in items])).id
         if kind == "Tensor?":
@@ -340,6 +341,13 @@ class MethodEmitter:
 
 def _returns_scalar(schema: torch._C.FunctionSchema) -> bool:
     return len(schema.returns) == 1 and str(schema.returns[0].type) in ("int", "SymInt", "float", "bool", "Scalar")
+
+
+def _list_kind(elem: Any) -> str:
+    if isinstance(elem, torch.OptionalType) and isinstance(elem.getElementType(), torch.TensorType):
+        return "Tensor?"
+    kinds = {torch.TensorType: "Tensor", torch.FloatType: "float", torch.BoolType: "bool"}
+    return next((kind for t, kind in kinds.items() if isinstance(elem, t)), "int")
 
 
 def _guess_kind(items: list) -> str:

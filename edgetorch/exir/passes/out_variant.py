@@ -130,8 +130,11 @@ def _to_out_variant(gm: torch.fx.GraphModule, node: torch.fx.Node, target: torch
     names = {a.name for a in out_op._schema.arguments}
     kwargs = {k: v for k, v in node.kwargs.items() if k in names}
     with gm.graph.inserting_before(node):
-        for name, spec, val in zip(out_names, specs, _vals(node)):
-            kwargs[name] = _alloc_node(gm, spec, val)
+        if _is_list_out(out_op, out_names):
+            kwargs[out_names[0]] = _alloc_node(gm, specs, _vals(node))
+        else:
+            for name, spec, val in zip(out_names, specs, _vals(node)):
+                kwargs[name] = _alloc_node(gm, spec, val)
     node.target = out_op
     node.kwargs = kwargs
 
@@ -141,8 +144,15 @@ def _vals(node: torch.fx.Node) -> list:
     return list(val) if isinstance(val, (list, tuple)) else [val]
 
 
-def _alloc_node(gm: torch.fx.GraphModule, spec: TensorSpec, val: Any) -> torch.fx.Node:
-    alloc = gm.graph.call_function(memory.alloc, ((spec.shape, spec.dtype),))
+def _is_list_out(op: torch._ops.OpOverload, out_names: tuple[str, ...]) -> bool:
+    """True for ops such as ``split_copy.Tensor_out`` whose single out argument is a list of tensors."""
+    arg = next(a for a in op._schema.arguments if a.name == out_names[0])
+    return len(out_names) == 1 and isinstance(arg.type, torch.ListType)
+
+
+def _alloc_node(gm: torch.fx.GraphModule, spec: TensorSpec | list[TensorSpec], val: Any) -> torch.fx.Node:
+    shapes = [(s.shape, s.dtype) for s in spec] if isinstance(spec, list) else (spec.shape, spec.dtype)
+    alloc = gm.graph.call_function(memory.alloc, (shapes,))
     alloc.meta["spec"] = spec
     alloc.meta["val"] = val
     return alloc
@@ -193,6 +203,9 @@ def _parse(op: torch._ops.OpOverload) -> FunctionSchema | None:
 
 def _where(node: torch.fx.Node) -> str:
     """The node's name and the last source line that produced it."""
-    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
-    lines = [t.strip() for t in trace if t.strip().startswith("File ")]
-    return f"node {node.name} ({lines[-1]})" if lines else f"node {node.name}"
+    trace = [t.strip() for t in (node.meta.get("stack_trace") or "").strip().splitlines()]
+    files = [i for i, t in enumerate(trace) if t.startswith("File ")]
+    if not files:
+        return f"node {node.name}"
+    code = trace[files[-1] + 1] if files[-1] + 1 < len(trace) else ""
+    return f"node {node.name} ({trace[files[-1]]}: {code})"

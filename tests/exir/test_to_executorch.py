@@ -1,0 +1,275 @@
+"""End to end: export -> to_executorch -> .pte bytes that the real ExecuTorch runtime runs like eager PyTorch."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch.export import Dim, export
+
+from edgetorch.exir.memory_planning import verify_plan
+from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
+from edgetorch.format.pte import load_pte
+
+et_runtime = pytest.importorskip("executorch.runtime")
+warnings.filterwarnings("ignore", category=UserWarning)
+
+
+def lower(model: torch.nn.Module, args: tuple, **kwargs) -> ExecutorchProgramManager:
+    with torch.no_grad():
+        ep = export(model, args, **kwargs).run_decompositions()
+    return ExecutorchProgramManager({"forward": ep})
+
+
+def run_et(buffer: bytes, inputs: list, method: str = "forward") -> list:
+    program = et_runtime.Runtime.get().load_program(buffer)
+    return program.load_method(method).execute(inputs)
+
+
+def assert_close(got: list, expected: object, atol: float = 1e-5) -> None:
+    flat = torch.utils._pytree.tree_leaves(expected)
+    assert len(got) == len(flat)
+    for g, e in zip(got, flat):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(g, e, atol=atol, rtol=atol)
+        else:
+            assert g == e
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+    def forward(self, x):
+        return self.net(x).softmax(-1)
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn(self.conv(x))))
+        return self.head(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d: int = 16, heads: int = 2):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class Recurrent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 6, batch_first=True)
+        self.gru = torch.nn.GRU(6, 5, batch_first=True)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        z, h = self.gru(y)
+        return z, h
+
+
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(3))
+
+    def forward(self, x):
+        self.count.add_(x)
+        return self.count.clone()
+
+
+class KVCache(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(8, 4))
+
+    def forward(self, pos, value):
+        self.cache.index_copy_(0, pos, value)
+        return self.cache.sum(0)
+
+
+class Cond(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,))
+
+
+STATIC_MODELS = [
+    (MLP, (torch.randn(2, 8),)),
+    (ConvNet, (torch.randn(1, 3, 8, 8),)),
+    (Block, (torch.randn(2, 5, 16),)),
+    (Recurrent, (torch.randn(2, 3, 4),)),
+]
+
+
+@pytest.mark.parametrize("cls,args", STATIC_MODELS, ids=[m.__name__ for m, _ in STATIC_MODELS])
+def test_model_runs_on_executorch(cls, args):
+    torch.manual_seed(0)
+    model = cls().eval()
+    prog = lower(model, args)
+    verify_plan(prog.memory_plans["forward"])
+    assert_close(run_et(prog.buffer, list(args)), model(*args), atol=1e-4)
+
+
+def test_dynamic_batch_runs_at_several_sizes():
+    model = MLP().eval()
+    prog = lower(model, (torch.randn(2, 8),), dynamic_shapes={"x": {0: Dim("b", max=16)}})
+    [x_spec] = [s for s in prog.memory_plans["forward"].specs if s.name == "x"]
+    assert x_spec.shape == (16, 8) and x_spec.dynamic
+    method = et_runtime.Runtime.get().load_program(prog.buffer).load_method("forward")
+    for batch in (1, 5, 16):
+        x = torch.randn(batch, 8)
+        assert_close(method.execute([x]), model(x))
+
+
+def test_symbolic_sizes_become_executorch_prim_ops():
+    class Flatten(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(x.shape[0] * x.shape[1])
+
+    dims = {"x": {0: Dim("a", max=8), 1: Dim("b", max=8)}}
+    prog = lower(Flatten(), (torch.randn(3, 4),), dynamic_shapes=dims)
+    names = {op.name for op in prog.executorch_program.execution_plan[0].operators}
+    assert "executorch_prim::mul" in names and "aten::sym_size" in names
+    x = torch.randn(5, 7)
+    assert_close(run_et(prog.buffer, [x]), x.reshape(35))
+
+
+def test_buffer_counter_keeps_state_across_calls():
+    prog = lower(Counter(), (torch.ones(3),))
+    graph = str(prog.exported_program().graph_module.graph)
+    assert "aten.copy_.default" in graph and "alloc" in graph
+    method = et_runtime.Runtime.get().load_program(prog.buffer).load_method("forward")
+    for step in (1, 2, 3):
+        assert_close(method.execute([torch.ones(3)]), torch.full((3,), float(step)))
+
+
+def test_kv_cache_index_copy_into_buffer():
+    model = KVCache()
+    prog = lower(model, (torch.tensor([0]), torch.ones(1, 4)))
+    method = et_runtime.Runtime.get().load_program(prog.buffer).load_method("forward")
+    for pos in (0, 3, 5):
+        value = torch.randn(1, 4)
+        expected = model(torch.tensor([pos]), value)
+        assert_close(method.execute([torch.tensor([pos]), value]), expected)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_cond_takes_the_right_branch(sign):
+    x = torch.rand(4) * sign
+    prog = lower(Cond(), (torch.randn(4),))
+    verify_plan(prog.memory_plans["forward"])
+    assert_close(run_et(prog.buffer, [x]), x.sin() if sign > 0 else x.cos())
+
+
+def test_two_methods_and_constant_methods():
+    enc, dec = torch.nn.Linear(10, 5), torch.nn.Linear(5, 10)
+    with torch.no_grad():
+        programs = {
+            "encode": export(enc, (torch.randn(1, 10),)).run_decompositions(),
+            "decode": export(dec, (torch.randn(1, 5),)).run_decompositions(),
+        }
+    constants = {"get_max_seq_len": 128, "use_kv": True, "scale": 0.5}
+    prog = ExecutorchProgramManager(programs, constants)
+    assert prog.methods == {"encode", "decode"} and prog.config_methods == set(constants)
+    x, z = torch.randn(1, 10), torch.randn(1, 5)
+    assert_close(run_et(prog.buffer, [x], "encode"), enc(x), atol=1e-4)
+    assert_close(run_et(prog.buffer, [z], "decode"), dec(z), atol=1e-4)
+    for name, value in constants.items():
+        assert run_et(prog.buffer, [], name) == [value]
+    plans = {p.name: p for p in load_pte(prog.buffer).program.execution_plan}
+    assert plans["get_max_seq_len"].chains[0].instructions == []
+
+
+def test_outputs_scalars_lists_and_aliases():
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            values, indices = x.max(0)
+            return [values, indices], x, self.w, x.shape[0]
+
+    model = Mixed()
+    x = torch.randn(4, 3)
+    got = run_et(lower(model, (x,)).buffer, [x])
+    assert_close(got, list(torch.utils._pytree.tree_leaves(model(x))))
+
+
+def test_constants_live_in_one_aligned_segment():
+    model = MLP()
+    prog = lower(model, (torch.randn(2, 8),))
+    pte = load_pte(prog.buffer)
+    offsets = pte.program.constant_segment.offsets
+    assert offsets[0] == 0 and len(offsets) == 5 and all(o % 16 == 0 for o in offsets)
+    weight = pte.segment(0)[offsets[1] : offsets[1] + 16 * 8 * 4]
+    assert torch.equal(torch.frombuffer(bytearray(weight), dtype=torch.float32).reshape(16, 8), model.net[0].weight)
+
+
+def test_save_and_write_to_file(tmp_path):
+    prog = lower(MLP(), (torch.randn(2, 8),))
+    prog.save(tmp_path / "m.pte")
+    assert (tmp_path / "m.pte").read_bytes() == prog.buffer and prog.buffer[4:8] == b"ET12"
+    with pytest.raises(ValueError, match=".pte"):
+        prog.save(tmp_path / "m.bin")
+
+
+def test_debug_handle_map_names_every_kernel_call():
+    prog = lower(MLP(), (torch.randn(2, 8),))
+    names = prog.debug_handle_map["forward"]
+    graph_names = {n.name for n in prog.exported_program().graph.nodes}
+    assert len(names) == len(prog.executorch_program.execution_plan[0].chains[0].instructions)
+    assert all(n in graph_names for n in names)
+
+
+def test_unsupported_operator_names_op_and_source_line():
+    from edgetorch.errors import UnsupportedOperatorError
+
+    @torch.library.custom_op("edgetorch_test::no_out", mutates_args=())
+    def no_out(x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+    no_out.register_fake(lambda x: torch.empty_like(x))
+
+    class NoOut(torch.nn.Module):
+        def forward(self, x):
+            return no_out(x) + 1
+
+    with pytest.raises(
+        UnsupportedOperatorError,
+        match=r"test_to_executorch.py.*no_out\(x\) \+ 1.*edgetorch_test::no_out has no out variant",
+    ):
+        lower(NoOut(), (torch.randn(8),))
+
+
+def test_config_passes_run_after_spec_prop_before_out_variants():
+    seen = []
+
+    def record(gm: torch.fx.GraphModule) -> None:
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        seen.append((all("spec" in n.meta for n in calls), any("out" in str(n.target) for n in calls)))
+
+    with torch.no_grad():
+        ep = export(MLP(), (torch.randn(2, 8),)).run_decompositions()
+    ExecutorchProgramManager({"forward": ep}, config=ExecutorchBackendConfig(passes=[record]))
+    assert seen == [(True, False)]
