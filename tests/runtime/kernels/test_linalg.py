@@ -1,11 +1,12 @@
 """Matrix kernels and embedding against torch eager."""
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
 
 from edgetorch.runtime.kernels.registry import KERNELS
+from tests.runtime.kernels.test_pool import call
+from tests.runtime.kernels.test_pool import check as pool_check
 
 aten = torch.ops.aten
 
@@ -17,27 +18,8 @@ TOL = {
 }
 
 
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().astype(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
-def call(name: str, *args, out_like: torch.Tensor):
-    out = np.empty(tuple(out_like.shape), to_numpy(out_like).dtype)
-    fn, nargs = KERNELS[name]
-    assert nargs == len(args) + 1
-    result = fn(*[to_numpy(a) if isinstance(a, torch.Tensor) else a for a in args], out)
-    assert np.shares_memory(result, out)
-    return result
-
-
 def check(result: np.ndarray, expected: torch.Tensor) -> None:
-    assert result.shape == tuple(expected.shape)
-    assert result.dtype == to_numpy(expected).dtype
-    np.testing.assert_allclose(
-        result.astype(np.float64), expected.double().numpy(), **TOL.get(expected.dtype, dict(rtol=0, atol=0))
-    )
+    pool_check(result, expected, tolerances=TOL)
 
 
 def rand(*shape, dtype=torch.float32):

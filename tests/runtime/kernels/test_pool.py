@@ -1,4 +1,7 @@
-"""Pooling, upsampling and padding kernels against torch eager."""
+"""Pooling, upsampling, padding and grid-sampling kernels against torch eager.
+
+Also home of the kernel-calling helpers (``to_numpy``, ``call``, ``check``) the conv and linalg tests share.
+"""
 
 import ml_dtypes
 import numpy as np
@@ -35,10 +38,11 @@ def call(name: str, *args, out_like):
     return result
 
 
-def check(result: np.ndarray, expected: torch.Tensor, exact: bool = False) -> None:
+def check(result: np.ndarray, expected: torch.Tensor, exact: bool = False, tolerances: dict | None = None) -> None:
+    """``result`` has ``expected``'s shape and dtype and its values (to a per-dtype tolerance; ints exactly)."""
     assert result.shape == tuple(expected.shape)
     assert result.dtype == to_numpy(expected).dtype
-    tol = dict(rtol=0, atol=0) if exact else TOL.get(expected.dtype, dict(rtol=0, atol=0))
+    tol = dict(rtol=0, atol=0) if exact else (tolerances or TOL).get(expected.dtype, dict(rtol=0, atol=0))
     np.testing.assert_allclose(result.astype(np.float64), expected.double().numpy(), **tol)
 
 
