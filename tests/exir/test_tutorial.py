@@ -103,3 +103,54 @@ def test_transformed_program_runs_in_executorch():
     edge_program = to_edge(torch.export.export(model, (x,))).transform([ConvertReluToSigmoid()])
     (out,) = _run_pte(edge_program.to_executorch().buffer, (x,))
     torch.testing.assert_close(out, torch.sigmoid(model.conv(x)), atol=1e-4, rtol=1e-4)
+
+
+class TinyGPT(torch.nn.Module):
+    """A one-block nanoGPT (seeds/002): embeddings, causal SDPA attention, GELU MLP, last-token head."""
+
+    def __init__(self, vocab=50, block=8, dim=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.wte, self.wpe = torch.nn.Embedding(vocab, dim), torch.nn.Embedding(block, dim)
+        self.ln, self.qkv, self.proj = torch.nn.LayerNorm(dim), torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx):
+        b, t = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(0, t, dtype=torch.long))
+        q, k, v = (y.view(b, t, self.heads, -1).transpose(1, 2) for y in self.qkv(self.ln(x)).split(x.shape[2], dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, -1))
+        x = x + self.mlp(x)
+        return self.head(x[:, [-1], :])
+
+
+def test_nanogpt_with_dynamic_tokens_matches_executorch():
+    import collections
+
+    et_exir = pytest.importorskip("executorch.exir")
+    torch.manual_seed(0)
+    model = TinyGPT().eval()
+    example = (torch.randint(0, 50, (1, 4)),)
+    dynamic_shape = ({1: torch.export.Dim("token_dim", max=8)},)
+
+    def op_counts(manager):
+        nodes = manager.exported_program().graph_module.graph.nodes
+        return collections.Counter(
+            str(n.target if isinstance(n.target, torch._ops.OpOverload) else getattr(n.target, "_op", n.target))
+            for n in nodes
+            if n.op == "call_function"
+        )
+
+    edge = to_edge(torch.export.export(model, example, dynamic_shapes=dynamic_shape))
+    reference = et_exir.to_edge(torch.export.export(model, example, dynamic_shapes=dynamic_shape))
+    assert op_counts(edge) == op_counts(reference)
+
+    edge = edge.transform([ConvertReluToSigmoid()])  # an ExportPass re-trace under symbolic shapes
+    pte = edge.to_executorch().buffer
+    for tokens in (1, 6):
+        idx = torch.randint(0, 50, (1, tokens))
+        torch.testing.assert_close(edge.exported_program().module()(idx), model(idx))
+        (out,) = _run_pte(pte, (idx,))
+        torch.testing.assert_close(out, model(idx), atol=1e-4, rtol=1e-4)
