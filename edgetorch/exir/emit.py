@@ -24,7 +24,14 @@ from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
 from edgetorch.exir.dialects._ops import to_aten
 from edgetorch.exir.passes.out_variant import SymOp
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DTYPE_TO_SCALAR, TensorSpec, is_inplace, spec_leaves
+from edgetorch.exir.passes.spec_prop import (
+    CONTROL_FLOW_OPS,
+    DELEGATE_CALL,
+    DTYPE_TO_SCALAR,
+    TensorSpec,
+    is_inplace,
+    spec_leaves,
+)
 from edgetorch.format.program import (
     AllocationDetails,
     BackendDelegate,
@@ -198,7 +205,7 @@ class MethodEmitter:
             return self._spec_value(node.meta["spec"])
         if target in CONTROL_FLOW_OPS:
             return self._cond(gm, node, args)
-        if getattr(target, "_name", getattr(target, "__name__", None)) == "executorch_call_delegate":
+        if target is DELEGATE_CALL:
             return self._delegate(node, args)
         if isinstance(target, SymOp):
             return self._kernel(node, (target.op_name, target.overload), list(args), [self._sym_result(node)])

@@ -52,7 +52,7 @@ class MemoryPlanningPass(PassBase):
         skipped = {id(s) for s in self._unplanned(graph_module, graph_signature)}
         specs = [s for s in graph_specs(graph_module) if not s.const and id(s) not in skipped]
         bufsizes = plan(specs, self.algo, self.alignment)
-        unplanned = [s for s in graph_specs(graph_module) if id(s) in skipped]
+        unplanned = [s for s in graph_specs(graph_module) if id(s) in skipped and not s.const]
         self.plan = MemoryPlan(specs, bufsizes, self.alignment, unplanned)
         graph_module.meta["non_const_buffer_sizes"] = bufsizes
         return PassResult(graph_module, True)

@@ -23,7 +23,7 @@ from torchgen.model import FunctionSchema, SchemaKind
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
 from edgetorch.exir.dialects._ops import to_aten
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, TensorSpec, is_inplace, spec_leaves
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, TensorSpec, is_inplace, spec_leaves
 
 
 class SymOp:
@@ -106,7 +106,7 @@ def _convert(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
             ToOutVarPass()(getattr(gm, branch.target))
     elif isinstance(target, torch._ops.OpOverload) and target not in KEPT_OPS and not is_inplace(target):
         _to_out_variant(gm, node, target)
-    elif not isinstance(target, torch._ops.OpOverload) and node.target is not operator.getitem:
+    elif not isinstance(target, torch._ops.OpOverload) and target not in (operator.getitem, DELEGATE_CALL):
         raise UnsupportedOperatorError(
             f"{_where(node)}: expected an operator overload as call target, found {node.target!r}; "
             "only ATen, Edge, custom and control-flow ops can be compiled"

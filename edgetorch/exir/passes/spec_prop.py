@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._higher_order_ops.executorch_call_delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from torch.utils._sympy.value_ranges import bound_sympy
@@ -47,6 +48,7 @@ DTYPE_TO_SCALAR: dict[torch.dtype, ScalarType] = {
 
 SymDim = Any  # an int or a torch.SymInt
 CONTROL_FLOW_OPS = (torch.ops.higher_order.cond,)
+DELEGATE_CALL = executorch_call_delegate
 
 
 @dataclass(eq=False)

@@ -1,0 +1,150 @@
+"""Memory plans: no two live-at-once tensors share bytes, greedy never loses to naive, hooks and pools work."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.export import Dim, export
+
+from edgetorch.exir.memory_planning import MemoryPlan, MemoryPlanError, lower_bound, naive, verify_plan
+from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
+from edgetorch.exir.passes.spec_prop import TensorSpec
+from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
+from edgetorch.format.pte import load_pte
+from tests.exir.test_to_executorch import (
+    MLP,
+    Block,
+    Cond,
+    ConvNet,
+    Counter,
+    KVCache,
+    Recurrent,
+    assert_close,
+    run_et,
+)  # fmt: skip
+
+MODELS = [
+    (MLP, (torch.randn(2, 8),)),
+    (ConvNet, (torch.randn(1, 3, 8, 8),)),
+    (Block, (torch.randn(2, 5, 16),)),
+    (Recurrent, (torch.randn(2, 3, 4),)),
+    (Counter, (torch.ones(3),)),
+    (KVCache, (torch.tensor([1]), torch.ones(1, 4))),
+    (Cond, (torch.randn(4),)),
+]
+
+
+class Chain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+def edge(model: torch.nn.Module, args: tuple, **kwargs) -> torch.export.ExportedProgram:
+    with torch.no_grad():
+        return export(model.eval(), args, **kwargs).run_decompositions()
+
+
+def plan_with(ep: torch.export.ExportedProgram, planner: MemoryPlanningPass) -> ExecutorchProgramManager:
+    return ExecutorchProgramManager({"forward": ep}, config=ExecutorchBackendConfig(memory_planning_pass=planner))
+
+
+@pytest.mark.parametrize("cls,args", MODELS, ids=[m.__name__ for m, _ in MODELS])
+def test_plan_invariants_and_greedy_not_worse_than_naive(cls, args):
+    ep = edge(cls(), args)
+    greedy = plan_with(ep, MemoryPlanningPass("greedy")).memory_plans["forward"]
+    naive_plan = plan_with(ep, MemoryPlanningPass("naive")).memory_plans["forward"]
+    for plan in (greedy, naive_plan):
+        verify_plan(plan)
+        assert plan.bufsizes[0] == 0 and all(s.mem_id == 1 for s in plan.specs)
+    assert naive_plan.bufsizes[1] == sum(s.allocated_memory(16) for s in naive_plan.specs)
+    assert lower_bound(greedy.specs) <= greedy.bufsizes[1] <= naive_plan.bufsizes[1]
+
+
+def test_greedy_reuses_memory_on_a_linear_chain():
+    ep = edge(Chain(), (torch.randn(2, 8),))
+    greedy = plan_with(ep, MemoryPlanningPass("greedy")).memory_plans["forward"]
+    naive_plan = plan_with(ep, MemoryPlanningPass("naive")).memory_plans["forward"]
+    assert greedy.bufsizes[1] < naive_plan.bufsizes[1]
+    assert "arena sizes" in str(greedy) and "relu" in str(greedy)
+
+
+def test_checker_rejects_overlapping_live_tensors():
+    a = TensorSpec(torch.float32, (4,), (0,), name="a", shape=(4,), lifetime=[0, 3], mem_id=1, mem_offset=0)
+    b = TensorSpec(torch.float32, (4,), (0,), name="b", shape=(4,), lifetime=[2, 5], mem_id=1, mem_offset=0)
+    with pytest.raises(MemoryPlanError, match="live together"):
+        verify_plan(MemoryPlan([a, b], [0, 16]))
+    b.lifetime = [4, 5]
+    verify_plan(MemoryPlan([a, b], [0, 16]))
+    b.mem_offset = 8
+    with pytest.raises(MemoryPlanError, match="aligned"):
+        verify_plan(MemoryPlan([a, b], [0, 32]))
+
+
+def test_lower_bound_is_the_peak_of_live_bytes():
+    specs = [
+        TensorSpec(torch.float32, (n,), (0,), shape=(n,), lifetime=life)
+        for n, life in [(4, [0, 1]), (8, [1, 2]), (8, [3, 4])]
+    ]
+    assert lower_bound(specs) == 16 + 32
+
+
+def test_custom_algorithm_hook_is_used_and_program_still_runs():
+    def reverse_slots(specs: list[TensorSpec], alignment: int) -> None:
+        naive(list(reversed(specs)), alignment)
+
+    model, x = Chain().eval(), torch.randn(2, 8)
+    prog = plan_with(edge(model, (x,)), MemoryPlanningPass(reverse_slots))
+    plan = prog.memory_plans["forward"]
+    verify_plan(plan)
+    assert plan.specs[-1].mem_offset == 0 and plan.specs[0].mem_offset > 0
+    assert_close(run_et(prog.buffer, [x]), model(x), atol=1e-4)
+
+
+class AddsInPool2(MemoryPlanningPass):
+    def run(self, graph_module, graph_signature=None):
+        for node in graph_module.graph.nodes:
+            if node.op == "call_function" and str(node.target) == "aten.add.out":
+                node.kwargs["out"].meta["spec"].mem_id = 2
+        return super().run(graph_module, graph_signature)
+
+
+def test_custom_pools_give_two_arenas():
+    class AddMul(torch.nn.Module):
+        def forward(self, x, y):
+            return (x + y) * y + x
+
+    x, y = torch.randn(1, 3), torch.randn(1, 3)
+    prog = plan_with(edge(AddMul(), (x, y)), AddsInPool2())
+    plan = prog.memory_plans["forward"]
+    verify_plan(plan)
+    assert {s.mem_id for s in plan.specs} == {1, 2} and plan.bufsizes[1] > 0 and plan.bufsizes[2] > 0
+    assert_close(run_et(prog.buffer, [x, y]), AddMul()(x, y))
+
+
+def test_unplanned_inputs_have_no_allocation():
+    model, x = MLP().eval(), torch.randn(2, 8)
+    prog = plan_with(edge(model, (x,)), MemoryPlanningPass(alloc_graph_input=False))
+    plan = load_pte(prog.buffer).program.execution_plan[0]
+    assert plan.values[plan.inputs[0]].val.allocation_info is None
+    assert all(plan.values[i].val.allocation_info is not None for i in plan.outputs)
+    assert [s.name for s in prog.memory_plans["forward"].unplanned] == ["x"]
+
+
+def test_dynamic_shapes_are_planned_at_the_upper_bound():
+    ep = edge(MLP(), (torch.randn(2, 8),), dynamic_shapes={"x": {0: Dim("b", max=64)}})
+    plan = plan_with(ep, MemoryPlanningPass("naive")).memory_plans["forward"]
+    assert {s.shape[0] for s in plan.specs if s.dynamic} == {64}
+    assert plan.bufsizes[1] >= 64 * 8 * 4
+
+
+def test_bad_algorithm_and_alignment_are_rejected():
+    with pytest.raises(ValueError, match="unknown memory planning algorithm"):
+        MemoryPlanningPass("best")
+    with pytest.raises(ValueError, match="power of two"):
+        MemoryPlanningPass(alignment=12)
