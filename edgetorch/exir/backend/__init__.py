@@ -1,0 +1,31 @@
+"""edgetorch.exir.backend: backend delegation, mirroring ``executorch.exir.backend``.
+
+``Partitioner``/``PartitionResult``/``DelegationSpec`` tag what a backend takes,
+``BackendDetails.preprocess`` compiles it, ``to_backend`` cuts it out into a
+``LoweredBackendModule`` called through ``executorch_call_delegate``. Names load
+on first use so that the torch-free ``demo_runtime`` can live in this package.
+"""
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "BackendDetails": "backend_details",
+    "PreprocessResult": "backend_details",
+    "CompileSpec": "compile_spec_schema",
+    "DelegationSpec": "partitioner",
+    "PartitionResult": "partitioner",
+    "Partitioner": "partitioner",
+    "LoweredBackendModule": "lowered_backend_module",
+    "to_backend": "backend_api",
+    "executorch_call_delegate": "delegate",
+    "to_edge_transform_and_lower": "lower",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,260 @@
+"""``to_backend``: lower a whole Edge program to a backend, or the parts a partitioner tags.
+
+``to_backend(backend_id, program, compile_specs)`` runs the backend's
+``preprocess`` and returns a ``LoweredBackendModule``.
+``to_backend(program, partitioner)`` cuts every tagged partition out into its
+own program, lowers it, and returns the program with each partition replaced
+by an ``executorch_call_delegate`` call on a ``lowered_module_N`` attribute.
+May import torch and edgetorch.exir.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from typing import Any, overload
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    SymIntArgument,
+    TensorArgument,
+)
+from torch.fx.passes.tools_common import legalize_graph
+
+from edgetorch.exir.backend.backend_details import PreprocessResult, find_backend
+from edgetorch.exir.backend.compile_spec_schema import CompileSpec
+from edgetorch.exir.backend.delegate import executorch_call_delegate, get_lowered_module_name
+from edgetorch.exir.backend.lowered_backend_module import LoweredBackendModule
+from edgetorch.exir.backend.partition_utils import TAG, check_partition, nodes_by_tag
+from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner
+
+__all__ = ["LoweredBackendModule", "PartitionerError", "to_backend"]
+
+Node = torch.fx.Node
+
+
+class PartitionerError(RuntimeError):
+    """A partitioner broke its contract (changed the graph, or tagged without a DelegationSpec)."""
+
+
+@overload
+def to_backend(
+    backend_id: str, edge_program: ExportedProgram, compile_specs: list[CompileSpec]
+) -> LoweredBackendModule: ...
+@overload
+def to_backend(edge_program: ExportedProgram, partitioner: Partitioner | type[Partitioner]) -> ExportedProgram: ...
+def to_backend(first: Any, *args: Any) -> Any:
+    """Lower an Edge program to a backend, whole (by backend id) or in partitions (by partitioner).
+
+    ``to_backend("MyBackend", program, compile_specs)`` -> ``LoweredBackendModule``;
+    ``to_backend(program, partitioner)`` -> ``ExportedProgram`` with delegate calls.
+    A partitioner class is accepted as well as an instance (the tutorial passes the class).
+    """
+    if isinstance(first, str):
+        return lower_program(first, *args)
+    if isinstance(first, ExportedProgram):
+        return partition_and_lower(first, *args)
+    raise TypeError(
+        f"to_backend expects (backend_id: str, ExportedProgram, compile_specs) or (ExportedProgram, Partitioner), "
+        f"found a first argument of type {type(first).__name__}"
+    )
+
+
+def lower_program(
+    backend_id: str, edge_program: ExportedProgram, compile_specs: list[CompileSpec]
+) -> LoweredBackendModule:
+    """Run backend ``backend_id``'s ``preprocess`` on a copy of ``edge_program`` and wrap the result."""
+    if not isinstance(edge_program, ExportedProgram):
+        raise TypeError(f"to_backend needs an ExportedProgram to lower, found {type(edge_program).__name__}")
+    backend = find_backend(backend_id)
+    result = backend.preprocess(copy.deepcopy(edge_program), list(compile_specs))
+    if not isinstance(result, PreprocessResult):
+        raise TypeError(f"{backend_id}.preprocess must return a PreprocessResult, returned {type(result).__name__}")
+    lowered = LoweredBackendModule(
+        edge_program, backend_id, result.processed_bytes, compile_specs, result.data_store_output
+    )
+    lowered.meta["debug_handle_map"] = result.debug_handle_map
+    return lowered
+
+
+def partition_and_lower(edge_program: ExportedProgram, partitioner: Partitioner | type[Partitioner]) -> ExportedProgram:
+    """Apply ``partitioner`` to a copy of ``edge_program`` and replace every tagged partition by a delegate."""
+    if isinstance(partitioner, type):
+        partitioner = partitioner()
+    program = copy.deepcopy(edge_program)
+    before = _fingerprint(program.graph_module)
+    result = partitioner.partition(program)
+    tags = result.partition_tags
+    if tags is None:
+        raise PartitionerError(f"{type(partitioner).__name__}.partition returned partition_tags=None; return a dict")
+    program = result.tagged_exported_program
+    if _fingerprint(program.graph_module) != before:
+        raise PartitionerError(
+            f"{type(partitioner).__name__}.partition changed the graph; a partitioner may only set node.meta[{TAG!r}]"
+        )
+    cut = _Cutter(program)
+    found = list(nodes_by_tag(program.graph_module))
+    missing = [t for t in found if t not in tags]
+    if missing:
+        raise PartitionerError(f"nodes are tagged {missing}, but partition_tags has no DelegationSpec for them")
+    for tag in found:
+        # Looked up again each time: cutting a partition re-sorts the graph into new nodes.
+        cut.lower(tag, nodes_by_tag(cut.gm)[tag], tags[tag])
+    return cut.finish()
+
+
+def _fingerprint(graph_module: torch.fx.GraphModule) -> list[tuple]:
+    return [(n.op, n.name, str(n.target), str(n.args), str(n.kwargs)) for n in graph_module.graph.nodes]
+
+
+class _Cutter:
+    """Replaces partitions of one program by delegate calls, then rebuilds the program once."""
+
+    def __init__(self, program: ExportedProgram) -> None:
+        self.program = program
+        self.gm = program.graph_module
+        self.input_specs = {s.arg.name: s for s in program.graph_signature.input_specs}
+        self.state_dict = dict(program.state_dict)
+        self.constants = dict(program.constants)
+
+    def lower(self, tag: str, nodes: list[Node], spec: DelegationSpec) -> None:
+        """Cut the nodes tagged ``tag`` out into a program, lower it, and call the delegate in their place."""
+        owned = [n for n in nodes if n.op == "placeholder" and self._is_constant(n)]
+        ops = [n for n in nodes if n.op == "call_function"]
+        if not ops:
+            return
+        check_partition(ops, tag)
+        self._check_owned(owned, ops, tag)
+        sub, inputs, outputs = self._extract(owned, ops)
+        lowered = lower_program(spec.backend_id, sub, spec.compile_specs)
+        self._replace(ops, owned, inputs, outputs, lowered)
+
+    def _is_constant(self, node: Node) -> bool:
+        spec = self.input_specs.get(node.name)
+        return spec is not None and spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+    @staticmethod
+    def _check_owned(owned: list[Node], ops: list[Node], tag: str) -> None:
+        inside = set(ops)
+        for node in owned:
+            others = [u.name for u in node.users if u not in inside]
+            if others:
+                raise PartitionerError(
+                    f"constant {node.name} is tagged {tag!r} but also used by {others} outside the partition; "
+                    "tag a constant only when all its users share its tag"
+                )
+
+    def _extract(self, owned: list[Node], ops: list[Node]) -> tuple[ExportedProgram, list[Node], list[Node]]:
+        """The partition as its own program; also its external inputs and its outputs (parent nodes)."""
+        inside = set(ops) | set(owned)
+        inputs = list(dict.fromkeys(a for n in ops for a in n.all_input_nodes if a not in inside))
+        outputs = [n for n in ops if any(u not in inside for u in n.users)]
+        graph, env = torch.fx.Graph(), {}
+        root = torch.nn.Module()
+        for node in [*owned, *inputs]:
+            env[node] = self._copy_input(graph, root, node)
+        for node in ops:
+            env[node] = graph.node_copy(node, env.__getitem__)
+            env[node].meta.pop(TAG, None)
+        graph.output(tuple(env[n] for n in outputs))
+        signature = ExportGraphSignature(
+            input_specs=[self._owned_spec(n) for n in owned]
+            + [InputSpec(InputKind.USER_INPUT, _argument(n), None) for n in inputs if n.op != "get_attr"],
+            output_specs=[OutputSpec(OutputKind.USER_OUTPUT, _argument(env[n]), None) for n in outputs],
+        )
+        user_vals = [n.meta["val"] for n in inputs if n.op != "get_attr"]
+        call = ModuleCallSignature(
+            inputs=[],
+            outputs=[],
+            in_spec=pytree.tree_flatten((tuple(user_vals), {}))[1],
+            out_spec=pytree.tree_flatten(tuple(n.meta["val"] for n in outputs))[1],
+        )
+        targets = {self.input_specs[n.name].target for n in owned}
+        sub = ExportedProgram(
+            root=root,
+            graph=graph,
+            graph_signature=signature,
+            state_dict={k: v for k, v in self.state_dict.items() if k in targets},
+            range_constraints=self.program.range_constraints,
+            module_call_graph=[ModuleCallEntry("", call)],
+            constants={k: v for k, v in self.constants.items() if k in targets},
+            verifiers=self.program.verifiers,
+        )
+        return sub, [n for n in inputs if n.op != "get_attr"], outputs
+
+    def _copy_input(self, graph: torch.fx.Graph, root: torch.nn.Module, node: Node) -> Node:
+        if node.op == "get_attr":
+            setattr(root, node.target, getattr(self.gm, node.target))
+            return graph.node_copy(node)
+        placeholder = graph.placeholder(node.name)
+        placeholder.meta = {k: v for k, v in node.meta.items() if k != TAG}
+        return placeholder
+
+    def _owned_spec(self, node: Node) -> InputSpec:
+        spec = self.input_specs[node.name]
+        return InputSpec(spec.kind, TensorArgument(node.name), spec.target, spec.persistent)
+
+    def _replace(
+        self, ops: list[Node], owned: list[Node], inputs: list[Node], outputs: list[Node], lowered: LoweredBackendModule
+    ) -> None:
+        graph = self.gm.graph
+        name = get_lowered_module_name(self.gm, lowered)
+        with graph.inserting_before(ops[-1]):
+            module = graph.get_attr(name)
+            call = graph.call_function(executorch_call_delegate, (module, *inputs))
+            call.meta["val"] = tuple(n.meta["val"] for n in outputs)
+            call.meta["debug_handle"] = self._next_debug_handle()
+            items = [graph.call_function(operator.getitem, (call, i)) for i in range(len(outputs))]
+        inside = set(ops)
+        for item, node in zip(items, outputs):
+            item.meta["val"] = node.meta["val"]
+            node.replace_all_uses_with(item, delete_user_cb=lambda user: user not in inside)
+        for node in reversed(ops):
+            graph.erase_node(node)
+        for node in owned:
+            spec = self.input_specs.pop(node.name)
+            self.state_dict.pop(spec.target, None)
+            self.constants.pop(spec.target, None)
+            graph.erase_node(node)
+        legalize_graph(self.gm)
+
+    def _next_debug_handle(self) -> int:
+        return 1 + max((n.meta.get("debug_handle", 0) for n in self.gm.graph.nodes), default=0)
+
+    def finish(self) -> ExportedProgram:
+        """The program with its delegate calls (tags removed, signature matching the new graph)."""
+        graph = self.gm.graph
+        for node in graph.nodes:
+            node.meta.pop(TAG, None)
+        self.gm.recompile()
+        placeholders = [n.name for n in graph.nodes if n.op == "placeholder"]
+        outputs = graph.output_node().args[0]
+        output_specs = [
+            OutputSpec(s.kind, _argument(v) if isinstance(v, Node) else s.arg, s.target)
+            for s, v in zip(self.program.graph_signature.output_specs, outputs)
+        ]
+        return ExportedProgram(
+            root=self.gm,
+            graph=graph,
+            graph_signature=ExportGraphSignature([self.input_specs[n] for n in placeholders], output_specs),
+            state_dict=self.state_dict,
+            range_constraints=self.program.range_constraints,
+            module_call_graph=self.program.module_call_graph,
+            example_inputs=self.program.example_inputs,
+            constants=self.constants,
+            verifiers=self.program.verifiers,
+        )
+
+
+def _argument(node: Node) -> TensorArgument | SymIntArgument:
+    if isinstance(node.meta.get("val"), torch.SymInt):
+        return SymIntArgument(node.name)
+    return TensorArgument(node.name)

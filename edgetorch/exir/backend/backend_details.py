@@ -1,0 +1,61 @@
+"""``BackendDetails`` and ``PreprocessResult``: the ahead-of-time half of a backend.
+
+A backend is a ``BackendDetails`` subclass whose class name is its backend id;
+``to_backend`` finds it by that name and calls ``preprocess`` to turn an Edge
+program into the blob the runtime half executes. May import torch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from torch.export import ExportedProgram
+
+from edgetorch.exir.backend.compile_spec_schema import CompileSpec
+
+__all__ = ["BackendDetails", "PreprocessResult", "find_backend"]
+
+
+@dataclass
+class PreprocessResult:
+    """What ``preprocess`` returns.
+
+    ``processed_bytes``: the blob stored in the program for the runtime backend.
+    ``debug_handle_map``: delegate-internal id -> debug handles of the Edge nodes it
+    covers (for ETRecord and the Inspector). ``data_store_output``: named data
+    (weights shared through the program's named data map), if the backend uses it.
+    """
+
+    processed_bytes: bytes = b""
+    debug_handle_map: dict[int | str, tuple[int, ...]] | None = None
+    data_store_output: Any = None
+
+
+class BackendDetails(ABC):
+    """Base class of a backend's compiler half; subclass it once per backend (the class name is the id)."""
+
+    @classmethod
+    @abstractmethod
+    def preprocess(cls, edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        """Compile ``edge_program`` (an Edge-dialect program the backend owns a copy of) into a blob.
+
+        Raise RuntimeError naming the node when the program holds something the backend cannot run.
+        """
+
+
+def find_backend(backend_id: str) -> type[BackendDetails]:
+    """The ``BackendDetails`` subclass named ``backend_id``; NotImplementedError if none is imported."""
+    found = {cls.__name__: cls for cls in _subclasses(BackendDetails)}
+    if backend_id not in found:
+        raise NotImplementedError(
+            f"Backend {backend_id} was not found: no imported BackendDetails subclass has that name "
+            f"(known: {sorted(found) or 'none'}). Import the module that defines the backend first."
+        )
+    return found[backend_id]
+
+
+def _subclasses(cls: type) -> list[type]:
+    direct = cls.__subclasses__()
+    return direct + [sub for c in direct for sub in _subclasses(c)]
