@@ -126,20 +126,25 @@ def _check_dtypes(node: torch.fx.Node) -> None:
             )
 
 
+def _flat_nodes(graph_module: torch.fx.GraphModule, hint: str) -> Iterable[torch.fx.Node]:
+    """Every node of the graph and its submodules, refusing module and method calls."""
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                if node.op in ("call_module", "call_method"):
+                    _fail(node, f"{node.op} nodes are not allowed", hint)
+                yield node
+
+
 def verify_aten_graph(graph_module: torch.fx.GraphModule) -> None:
     """Raise SpecViolationError unless ``graph_module`` is a flat ATen graph ``to_edge`` can lower."""
-    for module in graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
+    for node in _flat_nodes(graph_module, "Export the model with torch.export.export."):
+        target = node.target
+        if node.op != "call_function" or isinstance(target, torch._ops.OpOverload | torch._ops.HigherOrderOperator):
             continue
-        for node in module.graph.nodes:
-            if node.op in ("call_module", "call_method"):
-                _fail(node, f"{node.op} nodes are not allowed", "Export the model with torch.export.export.")
-            target = node.target
-            if node.op != "call_function" or isinstance(target, torch._ops.OpOverload | torch._ops.HigherOrderOperator):
-                continue
-            if target is operator.getitem or _is_symbolic(target) or isinstance(target, EdgeOpOverload):
-                continue
-            _fail(node, f"target {target!r} is not an operator", "ATen graphs may call only ATen or registered ops.")
+        if target is operator.getitem or _is_symbolic(target) or isinstance(target, EdgeOpOverload):
+            continue
+        _fail(node, f"target {target!r} is not an operator", "ATen graphs may call only ATen or registered ops.")
 
 
 def verify_edge_graph(graph_module: torch.fx.GraphModule, allowed_aten: Iterable[Any] = ()) -> None:
@@ -149,16 +154,11 @@ def verify_edge_graph(graph_module: torch.fx.GraphModule, allowed_aten: Iterable
     (ops preserved from decomposition, or the user's exception list).
     """
     allowed = set(allowed_aten)
-    for module in graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for node in module.graph.nodes:
-            if node.op in ("call_module", "call_method"):
-                _fail(node, f"{node.op} nodes are not allowed", "Edge graphs are flat: use call_function on ops.")
-            if node.op == "call_function":
-                _check_target(node, allowed)
-            if node.op in ("call_function", "placeholder"):
-                _check_dtypes(node)
+    for node in _flat_nodes(graph_module, "Edge graphs are flat: use call_function on ops."):
+        if node.op == "call_function":
+            _check_target(node, allowed)
+        if node.op in ("call_function", "placeholder"):
+            _check_dtypes(node)
 
 
 __all__ = ["EdgeVerifier", "SUPPORTED_DTYPES", "SpecViolationError", "verify_aten_graph", "verify_edge_graph"]

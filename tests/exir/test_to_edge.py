@@ -260,12 +260,16 @@ def _plain_function(x):
     return x * 2
 
 
-def test_non_operator_target_is_rejected_with_its_node_name():
+@pytest.mark.parametrize("kind", ["call_function", "call_method"])
+def test_non_operator_node_is_rejected_with_its_name(kind):
     ep = torch.export.export(nn.ReLU(), (torch.randn(3),))
     graph = ep.graph_module.graph
     relu = next(n for n in graph.nodes if n.op == "call_function")
     with graph.inserting_after(relu):
-        bad = graph.call_function(_plain_function, (relu,))
+        if kind == "call_function":
+            bad = graph.call_function(_plain_function, (relu,))
+        else:
+            bad = graph.call_method("neg", (relu,))
     relu.replace_all_uses_with(bad, delete_user_cb=lambda user: user is not bad)
     ep.graph_module.recompile()
     with pytest.raises(SpecViolationError, match=bad.name):
