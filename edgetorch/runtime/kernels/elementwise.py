@@ -45,6 +45,11 @@ def quiet(fn: Callable) -> Callable:
 
 def _into(out: np.ndarray, ct: np.dtype, fn: Callable, *args) -> np.ndarray:
     """Call ``fn(*args, out=...)`` so that its ``ct`` result lands in ``out`` (directly when dtypes match)."""
+    if out.ndim == 0:
+        # Ufuncs return NumPy scalars for 0-d operands, which cannot serve as out=; use 1-element views.
+        flat = [a.reshape(1) if isinstance(a, np.ndarray) else a for a in args]
+        _into(out.reshape(1), ct, fn, *flat)
+        return out
     if out.dtype == ct:
         fn(*args, out=out)
         return out
@@ -69,11 +74,11 @@ def _shape(*xs: Operand | None) -> tuple[int, ...]:
 
 
 def _fit(fn: Callable[[float], float], lo: float, hi: float, degree: int) -> tuple[float, float, np.ndarray]:
-    k = np.arange(4 * degree + 32)
-    nodes = lo + (hi - lo) * (0.5 - 0.5 * np.cos(np.pi * (k + 0.5) / k.size))
-    values = np.array([fn(float(v)) for v in nodes])
+    """Power-series coefficients, in (x - center) / half, of the Chebyshev interpolant of ``fn`` on [lo, hi]."""
+    s = np.cos(np.pi * (np.arange(degree + 1) + 0.5) / (degree + 1))
     center, half = (lo + hi) / 2, (hi - lo) / 2
-    return center, half, np.polynomial.polynomial.polyfit((nodes - center) / half, values, degree)
+    values = np.array([fn(center + half * float(v)) for v in s])
+    return center, half, np.polynomial.chebyshev.cheb2poly(np.polynomial.chebyshev.chebfit(s, values, degree))
 
 
 def _erf_over_x(t: float) -> float:
@@ -94,7 +99,7 @@ def _erf_table(small_degree: int, pieces: list[tuple[float, float, int]], limit:
 
 _ERF = {
     _F32: _erf_table(6, [(1.0, 2.2, 8), (2.2, 4.0, 6)], 4.0),
-    _F64: _erf_table(12, [(1.0, 2.0, 12), (2.0, 3.5, 12), (3.5, 6.0, 12)], 6.0),
+    _F64: _erf_table(16, [(1.0, 2.0, 14), (2.0, 3.5, 14), (3.5, 6.0, 12)], 6.0),
 }
 
 
@@ -296,7 +301,7 @@ for _name, _fn in {"isnan": _isnan, "isinf": _isinf, "logical_not": np.logical_n
 def _apply(self: np.ndarray, out: np.ndarray, fn: Callable, *params) -> np.ndarray:
     out = resize(out, self.shape)
     ct = compute_dtype(out.dtype)
-    return _into(out, ct, functools.partial(fn, as_dtype(self, ct), *params))
+    return _into(out, ct, fn, as_dtype(self, ct), *params)
 
 
 @kernel("aten::gelu.out")
@@ -450,6 +455,8 @@ def _trunc_divide(a, b, out):
 
 
 def _pow(a, b, out):
+    if out.dtype == _BOOL:
+        return np.logical_or(a, np.logical_not(b), out=out)  # x**0 is 1, x**1 is x
     if is_float(out.dtype) or not np.any(np.less(b, 0)):
         return np.power(a, b, out=out)
     # NumPy refuses negative integer powers; torch gives 1 for base 1, +-1 for base -1, else 0.
