@@ -137,6 +137,8 @@ def linspace(start: Number, end: Number, steps: int, out: np.ndarray) -> np.ndar
         raise ValueError(f"linspace: steps must be non-negative, got {steps}")
     out = resize(out, (steps,))
     ct = compute_dtype(out.dtype) if is_float(out.dtype) else np.dtype(np.float32)
+    if not is_float(out.dtype):
+        start, end = int(start), int(end)  # torch casts the ends to the integer dtype first
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     i = np.arange(steps, dtype=ct)
     values = start + i * ct.type(step)
