@@ -1,0 +1,330 @@
+"""Backend delegation: to_backend (whole program and partitioned), composition, and running delegates.
+
+PyTorch eager is the numerical oracle; the demo backend's NumPy runtime runs the delegates.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torch.export import ExportedProgram, export
+
+from edgetorch.errors import DelegateLoadError, UnsupportedBackendError
+from edgetorch.exir import to_edge
+from edgetorch.exir.backend.backend_api import LoweredBackendModule, PartitionerError, to_backend
+from edgetorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from edgetorch.exir.backend.compile_spec_schema import CompileSpec
+from edgetorch.exir.backend.delegate import delegate_call_nodes
+from edgetorch.exir.backend.demo import BLOB_OPS, AddMulPartitionerDemo, BackendWithCompilerDemo
+from edgetorch.exir.backend.demo_runtime import OPS, parse
+from edgetorch.exir.backend.lower import edge_manager_to_backend, to_edge_transform_and_lower
+from edgetorch.exir.backend.partition_utils import (
+    TAG,
+    PartitionCycleError,
+    group_supported_nodes,
+    tag_partitions,
+)
+from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.runtime import Runtime
+
+aten = torch.ops.aten
+
+
+def edge(fn, args: tuple) -> ExportedProgram:
+    module = fn if isinstance(fn, torch.nn.Module) else _Wrap(fn)
+    return to_edge(export(module, args)).exported_program()
+
+
+class _Wrap(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def run_pte(buffer: bytes, args: tuple) -> list[np.ndarray]:
+    method = Runtime.get().load_program(buffer).load_method("forward")
+    return method.execute([a.numpy() for a in args])
+
+
+def assert_matches(got: list[np.ndarray], expected) -> None:
+    flat = torch.utils._pytree.tree_leaves(expected)
+    assert len(got) == len(flat)
+    for g, e in zip(got, flat):
+        np.testing.assert_allclose(g, e.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def chain(a, x, b):
+    """The tutorial's f: mm, add, sub, mm, add."""
+    y = torch.mm(a, x)
+    z = y + b
+    a = z - a
+    y = torch.mm(a, x)
+    return y + b
+
+
+class Elementwise(torch.nn.Module):
+    """Every kind of thing the demo blob holds: inputs, a parameter, a buffer, ops with alpha and scalars."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 3))
+        self.register_buffer("scale", torch.tensor([1.5, -2.0, 0.5]))
+
+    def forward(self, x, y):
+        h = torch.mm(torch.sin(x), self.w) * self.scale
+        h = torch.add(h, torch.cos(y), alpha=2.0) - torch.exp(-y.abs())
+        return torch.relu(h) / 3.0, torch.sigmoid(torch.maximum(h, y))
+
+
+def tags_of(ep: ExportedProgram) -> list:
+    return [n.meta.get(TAG) for n in ep.graph.nodes]
+
+
+# --------------------------------------------------------------------- whole program
+
+
+def test_lower_whole_program_runs_like_eager():
+    torch.manual_seed(0)
+    model, args = Elementwise(), (torch.randn(2, 3), torch.randn(2, 3))
+    lowered = to_backend("BackendWithCompilerDemo", edge(model, args), [CompileSpec("k", b"v")])
+    assert isinstance(lowered, LoweredBackendModule)
+    assert lowered.backend_id == "BackendWithCompilerDemo"
+    assert lowered.processed_bytes.startswith(b"BackendWithCompilerDemo 1\n")
+    assert lowered.compile_specs == [CompileSpec("k", b"v")]
+    expected = model(*args)
+    torch.testing.assert_close(lowered(*args), expected)
+    assert_matches(run_pte(lowered.buffer(), args), expected)
+    assert_matches(run_pte(lowered.buffer(extract_delegate_segments=True), args), expected)
+
+
+def test_debug_handle_map_covers_every_delegated_op():
+    ep = edge(Elementwise(), (torch.randn(2, 3), torch.randn(2, 3)))
+    lowered = to_backend("BackendWithCompilerDemo", ep, [])
+    handles = {n.meta["debug_handle"] for n in ep.graph.nodes if n.op == "call_function"}
+    mapped = lowered.meta["debug_handle_map"]
+    assert sorted(h for hs in mapped.values() for h in hs) == sorted(handles)
+
+
+def test_unsupported_op_names_op_and_backend():
+    with pytest.raises(RuntimeError, match=r"aten.tan.default.*not supported in backend BackendWithCompilerDemo"):
+        to_backend("BackendWithCompilerDemo", edge(torch.tan, (torch.randn(2),)), [])
+
+
+def test_unknown_backend_id_is_not_found():
+    with pytest.raises(NotImplementedError, match="Backend NoSuchBackend was not found"):
+        to_backend("NoSuchBackend", edge(torch.sin, (torch.randn(2),)), [])
+
+
+class NoRuntimeDemo(BackendDetails):
+    """A compiler half with no registered runtime half."""
+
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        return PreprocessResult(b"opaque")
+
+
+def test_backend_missing_at_runtime_fails_at_load_method():
+    lowered = to_backend("NoRuntimeDemo", edge(torch.sin, (torch.randn(2),)), [])
+    program = Runtime.get().load_program(lowered.buffer())
+    with pytest.raises(UnsupportedBackendError, match="NoRuntimeDemo"):
+        program.load_method("forward")
+
+
+def test_demo_ops_table_matches_runtime():
+    assert set(BLOB_OPS.values()) == set(OPS)
+
+
+@pytest.mark.parametrize(
+    "blob, message",
+    [
+        (b"nonsense", "no 'data <size>' line"),
+        (b"OtherBackend 1\ndata 0\n", "expected 'BackendWithCompilerDemo 1'"),
+        (b"BackendWithCompilerDemo 1\nop y float32 tan x\ndata 0\n", "unknown op 'tan'"),
+        (b"BackendWithCompilerDemo 1\ninput x float32\nop y float32 add x z\ndata 0\n", r"reads \['z'\]"),
+        (b"BackendWithCompilerDemo 1\nconst w float32 [4] 0 16\ndata 8\n12345678", "does not fit"),
+        (b"BackendWithCompilerDemo 1\ninput x float32\noutput y\ndata 0\n", "never computed"),
+    ],
+)
+def test_malformed_demo_blob_is_a_load_error(blob, message):
+    with pytest.raises(DelegateLoadError, match=message):
+        parse(blob)
+
+
+# --------------------------------------------------------------------- composition
+
+
+class Composed(torch.nn.Module):
+    def __init__(self, lowered):
+        super().__init__()
+        self.lowerable = lowered
+        self.bias = torch.ones(1) * 0.3
+
+    def forward(self, x):
+        a = self.lowerable(x)
+        b = self.lowerable(a)
+        return a, b, a + b + self.bias
+
+
+def test_lowered_module_composes_into_another_export():
+    lowered = to_backend("BackendWithCompilerDemo", edge(torch.sin, (torch.ones(1),)), [])
+    model, args = Composed(lowered), (torch.randn(1),)
+    manager = to_edge(export(model, args))
+    gm = manager.exported_program().graph_module
+    calls = delegate_call_nodes(gm)
+    assert len(calls) == 2 and all(c.args[0].target == "lowered_module_0" for c in calls)
+    assert gm.lowered_module_0.backend_id == "BackendWithCompilerDemo"
+    assert gm.lowered_module_0.processed_bytes == lowered.processed_bytes
+    assert_matches(run_pte(manager.to_executorch().buffer, args), model(*args))
+
+
+# --------------------------------------------------------------------- partitioning
+
+
+def test_add_mul_partitioner_gives_two_delegates_that_run_like_eager():
+    args = (torch.randn(2, 2), torch.randn(2, 2), torch.randn(2, 2))
+    program = edge(chain, args)
+    delegated = to_backend(program, AddMulPartitionerDemo())
+    calls = delegate_call_nodes(delegated.graph_module)
+    assert len(calls) == 2
+    for i in range(2):
+        sub = getattr(delegated.graph_module, f"lowered_module_{i}").original_module
+        ops = [to_aten(n.target) for n in sub.graph.nodes if n.op == "call_function"]
+        assert ops == [aten.mm.default, aten.add.Tensor]
+    remaining = [to_aten(n.target) for n in delegated.graph.nodes if n.op == "call_function"]
+    assert aten.sub.Tensor in remaining and aten.mm.default not in remaining
+    assert all(tag is None for tag in tags_of(delegated))
+    assert all(tag is None for tag in tags_of(program)), "the input program must be left untouched"
+    torch.testing.assert_close(delegated.module()(*args), chain(*args))
+    manager = edge_manager_to_backend(to_edge(export(_Wrap(chain), args)), AddMulPartitionerDemo)
+    assert_matches(run_pte(manager.to_executorch().buffer, args), chain(*args))
+
+
+class Affine(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 3))
+        self.b = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return torch.relu(torch.mm(x, self.w) + self.b) * self.b
+
+
+def test_delegate_owns_constants_only_it_uses():
+    model, args = Affine(), (torch.randn(2, 4),)
+    delegated = to_backend(edge(model, args), AddMulPartitionerDemo())
+    # w is used only by mm: it moves into the first delegate; b is also used by mul, in a second one.
+    assert [s.target for s in delegated.graph_signature.input_specs if s.target] == ["b"]
+    assert "w" not in delegated.state_dict
+    first = delegated.graph_module.lowered_module_0
+    assert b"const " in first.processed_bytes and "w" in first.original_module.state_dict
+    manager = edge_manager_to_backend(to_edge(export(model, args)), {"forward": AddMulPartitionerDemo()})
+    assert_matches(run_pte(manager.to_executorch().buffer, args), model(*args))
+
+
+def test_independent_supported_producers_merge_into_one_partition():
+    program = edge(lambda a, b, c, d: torch.mm(a, b) + torch.mm(c, d), tuple(torch.randn(2, 2) for _ in range(4)))
+    groups = group_supported_nodes(program.graph_module, lambda n: n.op == "call_function")
+    assert [len(g) for g in groups] == [3]
+
+
+class TagEverything(Partitioner):
+    """Tags every mm/add with one tag, across the undelegated sub: an invalid (cyclic) partition."""
+
+    def partition(self, exported_program):
+        nodes = [n for n in exported_program.graph.nodes if to_aten(n.target) in (aten.mm.default, aten.add.Tensor)]
+        tag_partitions([nodes])
+        return PartitionResult(exported_program, {"tag0": DelegationSpec("BackendWithCompilerDemo", [])})
+
+
+def test_cyclic_tagging_names_the_nodes():
+    program = edge(chain, (torch.randn(2, 2), torch.randn(2, 2), torch.randn(2, 2)))
+    with pytest.raises(PartitionCycleError, match=r"partition 'tag0'.*aten_sub_tensor.*aten_mm_default_1"):
+        to_backend(program, TagEverything())
+
+
+class Mutating(Partitioner):
+    def partition(self, exported_program):
+        node = next(n for n in exported_program.graph.nodes if n.op == "call_function")
+        node.target = aten.sin.default
+        return PartitionResult(exported_program, {})
+
+
+class Untracked(Partitioner):
+    def partition(self, exported_program):
+        tag_partitions([[n for n in exported_program.graph.nodes if n.op == "call_function"]], prefix="lost")
+        return PartitionResult(exported_program, {})
+
+
+@pytest.mark.parametrize("partitioner, message", [(Mutating, "changed the graph"), (Untracked, r"\['lost0'\]")])
+def test_partitioner_contract_violations(partitioner, message):
+    with pytest.raises(PartitionerError, match=message):
+        to_backend(edge(chain, (torch.randn(2, 2),) * 3), partitioner())
+
+
+# --------------------------------------------------------------------- to_edge_transform_and_lower
+
+
+class KeepLinear(Partitioner):
+    """Asks for aten.linear to stay whole (only where the filter allows), and delegates nothing."""
+
+    def __init__(self, accept):
+        self.accept = accept
+
+    def partition(self, exported_program):
+        return PartitionResult(exported_program, {})
+
+    def ops_to_not_decompose(self, ep):
+        return [aten.linear.default], self.accept
+
+
+@pytest.mark.parametrize("accept, kept", [(None, True), (lambda n: True, True), (lambda n: False, False)])
+def test_ops_to_not_decompose_reach_the_partitioner(accept, kept):
+    model = torch.nn.Linear(3, 2)
+    manager = to_edge_transform_and_lower(export(model, (torch.randn(1, 3),)), partitioner=[KeepLinear(accept)])
+    ops = {to_aten(n.target) for n in manager.exported_program().graph.nodes if n.op == "call_function"}
+    assert (aten.linear.default in ops) is kept
+
+
+def test_to_edge_transform_and_lower_delegates_every_method():
+    args = (torch.randn(2, 2), torch.randn(2, 2), torch.randn(2, 2))
+    programs = {"forward": export(_Wrap(chain), args), "other": export(_Wrap(lambda a, x, b: a * x + b), args)}
+    manager = to_edge_transform_and_lower(programs, partitioner=[AddMulPartitionerDemo()])
+    counts = {m: len(delegate_call_nodes(manager.exported_program(m).graph_module)) for m in ("forward", "other")}
+    assert counts == {"forward": 2, "other": 1}
+    program = Runtime.get().load_program(manager.to_executorch().buffer)
+    got = program.load_method("other").execute([a.numpy() for a in args])
+    assert_matches(got, args[0] * args[1] + args[2])
+
+
+# --------------------------------------------------------------------- torch-free runtime half
+
+
+def test_demo_runtime_registers_with_torch_blocked():
+    script = textwrap.dedent(
+        """
+        import importlib.abc, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("torch", "executorch"):
+                    raise ImportError("blocked for this test: " + name)
+        sys.meta_path.insert(0, Block())
+        from edgetorch.runtime.backends import registered_backends
+        assert "BackendWithCompilerDemo" in registered_backends(), registered_backends()
+        assert "torch" not in sys.modules
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_demo_backend_class_is_found_by_name():
+    assert BackendWithCompilerDemo.__name__ == "BackendWithCompilerDemo"
