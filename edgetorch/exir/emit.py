@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import OutputKind
-from torch.utils._pytree import tree_flatten, treespec_dumps
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_structure, tree_unflatten, treespec_dumps
 
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
@@ -140,7 +140,7 @@ class MethodEmitter:
         return ExecutionPlan(
             name=self.name,
             container_meta_type=ContainerMetadata(
-                treespec_dumps(call_spec.in_spec), treespec_dumps(call_spec.out_spec)
+                _container_str(call_spec.in_spec), _container_str(call_spec.out_spec)
             ),
             values=self.values,
             inputs=self._inputs,
@@ -344,6 +344,22 @@ class MethodEmitter:
         ids = [self._arg(a, None) for a in inputs] + [o.id for o in outs]
         self._append(DelegateCall(delegate_index=len(self.delegates) - 1, args=ids), node.name)
         return result
+
+
+def _container_str(spec: TreeSpec) -> str:
+    """The pytree spec as ExecuTorch stores it; named tuples (``torch.return_types``) are stored as tuples."""
+    try:
+        return treespec_dumps(spec)
+    except NotImplementedError:
+        return treespec_dumps(tree_structure(_plain(tree_unflatten([0] * spec.num_leaves, spec))))
+
+
+def _plain(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _plain(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(map(_plain, tree)) if type(tree) in (list, tuple) else tuple(map(_plain, tree))
+    return tree
 
 
 def _returns_scalar(schema: torch._C.FunctionSchema) -> bool:

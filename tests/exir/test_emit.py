@@ -1,0 +1,155 @@
+"""Emission details: the Program we write has the shape ExecuTorch's own emitter gives it."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch._higher_order_ops.executorch_call_delegate import executorch_call_delegate
+from torch.export import Dim, export
+
+from edgetorch.exir import to_edge
+from edgetorch.exir.passes.spec_prop import HintBasedSymShapeEvalPass
+from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
+from edgetorch.format.program import (
+    DataLocation,
+    DelegateCall,
+    Int,
+    IntList,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    TensorList,
+    TensorShapeDynamism,
+)  # fmt: skip
+from edgetorch.format.pte import load_pte
+from tests.exir.test_to_executorch import MLP, Cond, Counter, assert_close, lower, run_et
+
+et_exir = pytest.importorskip("executorch.exir")
+
+
+def plan_of(buffer: bytes, index: int = 0):
+    return load_pte(buffer).program.execution_plan[index]
+
+
+@pytest.mark.parametrize(
+    "cls,args", [(MLP, (torch.randn(2, 8),)), (Counter, (torch.ones(3),)), (Cond, (torch.randn(4),))]
+)
+def test_operators_instructions_and_io_match_executorch(cls, args):
+    with torch.no_grad():
+        ep = export(cls().eval(), args)
+    ours = plan_of(to_edge(ep).to_executorch().buffer)
+    theirs = plan_of(et_exir.to_edge(ep).to_executorch().buffer)
+    assert [(o.name, o.overload) for o in ours.operators] == [(o.name, o.overload) for o in theirs.operators]
+    kinds = [[type(i.instr_args).__name__ for i in p.chains[0].instructions] for p in (ours, theirs)]
+    assert kinds[0] == kinds[1]
+    assert len(ours.inputs) == len(theirs.inputs) and len(ours.outputs) == len(theirs.outputs)
+    assert ours.container_meta_type == theirs.container_meta_type
+    assert ours.non_const_buffer_sizes[0] == 0 and ours.non_const_buffer_sizes[1] > 0
+
+
+def test_kernel_args_are_schema_args_then_outs_then_returns():
+    plan = plan_of(lower(MLP(), (torch.randn(2, 8),)).buffer)
+    names = [(o.name, o.overload) for o in plan.operators]
+    addmm = next(
+        i.instr_args for i in plan.chains[0].instructions if names[i.instr_args.op_index] == ("aten::addmm", "out")
+    )
+    schema = torch.ops.aten.addmm.out._schema
+    assert len(addmm.args) == len(schema.arguments) + 1 and addmm.args[-1] == addmm.args[-2]
+    for value in plan.values:
+        if isinstance(value.val, IntList):
+            assert all(isinstance(plan.values[i].val, Int) for i in value.val.items)
+
+
+def test_multi_output_ops_return_a_tensor_list():
+    class Max(torch.nn.Module):
+        def forward(self, x):
+            return x.max(0)
+
+    x = torch.randn(4, 3)
+    prog = lower(Max(), (x,))
+    assert_close(run_et(prog.buffer, [x]), list(x.max(0)))
+    plan = plan_of(prog.buffer)
+    [call] = [i.instr_args for i in plan.chains[0].instructions]
+    returned = plan.values[call.args[-1]].val
+    assert isinstance(returned, TensorList) and returned.items == call.args[-3:-1]
+
+
+def test_cond_becomes_jumps_and_moves():
+    plan = plan_of(lower(Cond(), (torch.randn(4),)).buffer)
+    instructions = [i.instr_args for i in plan.chains[0].instructions]
+    kinds = [type(i) for i in instructions]
+    assert kinds == [KernelCall, KernelCall, JumpFalseCall, KernelCall, MoveCall, JumpFalseCall, KernelCall, MoveCall]
+    assert instructions[2].destination_instruction == 6 and instructions[5].destination_instruction == 8
+    assert instructions[4].move_to == instructions[7].move_to == plan.outputs[0]
+
+
+def test_hint_based_shape_eval_plans_example_sizes():
+    with torch.no_grad():
+        ep = export(MLP(), (torch.randn(3, 8),), dynamic_shapes={"x": {0: Dim("b", max=100)}}).run_decompositions()
+    config = ExecutorchBackendConfig(sym_shape_eval_pass=HintBasedSymShapeEvalPass())
+    plan = plan_of(ExecutorchProgramManager({"forward": ep}, config=config).buffer)
+    x = plan.values[plan.inputs[0]].val
+    assert x.sizes == [3, 8] and x.shape_dynamism == TensorShapeDynamism.DYNAMIC_BOUND
+
+
+@dataclass
+class Spec:
+    key: str
+    value: bytes
+
+
+class Lowered(torch.nn.Module):
+    """Stands in for a lowered backend module: what the emitter reads from a delegate's get_attr target."""
+
+    def __init__(self, blob: bytes):
+        super().__init__()
+        self.backend_id, self.processed_bytes, self.compile_specs = "DemoBackend", blob, [Spec("level", b"\x02")]
+
+
+def delegated_sin() -> torch.export.ExportedProgram:
+    class SinPlusOne(torch.nn.Module):
+        def forward(self, x):
+            return x.sin() + 1
+
+    ep = export(SinPlusOne(), (torch.randn(4),)).run_decompositions()
+    gm, graph = ep.graph_module, ep.graph
+    gm.lowered_module_0 = Lowered(b"blob-bytes" * 10)
+    sin = next(n for n in graph.nodes if n.target == torch.ops.aten.sin.default)
+    with graph.inserting_before(sin):
+        module = graph.get_attr("lowered_module_0")
+        call = graph.call_function(executorch_call_delegate, (module, sin.args[0]))
+        item = graph.call_function(operator.getitem, (call, 0))
+    call.meta["val"], item.meta["val"] = (sin.meta["val"],), sin.meta["val"]
+    sin.replace_all_uses_with(item)
+    graph.erase_node(sin)
+    return ep
+
+
+@pytest.mark.parametrize("extract", [True, False])
+def test_delegate_call_and_blob_placement(extract):
+    config = ExecutorchBackendConfig(extract_delegate_segments=extract)
+    pte = load_pte(ExecutorchProgramManager({"forward": delegated_sin()}, config=config).buffer)
+    plan = pte.program.execution_plan[0]
+    [delegate] = plan.delegates
+    assert delegate.id == "DemoBackend" and [(c.key, c.value) for c in delegate.compile_specs] == [("level", b"\x02")]
+    call = plan.chains[0].instructions[0].instr_args
+    assert isinstance(call, DelegateCall) and call.args[0] == plan.inputs[0] and len(call.args) == 2
+    if extract:
+        assert delegate.processed.location == DataLocation.SEGMENT
+        assert bytes(pte.segment(delegate.processed.index)) == b"blob-bytes" * 10
+    else:
+        assert delegate.processed.location == DataLocation.INLINE
+        assert bytes(pte.program.backend_delegate_data[delegate.processed.index].data) == b"blob-bytes" * 10
+
+
+def test_constant_methods_return_their_values():
+    values = {"get_max_seq_len": 128, "flags": [True, False], "scale": torch.tensor([1.5, 2.5])}
+    ep = export(MLP(), (torch.randn(2, 8),)).run_decompositions()
+    prog = ExecutorchProgramManager({"forward": ep}, values)
+    plans = {p.name: p for p in load_pte(prog.buffer).program.execution_plan}
+    assert plans["get_max_seq_len"].values[plans["get_max_seq_len"].outputs[0]].val == Int(128)
+    assert len(plans["flags"].outputs) == 2
+    torch.testing.assert_close(run_et(prog.buffer, [], "scale")[0], values["scale"])
