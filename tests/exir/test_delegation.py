@@ -5,6 +5,7 @@ PyTorch eager is the numerical oracle; the demo backend's NumPy runtime runs the
 
 from __future__ import annotations
 
+import operator
 import subprocess
 import sys
 import textwrap
@@ -328,3 +329,26 @@ def test_demo_runtime_registers_with_torch_blocked():
 
 def test_demo_backend_class_is_found_by_name():
     assert BackendWithCompilerDemo.__name__ == "BackendWithCompilerDemo"
+
+
+class TagAll(Partitioner):
+    """Tags every operator node (not their getitems) for NoRuntimeDemo."""
+
+    def partition(self, exported_program):
+        ops = [n for n in exported_program.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
+        tag_partitions([ops])
+        return PartitionResult(exported_program, {"tag0": DelegationSpec("NoRuntimeDemo", [])})
+
+
+def test_getitems_follow_their_multi_output_producer():
+    def fn(x):
+        values, indices = torch.max(x, dim=1)
+        return values + 1, indices
+
+    args = (torch.randn(3, 4),)
+    delegated = to_backend(edge(fn, args), TagAll())
+    sub = delegated.graph_module.lowered_module_0.original_module
+    assert sum(n.op == "call_function" for n in delegated.graph.nodes) == 3  # the call and one getitem per output
+    assert operator.getitem in {n.target for n in sub.graph.nodes}
+    got, expected = delegated.module()(*args), fn(*args)
+    torch.testing.assert_close(got, expected)

@@ -128,7 +128,7 @@ class _Cutter:
     def lower(self, tag: str, nodes: list[Node], spec: DelegationSpec) -> None:
         """Cut the nodes tagged ``tag`` out into a program, lower it, and call the delegate in their place."""
         owned = [n for n in nodes if n.op == "placeholder" and self._is_constant(n)]
-        ops = [n for n in nodes if n.op == "call_function"]
+        ops = _with_getitems([n for n in nodes if n.op == "call_function"])
         if not ops:
             return
         check_partition(ops, tag)
@@ -252,6 +252,17 @@ class _Cutter:
             constants=self.constants,
             verifiers=self.program.verifiers,
         )
+
+
+def _with_getitems(ops: list[Node]) -> list[Node]:
+    """``ops`` plus the ``getitem`` users of its multi-output nodes, which must go where their producer goes."""
+    items = [
+        u for n in ops if isinstance(n.meta.get("val"), tuple | list) for u in n.users if u.target is operator.getitem
+    ]
+    if not items:
+        return ops
+    order = {n: i for i, n in enumerate(ops[0].graph.nodes)}
+    return sorted(set(ops) | set(items), key=order.__getitem__)
 
 
 def _argument(node: Node) -> TensorArgument | SymIntArgument:
