@@ -91,7 +91,15 @@ class MethodExecutor:
         self.operators = [op_key(op) for op in plan.operators]
         self.kernels = [lookup(name) for name in self.operators]
         self.delegates = [self._init_delegate(i, d) for i, d in enumerate(plan.delegates)]
-        self.steps: list[Callable] = [self._bind(pc, ins) for pc, ins in enumerate(self.instructions)]
+        self.folded = 0
+        self._alias_ranges = self._aliases() if self.static else []
+        self.step_pcs: list[int] = []
+        self.steps: list[Callable] = []
+        for pc, ins in enumerate(self.instructions):
+            step = self._bind(pc, ins)
+            if step is not None:
+                self.steps.append(step)
+                self.step_pcs.append(pc)
         self.tracer: Any = None
 
     # ------------------------------------------------------------------ values
@@ -185,7 +193,7 @@ class MethodExecutor:
         v = self.bound[j]
         return v.resolve(self.bound) if isinstance(v, _ListRef) else v
 
-    def _bind(self, pc: int, ins: fbp.Instruction) -> Callable:
+    def _bind(self, pc: int, ins: fbp.Instruction) -> Callable | None:
         a = ins.instr_args
         if isinstance(a, fbp.KernelCall):
             if not 0 <= a.op_index < len(self.kernels):
@@ -196,7 +204,7 @@ class MethodExecutor:
                 raise ProgramLoadError(
                     f"instruction {pc} passes {len(args)} arguments to {self.operators[a.op_index]}, whose kernel takes {nargs}"
                 )
-            return self._kernel_step(fn, args[:nargs], args[nargs:])
+            return self._kernel_step(fn, args[:nargs], args[nargs:], self.operators[a.op_index])
         if isinstance(a, fbp.DelegateCall):
             if not 0 <= a.delegate_index < len(self.delegates):
                 raise ProgramLoadError(f"instruction {pc} calls delegate {a.delegate_index}, but the method has {len(self.delegates)}")
@@ -222,9 +230,12 @@ class MethodExecutor:
             return lambda: None
         raise ProgramLoadError(f"instruction {pc} has unsupported kind {type(a).__name__}")
 
-    def _kernel_step(self, fn: Callable, params: list[int], rets: list[int]) -> Callable:
+    def _kernel_step(self, fn: Callable, params: list[int], rets: list[int], name: str) -> Callable | None:
         if self.static:
-            return functools.partial(fn, *[self._arg(j) for j in params])
+            args = [self._arg(j) for j in params]
+            if self._foldable(fn, params, rets, name) and self._fold(fn, args, params, rets):
+                return None
+            return functools.partial(fn, *args)
         vals, bound, slots = self.vals, self.bound, self.slots
         outs = set(rets)
         args: list[Any] = []
@@ -264,6 +275,64 @@ class MethodExecutor:
                 vals[j] = r
 
         return step_many
+
+    def _planned_range(self, j: int) -> tuple[int, int, int] | None:
+        t = self.plan.values[j].val
+        if not isinstance(t, fbp.Tensor) or t.allocation_info is None:
+            return None
+        a, nbytes = t.allocation_info, self.bound[j].nbytes
+        return a.memory_id, a.memory_offset, a.memory_offset + nbytes
+
+    def _aliases(self) -> list[tuple[int, int, int]]:
+        """Planned memory of tensors no instruction writes: views that share their base's memory.
+
+        ExecuTorch emits a static ``view`` as a second tensor planned over its base's bytes, with no
+        instruction; such memory must keep being written at run time, so results landing there never fold.
+        """
+        written = set(self.plan.inputs)
+        for ins in self.instructions:
+            a = ins.instr_args
+            if isinstance(a, fbp.KernelCall) and 0 <= a.op_index < len(self.plan.operators):
+                written.update(a.args[lookup(op_key(self.plan.operators[a.op_index]))[1] :])
+            elif isinstance(a, fbp.DelegateCall):
+                written.update(a.args)
+        ranges = []
+        for j, slot in self.slots.items():
+            if j not in written and not slot.constant:
+                r = self._planned_range(j)
+                if r is not None:
+                    ranges.append(r)
+        return ranges
+
+    def _foldable(self, fn: Callable, params: list[int], rets: list[int], name: str) -> bool:
+        """True when every tensor the kernel reads is a constant: its result is then computed once, at load.
+
+        In-place ops (``aten::copy_``: they update state each call) and impure kernels (random) never fold.
+        """
+        if getattr(fn, "impure", False) or not rets or name.split(".")[0].endswith("_"):
+            return False
+        reads = [j for j in params if j not in rets and j in self.slots]
+        if not (reads and all(self.slots[j].constant for j in reads) and all(j in self.slots for j in rets)):
+            return False
+        for j in rets:
+            r = self._planned_range(j)
+            if r is not None and any(m == r[0] and lo < r[2] and r[1] < hi for m, lo, hi in self._alias_ranges):
+                return False
+        return True
+
+    def _fold(self, fn: Callable, args: list[Any], params: list[int], rets: list[int]) -> bool:
+        # The result gets memory of its own: its planned slot is shared with other tensors over time.
+        private = {j: np.empty_like(self.bound[j]) for j in rets}
+        try:
+            result = fn(*[private.get(j, a) if j in rets else a for j, a in zip(params, args)])
+        except Exception:
+            return False  # left as a step: if it fails again at run time, the error names the instruction
+        results = result if len(rets) > 1 else (result,)
+        for j, r in zip(rets, results):
+            self.bound[j] = self.vals[j] = r
+            self.slots[j].constant = True
+        self.folded += 1
+        return True
 
     def _init_delegate(self, index: int, d: fbp.BackendDelegate) -> tuple[Any, Any]:
         backend = get_backend(d.id)
@@ -333,8 +402,9 @@ class MethodExecutor:
         except EdgetorchError:
             raise
         except Exception as e:
+            ipc = self.step_pcs[pc] if pc < len(self.step_pcs) else pc
             raise ExecutionError(
-                f"method {self.name!r} failed at instruction {pc} ({self.describe(pc)}): {type(e).__name__}: {e}"
+                f"method {self.name!r} failed at instruction {ipc} ({self.describe(ipc)}): {type(e).__name__}: {e}"
             ) from e
 
     def describe(self, pc: int) -> str:
@@ -353,8 +423,8 @@ class MethodExecutor:
         while pc < n:
             t0 = clock()
             nxt = steps[pc]()
-            tracer.record(pc, clock() - t0)
-            pc = pc + 1 if nxt is None else nxt
+            tracer.record(self.step_pcs[pc], clock() - t0)
+            pc = nxt if isinstance(nxt, int) and not self.static else pc + 1
 
     def outputs(self) -> list[Any]:
         source = self.bound if self.static else self.vals

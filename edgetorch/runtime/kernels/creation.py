@@ -157,13 +157,13 @@ def _random(out: np.ndarray, size: list[int], draw) -> np.ndarray:
     return out
 
 
-@kernel("aten::rand.out")
+@kernel("aten::rand.out", impure=True)
 def rand(size: list[int], out: np.ndarray) -> np.ndarray:
     """Uniform samples in [0, 1) (NumPy's generator, so the values differ from torch's)."""
     return _random(out, size, _RNG.random)
 
 
-@kernel("aten::randn.out")
+@kernel("aten::randn.out", impure=True)
 def randn(size: list[int], out: np.ndarray) -> np.ndarray:
     """Standard normal samples (NumPy's generator, so the values differ from torch's)."""
     return _random(out, size, _RNG.standard_normal)
@@ -223,7 +223,7 @@ def copy_(self: np.ndarray, src: np.ndarray, non_blocking: bool) -> np.ndarray:
     return self
 
 
-@kernel("aten::native_dropout.out")
+@kernel("aten::native_dropout.out", impure=True)
 def native_dropout(
     input: np.ndarray, p: float, train: bool | None, out0: np.ndarray, out1: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -52,10 +52,16 @@ def register_kernel(name: str, fn: Callable, nargs: int | None = None) -> Callab
     return fn
 
 
-def kernel(*names: str, nargs: int | None = None) -> Callable[[Callable], Callable]:
-    """Decorator form of :func:`register_kernel` for one or more overload names."""
+def kernel(*names: str, nargs: int | None = None, impure: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator form of :func:`register_kernel` for one or more overload names.
+
+    ``impure`` marks kernels whose result is not a function of their inputs (random
+    numbers); the executor never precomputes those at load time.
+    """
 
     def wrap(fn: Callable) -> Callable:
+        if impure:
+            fn.impure = True
         for name in names:
             register_kernel(name, fn, nargs)
         return fn
