@@ -31,6 +31,7 @@ from edgetorch.exir.backend.partition_utils import (
     tag_partitions,
 )
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from edgetorch.exir.backend.utils import DelegateMappingBuilder, format_delegated_graph
 from edgetorch.exir.dialects._ops import to_aten
 from edgetorch.runtime import Runtime
 
@@ -352,3 +353,32 @@ def test_getitems_follow_their_multi_output_producer():
     assert operator.getitem in {n.target for n in sub.graph.nodes}
     got, expected = delegated.module()(*args), fn(*args)
     torch.testing.assert_close(got, expected)
+
+
+def test_format_delegated_graph_shows_each_delegate_and_its_graph():
+    delegated = to_backend(edge(chain, (torch.randn(2, 2),) * 3), AddMulPartitionerDemo())
+    text = format_delegated_graph(delegated.graph_module)
+    assert text.startswith("graph():\n")
+    assert text.count("backend_id: BackendWithCompilerDemo") == 2
+    lines = text.splitlines()
+    first = lines.index("    backend_id: BackendWithCompilerDemo")
+    assert "lowered_module_0" in lines[first - 1] and lines[first + 1] == "    lowered graph():"
+    assert any(line.startswith("      %aten_mm_default") for line in lines)
+
+
+def test_delegate_mapping_builder():
+    program = edge(chain, (torch.randn(2, 2),) * 3)
+    nodes = [n for n in program.graph.nodes if n.op == "call_function"]
+    manual = DelegateMappingBuilder()
+    assert manual.insert_delegate_mapping_entry(nodes=nodes[:2], identifier="fused") == "fused"
+    assert manual.insert_delegate_mapping_entry(handles=[7, None, 3], identifier=1) == 1
+    expected = tuple(sorted(n.meta["debug_handle"] for n in nodes[:2]))
+    assert manual.get_delegate_mapping() == {"fused": expected, 1: (3, 7)}
+    with pytest.raises(ValueError, match="already inserted"):
+        manual.insert_delegate_mapping_entry(handles=1, identifier="fused")
+    with pytest.raises(ValueError, match="exactly one"):
+        manual.insert_delegate_mapping_entry(identifier=2)
+    generated = DelegateMappingBuilder(generated_identifiers=True)
+    assert [generated.insert_delegate_mapping_entry(nodes=n) for n in nodes[:3]] == [0, 1, 2]
+    with pytest.raises(ValueError, match="numbers identifiers itself"):
+        generated.insert_delegate_mapping_entry(handles=1, identifier=5)

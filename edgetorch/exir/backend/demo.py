@@ -19,6 +19,7 @@ from edgetorch.exir.backend.demo_runtime import BACKEND_ID, VERSION
 from edgetorch.exir.backend.lowered_backend_module import user_outputs
 from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from edgetorch.exir.backend.utils import DelegateMappingBuilder
 from edgetorch.exir.dialects._ops import to_aten
 
 __all__ = ["AddMulPartitionerDemo", "BackendWithCompilerDemo"]
@@ -77,8 +78,7 @@ class _BlobWriter:
         self.specs = {s.arg.name: s for s in program.graph_signature.input_specs}
         self.lines = [f"{BACKEND_ID} {VERSION}"]
         self.data = bytearray()
-        self.debug_handles: dict[int, tuple[int, ...]] = {}
-        self.n_ops = 0
+        self.debug_map = DelegateMappingBuilder(generated_identifiers=True)
 
     def add(self, node: torch.fx.Node) -> None:
         if node.op == "placeholder":
@@ -120,8 +120,7 @@ class _BlobWriter:
         dtype = _dtype_name(node, node.meta["val"].dtype)
         self.lines.append(f"op {node.name} {dtype} {BLOB_OPS[op]} {' '.join(args)}".rstrip())
         if "debug_handle" in node.meta:
-            self.debug_handles[self.n_ops] = (node.meta["debug_handle"],)
-        self.n_ops += 1
+            self.debug_map.insert_delegate_mapping_entry(nodes=node)
 
     @staticmethod
     def _arg(node: torch.fx.Node, value: object) -> str:
@@ -134,7 +133,7 @@ class _BlobWriter:
     def result(self) -> PreprocessResult:
         self.lines.append(f"data {len(self.data)}")
         blob = ("\n".join(self.lines) + "\n").encode() + bytes(self.data)
-        return PreprocessResult(processed_bytes=blob, debug_handle_map=self.debug_handles or None)
+        return PreprocessResult(processed_bytes=blob, debug_handle_map=self.debug_map.get_delegate_mapping() or None)
 
 
 class AddMulPartitionerDemo(Partitioner):
