@@ -2,7 +2,7 @@
 
 ``to_edge`` lowers torch.export programs to the Edge dialect;
 ``EdgeProgramManager.to_executorch`` produces the .pte. The back-half names
-(``ExecutorchBackendConfig``, ``ExecutorchProgramManager``) load on first use.
+(``ExecutorchBackendConfig``, ``ExecutorchProgramManager``, ``to_edge_transform_and_lower``) load on first use.
 """
 
 from typing import Any
@@ -12,7 +12,7 @@ from edgetorch.exir.dialects._ops import exir_ops
 from edgetorch.exir.pass_base import ExportPass, PassManager, PassResult
 from edgetorch.exir.program import EdgeCompileConfig, EdgeProgramManager, to_edge
 
-_LAZY = {"ExecutorchBackendConfig", "ExecutorchProgramManager"}
+_LAZY = {"ExecutorchBackendConfig": "to_executorch", "ExecutorchProgramManager": "to_executorch", "to_edge_transform_and_lower": "backend.lower"}
 
 __all__ = [
     "EdgeCompileConfig",
@@ -26,12 +26,13 @@ __all__ = [
     "dynamic_dim",
     "exir_ops",
     "to_edge",
+    "to_edge_transform_and_lower",
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from edgetorch.exir import to_executorch
+        import importlib
 
-        return getattr(to_executorch, name)
+        return getattr(importlib.import_module(f"edgetorch.exir.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'edgetorch.exir' has no attribute {name!r}")

@@ -198,6 +198,12 @@ class EdgeProgramManager:
         new = {name: _apply(program, per_method[name], config) for name, program in self._edge_programs.items()}
         return EdgeProgramManager(new, self._constant_methods, config)
 
+    def to_backend(self, partitioner: Any) -> EdgeProgramManager:
+        """Delegate what ``partitioner`` tags (one partitioner, or a dict method -> partitioner) to its backends."""
+        from edgetorch.exir.backend.lower import edge_manager_to_backend
+
+        return edge_manager_to_backend(self, partitioner)
+
     def to_executorch(self, config: ExecutorchBackendConfig | None = None) -> ExecutorchProgramManager:
         """Lower to the ExecuTorch dialect and serialize (out variants, memory planning, emission)."""
         from edgetorch.exir.to_executorch import ExecutorchProgramManager
