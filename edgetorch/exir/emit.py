@@ -86,12 +86,17 @@ class ProgramData:
     constant_alignment: int = 16
     extract_delegates: bool = True
     constants: list[bytes] = field(default_factory=lambda: [b""])
+    mutable: list[bytes] = field(default_factory=lambda: [b""])
     delegate_blobs: list[bytes] = field(default_factory=list)
     _seen: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def constant(self, data: bytes) -> int:
         """The buffer index of ``data`` in the constant segment (index 0 is reserved)."""
         return self._index("constant", data, self.constants)
+
+    def initial_state(self, data: bytes) -> int:
+        """The buffer index of a mutable buffer's initial bytes in the mutable segment (index 0 is reserved)."""
+        return self._index("mutable", data, self.mutable)
 
     def delegate(self, blob: bytes) -> BackendDelegateDataReference:
         index = self._index("delegate", blob, self.delegate_blobs)
@@ -107,14 +112,22 @@ class ProgramData:
 
     def constant_segment(self) -> tuple[bytes, list[int]]:
         """The constant segment's bytes and each buffer's offset in it (offset 0 for the reserved buffer)."""
-        blob, offsets = bytearray(), [0]
-        for data in self.constants[1:]:
-            offsets.append(len(blob))
-            blob += data + bytes(-len(data) % self.constant_alignment)
-        return bytes(blob), offsets
+        return _pack(self.constants, self.constant_alignment)
+
+    def mutable_segment(self) -> tuple[bytes, list[int]]:
+        """Initial states of mutable buffers, packed like the constant segment (copied into arenas at load)."""
+        return _pack(self.mutable, self.constant_alignment)
 
     def inline_delegates(self) -> list[BackendDelegateInlineData]:
         return [] if self.extract_delegates else [BackendDelegateInlineData(b) for b in self.delegate_blobs]
+
+
+def _pack(buffers: list[bytes], alignment: int) -> tuple[bytes, list[int]]:
+    blob, offsets = bytearray(), [0]
+    for data in buffers[1:]:
+        offsets.append(len(blob))
+        blob += data + bytes(-len(data) % alignment)
+    return bytes(blob), offsets
 
 
 class MethodEmitter:
@@ -182,10 +195,18 @@ class MethodEmitter:
             sizes=list(spec.shape),
             dim_order=list(spec.dim_order),
             requires_grad=spec.requires_grad,
-            data_buffer_idx=self.data.constant(_tensor_bytes(spec)) if spec.const else 0,
+            data_buffer_idx=self._data_buffer(spec, planned),
             allocation_info=_allocation(spec) if planned and not spec.const else None,
             shape_dynamism=TensorShapeDynamism.DYNAMIC_BOUND if spec.dynamic else TensorShapeDynamism.STATIC,
         )
+
+    def _data_buffer(self, spec: TensorSpec, planned: bool) -> int:
+        """Where the tensor's initial bytes are: a constant, a mutable buffer's non-zero initial state, or none."""
+        if spec.const:
+            return self.data.constant(_tensor_bytes(spec))
+        if planned and spec.storage is not None and bool(spec.storage.any()):
+            return self.data.initial_state(_tensor_bytes(spec))
+        return 0
 
     def _placeholder(self, node: torch.fx.Node) -> Any:
         spec = node.meta.get("spec")

@@ -138,6 +138,11 @@ class ExecutorchProgramManager:
         plans += [emit_constant_method(name, value, data) for name, value in self._constant_methods.items()]
         constants, offsets = data.constant_segment()
         segments = [constants] + (data.delegate_blobs if config.extract_delegate_segments else [])
+        mutable = None
+        if len(data.mutable) > 1:
+            initial_states, mutable_offsets = data.mutable_segment()
+            mutable = [SubsegmentOffsets(segment_index=len(segments), offsets=mutable_offsets)]
+            segments.append(initial_states)
         program = Program(
             version=0,
             execution_plan=plans,
@@ -145,6 +150,7 @@ class ExecutorchProgramManager:
             backend_delegate_data=data.inline_delegates(),
             segments=[],
             constant_segment=SubsegmentOffsets(segment_index=0, offsets=offsets),
+            mutable_data_segments=mutable,
         )
         return program, segments, debug
 

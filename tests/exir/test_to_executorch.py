@@ -116,6 +116,12 @@ class Counter(torch.nn.Module):
         return self.count.clone()
 
 
+class OnesCounter(Counter):
+    def __init__(self):
+        super().__init__()
+        self.count.fill_(1.0)
+
+
 class KVCache(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -182,6 +188,15 @@ def test_buffer_counter_keeps_state_across_calls(runtime):
     assert "aten.copy_.default" in graph and "alloc" in graph
     execute = load_method(prog.buffer, runtime)
     for step in (1, 2, 3):
+        assert_close(execute([torch.ones(3)]), torch.full((3,), float(step)))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_buffer_initial_state_is_stored(runtime):
+    prog = lower(OnesCounter(), (torch.ones(3),))
+    assert len(load_pte(prog.buffer).program.mutable_data_segments) == 1
+    execute = load_method(prog.buffer, runtime)
+    for step in (2, 3):
         assert_close(execute([torch.ones(3)]), torch.full((3,), float(step)))
 
 

@@ -183,16 +183,16 @@ def spec_leaves(spec: Any) -> list[TensorSpec]:
 
 
 def mark_constants(ep: ExportedProgram) -> None:
-    """Flag parameter, constant-buffer and lifted-constant placeholders as constants holding their data."""
+    """Give placeholders their data: parameters, constant buffers and lifted constants become constants,
+    mutated buffers keep their initial value in ``storage`` but stay planned, non-constant tensors."""
     sig = ep.graph_signature
     mutated = set(sig.buffers_to_mutate.values())
-    names = {**sig.inputs_to_parameters, **sig.inputs_to_lifted_tensor_constants}
-    names.update({k: v for k, v in sig.inputs_to_buffers.items() if v not in mutated})
+    names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
     for node in ep.graph.nodes:
         if node.op == "placeholder" and node.name in names:
             fqn = names[node.name]
             data = ep.state_dict[fqn] if fqn in ep.state_dict else ep.constants[fqn]
-            node.meta["spec"].const = True
+            node.meta["spec"].const = fqn not in mutated
             node.meta["spec"].storage = data.detach()
 
 
