@@ -142,7 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_EXTRA_COMMANDS: list = []
+def _register_export(sub: Any) -> None:
+    from edgetorch.cli_export import register
+
+    register(sub)
+
+
+_EXTRA_COMMANDS: list = [_register_export]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
