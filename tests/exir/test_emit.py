@@ -153,3 +153,29 @@ def test_constant_methods_return_their_values():
     assert plans["get_max_seq_len"].values[plans["get_max_seq_len"].outputs[0]].val == Int(128)
     assert len(plans["flags"].outputs) == 2
     torch.testing.assert_close(run_et(prog.buffer, [], "scale")[0], values["scale"])
+
+
+def test_channels_last_constant_is_stored_in_its_dim_order():
+    class Nhwc(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w", torch.arange(18.0).reshape(1, 2, 3, 3).to(memory_format=torch.channels_last))
+
+        def forward(self, x):
+            return self.w.clone() + x
+
+    model = Nhwc()
+    pte = load_pte(lower(model, (torch.tensor(1.0),)).buffer)
+    plan = pte.program.execution_plan[0]
+    [w] = [v.val for v in plan.values if getattr(v.val, "data_buffer_idx", 0) > 0]
+    assert w.dim_order == [0, 2, 3, 1]
+    offset = pte.program.constant_segment.offsets[w.data_buffer_idx]
+    stored = torch.frombuffer(bytearray(pte.segment(0)[offset : offset + 18 * 4]), dtype=torch.float32)
+    assert torch.equal(stored, model.w.permute(0, 2, 3, 1).reshape(-1))
+
+
+def test_unbounded_dynamic_dimension_is_rejected():
+    with torch.no_grad():
+        ep = export(MLP(), (torch.randn(2, 8),), dynamic_shapes={"x": {0: Dim("b")}}).run_decompositions()
+    with pytest.raises(ValueError, match="no upper bound"):
+        ExecutorchProgramManager({"forward": ep})

@@ -200,6 +200,18 @@ def test_buffer_initial_state_is_stored(runtime):
         assert_close(execute([torch.ones(3)]), torch.full((3,), float(step)))
 
 
+def test_user_input_mutation_is_written_back():
+    class AddInPlace(torch.nn.Module):
+        def forward(self, x):
+            x.add_(1.0)
+            return x * 2
+
+    x = torch.zeros(3)
+    prog = lower(AddInPlace(), (torch.zeros(3),))
+    assert "copy_" in str(prog.exported_program())
+    assert_close(run_et(prog.buffer, [x]), torch.full((3,), 2.0))
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_kv_cache_index_copy_into_buffer(runtime):
     model = KVCache()

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import OutputKind
+from torch.export.graph_signature import OutputKind, TensorArgument
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from torchgen.model import FunctionSchema, SchemaKind
 
@@ -62,20 +62,24 @@ ASSERT_OPS = {
 
 
 def insert_buffer_write_back(ep: ExportedProgram) -> None:
-    """Make each buffer mutation an explicit ``aten.copy_(buffer, new_value)`` that the output then returns."""
-    graph = ep.graph
+    """Make each buffer (or user input) mutation an explicit ``aten.copy_(target, new_value)`` the output returns."""
+    graph, signature = ep.graph, ep.graph_signature
     output = graph.output_node()
     placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
-    buffer_inputs = {fqn: name for name, fqn in ep.graph_signature.inputs_to_buffers.items()}
+    buffer_inputs = {fqn: name for name, fqn in signature.inputs_to_buffers.items()}
     results = list(output.args[0])
-    for i, spec in enumerate(ep.graph_signature.output_specs):
-        if spec.kind != OutputKind.BUFFER_MUTATION:
+    for i, spec in enumerate(signature.output_specs):
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            target = placeholders[buffer_inputs[spec.target]]
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            target = placeholders[spec.target]
+        else:
             continue
         with graph.inserting_before(output):
-            buffer = placeholders[buffer_inputs[spec.target]]
-            copy = graph.call_function(torch.ops.aten.copy_.default, (buffer, results[i]))
-        copy.meta["val"] = buffer.meta["val"]
+            copy = graph.call_function(torch.ops.aten.copy_.default, (target, results[i]))
+        copy.meta["val"] = target.meta["val"]
         results[i] = copy
+        spec.arg = TensorArgument(name=copy.name)
     output.args = (tuple(results),)
 
 

@@ -16,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 from torch._higher_order_ops.executorch_call_delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import bound_sympy
 
 from edgetorch.exir.dialects._ops import to_aten
@@ -218,7 +220,7 @@ def upper_bound(dim: SymDim) -> int:
         return int(dim)
     node = dim.node
     bound = bound_sympy(node.expr, node.shape_env.var_to_range).upper
-    if not bound.is_finite:
+    if bound in (int_oo, sympy.oo):
         raise ValueError(
             f"dynamic dimension {node.expr} has no upper bound; give it one, e.g. torch.export.Dim('n', max=1024)"
         )
