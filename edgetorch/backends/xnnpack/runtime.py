@@ -197,7 +197,13 @@ class _Window:
         return as_strided(xp, shape, strides, writeable=False)
 
 
+def _explicit_padding(n: Any) -> None:
+    if n.flags & xs.FLAG_TENSORFLOW_SAME_PADDING:
+        raise _Unsupported("TensorFlow SAME padding (flag 0x4) is not supported; explicit paddings are")
+
+
 def _conv_window(n: Any) -> _Window:
+    _explicit_padding(n)
     return _Window(
         n.kernel_height, n.kernel_width, n.subsampling_height, n.subsampling_width,
         max(n.dilation_height, 1), max(n.dilation_width, 1),
@@ -206,6 +212,7 @@ def _conv_window(n: Any) -> _Window:
 
 
 def _pool_window(n: Any) -> _Window:
+    _explicit_padding(n)
     return _Window(
         n.pooling_height, n.pooling_width, max(n.stride_height, 1), max(n.stride_width, 1),
         max(n.dilation_height, 1), max(n.dilation_width, 1),
@@ -654,15 +661,9 @@ def _reshape(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         raise _Unsupported(f"reshape to {list(n.new_shape)} infers more than one dimension")
 
     def plan(env: _Env) -> list:
-        x = env[n.input_id]
-        if x.flags.c_contiguous:
-            env.alias(n.output_id, x.reshape(shape))
-            return []
-        known = math.prod(d for d in shape if d != -1)
-        y = env.empty(n.output_id, [x.size // max(known, 1) if d == -1 else d for d in shape])
-        if y.size != x.size:
-            raise ValueError(f"cannot reshape an input of shape {x.shape} to {list(n.new_shape)}")
-        return [partial(np.copyto, y.reshape(x.shape), x)]
+        # Every array a plan holds is C-contiguous, so the reshape is a view and costs no step.
+        env.alias(n.output_id, env[n.input_id].reshape(shape))
+        return []
 
     return plan
 
@@ -804,10 +805,6 @@ def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 # ------------------------------------------------------------------------ compile, run
 
 
-def _output_id(n: Any) -> int:
-    return n.output_id
-
-
 def _compile_node(index: int, node: xs.XNode, g: _Graph) -> Planner:
     n = node.xnode_union
     kind = type(n).__name__ if n is not None else "an empty node"
@@ -827,7 +824,7 @@ def _compile_node(index: int, node: xs.XNode, g: _Graph) -> Planner:
 
     def with_activation(env: _Env) -> list:
         steps = planner(env)
-        y = env[_output_id(n)]
+        y = env[n.output_id]
         return steps + _clamp(y, y, lo, hi)
 
     return _named_planner(index, kind, with_activation)

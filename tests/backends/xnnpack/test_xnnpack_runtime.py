@@ -339,6 +339,14 @@ def test_unsupported_node_names_index_and_type():
         XnnpackBackend().init(memoryview(build_blob(graph)), {}, {})
 
 
+def test_same_padding_flag_is_refused_at_init():
+    values = [_value(0, [1, 4, 4, 2], 0, xs.VALUE_FLAG_EXTERNAL_INPUT), _value(1, [1, 2, 2, 2], 1, 2)]
+    pool = xs.XNNMaxPooling2d(pooling_height=2, pooling_width=2, input_id=0, output_id=1, flags=0x4)
+    graph = xs.XNNGraph(xnodes=[xs.XNode(pool)], xvalues=values, input_ids=[0], output_ids=[1])
+    with pytest.raises(DelegateLoadError, match=r"node 0 \(XNNMaxPooling2d\).*SAME padding"):
+        XnnpackBackend().init(memoryview(build_blob(graph)), {}, {})
+
+
 def test_quantized_values_are_refused_at_init():
     quantized = xs.XValue(
         xs.XNNQuantizedTensorValue(
