@@ -1,0 +1,293 @@
+"""``XnnpackPartitioner``: which Edge nodes the XNNPACK delegate takes, op by op, with each op's constraints.
+
+A node is delegated when its operator has a visitor in ``serialize.VISITORS``,
+its tensors are float32 (constants may be any dtype: they are folded to float32
+at lowering), and the operator's constraint below accepts its arguments.
+Connected runs of such nodes become one delegate each; everything else stays
+with the portable runtime. May import torch.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from edgetorch.backends.xnnpack.preprocess import XnnpackBackend
+from edgetorch.backends.xnnpack.serialize import VISITORS, constant_placeholders, result_node
+from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
+from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.program import EdgeCompileConfig
+
+__all__ = ["KEPT_WHOLE", "XnnpackPartitioner", "get_xnnpack_edge_compile_config"]
+
+aten = torch.ops.aten
+Node = torch.fx.Node
+
+KEPT_WHOLE = [
+    aten.linear.default,
+    aten.hardswish.default,
+    aten.prelu.default,
+    aten.max_pool2d.default,
+    aten.upsample_bilinear2d.vec,
+    aten.scaled_dot_product_attention.default,
+]
+"""ATen ops kept out of decomposition when the XNNPACK delegate can take the node whole."""
+
+
+def get_xnnpack_edge_compile_config(skip_dim_order: bool = False) -> EdgeCompileConfig:
+    """The Edge compile config ExecuTorch recommends for XNNPACK lowering (no IR validity check)."""
+    return EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=skip_dim_order)
+
+
+class XnnpackPartitioner(Partitioner):
+    """Delegates every connected run of float32 operators XNNPACK supports to ``XnnpackBackend``."""
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        support = Support(exported_program)
+        groups = group_supported_nodes(exported_program.graph_module, support.supported)
+        groups = [g for g in groups if not all(support.is_constant(n) for n in g)]
+        tags = tag_partitions(groups, prefix="xnnpack_")
+        tag_constant_data(exported_program)
+        return PartitionResult(exported_program, dict.fromkeys(tags, DelegationSpec(XnnpackBackend.__name__, [])))
+
+    def ops_to_not_decompose(
+        self, ep: ExportedProgram
+    ) -> tuple[list[torch._ops.OpOverload], Callable[[torch.fx.Node], bool] | None]:
+        support = Support(ep)
+        return list(KEPT_WHOLE), support.supported
+
+
+class Support:
+    """Answers "can XNNPACK run this node?" for the nodes of one program (ATen or Edge dialect)."""
+
+    def __init__(self, program: ExportedProgram) -> None:
+        self.constants = constant_placeholders(program)
+        self._constant: dict[Node, bool] = {}
+
+    def is_constant(self, arg: Any) -> bool:
+        """Whether ``arg`` is a constant tensor, or a node computed from constants only (folded at lowering)."""
+        if not isinstance(arg, Node):
+            return False
+        if arg in self.constants:
+            return True
+        if arg.op != "call_function" or not arg.all_input_nodes:
+            return False
+        if arg not in self._constant:
+            self._constant[arg] = all(self.is_constant(a) for a in arg.all_input_nodes)
+        return self._constant[arg]
+
+    def supported(self, node: Node) -> bool:
+        if node.op != "call_function":
+            return False
+        op = to_aten(node.target)
+        if op not in VISITORS or not self._float32(node):
+            return False
+        check = CONSTRAINTS.get(op)
+        return check is None or check(self, node)
+
+    def _float32(self, node: Node) -> bool:
+        out = node.meta.get("val")
+        if isinstance(out, list | tuple):
+            out = out[0] if out else None
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
+            return False
+        inputs = [a for a in node.all_input_nodes if not self.is_constant(a)]
+        return all(isinstance(v := a.meta.get("val"), torch.Tensor) and v.dtype == torch.float32 for a in inputs)
+
+
+# ---------------------------------------------------------------- constraints
+
+
+def arg(node: Node, index: int, name: str, default: Any = None) -> Any:
+    """Argument ``index`` (positional) or ``name`` (keyword) of ``node``."""
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def rank(value: Any) -> int:
+    return value.meta["val"].dim() if isinstance(value, Node) else 0
+
+
+def static(node: Node, dims: slice = slice(None)) -> bool:
+    return all(isinstance(d, int) for d in list(node.meta["val"].shape)[dims])
+
+
+def pair(value: Any) -> list[int]:
+    values = list(value) if isinstance(value, list | tuple) else [value]
+    return values * 2 if len(values) == 1 else values
+
+
+def _linear(s: Support, node: Node) -> bool:
+    bias = arg(node, 2, "bias")
+    return s.is_constant(node.args[1]) and rank(node.args[1]) == 2 and (bias is None or s.is_constant(bias))
+
+
+def _addmm(s: Support, node: Node) -> bool:
+    ones = arg(node, 3, "beta", 1) == 1 and arg(node, 4, "alpha", 1) == 1
+    return ones and s.is_constant(node.args[0]) and s.is_constant(node.args[2])
+
+
+def _mm(s: Support, node: Node) -> bool:
+    return s.is_constant(node.args[1])
+
+
+def _convolution(s: Support, node: Node) -> bool:
+    weight, bias = node.args[1], node.args[2]
+    constant = s.is_constant(weight) and (bias is None or s.is_constant(bias))
+    return constant and rank(weight) in (3, 4) and rank(node.args[0]) == rank(weight)
+
+
+def _max_pool(s: Support, node: Node) -> bool:
+    kernel = pair(node.args[1])
+    stride = pair(arg(node, 2, "stride") or kernel)
+    ceil = bool(arg(node, 5, "ceil_mode", False))
+    ok = rank(node.args[0]) == 4 and all(st <= k for st, k in zip(stride, kernel))
+    if to_aten(node.target) == aten.max_pool2d_with_indices.default:
+        ok = ok and all(u.target is operator.getitem and u.args[1] == 0 for u in node.users)
+    return ok and (not ceil or static(node.args[0], slice(2, None)))
+
+
+def _avg_pool(s: Support, node: Node) -> bool:
+    padding = pair(arg(node, 3, "padding", 0))
+    ceil = bool(arg(node, 4, "ceil_mode", False))
+    include_pad = bool(arg(node, 5, "count_include_pad", True))
+    override = arg(node, 6, "divisor_override")
+    zero_pad = all(p == 0 for p in padding)
+    return rank(node.args[0]) == 4 and not ceil and override is None and (zero_pad or not include_pad)
+
+
+def _adaptive_avg_pool(s: Support, node: Node) -> bool:
+    x = node.args[0]
+    if rank(x) != 4 or not static(x, slice(2, None)):
+        return False
+    h, w = x.meta["val"].shape[2:]
+    oh, ow = pair(node.args[1])
+    return (oh, ow) == (1, 1) or (h % oh == 0 and w % ow == 0)
+
+
+def _mean(s: Support, node: Node) -> bool:
+    x = node.args[0]
+    dims = arg(node, 1, "dim")
+    if rank(x) != 4 or dims is None or node.kwargs.get("dtype") is not None:
+        return False
+    return sorted(d % 4 for d in dims) == [2, 3]
+
+
+def _upsample(s: Support, node: Node) -> bool:
+    return rank(node.args[0]) == 4 and static(node, slice(2, None))
+
+
+def _softmax(s: Support, node: Node) -> bool:
+    return node.args[1] % rank(node.args[0]) == rank(node.args[0]) - 1 and not node.args[2]
+
+
+def _pow(s: Support, node: Node) -> bool:
+    return node.args[1] == 2
+
+
+def _gelu(s: Support, node: Node) -> bool:
+    return node.kwargs.get("approximate", "none") == "none"
+
+
+def _elu(s: Support, node: Node) -> bool:
+    return arg(node, 2, "scale", 1) == 1 and arg(node, 3, "input_scale", 1) == 1
+
+
+def _prelu(s: Support, node: Node) -> bool:
+    x, weight = node.args
+    channels = x.meta["val"].shape[1] if rank(x) > 1 else 1
+    return s.is_constant(weight) and rank(x) in (2, 4) and weight.meta["val"].numel() in (1, channels)
+
+
+def _reshape(s: Support, node: Node) -> bool:
+    return sum(isinstance(d, torch.SymInt) for d in node.meta["val"].shape) <= 1
+
+
+def _slice(s: Support, node: Node) -> bool:
+    return arg(node, 4, "step", 1) == 1 and static(node.args[0]) and static(node) and node.meta["val"].numel() > 0
+
+
+def _constant_pad(s: Support, node: Node) -> bool:
+    return all(p >= 0 for p in node.args[1])
+
+
+def _cat(s: Support, node: Node) -> bool:
+    return len(node.args[0]) >= 1 and node.meta["val"].numel() > 0
+
+
+def _copy(s: Support, node: Node) -> bool:
+    """Copies XNNPACK can skip: same dtype, contiguous (default dim order), no broadcasting."""
+    source = node.args[0]
+    if not isinstance(source, Node) or node.meta["val"].shape != source.meta["val"].shape:
+        return False
+    if not s.is_constant(source) and source.meta["val"].dtype != torch.float32:
+        return False
+    dim_order = node.kwargs.get("dim_order")
+    memory_format = node.kwargs.get("memory_format")
+    contiguous = dim_order is None or list(dim_order) in ([], list(range(rank(node))))
+    return contiguous and memory_format in (None, torch.contiguous_format, torch.preserve_format)
+
+
+def _getitem(s: Support, node: Node) -> bool:
+    source = node.args[0]
+    return isinstance(source, Node) and node.args[1] == 0 and s.supported(source) and result_node(source) is node
+
+
+def _batch_norm(s: Support, node: Node) -> bool:
+    params = [p for p in node.args[1:5] if p is not None]
+    users_ok = all(u.target is operator.getitem and u.args[1] == 0 for u in node.users)
+    return users_ok and rank(node.args[0]) >= 2 and all(s.is_constant(p) for p in params)
+
+
+def _attention(s: Support, node: Node) -> bool:
+    q, k, v = node.args[:3]
+    mask = arg(node, 3, "attn_mask")
+    causal = bool(arg(node, 5, "is_causal", False))
+    plain = arg(node, 4, "dropout_p", 0.0) == 0.0 and not node.kwargs.get("enable_gqa", False)
+    ranks = rank(q) >= 3 and rank(q) == rank(k) == rank(v)
+    mask_ok = mask is None or (mask.meta["val"].dtype == torch.float32 and not causal)
+    causal_ok = not causal or (static(q, slice(-2, -1)) and static(k, slice(-2, -1)))
+    return plain and ranks and mask_ok and causal_ok
+
+
+CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
+    aten.linear.default: _linear,
+    aten.addmm.default: _addmm,
+    aten.mm.default: _mm,
+    aten.convolution.default: _convolution,
+    aten.max_pool2d.default: _max_pool,
+    aten.max_pool2d_with_indices.default: _max_pool,
+    aten.avg_pool2d.default: _avg_pool,
+    aten._adaptive_avg_pool2d.default: _adaptive_avg_pool,
+    aten.mean.dim: _mean,
+    aten.upsample_bilinear2d.vec: _upsample,
+    aten._softmax.default: _softmax,
+    aten._log_softmax.default: _softmax,
+    aten.pow.Tensor_Scalar: _pow,
+    aten.gelu.default: _gelu,
+    aten.elu.default: _elu,
+    aten.prelu.default: _prelu,
+    aten.view_copy.default: _reshape,
+    aten.squeeze_copy.dims: _reshape,
+    aten.squeeze_copy.dim: _reshape,
+    aten.unsqueeze_copy.default: _reshape,
+    aten.slice_copy.Tensor: _slice,
+    aten.constant_pad_nd.default: _constant_pad,
+    aten.cat.default: _cat,
+    aten.clone.default: _copy,
+    aten.alias_copy.default: _copy,
+    aten.expand_copy.default: _copy,
+    aten._to_copy.default: _copy,
+    torch.ops.dim_order_ops._clone_dim_order.default: _copy,
+    torch.ops.dim_order_ops._to_dim_order_copy.default: _copy,
+    operator.getitem: _getitem,
+    aten._native_batch_norm_legit_no_training.default: _batch_norm,
+    aten.scaled_dot_product_attention.default: _attention,
+}
+"""ATen op -> what its arguments must satisfy for XNNPACK (ops not listed have no constraint beyond float32)."""

@@ -1,0 +1,83 @@
+"""``XnnpackBackend``: the compiler half of the XNNPACK delegate (ExecuTorch's backend id ``XnnpackBackend``).
+
+``preprocess`` folds inference batch norms into the convolutions before them,
+then writes the partition as an XNNPACK blob (``serialize.XnnpackGraphBuilder``)
+that both ExecuTorch's XNNPACK runtime and ``edgetorch.backends.xnnpack.runtime``
+execute. Constants go into the blob's own constant segment. May import torch.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.export import ExportedProgram
+
+from edgetorch.backends.xnnpack.serialize import XnnpackGraphBuilder, constant_placeholders
+from edgetorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from edgetorch.exir.backend.compile_spec_schema import CompileSpec
+from edgetorch.exir.dialects._ops import to_aten
+
+__all__ = ["XnnpackBackend", "fold_batch_norms"]
+
+aten = torch.ops.aten
+Node = torch.fx.Node
+BATCH_NORM = aten._native_batch_norm_legit_no_training.default
+
+
+class XnnpackBackend(BackendDetails):
+    """Lowers an Edge partition (from ``XnnpackPartitioner``) to an XNNPACK delegate blob."""
+
+    @staticmethod
+    def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        overrides, aliases = fold_batch_norms(edge_program)
+        blob, debug_map = XnnpackGraphBuilder(edge_program, overrides, aliases).build()
+        return PreprocessResult(processed_bytes=blob, debug_handle_map=debug_map or None)
+
+
+def fold_batch_norms(
+    program: ExportedProgram,
+) -> tuple[dict[Node, tuple[torch.Tensor, torch.Tensor]], dict[Node, Node]]:
+    """Fold each batch norm whose input is a convolution used only by it into that convolution.
+
+    Returns the convolutions' new (weight, bias) and, for the batch norm and its
+    ``getitem`` output, the convolution whose value replaces them.
+    """
+    constants = constant_placeholders(program)
+    overrides: dict[Node, tuple[torch.Tensor, torch.Tensor]] = {}
+    aliases: dict[Node, Node] = {}
+    for bn in program.graph.nodes:
+        conv = bn.args[0] if bn.op == "call_function" and to_aten(bn.target) == BATCH_NORM else None
+        if not _foldable(conv, bn, constants):
+            continue
+        overrides[conv] = _folded(conv, bn, constants)
+        aliases[bn] = conv
+        for user in bn.users:
+            aliases[user] = conv
+    return overrides, aliases
+
+
+def _foldable(conv: object, bn: Node, constants: dict[Node, torch.Tensor]) -> bool:
+    if not isinstance(conv, Node) or conv.op != "call_function" or to_aten(conv.target) != aten.convolution.default:
+        return False
+    params = [conv.args[1], conv.args[2], *bn.args[1:5]]
+    if len(conv.users) != 1 or any(p is not None and p not in constants for p in params):
+        return False
+    return all(u.target is operator.getitem and u.args[1] == 0 for u in bn.users)
+
+
+def _folded(conv: Node, bn: Node, constants: dict[Node, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    weight = constants[conv.args[1]].to(torch.float32)
+    transposed, groups = conv.args[6], conv.args[8]
+    gamma, beta, mean, var = (None if a is None else constants[a].to(torch.float32) for a in bn.args[1:5])
+    eps = float(bn.args[6])
+    scale = torch.rsqrt(var + eps) * (gamma if gamma is not None else 1.0)
+    bias = constants[conv.args[2]].to(torch.float32) if conv.args[2] is not None else torch.zeros_like(mean)
+    new_bias = (bias - mean) * scale + (beta if beta is not None else 0.0)
+    if transposed:
+        # Output channels are dim 1 of [in, out/groups, k...], numbered group by group.
+        cin, cout_g = weight.shape[:2]
+        grouped = weight.reshape(groups, cin // groups, cout_g, *weight.shape[2:])
+        shape = (groups, 1, cout_g) + (1,) * (weight.dim() - 2)
+        return (grouped * scale.reshape(shape)).reshape(weight.shape), new_bias
+    return weight * scale.reshape((-1,) + (1,) * (weight.dim() - 1)), new_bias

@@ -1,0 +1,62 @@
+"""edgetorch's XNNPACK lowering against the real ExecuTorch 1.5.1: its runtime runs our blobs, and our blobs
+hold the same XNNPACK node kinds ExecuTorch's own lowering writes for the model.
+
+The models and their lowering come from ``tests/backends/xnnpack/test_xnnpack_lowering.py``.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from edgetorch.backends.xnnpack.blob import parse_blob
+from edgetorch.format.pte import load_pte
+from tests.backends.xnnpack.test_xnnpack_lowering import CASES, lowered
+from tests.oracle import assert_close, eager, executorch_pte, run_executorch
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_executorch_runs_our_xnnpack_program(name):
+    low = lowered(name)
+    got = run_executorch(low.pte, [x.numpy() for x in low.inputs])
+    assert_close(got, eager(low.model, low.inputs), rtol=1e-4, atol=1e-4)
+
+
+HEAVY = {
+    "XNNFullyConnected",
+    "XNNConv2d",
+    "XNNDepthwiseConv2d",
+    "XNNConvTranspose2d",
+    "XNNMaxPooling2d",
+    "XNNAvgPooling2d",
+    "XNNGlobalAvgPooling2d",
+    "XNNBatchMatrixMultiply",
+    "XNNSoftmax",
+}
+
+
+def blob_summary(pte: bytes) -> tuple[collections.Counter, list]:
+    """The compute-heavy XNNPACK node kinds of all delegates, and each delegate's external value shapes."""
+    pte_file = load_pte(pte)
+    program = pte_file.program
+    kinds: collections.Counter = collections.Counter()
+    externals = []
+    for plan in program.execution_plan:
+        for delegate in plan.delegates:
+            ref = delegate.processed
+            data = program.backend_delegate_data[ref.index].data if ref.location == 0 else pte_file.segment(ref.index)
+            graph = parse_blob(data).graph
+            kinds.update(k for k in (type(n.xnode_union).__name__ for n in graph.xnodes) if k in HEAVY)
+            values = [v.xvalue_union for v in graph.xvalues]
+            externals.append(sorted((v.external_id, list(v.dims)) for v in values if v.flags))
+    return kinds, externals
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_blobs_match_executorch_lowering(name):
+    low, case = lowered(name), CASES[name]
+    if not case.compare_blobs:
+        pytest.skip("ExecuTorch partitions this model differently; its outputs are compared instead")
+    theirs = executorch_pte(low.model, low.inputs, dynamic_shapes=case.dynamic_shapes, xnnpack=True)
+    assert blob_summary(low.pte) == blob_summary(theirs)
