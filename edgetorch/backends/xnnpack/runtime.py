@@ -382,38 +382,30 @@ def _deconvolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     return plan
 
 
+def _pooling(n: Any, what: str, fill: float, combine: np.ufunc, env: _Env) -> tuple[np.ndarray, list, tuple]:
+    """Allocate the pooled output and the steps that fold every window tap into it with ``combine``."""
+    win = _pool_window(n)
+    x = env[n.input_id]
+    nb, h, wd, c = _nhwc(x, what)
+    oh, ow = win.out_hw(h, wd)
+    y = env.empty(n.output_id, (nb, oh, ow, c))
+    xp, steps = win.pad(x, fill)
+    for t, (i, j) in enumerate(win.taps()):
+        view = win.tap(xp, i, j, oh, ow)
+        steps.append(partial(np.copyto, y, view) if t == 0 else partial(combine, y, view, out=y))
+    return y, steps, (win, h, wd, oh, ow)
+
+
 @_compiles(xs.XNNMaxPooling2d)
 def _max_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    win = _pool_window(n)
-
-    def plan(env: _Env) -> list:
-        x = env[n.input_id]
-        nb, h, wd, c = _nhwc(x, "max pooling")
-        oh, ow = win.out_hw(h, wd)
-        y = env.empty(n.output_id, (nb, oh, ow, c))
-        xp, steps = win.pad(x, -np.inf)
-        for t, (i, j) in enumerate(win.taps()):
-            view = win.tap(xp, i, j, oh, ow)
-            steps.append(partial(np.copyto, y, view) if t == 0 else partial(np.maximum, y, view, out=y))
-        return steps
-
-    return plan
+    return lambda env: _pooling(n, "max pooling", -np.inf, np.maximum, env)[1]
 
 
 @_compiles(xs.XNNAvgPooling2d)
 def _average_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    win = _pool_window(n)
-
     def plan(env: _Env) -> list:
-        x = env[n.input_id]
-        nb, h, wd, c = _nhwc(x, "average pooling")
-        oh, ow = win.out_hw(h, wd)
-        y = env.empty(n.output_id, (nb, oh, ow, c))
-        xp, steps = win.pad(x, 0.0)
-        for t, (i, j) in enumerate(win.taps()):
-            view = win.tap(xp, i, j, oh, ow)
-            steps.append(partial(np.copyto, y, view) if t == 0 else partial(np.add, y, view, out=y))
-        return steps + [partial(np.multiply, y, _pool_scale(win, h, wd, oh, ow, x.dtype), out=y)]
+        y, steps, geometry = _pooling(n, "average pooling", 0.0, np.add, env)
+        return steps + [partial(np.multiply, y, _pool_scale(*geometry, y.dtype), out=y)]
 
     return plan
 
