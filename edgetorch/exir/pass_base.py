@@ -19,6 +19,7 @@ import torch
 from torch._export.pass_base import _ExportPassBaseDeprecatedDoNotUse
 from torch._export.pass_infra.node_metadata import NodeMetadata
 from torch._export.pass_infra.proxy_value import ProxyValue
+from torch._higher_order_ops.executorch_call_delegate import is_lowered_module
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from edgetorch.exir.dialects._ops import EdgeOpOverload
@@ -46,6 +47,16 @@ class ExportPass(_ExportPassBaseDeprecatedDoNotUse):
             if isinstance(target, EdgeOpOverload):
                 return self.callback.call_operator(target, args, kwargs, NodeMetadata(self.node.meta))
             return super().call_function(target, args, kwargs)
+
+    class ExportTracer(_ExportPassBaseDeprecatedDoNotUse.ExportTracer):
+        """Keeps lowered backend modules under ExecuTorch's attribute names (``lowered_module_N``)."""
+
+        def create_arg(self, a: Any) -> torch.fx.Node:
+            if is_lowered_module(a) and a not in self.submodules:
+                name = f"lowered_module_{sum(is_lowered_module(m) for m in self.submodules)}"
+                self.root.add_module(name, a)
+                self.submodules[a] = name
+            return super().create_arg(a)
 
     def call_getitem(self, value: ProxyValue, key: int, meta: NodeMetadata) -> ProxyValue:
         """Emit ``value[key]`` (kept as its own hook so passes can intercept tuple outputs)."""

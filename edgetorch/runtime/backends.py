@@ -81,5 +81,5 @@ def _load_builtin_backends() -> None:
 
 BUILTIN_BACKEND_MODULES = (
     "edgetorch.backends.xnnpack.runtime",
-    "edgetorch.exir.backend.demo_runtime",
+    "edgetorch.backends.demo.runtime",
 )

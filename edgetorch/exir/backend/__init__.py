@@ -3,7 +3,7 @@
 ``Partitioner``/``PartitionResult``/``DelegationSpec`` tag what a backend takes,
 ``BackendDetails.preprocess`` compiles it, ``to_backend`` cuts it out into a
 ``LoweredBackendModule`` called through ``executorch_call_delegate``. Names load
-on first use so that the torch-free ``demo_runtime`` can live in this package.
+on first use (the demo backend's runtime half lives in ``edgetorch.backends.demo``).
 """
 
 from importlib import import_module

@@ -1,8 +1,8 @@
 """The demo backend of the tutorial: ``BackendWithCompilerDemo`` and ``AddMulPartitionerDemo``.
 
 ``BackendWithCompilerDemo.preprocess`` compiles a whole Edge program of simple
-ops (see ``demo_runtime.OPS``) into the small text format described in
-``demo_runtime``, whose ``DemoBackend`` runs it. ``AddMulPartitionerDemo``
+ops (see ``edgetorch.backends.demo.runtime.OPS``) into the small text format described in
+``edgetorch.backends.demo.runtime``, whose ``DemoBackend`` runs it. ``AddMulPartitionerDemo``
 delegates connected chains of ``mm``/``add``/``mul`` to it. May import torch.
 """
 
@@ -15,7 +15,7 @@ from torch.export.graph_signature import InputKind
 
 from edgetorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from edgetorch.exir.backend.compile_spec_schema import CompileSpec
-from edgetorch.exir.backend.demo_runtime import BACKEND_ID, VERSION
+from edgetorch.backends.demo.runtime import BACKEND_ID, VERSION
 from edgetorch.exir.backend.lowered_backend_module import user_outputs
 from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
@@ -43,7 +43,7 @@ BLOB_OPS: dict[torch._ops.OpOverload, str] = {
     aten.minimum.default: "minimum",
     aten.mm.default: "mm",
 }
-"""ATen op -> its name in the demo blob (``demo_runtime.OPS`` implements each)."""
+"""ATen op -> its name in the demo blob (``edgetorch.backends.demo.runtime.OPS`` implements each)."""
 
 _CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
