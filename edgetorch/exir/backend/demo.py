@@ -13,9 +13,9 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+from edgetorch.backends.demo.runtime import BACKEND_ID, VERSION
 from edgetorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from edgetorch.exir.backend.compile_spec_schema import CompileSpec
-from edgetorch.backends.demo.runtime import BACKEND_ID, VERSION
 from edgetorch.exir.backend.lowered_backend_module import user_outputs
 from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult

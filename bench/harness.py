@@ -1,0 +1,65 @@
+"""Shared benchmark plumbing: clean BLAS environment, timing, tables.
+
+Benchmarks unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for their own process
+(this machine sets them and they slow NumPy's BLAS); tests never do.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from typing import Callable
+
+_SLOW_BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def reexec_with_clean_blas_env() -> None:
+    """Restart this script without the BLAS-slowing variables, before NumPy is imported."""
+    if any(v in os.environ for v in _SLOW_BLAS_VARS):
+        env = {k: v for k, v in os.environ.items() if k not in _SLOW_BLAS_VARS}
+        print(f"[bench] unsetting {', '.join(_SLOW_BLAS_VARS)} for this benchmark process", flush=True)
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+def set_threads(n: int) -> None:
+    """Pin BLAS and torch to ``n`` threads so every contender runs on the same cores."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(n)
+    import torch
+
+    torch.set_num_threads(n)
+
+
+def median_time(fn: Callable[[], object], min_runs: int = 5, budget_s: float = 10.0, warmup: int = 1) -> float:
+    """Median wall seconds of ``fn()`` over at least ``min_runs`` runs (fewer if one run exceeds the budget)."""
+    for _ in range(warmup):
+        t0 = time.perf_counter()
+        fn()
+        if time.perf_counter() - t0 > budget_s:
+            return time.perf_counter() - t0
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_runs or (time.perf_counter() - start < budget_s / 4 and len(times) < 50):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > budget_s:
+            break
+    return statistics.median(times)
+
+
+def fmt_ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    ms = seconds * 1e3
+    return f"{ms:.3f}" if ms < 10 else f"{ms:.1f}"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-markdown table."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
