@@ -168,6 +168,35 @@ def test_dynamic_batch_runs_at_several_sizes(runtime):
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10),
+        )  # fmt: skip
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_dynamic_image_size_is_planned_at_the_upper_bound(runtime):
+    model = CNN().eval()
+    dims = {"x": {2: Dim("h", min=16, max=64), 3: Dim("w", min=16, max=64)}}
+    prog = lower(model, (torch.randn(1, 1, 16, 16),), dynamic_shapes=dims)
+    [x_spec] = [s for s in prog.memory_plans["forward"].specs if s.name == "x"]
+    assert x_spec.shape == (1, 1, 64, 64)
+    execute = load_method(prog.buffer, runtime)
+    for h, w in ((16, 16), (32, 48), (64, 64)):
+        x = torch.randn(1, 1, h, w)
+        assert_close(execute([x]), model(x), atol=1e-4)
+    if runtime == "edgetorch":
+        with pytest.raises(ValueError, match="upper bound"):
+            execute([torch.randn(1, 1, 128, 128)])
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
 def test_symbolic_sizes_become_executorch_prim_ops(runtime):
     class Flatten(torch.nn.Module):
         def forward(self, x):
