@@ -143,6 +143,7 @@ class MethodEmitter:
         self._operator_index: dict[tuple[str, str], int] = {}
         self._spec_ids: dict[int, int] = {}
         self._inputs: list[int] = []
+        self._buffers = set(ep.graph_signature.inputs_to_buffers) if ep is not None else set()
 
     def emit(self) -> ExecutionPlan:
         gm = self.ep.graph_module
@@ -210,13 +211,14 @@ class MethodEmitter:
 
     def _placeholder(self, node: torch.fx.Node) -> Any:
         spec = node.meta.get("spec")
-        value = self._tensor(spec) if isinstance(spec, TensorSpec) else self._constant(node.meta.get("val"))
-        if not (isinstance(spec, TensorSpec) and spec.const) and node.name not in self._buffer_inputs():
+        val = node.meta.get("val")
+        if isinstance(spec, TensorSpec):
+            value = self._tensor(spec)
+        else:  # a specialised scalar input must be passed with the value it was exported with
+            value = self._sym_result(node) if isinstance(val, torch.SymInt) else self._constant(val)
+        if not (isinstance(spec, TensorSpec) and spec.const) and node.name not in self._buffers:
             self._inputs.append(value.id)
         return value
-
-    def _buffer_inputs(self) -> set[str]:
-        return set(self.ep.graph_signature.inputs_to_buffers)
 
     def _call(self, gm: torch.fx.GraphModule, node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
         target = to_aten(node.target)

@@ -9,6 +9,7 @@ torch (through the specs).
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -91,20 +92,41 @@ def greedy(specs: list[TensorSpec], alignment: int) -> None:
     its own. Slots are laid out one after another, so the arena is never larger
     than the naive one.
     """
-    slots: list[tuple[int, list[TensorSpec]]] = []
+    slots: list[_Slot] = []
     for spec in sorted(specs, key=lambda s: -s.allocated_memory(alignment)):
         size = spec.allocated_memory(alignment)
-        free = [i for i, (_, members) in enumerate(slots) if not any(_overlap(spec, m) for m in members)]
-        if free:
-            best = min(free, key=lambda i: abs(slots[i][0] - size))
-            slots[best] = (max(slots[best][0], size), slots[best][1] + [spec])
-        else:
-            slots.append((size, [spec]))
+        free = [slot for slot in slots if slot.fits(spec)]
+        best = min(free, key=lambda slot: abs(slot.size - size)) if free else None
+        if best is None:
+            best = _Slot()
+            slots.append(best)
+        best.add(spec, size)
     offset = 0
-    for size, members in slots:
-        for spec in members:
+    for slot in slots:
+        for spec in slot.members:
             spec.mem_offset = offset
-        offset += size
+        offset += slot.size
+
+
+class _Slot:
+    """Tensors sharing one span of memory; their lifetimes are disjoint and kept sorted by start."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.starts: list[int] = []
+        self.members: list[TensorSpec] = []
+
+    def fits(self, spec: TensorSpec) -> bool:
+        i = bisect.bisect_left(self.starts, spec.lifetime[0])
+        before_ok = i == 0 or self.members[i - 1].lifetime[1] < spec.lifetime[0]
+        after_ok = i == len(self.members) or self.members[i].lifetime[0] > spec.lifetime[1]
+        return before_ok and after_ok
+
+    def add(self, spec: TensorSpec, size: int) -> None:
+        i = bisect.bisect_left(self.starts, spec.lifetime[0])
+        self.starts.insert(i, spec.lifetime[0])
+        self.members.insert(i, spec)
+        self.size = max(self.size, size)
 
 
 ALGORITHMS: dict[str, Algorithm] = {"naive": naive, "greedy": greedy}

@@ -179,3 +179,14 @@ def test_unbounded_dynamic_dimension_is_rejected():
         ep = export(MLP(), (torch.randn(2, 8),), dynamic_shapes={"x": {0: Dim("b")}}).run_decompositions()
     with pytest.raises(ValueError, match="no upper bound"):
         ExecutorchProgramManager({"forward": ep})
+
+
+def test_specialised_scalar_inputs_keep_their_values():
+    class Scale(torch.nn.Module):
+        def forward(self, x, n: int, shift: float):
+            return x * n + shift
+
+    x = torch.randn(3)
+    plan = plan_of(lower(Scale(), (x, 2, 0.5)).buffer)
+    assert [type(plan.values[i].val).__name__ for i in plan.inputs] == ["Tensor", "Int", "Double"]
+    assert_close(run_et(lower(Scale(), (x, 2, 0.5)).buffer, [x, 2, 0.5]), x * 2 + 0.5)

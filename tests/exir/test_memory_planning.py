@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.export import Dim, export
 
-from edgetorch.exir.memory_planning import MemoryPlan, MemoryPlanError, lower_bound, naive, verify_plan
+from edgetorch.exir.memory_planning import MemoryPlan, MemoryPlanError, greedy, lower_bound, naive, plan, verify_plan
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.passes.spec_prop import TensorSpec
 from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
@@ -57,21 +57,21 @@ def plan_with(ep: torch.export.ExportedProgram, planner: MemoryPlanningPass) -> 
 @pytest.mark.parametrize("cls,args", MODELS, ids=[m.__name__ for m, _ in MODELS])
 def test_plan_invariants_and_greedy_not_worse_than_naive(cls, args):
     ep = edge(cls(), args)
-    greedy = plan_with(ep, MemoryPlanningPass("greedy")).memory_plans["forward"]
+    greedy_plan = plan_with(ep, MemoryPlanningPass("greedy")).memory_plans["forward"]
     naive_plan = plan_with(ep, MemoryPlanningPass("naive")).memory_plans["forward"]
-    for plan in (greedy, naive_plan):
-        verify_plan(plan)
-        assert plan.bufsizes[0] == 0 and all(s.mem_id == 1 for s in plan.specs)
+    for memory_plan in (greedy_plan, naive_plan):
+        verify_plan(memory_plan)
+        assert memory_plan.bufsizes[0] == 0 and all(s.mem_id == 1 for s in memory_plan.specs)
     assert naive_plan.bufsizes[1] == sum(s.allocated_memory(16) for s in naive_plan.specs)
-    assert lower_bound(greedy.specs) <= greedy.bufsizes[1] <= naive_plan.bufsizes[1]
+    assert lower_bound(greedy_plan.specs) <= greedy_plan.bufsizes[1] <= naive_plan.bufsizes[1]
 
 
 def test_greedy_reuses_memory_on_a_linear_chain():
     ep = edge(Chain(), (torch.randn(2, 8),))
-    greedy = plan_with(ep, MemoryPlanningPass("greedy")).memory_plans["forward"]
+    greedy_plan = plan_with(ep, MemoryPlanningPass("greedy")).memory_plans["forward"]
     naive_plan = plan_with(ep, MemoryPlanningPass("naive")).memory_plans["forward"]
-    assert greedy.bufsizes[1] < naive_plan.bufsizes[1]
-    assert "arena sizes" in str(greedy) and "relu" in str(greedy)
+    assert greedy_plan.bufsizes[1] < naive_plan.bufsizes[1]
+    assert "arena sizes" in str(greedy_plan) and "relu" in str(greedy_plan)
 
 
 def test_checker_rejects_overlapping_live_tensors():
@@ -148,3 +148,23 @@ def test_bad_algorithm_and_alignment_are_rejected():
         MemoryPlanningPass("best")
     with pytest.raises(ValueError, match="power of two"):
         MemoryPlanningPass(alignment=12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_greedy_on_random_lifetimes(seed):
+    gen = torch.Generator().manual_seed(seed)
+
+    def random_specs() -> list[TensorSpec]:
+        specs = []
+        for i in range(60):
+            start = int(torch.randint(0, 50, (1,), generator=gen))
+            end = start + int(torch.randint(0, 10, (1,), generator=gen))
+            n = int(torch.randint(1, 100, (1,), generator=gen))
+            specs.append(TensorSpec(torch.float32, (n,), (0,), name=f"t{i}", shape=(n,), lifetime=[start, end]))
+        return specs
+
+    specs = random_specs()
+    greedy_plan = MemoryPlan(specs, plan(specs, greedy))
+    verify_plan(greedy_plan)
+    naive_size = sum(s.allocated_memory(16) for s in specs)
+    assert lower_bound(specs) <= greedy_plan.bufsizes[1] <= naive_size
