@@ -28,6 +28,7 @@ from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.format import program as fbp
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.executor import op_key
+from edgetorch.runtime.kernels.registry import KERNELS
 from edgetorch.runtime.program import Method, Program, Runtime, Verification
 
 
@@ -44,15 +45,17 @@ def operators_in(program: Program, method: str | None = None) -> dict[str, set[t
                 call = ins.instr_args
                 if isinstance(call, fbp.KernelCall) and 0 <= call.op_index < len(plan.operators):
                     name = op_key(plan.operators[call.op_index])
-                    found.setdefault(name, set()).add(_dtype_signature(plan, call.args))
+                    found.setdefault(name, set()).add(_dtype_signature(plan, name, list(call.args)))
         for op in plan.operators:  # operators a method lists but never calls still have to resolve at load
             found.setdefault(op_key(op), set())
     return found
 
 
-def _dtype_signature(plan: fbp.ExecutionPlan, args: Iterable[int]) -> tuple[str, ...]:
+def _dtype_signature(plan: fbp.ExecutionPlan, name: str, args: list[int]) -> tuple[str, ...]:
+    # A KernelCall lists the schema's arguments and then its returns (the outs again); keep the arguments.
+    known = KERNELS.get(name)
     dtypes = []
-    for j in args:
+    for j in args[: known[1]] if known else args:
         val = plan.values[j].val if 0 <= j < len(plan.values) else None
         if isinstance(val, fbp.Tensor):
             dtypes.append(str(SCALAR_TO_NUMPY.get(val.scalar_type, val.scalar_type)))
