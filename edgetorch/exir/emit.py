@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,8 @@ from edgetorch.format.program import (
     DoubleList,
     EValue,
     ExecutionPlan,
+    Frame,
+    FrameList,
     Instruction,
     Int,
     IntList,
@@ -133,13 +136,15 @@ def _pack(buffers: list[bytes], alignment: int) -> tuple[bytes, list[int]]:
 class MethodEmitter:
     """Turns one planned ExportedProgram into an ExecutionPlan named ``name``."""
 
-    def __init__(self, name: str, ep: ExportedProgram | None, data: ProgramData):
+    def __init__(self, name: str, ep: ExportedProgram | None, data: ProgramData, emit_stacktrace: bool = False):
         self.name, self.ep, self.data = name, ep, data
+        self.emit_stacktrace = emit_stacktrace
         self.values: list[EValue] = []
         self.instructions: list[Instruction] = []
         self.operators: list[Operator] = []
         self.delegates: list[BackendDelegate] = []
         self.debug_handles: list[str | None] = []
+        self.stacktraces: list[FrameList] = []
         self._operator_index: dict[tuple[str, str], int] = {}
         self._spec_ids: dict[int, int] = {}
         self._inputs: list[int] = []
@@ -159,7 +164,14 @@ class MethodEmitter:
             values=self.values,
             inputs=self._inputs,
             outputs=[self._arg(o, None) for o in user],
-            chains=[Chain(inputs=[], outputs=[], instructions=self.instructions)],
+            chains=[
+                Chain(
+                    inputs=[],
+                    outputs=[],
+                    instructions=self.instructions,
+                    stacktrace=self.stacktraces if self.emit_stacktrace else None,
+                )
+            ],
             operators=self.operators,
             delegates=self.delegates,
             non_const_buffer_sizes=list(gm.meta.get("non_const_buffer_sizes", [0])),
@@ -281,12 +293,13 @@ class MethodEmitter:
             self._operator_index[key] = len(self.operators)
             self.operators.append(Operator(name=key[0], overload=key[1]))
         ids = [self._arg(a, None) for a in args] + [r.id for r in returns]
-        self._append(KernelCall(op_index=self._operator_index[key], args=ids), node.name)
+        self._append(KernelCall(op_index=self._operator_index[key], args=ids), node)
         return returns[0] if len(returns) == 1 else returns
 
-    def _append(self, instruction: Any, debug_name: str | None) -> int:
+    def _append(self, instruction: Any, node: torch.fx.Node | None) -> int:
         self.instructions.append(Instruction(instruction))
-        self.debug_handles.append(debug_name)
+        self.debug_handles.append(node.name if node is not None else None)
+        self.stacktraces.append(_frames(node.meta.get("stack_trace") if node is not None else None))
         return len(self.instructions) - 1
 
     def _arg(self, v: Any, typ: Any) -> int:
@@ -365,8 +378,17 @@ class MethodEmitter:
             )
         )
         ids = [self._arg(a, None) for a in inputs] + [o.id for o in outs]
-        self._append(DelegateCall(delegate_index=len(self.delegates) - 1, args=ids), node.name)
+        self._append(DelegateCall(delegate_index=len(self.delegates) - 1, args=ids), node)
         return result
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)\n(?P<context>[^\n]*)')
+
+
+def _frames(stack_trace: str | None) -> FrameList:
+    """A node's recorded Python stack trace as the program's frame list (innermost frame last)."""
+    matches = _FRAME.finditer(stack_trace or "")
+    return FrameList([Frame(m["file"], int(m["line"]), m["name"], m["context"].strip()) for m in matches])
 
 
 def _container_str(spec: TreeSpec) -> str:

@@ -41,6 +41,8 @@ class ExecutorchBackendConfig:
     segment_alignment: int = SEGMENT_ALIGNMENT
     constant_tensor_alignment: int | None = None
     """Alignment of each constant inside the constant segment (default 16)."""
+    emit_stacktrace: bool = False
+    """Store each instruction's Python stack trace in the program (for debugging tools)."""
     delegate_alignment: int | None = None
     """Alignment the delegate blobs need; segments are aligned to ``segment_alignment``, which must be a multiple."""
 
@@ -132,7 +134,7 @@ class ExecutorchProgramManager:
         data = ProgramData(config.constant_tensor_alignment or 16, config.extract_delegate_segments)
         plans, debug = [], {}
         for name, ep in self._programs.items():
-            emitter = MethodEmitter(name, ep, data)
+            emitter = MethodEmitter(name, ep, data, config.emit_stacktrace)
             plans.append(emitter.emit())
             debug[name] = emitter.debug_handles
         plans += [emit_constant_method(name, value, data) for name, value in self._constant_methods.items()]

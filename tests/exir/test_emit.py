@@ -190,3 +190,17 @@ def test_specialised_scalar_inputs_keep_their_values():
     plan = plan_of(lower(Scale(), (x, 2, 0.5)).buffer)
     assert [type(plan.values[i].val).__name__ for i in plan.inputs] == ["Tensor", "Int", "Double"]
     assert_close(run_et(lower(Scale(), (x, 2, 0.5)).buffer, [x, 2, 0.5]), x * 2 + 0.5)
+
+
+def test_stack_traces_are_emitted_on_request():
+    with torch.no_grad():
+        ep = export(MLP(), (torch.randn(2, 8),)).run_decompositions()
+    config = ExecutorchBackendConfig(emit_stacktrace=True)
+    buffer = ExecutorchProgramManager({"forward": ep}, config=config).buffer
+    x = torch.randn(2, 8)
+    assert_close(run_et(buffer, [x]), ep.module()(x))
+    chain = plan_of(buffer).chains[0]
+    assert len(chain.stacktrace) == len(chain.instructions)
+    frames = [f for frame_list in chain.stacktrace for f in frame_list.items]
+    assert any(f.filename.endswith("test_to_executorch.py") and "self.net(x)" in f.context for f in frames)
+    assert plan_of(lower(MLP(), (torch.randn(2, 8),)).buffer).chains[0].stacktrace is None
