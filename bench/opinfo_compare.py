@@ -1,5 +1,7 @@
 """The same OpInfo samples through edgetorch and through the real ExecuTorch 1.5.1, side by side.
 
+Without ``--full`` it runs the CI set of tests/opinfo (Core ATen OpInfos, first supported dtype).
+
 Each sample is exported once per contender, lowered with that contender's
 ``to_edge(...).to_executorch()``, run on its runtime and compared with eager
 (see ``edgetorch.ops_coverage``). Writes bench/results/opinfo.md (pass counts
@@ -69,7 +71,7 @@ def _report(ours: list[oc.SampleResult], theirs: list[oc.SampleResult], seconds:
         if (a.status == oc.PASS) != (b.status == oc.PASS):
             detail = (a.detail or b.detail)[:140].replace("|", "/")
             diff_rows.append([a.op, a.dtype, str(a.index), a.status, b.status, detail])
-    mode = "full op_db, all dtypes" if full else "CI OpInfo set, first supported dtype"
+    mode = "full op_db, all dtypes" if full else "CI OpInfo set (Core ATen ops), first supported dtype"
     return "\n".join(
         [
             "# OpInfo samples: edgetorch vs ExecuTorch 1.5.1",
@@ -101,8 +103,8 @@ def main() -> None:
         ops = [o for o in ops if oc.opinfo_name(o) in wanted or o.name in wanted]
     start = time.perf_counter()
     ours, theirs = [], []
-    for op in ops:
-        for dtype in oc.op_dtypes(op, full=True):
+    for i, op in enumerate(ops):
+        for dtype in oc.op_dtypes(op, args.full):
             a = oc.check_op(op, dtype, args.samples, oc.EDGETORCH)
             b = oc.check_op(op, dtype, args.samples, EXECUTORCH)
             ours += a
@@ -110,16 +112,22 @@ def main() -> None:
             print(
                 f"{oc.opinfo_name(op):40s} {str(dtype):16s} {[r.status for r in a]} {[r.status for r in b]}", flush=True
             )
-    seconds = time.perf_counter() - start
+        _write(ours, theirs, time.perf_counter() - start, args, done=i + 1 == len(ops))
+
+
+def _write(ours: list[oc.SampleResult], theirs: list[oc.SampleResult], seconds: float, args: Any, done: bool) -> None:
+    """Save what has run so far (a long sweep can be stopped and still leave its results)."""
     meta = {"torch": torch.__version__, "full": args.full, "samples": args.samples, "seconds": round(seconds)}
+    meta["complete"] = done
     RESULTS.mkdir(exist_ok=True)
     oc.write_results(RESULTS / "opinfo.json", ours, meta)
     data = json.loads((RESULTS / "opinfo.json").read_text())
     data["executorch"] = [asdict(r) for r in theirs]
     (RESULTS / "opinfo.json").write_text(json.dumps(data, indent=1) + "\n")
     report = _report(ours, theirs, seconds, args.full)
-    (RESULTS / "opinfo.md").write_text(report)
-    print(report)
+    (RESULTS / "opinfo.md").write_text(report if done else report + "\n(partial: the sweep was still running)\n")
+    if done:
+        print(report)
 
 
 if __name__ == "__main__":
