@@ -53,10 +53,13 @@ def blob_summary(pte: bytes) -> tuple[collections.Counter, list]:
     return kinds, externals
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+# Models ExecuTorch 1.5.1 lowers the same way (others differ on purpose: e.g. we delegate a mean without keepdim,
+# and ExecuTorch's own batch-norm fusion fails on a batch norm after a non-conv op).
+SAME_AS_EXECUTORCH = ["mlp", "conv_net", "conv1d", "dynamic_mlp"]
+
+
+@pytest.mark.parametrize("name", SAME_AS_EXECUTORCH)
 def test_blobs_match_executorch_lowering(name):
     low, case = lowered(name), CASES[name]
-    if not case.compare_blobs:
-        pytest.skip("ExecuTorch partitions this model differently; its outputs are compared instead")
     theirs = executorch_pte(low.model, low.inputs, dynamic_shapes=case.dynamic_shapes, xnnpack=True)
     assert blob_summary(low.pte) == blob_summary(theirs)

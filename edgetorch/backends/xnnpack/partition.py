@@ -91,13 +91,16 @@ class Support:
         return check is None or check(self, node)
 
     def _float32(self, node: Node) -> bool:
-        out = node.meta.get("val")
-        if isinstance(out, list | tuple):
-            out = out[0] if out else None
-        if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
-            return False
         inputs = [a for a in node.all_input_nodes if not self.is_constant(a)]
-        return all(isinstance(v := a.meta.get("val"), torch.Tensor) and v.dtype == torch.float32 for a in inputs)
+        return all(first_tensor_dtype(n) == torch.float32 for n in [node, *inputs])
+
+
+def first_tensor_dtype(node: Node) -> torch.dtype | None:
+    """The dtype of ``node``'s tensor (of its first output, for a multi-output op), or None."""
+    val = node.meta.get("val")
+    if isinstance(val, list | tuple):
+        val = val[0] if val else None
+    return val.dtype if isinstance(val, torch.Tensor) else None
 
 
 # ---------------------------------------------------------------- constraints

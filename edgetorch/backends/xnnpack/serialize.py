@@ -241,7 +241,7 @@ class XnnpackGraphBuilder:
         return vid
 
     def _new_value(self, node: Node, nhwc: bool) -> int:
-        if node in self.inputs:
+        if node in self.inputs and not nhwc:
             vid = self._define(dims_of(node), external=self.external[node], flag=xs.VALUE_FLAG_EXTERNAL_INPUT)
         elif node in self.outputs and not nhwc:
             return self._external_output(node)
