@@ -106,11 +106,22 @@ class _Graph:
 
 
 class _Env:
-    """Value id -> array while a plan is built: constants, external inputs and every intermediate."""
+    """Value id -> array while a plan is built: constants, external inputs and every intermediate.
 
-    def __init__(self, graph: _Graph):
+    Intermediates share memory: once the last node reading a buffer (directly or through a reshape or
+    copy alias) is planned, the buffer goes back to a pool that later outputs of the same byte size
+    draw from. Steps run in node order, so a reused buffer is written only after its last reader ran.
+    External inputs and outputs and persistent buffers (a pad's border is written once) are never pooled.
+    """
+
+    def __init__(self, graph: _Graph, last_use: Mapping[int, int], pinned: set[int]):
         self.graph = graph
         self.arrays: dict[int, np.ndarray] = dict(graph.constants)
+        self.last_use = last_use
+        self.root: dict[int, int] = {}  # value -> the value that owns its memory
+        self.end: dict[int, int] = {}  # owning value -> index of the last node reading any of its aliases
+        self.pinned = set(pinned)
+        self.free: dict[int, list[np.ndarray]] = {}
 
     def __getitem__(self, vid: int) -> np.ndarray:
         a = self.arrays.get(vid)
@@ -118,13 +129,36 @@ class _Env:
             raise _Unsupported(f"it reads value {vid} before any node produces it")
         return a
 
-    def empty(self, vid: int, shape: Sequence[int]) -> np.ndarray:
-        a = np.empty(tuple(int(d) for d in shape), self.graph.dtype(vid))
-        self.arrays[vid] = a
+    def empty(self, vid: int, shape: Sequence[int], persistent: bool = False) -> np.ndarray:
+        """A fresh or recycled C-contiguous array for value ``vid``; ``persistent`` keeps it out of the pool."""
+        shape, dtype = tuple(int(d) for d in shape), self.graph.dtype(vid)
+        pool = self.free.get(math.prod(shape) * dtype.itemsize)
+        if pool and not persistent:
+            a = pool.pop().view(dtype).reshape(shape)
+        else:
+            a = np.empty(shape, dtype)
+        if persistent:
+            self.pinned.add(vid)
+        self.arrays[vid], self.root[vid], self.end[vid] = a, vid, self.last_use.get(vid, -1)
         return a
 
-    def alias(self, vid: int, array: np.ndarray) -> None:
-        self.arrays[vid] = array
+    def alias(self, vid: int, source: int, array: np.ndarray) -> None:
+        """Value ``vid`` is ``array``, a view of value ``source``'s memory."""
+        root = self.root.get(source, source)
+        self.arrays[vid], self.root[vid] = array, root
+        if root in self.end:
+            self.end[root] = max(self.end[root], self.last_use.get(vid, -1))
+        if vid in self.pinned:
+            self.pinned.add(root)
+
+    def release(self, index: int, reads: Sequence[int]) -> None:
+        """After node ``index`` is planned, pool the buffers nothing after it reads."""
+        for root in {self.root[v] for v in reads if v in self.root}:
+            end = self.end.get(root)
+            if end is not None and end <= index and root not in self.pinned:
+                del self.end[root]
+                a = self.arrays[root]
+                self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
 
 
 # ------------------------------------------------------------------------- shared math
@@ -606,7 +640,7 @@ def _convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 def _copy(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     # Values are never written after they are produced, so a copy can share its input's memory.
     def plan(env: _Env) -> list:
-        env.alias(n.output_id, env[n.input_id])
+        env.alias(n.output_id, n.input_id, env[n.input_id])
         return []
 
     return plan
@@ -654,7 +688,7 @@ def _reshape(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
     def plan(env: _Env) -> list:
         # Every array a plan holds is C-contiguous, so the reshape is a view and costs no step.
-        env.alias(n.output_id, env[n.input_id].reshape(shape))
+        env.alias(n.output_id, n.input_id, env[n.input_id].reshape(shape))
         return []
 
     return plan
@@ -668,7 +702,7 @@ def _constant_pad(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         x = env[n.input_id]
         if len(pre) != x.ndim or len(post) != x.ndim:
             raise ValueError(f"constant pad has {len(pre)}-d paddings for an input of shape {x.shape}")
-        y = env.empty(n.output_id, [d + a + b for d, a, b in zip(x.shape, pre, post)])
+        y = env.empty(n.output_id, [d + a + b for d, a, b in zip(x.shape, pre, post)], persistent=True)
         y.fill(n.padding_value)  # the border is written once; each run refills only the interior
         inner = y[tuple(slice(a, a + d) for a, d in zip(pre, x.shape))]
         return [partial(np.copyto, inner, x)]
@@ -834,6 +868,18 @@ def _named_planner(index: int, kind: str, planner: Planner) -> Planner:
     return plan
 
 
+_READ_FIELDS = (
+    "input_id", "input1_id", "input2_id", "input3_id", "input4_id", "input5_id", "filter_id", "bias_id",
+    "query_id", "key_id", "value_id", "scale_id", "mask_id",
+)  # fmt: skip
+
+
+def _reads(n: Any) -> list[int]:
+    """The value ids a node reads."""
+    ids = (getattr(n, f, xs.INVALID_VALUE_ID) for f in _READ_FIELDS)
+    return [i for i in ids if i != xs.INVALID_VALUE_ID]
+
+
 class _PlanError(Exception):
     pass
 
@@ -851,6 +897,9 @@ class XnnpackDelegate:
     def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
         self.graph = _Graph(blob, named_data)
         self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(blob.graph.xnodes)]
+        self.reads = [_reads(node.xnode_union) for node in blob.graph.xnodes]
+        self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
+        self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
         self.plans: OrderedDict[tuple, _Plan] = OrderedDict()
         declared = tuple(tuple(self.graph.value(vid).dims) for _, vid in self.graph.inputs)
         try:
@@ -863,9 +912,12 @@ class XnnpackDelegate:
         plan = self.plans.get(shapes)
         if plan is not None:
             return plan
-        env = _Env(self.graph)
+        env = _Env(self.graph, self.last_use, self.external)
         inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
-        steps = [step for planner in self.planners for step in planner(env)]
+        steps = []
+        for index, (planner, reads) in enumerate(zip(self.planners, self.reads)):
+            steps += planner(env)
+            env.release(index, reads)
         plan = _Plan(inputs, steps, [env[vid] for _, vid in self.graph.outputs])
         self.plans[shapes] = plan
         if len(self.plans) > _MAX_PLANS:

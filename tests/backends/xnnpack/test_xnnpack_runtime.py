@@ -218,6 +218,24 @@ def test_dynamic_batch_replans_and_resizes_outputs():
     assert_close(got, eager(model, inputs), rtol=1e-4, atol=1e-5)
 
 
+def test_intermediates_share_memory_once_dead():
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(16, 16), nn.ReLU())]).eval()
+    x = torch.randn(4, 16)
+    [(blob, named)] = _delegates(executorch_pte(model, (x,), xnnpack=True))
+    backend = XnnpackBackend()
+    handle = backend.init(blob, {}, named)
+    [plan] = handle.plans.values()
+    written = {
+        id(s.keywords["out"].base if s.keywords["out"].base is not None else s.keywords["out"]) for s in plan.steps
+    }
+    assert len(written) <= 3, f"six layer outputs use {len(written)} buffers; dead intermediates should be reused"
+    for _ in range(2):
+        out = np.zeros((4, 16), np.float32)
+        backend.execute(handle, [x.numpy(), out])
+        assert_close([out], eager(model, (x,)))
+
+
 def test_graph_round_trips_through_our_writer():
     for name in MODELS:
         for blob, _ in _delegates(_lowered(name)[2]):
