@@ -236,7 +236,7 @@ class MethodEmitter:
         target = to_aten(node.target)
         if target is operator.getitem:
             return args[0][args[1]]
-        if target is memory.alloc:
+        if target in (memory.alloc, memory.view):
             return self._spec_value(node.meta["spec"])
         if target in CONTROL_FLOW_OPS:
             return self._cond(gm, node, args)

@@ -1,8 +1,10 @@
-"""The ``memory.alloc`` op of the execution dialect: an explicit allocation of an out-variant's output.
+"""The memory ops of the execution dialect: ``alloc`` (an out-variant's output) and ``view`` (an alias).
 
 ``alloc(((shape...), dtype))`` (or a list of such pairs) stands for a tensor
-the memory planner gives a place in an arena. Run eagerly it returns empty
-tensors, so an execution-dialect graph stays runnable. May import torch.
+the memory planner gives a place in an arena. ``view(base, shape)`` is a
+reshape that costs nothing at run time: the emitted tensor shares its base's
+bytes. Run eagerly both behave like their torch counterparts, so an
+execution-dialect graph stays runnable. May import torch.
 """
 
 from __future__ import annotations
@@ -19,3 +21,8 @@ def alloc(spec: AllocSpec) -> torch.Tensor | list[torch.Tensor]:
         return [torch.empty(shape, dtype=dtype) for shape, dtype in spec]
     shape, dtype = spec
     return torch.empty(shape, dtype=dtype)
+
+
+def view(base: torch.Tensor, size: list[int]) -> torch.Tensor:
+    """``base`` seen with shape ``size``, sharing its memory (no instruction is emitted for it)."""
+    return base.view(size)

@@ -19,7 +19,7 @@ from torch.fx.passes.infra.pass_base import PassBase
 from edgetorch.exir.emit import MethodEmitter, ProgramData, emit_constant_method
 from edgetorch.exir.memory_planning import MemoryPlan
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
-from edgetorch.exir.passes.out_variant import ToOutVarPass, insert_buffer_write_back
+from edgetorch.exir.passes.out_variant import ReplaceViewCopyWithViewPass, ToOutVarPass, insert_buffer_write_back
 from edgetorch.exir.passes.spec_prop import ConstraintBasedSymShapeEvalPass, SpecPropPass, mark_constants
 from edgetorch.format.program import Program, SubsegmentOffsets
 from edgetorch.format.pte import SEGMENT_ALIGNMENT, save_pte
@@ -41,6 +41,8 @@ class ExecutorchBackendConfig:
     segment_alignment: int = SEGMENT_ALIGNMENT
     constant_tensor_alignment: int | None = None
     """Alignment of each constant inside the constant segment (default 16)."""
+    remove_view_copy: bool = True
+    """Emit static reshapes of computed tensors as aliases of their base instead of copy kernels."""
     emit_stacktrace: bool = False
     """Store each instruction's Python stack trace in the program (for debugging tools)."""
     delegate_alignment: int | None = None
@@ -122,6 +124,8 @@ class ExecutorchProgramManager:
         mark_constants(ep)
         for p in self._config.passes:
             p(gm)
+        if self._config.remove_view_copy:
+            ReplaceViewCopyWithViewPass()(gm)
         _for_method(self._config.sym_shape_eval_pass, name)(gm)
         self._config.to_out_var_pass(gm)
         planner = _for_method(self._config.memory_planning_pass, name)

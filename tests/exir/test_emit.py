@@ -204,3 +204,24 @@ def test_stack_traces_are_emitted_on_request():
     frames = [f for frame_list in chain.stacktrace for f in frame_list.items]
     assert any(f.filename.endswith("test_to_executorch.py") and "self.net(x)" in f.context for f in frames)
     assert plan_of(lower(MLP(), (torch.randn(2, 8),)).buffer).chains[0].stacktrace is None
+
+
+@pytest.mark.parametrize("remove", [True, False])
+def test_static_views_alias_their_base(remove):
+    class Reshapes(torch.nn.Module):
+        def forward(self, x):
+            y = (x + 1).reshape(4, 3)
+            return y.reshape(12) * 2, y
+
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        ep = export(Reshapes(), (x,)).run_decompositions()
+    prog = ExecutorchProgramManager({"forward": ep}, config=ExecutorchBackendConfig(remove_view_copy=remove))
+    plan = plan_of(prog.buffer)
+    assert str(prog.exported_program().graph).count("memory.view") == (2 if remove else 0)
+    assert len(plan.chains[0].instructions) == (2 if remove else 4)
+    assert_close(run_et(prog.buffer, [x]), list(Reshapes()(x)))
+    if remove:
+        add_out = plan.chains[0].instructions[0].instr_args.args[-1]
+        alias = plan.values[plan.outputs[1]].val.allocation_info
+        assert alias == plan.values[add_out].val.allocation_info

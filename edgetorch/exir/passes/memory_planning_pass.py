@@ -50,8 +50,14 @@ class MemoryPlanningPass(PassBase):
         """Plan ``graph_module``; ``graph_signature`` tells user inputs from mutable buffers."""
         assign_lifetimes(graph_module)
         skipped = {id(s) for s in self._unplanned(graph_module, graph_signature)}
-        specs = [s for s in graph_specs(graph_module) if not s.const and id(s) not in skipped]
+        aliases = [s for s in graph_specs(graph_module) if s.alias_of is not None]
+        for alias in aliases:  # a view keeps its base alive
+            base = alias.alias_of
+            base.lifetime = [min(base.lifetime[0], alias.lifetime[0]), max(base.lifetime[1], alias.lifetime[1])]
+        specs = [s for s in graph_specs(graph_module) if not s.const and s.alias_of is None and id(s) not in skipped]
         bufsizes = plan(specs, self.algo, self.alignment)
+        for alias in aliases:
+            alias.mem_id, alias.mem_offset = alias.alias_of.mem_id, alias.alias_of.mem_offset
         unplanned = [s for s in graph_specs(graph_module) if id(s) in skipped and not s.const]
         self.plan = MemoryPlan(specs, bufsizes, self.alignment, unplanned)
         graph_module.meta["non_const_buffer_sizes"] = bufsizes

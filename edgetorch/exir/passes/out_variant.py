@@ -83,6 +83,38 @@ def insert_buffer_write_back(ep: ExportedProgram) -> None:
     output.args = (tuple(results),)
 
 
+VIEW_OPS = {torch.ops.aten.view.default, torch.ops.aten.view_copy.default, torch.ops.aten._unsafe_view.default}
+
+
+class ReplaceViewCopyWithViewPass(PassBase):
+    """Turn static reshapes of computed tensors into ``memory.view``: an alias, not a kernel call.
+
+    Only views of call results (not of inputs, buffers or constants) with
+    static shapes qualify, so the alias always lives in planned memory.
+    """
+
+    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        for node in graph_module.graph.nodes:
+            if node.op == "call_function" and to_aten(node.target) in VIEW_OPS and _viewable(node):
+                base = node.args[0].meta["spec"]
+                node.target = memory.view
+                node.meta["spec"].alias_of = base.alias_of or base
+        graph_module.recompile()
+        return PassResult(graph_module, True)
+
+
+def _viewable(node: torch.fx.Node) -> bool:
+    base, spec = node.args[0], node.meta.get("spec")
+    base_spec = base.meta.get("spec")
+    return (
+        base.op == "call_function"
+        and isinstance(spec, TensorSpec)
+        and isinstance(base_spec, TensorSpec)
+        and not (spec.dynamic or base_spec.dynamic)
+        and base_spec.dim_order == tuple(range(len(base_spec.dim_order)))
+    )
+
+
 class ToOutVarPass(PassBase):
     """Rewrite every functional op call into its out variant fed by ``memory.alloc`` nodes.
 
@@ -110,7 +142,7 @@ def _convert(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
             ToOutVarPass()(getattr(gm, branch.target))
     elif isinstance(target, torch._ops.OpOverload) and target not in KEPT_OPS and not is_inplace(target):
         _to_out_variant(gm, node, target)
-    elif not isinstance(target, torch._ops.OpOverload) and target not in (operator.getitem, DELEGATE_CALL):
+    elif not isinstance(target, torch._ops.OpOverload) and target not in (operator.getitem, DELEGATE_CALL, memory.view):
         raise UnsupportedOperatorError(
             f"{_where(node)}: expected an operator overload as call target, found {node.target!r}; "
             "only ATen, Edge, custom and control-flow ops can be compiled"

@@ -68,6 +68,8 @@ class TensorSpec:
     lifetime: list = field(default_factory=lambda: [None, None])
     mem_id: int | None = None
     mem_offset: int | None = None
+    alias_of: TensorSpec | None = None
+    """The spec whose bytes this one reuses (a ``memory.view``); such specs are not planned themselves."""
 
     @classmethod
     def from_val(cls, val: torch.Tensor, name: str = "") -> TensorSpec:
