@@ -18,9 +18,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from edgetorch.backends.xnnpack import XnnpackPartitioner
-from edgetorch.exir import to_edge_transform_and_lower
+from edgetorch.backends.xnnpack import XnnpackPartitioner, get_xnnpack_edge_compile_config
+from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack.blob import parse_blob
+from edgetorch.backends.xnnpack.serialize import XnnpackLoweringError
+from edgetorch.exir import to_edge, to_edge_transform_and_lower
+from edgetorch.exir.backend import to_backend
+from edgetorch.exir.backend.lower import ops_to_keep
 from edgetorch.exir.dialects import to_aten
+from edgetorch.format.pte import load_pte
 from edgetorch.runtime import Runtime
 from tests.oracle import assert_close, eager
 
@@ -287,3 +293,83 @@ def test_lowered_program_matches_eager(name):
     assert sorted(set(low.undelegated)) == sorted(case.undelegated)
     got = run_edgetorch(low.pte, [x.numpy() for x in low.inputs])
     assert_close(got, eager(low.model, low.inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["dynamic_conv", "dynamic_mlp"])
+def test_dynamic_batch_runs_at_every_size(name):
+    low = lowered(name)
+    method = Runtime.get().load_program(low.pte).load_method("forward")
+    for batch in (1, 5, 8):
+        x = torch.randn(batch, *low.inputs[0].shape[1:])
+        assert_close(method.execute([x.numpy()]), eager(low.model, (x,)), rtol=1e-4, atol=1e-4)
+
+
+def delegate_graphs(pte: bytes) -> list[xs.XNNGraph]:
+    """The XNNGraph of every delegate in a .pte (blobs inline or in segments)."""
+    pte_file = load_pte(pte)
+    program = pte_file.program
+    graphs = []
+    for delegate in program.execution_plan[0].delegates:
+        ref = delegate.processed
+        data = program.backend_delegate_data[ref.index].data if ref.location == 0 else pte_file.segment(ref.index)
+        graphs.append(parse_blob(data).graph)
+    return graphs
+
+
+def test_conv_chain_stays_channels_last():
+    """Convs, pools and activations share NHWC values: one transpose in, one out."""
+    (graph,) = delegate_graphs(lowered("conv_net").pte)
+    kinds = [type(n.xnode_union).__name__ for n in graph.xnodes]
+    assert kinds.count("XNNStaticTranspose") == 2, kinds
+    assert kinds[0] == "XNNStaticTranspose" and kinds.count("XNNConv2d") == 2 and "XNNDepthwiseConv2d" in kinds
+    assert "XNNConvTranspose2d" in kinds and "XNNGlobalAvgPooling2d" in kinds
+
+
+def test_constants_live_in_the_blob_and_externals_are_ordered():
+    (graph,) = delegate_graphs(lowered("mlp").pte)
+    assert all(c.named_key is None for c in graph.constant_data)
+    assert len(graph.constant_data) == 7  # the reserved entry 0, then three weights and three biases
+    values = [xs.tensor_value(v) for v in graph.xvalues]
+    assert [values[i].external_id for i in graph.input_ids] == [0]
+    assert [values[i].external_id for i in graph.output_ids] == [1]
+    assert graph.num_externs == 2
+
+
+def test_batch_norm_after_conv_is_folded():
+    (graph,) = delegate_graphs(lowered("transposed_conv_bn").pte)
+    kinds = [type(n.xnode_union).__name__ for n in graph.xnodes]
+    assert "XNNConvTranspose2d" in kinds and "XNNMultiply" not in kinds, kinds
+
+
+def test_linear_and_attention_reach_the_partitioner_whole():
+    case = CASES["transformer_block"]
+    ep = torch.export.export(case.make().eval(), case.inputs, strict=False)
+    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    gm = edge.exported_program().graph_module
+    ops = {
+        op_name(n.target)
+        for node in gm.graph.nodes
+        if node.op == "get_attr"
+        for n in getattr(gm, node.target).original_module.graph.nodes
+        if n.op == "call_function"
+    }
+    assert {"linear", "scaled_dot_product_attention"} <= ops and "addmm" not in ops
+
+
+def test_attention_with_dropout_is_decomposed():
+    class Dropout(nn.Module):
+        def forward(self, q):
+            return F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+
+    ep = torch.export.export(Dropout(), (torch.randn(1, 2, 4, 8),), strict=False)
+    assert torch.ops.aten.scaled_dot_product_attention.default in {n.target for n in ep.graph.nodes}
+    kept = ops_to_keep(ep, [XnnpackPartitioner()])
+    assert torch.ops.aten.scaled_dot_product_attention.default not in kept
+    assert torch.ops.aten.linear.default in kept
+
+
+def test_preprocess_names_an_unsupported_node():
+    ep = torch.export.export(UnsupportedInMiddle().eval(), (torch.randn(3, 8),), strict=False)
+    edge = to_edge(ep, compile_config=get_xnnpack_edge_compile_config())
+    with pytest.raises(XnnpackLoweringError, match="cumsum"):
+        to_backend("XnnpackBackend", edge.exported_program(), [])
