@@ -57,8 +57,12 @@ class _Graph:
         self.constants: dict[int, np.ndarray] = {}
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
-        self.inputs = [(self.values[i].external_id, i) for i in blob.graph.input_ids]
-        self.outputs = [(self.values[i].external_id, i) for i in blob.graph.output_ids]
+        try:
+            self.inputs = [(self.value(i).external_id, i) for i in blob.graph.input_ids]
+            self.outputs = [(self.value(i).external_id, i) for i in blob.graph.output_ids]
+        except _Unsupported as e:
+            raise DelegateLoadError(f"the XNNPACK graph's external inputs and outputs are malformed: {e}") from None
+        self.arg_count = 1 + max((ext for ext, _ in self.inputs + self.outputs), default=-1)
 
     def _define(self, value: xs.XValue, blob: XnnpackBlob, named_data: Mapping[str, memoryview]) -> None:
         if isinstance(value.xvalue_union, xs.XNNQuantizedTensorValue):
@@ -881,11 +885,13 @@ def _reads(n: Any) -> list[int]:
 
 
 class _PlanError(Exception):
-    pass
+    """Building a plan failed; the message names the node. Raised as a load or an input error by the caller."""
 
 
 @dataclass
 class _Plan:
+    """The bound steps for one set of input shapes."""
+
     inputs: list  # arrays the external inputs are copied into
     steps: list
     outputs: list  # arrays holding the external outputs after the steps run
@@ -925,6 +931,11 @@ class XnnpackDelegate:
         return plan
 
     def execute(self, args: Sequence[Any]) -> list | None:
+        """Run on ``args`` (inputs then outputs); returns the outputs only when their shapes changed."""
+        if len(args) < self.graph.arg_count:
+            raise InvalidInputError(
+                f"the XNNPACK delegate takes {self.graph.arg_count} arguments (inputs then outputs), got {len(args)}"
+            )
         ins = [args[ext] for ext, _ in self.graph.inputs]
         shapes = tuple(np.shape(a) for a in ins)
         try:
