@@ -216,6 +216,8 @@ def _check_sample(op: Any, sample: Any, lowering: Lowering, result: SampleResult
     leaves = [x.detach().contiguous() if isinstance(x, torch.Tensor) else x for x in leaves]
     tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
     reason = _unsupported(tensors)
+    if getattr(op, "has_nondeterministic_output", False):
+        reason = "nondeterministic output (random or uninitialised values)"
     module = _SampleModule(op.op, leaves, spec)
     want = _eager(module, tensors) if reason is None else None
     if reason is None and not isinstance(want, list):
