@@ -236,6 +236,21 @@ def test_intermediates_share_memory_once_dead():
         assert_close([out], eager(model, (x,)))
 
 
+def test_tanh_gelu_matches_executorch_not_eager():
+    """XNNPACK runs every GELU as the exact (erf) GELU; we follow ExecuTorch, which differs from eager here."""
+    from edgetorch.runtime import Runtime
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(approximate="tanh")).eval()
+    x = torch.randn(8, 16) * 2
+    pte = executorch_pte(model, (x,), xnnpack=True)
+    assert "XNNGelu" in _node_types(pte)
+    ours = Runtime.get().load_program(pte).load_method("forward").execute([x.numpy()])
+    assert_close(ours, run_executorch(pte, [x]), rtol=1e-5, atol=2e-6)
+    exact = nn.Sequential(model[0], nn.GELU())
+    assert_close(ours, eager(exact, (x,)), rtol=1e-5, atol=2e-6)
+
+
 def test_graph_round_trips_through_our_writer():
     for name in MODELS:
         for blob, _ in _delegates(_lowered(name)[2]):
