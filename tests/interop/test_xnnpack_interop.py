@@ -9,10 +9,9 @@ from __future__ import annotations
 import collections
 
 import pytest
+import torch
 
-from edgetorch.backends.xnnpack.blob import parse_blob
-from edgetorch.format.pte import load_pte
-from tests.backends.xnnpack.test_xnnpack_lowering import CASES, lowered
+from tests.backends.xnnpack.test_xnnpack_lowering import CASES, delegate_graphs, lowered
 from tests.oracle import assert_close, eager, executorch_pte, run_executorch
 
 
@@ -21,6 +20,14 @@ def test_executorch_runs_our_xnnpack_program(name):
     low = lowered(name)
     got = run_executorch(low.pte, [x.numpy() for x in low.inputs])
     assert_close(got, eager(low.model, low.inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["dynamic_conv", "dynamic_mlp"])
+def test_executorch_resizes_our_dynamic_batch(name):
+    low = lowered(name)
+    for batch in (1, 8):
+        x = torch.randn(batch, *low.inputs[0].shape[1:])
+        assert_close(run_executorch(low.pte, [x.numpy()]), eager(low.model, (x,)), rtol=1e-4, atol=1e-4)
 
 
 HEAVY = {
@@ -38,24 +45,18 @@ HEAVY = {
 
 def blob_summary(pte: bytes) -> tuple[collections.Counter, list]:
     """The compute-heavy XNNPACK node kinds of all delegates, and each delegate's external value shapes."""
-    pte_file = load_pte(pte)
-    program = pte_file.program
     kinds: collections.Counter = collections.Counter()
     externals = []
-    for plan in program.execution_plan:
-        for delegate in plan.delegates:
-            ref = delegate.processed
-            data = program.backend_delegate_data[ref.index].data if ref.location == 0 else pte_file.segment(ref.index)
-            graph = parse_blob(data).graph
-            kinds.update(k for k in (type(n.xnode_union).__name__ for n in graph.xnodes) if k in HEAVY)
-            values = [v.xvalue_union for v in graph.xvalues]
-            externals.append(sorted((v.external_id, list(v.dims)) for v in values if v.flags))
+    for graph in delegate_graphs(pte):
+        kinds.update(k for k in (type(n.xnode_union).__name__ for n in graph.xnodes) if k in HEAVY)
+        values = [v.xvalue_union for v in graph.xvalues]
+        externals.append(sorted((v.external_id, list(v.dims)) for v in values if v.flags))
     return kinds, externals
 
 
 # Models ExecuTorch 1.5.1 lowers the same way (others differ on purpose: e.g. we delegate a mean without keepdim,
 # and ExecuTorch's own batch-norm fusion fails on a batch norm after a non-conv op).
-SAME_AS_EXECUTORCH = ["mlp", "conv_net", "conv1d", "dynamic_mlp"]
+SAME_AS_EXECUTORCH = ["mlp", "mobile_block", "conv1d", "dynamic_mlp"]
 
 
 @pytest.mark.parametrize("name", SAME_AS_EXECUTORCH)

@@ -25,6 +25,7 @@ from torch.export.graph_signature import InputKind
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import CONSTANT_ALIGNMENT, build_blob
+from edgetorch.errors import EdgetorchError
 from edgetorch.exir.backend.lowered_backend_module import user_inputs, user_outputs
 from edgetorch.exir.backend.utils import DelegateMappingBuilder
 from edgetorch.exir.dialects._ops import to_aten
@@ -47,7 +48,7 @@ VISITORS: dict[Any, Visitor] = {}
 """ATen op -> the visitor that writes its XNNPACK nodes; the partitioner delegates exactly these ops."""
 
 
-class XnnpackLoweringError(RuntimeError):
+class XnnpackLoweringError(EdgetorchError, RuntimeError):
     """A node handed to the XNNPACK backend cannot be expressed in an XNNPACK graph."""
 
 

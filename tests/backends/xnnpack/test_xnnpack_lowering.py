@@ -28,6 +28,7 @@ from edgetorch.exir.backend.lower import ops_to_keep
 from edgetorch.exir.dialects import to_aten
 from edgetorch.format.pte import load_pte
 from edgetorch.runtime import Runtime
+from tests.interop import models
 from tests.oracle import assert_close, eager
 
 
@@ -40,35 +41,21 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-class ConvNet(nn.Module):
+class MobileBlock(nn.Module):
     """Strided conv + batch norm (folded), depthwise and dilated grouped convs, pooling, transposed conv, head."""
 
     def __init__(self):
         super().__init__()
-        self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU6())
+        self.depthwise = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Hardswish())
         self.grouped = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
-        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.head = nn.Sequential(nn.ConvTranspose2d(8, 4, 2, stride=2), nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.fc = nn.Linear(4, 3)
 
     def forward(self, x):
-        x = F.relu6(self.bn(self.c1(x)))
-        x = F.hardswish(self.dw(x))
-        x = F.max_pool2d(self.grouped(x), 2, ceil_mode=True)
+        x = F.max_pool2d(self.grouped(self.depthwise(self.stem(x))), 2, ceil_mode=True)
         x = F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False)
-        x = self.up(x)
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
-
-
-class Conv1d(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c = nn.Conv1d(4, 6, 3, padding=1)
-        self.t = nn.ConvTranspose1d(6, 2, 4, stride=2, padding=1)
-
-    def forward(self, x):
-        return self.t(F.silu(self.c(x)))
+        return self.fc(self.head(x))
 
 
 class BatchNorms(nn.Module):
@@ -218,12 +205,36 @@ class Case:
     undelegated: tuple = ()  # op names expected outside the delegates
 
 
+# Embedding, layer norm and the boolean attention mask's arithmetic stay with the portable runtime.
+MHA_UNDELEGATED = (
+    "full",
+    "arange",
+    "scalar_tensor",
+    "embedding",
+    "unsqueeze_copy",
+    "native_layer_norm",
+    "sub",
+    "ge",
+    "logical_and",
+    "full_like",
+    "select_copy",
+    "where",
+)
 BATCH = torch.export.Dim("batch", min=1, max=8)
 
 CASES = {
     "mlp": Case(MLP, (torch.randn(3, 16),)),
-    "conv_net": Case(ConvNet, (torch.randn(2, 3, 16, 16),)),
-    "conv1d": Case(Conv1d, (torch.randn(2, 4, 10),)),
+    "mobile_block": Case(MobileBlock, (torch.randn(2, 3, 16, 16),)),
+    "conv1d": Case(models.Conv1d, (torch.randn(2, 4, 10),)),
+    "convnet_padded_avg_pool": Case(
+        models.ConvNet, (torch.randn(1, 3, 32, 32),), delegates=2, undelegated=("avg_pool2d",)
+    ),
+    "mha_transformer": Case(
+        models.TransformerBlock,
+        (torch.randint(0, 50, (2, 6)),),
+        delegates=3,
+        undelegated=MHA_UNDELEGATED,
+    ),
     "batch_norms": Case(BatchNorms, (torch.randn(2, 3, 8, 8),)),
     "transposed_conv_bn": Case(TransposedConvBatchNorm, (torch.randn(1, 4, 5, 5),)),
     "elementwise": Case(Elementwise, (torch.randn(2, 3, 8), torch.rand(2, 3, 8)), undelegated=("gt", "where")),
@@ -318,7 +329,7 @@ def delegate_graphs(pte: bytes) -> list[xs.XNNGraph]:
 
 def test_conv_chain_stays_channels_last():
     """Convs, pools and activations share NHWC values: one transpose in, one out."""
-    (graph,) = delegate_graphs(lowered("conv_net").pte)
+    (graph,) = delegate_graphs(lowered("mobile_block").pte)
     kinds = [type(n.xnode_union).__name__ for n in graph.xnodes]
     assert kinds.count("XNNStaticTranspose") == 2, kinds
     assert kinds[0] == "XNNStaticTranspose" and kinds.count("XNNConv2d") == 2 and "XNNDepthwiseConv2d" in kinds
