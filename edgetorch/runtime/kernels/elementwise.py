@@ -514,6 +514,21 @@ def _round_decimals(x, decimals, out):
     return np.multiply(out, scale, out=out)
 
 
+@kernel("aten::log_sigmoid_forward.output")
+@quiet
+def log_sigmoid_forward(self: np.ndarray, output: np.ndarray, buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), stable at both ends; ``buffer`` gets exp(-|x|)."""
+    output, buffer = resize(output, self.shape), resize(buffer, self.shape)
+    ct = compute_dtype(output.dtype)
+    x = as_dtype(self, ct)
+    e = np.exp(np.negative(np.absolute(x)))
+    t = np.minimum(x, ct.type(0))
+    t -= np.log1p(e)
+    np.copyto(output, t, casting="unsafe")
+    np.copyto(buffer, e, casting="unsafe")
+    return output, buffer
+
+
 @kernel("aten::round.decimals_out")
 @quiet
 def round_decimals(self: np.ndarray, decimals: int, out: np.ndarray) -> np.ndarray:
@@ -564,15 +579,17 @@ _BINARY: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "atan2": (np.arctan2, ("out",)),
     "maximum": (np.maximum, ("out",)),
     "minimum": (np.minimum, ("out",)),
+    "max": (np.maximum, ("out",)),  # the two-tensor overloads of max/min are maximum/minimum
+    "min": (np.minimum, ("out",)),
     "fmod": (np.fmod, ("Tensor_out", "Scalar_out")),
     "remainder": (np.remainder, ("Tensor_out", "Scalar_out")),
     "floor_divide": (np.floor_divide, ("out", "Scalar_out")),
     "pow": (_pow, ("Tensor_Tensor_out", "Tensor_Scalar_out", "Scalar_out")),
-    "bitwise_and": (np.bitwise_and, ("Tensor_out", "Scalar_out")),
-    "bitwise_or": (np.bitwise_or, ("Tensor_out", "Scalar_out")),
-    "bitwise_xor": (np.bitwise_xor, ("Tensor_out", "Scalar_out")),
-    "bitwise_left_shift": (np.left_shift, ("Tensor_out", "Tensor_Scalar_out")),
-    "bitwise_right_shift": (np.right_shift, ("Tensor_out", "Tensor_Scalar_out")),
+    "bitwise_and": (np.bitwise_and, ("Tensor_out", "Scalar_out", "Scalar_Tensor_out")),
+    "bitwise_or": (np.bitwise_or, ("Tensor_out", "Scalar_out", "Scalar_Tensor_out")),
+    "bitwise_xor": (np.bitwise_xor, ("Tensor_out", "Scalar_out", "Scalar_Tensor_out")),
+    "bitwise_left_shift": (np.left_shift, ("Tensor_out", "Tensor_Scalar_out", "Scalar_Tensor_out")),
+    "bitwise_right_shift": (np.right_shift, ("Tensor_out", "Tensor_Scalar_out", "Scalar_Tensor_out")),
 }
 
 
@@ -585,7 +602,7 @@ def _binary_kernel(fn: Callable) -> Callable:
     return run
 
 
-_HOT_BINARY = {"mul", "maximum", "minimum"}
+_HOT_BINARY = {"mul", "maximum", "minimum", "max", "min"}
 for _name, (_fn, _overloads) in _BINARY.items():
     _k = _binary_kernel(_fn)
     _k = _k if _name in _HOT_BINARY else quiet(_k)

@@ -277,3 +277,22 @@ def masked_select(self: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.nda
 def nonzero(self: np.ndarray, out: np.ndarray) -> np.ndarray:
     """The coordinates of the non-zero elements of ``self``, one row each (an ``(n, ndim)`` tensor)."""
     return copy_into(out, np.argwhere(self))
+
+
+@kernel("aten::take.out")
+def take(self: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The elements of flattened ``self`` at ``index`` (negative counts from the end), shaped like ``index``."""
+    n = self.size
+    if index.size and (index.min() < -n or index.max() >= n):
+        raise IndexError(f"take: index out of range for a tensor of {n} elements")
+    return copy_into(out, self.reshape(-1)[index])
+
+
+@kernel("aten::nonzero_static.out")
+def nonzero_static(self: np.ndarray, size: int, fill_value: int, out: np.ndarray) -> np.ndarray:
+    """The first ``size`` coordinates of non-zero elements, padded with ``fill_value`` rows to ``size``."""
+    found = np.argwhere(self)[:size]
+    out = resize(out, (size, self.ndim))
+    out[: len(found)] = found
+    out[len(found) :] = fill_value
+    return out

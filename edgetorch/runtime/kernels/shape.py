@@ -302,3 +302,48 @@ def repeat_interleave(repeats: np.ndarray, output_size: int | None, out: np.ndar
     """Each position ``i`` repeated ``repeats[i]`` times: ``[0]*r0 + [1]*r1 + ...``."""
     counts = repeats.reshape(-1)
     return copy_into(out, np.repeat(np.arange(counts.size, dtype=out.dtype), counts))
+
+
+def _diagonal_coordinates(shape: tuple[int, ...], offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column indices of the ``offset`` diagonal of a (rows, cols) plane."""
+    rows, cols = shape
+    n = max(0, min(rows + min(offset, 0), cols - max(offset, 0)))
+    steps = np.arange(n)
+    return steps - min(offset, 0), steps + max(offset, 0)
+
+
+@kernel("aten::diagonal_scatter.out")
+def diagonal_scatter(
+    self: np.ndarray, src: np.ndarray, offset: int, dim1: int, dim2: int, out: np.ndarray
+) -> np.ndarray:
+    """A copy of ``self`` with the ``offset`` diagonal of its ``dim1``/``dim2`` planes replaced by ``src``."""
+    out = copy_into(out, self)
+    planes = np.moveaxis(out, (wrap_dim(dim1, self.ndim), wrap_dim(dim2, self.ndim)), (-2, -1))
+    rows, cols = _diagonal_coordinates(planes.shape[-2:], offset)
+    planes[..., rows, cols] = src
+    return out
+
+
+@kernel("aten::as_strided_scatter.out")
+def as_strided_scatter(
+    self: np.ndarray,
+    src: np.ndarray,
+    size: list[int],
+    stride: list[int],
+    storage_offset: int | None,
+    out: np.ndarray,
+) -> np.ndarray:
+    """A copy of contiguous ``self`` with the elements :func:`as_strided_copy` would read replaced by ``src``."""
+    out = copy_into(out, self)
+    flat = out.reshape(-1)
+    positions = np.asarray(
+        as_strided_copy(np.arange(flat.size), size, stride, storage_offset, np.empty(size, np.int64))
+    )
+    flat[positions.reshape(-1)] = np.broadcast_to(src, positions.shape).reshape(-1)
+    return out
+
+
+@kernel("aten::sym_storage_offset")
+def sym_storage_offset(self: np.ndarray) -> int:
+    """Always 0: every tensor of a program starts at its own data pointer (there are no storage offsets)."""
+    return 0

@@ -1,0 +1,169 @@
+"""Core ATen coverage of the kernel library, and the overloads added to complete it, against torch eager.
+
+``test_core_aten_ops_have_kernels`` maps every op tagged ``core`` to the overload ExecuTorch runs (its
+out variant, or the ``*_copy`` out variant for views) and requires a registered kernel for each, except
+the listed ones that are out of scope for the portable library.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edgetorch.runtime.kernels.registry import KERNELS
+from tests.runtime.kernels.test_elementwise import check as check_elementwise
+from tests.runtime.kernels.test_elementwise import sample
+from tests.runtime.kernels.test_pool import call, check
+
+aten = torch.ops.aten
+
+OUT_OF_SCOPE = {
+    # Gradients: programs for inference carry none.
+    "aten::_adaptive_avg_pool2d_backward",
+    "aten::avg_pool2d_backward",
+    "aten::convolution_backward",
+    "aten::embedding_dense_backward",
+    "aten::max_pool2d_with_indices_backward",
+    "aten::native_group_norm_backward",
+    "aten::native_layer_norm_backward",
+    # Complex results (no complex arithmetic in the portable library).
+    "aten::_fft_c2r",
+    "aten::_fft_r2c",
+    # Symbolic or in-place-resize ops that torch.export resolves or ExecuTorch never emits.
+    "aten::sym_is_contiguous",
+    "aten::resize_",
+    # Gaps, to be filled in the modules that own these families (creation.py, pool.py, index.py).
+    "aten::randperm",
+    "aten::empty_strided",
+    "aten::adaptive_avg_pool1d",
+    "aten::_embedding_bag",
+}
+# Core ops with no out overload and the kernel name that serves them.
+NO_OUT_OVERLOAD = {
+    "aten::_local_scalar_dense.default": "aten::_local_scalar_dense",
+    "aten::sym_numel.default": "aten::sym_numel",
+    "aten::sym_storage_offset.default": "aten::sym_storage_offset",
+    "aten::sym_size.int": "aten::sym_size.int",
+    "aten::sym_stride.int": "aten::sym_stride.int",
+    "aten::arange.start_step": "aten::arange.start_out",
+    "aten::empty.memory_format": "aten::empty.out",
+    "aten::full.default": "aten::full.out",
+    "aten::full_like.default": "aten::full_like.out",
+    "aten::rand.default": "aten::rand.out",
+    "aten::randn.default": "aten::randn.out",
+    "aten::scalar_tensor.default": "aten::scalar_tensor.out",
+    "aten::_to_copy.default": "aten::_to_copy.out",
+    "aten::squeeze.dim": "aten::squeeze_copy.dim_out",
+    "aten::squeeze.dims": "aten::squeeze_copy.dims_out",
+    "aten::select.int": "aten::select_copy.int_out",
+    "aten::slice.Tensor": "aten::slice_copy.Tensor_out",
+}
+
+
+def _signature(schema) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+
+
+def _out_overload(packet, schema) -> str | None:
+    for name in packet.overloads():
+        other = getattr(packet, name)._schema
+        if any(a.is_out for a in other.arguments) and _signature(other) == _signature(schema):
+            return name
+    return None
+
+
+def _served_by(op_name: str, overload: str) -> str | None:
+    """The kernel name ExecuTorch would call for core op ``op_name.overload``."""
+    packet = getattr(aten, op_name)
+    if f"aten::{op_name}.{overload}" in NO_OUT_OVERLOAD:
+        return NO_OUT_OVERLOAD[f"aten::{op_name}.{overload}"]
+    out = _out_overload(packet, getattr(packet, overload)._schema)
+    if out is None and hasattr(aten, f"{op_name}_copy"):
+        copy = getattr(aten, f"{op_name}_copy")
+        out = _out_overload(copy, getattr(copy, overload)._schema) if overload in copy.overloads() else None
+        return None if out is None else f"aten::{op_name}_copy.{out}"
+    return None if out is None else f"aten::{op_name}.{out}"
+
+
+def _core_ops() -> list[tuple[str, str]]:
+    ops = []
+    for name in dir(aten):
+        packet = getattr(aten, name, None)
+        if not hasattr(packet, "overloads"):
+            continue
+        ops += [(name, o) for o in packet.overloads() if torch.Tag.core in getattr(packet, o).tags]
+    return ops
+
+
+def test_core_aten_ops_have_kernels():
+    missing = []
+    for name, overload in _core_ops():
+        if f"aten::{name}" in OUT_OF_SCOPE:
+            continue
+        served = _served_by(name, overload)
+        if served is None or served not in KERNELS:
+            missing.append(f"aten::{name}.{overload} -> {served}")
+    assert not missing, "core ATen ops without a kernel:\n" + "\n".join(missing)
+
+
+def test_max_min_two_tensor_forms():
+    a, b = sample((3, 4), np.dtype(np.float32), seed=1), sample((4,), np.dtype(np.float32), seed=2)
+    a[0, 0], b[1] = np.nan, np.nan
+    check_elementwise("aten::max.out", a, b)
+    check_elementwise("aten::min.out", a, b)
+    check_elementwise("aten::max.out", sample((5,), np.dtype(np.int16)), sample((5,), np.dtype(np.int16), seed=3))
+
+
+@pytest.mark.parametrize(
+    "op", ["bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"]
+)
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8])
+def test_bitwise_scalar_tensor(op: str, dtype) -> None:
+    other = np.random.default_rng(0).integers(0, 5, (3, 4)).astype(dtype)
+    check_elementwise(f"aten::{op}.Scalar_Tensor_out", 13, other)
+
+
+def test_log_sigmoid_forward():
+    x = torch.tensor([-3.0, -0.5, 0.0, 2.0, float("inf"), float("-inf"), float("nan"), -100.0, 100.0])
+    for dtype in (torch.float32, torch.float64):
+        expected = aten.log_sigmoid_forward(x.to(dtype))
+        for got, want in zip(call("aten::log_sigmoid_forward.output", x.to(dtype), out_like=expected), expected):
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-45)
+
+
+@pytest.mark.parametrize("offset, dim1, dim2", [(0, 0, 1), (1, 0, 1), (-2, 1, 2), (2, 2, 0), (7, 0, 1)])
+def test_diagonal_scatter(offset: int, dim1: int, dim2: int) -> None:
+    x = torch.randn(4, 5, 3)
+    src = torch.randn(aten.diagonal.default(x, offset, dim1, dim2).shape)
+    expected = aten.diagonal_scatter.default(x, src, offset, dim1, dim2)
+    check(call("aten::diagonal_scatter.out", x, src, offset, dim1, dim2, out_like=expected), expected, exact=True)
+
+
+@pytest.mark.parametrize("size, stride, offset", [([2, 3], [3, 1], 0), ([3, 2], [1, 3], 1), ([2, 2], [4, 2], None)])
+def test_as_strided_scatter(size, stride, offset) -> None:
+    x = torch.randn(3, 4)
+    src = torch.randn(size)
+    expected = aten.as_strided_scatter.default(x, src, size, stride, offset)
+    check(call("aten::as_strided_scatter.out", x, src, size, stride, offset, out_like=expected), expected, exact=True)
+
+
+def test_take():
+    x = torch.randn(3, 4)
+    index = torch.tensor([[0, 11, -1], [5, 5, -12]])
+    expected = aten.take.default(x, index)
+    check(call("aten::take.out", x, index, out_like=expected), expected, exact=True)
+    with pytest.raises(IndexError, match="out of range"):
+        call("aten::take.out", x, torch.tensor([12]), out_like=torch.empty(1))
+
+
+@pytest.mark.parametrize("size, fill", [(2, -1), (5, -1), (9, 7), (0, -1)])
+def test_nonzero_static(size: int, fill: int) -> None:
+    x = torch.tensor([[0, 1, 0], [2, 0, 3], [0, 0, 4]])
+    expected = aten.nonzero_static.default(x, size=size, fill_value=fill)
+    got = KERNELS["aten::nonzero_static.out"][0](x.numpy(), size, fill, np.empty(tuple(expected.shape), np.int64))
+    np.testing.assert_array_equal(got, expected.numpy())
+
+
+def test_sym_storage_offset_is_zero():
+    assert KERNELS["aten::sym_storage_offset"][0](np.zeros(3)) == 0
