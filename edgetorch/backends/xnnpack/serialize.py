@@ -343,9 +343,14 @@ _UNARY = {
 @visits(*_UNARY)
 def _unary(b: XnnpackGraphBuilder, node: Node) -> None:
     kind = _UNARY[to_aten(node.target)]
+    elementwise(b, node, lambda x, y: kind(input_id=x, output_id=y, flags=0))
+
+
+def elementwise(b: XnnpackGraphBuilder, node: Node, make: Callable[[int, int], Any], clamp: Any = None) -> None:
+    """A one-input element-wise node (built by ``make(input_id, output_id)``) in its input's layout."""
     nhwc = b.in_nhwc(node.args[0])
     x = b.value(node.args[0], nhwc)
-    b.add(kind(input_id=x, output_id=b.output(node, nhwc), flags=0))
+    b.add(make(x, b.output(node, nhwc)), clamp=clamp)
 
 
 def clamp_bounds(node: Node) -> tuple[float, float]:
@@ -364,25 +369,19 @@ def clamp_bounds(node: Node) -> tuple[float, float]:
 
 @visits(aten.relu.default, aten.clamp.default, aten.hardtanh.default)
 def _clamp(b: XnnpackGraphBuilder, node: Node) -> None:
-    nhwc = b.in_nhwc(node.args[0])
-    x = b.value(node.args[0], nhwc)
-    b.add(xs.XNNClamp(input_id=x, output_id=b.output(node, nhwc), flags=0), clamp=clamp_bounds(node))
+    elementwise(b, node, lambda x, y: xs.XNNClamp(input_id=x, output_id=y, flags=0), clamp=clamp_bounds(node))
 
 
 @visits(aten.leaky_relu.default)
 def _leaky_relu(b: XnnpackGraphBuilder, node: Node) -> None:
     slope = float(node.args[1]) if len(node.args) > 1 else 0.01
-    nhwc = b.in_nhwc(node.args[0])
-    x = b.value(node.args[0], nhwc)
-    b.add(xs.XNNLeakyReLU(negative_slope=slope, input_id=x, output_id=b.output(node, nhwc), flags=0))
+    elementwise(b, node, lambda x, y: xs.XNNLeakyReLU(negative_slope=slope, input_id=x, output_id=y, flags=0))
 
 
 @visits(aten.elu.default)
 def _elu(b: XnnpackGraphBuilder, node: Node) -> None:
     alpha = float(node.args[1]) if len(node.args) > 1 else 1.0
-    nhwc = b.in_nhwc(node.args[0])
-    x = b.value(node.args[0], nhwc)
-    b.add(xs.XNNELU(alpha=alpha, input_id=x, output_id=b.output(node, nhwc), flags=0))
+    elementwise(b, node, lambda x, y: xs.XNNELU(alpha=alpha, input_id=x, output_id=y, flags=0))
 
 
 _BINARY = {
@@ -761,13 +760,24 @@ def ceil_extra(size: int, kernel: int, stride: int, pad: int, dilation: int) -> 
 def _max_pool(b: XnnpackGraphBuilder, node: Node) -> None:
     kernel, stride, padding, dilation, ceil = pool_args(node)
     h, w = dims_of(node.args[0])[2:]
-    extra = (
-        [ceil_extra(s, k, st, p, d) for s, k, st, p, d in zip((h, w), kernel, stride, padding, dilation)]
-        if ceil
-        else [0, 0]
-    )
+    sizes = zip((h, w), kernel, stride, padding, dilation)
+    extra = [ceil_extra(*size) for size in sizes] if ceil else [0, 0]
+    _pooling(b, node, xs.XNNMaxPooling2d, kernel, stride, padding, dilation, extra)
+
+
+def _pooling(
+    b: XnnpackGraphBuilder,
+    node: Node,
+    kind: type,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int] = (1, 1),
+    extra: Sequence[int] = (0, 0),
+) -> None:
+    """A 2-d pooling node; ``extra`` pads the bottom and right edges beyond ``padding``."""
     b.add(
-        xs.XNNMaxPooling2d(
+        kind(
             padding_top=padding[0],
             padding_right=padding[1] + extra[1],
             padding_bottom=padding[0] + extra[0],
@@ -785,30 +795,10 @@ def _max_pool(b: XnnpackGraphBuilder, node: Node) -> None:
     )
 
 
-def _avg_pool_node(b: XnnpackGraphBuilder, node: Node, kernel: list, stride: list, padding: list) -> None:
-    b.add(
-        xs.XNNAvgPooling2d(
-            padding_top=padding[0],
-            padding_right=padding[1],
-            padding_bottom=padding[0],
-            padding_left=padding[1],
-            pooling_height=kernel[0],
-            pooling_width=kernel[1],
-            stride_height=stride[0],
-            stride_width=stride[1],
-            dilation_height=1,
-            dilation_width=1,
-            input_id=b.value(node.args[0], True),
-            output_id=b.output(node, True),
-            flags=xs.FLAG_KEEP_DIMS,
-        )
-    )
-
-
 @visits(aten.avg_pool2d.default)
 def _avg_pool(b: XnnpackGraphBuilder, node: Node) -> None:
     kernel, stride, padding, _, _ = pool_args(node)
-    _avg_pool_node(b, node, kernel, stride, padding)
+    _pooling(b, node, xs.XNNAvgPooling2d, kernel, stride, padding)
 
 
 @visits(aten._adaptive_avg_pool2d.default)
@@ -819,7 +809,7 @@ def _adaptive_avg_pool(b: XnnpackGraphBuilder, node: Node) -> None:
         _global_avg_pool(b, node, node.args[0])
         return
     kernel = [h // oh, w // ow]
-    _avg_pool_node(b, node, kernel, kernel, [0, 0])
+    _pooling(b, node, xs.XNNAvgPooling2d, kernel, kernel, [0, 0])
 
 
 def _global_avg_pool(b: XnnpackGraphBuilder, node: Node, x: Node) -> None:
