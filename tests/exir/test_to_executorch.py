@@ -145,29 +145,28 @@ STATIC_MODELS = [
 ]
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("cls,args", STATIC_MODELS, ids=[m.__name__ for m, _ in STATIC_MODELS])
-def test_model_runs_like_eager(cls, args, runtime):
+def test_model_runs_like_eager(cls, args):
     torch.manual_seed(0)
     model = cls().eval()
     prog = lower(model, args)
     verify_plan(prog.memory_plans["forward"])
-    assert_close(load_method(prog.buffer, runtime)(list(args)), model(*args), atol=1e-4)
+    for runtime in RUNTIMES:
+        assert_close(load_method(prog.buffer, runtime)(list(args)), model(*args), atol=1e-4)
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_dynamic_batch_runs_at_several_sizes(runtime):
+def test_dynamic_batch_runs_at_several_sizes():
     model = MLP().eval()
     prog = lower(model, (torch.randn(2, 8),), dynamic_shapes={"x": {0: Dim("b", max=16)}})
     [x_spec] = [s for s in prog.memory_plans["forward"].specs if s.name == "x"]
     assert x_spec.shape == (16, 8) and x_spec.dynamic
-    execute = load_method(prog.buffer, runtime)
-    for batch in (1, 5, 16):
-        x = torch.randn(batch, 8)
-        assert_close(execute([x]), model(x))
+    for runtime in RUNTIMES:
+        execute = load_method(prog.buffer, runtime)
+        for batch in (1, 5, 16):
+            x = torch.randn(batch, 8)
+            assert_close(execute([x]), model(x))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
 class CNN(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -180,24 +179,22 @@ class CNN(torch.nn.Module):
         return self.net(x)
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_dynamic_image_size_is_planned_at_the_upper_bound(runtime):
+def test_dynamic_image_size_is_planned_at_the_upper_bound():
     model = CNN().eval()
     dims = {"x": {2: Dim("h", min=16, max=64), 3: Dim("w", min=16, max=64)}}
     prog = lower(model, (torch.randn(1, 1, 16, 16),), dynamic_shapes=dims)
     [x_spec] = [s for s in prog.memory_plans["forward"].specs if s.name == "x"]
     assert x_spec.shape == (1, 1, 64, 64)
-    execute = load_method(prog.buffer, runtime)
-    for h, w in ((16, 16), (32, 48), (64, 64)):
-        x = torch.randn(1, 1, h, w)
-        assert_close(execute([x]), model(x), atol=1e-4)
-    if runtime == "edgetorch":
-        with pytest.raises(ValueError, match="upper bound"):
-            execute([torch.randn(1, 1, 128, 128)])
+    for runtime in RUNTIMES:
+        execute = load_method(prog.buffer, runtime)
+        for h, w in ((16, 16), (32, 48), (64, 64)):
+            x = torch.randn(1, 1, h, w)
+            assert_close(execute([x]), model(x), atol=1e-4)
+    with pytest.raises(ValueError, match="upper bound"):
+        load_method(prog.buffer, "edgetorch")([torch.randn(1, 1, 128, 128)])
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_symbolic_sizes_become_executorch_prim_ops(runtime):
+def test_symbolic_sizes_become_executorch_prim_ops():
     class Flatten(torch.nn.Module):
         def forward(self, x):
             return x.reshape(x.shape[0] * x.shape[1])
@@ -207,26 +204,27 @@ def test_symbolic_sizes_become_executorch_prim_ops(runtime):
     names = {op.name for op in prog.executorch_program.execution_plan[0].operators}
     assert "executorch_prim::mul" in names and "aten::sym_size" in names
     x = torch.randn(5, 7)
-    assert_close(load_method(prog.buffer, runtime)([x]), x.reshape(35))
+    for runtime in RUNTIMES:
+        assert_close(load_method(prog.buffer, runtime)([x]), x.reshape(35))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_buffer_counter_keeps_state_across_calls(runtime):
+def test_buffer_counter_keeps_state_across_calls():
     prog = lower(Counter(), (torch.ones(3),))
     graph = str(prog.exported_program().graph_module.graph)
     assert "aten.copy_.default" in graph and "alloc" in graph
-    execute = load_method(prog.buffer, runtime)
-    for step in (1, 2, 3):
-        assert_close(execute([torch.ones(3)]), torch.full((3,), float(step)))
+    for runtime in RUNTIMES:
+        execute = load_method(prog.buffer, runtime)
+        for step in (1, 2, 3):
+            assert_close(execute([torch.ones(3)]), torch.full((3,), float(step)))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_buffer_initial_state_is_stored(runtime):
+def test_buffer_initial_state_is_stored():
     prog = lower(OnesCounter(), (torch.ones(3),))
     assert len(load_pte(prog.buffer).program.mutable_data_segments) == 1
-    execute = load_method(prog.buffer, runtime)
-    for step in (2, 3):
-        assert_close(execute([torch.ones(3)]), torch.full((3,), float(step)))
+    for runtime in RUNTIMES:
+        execute = load_method(prog.buffer, runtime)
+        for step in (2, 3):
+            assert_close(execute([torch.ones(3)]), torch.full((3,), float(step)))
 
 
 def test_user_input_mutation_is_written_back():
@@ -241,24 +239,23 @@ def test_user_input_mutation_is_written_back():
     assert_close(run_et(prog.buffer, [x]), torch.full((3,), 2.0))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_kv_cache_index_copy_into_buffer(runtime):
-    model = KVCache()
-    prog = lower(model, (torch.tensor([0]), torch.ones(1, 4)))
-    execute = load_method(prog.buffer, runtime)
-    for pos in (0, 3, 5):
-        value = torch.randn(1, 4)
-        expected = model(torch.tensor([pos]), value)
-        assert_close(execute([torch.tensor([pos]), value]), expected)
+def test_kv_cache_index_copy_into_buffer():
+    prog = lower(KVCache(), (torch.tensor([0]), torch.ones(1, 4)))
+    for runtime in RUNTIMES:
+        model, execute = KVCache(), load_method(prog.buffer, runtime)
+        for pos in (0, 3, 5):
+            value = torch.randn(1, 4)
+            expected = model(torch.tensor([pos]), value)
+            assert_close(execute([torch.tensor([pos]), value]), expected)
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_cond_takes_the_right_branch(runtime):
+def test_cond_takes_the_right_branch():
     prog = lower(Cond(), (torch.randn(4),))
     verify_plan(prog.memory_plans["forward"])
-    execute = load_method(prog.buffer, runtime)
-    for x in (torch.rand(4), -torch.rand(4)):
-        assert_close(execute([x]), x.sin() if x.sum() > 0 else x.cos())
+    for runtime in RUNTIMES:
+        execute = load_method(prog.buffer, runtime)
+        for x in (torch.rand(4), -torch.rand(4)):
+            assert_close(execute([x]), x.sin() if x.sum() > 0 else x.cos())
 
 
 def test_two_methods_and_constant_methods():
@@ -272,16 +269,16 @@ def test_two_methods_and_constant_methods():
     prog = ExecutorchProgramManager(programs, constants)
     assert prog.methods == {"encode", "decode"} and prog.config_methods == set(constants)
     x, z = torch.randn(1, 10), torch.randn(1, 5)
-    assert_close(run_et(prog.buffer, [x], "encode"), enc(x), atol=1e-4)
-    assert_close(run_et(prog.buffer, [z], "decode"), dec(z), atol=1e-4)
-    for name, value in constants.items():
-        assert run_et(prog.buffer, [], name) == [value]
+    for runtime in RUNTIMES:
+        assert_close(load_method(prog.buffer, runtime, "encode")([x]), enc(x), atol=1e-4)
+        assert_close(load_method(prog.buffer, runtime, "decode")([z]), dec(z), atol=1e-4)
+        for name, value in constants.items():
+            assert load_method(prog.buffer, runtime, name)([]) == [value]
     plans = {p.name: p for p in load_pte(prog.buffer).program.execution_plan}
     assert plans["get_max_seq_len"].chains[0].instructions == []
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_outputs_scalars_lists_and_aliases(runtime):
+def test_outputs_scalars_lists_and_aliases():
     class Mixed(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -289,12 +286,13 @@ def test_outputs_scalars_lists_and_aliases(runtime):
 
         def forward(self, x):
             values, indices = x.max(0)
-            return [values, indices], x, self.w, x.shape[0]
+            return [values, indices], x, self.w, x.shape[0], 2.5, True
 
     model = Mixed()
     x = torch.randn(4, 3)
-    got = load_method(lower(model, (x,)).buffer, runtime)([x])
-    assert_close(got, list(torch.utils._pytree.tree_leaves(model(x))))
+    prog = lower(model, (x,))
+    for runtime in RUNTIMES:
+        assert_close(load_method(prog.buffer, runtime)([x]), list(torch.utils._pytree.tree_leaves(model(x))))
 
 
 def test_constants_live_in_one_aligned_segment():

@@ -108,6 +108,7 @@ def _viewable(node: torch.fx.Node) -> bool:
     base_spec = base.meta.get("spec")
     return (
         base.op == "call_function"
+        and not is_inplace(base.target)
         and isinstance(spec, TensorSpec)
         and isinstance(base_spec, TensorSpec)
         and not (spec.dynamic or base_spec.dynamic)

@@ -88,7 +88,7 @@ class TensorSpec:
     def nbytes(self) -> int:
         """Bytes at the planned (upper-bound) shape."""
         shape = self.shape if self.shape is not None else self.sym_shape
-        return math.prod(shape) * _itemsize(self.dtype)
+        return math.prod(shape) * self.dtype.itemsize
 
     def allocated_memory(self, alignment: int) -> int:
         """Bytes the tensor occupies in an arena: ``nbytes`` rounded up to ``alignment``."""
@@ -96,10 +96,6 @@ class TensorSpec:
 
     def __repr__(self) -> str:
         return f"TensorSpec({self.name}, {self.dtype}, {self.shape or self.sym_shape}, mem_id={self.mem_id}, offset={self.mem_offset})"
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def _dim_order(val: torch.Tensor) -> tuple[int, ...]:
