@@ -408,7 +408,7 @@ def _plain(tree: Any) -> Any:
 
 
 def _returns_scalar(schema: torch._C.FunctionSchema) -> bool:
-    return len(schema.returns) == 1 and str(schema.returns[0].type) in ("int", "SymInt", "float", "bool", "Scalar")
+    return len(schema.returns) == 1 and str(schema.returns[0].type) in ("int", "SymInt", "float", "bool", "number")
 
 
 def _list_kind(elem: Any) -> str:

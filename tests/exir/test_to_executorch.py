@@ -208,6 +208,18 @@ def test_symbolic_sizes_become_executorch_prim_ops():
         assert_close(load_method(prog.buffer, runtime)([x]), x.reshape(35))
 
 
+def test_item_feeds_scalar_overloads():
+    class ScaleByMax(torch.nn.Module):
+        def forward(self, x):
+            return x * x.max().item() + x.shape[0]
+
+    x = torch.randn(4)
+    prog = lower(ScaleByMax(), (x,))
+    assert "aten.mul.Scalar_out" in str(prog.exported_program().graph)
+    for runtime in RUNTIMES:
+        assert_close(load_method(prog.buffer, runtime)([x]), ScaleByMax()(x))
+
+
 def test_buffer_counter_keeps_state_across_calls():
     prog = lower(Counter(), (torch.ones(3),))
     graph = str(prog.exported_program().graph_module.graph)

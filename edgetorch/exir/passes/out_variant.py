@@ -52,7 +52,12 @@ SYM_OPS: dict[Callable[..., Any], SymOp] = {
     ]
 }  # fmt: skip
 
-KEPT_OPS = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default, torch.ops.aten.sym_stride.int}
+KEPT_OPS = {
+    torch.ops.aten.sym_size.int,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.sym_stride.int,
+    torch.ops.aten._local_scalar_dense.default,
+}
 ASSERT_OPS = {
     torch.ops.aten._assert_scalar.default,
     torch.ops.aten.sym_constrain_range_for_size.default,
@@ -207,13 +212,18 @@ def _copy_form(target: torch._ops.OpOverload) -> torch._ops.OpOverload:
 def _scalar_overload(target: torch._ops.OpOverload, node: torch.fx.Node) -> torch._ops.OpOverload:
     """``add.Tensor(x, 2.0)`` -> ``add.Scalar``: a Python number cannot be passed where a Tensor is expected."""
     args = target._schema.arguments
-    if not any(
-        isinstance(a.type, torch.TensorType) and isinstance(v, (int, float, bool)) for a, v in zip(args, node.args)
-    ):
+    if not any(isinstance(a.type, torch.TensorType) and _is_scalar(v) for a, v in zip(args, node.args)):
         return target
     packet = target.overloadpacket
     scalar = getattr(packet, "Scalar", None) if "Scalar" in packet.overloads() else None
     return scalar if scalar is not None else target
+
+
+def _is_scalar(value: Any) -> bool:
+    """A Python number, or a node computing one (a symbolic size, ``Tensor.item()``)."""
+    if isinstance(value, torch.fx.Node):
+        value = value.meta.get("val")
+    return isinstance(value, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 @cache
