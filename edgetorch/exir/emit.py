@@ -185,12 +185,20 @@ class MethodEmitter:
             if node.op == "placeholder":
                 env[node] = next(placeholders) if operands is not None else self._placeholder(node)
             elif node.op == "get_attr":
-                env[node] = getattr(gm, node.target)
+                env[node] = self._attribute(getattr(gm, node.target), node.target)
             elif node.op == "call_function":
                 env[node] = self._call(gm, node, args, kwargs)
             elif node.op == "output":
                 return list(tree_flatten(args[0])[0])
         raise ValueError(f"graph of method {self.name} has no output node")
+
+    def _attribute(self, attr: Any, name: str) -> Any:
+        """A ``get_attr``: tensors (for example constants lifted inside a cond branch) become constant values."""
+        if isinstance(attr, torch.Tensor):
+            spec = TensorSpec.from_val(attr, name)
+            spec.shape, spec.const, spec.storage = tuple(attr.shape), True, attr.detach()
+            return self._tensor(spec)
+        return attr
 
     def _value(self, val: Any) -> Value:
         self.values.append(EValue(val))
