@@ -48,11 +48,13 @@ def main() -> None:
         got = ours.execute(np_inputs)[0]
         err = float(np.max(np.abs(got - want)))
         print(f"[bench] {name}: timing edgetorch", flush=True)
-        t_ours = median_time(lambda: ours.execute(np_inputs))
+        t_ours = median_time(lambda m=ours, x=np_inputs: m.execute(x))
         print(f"[bench] {name}: timing ExecuTorch portable", flush=True)
-        t_et = median_time(lambda: et_method.execute(list(inputs)), min_runs=3, budget_s=60)
+        t_et = median_time(lambda m=et_method, x=inputs: m.execute(list(x)), min_runs=3, budget_s=60)
         rows.append([name, fmt_ms(t_ours), fmt_ms(t_et), f"{t_et / t_ours:.1f}x", f"{err:.1e}"])
-        print(table(["model", "edgetorch ms", "ET portable ms", "speed-up", "max |err| vs eager"], rows[-1:]), flush=True)
+        print(
+            table(["model", "edgetorch ms", "ET portable ms", "speed-up", "max |err| vs eager"], rows[-1:]), flush=True
+        )
     out = table(["model", "edgetorch ms", "ET portable ms", "speed-up", "max |err| vs eager"], rows)
     print("\n" + out)
     results = pathlib.Path(__file__).parent / "results"

@@ -11,7 +11,8 @@ import argparse
 import sys
 import time
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -37,7 +38,6 @@ def _summary(x: Any) -> str:
 
 
 def _random_input(info: Any, rng: Any) -> Any:
-    import numpy as np
 
     if isinstance(info, str):
         raise ValueError(f"cannot make a random {info} input; pass it with --input")
@@ -60,7 +60,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         rng = np.random.default_rng(args.seed)
         inputs = [_random_input(meta.input_tensor_meta(i), rng) for i in range(meta.num_inputs)]
     else:
-        raise ValueError(f"method {args.method!r} takes {meta.num_inputs} inputs; pass --input FILE.npy for each, or --random")
+        raise ValueError(
+            f"method {args.method!r} takes {meta.num_inputs} inputs; pass --input FILE.npy for each, or --random"
+        )
     outputs = method.execute(inputs)
     times = []
     for _ in range(max(args.iterations, 1)):
@@ -149,6 +151,8 @@ def _register_export(sub: Any) -> None:
 
 
 _EXTRA_COMMANDS: list = [_register_export]
+
+import edgetorch.cli_ops  # noqa: E402, F401  (appends the ``ops`` subcommand)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

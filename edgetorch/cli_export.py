@@ -70,8 +70,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("export", help="export FILE.py:FACTORY to a .pte (FACTORY returns (module, example_args[, dynamic_shapes]))")
+    p = sub.add_parser(
+        "export", help="export FILE.py:FACTORY to a .pte (FACTORY returns (module, example_args[, dynamic_shapes]))"
+    )
     p.add_argument("factory", metavar="FILE.py:FACTORY")
     p.add_argument("-o", "--output", required=True, help="where to write the .pte")
-    p.add_argument("--backend", choices=BACKENDS, default="portable", help="delegate to a backend (default: portable kernels only)")
+    p.add_argument(
+        "--backend", choices=BACKENDS, default="portable", help="delegate to a backend (default: portable kernels only)"
+    )
     p.set_defaults(func=cmd_export)

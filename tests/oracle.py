@@ -9,7 +9,9 @@ import numpy as np
 import torch
 
 
-def executorch_pte(model: torch.nn.Module, args: tuple, dynamic_shapes: Any = None, xnnpack: bool = False, **kw) -> bytes:
+def executorch_pte(
+    model: torch.nn.Module, args: tuple, dynamic_shapes: Any = None, xnnpack: bool = False, **kw
+) -> bytes:
     """Lower ``model`` with the real ExecuTorch 1.5.1 and return the .pte bytes."""
     from executorch.exir import to_edge, to_edge_transform_and_lower
 
@@ -21,7 +23,7 @@ def executorch_pte(model: torch.nn.Module, args: tuple, dynamic_shapes: Any = No
     return to_edge(ep, **kw).to_executorch().buffer
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def executorch_runtime() -> Any:
     from executorch.runtime import Runtime
 
@@ -49,6 +51,8 @@ def assert_close(got: list, want: list, rtol: float = 1e-4, atol: float = 1e-5) 
         g, w = np.asarray(g), np.asarray(w)
         assert g.shape == w.shape, f"output {i}: shape {g.shape}, expected {w.shape}"
         if w.dtype.kind in "fc":
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=f"output {i}")
+            np.testing.assert_allclose(
+                g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=f"output {i}"
+            )
         else:
             np.testing.assert_array_equal(g, w, err_msg=f"output {i}")

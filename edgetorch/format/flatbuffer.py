@@ -153,7 +153,9 @@ class _Reader:
                     kwargs[name] = None
                     continue
                 if tag > len(kind.members):
-                    raise FlatbufferError(f"{cls.__name__}.{name}: union type tag {tag} is not one of 1..{len(kind.members)}")
+                    raise FlatbufferError(
+                        f"{cls.__name__}.{name}: union type tag {tag} is not one of 1..{len(kind.members)}"
+                    )
                 kwargs[name] = self.table(kind.members[tag - 1], self.deref(pos + off))
             elif off:
                 kwargs[name] = self.value(kind, pos + off, enum)

@@ -7,10 +7,21 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Optional
 
 from edgetorch.format.flatbuffer import (
-    BOOL, BYTE, BYTES, DOUBLE, INT, LONG, STRING, UBYTE, UINT, ULONG, Union, Vector, fb,
+    BOOL,
+    BYTE,
+    BYTES,
+    DOUBLE,
+    INT,
+    LONG,
+    STRING,
+    UBYTE,
+    UINT,
+    ULONG,
+    Union,
+    Vector,
+    fb,
 )  # fmt: skip
 
 
@@ -63,8 +74,8 @@ class DataLocation(enum.IntEnum):
 
 @dataclass
 class ContainerMetadata:
-    encoded_inp_str: Optional[str] = fb(STRING)
-    encoded_out_str: Optional[str] = fb(STRING)
+    encoded_inp_str: str | None = fb(STRING)
+    encoded_out_str: str | None = fb(STRING)
 
 
 @dataclass
@@ -86,7 +97,7 @@ class AllocationDetails:
 @dataclass
 class ExtraTensorInfo:
     mutable_data_segments_idx: int = fb(ULONG)
-    fully_qualified_name: Optional[str] = fb(STRING)
+    fully_qualified_name: str | None = fb(STRING)
     location: TensorDataLocation = fb(BYTE, TensorDataLocation.SEGMENT, TensorDataLocation)
     device_type: DeviceType = fb(BYTE, DeviceType.CPU, DeviceType)
     device_index: int = fb(BYTE)
@@ -100,10 +111,10 @@ class Tensor:
     dim_order: list = fb(Vector(UBYTE))
     requires_grad: bool = fb(BOOL)
     data_buffer_idx: int = fb(UINT)
-    allocation_info: Optional[AllocationDetails] = fb(AllocationDetails)
+    allocation_info: AllocationDetails | None = fb(AllocationDetails)
     layout: int = fb(BYTE)
     shape_dynamism: TensorShapeDynamism = fb(BYTE, TensorShapeDynamism.STATIC, TensorShapeDynamism)
-    extra_tensor_info: Optional[ExtraTensorInfo] = fb(ExtraTensorInfo)
+    extra_tensor_info: ExtraTensorInfo | None = fb(ExtraTensorInfo)
 
 
 @dataclass
@@ -123,7 +134,7 @@ class Double:
 
 @dataclass
 class String:
-    string_val: Optional[str] = fb(STRING)
+    string_val: str | None = fb(STRING)
 
 
 @dataclass
@@ -169,8 +180,8 @@ class EValue:
 
 @dataclass
 class Operator:
-    name: Optional[str] = fb(STRING)
-    overload: Optional[str] = fb(STRING)
+    name: str | None = fb(STRING)
+    overload: str | None = fb(STRING)
 
 
 @dataclass
@@ -212,10 +223,10 @@ class Instruction:
 
 @dataclass
 class Frame:
-    filename: Optional[str] = fb(STRING)
+    filename: str | None = fb(STRING)
     lineno: int = fb(INT)
-    name: Optional[str] = fb(STRING)
-    context: Optional[str] = fb(STRING)
+    name: str | None = fb(STRING)
+    context: str | None = fb(STRING)
 
 
 @dataclass
@@ -231,14 +242,14 @@ class BackendDelegateDataReference:
 
 @dataclass
 class CompileSpec:
-    key: Optional[str] = fb(STRING)
+    key: str | None = fb(STRING)
     value: bytes = fb(BYTES)
 
 
 @dataclass
 class BackendDelegate:
-    id: Optional[str] = fb(STRING)
-    processed: Optional[BackendDelegateDataReference] = fb(BackendDelegateDataReference)
+    id: str | None = fb(STRING)
+    processed: BackendDelegateDataReference | None = fb(BackendDelegateDataReference)
     compile_specs: list = fb(Vector(CompileSpec))
 
 
@@ -247,7 +258,7 @@ class Chain:
     inputs: list = fb(Vector(INT))
     outputs: list = fb(Vector(INT))
     instructions: list = fb(Vector(Instruction))
-    stacktrace: Optional[list] = fb(Vector(FrameList), default=None)
+    stacktrace: list | None = fb(Vector(FrameList), default=None)
 
 
 @dataclass
@@ -259,8 +270,8 @@ class NonConstBufferDevice:
 
 @dataclass
 class ExecutionPlan:
-    name: Optional[str] = fb(STRING)
-    container_meta_type: Optional[ContainerMetadata] = fb(ContainerMetadata)
+    name: str | None = fb(STRING)
+    container_meta_type: ContainerMetadata | None = fb(ContainerMetadata)
     values: list = fb(Vector(EValue))
     inputs: list = fb(Vector(INT))
     outputs: list = fb(Vector(INT))
@@ -268,7 +279,7 @@ class ExecutionPlan:
     operators: list = fb(Vector(Operator))
     delegates: list = fb(Vector(BackendDelegate))
     non_const_buffer_sizes: list = fb(Vector(LONG))
-    non_const_buffer_device: Optional[list] = fb(Vector(NonConstBufferDevice), default=None)
+    non_const_buffer_device: list | None = fb(Vector(NonConstBufferDevice), default=None)
 
 
 @dataclass
@@ -295,7 +306,7 @@ class SubsegmentOffsets:
 
 @dataclass
 class NamedData:
-    key: Optional[str] = fb(STRING)
+    key: str | None = fb(STRING)
     segment_index: int = fb(UINT)
 
 
@@ -306,6 +317,6 @@ class Program:
     constant_buffer: list = fb(Vector(Buffer))
     backend_delegate_data: list = fb(Vector(BackendDelegateInlineData))
     segments: list = fb(Vector(DataSegment))
-    constant_segment: Optional[SubsegmentOffsets] = fb(SubsegmentOffsets)
-    mutable_data_segments: Optional[list] = fb(Vector(SubsegmentOffsets), default=None)
-    named_data: Optional[list] = fb(Vector(NamedData), default=None)
+    constant_segment: SubsegmentOffsets | None = fb(SubsegmentOffsets)
+    mutable_data_segments: list | None = fb(Vector(SubsegmentOffsets), default=None)
+    named_data: list | None = fb(Vector(NamedData), default=None)

@@ -33,10 +33,12 @@ class ExtendedHeader:
     segment_data_size: int = 0
 
     def to_bytes(self) -> bytes:
-        return HEADER_MAGIC + struct.pack("<IQQQ", HEADER_LENGTH, self.program_size, self.segment_base_offset, self.segment_data_size)
+        return HEADER_MAGIC + struct.pack(
+            "<IQQQ", HEADER_LENGTH, self.program_size, self.segment_base_offset, self.segment_data_size
+        )
 
     @staticmethod
-    def from_bytes(data: bytes | memoryview) -> "ExtendedHeader | None":
+    def from_bytes(data: bytes | memoryview) -> ExtendedHeader | None:
         """The header at bytes 8.., or None when the file has none (an older or plain flatbuffer)."""
         if len(data) < 8 + 24 or bytes(data[8:12]) != HEADER_MAGIC:
             return None
@@ -89,9 +91,13 @@ def load_pte(data: bytes | bytearray | memoryview) -> PteFile:
     header = ExtendedHeader.from_bytes(view)
     if header is not None:
         if header.program_size > len(view) or header.program_size < 40:
-            raise FormatError(f"header says the program is {header.program_size} bytes but the file has {len(view)}; it is truncated")
+            raise FormatError(
+                f"header says the program is {header.program_size} bytes but the file has {len(view)}; it is truncated"
+            )
         if header.segment_base_offset and header.segment_base_offset > len(view):
-            raise FormatError(f"segment base offset {header.segment_base_offset} is past the end of the {len(view)}-byte file")
+            raise FormatError(
+                f"segment base offset {header.segment_base_offset} is past the end of the {len(view)}-byte file"
+            )
         fb_view = view[: header.program_size]
     else:
         fb_view = view
@@ -100,7 +106,9 @@ def load_pte(data: bytes | bytearray | memoryview) -> PteFile:
     except FlatbufferError as e:
         raise FormatError(f"the program flatbuffer is malformed: {e}") from None
     if program.version != SUPPORTED_VERSION:
-        raise FormatError(f"program version {program.version} is not supported; this runtime reads version {SUPPORTED_VERSION}")
+        raise FormatError(
+            f"program version {program.version} is not supported; this runtime reads version {SUPPORTED_VERSION}"
+        )
     return PteFile(program, header, view)
 
 

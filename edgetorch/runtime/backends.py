@@ -11,7 +11,8 @@ stores as the delegate's outputs.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from edgetorch.errors import UnsupportedBackendError
 
@@ -22,7 +23,9 @@ class BackendInterface:
     def is_available(self) -> bool:
         return True
 
-    def init(self, processed: memoryview, compile_specs: Mapping[str, bytes], named_data: Mapping[str, memoryview]) -> Any:
+    def init(
+        self, processed: memoryview, compile_specs: Mapping[str, bytes], named_data: Mapping[str, memoryview]
+    ) -> Any:
         """Prepare a delegate blob (parse, prepack weights) and return a handle for ``execute``."""
         raise NotImplementedError
 

@@ -6,8 +6,9 @@ import enum
 import mmap
 import os
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterable, Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -212,7 +213,9 @@ class Program:
     def mutable_data(self, seg_index: int, index: int, what: str) -> tuple[memoryview, int]:
         segs = self.program.mutable_data_segments or []
         if seg_index >= len(segs) or index >= len(segs[seg_index].offsets):
-            raise ProgramLoadError(f"{what} has initial state {index} in mutable segment {seg_index}, which does not exist")
+            raise ProgramLoadError(
+                f"{what} has initial state {index} in mutable segment {seg_index}, which does not exist"
+            )
         sub = segs[seg_index]
         return self._segment(sub.segment_index), int(sub.offsets[index])
 
@@ -236,7 +239,9 @@ class Program:
     def external_tensor(self, key: str | None, what: str) -> memoryview:
         data = self.named_data.get(key or "")
         if data is None:
-            raise ProgramLoadError(f"{what} keeps its data outside the program under key {key!r}; load the .ptd file that holds it")
+            raise ProgramLoadError(
+                f"{what} keeps its data outside the program under key {key!r}; load the .ptd file that holds it"
+            )
         return data
 
     def add_data_map(self, entries: dict[str, memoryview]) -> None:

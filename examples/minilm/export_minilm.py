@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from common import BATCH, SEQ_LEN, SENTENCES, encode, mean_pool, model_dir  # noqa: E402
+from common import BATCH, SENTENCES, SEQ_LEN, encode, mean_pool, model_dir  # noqa: E402
 
 
 class Encoder(torch.nn.Module):
@@ -74,7 +74,9 @@ def main() -> None:
     hidden = []
     with torch.no_grad():
         for start in range(0, len(ids), BATCH):
-            hidden.append(encoder(torch.from_numpy(ids[start : start + BATCH]), torch.from_numpy(mask[start : start + BATCH])))
+            hidden.append(
+                encoder(torch.from_numpy(ids[start : start + BATCH]), torch.from_numpy(mask[start : start + BATCH]))
+            )
         times = []
         for _ in range(10):
             t0 = time.perf_counter()

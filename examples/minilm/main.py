@@ -1,6 +1,6 @@
 """The main job: all-MiniLM-L6-v2 exported with edgetorch and run without PyTorch.
 
-    .venv/bin/python examples/minilm/main.py [--backend xnnpack|portable] [--out out/minilm]
+.venv/bin/python examples/minilm/main.py [--backend xnnpack|portable] [--out out/minilm]
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ def main() -> None:
     parser.add_argument("--backend", choices=["xnnpack", "portable"], default="xnnpack")
     parser.add_argument("--out", type=pathlib.Path, default=HERE.parents[1] / "out" / "minilm")
     args = parser.parse_args()
-    step(1, 2, "export all-MiniLM-L6-v2 with edgetorch (PyTorch process)", [str(HERE / "export_minilm.py"), str(args.out), "--backend", args.backend])
+    step(
+        1,
+        2,
+        "export all-MiniLM-L6-v2 with edgetorch (PyTorch process)",
+        [str(HERE / "export_minilm.py"), str(args.out), "--backend", args.backend],
+    )
     step(2, 2, "embed sentences with the edgetorch runtime (PyTorch blocked)", [str(HERE / "embed.py"), str(args.out)])
 
 

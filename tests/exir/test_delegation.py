@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch.export import ExportedProgram, export
 
+from edgetorch.backends.demo.runtime import OPS, parse
 from edgetorch.errors import DelegateLoadError, UnsupportedBackendError
 from edgetorch.exir import to_edge
 from edgetorch.exir.backend.backend_api import LoweredBackendModule, PartitionerError, to_backend
@@ -22,7 +23,6 @@ from edgetorch.exir.backend.backend_details import BackendDetails, PreprocessRes
 from edgetorch.exir.backend.compile_spec_schema import CompileSpec
 from edgetorch.exir.backend.delegate import delegate_call_nodes
 from edgetorch.exir.backend.demo import BLOB_OPS, AddMulPartitionerDemo, BackendWithCompilerDemo
-from edgetorch.backends.demo.runtime import OPS, parse
 from edgetorch.exir.backend.lower import edge_manager_to_backend, to_edge_transform_and_lower
 from edgetorch.exir.backend.partition_utils import (
     TAG,

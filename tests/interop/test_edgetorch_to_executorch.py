@@ -36,7 +36,9 @@ def test_model_on_both_runtimes(name):
     et_out = run_executorch(pte, _numpy(args))
     keep = [k for k in range(len(want)) if k not in skip]
     assert_close([et_out[k] for k in keep], [want[k] for k in keep], rtol=1e-4, atol=1e-4)
-    assert_close(Runtime.get().load_program(pte).load_method("forward").execute(_numpy(args)), want, rtol=1e-4, atol=1e-4)
+    assert_close(
+        Runtime.get().load_program(pte).load_method("forward").execute(_numpy(args)), want, rtol=1e-4, atol=1e-4
+    )
 
 
 def test_dynamic_batch_on_both_runtimes():

@@ -27,7 +27,9 @@ def test_model_matches_eager(name):
 def test_dynamic_batch_several_sizes():
     factory, make_args, dynamic = MODELS["dynamic_mlp"]
     model = factory().eval()
-    method = Runtime.get().load_program(executorch_pte(model, make_args(), dynamic_shapes=dynamic)).load_method("forward")
+    method = (
+        Runtime.get().load_program(executorch_pte(model, make_args(), dynamic_shapes=dynamic)).load_method("forward")
+    )
     for batch in (1, 3, 16, 5):
         x = torch.randn(batch, 8)
         assert_close(method.execute([x.numpy()]), eager(model, (x,)))

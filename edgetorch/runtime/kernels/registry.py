@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
