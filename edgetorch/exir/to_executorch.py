@@ -53,14 +53,10 @@ class ExecutorchBackendConfig:
             value = getattr(self, name)
             if value is not None and (value <= 0 or value & (value - 1)):
                 raise ValueError(f"{name} must be a power of two, found {value}")
-        if self.segment_alignment > SEGMENT_ALIGNMENT or SEGMENT_ALIGNMENT % self.segment_alignment:
+        if self.delegate_alignment is not None and self.delegate_alignment > self.segment_alignment:
             raise ValueError(
-                f"segment_alignment {self.segment_alignment} is not supported; the .pte writer aligns segments "
-                f"to {SEGMENT_ALIGNMENT} bytes, so use a power of two up to {SEGMENT_ALIGNMENT}"
-            )
-        if self.delegate_alignment is not None and SEGMENT_ALIGNMENT % self.delegate_alignment:
-            raise ValueError(
-                f"delegate_alignment {self.delegate_alignment} exceeds the {SEGMENT_ALIGNMENT}-byte segment alignment"
+                f"delegate_alignment {self.delegate_alignment} exceeds segment_alignment {self.segment_alignment}; "
+                "raise segment_alignment to at least the delegate alignment"
             )
 
 
@@ -103,7 +99,7 @@ class ExecutorchProgramManager:
     def buffer(self) -> bytes:
         """The ``.pte`` file's bytes (built once)."""
         if self._buffer is None:
-            self._buffer = save_pte(self._program, self._segments)
+            self._buffer = save_pte(self._program, self._segments, self._config.segment_alignment)
         return self._buffer
 
     def write_to_file(self, open_file: BinaryIO) -> None:

@@ -112,17 +112,24 @@ def load_pte(data: bytes | bytearray | memoryview) -> PteFile:
     return PteFile(program, header, view)
 
 
-def save_pte(program: Program, segments: list[bytes | memoryview] = ()) -> bytes:
-    """Encode ``program`` with ``segments`` appended; ``program.segments`` is rewritten to match."""
+def save_pte(
+    program: Program, segments: list[bytes | memoryview] = (), segment_alignment: int = SEGMENT_ALIGNMENT
+) -> bytes:
+    """Encode ``program`` with ``segments`` appended; ``program.segments`` is rewritten to match.
+
+    Each segment starts at a multiple of ``segment_alignment`` (a power of two) from the file's start.
+    """
+    if segment_alignment <= 0 or segment_alignment & (segment_alignment - 1):
+        raise ValueError(f"segment_alignment must be a power of two, found {segment_alignment}")
     offsets, pos = [], 0
     for seg in segments:
         offsets.append(DataSegment(offset=pos, size=len(seg)))
-        pos = aligned(pos + len(seg), SEGMENT_ALIGNMENT)
+        pos = aligned(pos + len(seg), segment_alignment)
     program.segments = offsets
     flat = encode(program, FILE_IDENTIFIER)
     root = struct.unpack_from("<I", flat, 0)[0]
     program_size = len(flat) + HEADER_LENGTH
-    base = aligned(program_size, SEGMENT_ALIGNMENT) if segments else 0
+    base = aligned(program_size, segment_alignment) if segments else 0
     seg_total = offsets[-1].offset + offsets[-1].size if segments else 0
     header = ExtendedHeader(program_size, base, seg_total).to_bytes()
     out = bytearray(struct.pack("<I", root + HEADER_LENGTH) + flat[4:8] + header + flat[8:])

@@ -6,8 +6,22 @@ from edgetorch.exir.passes.decompose import core_aten_decompositions, decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
 from edgetorch.exir.passes.to_edge import ToEdgePass, view_copy_of
 
+_BACK_HALF = {
+    "MemoryPlanningPass": "memory_planning_pass",
+    "ToOutVarPass": "out_variant",
+    "ReplaceViewCopyWithViewPass": "out_variant",
+    "SpecPropPass": "spec_prop",
+    "ConstraintBasedSymShapeEvalPass": "spec_prop",
+    "HintBasedSymShapeEvalPass": "spec_prop",
+}
+
 __all__ = [
+    "ConstraintBasedSymShapeEvalPass",
+    "HintBasedSymShapeEvalPass",
     "MemoryPlanningPass",
+    "ReplaceViewCopyWithViewPass",
+    "SpecPropPass",
+    "ToOutVarPass",
     "ToEdgePass",
     "core_aten_decompositions",
     "decompose",
@@ -18,8 +32,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # Loaded on first use: the back-half passes import the emitter and runtime pieces.
-    if name == "MemoryPlanningPass":
-        from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
+    if name in _BACK_HALF:
+        import importlib
 
-        return MemoryPlanningPass
+        return getattr(importlib.import_module(f"edgetorch.exir.passes.{_BACK_HALF[name]}"), name)
     raise AttributeError(f"module 'edgetorch.exir.passes' has no attribute {name!r}")
