@@ -15,6 +15,7 @@ import numpy as np
 from edgetorch.errors import InvalidInputError, ProgramLoadError
 from edgetorch.format import program as fbp
 from edgetorch.format.flatbuffer import FlatbufferError
+from edgetorch.format.ptd import load_ptd
 from edgetorch.format.pte import FormatError, PteFile, load_pte
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.executor import MethodExecutor, op_key
@@ -154,6 +155,7 @@ class Program:
         self._plans = {plan.name: plan for plan in pte.program.execution_plan}
         self._named: dict[str, memoryview] | None = None
         self._external: dict[str, memoryview] = {}
+        self._data_keepalive: list[Any] = []
 
     @property
     def method_names(self) -> list[str]:
@@ -274,14 +276,28 @@ class Runtime:
         self,
         data: str | os.PathLike | bytes | bytearray | memoryview | BinaryIO,
         verification: Verification = Verification.Minimal,
+        data_files: Sequence[str | os.PathLike | bytes] = (),
     ) -> Program:
-        """Load a .pte from a path, bytes, or a binary file object; files are memory-mapped, not copied."""
+        """Load a .pte from a path, bytes, or a binary file object; files are memory-mapped, not copied.
+
+        ``data_files`` are ``.ptd`` files holding tensors the program keeps outside itself.
+        """
         keepalive, buf = _open(data)
         try:
             pte = load_pte(buf)
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
         program = Program(pte, keepalive, self, verification)
+        for extra in data_files:
+            holder, raw = _open(extra)
+            try:
+                entries = load_ptd(raw).named_data()
+            except (FormatError, FlatbufferError) as e:
+                raise ProgramLoadError(
+                    f"data file {extra if isinstance(extra, (str, os.PathLike)) else '<bytes>'}: {e}"
+                ) from None
+            program.add_data_map(entries)
+            program._data_keepalive.append(holder)
         if verification is Verification.InternalConsistency:
             for name in program.method_names:
                 program.metadata(name)
