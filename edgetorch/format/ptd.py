@@ -88,7 +88,7 @@ def load_ptd(data: bytes | bytearray | memoryview) -> PtdFile:
         raise FormatError(f"expected a .ptd file with identifier {FILE_IDENTIFIER!r} at bytes 4..8; this is not one")
     if bytes(view[8:12]) != HEADER_MAGIC:
         raise FormatError(f"expected the {HEADER_MAGIC!r} header at byte 8, found {bytes(view[8:12])!r}")
-    length, _fb_offset, fb_size, base, seg_size = struct.unpack_from("<IQQQQ", view, 12)
+    length, _fb_offset, _fb_size, base, seg_size = struct.unpack_from("<IQQQQ", view, 12)
     if length < HEADER_LENGTH or base > len(view) or base + seg_size > len(view):
         raise FormatError(
             f".ptd header is inconsistent with the {len(view)}-byte file (segments at {base}, {seg_size} bytes)"
@@ -97,7 +97,6 @@ def load_ptd(data: bytes | bytearray | memoryview) -> PtdFile:
         flat = decode(view[: max(base, 8 + length)] if base else view, FlatTensor, FILE_IDENTIFIER)
     except FlatbufferError as e:
         raise FormatError(f"the .ptd flatbuffer is malformed: {e}") from None
-    del fb_size
     return PtdFile(flat, base, view)
 
 
