@@ -17,14 +17,13 @@ from edgetorch.format.flatbuffer import (
     STRING,
     UBYTE,
     UINT,
-    ULONG,
     FlatbufferError,
     Vector,
     decode,
     encode,
     fb,
 )
-from edgetorch.format.program import ScalarType
+from edgetorch.format.program import DataSegment, ScalarType
 from edgetorch.format.pte import FormatError, aligned
 
 FILE_IDENTIFIER = b"FT01"
@@ -39,12 +38,6 @@ class TensorLayout:
     scalar_type: ScalarType = fb(BYTE, ScalarType.BYTE, ScalarType)
     sizes: list = fb(Vector(INT))
     dim_order: list = fb(Vector(UBYTE))
-
-
-@dataclass
-class DataSegment:
-    offset: int = fb(ULONG)
-    size: int = fb(ULONG)
 
 
 @dataclass
