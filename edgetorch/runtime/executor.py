@@ -18,12 +18,19 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from edgetorch.errors import EdgetorchError, ExecutionError, InvalidInputError, ProgramLoadError, UnsupportedOperatorError
+from edgetorch.errors import (
+    EdgetorchError,
+    ExecutionError,
+    InvalidInputError,
+    ProgramLoadError,
+    UnsupportedOperatorError,
+)
 from edgetorch.format import program as fbp
 from edgetorch.runtime import kernels as _kernels  # noqa: F401  (registers the portable kernels)
 from edgetorch.runtime.backends import get_backend
@@ -92,7 +99,7 @@ class MethodExecutor:
         self.kernels = [lookup(name) for name in self.operators]
         self.delegates = [self._init_delegate(i, d) for i, d in enumerate(plan.delegates)]
         self.folded = 0
-        self._alias_ranges = self._aliases() if self.static else []
+        self._viewed = self._view_bases() if self.static else set()
         self.step_pcs: list[int] = []
         self.steps: list[Callable] = []
         for pc, ins in enumerate(self.instructions):
@@ -283,26 +290,47 @@ class MethodExecutor:
         a, nbytes = t.allocation_info, self.bound[j].nbytes
         return a.memory_id, a.memory_offset, a.memory_offset + nbytes
 
-    def _aliases(self) -> list[tuple[int, int, int]]:
-        """Planned memory of tensors no instruction writes: views that share their base's memory.
+    def _items(self, indices: Any) -> list[int]:
+        """Value indices with every list value replaced by the values it holds."""
+        found = []
+        for j in indices:
+            v = self.bound[j] if 0 <= j < len(self.bound) else None
+            found.extend((i for i in v.items if i >= 0) if isinstance(v, _ListRef) else (j,))
+        return found
+
+    def _written(self, a: Any) -> list[int]:
+        """The values an instruction writes: a kernel's results, every argument of a delegate."""
+        if isinstance(a, fbp.KernelCall) and 0 <= a.op_index < len(self.plan.operators):
+            return self._items(a.args[lookup(op_key(self.plan.operators[a.op_index]))[1] :])
+        return self._items(a.args) if isinstance(a, fbp.DelegateCall) else []
+
+    def _view_bases(self) -> set[int]:
+        """Computed tensors whose planned memory a view reads: their results must keep landing in that memory.
 
         ExecuTorch emits a static ``view`` as a second tensor planned over its base's bytes, with no
-        instruction; such memory must keep being written at run time, so results landing there never fold.
+        instruction. Its base is the last result overlapping those bytes before the view's first reader (the
+        plan keeps the base alive while the view is read, so nothing else writes there in between).
         """
-        written = set(self.plan.inputs)
-        for ins in self.instructions:
-            a = ins.instr_args
-            if isinstance(a, fbp.KernelCall) and 0 <= a.op_index < len(self.plan.operators):
-                written.update(a.args[lookup(op_key(self.plan.operators[a.op_index]))[1] :])
-            elif isinstance(a, fbp.DelegateCall):
-                written.update(a.args)
-        ranges = []
+        writes = [self._written(ins.instr_args) for ins in self.instructions]
+        written = set(self.plan.inputs).union(*writes)
+        views = {}
         for j, slot in self.slots.items():
-            if j not in written and not slot.constant:
-                r = self._planned_range(j)
-                if r is not None:
-                    ranges.append(r)
-        return ranges
+            r = None if j in written or slot.constant else self._planned_range(j)
+            if r is not None and r[1] < r[2]:
+                views[j] = r
+        readers = [self._items(getattr(ins.instr_args, "args", ())) for ins in self.instructions]
+        bases: set[int] = set()
+        for pc, reads in enumerate([*readers, list(self.plan.outputs)]):
+            for v in views.keys() & set(reads):
+                bases.update(self._last_writers(writes[:pc], *views.pop(v)))
+        return bases
+
+    def _last_writers(self, writes: list[list[int]], mem_id: int, lo: int, hi: int) -> list[int]:
+        for written in reversed(writes):
+            hits = [j for j in written if (r := self._planned_range(j)) and r[0] == mem_id and r[1] < hi and lo < r[2]]
+            if hits:
+                return hits
+        return []
 
     def _foldable(self, fn: Callable, params: list[int], rets: list[int], name: str) -> bool:
         """True when every tensor the kernel reads is a constant: its result is then computed once, at load.
@@ -314,11 +342,7 @@ class MethodExecutor:
         reads = [j for j in params if j not in rets and j in self.slots]
         if not (reads and all(self.slots[j].constant for j in reads) and all(j in self.slots for j in rets)):
             return False
-        for j in rets:
-            r = self._planned_range(j)
-            if r is not None and any(m == r[0] and lo < r[2] and r[1] < hi for m, lo, hi in self._alias_ranges):
-                return False
-        return True
+        return not any(j in self._viewed for j in rets)
 
     def _fold(self, fn: Callable, args: list[Any], params: list[int], rets: list[int]) -> bool:
         # The result gets memory of its own: its planned slot is shared with other tensors over time.
