@@ -223,6 +223,36 @@ class _Window:
     def taps(self) -> list[tuple[int, int]]:
         return [(i, j) for i in range(self.kh) for j in range(self.kw)]
 
+    def tap_views(self, x: np.ndarray, fill: float) -> tuple[list[np.ndarray], list]:
+        """The [N, OH, OW, C] view of every tap (in ``taps()`` order) over ``x`` padded by ``fill``, and the
+        steps that refresh the views' memory from ``x``.
+
+        A strided window reads from one persistent padded plane per stride phase (for stride 2: even and odd
+        rows times even and odd columns), so each tap view has contiguous rows and NumPy runs one long inner
+        loop per row instead of one per pixel (3x3 stride 2 depthwise on 112x112x96: 1.23 -> 0.73 ms).
+        """
+        n, h, w, c = x.shape
+        oh, ow = self.out_hw(h, w)
+        if not self.padded and (self.sh == self.sw == 1 or self.kh * self.kw <= self.sh * self.sw):
+            return [self.tap(x, i, j, oh, ow) for i, j in self.taps()], []
+        hp, wp = h + self.top + self.bottom, w + self.left + self.right
+        planes, steps = {}, []
+        for a in range(self.sh):
+            for b in range(self.sw):
+                plane = np.full((n, len(range(a, hp, self.sh)), len(range(b, wp, self.sw)), c), fill, x.dtype)
+                h0, w0 = (a - self.top) % self.sh, (b - self.left) % self.sw  # first rows/columns of x it holds
+                src = x[:, h0 :: self.sh, w0 :: self.sw]
+                k0, l0 = (h0 + self.top - a) // self.sh, (w0 + self.left - b) // self.sw
+                if src.size:
+                    steps.append(partial(np.copyto, plane[:, k0 : k0 + src.shape[1], l0 : l0 + src.shape[2]], src))
+                planes[a, b] = plane
+        views = []
+        for i, j in self.taps():
+            r, s = i * self.dh, j * self.dw
+            plane = planes[r % self.sh, s % self.sw]
+            views.append(plane[:, r // self.sh : r // self.sh + oh, s // self.sw : s // self.sw + ow])
+        return views, steps
+
     def im2col(self, xp: np.ndarray, oh: int, ow: int) -> np.ndarray:
         """The read-only [N, OH, OW, KH, KW, C] view of every window of ``xp``."""
         n, _, _, c = xp.shape
@@ -366,11 +396,10 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             raise ValueError(f"depthwise convolution expects {channels} channels, found input shape {x.shape}")
         oh, ow = win.out_hw(h, wd)
         y = env.empty(n.output_id, (nb, oh, ow, c * mult))
-        xp, steps = win.pad(x, 0.0)
+        views, steps = win.tap_views(x, 0.0)
         acc = y if mult == 1 else y.reshape(nb, oh, ow, c, mult)
         tmp = np.empty_like(acc)
-        for t, (i, j) in enumerate(win.taps()):
-            view = win.tap(xp, i, j, oh, ow)
+        for t, view in enumerate(views):
             if mult == 1:  # a weight row per output column lets NumPy run one long inner loop (~20% faster)
                 wt = np.ascontiguousarray(np.broadcast_to(taps[t, :, 0], (ow, c)))
             else:
@@ -424,9 +453,8 @@ def _pooling(n: Any, what: str, fill: float, combine: np.ufunc, env: _Env) -> tu
     nb, h, wd, c = _nhwc(x, what)
     oh, ow = win.out_hw(h, wd)
     y = env.empty(n.output_id, (nb, oh, ow, c))
-    xp, steps = win.pad(x, fill)
-    for t, (i, j) in enumerate(win.taps()):
-        view = win.tap(xp, i, j, oh, ow)
+    views, steps = win.tap_views(x, fill)
+    for t, view in enumerate(views):
         steps.append(partial(np.copyto, y, view) if t == 0 else partial(combine, y, view, out=y))
     return y, steps, (win, h, wd, oh, ow)
 
