@@ -58,6 +58,15 @@ def fmt_ms(seconds: float | None) -> str:
     return f"{ms:.3f}" if ms < 10 else f"{ms:.1f}"
 
 
+def fmt_bytes(n: int | None) -> str:
+    """Bytes exactly below 10 KB, then KB below a megabyte, else MB (decimal units); "-" when unknown."""
+    if n is None:
+        return "-"
+    if n < 10_000:
+        return f"{n} B"
+    return f"{n / 1e3:.1f} KB" if n < 1e6 else f"{n / 1e6:.2f} MB"
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """A GitHub-markdown table."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]

@@ -27,6 +27,7 @@ import platform
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -340,6 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench", help="where RESULTS.md and results/ go")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
     set_threads(args.threads)
     models = args.models.split(",")
     unknown = sorted(set(models) - set(MODELS))
