@@ -294,7 +294,19 @@ def _nhwc(x: np.ndarray, what: str) -> tuple[int, int, int, int]:
 def _bias_steps(y2: np.ndarray, env: _Env, bias_id: int) -> list:
     if bias_id == xs.INVALID_VALUE_ID:
         return []
-    return [partial(np.add, y2, env[bias_id].reshape(-1), out=y2)]
+    return [_add_to_rows(y2, env[bias_id].reshape(-1))]
+
+
+def _add_to_rows(y2: np.ndarray, row: np.ndarray) -> Step:
+    """The step y2 += row on every row of the C-contiguous [M, C] ``y2``.
+
+    With few channels NumPy's inner loop is short; adding the row tiled k times to y2 seen as [M/k, k*C]
+    halves the time for 16-32 channels.
+    """
+    m, c = y2.shape
+    k = max(d for d in range(1, 1 + min(64, max(1, 512 // c))) if m % d == 0)
+    wide = y2.reshape(m // k, k * c)
+    return partial(np.add, wide, np.tile(row, k), out=wide)
 
 
 # -------------------------------------------------------------------------- the nodes
@@ -352,17 +364,30 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         if pointwise and groups == 1:
             steps = [partial(np.matmul, x.reshape(m, c), w[0], out=y2)]
         elif groups == 1:
-            xp, steps = win.pad(x, 0.0)
-            cols = np.empty((nb, oh, ow, win.kh, win.kw, c), x.dtype)
-            steps += [
-                partial(np.copyto, cols, win.im2col(xp, oh, ow)),
-                partial(np.matmul, cols.reshape(m, k), w[0], out=y2),
-            ]
+            return _im2col_convolution(x, y2, w[0], win, (oh, ow), env, n.bias_id)
         else:
             steps = _grouped_convolution(x, y2, w, win, groups, oh, ow)
         return steps + _bias_steps(y2, env, n.bias_id)
 
     return plan
+
+
+def _im2col_convolution(
+    x: np.ndarray, y2: np.ndarray, w: np.ndarray, win: _Window, out_hw: tuple[int, int], env: _Env, bias_id: int
+) -> list:
+    """One matmul over a buffer of every window's columns. With a bias, a ones column at the end of each
+    row and the bias as the last weight row make the matmul add it, saving a pass over the output."""
+    (nb, _, _, c), (oh, ow), k = x.shape, out_hw, w.shape[0]
+    xp, steps = win.pad(x, 0.0)
+    has_bias = bias_id != xs.INVALID_VALUE_ID
+    cols = np.empty((y2.shape[0], k + has_bias), x.dtype)
+    if has_bias:
+        cols[:, k] = 1
+        w = np.concatenate([w, env[bias_id].reshape(1, -1)])
+    return steps + [
+        partial(np.copyto, cols[:, :k].reshape(nb, oh, ow, win.kh, win.kw, c), win.im2col(xp, oh, ow)),
+        partial(np.matmul, cols, w, out=y2),
+    ]
 
 
 def _grouped_convolution(
