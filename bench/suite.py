@@ -22,6 +22,7 @@ import gc
 import io
 import json
 import logging
+import os
 import pathlib
 import platform
 import sys
@@ -256,7 +257,10 @@ def write_report(results: dict, out: pathlib.Path) -> pathlib.Path:
         f"torch {meta['torch']}, executorch {meta['executorch']}, onnxruntime {meta['onnxruntime']}"
         f"{', QUICK mode: 1 run each, numbers are indicative only' if meta['quick'] else ''}). "
         "Every contender runs in one process on the same threads; latency is the median wall time of one "
-        "inference (ExecuTorch portable: 2 runs within 40 s). The machine was shared, so expect noise of ~10-20%.",
+        "inference (ExecuTorch portable: 2 runs within 40 s). The 1-minute load average was "
+        f"{meta['load_average_start']} at the start and {meta['load_average_end']} at the end: with more runnable "
+        "processes than cores, multi-threaded runtimes wait at every barrier for a descheduled thread, so a high "
+        "load inflates all numbers, PyTorch eager's most.",
         "## Time ratios",
         "edgetorch's time divided by the other's: **below 1 means edgetorch is faster**. Geometric mean over "
         "the models where both ran.",
@@ -306,6 +310,7 @@ def _meta(args: argparse.Namespace) -> dict:
         "torch": torch.__version__,
         "executorch": getattr(executorch, "__version__", "1.5.1"),
         "onnxruntime": onnxruntime.__version__,
+        "load_average_end": round(os.getloadavg()[0], 2),
     }
 
 
@@ -347,12 +352,13 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {sorted(MODELS)}")
+    load_start = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory(prefix="edgetorch-bench-") as tmp:
         results = run_suite(models, CONTENDERS, QUICK if args.quick else FULL, pathlib.Path(tmp))
         repeats = args.footprint_repeats if args.footprint_repeats is not None else 1 if args.quick else 5
         if repeats:
             results["footprint"] = _footprint(results, repeats)
-    results["meta"] = _meta(args)
+    results["meta"] = {**_meta(args), "load_average_start": load_start}
     path = write_report(results, args.out)
     print("\n" + ratio_table(results) + "\n\n" + latency_table(results))
     print(f"\nwrote {path}")

@@ -9,7 +9,10 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from bench.plots import COMPARISONS, CONTENDERS, LABELS, comparison_label
+from edgetorch.cli_bench import BENCHMARKS, bench_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -34,3 +37,9 @@ def test_suite_on_mlp(tmp_path):
     assert "**geomean**" in report
     for png in ("latency.png", "ratios.png"):
         assert (tmp_path / "results" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_command_finds_every_script():
+    assert all(bench_script(name).is_file() for name in BENCHMARKS)
+    with pytest.raises(FileNotFoundError, match="source checkout"):
+        bench_script("no_such_benchmark")
