@@ -333,14 +333,15 @@ class MethodExecutor:
         return []
 
     def _foldable(self, fn: Callable, params: list[int], rets: list[int], name: str) -> bool:
-        """True when every tensor the kernel reads is a constant: its result is then computed once, at load.
+        """True when every tensor the kernel reads (none, for ``arange`` or ``full``) is a constant: its result is
+        then computed once, at load.
 
         In-place ops (``aten::copy_``: they update state each call) and impure kernels (random) never fold.
         """
         if getattr(fn, "impure", False) or not rets or name.split(".")[0].endswith("_"):
             return False
-        reads = [j for j in params if j not in rets and j in self.slots]
-        if not (reads and all(self.slots[j].constant for j in reads) and all(j in self.slots for j in rets)):
+        reads = [j for j in self._items(params) if j not in rets and j in self.slots]
+        if not (all(self.slots[j].constant for j in reads) and all(j in self.slots for j in rets)):
             return False
         return not any(j in self._viewed for j in rets)
 

@@ -50,3 +50,24 @@ def test_view_of_constant_only_result_is_not_folded():
     method = _load(model, args)
     for _ in range(2):  # a second run would read whatever later steps left in the view's memory
         assert_close(method.execute([args[0].numpy()]), eager(model, args))
+
+
+class PositionsAndConcat(nn.Module):
+    """``arange`` reads no tensor (it folds); ``cat`` reads a computed tensor through a list (it must not)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tail = nn.Parameter(torch.randn(2))
+
+    def forward(self, x):
+        return torch.cat([x + torch.arange(x.shape[0]), self.tail])
+
+
+def test_kernels_without_tensor_inputs_fold_but_list_reads_count():
+    model = PositionsAndConcat().eval()
+    method = _load(model, (torch.randn(4),))
+    ops = [method._executor.describe(pc) for pc in method._executor.step_pcs]
+    assert "aten::arange.start_out" not in ops and "aten::cat.out" in ops
+    for _ in range(2):
+        x = torch.randn(4)
+        assert_close(method.execute([x.numpy()]), eager(model, (x,)))
