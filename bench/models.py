@@ -214,9 +214,22 @@ def minilm() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     return MiniLM(bert).eval(), (torch.from_numpy(ids[: common.BATCH]), torch.from_numpy(mask[: common.BATCH]))
 
 
+def _init_like_torchvision(model: nn.Module) -> None:
+    """He-normal convolutions, unit batch norms: activations keep their scale through a deep random net."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
 def _seeded(factory, args):
     torch.manual_seed(0)
-    model = factory().eval()
+    model = factory()
+    if isinstance(model, (MobileNetV2, ResNet18)):
+        _init_like_torchvision(model)
+    model = model.eval()
     torch.manual_seed(1)
     return model, args()
 
