@@ -51,6 +51,18 @@ SUITE_MODELS = ("mlp", "mobilenet_v2", "resnet18", "vit_tiny", "gpt2", "minilm")
 COMPILERS = ("edgetorch-xnnpack", "edgetorch-portable", "et-xnnpack", "et-portable")
 
 
+WHAT = {
+    "edgetorch-xnnpack": "edgetorch's NumPy runtime on the .pte edgetorch writes with its XNNPACK partitioner "
+    "(delegate blobs run by edgetorch's own XNNPACK runtime half)",
+    "edgetorch-portable": "edgetorch's NumPy runtime on the .pte edgetorch writes without delegation",
+    "et-xnnpack": "ExecuTorch 1.5.1's C++ runtime (pybindings) on the .pte ExecuTorch writes with its XNNPACK partitioner",
+    "et-portable": "ExecuTorch 1.5.1's C++ runtime with its portable kernels on the .pte ExecuTorch writes without "
+    "delegation",
+    "ort": "ONNX Runtime (CPU provider, intra-op threads = the suite's threads) on `torch.onnx.export(dynamo=True)`'s model",
+    "eager": "the PyTorch module itself under `torch.inference_mode()`: the numerical oracle",
+}
+
+
 @dataclass(frozen=True)
 class Budget:
     """How long to time one contender: at least ``min_runs`` timed runs, stopping once ``seconds`` have passed."""
@@ -162,8 +174,8 @@ def max_abs_err(got: object, want: np.ndarray) -> float:
 def error_text(e: BaseException) -> str:
     """A table-safe one-line summary of a failure."""
     first = (str(e).strip().splitlines() or [""])[0]
-    text = f"error: {type(e).__name__}: {first}"
-    return (text[:117] + "...") if len(text) > 120 else text.replace("|", "/")
+    text = f"error: {type(e).__name__}: {first}".replace("|", "/")
+    return (text[:117] + "...") if len(text) > 120 else text
 
 
 def bench_model(name: str, contenders: tuple[str, ...], budget: Budget, workdir: pathlib.Path) -> dict:
@@ -261,6 +273,7 @@ def write_report(results: dict, out: pathlib.Path) -> pathlib.Path:
         f"{meta['load_average_start']} at the start and {meta['load_average_end']} at the end: with more runnable "
         "processes than cores, multi-threaded runtimes wait at every barrier for a descheduled thread, so a high "
         "load inflates all numbers, PyTorch eager's most.",
+        "## Contenders\n\n" + "\n".join(f"- **{LABELS[c]}**: {WHAT[c]}" for c in results["contenders"]),
         "## Time ratios",
         "edgetorch's time divided by the other's: **below 1 means edgetorch is faster**. Geometric mean over "
         "the models where both ran.",
