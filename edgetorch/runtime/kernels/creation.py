@@ -1,4 +1,4 @@
-"""Creation and conversion kernels: fill, full, zeros/ones/empty, arange, linspace, rand/randn, and copies.
+"""Creation and conversion kernels: fill, full, zeros/ones/empty, arange, linspace, rand/randn/randperm, and copies.
 
 Every conversion casts like torch (floats truncate toward zero into integers, nonzero is True) and
 every copy broadcasts its source into the planned ``out``. Imports only NumPy and the runtime.
@@ -93,6 +93,12 @@ def empty_like(self: np.ndarray, memory_format: int | None, out: np.ndarray) -> 
     return resize(out, self.shape)
 
 
+@kernel("aten::empty_strided.out")
+def empty_strided(size: list[int], stride: list[int], out: np.ndarray) -> np.ndarray:
+    """Uninitialised memory of shape ``size``; the layout is the planned ``out``'s, whatever ``stride`` asks."""
+    return resize(out, tuple(size))
+
+
 @kernel("dim_order_ops::_empty_dim_order.out")
 def empty_dim_order(size: list[int], dim_order: list[int] | None, out: np.ndarray) -> np.ndarray:
     """Uninitialised memory of shape ``size``; the layout is the planned ``out``'s."""
@@ -167,6 +173,16 @@ def rand(size: list[int], out: np.ndarray) -> np.ndarray:
 def randn(size: list[int], out: np.ndarray) -> np.ndarray:
     """Standard normal samples (NumPy's generator, so the values differ from torch's)."""
     return _random(out, size, _RNG.standard_normal)
+
+
+@kernel("aten::randperm.out", impure=True)
+def randperm(n: int, out: np.ndarray) -> np.ndarray:
+    """A random permutation of 0 .. n-1 (NumPy's generator, so the order differs from torch's)."""
+    if n < 0:
+        raise ValueError(f"randperm: n must be non-negative, got {n}")
+    out = resize(out, (n,))
+    np.copyto(out, _RNG.permutation(n), casting="unsafe")
+    return out
 
 
 @quiet

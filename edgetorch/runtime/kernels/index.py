@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgetorch.runtime.kernels.promotion import compute_dtype, is_reduced_float
 from edgetorch.runtime.kernels.registry import kernel, resize
 from edgetorch.runtime.kernels.shape import along, copy_into, wrap_dim
 
@@ -296,3 +297,81 @@ def nonzero_static(self: np.ndarray, size: int, fill_value: int, out: np.ndarray
     out[: len(found)] = found
     out[len(found) :] = fill_value
     return out
+
+
+_BAG_SUM, _BAG_MEAN, _BAG_MAX = 0, 1, 2
+
+
+def _bag_of_each_index(n: int, offsets: np.ndarray, num_bags: int) -> np.ndarray:
+    """Torch's ``offset2bag``: the bag each index position falls in (the last bag runs to the end)."""
+    starts = offsets[:num_bags].astype(np.int64)
+    return np.maximum(np.searchsorted(starts, np.arange(n), side="right") - 1, 0)
+
+
+def _bag_max(
+    rows: np.ndarray, where: np.ndarray, bags: np.ndarray, indices: np.ndarray, num_bags: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per bag and column the largest row value and the index (weight row) of its first occurrence."""
+    best = np.full((num_bags, rows.shape[1]), -np.inf, rows.dtype)
+    np.maximum.at(best, bags, rows)
+    n = indices.shape[0]
+    first = np.full(best.shape, n, np.int64)
+    np.minimum.at(first, bags, np.where(rows == best[bags], where[:, None], n))
+    best[first == n] = 0  # empty bags
+    return best, np.append(indices, 0)[first]
+
+
+@kernel("aten::_embedding_bag.out")
+def embedding_bag(
+    weight: np.ndarray,
+    indices: np.ndarray,
+    offsets: np.ndarray,
+    scale_grad_by_freq: bool,
+    mode: int,
+    sparse: bool,
+    per_sample_weights: np.ndarray | None,
+    include_last_offset: bool,
+    padding_idx: int,
+    out0: np.ndarray,
+    out1: np.ndarray,
+    out2: np.ndarray,
+    out3: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sums, means or maxima of bags of ``weight`` rows, and torch's CPU side outputs.
+
+    Bag ``b`` holds ``indices[offsets[b]:offsets[b + 1]]``, the last bag running to the end; rows at
+    ``padding_idx`` (when >= 0) are left out. The outputs are (result, offset2bag, bag_size,
+    max_indices) as torch's CPU kernel fills them, quirks included: its fast path (float32, float16, bfloat16
+    weights, no padding_idx) leaves offset2bag empty for sum and ends a sum or mean at the last offset when
+    ``include_last_offset`` while the other paths run to the end; bag_size counts rows for mean and
+    max and is zero for sum; max_indices holds argmax rows for max and repeats bag_size for mean.
+    """
+    if mode not in (_BAG_SUM, _BAG_MEAN, _BAG_MAX):
+        raise ValueError(f"embedding_bag: mode must be 0 (sum), 1 (mean) or 2 (max), got {mode}")
+    n, rows_in_weight = indices.shape[0], weight.shape[0]
+    if n and (indices.min() < 0 or indices.max() >= rows_in_weight):
+        raise IndexError(f"embedding_bag: indices must be in [0, {rows_in_weight}), the rows of weight")
+    num_bags = offsets.shape[0] - int(include_last_offset)
+    bag = _bag_of_each_index(n, offsets, num_bags)
+    fast_path = (weight.dtype == np.float32 or is_reduced_float(weight.dtype)) and padding_idx < 0
+    keep = indices != padding_idx if padding_idx >= 0 else np.ones(n, np.bool_)
+    bag_size = np.bincount(bag[keep], minlength=num_bags)
+    rows = weight[indices].astype(compute_dtype(weight.dtype), copy=False)
+    if mode == _BAG_MAX:
+        where = np.flatnonzero(keep)
+        result, max_indices = _bag_max(rows[where], where, bag[where], indices, num_bags)
+    else:
+        if fast_path and include_last_offset and num_bags:
+            keep = keep & (np.arange(n) < offsets[num_bags])  # torch's fast path stops at the last offset
+        scaled = rows[keep] if per_sample_weights is None else rows[keep] * per_sample_weights[keep, None]
+        result = np.zeros((num_bags, weight.shape[1]), rows.dtype)
+        np.add.at(result, bag[keep], scaled)
+        if mode == _BAG_MEAN:
+            result /= np.maximum(bag_size, 1)[:, None]
+        max_indices = bag_size if mode == _BAG_MEAN else np.zeros(num_bags, np.int64)
+    return (
+        copy_into(out0, result),
+        copy_into(out1, bag[:0] if fast_path and mode == _BAG_SUM else bag),
+        copy_into(out2, np.zeros(num_bags, np.int64) if mode == _BAG_SUM else bag_size),
+        copy_into(out3, max_indices),
+    )

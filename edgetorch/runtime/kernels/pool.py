@@ -256,6 +256,12 @@ def adaptive_avg_pool3d(self: np.ndarray, output_size: list[int], out: np.ndarra
     return _adaptive_avg_pool(self, 3, output_size, out)
 
 
+@kernel("aten::adaptive_avg_pool1d.out")
+def adaptive_avg_pool1d(self: np.ndarray, output_size: list[int], out: np.ndarray) -> np.ndarray:
+    """1-d adaptive average pooling to ``output_size``."""
+    return _adaptive_avg_pool(self, 1, output_size, out)
+
+
 def gather_spatial(x: np.ndarray, per_axis: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
     """``out[..., i, j, ...] = x[..., per_axis[0][i], per_axis[1][j], ...]`` as one flat ``np.take``."""
     d = len(per_axis)

@@ -14,7 +14,7 @@ import torch
 from edgetorch.runtime.kernels.registry import KERNELS
 from tests.runtime.kernels.test_elementwise import check as check_elementwise
 from tests.runtime.kernels.test_elementwise import sample
-from tests.runtime.kernels.test_pool import call, check
+from tests.runtime.kernels.test_pool import call, check, to_numpy
 
 aten = torch.ops.aten
 
@@ -33,11 +33,6 @@ OUT_OF_SCOPE = {
     # Symbolic or in-place-resize ops that torch.export resolves or ExecuTorch never emits.
     "aten::sym_is_contiguous",
     "aten::resize_",
-    # Gaps, to be filled in the modules that own these families (creation.py, pool.py, index.py).
-    "aten::randperm",
-    "aten::empty_strided",
-    "aten::adaptive_avg_pool1d",
-    "aten::_embedding_bag",
 }
 # Core ops with no out overload and the kernel name that serves them.
 NO_OUT_OVERLOAD = {
@@ -48,6 +43,8 @@ NO_OUT_OVERLOAD = {
     "aten::sym_stride.int": "aten::sym_stride.int",
     "aten::arange.start_step": "aten::arange.start_out",
     "aten::empty.memory_format": "aten::empty.out",
+    "aten::empty_strided.default": "aten::empty_strided.out",
+    "aten::randperm.default": "aten::randperm.out",
     "aten::full.default": "aten::full.out",
     "aten::full_like.default": "aten::full_like.out",
     "aten::rand.default": "aten::rand.out",
@@ -87,8 +84,10 @@ def _served_by(op_name: str, overload: str) -> str | None:
 
 
 def _core_ops() -> list[tuple[str, str]]:
+    # Every registered ATen op, not just those torch.ops.aten has resolved so far (which dir() lists).
+    names = {op[6:].split(".")[0] for op in torch._C._dispatch_get_all_op_names() if op.startswith("aten::")}
     ops = []
-    for name in dir(aten):
+    for name in sorted(names):
         packet = getattr(aten, name, None)
         if not hasattr(packet, "overloads"):
             continue
@@ -167,3 +166,80 @@ def test_nonzero_static(size: int, fill: int) -> None:
 
 def test_sym_storage_offset_is_zero():
     assert KERNELS["aten::sym_storage_offset"][0](np.zeros(3)) == 0
+
+
+BAG_WEIGHT = torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
+BAG_INDICES = torch.tensor([1, 2, 4, 5, 4, 3, 2, 0])
+
+
+def _check_embedding_bag(*args) -> None:
+    """The kernel's four outputs, written into outs planned like torch's, equal torch's CPU outputs."""
+    expected = aten._embedding_bag.default(*args)
+    outs = [np.empty(tuple(t.shape), to_numpy(t).dtype) for t in expected]
+    got = KERNELS["aten::_embedding_bag.out"][0](
+        *[to_numpy(a) if isinstance(a, torch.Tensor) else a for a in args], *outs
+    )
+    for result, planned, want in zip(got, outs, expected):
+        assert result.size == 0 or np.shares_memory(result, planned)
+        check(result, want)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("padding_idx", [-1, 2])
+@pytest.mark.parametrize("offsets", [[0, 2, 2, 5], [0, 2, 2, 8], [0]])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_embedding_bag(
+    mode: int, include_last_offset: bool, padding_idx: int, offsets: list[int], dtype: torch.dtype
+) -> None:
+    args = (
+        BAG_WEIGHT.to(dtype),
+        BAG_INDICES,
+        torch.tensor(offsets),
+        False,
+        mode,
+        False,
+        None,
+        include_last_offset,
+        padding_idx,
+    )
+    if include_last_offset and len(offsets) == 1:
+        args = (*args[:2], torch.tensor([0, 8]), *args[3:])
+    _check_embedding_bag(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_embedding_bag_per_sample_weights(dtype: torch.dtype) -> None:
+    scale = torch.rand(8, generator=torch.Generator().manual_seed(1)).to(dtype)
+    args = (BAG_WEIGHT.to(dtype), BAG_INDICES.int(), torch.tensor([0, 3, 3], dtype=torch.int32), False, 0, False, scale)
+    _check_embedding_bag(*args, False, -1)
+
+
+def test_embedding_bag_rejects_out_of_range_indices() -> None:
+    expected = aten._embedding_bag.default(BAG_WEIGHT, BAG_INDICES, torch.tensor([0]))
+    with pytest.raises(IndexError, match="rows of weight"):
+        call("aten::_embedding_bag.out", BAG_WEIGHT, torch.tensor([6]), torch.tensor([0]), False, 0, False, None,
+             False, -1, out_like=expected)  # fmt: skip
+
+
+@pytest.mark.parametrize("n, dtype", [(10, torch.int64), (1, torch.int32), (0, torch.int64), (7, torch.float32)])
+def test_randperm(n: int, dtype: torch.dtype) -> None:
+    """A permutation of range(n) in ``out``'s dtype (the order is NumPy's, so only the set is compared)."""
+    fn, _ = KERNELS["aten::randperm.out"]
+    assert fn.impure
+    got = fn(n, np.empty(n, to_numpy(torch.empty(0, dtype=dtype)).dtype))
+    assert got.dtype == to_numpy(torch.empty(0, dtype=dtype)).dtype
+    np.testing.assert_array_equal(np.sort(got), torch.randperm(n, dtype=dtype).sort().values.numpy())
+
+
+def test_empty_strided_has_the_requested_shape() -> None:
+    expected = aten.empty_strided.default([2, 3], [1, 2])
+    got = call("aten::empty_strided.out", [2, 3], [1, 2], out_like=torch.empty(3, 4))
+    assert got.shape == tuple(expected.shape)
+
+
+@pytest.mark.parametrize("length, size", [(10, 5), (10, 3), (7, 7), (5, 8), (1, 1)])
+def test_adaptive_avg_pool1d(length: int, size: int) -> None:
+    x = torch.randn(2, 3, length)
+    expected = aten.adaptive_avg_pool1d.default(x, [size])
+    check(call("aten::adaptive_avg_pool1d.out", x, [size], out_like=expected), expected)
