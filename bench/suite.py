@@ -75,6 +75,9 @@ FULL = Budget(5, 10.0)
 SLOW = Budget(2, 40.0)
 """ExecuTorch's portable kernels take ~18 s per GPT-2 run; two runs is what a budget allows."""
 QUICK = Budget(1, 1.0)
+SETTLE_S = 1.0
+"""Idle pause before timing a contender. Thread pools spin after work (OpenBLAS's, torch's OpenMP); right after
+torch ran, edgetorch's BLAS calls were measured ~100x slower on 2 cores, and the other way round."""
 
 
 def _edgetorch_xnnpack(ep: torch.export.ExportedProgram) -> bytes:
@@ -178,8 +181,20 @@ def error_text(e: BaseException) -> str:
     return (text[:117] + "...") if len(text) > 120 else text
 
 
+def prepare(c: str, name: str, model: torch.nn.Module, inputs: tuple, want: np.ndarray, res: dict, workdir) -> Callable:
+    """Export (timed) and load ``c``'s artifact, run it once against eager; returns the runner, records into ``res``."""
+    path = None
+    if c != "eager":
+        artifact = export_artifact(c, model, inputs, workdir / name)
+        path = artifact["path"]
+        res["artifacts"][c], res["export_s"][c], res["bytes"][c] = path, artifact["export_s"], artifact["bytes"]
+    run = load_runner(c, path, model, inputs)
+    res["max_err"][c] = max_abs_err(run(), want)  # this first run is also the warm-up
+    return run
+
+
 def bench_model(name: str, contenders: tuple[str, ...], budget: Budget, workdir: pathlib.Path) -> dict:
-    """Export, check and time every contender on one model; failures become error strings."""
+    """Export, check and time every contender on one model, one after another; failures become error strings."""
     model, inputs = MODELS[name]()
     with torch.inference_mode():
         want = model(*inputs).numpy()
@@ -188,15 +203,10 @@ def bench_model(name: str, contenders: tuple[str, ...], budget: Budget, workdir:
     for c in contenders:
         print(f"[suite] {name}: {LABELS[c]}", flush=True)
         try:
-            path = None
-            if c != "eager":
-                artifact = export_artifact(c, model, inputs, workdir / name)
-                path = artifact["path"]
-                res["artifacts"][c], res["export_s"][c], res["bytes"][c] = path, artifact["export_s"], artifact["bytes"]
-            run = load_runner(c, path, model, inputs)
-            res["max_err"][c] = max_abs_err(run(), want)  # this first run is also the warm-up
+            run = prepare(c, name, model, inputs, want, res, workdir)
             b = SLOW if c == "et-portable" and budget == FULL else budget
-            res["latency_ms"][c] = 1e3 * median_time(run, b.min_runs, b.seconds, warmup=0)
+            time.sleep(SETTLE_S)
+            res["latency_ms"][c] = 1e3 * median_time(run, b.min_runs, b.seconds, warmup=1)
             print(f"[suite]   {fmt_ms(res['latency_ms'][c] / 1e3)} ms, max |err| {res['max_err'][c]:.1e}", flush=True)
         except Exception as e:  # one contender's failure is a result, not the end of the suite
             res["errors"][c] = error_text(e)
@@ -269,7 +279,8 @@ def write_report(results: dict, out: pathlib.Path) -> pathlib.Path:
         f"torch {meta['torch']}, executorch {meta['executorch']}, onnxruntime {meta['onnxruntime']}"
         f"{', QUICK mode: 1 run each, numbers are indicative only' if meta['quick'] else ''}). "
         "Every contender runs in one process on the same threads; latency is the median wall time of one "
-        "inference (ExecuTorch portable: 2 runs within 40 s). The 1-minute load average was "
+        "inference after one warm-up run and a 1 s idle pause (so the previous contender's spinning worker threads "
+        "have parked); at least 5 runs (ExecuTorch portable: 2 within 40 s). The 1-minute load average was "
         f"{meta['load_average_start']} at the start and {meta['load_average_end']} at the end: with more runnable "
         "processes than cores, multi-threaded runtimes wait at every barrier for a descheduled thread, so a high "
         "load inflates all numbers, PyTorch eager's most.",
