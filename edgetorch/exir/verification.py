@@ -4,13 +4,15 @@
 raises :class:`SpecViolationError` naming the first offending node and the
 user source line it came from. ``EdgeVerifier`` is the structural verifier
 attached to every Edge ``ExportedProgram`` so torch accepts Edge op targets.
-May import torch and edgetorch.exir.
+May import torch, edgetorch.exir and the runtime's kernel registry (an op outside Core ATen that
+torch cannot decompose is valid when the runtime has its kernel).
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
+from functools import cache
 from typing import Any
 
 import torch
@@ -18,7 +20,10 @@ from torch._export.verifier import Verifier
 
 from edgetorch.errors import EdgetorchError
 from edgetorch.exir.dialects._ops import EdgeOpOverload
+from edgetorch.exir.passes.decompose import core_aten_decompositions
+from edgetorch.exir.passes.out_variant import _copy_form, _out_variant
 from edgetorch.exir.passes.to_edge import NOT_EDGE_OPS
+from edgetorch.runtime.kernels.registry import KERNELS
 
 # Every dtype an ExecuTorch tensor may have (its ScalarType enum minus complex types).
 SUPPORTED_DTYPES = frozenset(
@@ -92,10 +97,24 @@ def _fail(node: torch.fx.Node, problem: str, hint: str) -> None:
     raise SpecViolationError(f"node {node.name} = {node.format_node()}: {problem}. {hint} Source: {_where(node)}")
 
 
+@cache
+def _decomposed_ops() -> frozenset:
+    return frozenset(core_aten_decompositions())
+
+
+def _runs_whole(op: torch._ops.OpOverload) -> bool:
+    """Whether ``op`` reaches the runtime as it is: torch has no decomposition for it and the runtime a kernel.
+
+    ExecuTorch makes such exceptions by name (aten.max.default, aten.min.default); this is the general rule.
+    """
+    out, _ = _out_variant(_copy_form(op))
+    return op not in _decomposed_ops() and out is not None and out.name() in KERNELS
+
+
 def _check_target(node: torch.fx.Node, allowed_aten: set) -> None:
     target = node.target
     if isinstance(target, EdgeOpOverload):
-        if _is_core(target._op) or target._op in allowed_aten:
+        if _is_core(target._op) or target._op in allowed_aten or _runs_whole(target._op):
             return
         _fail(
             node,

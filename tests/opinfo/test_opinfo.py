@@ -23,14 +23,6 @@ SAMPLES = 2 if FULL else 1
 
 # (OpInfo, dtype) -> (stage, text the error contains). Found by this suite; owners listed in the report.
 KNOWN_FAILURES = {
-    ("cumprod", "float32"): (oc.LOWER_ERROR, "aten.cumprod.default is not in the Core ATen op set"),
-    ("max.reduction_no_dim", "float32"): (oc.LOWER_ERROR, "aten.max.default is not in the Core ATen op set"),
-    ("min.reduction_no_dim", "float32"): (oc.LOWER_ERROR, "aten.min.default is not in the Core ATen op set"),
-    ("_native_batch_norm_legit", "float32"): (oc.LOWER_ERROR, "_native_batch_norm_legit_functional"),
-    ("nn.functional.batch_norm", "float32"): (oc.LOWER_ERROR, "_native_batch_norm_legit_functional"),
-    ("round.decimals_0", "float32"): (oc.LOWER_ERROR, "aten.round.decimals is not in the Core ATen op set"),
-    ("round.decimals_3", "float32"): (oc.LOWER_ERROR, "aten.round.decimals is not in the Core ATen op set"),
-    ("round.decimals_neg_3", "float32"): (oc.LOWER_ERROR, "aten.round.decimals is not in the Core ATen op set"),
     ("max_pool2d_with_indices_backward", "float32"): (
         oc.LOAD_ERROR,
         "no kernel for operator 'aten::max_pool2d_with_indices_backward.grad_input'",

@@ -11,8 +11,13 @@ import torch
 from torch._decomp import get_decompositions
 from torch.export import ExportedProgram
 
-# Not in torch's Core ATen table, but ExecuTorch decomposes it too (no portable kernel).
-_EXTRA_DECOMPOSED = [torch.ops.aten.linalg_vector_norm.default]
+# Not in torch's Core ATen table, but decomposed all the same: ExecuTorch does so for the vector norm (no
+# portable kernel); training-mode batch norm (no kernel, and ExecuTorch rejects it) becomes var_mean and
+# arithmetic, its running-stat updates buffer mutations.
+_EXTRA_DECOMPOSED = [
+    torch.ops.aten.linalg_vector_norm.default,
+    torch.ops.aten._native_batch_norm_legit_functional.default,
+]
 
 # Metadata asserts that torch.export leaves behind; they are not Core ATen and compute nothing.
 _DROPPED_ASSERTS = (torch.ops.aten._assert_tensor_metadata.default,)

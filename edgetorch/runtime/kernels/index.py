@@ -321,31 +321,18 @@ def _bag_max(
     return best, np.append(indices, 0)[first]
 
 
-@kernel("aten::_embedding_bag.out")
-def embedding_bag(
+def _embedding_bag(
     weight: np.ndarray,
     indices: np.ndarray,
     offsets: np.ndarray,
-    scale_grad_by_freq: bool,
     mode: int,
-    sparse: bool,
     per_sample_weights: np.ndarray | None,
     include_last_offset: bool,
     padding_idx: int,
-    out0: np.ndarray,
-    out1: np.ndarray,
-    out2: np.ndarray,
-    out3: np.ndarray,
+    outs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    sum_bag_size: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Sums, means or maxima of bags of ``weight`` rows, and torch's CPU side outputs.
-
-    Bag ``b`` holds ``indices[offsets[b]:offsets[b + 1]]``, the last bag running to the end; rows at
-    ``padding_idx`` (when >= 0) are left out. The outputs are (result, offset2bag, bag_size,
-    max_indices) as torch's CPU kernel fills them, quirks included: its fast path (float32, float16, bfloat16
-    weights, no padding_idx) leaves offset2bag empty for sum and ends a sum or mean at the last offset when
-    ``include_last_offset`` while the other paths run to the end; bag_size counts rows for mean and
-    max and is zero for sum; max_indices holds argmax rows for max and repeats bag_size for mean.
-    """
+    """Both embedding-bag kernels; in sum mode bag_size is ``sum_bag_size`` zeros, max_indices one per bag."""
     if mode not in (_BAG_SUM, _BAG_MEAN, _BAG_MAX):
         raise ValueError(f"embedding_bag: mode must be 0 (sum), 1 (mean) or 2 (max), got {mode}")
     n, rows_in_weight = indices.shape[0], weight.shape[0]
@@ -368,10 +355,70 @@ def embedding_bag(
         np.add.at(result, bag[keep], scaled)
         if mode == _BAG_MEAN:
             result /= np.maximum(bag_size, 1)[:, None]
-        max_indices = bag_size if mode == _BAG_MEAN else np.zeros(num_bags, np.int64)
+            max_indices = bag_size
+        else:
+            bag_size, max_indices = np.zeros(sum_bag_size, np.int64), np.zeros(num_bags, np.int64)
     return (
-        copy_into(out0, result),
-        copy_into(out1, bag[:0] if fast_path and mode == _BAG_SUM else bag),
-        copy_into(out2, np.zeros(num_bags, np.int64) if mode == _BAG_SUM else bag_size),
-        copy_into(out3, max_indices),
+        copy_into(outs[0], result),
+        copy_into(outs[1], bag[:0] if fast_path and mode == _BAG_SUM else bag),
+        copy_into(outs[2], bag_size),
+        copy_into(outs[3], max_indices),
+    )
+
+
+@kernel("aten::_embedding_bag.out")
+def embedding_bag(
+    weight: np.ndarray,
+    indices: np.ndarray,
+    offsets: np.ndarray,
+    scale_grad_by_freq: bool,
+    mode: int,
+    sparse: bool,
+    per_sample_weights: np.ndarray | None,
+    include_last_offset: bool,
+    padding_idx: int,
+    out0: np.ndarray,
+    out1: np.ndarray,
+    out2: np.ndarray,
+    out3: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sums, means or maxima of bags of ``weight`` rows, and torch's CPU side outputs.
+
+    Bag ``b`` holds ``indices[offsets[b]:offsets[b + 1]]``, the last bag running to the end; rows at
+    ``padding_idx`` (when >= 0) are left out. The outputs are (result, offset2bag, bag_size,
+    max_indices) as torch's CPU kernel fills them, quirks included: its fast path (float32, float16
+    and bfloat16 weights, no padding_idx) leaves offset2bag empty for sum, and ends a sum or mean at
+    the last offset when ``include_last_offset`` where the other paths run to the end; bag_size
+    counts rows for mean and max and is zero for sum; max_indices holds the argmax rows for max and
+    repeats bag_size for mean.
+    """
+    outs = (out0, out1, out2, out3)
+    num_bags = offsets.shape[0] - int(include_last_offset)
+    return _embedding_bag(
+        weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx, outs, num_bags
+    )
+
+
+@kernel("aten::_embedding_bag_forward_only.out")
+def embedding_bag_forward_only(
+    weight: np.ndarray,
+    indices: np.ndarray,
+    offsets: np.ndarray,
+    scale_grad_by_freq: bool,
+    mode: int,
+    sparse: bool,
+    per_sample_weights: np.ndarray | None,
+    include_last_offset: bool,
+    padding_idx: int,
+    out0: np.ndarray,
+    out1: np.ndarray,
+    out2: np.ndarray,
+    out3: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`embedding_bag` as torch runs it without autograd: in sum mode bag_size has one (zero) entry
+    per offset, even the last one that ``include_last_offset`` does not count as a bag. (Eager torch
+    sizes max_indices so too, but its shape function, which plans ``out3``, gives one per bag.)"""
+    outs = (out0, out1, out2, out3)
+    return _embedding_bag(
+        weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx, outs, offsets.shape[0]
     )

@@ -172,13 +172,13 @@ BAG_WEIGHT = torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
 BAG_INDICES = torch.tensor([1, 2, 4, 5, 4, 3, 2, 0])
 
 
-def _check_embedding_bag(*args) -> None:
+def _check_embedding_bag(op: str, *args) -> None:
     """The kernel's four outputs, written into outs planned like torch's, equal torch's CPU outputs."""
-    expected = aten._embedding_bag.default(*args)
+    expected = getattr(aten, op).default(*args)
+    if op == "_embedding_bag_forward_only" and args[4] == 0:  # sum mode: max_indices sized as the shape function says
+        expected = (*expected[:3], torch.zeros(expected[0].shape[0], dtype=expected[3].dtype))
     outs = [np.empty(tuple(t.shape), to_numpy(t).dtype) for t in expected]
-    got = KERNELS["aten::_embedding_bag.out"][0](
-        *[to_numpy(a) if isinstance(a, torch.Tensor) else a for a in args], *outs
-    )
+    got = KERNELS[f"aten::{op}.out"][0](*[to_numpy(a) if isinstance(a, torch.Tensor) else a for a in args], *outs)
     for result, planned, want in zip(got, outs, expected):
         assert result.size == 0 or np.shares_memory(result, planned)
         check(result, want)
@@ -189,8 +189,9 @@ def _check_embedding_bag(*args) -> None:
 @pytest.mark.parametrize("padding_idx", [-1, 2])
 @pytest.mark.parametrize("offsets", [[0, 2, 2, 5], [0, 2, 2, 8], [0]])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", ["_embedding_bag", "_embedding_bag_forward_only"])
 def test_embedding_bag(
-    mode: int, include_last_offset: bool, padding_idx: int, offsets: list[int], dtype: torch.dtype
+    mode: int, include_last_offset: bool, padding_idx: int, offsets: list[int], dtype: torch.dtype, op: str
 ) -> None:
     args = (
         BAG_WEIGHT.to(dtype),
@@ -205,14 +206,14 @@ def test_embedding_bag(
     )
     if include_last_offset and len(offsets) == 1:
         args = (*args[:2], torch.tensor([0, 8]), *args[3:])
-    _check_embedding_bag(*args)
+    _check_embedding_bag(op, *args)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
 def test_embedding_bag_per_sample_weights(dtype: torch.dtype) -> None:
     scale = torch.rand(8, generator=torch.Generator().manual_seed(1)).to(dtype)
     args = (BAG_WEIGHT.to(dtype), BAG_INDICES.int(), torch.tensor([0, 3, 3], dtype=torch.int32), False, 0, False, scale)
-    _check_embedding_bag(*args, False, -1)
+    _check_embedding_bag("_embedding_bag", *args, False, -1)
 
 
 def test_embedding_bag_rejects_out_of_range_indices() -> None:
@@ -243,3 +244,70 @@ def test_adaptive_avg_pool1d(length: int, size: int) -> None:
     x = torch.randn(2, 3, length)
     expected = aten.adaptive_avg_pool1d.default(x, [size])
     check(call("aten::adaptive_avg_pool1d.out", x, [size], out_like=expected), expected)
+
+
+def _run_compiled(module: torch.nn.Module, *inputs: torch.Tensor) -> list[np.ndarray]:
+    from edgetorch.exir import to_edge
+    from edgetorch.runtime import Runtime
+
+    pte = to_edge(torch.export.export(module, inputs)).to_executorch().buffer
+    return Runtime.get().load_program(pte).load_method("forward").execute([x.numpy() for x in inputs])
+
+
+class _BagAndPool(torch.nn.Module):
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(6, 3, mode=mode, padding_idx=2)
+        self.pool = torch.nn.AdaptiveAvgPool1d(3)
+
+    def forward(self, indices: torch.Tensor, offsets: torch.Tensor, x: torch.Tensor) -> tuple:
+        return self.bag(indices, offsets), self.pool(x)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_and_adaptive_avg_pool1d_compiled(mode: str) -> None:
+    module = _BagAndPool(mode).eval()
+    inputs = (BAG_INDICES, torch.tensor([0, 2, 2, 5]), torch.randn(2, 4, 10))
+    with torch.no_grad():
+        expected = module(*inputs)
+    for got, want in zip(_run_compiled(module, *inputs), expected):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class _Wrap(torch.nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [torch.max, torch.min, lambda x: torch.round(x, decimals=2), lambda x: torch.cumprod(x, 1)],
+    ids=["max", "min", "round_decimals", "cumprod"],
+)
+def test_non_core_ops_with_kernels_compile(fn) -> None:
+    """Ops outside Core ATen that torch does not decompose pass the Edge verifier when the runtime has a kernel."""
+    x = torch.randn(3, 4)
+    np.testing.assert_allclose(_run_compiled(_Wrap(fn), x)[0], fn(x).numpy(), rtol=1e-6)
+
+
+def test_non_core_op_without_kernel_is_rejected() -> None:
+    from edgetorch.exir import to_edge
+    from edgetorch.exir.verification import SpecViolationError
+
+    ep = torch.export.export(_Wrap(lambda x: aten.embedding_renorm.default(x.clone(), torch.tensor([0]), 1.0, 2.0)),
+                             (torch.randn(3, 4),))  # fmt: skip
+    with pytest.raises(SpecViolationError, match="embedding_renorm.default is not in the Core ATen op set"):
+        to_edge(ep)
+
+
+def test_training_batch_norm_compiles() -> None:
+    """Training-mode batch norm decomposes (var_mean and arithmetic) and normalises with the batch statistics."""
+    module = _Wrap(torch.nn.BatchNorm1d(4).train())
+    x = torch.randn(5, 4, 6)
+    with torch.no_grad():
+        expected = module(x)
+    np.testing.assert_allclose(_run_compiled(module, x)[0], expected.numpy(), rtol=1e-5, atol=1e-5)
