@@ -150,7 +150,13 @@ def _register_export(sub: Any) -> None:
     register(sub)
 
 
-_EXTRA_COMMANDS: list = [_register_export]
+def _register_bench(sub: Any) -> None:
+    from edgetorch.cli_bench import register
+
+    register(sub)
+
+
+_EXTRA_COMMANDS: list = [_register_export, _register_bench]
 
 import edgetorch.cli_ops  # noqa: E402, F401  (appends the ``ops`` subcommand)
 
