@@ -190,7 +190,11 @@ class MethodExecutor:
                 return False
             if isinstance(a, fbp.KernelCall) and 0 <= a.op_index < len(self.plan.operators):
                 _fn, nargs = lookup(op_key(self.plan.operators[a.op_index]))
-                if any(j not in self.slots and not isinstance(self.bound[j], _ListRef) for j in a.args[nargs:] if 0 <= j < len(self.bound)):
+                if any(
+                    j not in self.slots and not isinstance(self.bound[j], _ListRef)
+                    for j in a.args[nargs:]
+                    if 0 <= j < len(self.bound)
+                ):
                     return False
         return True
 
@@ -204,7 +208,9 @@ class MethodExecutor:
         a = ins.instr_args
         if isinstance(a, fbp.KernelCall):
             if not 0 <= a.op_index < len(self.kernels):
-                raise ProgramLoadError(f"instruction {pc} calls operator {a.op_index}, but the method has {len(self.kernels)}")
+                raise ProgramLoadError(
+                    f"instruction {pc} calls operator {a.op_index}, but the method has {len(self.kernels)}"
+                )
             fn, nargs = self.kernels[a.op_index]
             args = [self._check_index(j, f"instruction {pc}") for j in a.args]
             if len(args) < nargs:
@@ -214,8 +220,12 @@ class MethodExecutor:
             return self._kernel_step(fn, args[:nargs], args[nargs:], self.operators[a.op_index])
         if isinstance(a, fbp.DelegateCall):
             if not 0 <= a.delegate_index < len(self.delegates):
-                raise ProgramLoadError(f"instruction {pc} calls delegate {a.delegate_index}, but the method has {len(self.delegates)}")
-            return self._delegate_step(self.delegates[a.delegate_index], [self._check_index(j, f"instruction {pc}") for j in a.args])
+                raise ProgramLoadError(
+                    f"instruction {pc} calls delegate {a.delegate_index}, but the method has {len(self.delegates)}"
+                )
+            return self._delegate_step(
+                self.delegates[a.delegate_index], [self._check_index(j, f"instruction {pc}") for j in a.args]
+            )
         if isinstance(a, fbp.MoveCall):
             src, dst, vals = self._check_index(a.move_from, "move"), self._check_index(a.move_to, "move"), self.vals
 
@@ -291,11 +301,13 @@ class MethodExecutor:
         return a.memory_id, a.memory_offset, a.memory_offset + nbytes
 
     def _items(self, indices: Any) -> list[int]:
-        """Value indices with every list value replaced by the values it holds."""
-        found = []
+        """Value indices with every list value replaced by the values it holds; out-of-range ones are left to
+        :meth:`_bind` to report."""
+        n, found = len(self.bound), []
         for j in indices:
-            v = self.bound[j] if 0 <= j < len(self.bound) else None
-            found.extend((i for i in v.items if i >= 0) if isinstance(v, _ListRef) else (j,))
+            if 0 <= j < n:
+                v = self.bound[j]
+                found.extend((i for i in v.items if 0 <= i < n) if isinstance(v, _ListRef) else (j,))
         return found
 
     def _written(self, a: Any) -> list[int]:
@@ -318,19 +330,18 @@ class MethodExecutor:
             r = None if j in written or slot.constant else self._planned_range(j)
             if r is not None and r[1] < r[2]:
                 views[j] = r
+        ranges = [[(j, self._planned_range(j)) for j in w] for w in writes]
         readers = [self._items(getattr(ins.instr_args, "args", ())) for ins in self.instructions]
         bases: set[int] = set()
         for pc, reads in enumerate([*readers, list(self.plan.outputs)]):
             for v in views.keys() & set(reads):
-                bases.update(self._last_writers(writes[:pc], *views.pop(v)))
+                mem_id, lo, hi = views.pop(v)
+                for before in reversed(ranges[:pc]):
+                    hits = [j for j, r in before if r and r[0] == mem_id and r[1] < hi and lo < r[2]]
+                    if hits:
+                        bases.update(hits)
+                        break
         return bases
-
-    def _last_writers(self, writes: list[list[int]], mem_id: int, lo: int, hi: int) -> list[int]:
-        for written in reversed(writes):
-            hits = [j for j in written if (r := self._planned_range(j)) and r[0] == mem_id and r[1] < hi and lo < r[2]]
-            if hits:
-                return hits
-        return []
 
     def _foldable(self, fn: Callable, params: list[int], rets: list[int], name: str) -> bool:
         """True when every tensor the kernel reads (none, for ``arange`` or ``full``) is a constant: its result is
@@ -367,7 +378,7 @@ class MethodExecutor:
 
     def _delegate_step(self, delegate: tuple[Any, Any], args: list[int]) -> Callable:
         backend, handle = delegate
-        vals, bound = self.vals, self.bound
+        vals = self.vals
         if self.static:
             arrays = [self._arg(j) for j in args]
 
@@ -423,7 +434,9 @@ class MethodExecutor:
                     pc = pc + 1 if nxt is None else nxt
                     count += 1
                     if count > MAX_STEPS_PER_RUN:
-                        raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
+                        raise ExecutionError(
+                            f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped"
+                        )
         except EdgetorchError:
             raise
         except Exception as e:
@@ -508,7 +521,9 @@ def _scalar_input(n: int, x: Any, planned: Any, method: str) -> Any:
     if hasattr(x, "item") and getattr(x, "ndim", 0) == 0:
         x = x.item()
     if not isinstance(x, kinds) or (isinstance(planned, int) and not isinstance(planned, bool) and isinstance(x, bool)):
-        raise InvalidInputError(f"input {n} of method {method!r} must be a {type(planned).__name__}, got {type(x).__name__}")
+        raise InvalidInputError(
+            f"input {n} of method {method!r} must be a {type(planned).__name__}, got {type(x).__name__}"
+        )
     return type(planned)(x)
 
 
