@@ -76,3 +76,13 @@ def test_kv_cache_on_both_runtimes():
         want = eager(reference, (torch.tensor([pos]), val))
         assert_close([et.execute([torch.tensor([pos]), val])[0].numpy()], want)
         assert_close(ours.execute([np.array([pos]), val.numpy()]), want)
+
+
+def test_forward_argument_named_input():
+    # torch modules such as nn.Hardswish name their argument ``input``; lowering renames the placeholder
+    # and must keep the signature and the lifted scalar constants consistent.
+    model, x = torch.nn.Hardswish(), torch.randn(3, 4)
+    pte = _lower(model, (x,))
+    want = eager(model, (x,))
+    assert_close(run_executorch(pte, [x.numpy()]), want)
+    assert_close(Runtime.get().load_program(pte).load_method("forward").execute([x.numpy()]), want)
