@@ -76,8 +76,12 @@ def core_aten_ops() -> list[CoreOp]:
     from edgetorch.runtime.kernels.registry import KERNELS
 
     rows = []
-    for packet_name in torch.ops.aten:
-        packet = getattr(torch.ops.aten, packet_name)
+    # ``torch.ops.aten`` lists only packets already looked up; the dispatcher knows them all.
+    names = {n.split("::", 1)[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith("aten::")}
+    for packet_name in sorted(names):
+        packet = getattr(torch.ops.aten, packet_name, None)
+        if packet is None:
+            continue
         for overload in packet.overloads():
             op = getattr(packet, overload)
             if torch.Tag.core not in op.tags:
