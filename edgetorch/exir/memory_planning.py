@@ -86,12 +86,24 @@ def naive(specs: list[TensorSpec], alignment: int) -> None:
 
 
 def greedy(specs: list[TensorSpec], alignment: int) -> None:
-    """Best fit: largest first, each tensor joins the shared slot whose size is closest among slots it can share.
+    """The smaller of two largest-first plans: shared slots (best fit) and first-fit offsets.
 
-    A tensor may share a slot only with tensors whose lifetimes do not overlap
-    its own. Slots are laid out one after another, so the arena is never larger
-    than the naive one.
+    Slots never exceed the naive arena; first-fit offsets usually come closer to the
+    lower bound because a tensor may straddle the spans of several shorter-lived ones.
     """
+    by_slots = _slot_offsets(specs, alignment)
+    by_offsets = _first_fit_offsets(specs, alignment)
+    chosen = min((by_slots, by_offsets), key=lambda offsets: _arena_size(specs, offsets, alignment))
+    for spec, offset in zip(specs, chosen):
+        spec.mem_offset = offset
+
+
+def _arena_size(specs: list[TensorSpec], offsets: list[int], alignment: int) -> int:
+    return max((o + s.allocated_memory(alignment) for s, o in zip(specs, offsets)), default=0)
+
+
+def _slot_offsets(specs: list[TensorSpec], alignment: int) -> list[int]:
+    """Best fit: largest first, each tensor joins the slot of closest size among slots whose lifetimes it avoids."""
     slots: list[_Slot] = []
     for spec in sorted(specs, key=lambda s: -s.allocated_memory(alignment)):
         size = spec.allocated_memory(alignment)
@@ -101,11 +113,29 @@ def greedy(specs: list[TensorSpec], alignment: int) -> None:
             best = _Slot()
             slots.append(best)
         best.add(spec, size)
-    offset = 0
+    where, offset = {}, 0
     for slot in slots:
         for spec in slot.members:
-            spec.mem_offset = offset
+            where[id(spec)] = offset
         offset += slot.size
+    return [where[id(spec)] for spec in specs]
+
+
+def _first_fit_offsets(specs: list[TensorSpec], alignment: int) -> list[int]:
+    """Largest first, each tensor at the lowest offset clear of every placed tensor alive at the same time."""
+    placed: list[tuple[int, int, int, int]] = []  # (first step, last step, low byte, high byte)
+    where: dict[int, int] = {}
+    for spec in sorted(specs, key=lambda s: (-s.allocated_memory(alignment), s.lifetime[0])):
+        size = spec.allocated_memory(alignment)
+        start, end = spec.lifetime
+        offset = 0
+        for lo, hi in sorted((lo, hi) for a, b, lo, hi in placed if a <= end and start <= b):
+            if offset + size <= lo:
+                break
+            offset = max(offset, hi)
+        placed.append((start, end, offset, offset + size))
+        where[id(spec)] = offset
+    return [where[id(spec)] for spec in specs]
 
 
 class _Slot:
