@@ -10,7 +10,12 @@ from tests.runtime.kernels.test_pool import call, check, to_numpy
 
 aten = torch.ops.aten
 DTYPES = [torch.float32, torch.float64]
-TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-10, atol=1e-10)}
+TOL = {
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.float64: dict(rtol=1e-10, atol=1e-10),
+    torch.float16: dict(rtol=1e-2, atol=2e-2),
+    torch.bfloat16: dict(rtol=2e-2, atol=1e-1),
+}
 
 
 def _check_all(got: tuple, expected: tuple, mask: list[bool]) -> None:
@@ -66,7 +71,7 @@ def test_max_pool2d_with_indices_backward(case, dilation: list[int], dtype: torc
     y, indices = aten.max_pool2d_with_indices.default(x, kernel_size, stride, padding, dilation, ceil_mode)
     args = (torch.randn(y.shape, dtype=dtype), x, kernel_size, stride, padding, dilation, ceil_mode, indices)
     expected = aten.max_pool2d_with_indices_backward.default(*args)
-    check(call("aten::max_pool2d_with_indices_backward.grad_input", *args, out_like=expected), expected)
+    check(call("aten::max_pool2d_with_indices_backward.grad_input", *args, out_like=expected), expected, tolerances=TOL)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -79,7 +84,7 @@ def test_avg_pool2d_backward(case, count_include_pad: bool, divisor_override, dt
     gy = torch.randn(y.shape, dtype=dtype)
     args = (gy, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
     expected = aten.avg_pool2d_backward.default(*args)
-    check(call("aten::avg_pool2d_backward.grad_input", *args, out_like=expected), expected)
+    check(call("aten::avg_pool2d_backward.grad_input", *args, out_like=expected), expected, tolerances=TOL)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -88,7 +93,7 @@ def test_adaptive_avg_pool2d_backward(shape, size: list[int], dtype: torch.dtype
     x = torch.randn(shape, dtype=dtype)
     gy = torch.randn(aten._adaptive_avg_pool2d.default(x, size).shape, dtype=dtype)
     expected = aten._adaptive_avg_pool2d_backward.default(gy, x)
-    check(call("aten::_adaptive_avg_pool2d_backward.out", gy, x, out_like=expected), expected)
+    check(call("aten::_adaptive_avg_pool2d_backward.out", gy, x, out_like=expected), expected, tolerances=TOL)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -100,7 +105,7 @@ def test_embedding_dense_backward(index_shape, scale_grad_by_freq: bool, padding
     gy = torch.randn(*index_shape, 4, dtype=dtype)
     args = (gy, indices, 6, padding_idx, scale_grad_by_freq)
     expected = aten.embedding_dense_backward.default(*args)
-    check(call("aten::embedding_dense_backward.out", *args, out_like=expected), expected)
+    check(call("aten::embedding_dense_backward.out", *args, out_like=expected), expected, tolerances=TOL)
 
 
 def test_embedding_dense_backward_rejects_out_of_range_indices() -> None:
@@ -147,3 +152,16 @@ def test_group_norm_backward_without_weight() -> None:
         *[to_numpy(a) if isinstance(a, torch.Tensor) else a for a in args], *(np.empty((2, 4, 3)),) * 3
     )[0]
     check(got, expected, tolerances=TOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision(dtype: torch.dtype) -> None:
+    """Half and bfloat16 gradients are computed in float32 and rounded once into the out."""
+    test_convolution_backward(CONV[1], [True, True, True], dtype)
+    test_convolution_backward(CONV[5], [True, True, True], dtype)
+    test_max_pool2d_with_indices_backward(POOL_2D[1], [1, 1], dtype)
+    test_avg_pool2d_backward(POOL_2D[2], False, None, dtype)
+    test_adaptive_avg_pool2d_backward((1, 2, 7, 10), [3, 4], dtype)
+    test_embedding_dense_backward((3, 5), True, 2, dtype)
+    test_native_layer_norm_backward((3, 2, 5), [2, 5], True, dtype)
+    test_native_group_norm_backward((3, 4, 2, 3), 2, [True, True, True], dtype)
