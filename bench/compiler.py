@@ -197,7 +197,7 @@ def main() -> None:
         rows.append(compare(name, available[name]))
         print(report_table(rows[-1:]).splitlines()[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = write_report(rows, args.out, "bench/compiler.py " + " ".join(sys.argv[1:]))
+    path = write_report(rows, args.out, " ".join(["bench/compiler.py", *sys.argv[1:]]))
     print("\n" + report_table(rows) + f"\n\nwrote {path}")
 
 

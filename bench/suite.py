@@ -326,7 +326,7 @@ def _meta(args: argparse.Namespace) -> dict:
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "")
     return {
-        "command": "bench/suite.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["bench/suite.py", *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "cpu": cpu or platform.machine(),
         "threads": args.threads,
