@@ -1,6 +1,7 @@
 """The portable kernel library: one module per operator family, all registering into ``registry``."""
 
 from edgetorch.runtime.kernels import (  # noqa: F401  (imported for their registrations)
+    backward,
     conv,
     creation,
     elementwise,

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-import edgetorch.runtime.kernels.backward  # noqa: F401  (registers the kernels until kernels/__init__ imports it)
 from edgetorch.runtime.kernels.registry import KERNELS
 from tests.runtime.kernels.test_pool import call, check, to_numpy
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-import edgetorch.runtime.kernels.backward  # noqa: F401  (registers the gradient kernels until kernels/__init__ does)
 from edgetorch.runtime.kernels.registry import KERNELS
 from tests.runtime.kernels.test_elementwise import check as check_elementwise
 from tests.runtime.kernels.test_elementwise import sample
