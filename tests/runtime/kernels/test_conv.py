@@ -31,6 +31,7 @@ CONV_CASES = {
     "grouped": ((2, 4, 9, 9), (6, 2, 3, 3), [2, 2], [1, 0], [2, 1], False, [0, 0], 2),
     "depthwise": ((2, 6, 9, 9), (6, 1, 3, 3), [1, 1], [1, 1], [1, 1], False, [0, 0], 6),
     "depthwise_stride2_mult2": ((2, 4, 10, 9), (8, 1, 3, 3), [2, 1], [1, 1], [1, 2], False, [0, 0], 4),
+    "depthwise_many_channel_blocks": ((1, 70, 40, 40), (70, 1, 3, 3), [1, 1], [1, 1], [1, 1], False, [0, 0], 70),
     "pointwise": ((2, 8, 7, 7), (5, 8, 1, 1), [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
     "pointwise_stride2": ((2, 8, 7, 7), (5, 8, 1, 1), [2, 2], [0, 0], [1, 1], False, [0, 0], 1),
     "pointwise_grouped_padded": ((1, 8, 5, 5), (4, 4, 1, 1), [1, 1], [1, 1], [1, 1], False, [0, 0], 2),
@@ -70,6 +71,18 @@ def test_convolution_dtypes(case, dtype):
     ).to(dtype)
     args = (x, w, b, stride, padding, dilation, transposed, output_padding, groups)
     check(call("aten::convolution.out", *args, out_like=expected), expected)
+
+
+@pytest.mark.parametrize("case", ["3x3", "depthwise", "depthwise_many_channel_blocks", "stride2_dilation2_asym_pad"])
+def test_convolution_repeated_calls_reuse_scratch_cleanly(case):
+    """Padded copies and columns are reused between calls: a second input of the same shape must not see the first."""
+    xs, ws, stride, padding, dilation, transposed, output_padding, groups = CONV_CASES[case]
+    torch.manual_seed(2)
+    w = torch.randn(ws)
+    for x in (torch.randn(xs) * 100, torch.randn(xs)):
+        expected = aten.convolution.default(x, w, None, stride, padding, dilation, transposed, output_padding, groups)
+        args = (x, w, None, stride, padding, dilation, transposed, output_padding, groups)
+        check(call("aten::convolution.out", *args, out_like=expected), expected)
 
 
 def test_convolution_writes_into_larger_planned_slot():
