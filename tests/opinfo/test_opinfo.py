@@ -22,12 +22,7 @@ FULL = os.environ.get("EDGETORCH_OPINFO_FULL") == "1"
 SAMPLES = 2 if FULL else 1
 
 # (OpInfo, dtype) -> (stage, text the error contains). Found by this suite; owners listed in the report.
-KNOWN_FAILURES = {
-    ("max_pool2d_with_indices_backward", "float32"): (
-        oc.LOAD_ERROR,
-        "no kernel for operator 'aten::max_pool2d_with_indices_backward.grad_input'",
-    ),
-}
+KNOWN_FAILURES: dict = {}
 
 
 def _cases() -> list:
