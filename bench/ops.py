@@ -15,6 +15,7 @@ import collections
 import copy
 import pathlib
 import sys
+import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.harness import reexec_with_clean_blas_env  # noqa: E402
@@ -31,6 +32,9 @@ from edgetorch.format.pte import load_pte, save_pte  # noqa: E402
 from edgetorch.runtime import EventTracer, Runtime  # noqa: E402
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY  # noqa: E402
 from edgetorch.runtime.kernels.registry import lookup  # noqa: E402
+
+# Idle pause before each timing, so worker threads of the previous contender (torch, ExecuTorch, BLAS) park.
+SETTLE_S = 0.5
 
 
 def one_instruction(pte: bytes, pc: int) -> tuple[bytes, list[np.ndarray]] | None:
@@ -71,7 +75,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mobilenet_v2,resnet18,small_transformer,gpt2")
     parser.add_argument("--top", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="BLAS/torch threads (ExecuTorch's portable kernels use one)"
+    )
     args = parser.parse_args()
     set_threads(args.threads)
     from executorch.exir import to_edge
@@ -107,10 +113,12 @@ def main() -> None:
             continue
         single, arrays = cut
         ours = Runtime.get().load_program(single).load_method("forward")
+        time.sleep(SETTLE_S)
         t_ours = median_time(lambda m=ours, a=arrays: m.execute(a), min_runs=5, budget_s=5)
         try:
             theirs = EtRuntime.get().load_program(single).load_method("forward")
             tensors = [torch.from_numpy(a) for a in arrays]
+            time.sleep(SETTLE_S)
             t_et = median_time(lambda m=theirs, a=tensors: m.execute(a), min_runs=3, budget_s=20)
             ratio = f"{t_et / t_ours:.1f}x"
         except Exception as e:  # an operator ExecuTorch's portable library lacks, for example
