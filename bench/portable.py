@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.harness import reexec_with_clean_blas_env  # noqa: E402
@@ -48,8 +49,10 @@ def main() -> None:
         got = ours.execute(np_inputs)[0]
         err = float(np.max(np.abs(got - want)))
         print(f"[bench] {name}: timing edgetorch", flush=True)
+        time.sleep(1.0)  # let torch's and ExecuTorch's worker threads park before timing
         t_ours = median_time(lambda m=ours, x=np_inputs: m.execute(x))
         print(f"[bench] {name}: timing ExecuTorch portable", flush=True)
+        time.sleep(1.0)
         t_et = median_time(lambda m=et_method, x=inputs: m.execute(list(x)), min_runs=3, budget_s=60)
         rows.append([name, fmt_ms(t_ours), fmt_ms(t_et), f"{t_et / t_ours:.1f}x", f"{err:.1e}"])
         print(
