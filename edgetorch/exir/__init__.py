@@ -12,7 +12,11 @@ from edgetorch.exir.dialects._ops import exir_ops
 from edgetorch.exir.pass_base import ExportPass, PassManager, PassResult
 from edgetorch.exir.program import EdgeCompileConfig, EdgeProgramManager, to_edge
 
-_LAZY = {"ExecutorchBackendConfig": "to_executorch", "ExecutorchProgramManager": "to_executorch", "to_edge_transform_and_lower": "backend.lower"}
+_LAZY = {
+    "ExecutorchBackendConfig": "to_executorch",
+    "ExecutorchProgramManager": "to_executorch",
+    "to_edge_transform_and_lower": "backend.lower",
+}
 
 __all__ = [
     "EdgeCompileConfig",

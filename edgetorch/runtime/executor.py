@@ -425,7 +425,7 @@ class MethodExecutor:
             if self.tracer is not None:
                 self._run_traced(self.tracer)
             elif self.static:
-                for pc, step in enumerate(self.steps):
+                for pc, step in enumerate(self.steps):  # noqa: B007  (pc names the failing step below)
                     step()
             else:
                 steps, n, count = self.steps, len(self.steps), 0
