@@ -5,39 +5,20 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
 
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime.kernels.registry import KERNELS
+from tests.runtime.kernels._oracle import NUMPY_OF, to_numpy
 
 aten = torch.ops.aten
 
-NUMPY_OF = {
-    torch.float32: np.float32,
-    torch.float64: np.float64,
-    torch.float16: np.float16,
-    torch.bfloat16: ml_dtypes.bfloat16,
-    torch.int8: np.int8,
-    torch.int16: np.int16,
-    torch.int32: np.int32,
-    torch.int64: np.int64,
-    torch.uint8: np.uint8,
-    torch.bool: np.bool_,
-}
 CODE_OF = {torch.float32: 6, torch.float64: 7, torch.float16: 5, torch.int32: 3, torch.int64: 4}
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
 SHAPES = [(), (5,), (3, 4), (2, 3, 5)]
-
-
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A NumPy copy of ``t`` with the matching dtype (bfloat16 via ml_dtypes)."""
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().astype(ml_dtypes.bfloat16)
-    return t.numpy().copy()
 
 
 def planned(t: torch.Tensor, extra: int = 0) -> np.ndarray:
