@@ -125,12 +125,14 @@ class ProgramData:
         return [] if self.extract_delegates else [BackendDelegateInlineData(b) for b in self.delegate_blobs]
 
 
-def _pack(buffers: list[bytes], alignment: int) -> tuple[bytes, list[int]]:
-    blob, offsets = bytearray(), [0]
+def _pack(buffers: list, alignment: int) -> tuple[bytes, list[int]]:
+    pieces, offsets, size = [], [0], 0
     for data in buffers[1:]:
-        offsets.append(len(blob))
-        blob += data + bytes(-len(data) % alignment)
-    return bytes(blob), offsets
+        offsets.append(size)
+        pad = -len(data) % alignment
+        pieces += [data, bytes(pad)]
+        size += len(data) + pad
+    return b"".join(pieces), offsets  # one copy of the data, not one per constant
 
 
 class MethodEmitter:
@@ -447,10 +449,10 @@ def _empty_tensor() -> Tensor:
     return Tensor(scalar_type=ScalarType.BYTE, sizes=[0], dim_order=[0])
 
 
-def _tensor_bytes(spec: TensorSpec) -> bytes:
-    """The constant's bytes laid out in its dim order (row-major over the permuted dims)."""
+def _tensor_bytes(spec: TensorSpec) -> memoryview:
+    """The constant's bytes laid out in its dim order (row-major over the permuted dims); a view, not a copy."""
     data = spec.storage.detach().cpu().permute(spec.dim_order).contiguous()
-    return data.reshape(-1).view(torch.uint8).numpy().tobytes()
+    return memoryview(data.reshape(-1).view(torch.uint8).numpy())
 
 
 def emit_constant_method(name: str, value: Any, data: ProgramData) -> ExecutionPlan:

@@ -208,8 +208,8 @@ class EdgeProgramManager:
         """Lower to the ExecuTorch dialect and serialize (out variants, memory planning, emission)."""
         from edgetorch.exir.to_executorch import ExecutorchProgramManager
 
-        programs = {name: copy.deepcopy(program) for name, program in self._edge_programs.items()}
-        return ExecutorchProgramManager(programs, dict(self._constant_methods), config)
+        # ExecutorchProgramManager copies each program before changing it; this manager stays as it is.
+        return ExecutorchProgramManager(dict(self._edge_programs), dict(self._constant_methods), config)
 
 
 def _apply(program: ExportedProgram, passes: Any, config: EdgeCompileConfig) -> ExportedProgram:
