@@ -17,6 +17,7 @@ import numpy as np
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime.kernels.conv import col2im_into, expand, pooled_size, window_view
 from edgetorch.runtime.kernels.linalg import store, upcast
+from edgetorch.runtime.kernels.pool import adaptive_bounds, avg_window_sizes
 from edgetorch.runtime.kernels.registry import kernel, resize
 
 
@@ -150,13 +151,6 @@ def max_pool2d_with_indices_backward(
     return store(resize(grad_input, self.shape), sums.reshape(self.shape))
 
 
-def _avg_divisor(n: int, k: int, s: int, p: int, m: int, count_include_pad: bool) -> np.ndarray:
-    """Per-output window length along one axis (torch's rule: clipped to the padded, or the real, input)."""
-    start = np.arange(m) * s - p
-    end = np.minimum(start + k, n + p)
-    return end - start if count_include_pad else np.minimum(end, n) - np.maximum(start, 0)
-
-
 @kernel("aten::avg_pool2d_backward.grad_input")
 def avg_pool2d_backward(
     grad_output: np.ndarray,
@@ -179,7 +173,7 @@ def avg_pool2d_backward(
         scaled = gy / divisor_override
     else:
         rows, cols = (
-            _avg_divisor(n, k, s, p, m, count_include_pad)
+            avg_window_sizes(n, k, s, p, m, count_include_pad)
             for n, k, s, p, m in zip(sizes, kernel_size, stride, padding, out_sizes)
         )
         scaled = gy / np.outer(rows, cols).astype(gy.dtype)
@@ -191,8 +185,8 @@ def avg_pool2d_backward(
 
 def _adaptive_matrix(n: int, m: int, dtype: np.dtype) -> np.ndarray:
     """``(m, n)`` matrix whose row ``o`` averages torch's adaptive window ``[floor(o*n/m), ceil((o+1)*n/m))``."""
-    o, i = np.arange(m)[:, None], np.arange(n)[None, :]
-    start, end = o * n // m, -(-(o + 1) * n // m)
+    start, end = (b[:, None] for b in adaptive_bounds(n, m))
+    i = np.arange(n)[None, :]
     inside = (i >= start) & (i < end)
     return (inside / (end - start)).astype(dtype)
 

@@ -125,16 +125,20 @@ def max_pool3d_with_indices(
     return _max_pool(self, 3, kernel_size, stride, padding, dilation, ceil_mode, out, indices)
 
 
+def avg_window_sizes(n: int, k: int, s: int, p: int, m: int, count_include_pad: bool) -> np.ndarray:
+    """Along one axis, each of the ``m`` windows' sizes: clipped to the padded (or, without
+    ``count_include_pad``, the real) input, torch's divisor rule."""
+    start = np.arange(m) * s - p
+    end = np.minimum(start + k, n + p)
+    return end - start if count_include_pad else np.minimum(end, n) - np.maximum(start, 0)
+
+
 def _avg_divisors(g: _Windows, count_include_pad: bool) -> np.ndarray:
-    """Per-output-position divisor: the window's size clipped to the padded (or the real) input."""
-    counts = []
-    for o, k, s, p, n in zip(g.out_sizes, g.kernel, g.stride, g.padding, g.sizes):
-        start = np.arange(o) * s - p
-        end = np.minimum(start + k, n + p)
-        if count_include_pad:
-            counts.append(end - start)
-        else:
-            counts.append(np.minimum(end, n) - np.maximum(start, 0))
+    """Per-output-position divisor: the product of the per-axis window sizes."""
+    counts = [
+        avg_window_sizes(n, k, s, p, o, count_include_pad)
+        for o, k, s, p, n in zip(g.out_sizes, g.kernel, g.stride, g.padding, g.sizes)
+    ]
     d = len(counts)
     return math.prod(c.reshape((-1,) + (1,) * (d - 1 - i)) for i, c in enumerate(counts))
 
@@ -213,7 +217,8 @@ def avg_pool1d(
     return _avg_pool(self, 1, kernel_size, stride, padding, ceil_mode, count_include_pad, None, out)
 
 
-def _adaptive_bounds(n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+def adaptive_bounds(n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of torch's ``m`` adaptive windows ``[floor(o*n/m), ceil((o+1)*n/m))`` over ``n``."""
     o = np.arange(m)
     return o * n // m, -(-(o + 1) * n // m)
 
@@ -223,7 +228,7 @@ def _adaptive_sum(x: np.ndarray, axis: int, m: int) -> np.ndarray:
     n = x.shape[axis]
     if n % m == 0:
         return x.reshape(x.shape[:axis] + (m, n // m) + x.shape[axis + 1 :]).sum(axis + 1)
-    start, end = _adaptive_bounds(n, m)
+    start, end = adaptive_bounds(n, m)
     # Overlapping windows: difference of a float64 running sum (exact enough for float32 inputs).
     cs = np.cumsum(x, axis=axis, dtype=np.float64)
     cs = np.concatenate([np.zeros_like(np.take(cs, [0], axis)), cs], axis)
@@ -236,7 +241,7 @@ def _adaptive_avg_pool(x: np.ndarray, d: int, output_size: list[int], out: np.nd
     acc = upcast(x)
     for i, m in enumerate(out_sizes):
         acc = _adaptive_sum(acc, x.ndim - d + i, m)
-    bounds = [_adaptive_bounds(n, m) for n, m in zip(sizes, out_sizes)]
+    bounds = [adaptive_bounds(n, m) for n, m in zip(sizes, out_sizes)]
     divisor = math.prod((end - start).reshape((-1,) + (1,) * (d - 1 - i)) for i, (start, end) in enumerate(bounds))
     if out.dtype == acc.dtype:
         np.divide(acc, divisor, out=out)
