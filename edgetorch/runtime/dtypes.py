@@ -31,14 +31,7 @@ SCALAR_TO_NUMPY: dict[ScalarType, np.dtype] = {
     ScalarType.UINT64: np.dtype(np.uint64),
 }
 
-NUMPY_TO_SCALAR: dict[np.dtype, ScalarType] = {}
-for _st, _dt in SCALAR_TO_NUMPY.items():
-    NUMPY_TO_SCALAR.setdefault(_dt, _st)
-
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-
-# PyTorch's ScalarType numbering, which kernels receive as ``dtype`` arguments (Int EValues).
-TORCH_DTYPE_CODES: dict[int, np.dtype] = {int(k): v for k, v in SCALAR_TO_NUMPY.items()}
 
 
 def numpy_dtype(code: int | ScalarType) -> np.dtype:

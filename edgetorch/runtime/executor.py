@@ -29,7 +29,6 @@ from edgetorch.errors import (
     ExecutionError,
     InvalidInputError,
     ProgramLoadError,
-    UnsupportedOperatorError,
 )
 from edgetorch.format import program as fbp
 from edgetorch.runtime import kernels as _kernels  # noqa: F401  (registers the portable kernels)
@@ -525,6 +524,3 @@ def _scalar_input(n: int, x: Any, planned: Any, method: str) -> Any:
             f"input {n} of method {method!r} must be a {type(planned).__name__}, got {type(x).__name__}"
         )
     return type(planned)(x)
-
-
-__all__ = ["MethodExecutor", "UnsupportedOperatorError"]

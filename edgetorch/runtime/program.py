@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import mmap
 import os
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -372,10 +371,3 @@ class Module:
 
     def __call__(self, *inputs: Any) -> list[Any]:
         return self.forward(*inputs)
-
-
-def timed(method: Method, inputs: Sequence[Any]) -> tuple[list[Any], float]:
-    """Outputs and wall seconds of one call (used by the CLI)."""
-    t0 = time.perf_counter()
-    out = method.execute(inputs)
-    return out, time.perf_counter() - t0
