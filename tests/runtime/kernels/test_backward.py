@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from edgetorch.runtime.kernels.registry import KERNELS
-from tests.runtime.kernels.test_pool import call, check, to_numpy
+from tests.runtime.kernels._oracle import call, check, to_numpy
 
 aten = torch.ops.aten
 DTYPES = [torch.float32, torch.float64]

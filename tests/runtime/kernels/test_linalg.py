@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from edgetorch.runtime.kernels.registry import KERNELS
-from tests.runtime.kernels.test_pool import call
-from tests.runtime.kernels.test_pool import check as pool_check
+from tests.runtime.kernels._oracle import call
+from tests.runtime.kernels._oracle import check as pool_check
 
 aten = torch.ops.aten
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from edgetorch.runtime.kernels.registry import KERNELS
+from tests.runtime.kernels._oracle import call, check, to_numpy
 from tests.runtime.kernels.test_elementwise import check as check_elementwise
 from tests.runtime.kernels.test_elementwise import sample
-from tests.runtime.kernels.test_pool import call, check, to_numpy
 
 aten = torch.ops.aten
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401
 
+from tests.runtime.kernels._oracle import call as call_kernel
 from tests.runtime.kernels.test_elementwise import to_numpy
-from tests.runtime.kernels.test_pool import call as call_kernel
 
 qd = torch.ops.quantized_decomposed
 # ScalarType codes, as ``dtype`` arguments reach kernels.
