@@ -20,13 +20,6 @@ def _unique_name(taken: set[str]) -> str:
     return f"_lifted_tensor_constant{i}"
 
 
-def _named_like(spec: InputSpec, node: torch.fx.Node) -> InputSpec:
-    """``spec`` with its tensor argument named after ``node``, the placeholder it describes."""
-    if isinstance(spec.arg, TensorArgument) and spec.arg.name != node.name:
-        return InputSpec(spec.kind, TensorArgument(name=node.name), spec.target, spec.persistent)
-    return spec
-
-
 def lift_constants(
     graph_module: torch.fx.GraphModule, input_specs: list[InputSpec], constants: dict[str, object]
 ) -> tuple[list[InputSpec], dict[str, object]]:
@@ -37,10 +30,10 @@ def lift_constants(
     """
     graph = graph_module.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    specs = [_named_like(spec, node) for spec, node in zip(input_specs, placeholders)]
-    specs += list(input_specs)[len(specs) :]
+    specs = list(input_specs)
     insert_at = next((i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT), len(specs))
-    # Placeholders follow the specs' order; names can differ (a pass may have renamed ``input`` to ``input_1``).
+    # Placeholders follow the specs' order, but names can differ (a pass may rename ``input`` to ``input_1``);
+    # the caller re-points the specs at the placeholders afterwards.
     first_user = placeholders[insert_at] if insert_at < len(placeholders) else None
     anchor = first_user or next(n for n in graph.nodes if n.op != "placeholder")
     constants = dict(constants)
