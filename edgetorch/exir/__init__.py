@@ -5,8 +5,7 @@
 (``ExecutorchBackendConfig``, ``ExecutorchProgramManager``, ``to_edge_transform_and_lower``) load on first use.
 """
 
-from typing import Any
-
+from edgetorch._lazy import lazy_exports
 from edgetorch.exir.capture import capture_pre_autograd_graph, dynamic_dim
 from edgetorch.exir.dialects._ops import exir_ops
 from edgetorch.exir.pass_base import ExportPass, PassManager, PassResult
@@ -34,9 +33,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"edgetorch.exir.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'edgetorch.exir' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

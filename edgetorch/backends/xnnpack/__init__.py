@@ -5,8 +5,7 @@ and loads on first use of its names, so that the torch-free runtime half
 (``runtime``, ``schema``, ``blob``) can be imported on a device without torch.
 """
 
-from importlib import import_module
-from typing import Any
+from edgetorch._lazy import lazy_exports
 
 _EXPORTS = {
     "XnnpackPartitioner": "partition",
@@ -17,7 +16,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

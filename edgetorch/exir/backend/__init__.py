@@ -6,8 +6,7 @@
 on first use (the demo backend's runtime half lives in ``edgetorch.backends.demo``).
 """
 
-from importlib import import_module
-from typing import Any
+from edgetorch._lazy import lazy_exports
 
 _EXPORTS = {
     "BackendDetails": "backend_details",
@@ -25,7 +24,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,7 +1,6 @@
 """Graph passes of the compiler (edge-side lowering here; out variants and memory planning beside it)."""
 
-from typing import Any
-
+from edgetorch._lazy import lazy_exports
 from edgetorch.exir.passes.decompose import core_aten_decompositions, decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
 from edgetorch.exir.passes.to_edge import ToEdgePass, view_copy_of
@@ -30,10 +29,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # Loaded on first use: the back-half passes import the emitter and runtime pieces.
-    if name in _BACK_HALF:
-        import importlib
-
-        return getattr(importlib.import_module(f"edgetorch.exir.passes.{_BACK_HALF[name]}"), name)
-    raise AttributeError(f"module 'edgetorch.exir.passes' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _BACK_HALF)
