@@ -38,7 +38,9 @@ inputs = [rng.standard_normal(s).astype(d) if d.startswith("float") else np.zero
 {load_run}
 t2 = time.perf_counter()
 status = dict(ln.split(":", 1) for ln in open("/proc/self/status").read().splitlines() if ":" in ln)
-print(json.dumps({{"import_s": t1 - t0, "load_run_s": t2 - t1, "peak_rss_mb": int(status["VmHWM"].split()[0]) / 1024}}))
+kernels = [m for m in sys.modules if m.startswith("edgetorch.runtime.kernels.") and not m.endswith(".registry")]
+print(json.dumps({{"import_s": t1 - t0, "load_run_s": t2 - t1, "peak_rss_mb": int(status["VmHWM"].split()[0]) / 1024,
+                  "kernel_modules": len(kernels)}}))
 """
 
 RUNTIMES: dict[str, tuple[str, str]] = {
@@ -72,15 +74,21 @@ RUNTIME_OF = {
 
 def probe(runtime: str, path: str, input_specs: list, repeats: int) -> dict[str, float]:
     """Median import seconds, load+run seconds and peak RSS (MB) of ``runtime`` on ``path`` over fresh processes."""
-    import_line, load_run = RUNTIMES[runtime]
+    return run_probe(*RUNTIMES[runtime], path, input_specs, repeats)
+
+
+def run_probe(
+    import_line: str, load_run: str, path: str, input_specs: list, repeats: int, cwd: pathlib.Path = ROOT
+) -> dict[str, float]:
+    """Medians over ``repeats`` fresh interpreters that run ``import_line`` then ``load_run`` (see PROBE)."""
     code = PROBE.format(import_line=import_line, load_run=load_run)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": f"{cwd}:{ROOT}"}
     runs = []
     for _ in range(repeats):
-        cmd = [sys.executable, "-c", code, path, json.dumps(input_specs)]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+        cmd = [sys.executable, "-c", code, str(path), json.dumps(input_specs)]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
         if done.returncode != 0:
-            raise RuntimeError(f"{runtime} probe on {path} failed:\n{done.stderr[-2000:]}")
+            raise RuntimeError(f"probe of {import_line!r} on {path} failed:\n{done.stderr[-2000:]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 

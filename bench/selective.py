@@ -11,10 +11,7 @@ it once. Medians over repeats. Writes bench/results/selective.md.
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
-import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -22,27 +19,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
+from bench.footprint import run_probe  # noqa: E402
 from bench.harness import table  # noqa: E402
 from edgetorch.exir import to_edge  # noqa: E402
 from edgetorch.runtime import Runtime  # noqa: E402
 from edgetorch.runtime.selective import operators_in, write_selective_module  # noqa: E402
 
-PROBE = """
-import json, sys, time
-t0 = time.perf_counter()
-{import_line}
-t1 = time.perf_counter()
-import numpy as np
-method = runtime.load_program(sys.argv[1]).load_method("forward")
-method.execute([np.ones(s, np.float32) for s in json.loads(sys.argv[2])])
-t2 = time.perf_counter()
-kernels = sorted(m for m in sys.modules if m.startswith("edgetorch.runtime.kernels."))
-status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
-rss = int(status["VmHWM"].split()[0])  # peak RSS of this image (ru_maxrss would include the pre-exec fork)
-print(json.dumps({{"import_s": t1 - t0, "load_run_s": t2 - t1, "max_rss_kb": rss, "families": len(kernels) - 1}}))
-"""
-
 FULL = "from edgetorch.runtime import Runtime\nruntime = Runtime.get()"
+LOAD_RUN = "runtime.load_program(path).load_method('forward').execute(inputs)"
 SELECTIVE = "from selected_ops import runtime"
 
 
@@ -58,17 +42,6 @@ def models() -> dict[str, tuple[torch.nn.Module, tuple]]:
     return {"mlp": (mlp.eval(), (torch.randn(2, 16),)), "small_cnn": (cnn.eval(), (torch.randn(1, 3, 16, 16),))}
 
 
-def probe(import_line: str, pte: pathlib.Path, shapes: list, cwd: pathlib.Path, repeats: int) -> dict[str, float]:
-    runs = []
-    for _ in range(repeats):
-        cmd = [sys.executable, "-c", PROBE.format(import_line=import_line), str(pte), json.dumps(shapes)]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env={"PYTHONPATH": f"{cwd}:{ROOT}"})
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr)
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -81,18 +54,18 @@ def main() -> None:
             pte.write_bytes(to_edge(torch.export.export(model, inputs, strict=False)).to_executorch().buffer)
             ops = operators_in(Runtime.get().load_program(pte))
             write_selective_module(tmp / "selected_ops.py", ops)
-            shapes = [list(x.shape) for x in inputs]
+            specs = [[list(x.shape), "float32"] for x in inputs]
             for label, line in (("full", FULL), ("selective", SELECTIVE)):
-                r = probe(line, pte, shapes, tmp, args.repeats)
+                r = run_probe(line, LOAD_RUN, pte, specs, args.repeats, cwd=tmp)
                 rows.append(
                     [
                         name,
                         label,
                         str(len(ops)) if label == "selective" else "all",
-                        str(int(r["families"])),
+                        str(int(r["kernel_modules"])),
                         f"{r['import_s'] * 1e3:.1f}",
                         f"{r['load_run_s'] * 1e3:.1f}",
-                        f"{r['max_rss_kb'] / 1024:.1f}",
+                        f"{r['peak_rss_mb']:.1f}",
                     ]
                 )
             print(rows[-2:], flush=True)
