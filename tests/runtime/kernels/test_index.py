@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from edgetorch.runtime.kernels import index
-from tests.runtime.kernels.test_shape import (
+from tests.runtime.kernels._out_variants import (
     ALL_DTYPES,
     NUMERIC_DTYPES,
     T,
