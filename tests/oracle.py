@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+_ROOT = Path(__file__).resolve().parent.parent
 
 
 def executorch_pte(
@@ -23,18 +31,58 @@ def executorch_pte(
     return to_edge(ep, **kw).to_executorch().buffer
 
 
-@functools.cache
-def executorch_runtime() -> Any:
-    from executorch.runtime import Runtime
+class ExecuTorchCrashed(AssertionError):
+    """ExecuTorch's runtime died (signal or abort) or failed on a program, in its own process."""
 
-    return Runtime.get()
+
+def run_executorch_calls(pte: bytes, calls: list[list], method: str = "forward", timeout: float = 300) -> list[list]:
+    """Run ``method`` of a .pte on the real ExecuTorch runtime, once per entry of ``calls``, in a subprocess.
+
+    The method is loaded once, so mutable buffers carry state from one call to the next. A crash of
+    ExecuTorch's runtime becomes an ``ExecuTorchCrashed`` failure of the calling test, never a dead suite.
+    """
+    with tempfile.TemporaryDirectory(prefix="et-worker-") as folder:
+        root = Path(folder)
+        root.joinpath("model.pte").write_bytes(bytes(pte))
+        arrays, request = {}, []
+        for i, call in enumerate(calls):
+            specs = []
+            for j, x in enumerate(call):
+                if isinstance(x, torch.Tensor):
+                    x = x.detach().numpy()
+                if isinstance(x, np.ndarray | np.generic):
+                    arrays[f"c{i}_{j}"] = np.asarray(x)
+                    specs.append({"kind": "array", "key": f"c{i}_{j}"})
+                else:
+                    specs.append({"kind": "scalar", "value": x})
+            request.append(specs)
+        np.savez(root / "inputs.npz", **arrays)
+        root.joinpath("request.json").write_text(json.dumps({"method": method, "calls": request}))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.executorch_worker", folder],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=_ROOT,
+            env=env,
+        )
+        if proc.returncode != 0:
+            how = (
+                f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit {proc.returncode}"
+            )
+            raise ExecuTorchCrashed(f"ExecuTorch's runtime failed ({how}) on {method}:\n{proc.stderr[-3000:]}")
+        described = json.loads(root.joinpath("outputs.json").read_text())
+        results = []
+        for i, kinds in enumerate(described):
+            with np.load(root / f"outputs_{i}.npz", allow_pickle=False) as saved:
+                results.append([saved[k["key"]] if k["kind"] == "array" else k["value"] for k in kinds])
+        return results
 
 
 def run_executorch(pte: bytes, inputs: list, method: str = "forward") -> list:
-    """Run a .pte on the real ExecuTorch runtime; outputs as NumPy arrays."""
-    m = executorch_runtime().load_program(pte).load_method(method)
-    outs = m.execute([torch.as_tensor(x) if isinstance(x, np.ndarray) else x for x in inputs])
-    return [o.numpy() if isinstance(o, torch.Tensor) else o for o in outs]
+    """Run a .pte once on the real ExecuTorch runtime (in a subprocess); outputs as NumPy arrays."""
+    return run_executorch_calls(pte, [inputs], method)[0]
 
 
 def eager(model: torch.nn.Module, args: tuple) -> list:

@@ -9,7 +9,7 @@ import torch
 from edgetorch.exir import to_edge
 from edgetorch.runtime import Runtime
 from tests.interop.models import MODELS, Counter, KVCache
-from tests.oracle import assert_close, eager, run_executorch
+from tests.oracle import assert_close, eager, run_executorch, run_executorch_calls
 
 
 def _lower(model, args, dynamic=None) -> bytes:
@@ -54,13 +54,11 @@ def test_dynamic_batch_on_both_runtimes():
 
 
 def test_buffer_state_persists_on_both_runtimes():
-    from tests.oracle import executorch_runtime
-
     pte = _lower(Counter(), (torch.ones(2),))
-    et = executorch_runtime().load_program(pte).load_method("forward")
+    theirs = run_executorch_calls(pte, [[np.ones(2, np.float32)]] * 3)
     ours = Runtime.get().load_program(pte).load_method("forward")
     for step in (1, 2, 3):
-        np.testing.assert_array_equal(et.execute([torch.ones(2)])[0].numpy(), [step, step])
+        np.testing.assert_array_equal(theirs[step - 1][0], [step, step])
         np.testing.assert_array_equal(ours.execute([np.ones(2, np.float32)])[0], [step, step])
 
 
@@ -68,14 +66,12 @@ def test_kv_cache_on_both_runtimes():
     pte = _lower(KVCache(), (torch.tensor([0]), torch.ones(1, 4)))
     reference = KVCache()
     ours = Runtime.get().load_program(pte).load_method("forward")
-    from tests.oracle import executorch_runtime
-
-    et = executorch_runtime().load_program(pte).load_method("forward")
-    for pos in (2, 6, 2):
-        val = torch.full((1, 4), float(pos))
-        want = eager(reference, (torch.tensor([pos]), val))
-        assert_close([et.execute([torch.tensor([pos]), val])[0].numpy()], want)
-        assert_close(ours.execute([np.array([pos]), val.numpy()]), want)
+    calls = [[np.array([pos]), np.full((1, 4), float(pos), np.float32)] for pos in (2, 6, 2)]
+    theirs = run_executorch_calls(pte, calls)
+    for call, et_out in zip(calls, theirs):
+        want = eager(reference, tuple(torch.from_numpy(x) for x in call))
+        assert_close([et_out[0]], want)
+        assert_close(ours.execute(call), want)
 
 
 def test_forward_argument_named_input():
