@@ -4,7 +4,7 @@ Without ``--full`` it runs the CI set of tests/opinfo (Core ATen OpInfos, first 
 
 Each sample is exported once per contender, lowered with that contender's
 ``to_edge(...).to_executorch()``, run on its runtime and compared with eager
-(see ``edgetorch.ops_coverage``). Writes bench/results/opinfo.md (pass counts
+(see ``edgetorch.devtools.ops_coverage``). Writes bench/results/opinfo.md (pass counts
 per stage and dtype, and the ops where the two differ) and
 bench/results/opinfo.json (edgetorch's samples, which ``edgetorch ops --coverage``
 reads; ExecuTorch's under "executorch").
@@ -28,7 +28,7 @@ import executorch.exir.passes.dim_order_ops_registry  # noqa: E402, F401  (Execu
 import torch  # noqa: E402
 
 from bench.harness import table  # noqa: E402
-from edgetorch import ops_coverage as oc  # noqa: E402
+from edgetorch.devtools import ops_coverage as oc  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 STATUSES = (oc.PASS, oc.MISMATCH, oc.RUNTIME_ERROR, oc.LOAD_ERROR, oc.LOWER_ERROR, oc.EXPORT_ERROR, oc.SKIP)

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from bench.plots import COMPARISONS, CONTENDERS, LABELS, comparison_label
-from edgetorch.cli_bench import BENCHMARKS, bench_script
+from edgetorch.cli.bench import BENCHMARKS, bench_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

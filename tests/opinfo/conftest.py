@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from edgetorch import ops_coverage
+from edgetorch.devtools import ops_coverage
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from edgetorch import ops_coverage as oc
+from edgetorch.devtools import ops_coverage as oc
 
 FULL = os.environ.get("EDGETORCH_OPINFO_FULL") == "1"
 SAMPLES = 2 if FULL else 1

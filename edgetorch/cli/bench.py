@@ -24,7 +24,7 @@ BENCHMARKS = {
 
 def bench_script(name: str) -> pathlib.Path:
     """The path of ``bench/<name>.py`` next to this package; FileNotFoundError outside a source checkout."""
-    script = pathlib.Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
     if not script.is_file():
         raise FileNotFoundError(
             f"expected the benchmark script {script}, found nothing; the benchmarks ship with the edgetorch "

@@ -26,9 +26,6 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
-# Where the OpInfo sweep (bench/opinfo_compare.py) writes its results by default.
-DEFAULT_RESULTS = pathlib.Path(__file__).resolve().parents[1] / "bench" / "results" / "opinfo.json"
-
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
 
 # (rtol, atol) per floating dtype; integers and bools compare exactly. NumPy kernels may round

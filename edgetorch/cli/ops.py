@@ -15,7 +15,10 @@ import argparse
 import pathlib
 from typing import Any
 
-from edgetorch import cli
+from edgetorch.cli._common import EXIT_OK
+
+# Where the OpInfo sweep (bench/opinfo_compare.py) of a source checkout writes its results.
+DEFAULT_RESULTS = pathlib.Path(__file__).resolve().parents[2] / "bench" / "results" / "opinfo.json"
 
 
 def register(subparsers: Any) -> None:
@@ -53,17 +56,17 @@ def _program_ops(args: argparse.Namespace) -> int:
     print(f"{len(needed)} operators")
     if args.selective_module:
         print(f"wrote {write_selective_module(args.selective_module, needed)}")
-    return cli.EXIT_OK
+    return EXIT_OK
 
 
 def _coverage(args: argparse.Namespace) -> int:
-    from edgetorch import ops_coverage as oc
+    from edgetorch.devtools import ops_coverage as oc
 
     if args.verify:
         results = oc.check_ops(oc.opinfos())
         source = "a quick run of the CI OpInfo set"
     else:
-        path = pathlib.Path(args.results) if args.results else oc.DEFAULT_RESULTS
+        path = pathlib.Path(args.results) if args.results else DEFAULT_RESULTS
         if not path.exists():
             raise FileNotFoundError(f"no OpInfo results at {path}; run bench/opinfo_compare.py, or pass --verify")
         results = oc.load_results(path)
@@ -82,7 +85,4 @@ def _coverage(args: argparse.Namespace) -> int:
         f"{counts['FAIL']} failing, {counts['unverified']} unverified; {counts['missing']} missing a kernel, "
         f"{counts['no out']} without an out variant (results from {source})"
     )
-    return cli.EXIT_OK
-
-
-cli._EXTRA_COMMANDS.append(register)
+    return EXIT_OK

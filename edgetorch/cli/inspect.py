@@ -1,0 +1,58 @@
+"""``edgetorch inspect PROGRAM``: methods, inputs/outputs, operators, delegates, planned memory, segments. Torch-free."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from typing import Any
+
+from edgetorch.cli._common import EXIT_OK, load_program
+
+
+def register(sub: Any) -> None:
+    inspect = sub.add_parser("inspect", help="print a program's methods, operators, delegates, memory and segments")
+    inspect.add_argument("program", help="path to a .pte file")
+    inspect.set_defaults(func=cmd_inspect)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    program = load_program(args.program)
+    prog = program.program
+    print(f"program: {args.program}")
+    print(f"  methods: {', '.join(program.method_names)}")
+    for plan in prog.execution_plan:
+        meta = program.metadata(plan.name)
+        print(f"\nmethod {plan.name!r}: {meta.num_instructions} instructions, {len(plan.values)} values")
+        for i in range(meta.num_inputs):
+            print(f"  input  {i}: {meta.input_tensor_meta(i)}")
+        for i in range(meta.num_outputs):
+            print(f"  output {i}: {meta.output_tensor_meta(i)}")
+        counts: Counter[str] = Counter()
+        for chain in plan.chains:
+            for ins in chain.instructions:
+                a = ins.instr_args
+                if type(a).__name__ == "KernelCall" and 0 <= a.op_index < len(plan.operators):
+                    op = plan.operators[a.op_index]
+                    counts[f"{op.name}.{op.overload}" if op.overload else op.name] += 1
+                else:
+                    counts[f"<{type(a).__name__}>"] += 1
+        if counts:
+            print("  operators:")
+            for name, n in counts.most_common():
+                print(f"    {n:5d}  {name}")
+        for d in plan.delegates:
+            where = "inline" if int(d.processed.location) == 0 else "segment"
+            print(f"  delegate: {d.id} ({where} {d.processed.index}, {len(d.compile_specs)} compile specs)")
+        for mem_id, size in enumerate(meta.planned_buffer_sizes, start=1):
+            print(f"  planned memory id {mem_id}: {size} bytes")
+    const_bytes = 0
+    if prog.constant_segment is not None and prog.segments and prog.constant_segment.segment_index < len(prog.segments):
+        const_bytes = prog.segments[prog.constant_segment.segment_index].size
+    const_bytes += sum(len(b.storage) for b in prog.constant_buffer)
+    print(f"\nconstant bytes: {const_bytes}")
+    print(f"segments: {len(prog.segments)}")
+    for i, seg in enumerate(prog.segments):
+        print(f"  segment {i}: offset {seg.offset}, {seg.size} bytes")
+    for nd in prog.named_data or []:
+        print(f"  named data {nd.key!r} -> segment {nd.segment_index}")
+    return EXIT_OK
