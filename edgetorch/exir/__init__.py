@@ -2,19 +2,18 @@
 
 ``to_edge`` lowers torch.export programs to the Edge dialect;
 ``EdgeProgramManager.to_executorch`` produces the .pte. The back-half names
-(``ExecutorchBackendConfig``, ``ExecutorchProgramManager``, ``to_edge_transform_and_lower``) load on first use.
+(``ExecutorchBackendConfig``, ``ExecutorchProgramManager``) load on first use.
 """
 
 from edgetorch._lazy import lazy_exports
 from edgetorch.exir.capture import capture_pre_autograd_graph, dynamic_dim
 from edgetorch.exir.dialects._ops import exir_ops
 from edgetorch.exir.pass_base import ExportPass, PassManager, PassResult
-from edgetorch.exir.program import EdgeCompileConfig, EdgeProgramManager, to_edge
+from edgetorch.exir.program import EdgeCompileConfig, EdgeProgramManager, to_edge, to_edge_transform_and_lower
 
 _LAZY = {
     "ExecutorchBackendConfig": "to_executorch",
     "ExecutorchProgramManager": "to_executorch",
-    "to_edge_transform_and_lower": "backend.lower",
 }
 
 __all__ = [

@@ -3,13 +3,17 @@
 ``to_edge`` decomposes each exported method to Core ATen, rewrites it into
 Edge ops (see ``passes/to_edge.py``), lifts new constants and checks the
 result. The manager holds one Edge ``ExportedProgram`` per method, applies
-user passes (``transform``) and hands everything to the back half
-(``to_executorch``). May import torch and edgetorch.exir.
+user passes (``transform``), delegates to backends (``to_backend``) and hands
+everything to the back half (``to_executorch``). ``to_edge_transform_and_lower``
+is the recommended one-call path: ATen -> Edge (keeping whole the ops the
+partitioners ask for), user passes, then each partitioner in turn. May import
+torch and edgetorch.exir.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,6 +27,8 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
+from edgetorch.exir.backend.backend_api import partition_and_lower
+from edgetorch.exir.backend.partitioner import Partitioner
 from edgetorch.exir.pass_base import PassManager, PassType
 from edgetorch.exir.passes.decompose import decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
@@ -32,7 +38,15 @@ from edgetorch.exir.verification import EdgeVerifier, verify_aten_graph, verify_
 if TYPE_CHECKING:
     from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
 
-__all__ = ["EdgeCompileConfig", "EdgeProgramManager", "lower_to_edge", "to_edge"]
+__all__ = [
+    "EdgeCompileConfig",
+    "EdgeProgramManager",
+    "edge_manager_to_backend",
+    "lower_to_edge",
+    "ops_to_keep",
+    "to_edge",
+    "to_edge_transform_and_lower",
+]
 
 
 @dataclass
@@ -200,8 +214,6 @@ class EdgeProgramManager:
 
     def to_backend(self, partitioner: Any) -> EdgeProgramManager:
         """Delegate what ``partitioner`` tags (one partitioner, or a dict method -> partitioner) to its backends."""
-        from edgetorch.exir.backend.lower import edge_manager_to_backend
-
         return edge_manager_to_backend(self, partitioner)
 
     def to_executorch(self, config: ExecutorchBackendConfig | None = None) -> ExecutorchProgramManager:
@@ -222,3 +234,87 @@ def _apply(program: ExportedProgram, passes: Any, config: EdgeCompileConfig) -> 
     if config._check_ir_validity:
         verify_edge_graph(edge.graph_module, [*config.preserve_ops, *config._core_aten_ops_exception_list])
     return edge
+
+
+PartitionerArg = Partitioner | type[Partitioner]
+
+
+def to_edge_transform_and_lower(
+    programs: ExportedProgram | Mapping[str, ExportedProgram],
+    transform_passes: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None,
+    partitioner: Sequence[PartitionerArg] | Mapping[str, Sequence[PartitionerArg]] | None = None,
+    constant_methods: Mapping[str, Any] | None = None,
+    compile_config: EdgeCompileConfig | None = None,
+) -> EdgeProgramManager:
+    """Lower exported programs to Edge, run ``transform_passes``, then delegate with each partitioner in order.
+
+    ``partitioner`` is a list applied to every method or a dict method -> list.
+    Ops a partitioner names in ``ops_to_not_decompose`` reach it undecomposed.
+    """
+    config = compile_config or EdgeCompileConfig()
+    named = {"forward": programs} if isinstance(programs, ExportedProgram) else dict(programs)
+    per_method = _per_method(partitioner, named)
+    kept = {name: ops_to_keep(program, per_method[name]) for name, program in named.items()}
+    edge = {name: lower_to_edge(program, config, kept[name]) for name, program in named.items()}
+    all_kept = [op for ops in kept.values() for op in ops if op not in config.preserve_ops]
+    config = dataclasses.replace(config, preserve_ops=[*config.preserve_ops, *dict.fromkeys(all_kept)])
+    manager = EdgeProgramManager(edge, constant_methods, config)
+    if transform_passes:
+        manager = manager.transform(transform_passes)
+    rounds = max((len(p) for p in per_method.values()), default=0)
+    for i in range(rounds):
+        manager = edge_manager_to_backend(manager, {n: p[i] for n, p in per_method.items() if i < len(p)})
+    return manager
+
+
+def _per_method(
+    partitioner: Sequence[PartitionerArg] | Mapping[str, Sequence[PartitionerArg]] | None,
+    named: Mapping[str, ExportedProgram],
+) -> dict[str, list[Partitioner]]:
+    """Partitioner instances per method (classes are instantiated)."""
+    if partitioner is None:
+        chosen: Mapping[str, Sequence[PartitionerArg]] = {}
+    elif isinstance(partitioner, Mapping):
+        chosen = partitioner
+    else:
+        chosen = dict.fromkeys(named, partitioner)
+    return {name: [p() if isinstance(p, type) else p for p in chosen.get(name, ())] for name in named}
+
+
+def ops_to_keep(program: ExportedProgram, partitioners: Sequence[Partitioner]) -> list[torch._ops.OpOverload]:
+    """The ATen ops to keep out of decomposition for ``partitioners`` on ``program``.
+
+    An op is kept when some partitioner asks for it and that partitioner's
+    filter (if any) accepts every node of the op in ``program``; an op the filter
+    rejects for some node is decomposed everywhere, so no node is left with an op
+    only the backend runs.
+    """
+    kept: dict[torch._ops.OpOverload, None] = {}
+    nodes = [n for n in program.graph.nodes if n.op == "call_function"]
+    for partitioner in partitioners:
+        ops, accept = partitioner.ops_to_not_decompose(program)
+        for op in ops:
+            if accept is None or all(accept(n) for n in nodes if n.target is op):
+                kept[op] = None
+    return list(kept)
+
+
+def edge_manager_to_backend(
+    manager: EdgeProgramManager, partitioner: PartitionerArg | Mapping[str, PartitionerArg]
+) -> EdgeProgramManager:
+    """What ``EdgeProgramManager.to_backend`` does: a new manager with ``partitioner`` applied.
+
+    ``partitioner`` applies to every method, or is a dict method -> partitioner
+    (methods not in it are copied unchanged).
+    """
+    chosen = partitioner if isinstance(partitioner, Mapping) else dict.fromkeys(manager.methods, partitioner)
+    unknown = set(chosen) - manager.methods
+    if unknown:
+        raise KeyError(f"partitioners given for methods {sorted(unknown)}, which this program does not have")
+    programs = {
+        name: partition_and_lower(manager.exported_program(name), chosen[name])
+        if name in chosen
+        else manager.exported_program(name)
+        for name in manager._edge_programs
+    }
+    return EdgeProgramManager(programs, manager._constant_methods, manager.compile_config)

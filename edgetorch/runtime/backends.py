@@ -46,8 +46,13 @@ def register_backend(name: str, backend: BackendInterface) -> None:
 
 
 def get_backend(name: str) -> BackendInterface:
-    """The registered backend ``name``, or UnsupportedBackendError saying what is registered."""
-    _load_builtin_backends()
+    """The registered backend ``name``, or UnsupportedBackendError saying what is registered.
+
+    A backend not registered yet is looked up among the installed ``edgetorch.backends`` entry points
+    (the runtime halves that ship with edgetorch, and any a plug-in package declares) and imported.
+    """
+    if name not in _BACKENDS:
+        _load_entry_points(name)
     backend = _BACKENDS.get(name)
     if backend is None or not backend.is_available():
         raise UnsupportedBackendError(
@@ -59,30 +64,21 @@ def get_backend(name: str) -> BackendInterface:
 
 
 def registered_backends() -> list[str]:
-    _load_builtin_backends()
+    """Every backend this runtime can run: those registered and those installed as entry points."""
+    _load_entry_points()
     return sorted(_BACKENDS)
 
 
-_builtins_loaded = False
+ENTRY_POINT_GROUP = "edgetorch.backends"
 
 
-def _load_builtin_backends() -> None:
-    """Import the runtime halves that ship with edgetorch; each registers itself."""
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True
-    import importlib
+def _load_entry_points(name: str | None = None) -> None:
+    """Import the runtime modules that the ``edgetorch.backends`` entry points name (all, or ``name``'s).
 
-    for module in BUILTIN_BACKEND_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
+    Each entry point maps a backend id to a torch-free module that calls ``register_backend`` when imported.
+    """
+    from importlib.metadata import entry_points
 
-
-BUILTIN_BACKEND_MODULES = (
-    "edgetorch.backends.xnnpack.runtime",
-    "edgetorch.backends.demo.runtime",
-)
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if name is None or point.name == name:
+            point.load()

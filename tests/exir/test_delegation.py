@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch.export import ExportedProgram, export
 
+from edgetorch.backends.demo.compiler import BLOB_OPS, AddMulPartitionerDemo, BackendWithCompilerDemo
 from edgetorch.backends.demo.runtime import OPS, parse
 from edgetorch.errors import DelegateLoadError, UnsupportedBackendError
 from edgetorch.exir import to_edge
@@ -22,8 +23,6 @@ from edgetorch.exir.backend.backend_api import LoweredBackendModule, Partitioner
 from edgetorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from edgetorch.exir.backend.compile_spec_schema import CompileSpec
 from edgetorch.exir.backend.delegate import delegate_call_nodes
-from edgetorch.exir.backend.demo import BLOB_OPS, AddMulPartitionerDemo, BackendWithCompilerDemo
-from edgetorch.exir.backend.lower import edge_manager_to_backend, to_edge_transform_and_lower
 from edgetorch.exir.backend.partition_utils import (
     TAG,
     PartitionCycleError,
@@ -33,6 +32,7 @@ from edgetorch.exir.backend.partition_utils import (
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from edgetorch.exir.backend.utils import DelegateMappingBuilder, format_delegated_graph
 from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.program import edge_manager_to_backend, to_edge_transform_and_lower
 from edgetorch.runtime import Runtime
 
 aten = torch.ops.aten

@@ -1,1 +1,1 @@
-"""The tutorial's demo backend, runtime half (torch-free); its AOT half is edgetorch.exir.backend.demo."""
+"""The tutorial's demo backend, runtime half ``runtime`` (torch-free) and AOT half ``compiler`` (imports torch)."""

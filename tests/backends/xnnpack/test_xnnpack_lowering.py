@@ -24,8 +24,8 @@ from edgetorch.backends.xnnpack.blob import parse_blob
 from edgetorch.backends.xnnpack.serialize import XnnpackLoweringError
 from edgetorch.exir import to_edge, to_edge_transform_and_lower
 from edgetorch.exir.backend import to_backend
-from edgetorch.exir.backend.lower import ops_to_keep
 from edgetorch.exir.dialects import to_aten
+from edgetorch.exir.program import ops_to_keep
 from edgetorch.format.pte import load_pte
 from edgetorch.runtime import Runtime
 from tests.interop import models

@@ -1,5 +1,5 @@
-"""``BackendWithCompilerDemo`` where the tutorial imports it (defined in ``edgetorch.exir.backend.demo``)."""
+"""``BackendWithCompilerDemo`` where the tutorial imports it (defined in ``edgetorch.backends.demo.compiler``)."""
 
-from edgetorch.exir.backend.demo import BackendWithCompilerDemo
+from edgetorch.backends.demo.compiler import BackendWithCompilerDemo
 
 __all__ = ["BackendWithCompilerDemo"]

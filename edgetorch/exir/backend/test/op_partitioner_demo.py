@@ -1,5 +1,5 @@
-"""``AddMulPartitionerDemo`` where the tutorial imports it (defined in ``edgetorch.exir.backend.demo``)."""
+"""``AddMulPartitionerDemo`` where the tutorial imports it (defined in ``edgetorch.backends.demo.compiler``)."""
 
-from edgetorch.exir.backend.demo import AddMulPartitionerDemo
+from edgetorch.backends.demo.compiler import AddMulPartitionerDemo
 
 __all__ = ["AddMulPartitionerDemo"]
