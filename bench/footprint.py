@@ -134,8 +134,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     reexec_with_clean_blas_env()
+    from bench.artifacts import export_artifact
     from bench.models import MODELS
-    from bench.suite import export_artifact
 
     model, inputs = MODELS[args.model]()
     specs = [[list(x.shape), str(x.numpy().dtype)] for x in inputs]

@@ -17,9 +17,7 @@ Writes OUT/RESULTS.md, OUT/results/suite.json and OUT/results/{latency,ratios}.p
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
-import io
 import json
 import logging
 import os
@@ -43,6 +41,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench import footprint, plots  # noqa: E402
+from bench.artifacts import COMPILE, export_artifact  # noqa: E402
 from bench.harness import fmt_ms, median_time, set_threads, table  # noqa: E402
 from bench.models import MODELS  # noqa: E402
 from bench.plots import COMPARISONS, CONTENDERS, LABELS, comparison_label, geomean, ratios  # noqa: E402
@@ -78,63 +77,6 @@ QUICK = Budget(1, 1.0)
 SETTLE_S = 1.0
 """Idle pause before timing a contender. Thread pools spin after work (OpenBLAS's, torch's OpenMP); right after
 torch ran, edgetorch's BLAS calls were measured ~100x slower on 2 cores, and the other way round."""
-
-
-def _edgetorch_xnnpack(ep: torch.export.ExportedProgram) -> bytes:
-    from edgetorch.backends.xnnpack import XnnpackPartitioner
-    from edgetorch.exir import to_edge_transform_and_lower
-
-    return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
-
-
-def _edgetorch_portable(ep: torch.export.ExportedProgram) -> bytes:
-    from edgetorch.exir import to_edge
-
-    return to_edge(ep).to_executorch().buffer
-
-
-def _et_xnnpack(ep: torch.export.ExportedProgram) -> bytes:
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
-
-
-def _et_portable(ep: torch.export.ExportedProgram) -> bytes:
-    from executorch.exir import to_edge
-
-    return to_edge(ep).to_executorch().buffer
-
-
-COMPILE: dict[str, Callable[[torch.export.ExportedProgram], bytes]] = {
-    "edgetorch-xnnpack": _edgetorch_xnnpack,
-    "edgetorch-portable": _edgetorch_portable,
-    "et-xnnpack": _et_xnnpack,
-    "et-portable": _et_portable,
-}
-
-
-def export_artifact(contender: str, model: torch.nn.Module, inputs: tuple, path_stem: pathlib.Path) -> dict:
-    """Compile ``model`` for ``contender`` into a file next to ``path_stem``; returns its path, export seconds, bytes.
-
-    Every compiler gets a fresh ``torch.export`` (under a second even for GPT-2)
-    so none can see another's changes; only the compile step is timed.
-    """
-    if contender == "ort":
-        path = path_stem.with_suffix(".onnx")
-        t0 = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):
-            torch.onnx.export(model, inputs, str(path), dynamo=True)
-        seconds = time.perf_counter() - t0
-        size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
-        return {"path": str(path), "export_s": seconds, "bytes": size}
-    path = path_stem.with_name(f"{path_stem.name}-{contender}.pte")
-    ep = torch.export.export(model, inputs)
-    t0 = time.perf_counter()
-    buffer = COMPILE[contender](ep)
-    seconds = time.perf_counter() - t0
-    path.write_bytes(buffer)
-    return {"path": str(path), "export_s": seconds, "bytes": len(buffer)}
 
 
 def load_runner(contender: str, path: str | None, model: torch.nn.Module, inputs: tuple) -> Callable[[], object]:
