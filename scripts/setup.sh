@@ -8,8 +8,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.edgetorch-deps
-if [ ! -f "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ]; then
-  echo "[setup] installing dependencies (torch 2.13.0 CPU, executorch 1.5.1, ...)"
+if [ ! -f "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "[setup] installing dependencies (pyproject.toml: torch 2.13.0 CPU, executorch 1.5.1, ...)"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements-dev.txt
   touch "$stamp"
