@@ -1,5 +1,6 @@
 """The edgetorch command: export, inspect, run; one-line errors with exit code 1."""
 
+import re
 import subprocess
 import sys
 
@@ -26,6 +27,8 @@ def test_export_inspect_run(tmp_path):
     assert "addmm x2" in r.stdout and "file size" in r.stdout
     r = _cli("inspect", str(pte))
     assert r.returncode == 0 and "aten::addmm.out" in r.stdout and "planned memory id 1" in r.stdout
+    r = _cli("inspect", str(pte), "--instructions")
+    assert r.returncode == 0 and re.search(r"\n +0  %\d+ = aten::\w+\.out\(.*\)  \[arena 1 @ \d+, ", r.stdout), r.stdout
     np.save(tmp_path / "x.npy", np.ones((3, 4), np.float32))
     r = _cli("run", str(pte), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y"))
     assert r.returncode == 0, r.stderr

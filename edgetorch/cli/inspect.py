@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections import Counter
 from typing import Any
 
 from edgetorch.cli._common import EXIT_OK, load_program
+from edgetorch.format.printer import format_plan
 
 
 def register(sub: Any) -> None:
     inspect = sub.add_parser("inspect", help="print a program's methods, operators, delegates, memory and segments")
     inspect.add_argument("program", help="path to a .pte file")
+    inspect.add_argument(
+        "--instructions", action="store_true", help="also list every instruction with its values and memory"
+    )
     inspect.set_defaults(func=cmd_inspect)
 
 
@@ -45,6 +50,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(f"  delegate: {d.id} ({where} {d.processed.index}, {len(d.compile_specs)} compile specs)")
         for mem_id, size in enumerate(meta.planned_buffer_sizes, start=1):
             print(f"  planned memory id {mem_id}: {size} bytes")
+        if args.instructions:
+            print("  instructions:")
+            print(textwrap.indent(format_plan(plan), "  "))
     const_bytes = 0
     if prog.constant_segment is not None and prog.segments and prog.constant_segment.segment_index < len(prog.segments):
         const_bytes = prog.segments[prog.constant_segment.segment_index].size
