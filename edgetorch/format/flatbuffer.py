@@ -68,8 +68,11 @@ def fb(kind: Any, default: Any = _MISSING, enum: type | None = None) -> Any:
     return dataclasses.field(default=default, metadata={"fb": kind, "enum": enum})
 
 
+_LAYOUTS: dict[type, list[tuple[str, Any, int, type | None]]] = {}
+
+
 def _layout(cls: type) -> list[tuple[str, Any, int, type | None]]:
-    cached = cls.__dict__.get("_fb_layout")
+    cached = _LAYOUTS.get(cls)
     if cached is not None:
         return cached
     slots, slot = [], 0
@@ -79,7 +82,7 @@ def _layout(cls: type) -> list[tuple[str, Any, int, type | None]]:
             slot += 1  # the hidden type-tag slot
         slots.append((f.name, kind, slot, f.metadata.get("enum")))
         slot += 1
-    cls._fb_layout = slots
+    _LAYOUTS[cls] = slots
     return slots
 
 
@@ -143,7 +146,7 @@ class _Reader:
             raise FlatbufferError(f"vtable at offset {vtable} has invalid length {vt_len}")
         if vtable + vt_len > self.n:
             raise FlatbufferError(f"vtable at offset {vtable} runs past the end of the buffer")
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         for name, kind, slot, enum in _layout(cls):
             off = self._slot(vtable, vt_len, slot)
             if isinstance(kind, Union):

@@ -9,6 +9,7 @@ Torch-free.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgetorch.format.flatbuffer import FlatbufferError, decode, encode
@@ -113,7 +114,7 @@ def load_pte(data: bytes | bytearray | memoryview) -> PteFile:
 
 
 def save_pte(
-    program: Program, segments: list[bytes | memoryview] = (), segment_alignment: int = SEGMENT_ALIGNMENT
+    program: Program, segments: Sequence[bytes | memoryview] = (), segment_alignment: int = SEGMENT_ALIGNMENT
 ) -> bytes:
     """Encode ``program`` with ``segments`` appended; ``program.segments`` is rewritten to match.
 
