@@ -13,11 +13,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+import torch
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.pass_base import PassBase
 
 from edgetorch.exir.emit import MethodEmitter, ProgramData, emit_constant_method
 from edgetorch.exir.memory_planning import MemoryPlan
+from edgetorch.exir.pass_base import PassManager
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.passes.out_variant import ReplaceViewCopyWithViewPass, ToOutVarPass, insert_buffer_write_back
 from edgetorch.exir.passes.spec_prop import ConstraintBasedSymShapeEvalPass, SpecPropPass, mark_constants
@@ -30,7 +32,8 @@ class ExecutorchBackendConfig:
     """How ``to_executorch`` lowers and serializes; per-method dicts are allowed where noted."""
 
     passes: list = field(default_factory=list)
-    """Passes run on every method after spec propagation, before out-variant conversion."""
+    """Passes run on every method first, as in ExecuTorch (before spec propagation and out-variant conversion);
+    a pass that returns a ``PassResult`` hands on its ``graph_module``."""
     memory_planning_pass: Any = field(default_factory=MemoryPlanningPass)
     """A MemoryPlanningPass, or a dict of them by method name."""
     to_out_var_pass: PassBase = field(default_factory=ToOutVarPass)
@@ -116,12 +119,12 @@ class ExecutorchProgramManager:
         # The graph is copied; weights are shared, since no pass here changes a tensor's data (GPT-2: -1 s).
         shared = {id(t): t for t in [*edge_program.state_dict.values(), *edge_program.constants.values()]}
         ep = copy.deepcopy(edge_program, memo=shared)
-        gm = ep.graph_module
         insert_buffer_write_back(ep)
+        if self._config.passes:
+            _adopt(ep.graph_module, PassManager(self._config.passes)(ep.graph_module).graph_module)
+        gm = ep.graph_module
         SpecPropPass()(gm)
         mark_constants(ep)
-        for p in self._config.passes:
-            p(gm)
         if self._config.remove_view_copy:
             ReplaceViewCopyWithViewPass()(gm)
         _for_method(self._config.sym_shape_eval_pass, name)(gm)
@@ -157,6 +160,22 @@ class ExecutorchProgramManager:
             mutable_data_segments=mutable,
         )
         return program, segments, debug
+
+
+def _adopt(target: torch.fx.GraphModule, source: torch.fx.GraphModule) -> None:
+    """Make ``target`` (the graph module an ExportedProgram owns) hold the graph a pass returned in ``source``."""
+    if source is target:
+        return
+    target.meta.update(source.meta)
+    target.graph = source.graph
+    for name, _ in list(target.named_children()):
+        delattr(target, name)
+    for name, module in source.named_children():
+        setattr(target, name, module)
+    for node in source.graph.nodes:
+        if node.op == "get_attr" and isinstance(getattr(source, node.target, None), torch.Tensor):
+            setattr(target, node.target, getattr(source, node.target))
+    target.recompile()
 
 
 def _for_method(option: Any, name: str) -> Any:

@@ -419,23 +419,27 @@ class MethodExecutor:
                 self.vals[j] = view
 
     def run(self) -> None:
-        pc = 0
+        pc, tracer = 0, self.tracer
         try:
-            if self.tracer is not None:
-                self._run_traced(self.tracer)
-            elif self.static:
+            if self.static and tracer is None:
                 for pc, step in enumerate(self.steps):  # noqa: B007  (pc names the failing step below)
                     step()
-            else:
-                steps, n, count = self.steps, len(self.steps), 0
-                while pc < n:
+                return
+            # Traced runs and dynamic runs share this loop, so both follow jumps and both stop runaway loops.
+            steps, n, count, jumps, clock = self.steps, len(self.steps), 0, not self.static, time.perf_counter
+            while pc < n:
+                if tracer is None:
                     nxt = steps[pc]()
-                    pc = pc + 1 if nxt is None else nxt
-                    count += 1
-                    if count > MAX_STEPS_PER_RUN:
-                        raise ExecutionError(
-                            f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped"
-                        )
+                else:
+                    t0 = clock()
+                    nxt = steps[pc]()
+                    tracer.record(self.step_pcs[pc], clock() - t0)
+                pc = nxt if jumps and nxt is not None else pc + 1
+                count += 1
+                if count > MAX_STEPS_PER_RUN:
+                    raise ExecutionError(
+                        f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped"
+                    )
         except EdgetorchError:
             raise
         except Exception as e:
@@ -454,14 +458,6 @@ class MethodExecutor:
         if isinstance(a, fbp.DelegateCall):
             return f"delegate {self.plan.delegates[a.delegate_index].id}"
         return type(a).__name__
-
-    def _run_traced(self, tracer: Any) -> None:
-        steps, pc, n, clock = self.steps, 0, len(self.steps), time.perf_counter
-        while pc < n:
-            t0 = clock()
-            nxt = steps[pc]()
-            tracer.record(self.step_pcs[pc], clock() - t0)
-            pc = nxt if isinstance(nxt, int) and not self.static else pc + 1
 
     def outputs(self) -> list[Any]:
         source = self.bound if self.static else self.vals

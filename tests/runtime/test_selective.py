@@ -109,3 +109,35 @@ print(json.dumps({{"refused": refused, "families": families}}))
     assert "softmax" in report["refused"]
     assert "edgetorch.runtime.kernels.conv" not in report["families"]
     assert "edgetorch.runtime.kernels.quantized" not in report["families"]
+
+
+class Linear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("how", ["keyword", "positional"])
+def test_selective_load_program_takes_the_same_arguments_as_runtime(tmp_path, how):
+    from executorch.exir import ExecutorchBackendConfig as EtConfig
+    from executorch.exir import to_edge as et_to_edge
+
+    from edgetorch.runtime import ProgramLoadError, Verification
+
+    model, x = Linear().eval(), torch.randn(2, 4)
+    et = et_to_edge(torch.export.export(model, (x,))).to_executorch(EtConfig(external_constants=True))
+    et.write_tensor_data_to_file(str(tmp_path))
+    (ptd,) = tmp_path.glob("*.ptd")
+    runtime = SelectiveRuntime(operators_in(Runtime.get().load_program(et.buffer)))
+    with pytest.raises(ProgramLoadError, match="load the .ptd file"):
+        runtime.load_program(et.buffer).load_method("forward")
+    if how == "keyword":
+        program = runtime.load_program(et.buffer, verification=Verification.InternalConsistency, data_files=[ptd])
+    else:
+        program = runtime.load_program(et.buffer, Verification.InternalConsistency, [ptd])
+    (got,) = program.load_method("forward").execute([x.numpy()])
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
