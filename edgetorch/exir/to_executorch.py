@@ -21,6 +21,7 @@ from edgetorch.exir.memory_planning import MemoryPlan
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.passes.out_variant import ReplaceViewCopyWithViewPass, ToOutVarPass, insert_buffer_write_back
 from edgetorch.exir.passes.spec_prop import ConstraintBasedSymShapeEvalPass, SpecPropPass, mark_constants
+from edgetorch.exir.passes.weights_to_outputs import training_metadata, weights_to_outputs
 from edgetorch.format.program import Program, SubsegmentOffsets
 from edgetorch.format.pte import SEGMENT_ALIGNMENT, save_pte
 
@@ -117,6 +118,7 @@ class ExecutorchProgramManager:
         shared = {id(t): t for t in [*edge_program.state_dict.values(), *edge_program.constants.values()]}
         ep = copy.deepcopy(edge_program, memo=shared)
         gm = ep.graph_module
+        weights_to_outputs(ep)
         insert_buffer_write_back(ep)
         SpecPropPass()(gm)
         mark_constants(ep)
@@ -139,7 +141,8 @@ class ExecutorchProgramManager:
             emitter = MethodEmitter(name, ep, data, config.emit_stacktrace)
             plans.append(emitter.emit())
             debug[name] = emitter.debug_handles
-        plans += [emit_constant_method(name, value, data) for name, value in self._constant_methods.items()]
+        constant_methods = {**training_metadata(self._programs), **self._constant_methods}
+        plans += [emit_constant_method(name, value, data) for name, value in constant_methods.items()]
         constants, offsets = data.constant_segment()
         segments = [constants] + (data.delegate_blobs if config.extract_delegate_segments else [])
         mutable = None
