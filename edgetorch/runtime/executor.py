@@ -463,7 +463,8 @@ class MethodExecutor:
             tracer.record(self.step_pcs[pc], clock() - t0)
             pc = nxt if isinstance(nxt, int) and not self.static else pc + 1
 
-    def outputs(self) -> list[Any]:
+    def outputs(self, clone: bool = True) -> list[Any]:
+        """The output values; with ``clone=False`` tensors are the method's own memory (see Method.execute)."""
         source = self.bound if self.static else self.vals
         out = []
         for j in self.plan.outputs:
@@ -471,9 +472,9 @@ class MethodExecutor:
             if isinstance(v, _ListRef):
                 v = v.resolve(source)
             if isinstance(v, np.ndarray):
-                out.append(np.array(v, copy=True))
+                out.append(np.array(v, copy=clone))
             elif isinstance(v, list):
-                out.append([np.array(t, copy=True) if isinstance(t, np.ndarray) else t for t in v])
+                out.append([np.array(t, copy=clone) if isinstance(t, np.ndarray) else t for t in v])
             else:
                 out.append(v)
         return out
