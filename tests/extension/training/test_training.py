@@ -18,7 +18,7 @@ import torch
 from torch.export.experimental import _export_forward_backward
 
 import edgetorch.exir
-from edgetorch.errors import InvalidInputError
+from edgetorch.errors import InvalidInputError, ProgramLoadError
 from edgetorch.extension.training import (
     SGD,
     _load_for_executorch_for_training,
@@ -172,6 +172,27 @@ def test_executorch_trains_our_program_like_eager(compiled, options):
     )
     _assert_trained_like_eager(losses, params, want_losses, want_params)
     assert sorted(grads) == sorted(want_params)
+
+
+def test_our_runtime_trains_executorch_program_with_external_weights(tmp_path):
+    """ExecuTorch's ``external_mutable_weights`` program: the initial weights come from its .ptd (data_path)."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir import to_edge as et_to_edge
+
+    torch.manual_seed(0)
+    net = MLP()
+    manager = et_to_edge(_joint_graph(net)).to_executorch(ExecutorchBackendConfig(external_mutable_weights=True))
+    manager.write_tensor_data_to_file(str(tmp_path))
+    (ptd,) = tmp_path.glob("*.ptd")
+    module = _load_for_executorch_for_training(manager.buffer, data_path=ptd.read_bytes())
+    want_losses, want_params = _eager(net, SGD_OPTIONS["momentum"])
+    sgd, losses = get_sgd_optimizer(module.named_parameters(), **SGD_OPTIONS["momentum"]), []
+    for x, y in _batches():
+        losses.append(module.forward_backward("forward", (x, y))[0])
+        sgd.step(module.named_gradients())
+    _assert_trained_like_eager(np.array(losses), module.named_parameters(), want_losses, want_params)
+    with pytest.raises(ProgramLoadError, match="load the .ptd file"):
+        _load_for_executorch_for_training(manager.buffer).named_parameters()
 
 
 def test_gradients_match_eager(compiled):
