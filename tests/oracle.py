@@ -58,26 +58,46 @@ def run_executorch_calls(pte: bytes, calls: list[list], method: str = "forward",
             request.append(specs)
         np.savez(root / "inputs.npz", **arrays)
         root.joinpath("request.json").write_text(json.dumps({"method": method, "calls": request}))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
-        proc = subprocess.run(
-            [sys.executable, "-m", "tests.executorch_worker", folder],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=_ROOT,
-            env=env,
-        )
-        if proc.returncode != 0:
-            how = (
-                f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit {proc.returncode}"
-            )
-            raise ExecuTorchCrashed(f"ExecuTorch's runtime failed ({how}) on {method}:\n{proc.stderr[-3000:]}")
+        run_worker("tests.executorch_worker", root, method, timeout)
         described = json.loads(root.joinpath("outputs.json").read_text())
         results = []
         for i, kinds in enumerate(described):
             with np.load(root / f"outputs_{i}.npz", allow_pickle=False) as saved:
                 results.append([saved[k["key"]] if k["kind"] == "array" else k["value"] for k in kinds])
         return results
+
+
+def run_executorch_training(
+    pte: bytes, steps: list[list], sgd: dict, method: str = "forward", timeout: float = 600
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Train a joint-graph .pte with ExecuTorch's TrainingModule and SGD (in a subprocess), one step per entry
+    of ``steps`` (each the method's inputs); ``sgd`` holds lr, momentum, dampening, weight_decay, nesterov.
+
+    Returns each step's loss (before its update), the final parameters and the last step's gradients.
+    """
+    with tempfile.TemporaryDirectory(prefix="et-training-") as folder:
+        root = Path(folder)
+        root.joinpath("model.pte").write_bytes(bytes(pte))
+        arrays = {f"s{i}_{j}": np.asarray(x) for i, step in enumerate(steps) for j, x in enumerate(step)}
+        np.savez(root / "inputs.npz", **arrays)
+        keys = [[f"s{i}_{j}" for j in range(len(step))] for i, step in enumerate(steps)]
+        root.joinpath("request.json").write_text(json.dumps({"method": method, "sgd": sgd, "steps": keys}))
+        run_worker("tests.executorch_training_worker", root, f"training {method}", timeout)
+        with np.load(root / "losses.npz") as losses, np.load(root / "parameters.npz") as params:
+            with np.load(root / "gradients.npz") as grads:
+                return losses["losses"], dict(params), dict(grads)
+
+
+def run_worker(module: str, folder: Path, what: str, timeout: float = 300) -> None:
+    """Run ``python -m module folder`` (a worker that uses the real ExecuTorch); its failure or crash becomes
+    an ``ExecuTorchCrashed`` failure of the calling test."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", module, str(folder)], capture_output=True, text=True, timeout=timeout, cwd=_ROOT, env=env
+    )
+    if proc.returncode != 0:
+        how = f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        raise ExecuTorchCrashed(f"ExecuTorch's runtime failed ({how}) on {what}:\n{proc.stderr[-3000:]}")
 
 
 def run_executorch(pte: bytes, inputs: list, method: str = "forward") -> list:

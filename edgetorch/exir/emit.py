@@ -75,6 +75,11 @@ MEMORY_FORMATS = {
 }
 
 
+STATE_WRITES = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
+"""Graph outputs that write state back (emitted as ``copy_`` instructions); a method returns all the others:
+user outputs, and for joint graphs the loss, the gradients and the trainable parameters."""
+
+
 @dataclass(frozen=True)
 class Value:
     """An index into the values table (as opposed to a Python constant still to be emitted)."""
@@ -150,13 +155,14 @@ class MethodEmitter:
         self._operator_index: dict[tuple[str, str], int] = {}
         self._spec_ids: dict[int, int] = {}
         self._inputs: list[int] = []
-        self._buffers = set(ep.graph_signature.inputs_to_buffers) if ep is not None else set()
+        sig = ep.graph_signature if ep is not None else None
+        self._state = {*sig.inputs_to_buffers, *sig.inputs_to_parameters} if sig is not None else set()
 
     def emit(self) -> ExecutionPlan:
         gm = self.ep.graph_module
         outputs = self._emit_graph(gm, None)
         kinds = [s.kind for s in self.ep.graph_signature.output_specs]
-        user = [o for o, k in zip(outputs, kinds) if k == OutputKind.USER_OUTPUT]
+        user = [o for o, k in zip(outputs, kinds) if k not in STATE_WRITES]
         call_spec = self.ep.call_spec
         return ExecutionPlan(
             name=self.name,
@@ -238,7 +244,7 @@ class MethodEmitter:
             value = self._tensor(spec)
         else:  # a specialised scalar input must be passed with the value it was exported with
             value = self._sym_result(node) if isinstance(val, torch.SymInt) else self._constant(val)
-        if not (isinstance(spec, TensorSpec) and spec.const) and node.name not in self._buffers:
+        if not (isinstance(spec, TensorSpec) and spec.const) and node.name not in self._state:
             self._inputs.append(value.id)
         return value
 

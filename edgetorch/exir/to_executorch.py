@@ -23,6 +23,7 @@ from edgetorch.exir.pass_base import PassManager
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.passes.out_variant import ReplaceViewCopyWithViewPass, ToOutVarPass, insert_buffer_write_back
 from edgetorch.exir.passes.spec_prop import ConstraintBasedSymShapeEvalPass, SpecPropPass, mark_constants
+from edgetorch.exir.passes.weights_to_outputs import training_metadata, weights_to_outputs
 from edgetorch.format.program import Program, SubsegmentOffsets
 from edgetorch.format.pte import SEGMENT_ALIGNMENT, save_pte
 
@@ -119,6 +120,7 @@ class ExecutorchProgramManager:
         # The graph is copied; weights are shared, since no pass here changes a tensor's data (GPT-2: -1 s).
         shared = {id(t): t for t in [*edge_program.state_dict.values(), *edge_program.constants.values()]}
         ep = copy.deepcopy(edge_program, memo=shared)
+        weights_to_outputs(ep)
         insert_buffer_write_back(ep)
         if self._config.passes:
             _adopt(ep.graph_module, PassManager(self._config.passes)(ep.graph_module).graph_module)
@@ -142,7 +144,8 @@ class ExecutorchProgramManager:
             emitter = MethodEmitter(name, ep, data, config.emit_stacktrace)
             plans.append(emitter.emit())
             debug[name] = emitter.debug_handles
-        plans += [emit_constant_method(name, value, data) for name, value in self._constant_methods.items()]
+        constant_methods = {**training_metadata(self._programs), **self._constant_methods}
+        plans += [emit_constant_method(name, value, data) for name, value in constant_methods.items()]
         constants, offsets = data.constant_segment()
         segments = [constants] + (data.delegate_blobs if config.extract_delegate_segments else [])
         mutable = None

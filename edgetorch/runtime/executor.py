@@ -155,9 +155,10 @@ class MethodExecutor:
         program = self._program
         constant = t.data_buffer_idx > 0 and t.allocation_info is None
         info = t.extra_tensor_info
+        external = info is not None and info.location == fbp.TensorDataLocation.EXTERNAL
         dynamic = t.shape_dynamism != fbp.TensorShapeDynamism.STATIC
         self.slots[i] = TensorSlot(dtype, tuple(sizes), order, dynamic, constant)
-        if info is not None and info.location == fbp.TensorDataLocation.EXTERNAL and t.allocation_info is None:
+        if external and t.allocation_info is None:
             return view_of(program.external_tensor(info.fully_qualified_name, what), 0, dtype, sizes, order, what)
         if constant:
             buf, offset = program.constant_data(t.data_buffer_idx, what)
@@ -170,7 +171,10 @@ class MethodExecutor:
                     f"{len(self.arenas) - 1} planned buffers (ids 1..{len(self.arenas) - 1})"
                 )
             arr = view_of(self.arenas[a.memory_id], a.memory_offset, dtype, sizes, order, what)
-            if t.data_buffer_idx > 0:
+            if external:  # mutable state whose initial value is in a .ptd file (trainable weights, for example)
+                data = program.external_tensor(info.fully_qualified_name, what)
+                np.copyto(arr, view_of(data, 0, dtype, sizes, order, what))
+            elif t.data_buffer_idx > 0:
                 seg_index = info.mutable_data_segments_idx if info is not None else 0
                 buf, offset = program.mutable_data(seg_index, t.data_buffer_idx, what)
                 np.copyto(arr, view_of(buf, offset, dtype, sizes, order, what))
@@ -459,7 +463,8 @@ class MethodExecutor:
             return f"delegate {self.plan.delegates[a.delegate_index].id}"
         return type(a).__name__
 
-    def outputs(self) -> list[Any]:
+    def outputs(self, clone: bool = True) -> list[Any]:
+        """The output values; with ``clone=False`` tensors are the method's own memory (see Method.execute)."""
         source = self.bound if self.static else self.vals
         out = []
         for j in self.plan.outputs:
@@ -467,9 +472,9 @@ class MethodExecutor:
             if isinstance(v, _ListRef):
                 v = v.resolve(source)
             if isinstance(v, np.ndarray):
-                out.append(np.array(v, copy=True))
+                out.append(np.array(v, copy=clone))
             elif isinstance(v, list):
-                out.append([np.array(t, copy=True) if isinstance(t, np.ndarray) else t for t in v])
+                out.append([np.array(t, copy=clone) if isinstance(t, np.ndarray) else t for t in v])
             else:
                 out.append(v)
         return out

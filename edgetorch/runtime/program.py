@@ -114,15 +114,23 @@ class Method:
     def name(self) -> str:
         return self.metadata.name
 
-    def execute(self, inputs: Sequence[Any] = ()) -> list[Any]:
+    def execute(self, inputs: Sequence[Any] = (), clone_outputs: bool = True) -> list[Any]:
         """Run the method on ``inputs`` (arrays, scalars, or anything with ``__array__``).
 
-        Returns the outputs as NumPy arrays (copies) or Python scalars.
+        Returns the outputs as NumPy arrays (copies) or Python scalars. With ``clone_outputs=False`` (as in
+        ExecuTorch's ``run_method``) output arrays are views of the method's planned memory: the next run
+        overwrites them, and writing to them changes the method's state (how an optimizer updates the
+        trainable parameters a joint-graph method returns).
         """
         ex = self._executor
         ex.set_inputs(list(inputs))
         ex.run()
-        return ex.outputs()
+        return ex.outputs(clone_outputs)
+
+    def outputs(self, clone_outputs: bool = True) -> list[Any]:
+        """The output values as the last run left them (before any run: the planned memory's initial state,
+        so a joint-graph method's parameters); ``clone_outputs`` as in :meth:`execute`."""
+        return self._executor.outputs(clone_outputs)
 
     __call__ = execute
 

@@ -31,7 +31,7 @@ def test_runtime_runs_with_torch_blocked(tmp_path):
         f"""
         import numpy as np
         import edgetorch.runtime as rt
-        import edgetorch.format, edgetorch.runtime.kernels
+        import edgetorch.format, edgetorch.runtime.kernels, edgetorch.extension.training
         out = rt.Module({str(tmp_path / "m.pte")!r}).forward(np.load({str(tmp_path / "x.npy")!r}))
         np.save({str(tmp_path / "y.npy")!r}, out[0])
         assert not any(m.split(".")[0] in ("torch", "executorch") for m in sys.modules), "torch was imported"

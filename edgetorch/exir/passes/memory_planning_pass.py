@@ -14,7 +14,7 @@ from torch.export.graph_signature import ExportGraphSignature
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from edgetorch.exir.memory_planning import ALGORITHMS, Algorithm, MemoryPlan, assign_lifetimes, plan
-from edgetorch.exir.passes.spec_prop import TensorSpec, graph_specs, spec_leaves
+from edgetorch.exir.passes.spec_prop import TRAINABLE, TensorSpec, graph_specs, spec_leaves
 
 
 class MemoryPlanningPass(PassBase):
@@ -67,7 +67,7 @@ class MemoryPlanningPass(PassBase):
         buffers = set(signature.inputs_to_buffers) if signature is not None else set()
         skipped: list[TensorSpec] = []
         for node in gm.graph.nodes:
-            if node.op == "placeholder":
+            if node.op == "placeholder" and not node.meta.get(TRAINABLE, False):  # trainable weights: always
                 keep = self.alloc_mutable_buffers if node.name in buffers else self.alloc_graph_input
                 skipped += [] if keep else spec_leaves(node.meta.get("spec"))
         if not self.alloc_graph_output:

@@ -182,9 +182,14 @@ def spec_leaves(spec: Any) -> list[TensorSpec]:
     return []
 
 
+TRAINABLE = "weight_has_gradient"
+"""Placeholder meta key: a parameter a joint graph computes the gradient of, so planned, mutable state."""
+
+
 def mark_constants(ep: ExportedProgram) -> None:
-    """Give placeholders their data: parameters, constant buffers and lifted constants become constants,
-    mutated buffers keep their initial value in ``storage`` but stay planned, non-constant tensors."""
+    """Give placeholders their data: parameters, constant buffers and lifted constants become constants;
+    mutated buffers and trainable parameters keep their initial value in ``storage`` but stay planned,
+    non-constant tensors."""
     sig = ep.graph_signature
     mutated = set(sig.buffers_to_mutate.values())
     names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
@@ -192,7 +197,7 @@ def mark_constants(ep: ExportedProgram) -> None:
         if node.op == "placeholder" and node.name in names:
             fqn = names[node.name]
             data = ep.state_dict[fqn] if fqn in ep.state_dict else ep.constants[fqn]
-            node.meta["spec"].const = fqn not in mutated
+            node.meta["spec"].const = fqn not in mutated and not node.meta.get(TRAINABLE, False)
             node.meta["spec"].storage = data.detach()
 
 
