@@ -34,8 +34,8 @@ from edgetorch.format import program as fbp
 from edgetorch.runtime import kernels as _kernels  # noqa: F401  (registers the portable kernels)
 from edgetorch.runtime.backends import get_backend
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
-from edgetorch.runtime.kernels.registry import lookup, resize
-from edgetorch.runtime.memory import allocate_arenas, check_dim_order, view_of
+from edgetorch.runtime.kernels.registry import lookup
+from edgetorch.runtime.memory import TensorResizeError, allocate_arenas, check_dim_order, resize, view_of
 
 # A program may jump backwards (loops); a run that takes more steps than this is stopped, never hangs.
 MAX_STEPS_PER_RUN = 50_000_000
@@ -227,7 +227,7 @@ class MethodExecutor:
                     f"instruction {pc} calls delegate {a.delegate_index}, but the method has {len(self.delegates)}"
                 )
             return self._delegate_step(
-                self.delegates[a.delegate_index], [self._check_index(j, f"instruction {pc}") for j in a.args]
+                self.delegates[a.delegate_index], [self._check_index(j, f"instruction {pc}") for j in a.args], pc
             )
         if isinstance(a, fbp.MoveCall):
             src, dst, vals = self._check_index(a.move_from, "move"), self._check_index(a.move_to, "move"), self.vals
@@ -257,30 +257,32 @@ class MethodExecutor:
                 return None
             return functools.partial(fn, *args)
         vals, bound, slots = self.vals, self.bound, self.slots
-        outs = set(rets)
+        outs = set(rets).union(self._items(rets))
         args: list[Any] = []
         reads: list[tuple[int, int]] = []
-        lists: list[tuple[int, _ListRef]] = []
+        lists: list[tuple[int, _ListRef, list]] = []
         for p, j in enumerate(params):
             v = bound[j]
             if j in outs and j in slots:
                 args.append(v)  # the planned slot at its upper-bound shape; the kernel resizes it
             elif isinstance(v, _ListRef):
                 args.append(None)
-                lists.append((p, v))
+                # A list of outs (split_copy's) holds the planned slots; a list the kernel reads, the current values.
+                lists.append((p, v, bound if j in outs or all(i in outs for i in v.items) else vals))
             elif j in slots and slots[j].constant:
                 args.append(v)
             else:
                 args.append(None)
                 reads.append((p, j))
-        if len(rets) == 1:
+        targets = [bound[j].items if isinstance(bound[j], _ListRef) else j for j in rets]
+        if len(rets) == 1 and isinstance(targets[0], int):
             r0 = rets[0]
 
             def step() -> None:
                 for p, j in reads:
                     args[p] = vals[j]
-                for p, ref in lists:
-                    args[p] = ref.resolve(vals)
+                for p, ref, source in lists:
+                    args[p] = ref.resolve(source)
                 vals[r0] = fn(*args)
 
             return step
@@ -288,11 +290,15 @@ class MethodExecutor:
         def step_many() -> None:
             for p, j in reads:
                 args[p] = vals[j]
-            for p, ref in lists:
-                args[p] = ref.resolve(vals)
+            for p, ref, source in lists:
+                args[p] = ref.resolve(source)
             result = fn(*args)
-            for j, r in zip(rets, result):
-                vals[j] = r
+            for target, r in zip(targets, (result,) if len(targets) == 1 else result):
+                if isinstance(target, int):
+                    vals[target] = r
+                else:  # a TensorList result: its items are the values later instructions read
+                    for i, t in zip(target, r):
+                        vals[i] = t
 
         return step_many
 
@@ -379,7 +385,22 @@ class MethodExecutor:
         specs = {s.key: bytes(s.value) for s in d.compile_specs}
         return backend, backend.init(processed, specs, self._program.named_data)
 
-    def _delegate_step(self, delegate: tuple[Any, Any], args: list[int]) -> Callable:
+    def _delegate_outputs(self, pc: int, args: list[int]) -> set[int]:
+        """The dynamic-shape tensors among a delegate call's arguments that the delegate writes.
+
+        A DelegateCall lists inputs then outputs without saying where one ends. An output here is a planned,
+        dynamic tensor that is no method input, no kernel's result and no argument of an earlier delegate call:
+        nothing but this call produces it, so it must get its planned slot (at the upper bound) to resize.
+        """
+        produced = set(self.plan.inputs)
+        for before, ins in enumerate(self.instructions):
+            a = ins.instr_args
+            if isinstance(a, fbp.KernelCall) or (isinstance(a, fbp.DelegateCall) and before < pc):
+                produced.update(self._written(a))
+        slots = self.slots
+        return {j for j in args if j in slots and slots[j].dynamic and not slots[j].constant and j not in produced}
+
+    def _delegate_step(self, delegate: tuple[Any, Any], args: list[int], pc: int) -> Callable:
         backend, handle = delegate
         vals = self.vals
         if self.static:
@@ -394,9 +415,16 @@ class MethodExecutor:
 
             return run_static
 
+        outputs = self._delegate_outputs(pc, args)
+        source = [self.bound if j in outputs else vals for j in args]
+
+        written = [(k, j) for k, j in enumerate(args) if j in outputs]
+
         def run() -> None:
-            current = [vals[j] for j in args]
+            current = [values[j] for values, j in zip(source, args)]
             result = backend.execute(handle, current)
+            for k, j in written:  # written at their planned (upper-bound) shape unless the result says otherwise
+                vals[j] = current[k]
             if result is not None:
                 for j, r in zip(args[len(args) - len(result) :], result):
                     vals[j] = r
@@ -444,6 +472,8 @@ class MethodExecutor:
                     raise ExecutionError(
                         f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped"
                     )
+        except TensorResizeError as e:
+            raise self._named(e) from e
         except EdgetorchError:
             raise
         except Exception as e:
@@ -451,6 +481,21 @@ class MethodExecutor:
             raise ExecutionError(
                 f"method {self.name!r} failed at instruction {ipc} ({self.describe(ipc)}): {type(e).__name__}: {e}"
             ) from e
+
+    def _named(self, e: TensorResizeError) -> TensorResizeError:
+        """``e`` restated with the value whose planned slot was too small and the instruction writing it."""
+        j = next((j for j, v in enumerate(self.bound) if v is e.planned), None)
+        if j is None:
+            return e
+        writer = next((pc for pc, ins in enumerate(self.instructions) if j in self._written(ins.instr_args)), None)
+        at = "" if writer is None else f" at instruction {writer} ({self.describe(writer)})"
+        return TensorResizeError(
+            f"method {self.name!r}{at}: tensor value {j} is planned for at most {e.planned.size} elements "
+            f"(upper-bound shape {list(e.planned.shape)}), but this run needs shape {list(e.shape)} "
+            f"({math.prod(e.shape)} elements); re-export the program with larger dynamic-shape bounds",
+            e.planned,
+            e.shape,
+        )
 
     def describe(self, pc: int) -> str:
         """A short human name for instruction ``pc``: its operator, backend or kind."""

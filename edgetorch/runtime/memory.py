@@ -1,4 +1,5 @@
-"""Planned memory: one NumPy arena per memory id, tensors as views at their planned offsets. Torch-free."""
+"""Planned memory: one NumPy arena per memory id, tensors as views at their planned offsets, and the resizing of
+a tensor inside its planned slot (dynamic shapes). Torch-free."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import numpy as np
 
-from edgetorch.errors import ProgramLoadError
+from edgetorch.errors import ExecutionError, ProgramLoadError
 
 # A plan asking for more than this is refused rather than allocated; Runtime(max_planned_bytes=...) raises it.
 DEFAULT_MAX_PLANNED_BYTES = 32 << 30
@@ -48,3 +49,44 @@ def check_dim_order(dim_order: list[int], ndim: int, what: str) -> list[int]:
     if sorted(order) != list(range(ndim)):
         raise ProgramLoadError(f"{what} has dim order {order}, which is not a permutation of 0..{ndim - 1}")
     return order
+
+
+class TensorResizeError(ExecutionError):
+    """A tensor's new shape needs more elements than the slot planned for it (the upper bound) holds."""
+
+    def __init__(self, message: str, planned: np.ndarray, shape: tuple[int, ...]):
+        super().__init__(message)
+        self.planned = planned
+        self.shape = shape
+
+
+def resize(planned: np.ndarray, shape: tuple[int, ...] | list[int]) -> np.ndarray:
+    """The tensor of ``shape`` stored at the start of ``planned``'s memory, in its dim order (no copy).
+
+    ``planned`` is a tensor's slot at its upper-bound shape; a dynamic-shape kernel or delegate calls this to
+    write a result of the size the inputs call for. Raises :class:`TensorResizeError` when ``shape`` needs more
+    elements than the slot holds, and ValueError when ``planned`` is not a whole planned slot (a strided view).
+    """
+    shape = tuple(int(s) for s in shape)
+    if planned.shape == shape:
+        return planned
+    count = math.prod(shape)
+    if count > planned.size:
+        raise TensorResizeError(
+            f"a result of shape {list(shape)} ({count} elements) does not fit its planned slot of shape "
+            f"{list(planned.shape)} ({planned.size} elements); the program was planned for smaller sizes: "
+            "re-export it with larger dynamic-shape bounds",
+            planned,
+            shape,
+        )
+    if planned.flags.c_contiguous:
+        return planned.reshape(-1)[:count].reshape(shape)
+    # A slot in another dim order (channels-last): resize its physical layout, then view it logically again.
+    order = sorted(range(planned.ndim), key=lambda d: -planned.strides[d])
+    physical = planned.transpose(order)
+    if len(shape) != planned.ndim or not physical.flags.c_contiguous:
+        raise ValueError(
+            f"cannot resize a strided view of shape {list(planned.shape)} (strides {planned.strides}) to "
+            f"{list(shape)}: only a whole planned slot can be resized"
+        )
+    return physical.reshape(-1)[:count].reshape([shape[d] for d in order]).transpose(np.argsort(order))

@@ -30,6 +30,7 @@ from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
 from edgetorch.runtime.backends import BackendInterface, register_backend
+from edgetorch.runtime.memory import resize
 
 Step = Callable[[], Any]
 Planner = Callable[["_Env"], list]
@@ -1004,18 +1005,10 @@ class XnnpackDelegate:
             dst = args[ext]
             if dst.shape != value.shape:
                 resized = True
-                dst = _resized(dst, value.shape)
+                dst = resize(dst, value.shape)
             np.copyto(dst, value)
             results.append(dst)
         return results if resized else None
-
-
-def _resized(planned: np.ndarray, shape: tuple) -> np.ndarray:
-    """A ``shape`` view at the start of the planned output's memory, or a new array when it does not fit."""
-    count = math.prod(shape)
-    if planned.flags.c_contiguous and planned.size >= count:
-        return planned.reshape(-1)[:count].reshape(shape)
-    return np.empty(shape, planned.dtype)
 
 
 class XnnpackBackend(BackendInterface):

@@ -15,6 +15,7 @@ from edgetorch.runtime.kernels import (  # noqa: F401  (imported for their regis
     shape,
     sort,
 )
-from edgetorch.runtime.kernels.registry import KERNELS, kernel, lookup, register_kernel, resize
+from edgetorch.runtime.kernels.registry import KERNELS, kernel, lookup, register_kernel
+from edgetorch.runtime.memory import resize
 
 __all__ = ["KERNELS", "kernel", "lookup", "register_kernel", "resize"]

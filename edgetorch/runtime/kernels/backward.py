@@ -18,7 +18,8 @@ from edgetorch.errors import InvalidInputError
 from edgetorch.runtime.kernels.conv import col2im_into, expand, pooled_size, window_view
 from edgetorch.runtime.kernels.linalg import store, upcast
 from edgetorch.runtime.kernels.pool import adaptive_bounds, avg_window_sizes
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 
 def _columns(

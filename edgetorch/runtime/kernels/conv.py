@@ -18,8 +18,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.kernels.scratch import scratch
+from edgetorch.runtime.memory import resize
 
 # Depthwise columns are built and multiplied in channel blocks of about this many bytes, so that a block is still
 # in cache when the matmul reads it (256 KiB-1 MiB measured best on MobileNetV2's layers; whole tensors ~25% slower).

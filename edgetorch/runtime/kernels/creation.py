@@ -12,7 +12,8 @@ import numpy as np
 
 from edgetorch.runtime.kernels.elementwise import quiet
 from edgetorch.runtime.kernels.promotion import compute_dtype, is_float, scalar
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 Number = bool | int | float
 

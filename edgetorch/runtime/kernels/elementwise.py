@@ -23,7 +23,8 @@ from edgetorch.runtime.kernels.promotion import (
     result_type,
     scalar,
 )
-from edgetorch.runtime.kernels.registry import kernel, register_kernel, resize
+from edgetorch.runtime.kernels.registry import kernel, register_kernel
+from edgetorch.runtime.memory import resize
 
 Number = bool | int | float
 Operand = np.ndarray | Number

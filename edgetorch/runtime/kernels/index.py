@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from edgetorch.runtime.kernels.promotion import compute_dtype, is_reduced_float
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.kernels.shape import along, copy_into, wrap_dim
+from edgetorch.runtime.memory import resize
 
 
 def index_tuple(indices: list[np.ndarray | None]) -> tuple:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgetorch.runtime.dtypes import BFLOAT16
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 LOW_PRECISION = (np.dtype(np.float16), BFLOAT16)
 

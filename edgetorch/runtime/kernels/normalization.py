@@ -18,7 +18,8 @@ from edgetorch.runtime.kernels.reduction import (
     moments,
     wrap_dim,
 )
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 
 def _workspace(out: np.ndarray, acc: np.dtype) -> np.ndarray:

@@ -15,7 +15,8 @@ import numpy as np
 
 from edgetorch.runtime.kernels.conv import TapSweep, expand, pooled_size
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
-from edgetorch.runtime.kernels.registry import kernel, register_kernel, resize
+from edgetorch.runtime.kernels.registry import kernel, register_kernel
+from edgetorch.runtime.memory import resize
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:

@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgetorch.runtime.kernels.registry import register_kernel, resize
+from edgetorch.runtime.kernels.registry import register_kernel
+from edgetorch.runtime.memory import resize
 
 Number = int | float | bool
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgetorch.runtime.kernels.promotion import compute_dtype, promote_types
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)

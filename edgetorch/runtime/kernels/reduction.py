@@ -15,7 +15,8 @@ import numpy as np
 
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime.dtypes import BFLOAT16, numpy_dtype
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 LOW_PRECISION_FLOATS = frozenset({np.dtype(np.float16), BFLOAT16})
 

@@ -15,9 +15,10 @@ The calling convention, shared by every kernel:
   ScalarType codes (ints); :func:`edgetorch.runtime.dtypes.numpy_dtype` maps
   them.
 * An ``out`` tensor arrives at its planned (upper-bound) shape. The kernel
-  computes the true result shape, calls :func:`resize` (a no-op when it already
-  matches), writes the result into it (``out=`` or ``np.copyto``), and returns
-  it; a kernel with several outs returns a tuple. Scalar ops
+  computes the true result shape, calls :func:`edgetorch.runtime.memory.resize`
+  (a no-op when it already matches), writes the result into it (``out=`` or
+  ``np.copyto``), and returns it; a kernel with several outs (or a list of
+  outs) returns a tuple (or the list) of every resized out. Scalar ops
   (``executorch_prim``) return a Python number.
 * Kernels never allocate per element in Python; they are vectorised NumPy.
 """
@@ -25,10 +26,7 @@ The calling convention, shared by every kernel:
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
-
-import numpy as np
 
 from edgetorch.errors import UnsupportedOperatorError
 
@@ -78,20 +76,3 @@ def lookup(name: str) -> tuple[Callable, int]:
             f"no kernel for operator {name!r}; register one with "
             f"edgetorch.runtime.register_kernel({name!r}, fn) before loading the method"
         ) from None
-
-
-def resize(out: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """``out`` viewed with ``shape``, reusing its memory (the planned slot's start).
-
-    Raises ValueError when the slot is too small: the result exceeds the bound
-    the program was planned for.
-    """
-    shape = tuple(int(s) for s in shape)
-    if out.shape == shape:
-        return out
-    n = math.prod(shape)
-    if n > out.size:
-        raise ValueError(f"result of shape {shape} does not fit the planned output of shape {out.shape}")
-    if out.flags.c_contiguous:
-        return out.reshape(-1)[:n].reshape(shape)
-    return np.empty(shape, out.dtype)

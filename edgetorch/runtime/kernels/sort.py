@@ -18,7 +18,8 @@ from edgetorch.runtime.kernels.reduction import (
     values_and_indices,
     wrap_dim,
 )
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 
 def _lift(x: np.ndarray, dim: int) -> tuple[np.ndarray, int]:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from edgetorch.runtime.kernels import shape
+from edgetorch.runtime.memory import TensorResizeError
 from tests.runtime.kernels._out_variants import (
     ALL_DTYPES,
     T,
@@ -130,7 +131,7 @@ def test_view_as_real_and_back(dtype):
 
 def test_out_smaller_than_the_result_is_refused():
     x = np.arange(6, dtype=np.float32)
-    with pytest.raises(ValueError, match="does not fit"):
+    with pytest.raises(TensorResizeError, match="does not fit its planned slot"):
         run_kernel("aten::repeat.out", [x, [2]], np.empty(11, np.float32))
 
 
