@@ -41,11 +41,11 @@ def _random_input(info: Any, rng: Any) -> Any:
 
     if isinstance(info, str):
         raise ValueError(f"cannot make a random {info} input; pass it with --input")
-    if info.dtype.kind == "f":
-        return rng.standard_normal(info.sizes).astype(info.dtype)
-    if info.dtype.kind == "b":
+    if info.numpy_dtype.kind == "f":
+        return rng.standard_normal(info.sizes).astype(info.numpy_dtype)
+    if info.numpy_dtype.kind == "b":
         return rng.integers(0, 2, info.sizes).astype(bool)
-    return rng.integers(0, 10, info.sizes).astype(info.dtype)
+    return rng.integers(0, 10, info.sizes).astype(info.numpy_dtype)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -82,7 +82,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     program = _load(args.program)
     prog = program.program
     print(f"program: {args.program}")
-    print(f"  methods: {', '.join(program.method_names)}")
+    print(f"  methods: {', '.join(program.get_method_name(i) for i in range(program.num_methods))}")
     for plan in prog.execution_plan:
         meta = program.metadata(plan.name)
         print(f"\nmethod {plan.name!r}: {meta.num_instructions} instructions, {len(plan.values)} values")

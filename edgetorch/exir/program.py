@@ -23,6 +23,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
+from edgetorch._lazy import lazy_exports
 from edgetorch.exir.pass_base import PassManager, PassType
 from edgetorch.exir.passes.decompose import decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
     from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
 
 __all__ = ["EdgeCompileConfig", "EdgeProgramManager", "lower_to_edge", "to_edge"]
+
+# Where ExecuTorch's docs import them from (``executorch.exir.program``); they live in the back half.
+__getattr__ = lazy_exports(
+    "edgetorch.exir",
+    {"ExecutorchProgramManager": "to_executorch", "to_edge_transform_and_lower": "backend.lower"},
+)
 
 
 @dataclass

@@ -63,6 +63,21 @@ def registered_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
+class BackendRegistry:
+    """The backends this runtime can run delegates on; ``Runtime.get().backend_registry``, as in ExecuTorch."""
+
+    @property
+    def registered_backend_names(self) -> list[str]:
+        """The ids of every registered backend (for example ``"XnnpackBackend"``)."""
+        return registered_backends()
+
+    def is_available(self, backend_name: str) -> bool:
+        """Whether ``backend_name`` is registered and says it can run on this machine."""
+        _load_builtin_backends()
+        backend = _BACKENDS.get(backend_name)
+        return backend is not None and backend.is_available()
+
+
 _builtins_loaded = False
 
 

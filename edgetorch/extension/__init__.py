@@ -1,0 +1,1 @@
+"""Extensions, as in ``executorch.extension``: runtime conveniences (pybindings-style loaders) and export helpers."""
