@@ -24,7 +24,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     program = load_program(args.program)
     prog = program.program
     print(f"program: {args.program}")
-    print(f"  methods: {', '.join(program.method_names)}")
+    print(f"  methods: {', '.join(program.get_method_name(i) for i in range(program.num_methods))}")
     for plan in prog.execution_plan:
         meta = program.metadata(plan.name)
         print(f"\nmethod {plan.name!r}: {meta.num_instructions} instructions, {len(plan.values)} values")

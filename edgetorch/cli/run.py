@@ -39,11 +39,11 @@ def _random_input(info: Any, rng: Any) -> Any:
 
     if isinstance(info, str):
         raise ValueError(f"cannot make a random {info} input; pass it with --input")
-    if info.dtype.kind == "f":
-        return rng.standard_normal(info.sizes).astype(info.dtype)
-    if info.dtype.kind == "b":
+    if info.numpy_dtype.kind == "f":
+        return rng.standard_normal(info.sizes).astype(info.numpy_dtype)
+    if info.numpy_dtype.kind == "b":
         return rng.integers(0, 2, info.sizes).astype(bool)
-    return rng.integers(0, 10, info.sizes).astype(info.dtype)
+    return rng.integers(0, 10, info.sizes).astype(info.numpy_dtype)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

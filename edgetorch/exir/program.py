@@ -27,6 +27,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
+from edgetorch._lazy import lazy_exports
 from edgetorch.exir.backend.backend_api import partition_and_lower
 from edgetorch.exir.backend.partitioner import Partitioner
 from edgetorch.exir.pass_base import PassManager, PassType
@@ -47,6 +48,9 @@ __all__ = [
     "to_edge",
     "to_edge_transform_and_lower",
 ]
+
+# Where ExecuTorch's docs import it from (``executorch.exir.program``); it lives in the back half.
+__getattr__ = lazy_exports("edgetorch.exir", {"ExecutorchProgramManager": "to_executorch"})
 
 
 @dataclass

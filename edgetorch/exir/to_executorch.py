@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 import torch
 from torch.export import ExportedProgram
@@ -105,6 +105,15 @@ class ExecutorchProgramManager:
         if self._buffer is None:
             self._buffer = save_pte(self._program, self._segments, self._config.segment_alignment)
         return self._buffer
+
+    def dump_executorch_program(self, verbose: bool = False, out: TextIO | None = None) -> None:
+        """Print the program: its instructions in a short notation, or with ``verbose`` every schema field."""
+        from edgetorch.exir.print_program import pretty_print, print_program
+
+        if verbose:
+            pretty_print(self._program, out=out)
+        else:
+            print_program(self._program, out=out)
 
     def write_to_file(self, open_file: BinaryIO) -> None:
         open_file.write(self.buffer)

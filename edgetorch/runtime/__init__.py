@@ -12,13 +12,14 @@ from edgetorch.errors import (
     UnsupportedBackendError,
     UnsupportedOperatorError,
 )
-from edgetorch.runtime.backends import BackendInterface, register_backend
+from edgetorch.runtime.backends import BackendInterface, BackendRegistry, register_backend
 from edgetorch.runtime.kernels.registry import register_kernel
 from edgetorch.runtime.program import (
     EventTracer,
     Method,
     MethodMeta,
     Module,
+    OperatorRegistry,
     Program,
     Runtime,
     TensorInfo,
@@ -27,6 +28,7 @@ from edgetorch.runtime.program import (
 
 __all__ = [
     "BackendInterface",
+    "BackendRegistry",
     "DelegateLoadError",
     "EdgetorchError",
     "EventTracer",
@@ -34,6 +36,7 @@ __all__ = [
     "Method",
     "MethodMeta",
     "Module",
+    "OperatorRegistry",
     "Program",
     "ProgramLoadError",
     "Runtime",

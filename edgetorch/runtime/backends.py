@@ -72,6 +72,22 @@ def registered_backends() -> list[str]:
 ENTRY_POINT_GROUP = "edgetorch.backends"
 
 
+class BackendRegistry:
+    """The backends this runtime can run delegates on; ``Runtime.get().backend_registry``, as in ExecuTorch."""
+
+    @property
+    def registered_backend_names(self) -> list[str]:
+        """The ids of every registered backend (for example ``"XnnpackBackend"``)."""
+        return registered_backends()
+
+    def is_available(self, backend_name: str) -> bool:
+        """Whether ``backend_name`` is registered and says it can run on this machine."""
+        if backend_name not in _BACKENDS:
+            _load_entry_points(backend_name)
+        backend = _BACKENDS.get(backend_name)
+        return backend is not None and backend.is_available()
+
+
 def _load_entry_points(name: str | None = None) -> None:
     """Import the runtime modules that the ``edgetorch.backends`` entry points name (all, or ``name``'s).
 

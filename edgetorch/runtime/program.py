@@ -5,17 +5,20 @@ from __future__ import annotations
 import enum
 import mmap
 import os
+import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+import ml_dtypes
 import numpy as np
 
 from edgetorch.errors import InvalidInputError, ProgramLoadError
 from edgetorch.format import program as fbp
 from edgetorch.format.flatbuffer import FlatbufferError
+from edgetorch.format.program import ScalarType
 from edgetorch.format.ptd import load_ptd
 from edgetorch.format.pte import FormatError, PteFile, load_pte
+from edgetorch.runtime.backends import BackendRegistry
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.executor import MethodExecutor, op_key
 from edgetorch.runtime.memory import DEFAULT_MAX_PLANNED_BYTES
@@ -28,65 +31,145 @@ class Verification(enum.Enum):
     InternalConsistency = 1
 
 
-@dataclass
-class TensorInfo:
-    """A method input's or output's planned tensor: dtype, sizes (upper bounds when dynamic), dim order."""
+class _Int(int):
+    """An int that can also be called: ``meta.num_inputs`` and ExecuTorch's ``meta.num_inputs()`` both work."""
 
-    sizes: tuple[int, ...]
-    dtype: np.dtype
-    dim_order: tuple[int, ...]
-    dynamic: bool = False
+    def __call__(self) -> int:
+        return int(self)
+
+
+class _Str(str):
+    """A str that can also be called: ``meta.name`` and ExecuTorch's ``meta.name()`` both work."""
+
+    def __call__(self) -> str:
+        return str(self)
+
+
+class _Sizes(tuple):
+    """A shape tuple that can also be called: ``info.sizes`` and ExecuTorch's ``info.sizes()`` both work."""
+
+    def __call__(self) -> tuple[int, ...]:
+        return tuple(self)
+
+
+class TensorInfo:
+    """A method input's or output's planned tensor, as ExecuTorch's ``TensorInfo`` describes it.
+
+    ExecuTorch's methods ``sizes()``, ``dtype()`` (the ScalarType code), ``nbytes()`` and
+    ``is_memory_planned()`` work, and so do the attributes ``sizes``, ``nbytes``, ``numpy_dtype``,
+    ``dim_order`` and ``dynamic`` (sizes are upper bounds when dynamic).
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        scalar_type: ScalarType,
+        dim_order: Sequence[int],
+        dynamic: bool = False,
+        memory_planned: bool = True,
+    ):
+        self.sizes = _Sizes(int(s) for s in sizes)
+        self.scalar_type = scalar_type
+        self.numpy_dtype: np.dtype = SCALAR_TO_NUMPY.get(scalar_type, np.dtype(np.uint8))
+        self.dim_order = tuple(int(d) for d in dim_order)
+        self.dynamic = dynamic
+        self._memory_planned = memory_planned
+
+    def dtype(self) -> ScalarType:
+        """The element type as ExecuTorch's ScalarType (an int: 6 is Float); ``numpy_dtype`` is the NumPy one."""
+        return self.scalar_type
 
     @property
-    def nbytes(self) -> int:
-        n = self.dtype.itemsize
+    def nbytes(self) -> _Int:
+        n = self.numpy_dtype.itemsize
         for s in self.sizes:
             n *= s
-        return n
+        return _Int(n)
+
+    def is_memory_planned(self) -> bool:
+        """Whether the program plans this tensor's memory (else the caller provides it at run time)."""
+        return self._memory_planned
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorInfo) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple:
+        return (self.sizes, self.scalar_type, self.dim_order, self.dynamic, self._memory_planned)
 
     def __repr__(self) -> str:
         bound = " (upper bound)" if self.dynamic else ""
-        return f"TensorInfo(sizes={list(self.sizes)}{bound}, dtype={self.dtype}, dim_order={list(self.dim_order)})"
+        return (
+            f"TensorInfo(sizes={list(self.sizes)}{bound}, dtype={self.numpy_dtype}, "
+            f"is_memory_planned={self._memory_planned}, nbytes={self.nbytes}, dim_order={list(self.dim_order)})"
+        )
 
 
-@dataclass
 class MethodMeta:
-    """What a caller needs to know about a method before running it."""
+    """What a caller needs to know about a method before running it, as ExecuTorch's ``MethodMeta`` says it.
 
-    name: str
-    inputs: list[TensorInfo | str] = field(default_factory=list)
-    outputs: list[TensorInfo | str] = field(default_factory=list)
-    planned_buffer_sizes: list[int] = field(default_factory=list)
-    num_instructions: int = 0
+    ExecuTorch's methods ``name()``, ``num_inputs()``, ``num_outputs()``, ``input_tensor_meta(i)`` and
+    ``output_tensor_meta(i)`` work; so do the attributes ``name``, ``num_inputs`` and ``num_outputs``.
+    A non-tensor input or output is described by its kind (``"Int"``, ``"Double"``, ...).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        inputs: Sequence[TensorInfo | str] = (),
+        outputs: Sequence[TensorInfo | str] = (),
+        planned_buffer_sizes: Sequence[int] = (),
+        num_instructions: int = 0,
+    ):
+        self.name = _Str(name)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.planned_buffer_sizes = [int(s) for s in planned_buffer_sizes]
+        self.num_instructions = num_instructions
 
     @property
-    def num_inputs(self) -> int:
-        return len(self.inputs)
+    def num_inputs(self) -> _Int:
+        return _Int(len(self.inputs))
 
     @property
-    def num_outputs(self) -> int:
-        return len(self.outputs)
+    def num_outputs(self) -> _Int:
+        return _Int(len(self.outputs))
 
-    def input_tensor_meta(self, i: int) -> TensorInfo | str:
-        return self.inputs[i]
+    def input_tensor_meta(self, index: int) -> TensorInfo | str:
+        return _nth(self.inputs, index, "input", self.name)
 
-    def output_tensor_meta(self, i: int) -> TensorInfo | str:
-        return self.outputs[i]
+    def output_tensor_meta(self, index: int) -> TensorInfo | str:
+        return _nth(self.outputs, index, "output", self.name)
 
     @property
-    def num_memory_planned_buffers(self) -> int:
-        return len(self.planned_buffer_sizes)
+    def num_memory_planned_buffers(self) -> _Int:
+        return _Int(len(self.planned_buffer_sizes))
 
-    def memory_planned_buffer_size(self, i: int) -> int:
-        return self.planned_buffer_sizes[i]
+    def memory_planned_buffer_size(self, index: int) -> int:
+        return _nth(self.planned_buffer_sizes, index, "planned buffer", self.name)
+
+    def __repr__(self) -> str:
+        return (
+            f"MethodMeta(name={str(self.name)!r}, num_inputs={len(self.inputs)}, input_tensor_meta={self.inputs}, "
+            f"num_outputs={len(self.outputs)}, output_tensor_meta={self.outputs})"
+        )
+
+
+def _nth(items: Sequence[Any], index: int, what: str, method: str) -> Any:
+    if not 0 <= index < len(items):
+        raise IndexError(f"method {str(method)!r} has {len(items)} {what}s; index {index} is out of range")
+    return items[index]
 
 
 def _value_info(ev: fbp.EValue) -> TensorInfo | str:
     v = ev.val
     if isinstance(v, fbp.Tensor):
-        dtype = SCALAR_TO_NUMPY.get(v.scalar_type, np.dtype(np.uint8))
         order = tuple(v.dim_order) if len(v.dim_order) else tuple(range(len(v.sizes)))
-        return TensorInfo(tuple(v.sizes), dtype, order, v.shape_dynamism != fbp.TensorShapeDynamism.STATIC)
+        planned = v.allocation_info is not None or v.data_buffer_idx != 0
+        dynamic = v.shape_dynamism != fbp.TensorShapeDynamism.STATIC
+        return TensorInfo(tuple(v.sizes), v.scalar_type, order, dynamic, planned)
     return type(v).__name__ if v is not None else "None"
 
 
@@ -112,20 +195,26 @@ class Method:
 
     @property
     def name(self) -> str:
-        return self.metadata.name
+        return str(self.metadata.name)
 
     def execute(self, inputs: Sequence[Any] = (), clone_outputs: bool = True) -> list[Any]:
-        """Run the method on ``inputs`` (arrays, scalars, or anything with ``__array__``).
+        """Run the method on ``inputs`` (arrays, torch tensors, scalars, or anything with ``__array__``).
 
-        Returns the outputs as NumPy arrays (copies) or Python scalars. With ``clone_outputs=False`` (as in
+        Returns the outputs as copies: torch tensors when any input is a torch tensor (as ExecuTorch does),
+        NumPy arrays otherwise; non-tensor outputs are Python scalars. With ``clone_outputs=False`` (as in
         ExecuTorch's ``run_method``) output arrays are views of the method's planned memory: the next run
         overwrites them, and writing to them changes the method's state (how an optimizer updates the
         trainable parameters a joint-graph method returns).
         """
+        inputs = list(inputs)
+        torch = _torch_of(inputs)
+        if torch is not None:
+            inputs = [_from_torch(x, torch) if isinstance(x, torch.Tensor) else x for x in inputs]
         ex = self._executor
-        ex.set_inputs(list(inputs))
+        ex.set_inputs(inputs)
         ex.run()
-        return ex.outputs(clone_outputs)
+        outputs = ex.outputs(clone_outputs)
+        return outputs if torch is None else [_to_torch(v, torch) for v in outputs]
 
     def outputs(self, clone_outputs: bool = True) -> list[Any]:
         """The output values as the last run left them (before any run: the planned memory's initial state,
@@ -150,6 +239,44 @@ class Method:
         return f"Method({self.name!r}, inputs={self.metadata.num_inputs}, outputs={self.metadata.num_outputs})"
 
 
+# Dtypes NumPy knows only through ml_dtypes: they cross to and from torch as same-width integers.
+_BIT_VIEWS = {
+    "bfloat16": "int16",
+    "float8_e5m2": "uint8",
+    "float8_e4m3fn": "uint8",
+    "float8_e5m2fnuz": "uint8",
+    "float8_e4m3fnuz": "uint8",
+}
+
+
+def _torch_of(values: Sequence[Any]) -> Any:
+    """The caller's torch module if any of ``values`` is a torch tensor, else None; torch is never imported here."""
+    torch = sys.modules.get("torch")
+    if torch is None or not any(isinstance(v, torch.Tensor) for v in values):
+        return None
+    return torch
+
+
+def _from_torch(tensor: Any, torch: Any) -> np.ndarray:
+    tensor = tensor.detach().cpu()
+    name = str(tensor.dtype).removeprefix("torch.")
+    bits = _BIT_VIEWS.get(name)
+    if bits is None:
+        return tensor.numpy()
+    return tensor.view(getattr(torch, bits)).numpy().view(getattr(ml_dtypes, name))
+
+
+def _to_torch(value: Any, torch: Any) -> Any:
+    if isinstance(value, list):
+        return [_to_torch(v, torch) for v in value]
+    if not isinstance(value, np.ndarray):
+        return value
+    bits = _BIT_VIEWS.get(value.dtype.name)
+    if bits is None:
+        return torch.from_numpy(value)
+    return torch.from_numpy(value.view(np.dtype(bits))).view(getattr(torch, value.dtype.name))
+
+
 class Program:
     """A loaded program: the decoded schema plus the bytes its constants and segments live in."""
 
@@ -165,20 +292,26 @@ class Program:
         self._data_keepalive: list[Any] = []
 
     @property
-    def method_names(self) -> list[str]:
-        return list(self._plans)
+    def method_names(self) -> set[str]:
+        """The names of the program's methods, as a set (as ExecuTorch gives them)."""
+        return set(self._plans)
 
     @property
-    def num_methods(self) -> int:
-        return len(self._plans)
+    def num_methods(self) -> _Int:
+        return _Int(len(self._plans))
+
+    def get_method_name(self, index: int) -> str:
+        """The name of method ``index``, in the order the program stores them."""
+        return _nth(list(self._plans), index, "method", "<program>")
 
     def _plan(self, name: str) -> fbp.ExecutionPlan:
         plan = self._plans.get(name)
         if plan is None:
-            raise InvalidInputError(f"the program has no method {name!r}; its methods are {self.method_names}")
+            raise InvalidInputError(f"the program has no method {name!r}; its methods are {sorted(self._plans)}")
         return plan
 
     def metadata(self, name: str) -> MethodMeta:
+        """What method ``name`` takes and returns, without loading it."""
         plan = self._plan(name)
         values = plan.values
 
@@ -265,6 +398,25 @@ class Program:
             raise ProgramLoadError(str(e)) from None
 
 
+class OperatorRegistry:
+    """The operators this runtime has kernels for; ``Runtime.get().operator_registry``, as in ExecuTorch.
+
+    ``allowed`` narrows it to a selection (see :class:`edgetorch.runtime.selective.SelectiveRuntime`).
+    """
+
+    def __init__(self, allowed: Iterable[str] | None = None):
+        self._allowed = None if allowed is None else frozenset(allowed)
+
+    @property
+    def operator_names(self) -> set[str]:
+        """Names as ``namespace::op.overload`` (for example ``"aten::add.out"``)."""
+        if self._allowed is not None:
+            return set(self._allowed)
+        from edgetorch.runtime.kernels.registry import KERNELS
+
+        return set(KERNELS)
+
+
 class Runtime:
     """Entry point, as in ``executorch.runtime``: ``Runtime.get().load_program(path_or_bytes)``."""
 
@@ -272,6 +424,8 @@ class Runtime:
 
     def __init__(self, max_planned_bytes: int = DEFAULT_MAX_PLANNED_BYTES):
         self.max_planned_bytes = max_planned_bytes
+        self.backend_registry = BackendRegistry()
+        self.operator_registry = OperatorRegistry()
 
     @classmethod
     def get(cls) -> Runtime:
@@ -282,12 +436,15 @@ class Runtime:
     def load_program(
         self,
         data: str | os.PathLike | bytes | bytearray | memoryview | BinaryIO,
-        verification: Verification = Verification.Minimal,
+        verification: Verification = Verification.InternalConsistency,
         data_files: Sequence[str | os.PathLike | bytes] = (),
+        *,
+        data_path: str | os.PathLike | bytes | None = None,
     ) -> Program:
         """Load a .pte from a path, bytes, or a binary file object; files are memory-mapped, not copied.
 
-        ``data_files`` are ``.ptd`` files holding tensors the program keeps outside itself.
+        ``data_path`` (ExecuTorch's keyword) names one ``.ptd`` file holding tensors the program
+        keeps outside itself; ``data_files`` takes several.
         """
         keepalive, buf = _open(data)
         try:
@@ -295,7 +452,7 @@ class Runtime:
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
         program = Program(pte, keepalive, self, verification)
-        for extra in data_files:
+        for extra in [*data_files, *([] if data_path is None else [data_path])]:
             holder, raw = _open(extra)
             try:
                 entries = load_ptd(raw).named_data()
@@ -309,18 +466,6 @@ class Runtime:
             for name in program.method_names:
                 program.metadata(name)
         return program
-
-    @property
-    def backend_registry(self) -> list[str]:
-        from edgetorch.runtime.backends import registered_backends
-
-        return registered_backends()
-
-    @property
-    def operator_registry(self) -> list[str]:
-        from edgetorch.runtime.kernels.registry import KERNELS
-
-        return sorted(KERNELS)
 
 
 def _open(data: Any) -> tuple[Any, Any]:
@@ -345,37 +490,121 @@ def _open(data: Any) -> tuple[Any, Any]:
 
 
 class Module:
-    """ExecuTorch's Module extension: a program with its methods loaded on first use."""
+    """ExecuTorch's Module extension: a program loaded on first use, its methods loaded and cached by name.
 
-    def __init__(self, source: str | os.PathLike | bytes, verification: Verification = Verification.Minimal):
-        self._source = source
+    ``Module("model.pte", "model.ptd")`` as ExecuTorch's ``Module(file_path, data_map_path)``
+    (``data_path`` may also list several ``.ptd`` files). Inputs go either straight to
+    ``forward``/``execute``/``run_method``, or are staged first with ``set_inputs``/``set_input``.
+    """
+
+    def __init__(
+        self,
+        file_path: str | os.PathLike | bytes,
+        data_path: str | os.PathLike | bytes | Sequence[str | os.PathLike | bytes] | None = None,
+        *,
+        verification: Verification = Verification.Minimal,
+    ):
+        if isinstance(data_path, Verification):
+            raise TypeError("Module's second argument is data_path (a .ptd file); pass verification=... by keyword")
+        self._source = file_path
+        self._data = [] if data_path is None else _as_list(data_path)
         self._verification = verification
         self._program: Program | None = None
         self._methods: dict[str, Method] = {}
+        self._staged: dict[str, list[Any]] = {}
+
+    def load(self, verification: Verification | None = None) -> None:
+        """Load the program now (otherwise the first call that needs it does)."""
+        if self._program is None:
+            chosen = self._verification if verification is None else verification
+            self._program = Runtime.get().load_program(self._source, chosen, self._data)
+
+    def is_loaded(self) -> bool:
+        return self._program is not None
 
     @property
     def program(self) -> Program:
-        if self._program is None:
-            self._program = Runtime.get().load_program(self._source, self._verification)
+        self.load()
         return self._program
 
-    @property
-    def method_names(self) -> list[str]:
+    def num_methods(self) -> int:
+        return int(self.program.num_methods)
+
+    def method_names(self) -> set[str]:
         return self.program.method_names
 
-    def load_method(self, name: str) -> Method:
-        if name not in self._methods:
-            self._methods[name] = self.program.load_method(name)
-        return self._methods[name]
+    def load_method(self, method_name: str = "forward") -> Method:
+        if method_name not in self._methods:
+            self._methods[method_name] = self.program.load_method(method_name)
+        return self._methods[method_name]
 
-    def method_meta(self, name: str) -> MethodMeta:
-        return self.program.metadata(name)
+    def is_method_loaded(self, method_name: str = "forward") -> bool:
+        return method_name in self._methods
 
-    def execute(self, name: str, inputs: Iterable[Any] = ()) -> list[Any]:
-        return self.load_method(name).execute(list(inputs))
+    def unload_method(self, method_name: str = "forward") -> bool:
+        """Free a loaded method's memory (its mutable state starts over on the next load); False if not loaded."""
+        self._staged.pop(method_name, None)
+        return self._methods.pop(method_name, None) is not None
+
+    def method_meta(self, method_name: str = "forward") -> MethodMeta:
+        return self.program.metadata(method_name)
+
+    def set_inputs(self, *args: Any) -> None:
+        """Stage every input of a method: ``set_inputs(inputs)`` for forward, or ``set_inputs(method_name, inputs)``."""
+        method_name, (inputs,) = _split_method_name(args, 1, "set_inputs(method_name, inputs)")
+        inputs = list(inputs)
+        expected = self.method_meta(method_name).num_inputs
+        if len(inputs) != expected:
+            raise InvalidInputError(f"method {method_name!r} takes {expected} inputs, got {len(inputs)}")
+        self._staged[method_name] = inputs
+
+    def set_input(self, *args: Any) -> None:
+        """Stage one input: ``set_input(value, index)`` for forward, or ``set_input(method_name, value, index)``."""
+        method_name, (value, index) = _split_method_name(args, 2, "set_input(method_name, value, index)")
+        meta = self.method_meta(method_name)
+        meta.input_tensor_meta(index)  # IndexError names the method and its input count
+        staged = self._staged.setdefault(method_name, [_UNSET] * meta.num_inputs)
+        staged[index] = value
+
+    def execute(self, method_name: str = "forward", inputs: Iterable[Any] | None = None) -> list[Any]:
+        """Run ``method_name`` on ``inputs``, or on the inputs staged with ``set_inputs``/``set_input``."""
+        if inputs is None:
+            staged = self._staged.get(method_name, [])
+            missing = [i for i, v in enumerate(staged) if v is _UNSET]
+            if missing or len(staged) != self.method_meta(method_name).num_inputs:
+                raise InvalidInputError(
+                    f"method {method_name!r} has unset inputs {missing or 'all'}; "
+                    "call set_inputs/set_input first or pass the inputs to execute"
+                )
+            inputs = staged
+        return self.load_method(method_name).execute(list(inputs))
+
+    def run_method(self, method_name: str, inputs: Sequence[Any] = ()) -> list[Any]:
+        """ExecuTorch's pybinding name for :meth:`execute`."""
+        return self.execute(method_name, inputs)
 
     def forward(self, *inputs: Any) -> list[Any]:
+        """Run forward: ``forward([x, y])`` as in ExecuTorch, or ``forward(x, y)``; ``forward()`` uses staged inputs."""
+        if not inputs:
+            return self.execute("forward", None if "forward" in self._staged else ())
+        if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+            inputs = inputs[0]
         return self.execute("forward", inputs)
 
-    def __call__(self, *inputs: Any) -> list[Any]:
-        return self.forward(*inputs)
+    __call__ = forward
+
+
+_UNSET = object()
+
+
+def _as_list(paths: Any) -> list[Any]:
+    return [paths] if isinstance(paths, (str, os.PathLike, bytes, bytearray, memoryview)) else list(paths)
+
+
+def _split_method_name(args: tuple, n: int, usage: str) -> tuple[str, tuple]:
+    """Split ExecuTorch's overloads ``f(*rest)`` (forward) and ``f(method_name, *rest)``."""
+    if len(args) == n:
+        return "forward", args
+    if len(args) == n + 1 and isinstance(args[0], str):
+        return args[0], args[1:]
+    raise TypeError(f"expected {usage}, with method_name optional (default 'forward'); got {len(args)} arguments")

@@ -29,7 +29,7 @@ from edgetorch.format import program as fbp
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.executor import op_key
 from edgetorch.runtime.kernels.registry import KERNELS
-from edgetorch.runtime.program import Method, Program, Runtime
+from edgetorch.runtime.program import Method, OperatorRegistry, Program, Runtime
 
 
 def operators_in(program: Program, method: str | None = None) -> dict[str, set[tuple[str, ...]]]:
@@ -95,15 +95,12 @@ class SelectiveRuntime(Runtime):
     def __init__(self, allowed_operators: Iterable[str], **kwargs: Any):
         super().__init__(**kwargs)
         self.allowed_operators = frozenset(allowed_operators)
+        self.operator_registry = OperatorRegistry(self.allowed_operators)
 
     def load_program(self, data: Any, *args: Any, **kwargs: Any) -> SelectiveProgram:
         """Load a .pte as :meth:`Runtime.load_program` does (same arguments: ``verification``, ``data_files``, ...);
         its methods load only if their operators are selected."""
         return SelectiveProgram(super().load_program(data, *args, **kwargs), self.allowed_operators)
-
-    @property
-    def operator_registry(self) -> list[str]:
-        return sorted(self.allowed_operators)
 
 
 # Stands the kernels package up without its __init__ (which imports every kernel family), so that

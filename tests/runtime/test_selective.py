@@ -59,13 +59,13 @@ def test_selective_runtime_runs_a_program_within_its_list(pte, args):
     runtime = SelectiveRuntime(ops)
     (got,) = runtime.load_program(pte).load_method("forward").execute([a.numpy() for a in args])
     np.testing.assert_allclose(got, MatmulRelu()(*args).numpy(), rtol=1e-5, atol=1e-5)
-    assert runtime.operator_registry == sorted(ops)
+    assert runtime.operator_registry.operator_names == set(ops)
 
 
 def test_selective_runtime_refuses_an_operator_outside_its_list(pte):
     ops = set(operators_in(Runtime.get().load_program(pte))) - {"aten::relu.out"}
     program = SelectiveRuntime(ops).load_program(pte)
-    assert program.method_names == ["forward"]
+    assert program.method_names == {"forward"}
     with pytest.raises(UnsupportedOperatorError, match=r"'aten::relu.out'.*selective"):
         program.load_method("forward")
 

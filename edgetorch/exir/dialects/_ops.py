@@ -1,4 +1,4 @@
-"""Edge-dialect operator objects.
+"""Edge-dialect operator objects: ``from edgetorch.exir.dialects._ops import ops as exir_ops``.
 
 ``exir_ops.edge.aten.add.Tensor`` is an :class:`EdgeOpOverload` wrapping
 ``torch.ops.aten.add.Tensor``. Edge-dialect graph nodes use these objects as
@@ -100,3 +100,4 @@ class _ExirOps:
 
 
 exir_ops = _ExirOps()
+ops = exir_ops  # the name ExecuTorch's docs import

@@ -22,19 +22,27 @@ class MemoryPlanningPass(PassBase):
 
     def __init__(
         self,
-        algo: str | Algorithm = "greedy",
+        memory_planning_algo: str | Algorithm | None = None,
+        allow_lifetime_and_storage_overlap: bool = False,
         alloc_graph_input: bool = True,
         alloc_graph_output: bool = True,
         alloc_mutable_buffers: bool = True,
         alignment: int = 16,
     ):
+        """ExecuTorch's signature. ``memory_planning_algo`` is ``"greedy"`` (the default, also when None),
+        ``"naive"``, or a callable such as :func:`edgetorch.exir.memory_planning.greedy`.
+        ``allow_lifetime_and_storage_overlap`` only relaxes ExecuTorch's debug-time plan check; it is
+        accepted for that signature and changes nothing here (no algorithm places live tensors together).
+        """
+        algo = "greedy" if memory_planning_algo is None else memory_planning_algo
         if isinstance(algo, str) and algo not in ALGORITHMS:
             raise ValueError(
                 f"unknown memory planning algorithm {algo!r}; expected one of {sorted(ALGORITHMS)} or a callable"
             )
         if alignment <= 0 or alignment & (alignment - 1):
             raise ValueError(f"alignment must be a power of two, found {alignment}")
-        self.algo = ALGORITHMS[algo] if isinstance(algo, str) else algo
+        self.memory_planning_algo = ALGORITHMS[algo] if isinstance(algo, str) else algo
+        self.allow_lifetime_and_storage_overlap = allow_lifetime_and_storage_overlap
         self.alloc_graph_input = alloc_graph_input
         self.alloc_graph_output = alloc_graph_output
         self.alloc_mutable_buffers = alloc_mutable_buffers
@@ -55,7 +63,7 @@ class MemoryPlanningPass(PassBase):
             base = alias.alias_of
             base.lifetime = [min(base.lifetime[0], alias.lifetime[0]), max(base.lifetime[1], alias.lifetime[1])]
         specs = [s for s in graph_specs(graph_module) if not s.const and s.alias_of is None and id(s) not in skipped]
-        bufsizes = plan(specs, self.algo, self.alignment)
+        bufsizes = plan(specs, self.memory_planning_algo, self.alignment)
         for alias in aliases:
             alias.mem_id, alias.mem_offset = alias.alias_of.mem_id, alias.alias_of.mem_offset
         unplanned = [s for s in graph_specs(graph_module) if id(s) in skipped and not s.const]

@@ -1,0 +1,1 @@
+"""Export helpers, as in ``executorch.extension.export_util``."""
