@@ -58,6 +58,19 @@ class XorNet(torch.nn.Module):
         return self.loss(pred, y), pred.detach().argmax(dim=1)
 
 
+class BatchNormNet(torch.nn.Module):
+    """A joint graph that also updates buffers (BatchNorm's running statistics): its outputs begin with three
+    buffer mutations, which a method does not return. ExecuTorch's to_edge rejects its batch-norm op."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.bn, self.l2 = torch.nn.Linear(4, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 3)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, y):
+        return self.loss(self.l2(torch.relu(self.bn(self.l1(x)))), y)
+
+
 MODELS = {"mlp": MLP, "xor": XorNet}
 SGD_OPTIONS = {
     "plain": dict(lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False),
@@ -193,6 +206,19 @@ def test_our_runtime_trains_executorch_program_with_external_weights(tmp_path):
     _assert_trained_like_eager(np.array(losses), module.named_parameters(), want_losses, want_params)
     with pytest.raises(ProgramLoadError, match="load the .ptd file"):
         _load_for_executorch_for_training(manager.buffer).named_parameters()
+
+
+def test_joint_graph_with_buffer_mutations_trains_like_eager():
+    """Gradients and parameters are found after the returned outputs, not after the buffer write-backs."""
+    torch.manual_seed(0)
+    net = BatchNormNet()
+    pte = edgetorch.exir.to_edge(_joint_graph(net)).to_executorch().buffer
+    program = Runtime.get().load_program(pte)
+    assert program.metadata("forward").num_outputs == 1 + 2 * 6
+    assert _constant(program, "__et_training_gradients_index_forward") == [1]
+    assert _constant(program, "__et_training_parameters_index_forward") == [7]
+    want_losses, want_params = _eager(net, SGD_OPTIONS["momentum"])
+    _assert_trained_like_eager(*_train_ours(pte, SGD_OPTIONS["momentum"]), want_losses, want_params)
 
 
 def test_gradients_match_eager(compiled):
