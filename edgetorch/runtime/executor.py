@@ -414,7 +414,6 @@ class MethodExecutor:
 
         outputs = self._delegate_outputs(pc, args)
         source = [self.bound if j in outputs else vals for j in args]
-
         written = [(k, j) for k, j in enumerate(args) if j in outputs]
 
         def run() -> None:

@@ -211,6 +211,13 @@ CASES: dict[str, Case] = {
         batch(),
         xnnpack=True,
     ),
+    "conv/conv2d-channels-last-dynamic-batch": Case(
+        lambda: Fn(lambda m, x: torch.relu(m.layers[0](x)) + 1, nn.Conv2d(3, 4, 3, padding=1)).to(
+            memory_format=torch.channels_last
+        ),
+        lambda n: (_r(n, 3, 6, 6).to(memory_format=torch.channels_last),),
+        batch(),
+    ),
     "conv/conv1d-dynamic-length": Case(
         lambda: Fn(lambda m, x: m.layers[0](x), nn.Conv1d(3, 4, 3)),
         lambda n: (_r(2, 3, n),),
