@@ -220,7 +220,7 @@ class MethodExecutor:
                 raise ProgramLoadError(
                     f"instruction {pc} passes {len(args)} arguments to {self.operators[a.op_index]}, whose kernel takes {nargs}"
                 )
-            return self._kernel_step(fn, args[:nargs], args[nargs:], self.operators[a.op_index])
+            return self._kernel_step(fn, args[:nargs], _results(fn, args, nargs), self.operators[a.op_index])
         if isinstance(a, fbp.DelegateCall):
             if not 0 <= a.delegate_index < len(self.delegates):
                 raise ProgramLoadError(
@@ -322,7 +322,8 @@ class MethodExecutor:
     def _written(self, a: Any) -> list[int]:
         """The values an instruction writes: a kernel's results, every argument of a delegate."""
         if isinstance(a, fbp.KernelCall) and 0 <= a.op_index < len(self.plan.operators):
-            return self._items(a.args[lookup(op_key(self.plan.operators[a.op_index]))[1] :])
+            fn, nargs = lookup(op_key(self.plan.operators[a.op_index]))
+            return self._items(_results(fn, a.args, nargs))
         return self._items(a.args) if isinstance(a, fbp.DelegateCall) else []
 
     def _view_bases(self) -> set[int]:
@@ -417,7 +418,6 @@ class MethodExecutor:
 
         outputs = self._delegate_outputs(pc, args)
         source = [self.bound if j in outputs else vals for j in args]
-
         written = [(k, j) for k, j in enumerate(args) if j in outputs]
 
         def run() -> None:
@@ -523,6 +523,15 @@ class MethodExecutor:
             else:
                 out.append(v)
         return out
+
+
+def _results(fn: Callable, args: list[int], nargs: int) -> list[int]:
+    """The values a KernelCall writes: those after the kernel's arguments, or the argument it resizes in place
+    (``et_copy_index`` grows its accumulator and has no result value)."""
+    resized = getattr(fn, "resizes_arg", None)
+    if len(args) == nargs and resized is not None and resized < nargs:
+        return [args[resized]]
+    return list(args[nargs:])
 
 
 def _as_array(n: int, x: Any, slot: TensorSlot, method: str) -> np.ndarray:

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._higher_order_ops.map import map as map_rows
 from torch.export import Dim
 
 from edgetorch.backends.xnnpack import XnnpackPartitioner
@@ -209,6 +210,13 @@ CASES: dict[str, Case] = {
         lambda n: (_r(n, 3, 9, 9),),
         batch(),
         xnnpack=True,
+    ),
+    "conv/conv2d-channels-last-dynamic-batch": Case(
+        lambda: Fn(lambda m, x: torch.relu(m.layers[0](x)) + 1, nn.Conv2d(3, 4, 3, padding=1)).to(
+            memory_format=torch.channels_last
+        ),
+        lambda n: (_r(n, 3, 6, 6).to(memory_format=torch.channels_last),),
+        batch(),
     ),
     "conv/conv1d-dynamic-length": Case(
         lambda: Fn(lambda m, x: m.layers[0](x), nn.Conv1d(3, 4, 3)),
@@ -404,6 +412,36 @@ def test_executorch_written_views_run_at_every_size(name: str):
     method = Runtime.get().load_program(pte).load_method("forward")
     for args in _calls(name):
         assert_close(method.execute(_numpy(args)), eager(model, args), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "name", ["linear/linear-3d-dynamic-sequence", "conv/conv2d-dynamic-batch", "pool/max2d", "attention/block"]
+)
+def test_executorch_xnnpack_programs_run_at_every_size(name: str):
+    """ExecuTorch's XNNPACK lowering of a few cases on our runtime (its own runtime is exercised elsewhere)."""
+    model, example, dynamic = _export_args(name)
+    pte = executorch_pte(model, example, dynamic_shapes=dynamic, xnnpack=True)
+    method = Runtime.get().load_program(pte).load_method("forward")
+    for args in _calls(name):
+        assert_close(method.execute(_numpy(args)), eager(model, args), rtol=1e-4, atol=1e-5)
+
+
+class MapRows(nn.Module):
+    def forward(self, xs, y):
+        return map_rows(lambda x, y: x * 2 + y, xs, y) + 1
+
+
+def test_executorch_written_map_returns_as_many_rows_as_it_ran():
+    """``torch.map`` becomes a loop whose et_copy_index grows the result one row per iteration."""
+    torch.manual_seed(0)
+    model, y = MapRows(), _r(3)
+    # ExecuTorch records the example's size as the input's bound here, so the example is the largest size.
+    pte = executorch_pte(model, (_r(4, 3), y), dynamic_shapes=({0: Dim("n", min=1, max=6)}, None))
+    assert b"et_copy_index" in pte
+    method = Runtime.get().load_program(pte).load_method("forward")
+    for n in (4, 2, 3, 1, 4):
+        xs = _r(n, 3)
+        assert_close(method.execute(_numpy((xs, y))), eager(model, (xs, y)))
 
 
 def test_every_family_has_a_program_executorch_runs():

@@ -19,7 +19,9 @@ The calling convention, shared by every kernel:
   (a no-op when it already matches), writes the result into it (``out=`` or
   ``np.copyto``), and returns it; a kernel with several outs (or a list of
   outs) returns a tuple (or the list) of every resized out. Scalar ops
-  (``executorch_prim``) return a Python number.
+  (``executorch_prim``) return a Python number. A kernel that resizes one of
+  its arguments in place and has no result value (``et_copy_index``) names
+  that argument's position in a ``resizes_arg`` attribute and returns it.
 * Kernels never allocate per element in Python; they are vectorised NumPy.
 """
 
