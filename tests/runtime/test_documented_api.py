@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,62 +65,51 @@ PROGRAMS = {
     "two_methods": two_methods,
 }
 
-_EXECUTORCH_META = textwrap.dedent(
+# The same script, with only the package name changed, runs on ExecuTorch's runtime and on ours.
+_META_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from executorch.runtime import Runtime
+    from {package}.runtime import Runtime
     program = Runtime.get().load_program(sys.argv[1])
     def info(t):
-        return {"sizes": list(t.sizes()), "dtype": t.dtype(), "nbytes": t.nbytes(), "planned": t.is_memory_planned()}
-    meta = {}
+        return {{"sizes": list(t.sizes()), "dtype": t.dtype(), "nbytes": t.nbytes(), "planned": t.is_memory_planned()}}
+    meta = {{}}
     for name in program.method_names:
         m = program.metadata(name)
-        meta[name] = {
+        meta[name] = {{
             "name": m.name(),
             "inputs": [info(m.input_tensor_meta(i)) for i in range(m.num_inputs())],
             "outputs": [info(m.output_tensor_meta(i)) for i in range(m.num_outputs())],
-        }
-    print(json.dumps({"methods": sorted(program.method_names), "meta": meta}))
+        }}
+    print(json.dumps({{"methods": sorted(program.method_names), "meta": meta}}))
     """
 )
 
 
-def executorch_meta(path) -> dict:
-    """What ExecuTorch's runtime reports about a program, run in its own process."""
+def _with_this_checkout() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[2])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+
+
+def meta_report(package: str, path) -> dict:
+    """What ``package``'s runtime reports about a program, run in its own process."""
     done = subprocess.run(
-        [sys.executable, "-c", _EXECUTORCH_META, str(path)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", _META_SCRIPT.format(package=package), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_with_this_checkout(),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def ours_meta(program) -> dict:
-    def info(t):
-        return {
-            "sizes": list(t.sizes()),
-            "dtype": int(t.dtype()),
-            "nbytes": t.nbytes(),
-            "planned": t.is_memory_planned(),
-        }
-
-    meta = {}
-    for name in program.method_names:
-        m = program.metadata(name)
-        meta[name] = {
-            "name": m.name(),
-            "inputs": [info(m.input_tensor_meta(i)) for i in range(m.num_inputs())],
-            "outputs": [info(m.output_tensor_meta(i)) for i in range(m.num_outputs())],
-        }
-    return {"methods": sorted(program.method_names), "meta": meta}
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_method_meta_and_method_names_match_executorch(tmp_path, name):
     path = tmp_path / f"{name}.pte"
     path.write_bytes(PROGRAMS[name]())
-    program = Runtime.get().load_program(path)
-    assert isinstance(program.method_names, set)
-    assert ours_meta(program) == executorch_meta(path)
+    assert isinstance(Runtime.get().load_program(path).method_names, set)
+    assert meta_report("edgetorch", path) == meta_report("executorch", path)
 
 
 @pytest.mark.parametrize("name", ["two_outputs", "dynamic"])
@@ -236,3 +226,24 @@ def test_module_loads_lazily_and_runs_staged_inputs():
     assert module.method_meta("other").input_tensor_meta(0).sizes() == (4, 3)
     assert module.unload_method("forward") and not module.is_method_loaded("forward")
     assert not module.unload_method("forward")
+
+
+def test_portable_lib_runs_with_torch_blocked(tmp_path):
+    from tests.runtime.test_torch_free import BLOCKER
+
+    (tmp_path / "m.pte").write_bytes(PROGRAMS["two_outputs"]())
+    script = BLOCKER + textwrap.dedent(
+        f"""
+        import numpy as np
+        from edgetorch.extension.pybindings import portable_lib
+        module = portable_lib._load_for_executorch({str(tmp_path / "m.pte")!r})
+        total, scaled = module.forward([np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)])
+        assert total.tolist() == [[2.0] * 3] * 2 and scaled.dtype == np.int32
+        assert "XnnpackBackend" in portable_lib._get_registered_backend_names()
+        assert not any(m.split(".")[0] in ("torch", "executorch") for m in sys.modules), "torch was imported"
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=_with_this_checkout()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

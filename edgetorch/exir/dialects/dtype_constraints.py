@@ -31,6 +31,7 @@ class DtypeConstraint:
         self.optional_io_names = [n for n in self.names if n in set(optional)]
         self.essential_io_names = [n for n in self.names if n not in set(optional)]
         self.rows = [tuple(r) for r in rows]
+        self._projections: dict[tuple[int, ...], set[tuple]] = {}
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -52,8 +53,12 @@ class DtypeConstraint:
             return False
         if any(name not in types for name in self.essential_io_names):
             return False
-        given = [(self.names.index(n), d) for n, d in types.items() if d is not None]
-        return any(all(row[i] == d for i, d in given) for row in self.rows)
+        given = sorted((self.names.index(n), d) for n, d in types.items() if d is not None)
+        positions = tuple(i for i, _ in given)
+        projected = self._projections.get(positions)
+        if projected is None:  # rows seen through these names only; built once per set of names
+            projected = self._projections[positions] = {tuple(row[i] for i in positions) for row in self.rows}
+        return tuple(d for _, d in given) in projected
 
 
 class EdgeArgument:
