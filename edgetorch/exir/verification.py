@@ -20,6 +20,7 @@ from torch._export.verifier import Verifier
 
 from edgetorch.errors import EdgetorchError
 from edgetorch.exir.dialects._ops import EdgeOpOverload
+from edgetorch.exir.dialects.dtype_constraints import dtype_constraint, node_tensor_dtypes
 from edgetorch.exir.passes.decompose import core_aten_decompositions
 from edgetorch.exir.passes.out_variant import _copy_form, _out_variant
 from edgetorch.exir.passes.to_edge import NOT_EDGE_OPS
@@ -145,6 +146,30 @@ def _check_dtypes(node: torch.fx.Node) -> None:
             )
 
 
+def _check_edge_dtypes(node: torch.fx.Node) -> None:
+    """Refuse an Edge op whose tensors' dtypes are no combination the op allows (see dialects.dtype_constraints)."""
+    op = node.target._op
+    constraint = dtype_constraint(op)
+    if constraint is None or "val" not in node.meta:
+        return
+    types = node_tensor_dtypes(op, node)
+    if constraint.validate(types):
+        return
+    found = ", ".join(f"{name}: {_short(dtype)}" for name, dtype in types.items())
+    allowed = "; ".join(
+        f"{name} in {{{', '.join(sorted(_short(d) for d in constraint[name]))}}}" for name in constraint.names
+    )
+    _fail(
+        node,
+        f"{node.target} does not take this dtype combination ({found}); allowed, in some combination: {allowed}",
+        "Cast the inputs to an allowed dtype, or fix the pass that made this node.",
+    )
+
+
+def _short(dtype: torch.dtype | None) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def _flat_nodes(graph_module: torch.fx.GraphModule, hint: str) -> Iterable[torch.fx.Node]:
     """Every node of the graph and its submodules, refusing module and method calls."""
     for module in graph_module.modules():
@@ -176,6 +201,8 @@ def verify_edge_graph(graph_module: torch.fx.GraphModule, allowed_aten: Iterable
     for node in _flat_nodes(graph_module, "Edge graphs are flat: use call_function on ops."):
         if node.op == "call_function":
             _check_target(node, allowed)
+            if isinstance(node.target, EdgeOpOverload):
+                _check_edge_dtypes(node)
         if node.op in ("call_function", "placeholder"):
             _check_dtypes(node)
 

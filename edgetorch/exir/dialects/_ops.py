@@ -19,7 +19,7 @@ class EdgeOpOverload:
 
     def __init__(self, op: torch._ops.OpOverload):
         self._op = op
-        self._schema = op._schema
+        self._edge_schema: Any = None
         # Printed graphs show edge targets as edgetorch_exir_dialects_edge__ops_aten_add_Tensor.
         self.__name__ = self.__qualname__ = f"{op.namespace}.{op.__name__}"
         self.__module__ = "edgetorch.exir.dialects.edge._ops"
@@ -39,6 +39,18 @@ class EdgeOpOverload:
 
     def __reduce__(self) -> tuple:
         return (edge_op, (self._op,))
+
+    @property
+    def _schema(self) -> Any:
+        """The ATen schema; for an op with dtype constraints each argument also has ``allowed_types``."""
+        if self._edge_schema is None:
+            from edgetorch.exir.dialects.dtype_constraints import EdgeFunctionSchema, dtype_constraint
+
+            constraint = dtype_constraint(self._op)
+            self._edge_schema = (
+                self._op._schema if constraint is None else EdgeFunctionSchema(self._op._schema, constraint)
+            )
+        return self._edge_schema
 
     def name(self) -> str:
         return self._op.name()
