@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.errors import (
+    DelegateLoadError,
     EdgetorchError,
     ExecutionError,
     InvalidInputError,
@@ -373,7 +374,14 @@ class MethodExecutor:
         backend = get_backend(d.id)
         processed = self._program.delegate_data(d.processed, f"delegate {index} ({d.id}) of method {self.name!r}")
         specs = {s.key: bytes(s.value) for s in d.compile_specs}
-        return backend, backend.init(processed, specs, self._program.named_data)
+        try:
+            return backend, backend.init(processed, specs, self._program.named_data)
+        except EdgetorchError:
+            raise
+        except Exception as e:
+            raise DelegateLoadError(
+                f"method {self.name!r}: backend {d.id!r} could not initialise delegate {index}: {type(e).__name__}: {e}"
+            ) from e
 
     def _delegate_step(self, delegate: tuple[Any, Any], args: list[int]) -> Callable:
         backend, handle = delegate
@@ -437,16 +445,15 @@ class MethodExecutor:
                 pc = nxt if jumps and nxt is not None else pc + 1
                 count += 1
                 if count > MAX_STEPS_PER_RUN:
-                    raise ExecutionError(
-                        f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped"
-                    )
-        except EdgetorchError:
-            raise
+                    break
         except Exception as e:
             ipc = self.step_pcs[pc] if pc < len(self.step_pcs) else pc
+            what = self.describe(ipc)
             raise ExecutionError(
-                f"method {self.name!r} failed at instruction {ipc} ({self.describe(ipc)}): {type(e).__name__}: {e}"
+                f"method {self.name!r} failed at instruction {ipc} ({what}): {type(e).__name__}: {e}", ipc, what
             ) from e
+        if pc < n:
+            raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
 
     def describe(self, pc: int) -> str:
         """A short human name for instruction ``pc``: its operator, backend or kind."""

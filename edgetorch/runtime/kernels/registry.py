@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgetorch.errors import UnsupportedOperatorError
+from edgetorch.errors import InvalidArgumentError, OutOfRangeError, UnsupportedOperatorError
 
 KERNELS: dict[str, tuple[Callable, int]] = {}
 
@@ -80,18 +80,34 @@ def lookup(name: str) -> tuple[Callable, int]:
         ) from None
 
 
+def wrap_dim(dim: int, ndim: int) -> int:
+    """``dim`` as a non-negative axis of an ``ndim``-D tensor (a 0-D tensor accepts 0 and -1, like torch).
+
+    Every kernel family checks its ``dim`` arguments here, so a bad dim is the same error everywhere.
+    """
+    rank = max(ndim, 1)
+    if not -rank <= dim < rank:
+        raise OutOfRangeError(
+            f"dimension {dim} is out of range for a {ndim}-D tensor; expected a dim in [{-rank}, {rank - 1}]"
+        )
+    return dim % rank
+
+
 def resize(out: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``out`` viewed with ``shape``, reusing its memory (the planned slot's start).
 
-    Raises ValueError when the slot is too small: the result exceeds the bound
-    the program was planned for.
+    Raises InvalidArgumentError when the slot is too small: the result exceeds the
+    bound the program was planned for.
     """
     shape = tuple(int(s) for s in shape)
     if out.shape == shape:
         return out
     n = math.prod(shape)
     if n > out.size:
-        raise ValueError(f"result of shape {shape} does not fit the planned output of shape {out.shape}")
+        raise InvalidArgumentError(
+            f"result of shape {shape} does not fit the planned output of shape {out.shape}; "
+            "re-export with larger upper bounds for the dynamic dimensions"
+        )
     if out.flags.c_contiguous:
         return out.reshape(-1)[:n].reshape(shape)
     return np.empty(shape, out.dtype)
