@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.errors import (
+    DelegateLoadError,
     EdgetorchError,
     ExecutionError,
     InvalidInputError,
@@ -384,7 +385,14 @@ class MethodExecutor:
         backend = get_backend(d.id)
         processed = self._program.delegate_data(d.processed, f"delegate {index} ({d.id}) of method {self.name!r}")
         specs = {s.key: bytes(s.value) for s in d.compile_specs}
-        return backend, backend.init(processed, specs, self._program.named_data)
+        try:
+            return backend, backend.init(processed, specs, self._program.named_data)
+        except EdgetorchError:
+            raise
+        except Exception as e:
+            raise DelegateLoadError(
+                f"method {self.name!r}: backend {d.id!r} could not initialise delegate {index}: {type(e).__name__}: {e}"
+            ) from e
 
     def _delegate_outputs(self, pc: int, args: list[int]) -> set[int]:
         """The dynamic-shape tensors among a delegate call's arguments that the delegate writes.
@@ -469,18 +477,17 @@ class MethodExecutor:
                 pc = nxt if jumps and nxt is not None else pc + 1
                 count += 1
                 if count > MAX_STEPS_PER_RUN:
-                    raise ExecutionError(
-                        f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped"
-                    )
+                    break
         except TensorResizeError as e:
             raise self._named(e) from e
-        except EdgetorchError:
-            raise
         except Exception as e:
             ipc = self.step_pcs[pc] if pc < len(self.step_pcs) else pc
+            what = self.describe(ipc)
             raise ExecutionError(
-                f"method {self.name!r} failed at instruction {ipc} ({self.describe(ipc)}): {type(e).__name__}: {e}"
+                f"method {self.name!r} failed at instruction {ipc} ({what}): {type(e).__name__}: {e}", ipc, what
             ) from e
+        if pc < n:
+            raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
 
     def _named(self, e: TensorResizeError) -> TensorResizeError:
         """``e`` restated with the value whose planned slot was too small and the instruction writing it."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edgetorch.errors import InvalidInputError
+from edgetorch.errors import InvalidArgumentError, OutOfRangeError
 from edgetorch.runtime.kernels.conv import col2im_into, expand, pooled_size, window_view
 from edgetorch.runtime.kernels.linalg import store, upcast
 from edgetorch.runtime.kernels.pool import adaptive_bounds, avg_window_sizes
@@ -115,7 +115,7 @@ def convolution_backward(
     """Gradients of ``convolution`` (plain or transposed, 1-3 spatial dims) for its input, weight and bias."""
     d = weight.ndim - 2
     if input.ndim != d + 2 or grad_output.ndim != d + 2:
-        raise InvalidInputError(
+        raise InvalidArgumentError(
             f"convolution_backward expects batched {d + 2}-d input and grad_output for a {weight.ndim}-d weight, "
             f"got {input.shape} and {grad_output.shape}; add the batch dimension"
         )
@@ -143,7 +143,7 @@ def max_pool2d_with_indices_backward(
     planes, area = math.prod(self.shape[:-2]), self.shape[-2] * self.shape[-1]
     idx = indices.reshape(planes, -1).astype(np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= area):
-        raise InvalidInputError(
+        raise OutOfRangeError(
             f"max_pool2d_with_indices_backward: indices must lie in [0, {area}) (one {self.shape[-2:]} plane), "
             f"found [{idx.min()}, {idx.max()}]; pass the indices max_pool2d_with_indices returned"
         )
@@ -213,7 +213,7 @@ def embedding_dense_backward(
     """Gradient of ``embedding`` for its weight: rows of ``grad_output`` summed into the rows their indices name."""
     idx = indices.reshape(-1).astype(np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= num_weights):
-        raise InvalidInputError(
+        raise OutOfRangeError(
             f"embedding_dense_backward: indices must lie in [0, {num_weights}), found [{idx.min()}, {idx.max()}]"
         )
     grad = upcast(grad_output).reshape(idx.size, -1)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.kernels.scratch import scratch
@@ -331,7 +332,7 @@ def convolution(
     stride, padding, dilation = expand(stride, d), expand(padding, d), expand(dilation, d)
     output_padding = expand(output_padding or [0], d)
     if input.ndim != d + 2:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"convolution expects a batched {d + 2}-d input for a {weight.ndim}-d weight, got shape {input.shape}; "
             "add the batch dimension before the convolution"
         )

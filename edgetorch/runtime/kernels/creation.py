@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime.kernels.elementwise import quiet
 from edgetorch.runtime.kernels.promotion import compute_dtype, is_float, scalar
 from edgetorch.runtime.kernels.registry import kernel
@@ -114,7 +115,9 @@ def scalar_tensor(s: Number, out: np.ndarray) -> np.ndarray:
 
 def _arange(start: Number, end: Number, step: Number, out: np.ndarray) -> np.ndarray:
     if step == 0 or (end - start) * step < 0:
-        raise ValueError(f"arange: step {step} cannot go from {start} to {end}; use a step of the sign of end - start")
+        raise InvalidArgumentError(
+            f"arange: step {step} cannot go from {start} to {end}; use a step of the sign of end - start"
+        )
     n = max(0, math.ceil((end - start) / step))
     out = resize(out, (n,))
     exact = all(isinstance(v, int) for v in (start, end, step))
@@ -141,7 +144,7 @@ def arange_start(start: Number, end: Number, step: Number, out: np.ndarray) -> n
 def linspace(start: Number, end: Number, steps: int, out: np.ndarray) -> np.ndarray:
     """``steps`` evenly spaced values from ``start`` to ``end``, filled from both ends like torch."""
     if steps < 0:
-        raise ValueError(f"linspace: steps must be non-negative, got {steps}")
+        raise InvalidArgumentError(f"linspace: steps must be non-negative, got {steps}")
     out = resize(out, (steps,))
     ct = compute_dtype(out.dtype) if is_float(out.dtype) else np.dtype(np.float32)
     if not is_float(out.dtype):
@@ -180,7 +183,7 @@ def randn(size: list[int], out: np.ndarray) -> np.ndarray:
 def randperm(n: int, out: np.ndarray) -> np.ndarray:
     """A random permutation of 0 .. n-1 (NumPy's generator, so the order differs from torch's)."""
     if n < 0:
-        raise ValueError(f"randperm: n must be non-negative, got {n}")
+        raise InvalidArgumentError(f"randperm: n must be non-negative, got {n}")
     out = resize(out, (n,))
     np.copyto(out, _RNG.permutation(n), casting="unsafe")
     return out

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime.kernels.promotion import (
     as_dtype,
     compute_dtype,
@@ -394,7 +395,7 @@ def _apply(self: np.ndarray, out: np.ndarray, fn: Callable, *params) -> np.ndarr
 def gelu(self: np.ndarray, approximate: str, out: np.ndarray) -> np.ndarray:
     """GELU, exact (``approximate='none'``) or with torch's tanh approximation."""
     if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise InvalidArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return _apply(self, out, _gelu_tanh if approximate == "tanh" else _gelu_erf)
 
 
@@ -661,7 +662,7 @@ _ROUNDING = {None: np.true_divide, "trunc": _trunc_divide, "floor": np.floor_div
 def div_mode(self: np.ndarray, other: Operand, rounding_mode: str | None, out: np.ndarray) -> np.ndarray:
     """Division rounded toward zero ('trunc'), down ('floor'), or not at all (None)."""
     if rounding_mode not in _ROUNDING:
-        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        raise InvalidArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     return _binary_kernel(_ROUNDING[rounding_mode])(self, other, out)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgetorch.errors import InvalidArgumentError, OutOfRangeError
 from edgetorch.runtime.kernels.promotion import compute_dtype, is_reduced_float
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.kernels.shape import along, copy_into, wrap_dim
@@ -119,7 +120,9 @@ def reduce_ufunc(reduce: str) -> np.ufunc:
     try:
         return REDUCE_UFUNCS[reduce]
     except KeyError:
-        raise ValueError(f"unsupported scatter reduction {reduce!r}; expected one of {sorted(REDUCE_UFUNCS)}") from None
+        raise InvalidArgumentError(
+            f"unsupported scatter reduction {reduce!r}; expected one of {sorted(REDUCE_UFUNCS)}"
+        ) from None
 
 
 def scatter_into(
@@ -263,7 +266,7 @@ def masked_scatter(self: np.ndarray, mask: np.ndarray, source: np.ndarray, out: 
     full_mask = np.broadcast_to(mask, shape)
     count = int(np.count_nonzero(full_mask))
     if count > source.size:
-        raise ValueError(f"masked_scatter: mask selects {count} elements but source has only {source.size}")
+        raise InvalidArgumentError(f"masked_scatter: mask selects {count} elements but source has only {source.size}")
     out[full_mask] = source.reshape(-1)[:count]
     return out
 
@@ -286,7 +289,7 @@ def take(self: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.ndarray:
     """The elements of flattened ``self`` at ``index`` (negative counts from the end), shaped like ``index``."""
     n = self.size
     if index.size and (index.min() < -n or index.max() >= n):
-        raise IndexError(f"take: index out of range for a tensor of {n} elements")
+        raise OutOfRangeError(f"take: index out of range for a tensor of {n} elements")
     return copy_into(out, self.reshape(-1)[index])
 
 
@@ -335,10 +338,10 @@ def _embedding_bag(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Both embedding-bag kernels; in sum mode bag_size is ``sum_bag_size`` zeros, max_indices one per bag."""
     if mode not in (_BAG_SUM, _BAG_MEAN, _BAG_MAX):
-        raise ValueError(f"embedding_bag: mode must be 0 (sum), 1 (mean) or 2 (max), got {mode}")
+        raise InvalidArgumentError(f"embedding_bag: mode must be 0 (sum), 1 (mean) or 2 (max), got {mode}")
     n, rows_in_weight = indices.shape[0], weight.shape[0]
     if n and (indices.min() < 0 or indices.max() >= rows_in_weight):
-        raise IndexError(f"embedding_bag: indices must be in [0, {rows_in_weight}), the rows of weight")
+        raise OutOfRangeError(f"embedding_bag: indices must be in [0, {rows_in_weight}), the rows of weight")
     num_bags = offsets.shape[0] - int(include_last_offset)
     bag = _bag_of_each_index(n, offsets, num_bags)
     fast_path = (weight.dtype == np.float32 or is_reduced_float(weight.dtype)) and padding_idx < 0

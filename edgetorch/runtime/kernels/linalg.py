@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgetorch.errors import OutOfRangeError
 from edgetorch.runtime.dtypes import BFLOAT16
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
@@ -151,7 +152,7 @@ def embedding(
     """Rows of ``weight`` picked by ``indices``; ``padding_idx`` and the gradient flags only matter in training."""
     out = resize(out, indices.shape + weight.shape[1:])
     if indices.size and (indices.min() < 0 or indices.max() >= weight.shape[0]):
-        raise IndexError(
+        raise OutOfRangeError(
             f"embedding index out of range: indices must be in [0, {weight.shape[0]}), "
             f"found values in [{indices.min()}, {indices.max()}]"
         )

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime.kernels.conv import TapSweep, expand, pooled_size
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
 from edgetorch.runtime.kernels.registry import kernel, register_kernel
@@ -316,7 +317,7 @@ def _vec_sizes(
     if output_size is not None:
         return [int(s) for s in output_size], [None] * d
     if scale_factors is None:
-        raise ValueError("upsample needs either output_size or scale_factors; both were None")
+        raise InvalidArgumentError("upsample needs either output_size or scale_factors; both were None")
     factors = expand(scale_factors, d) if len(scale_factors) == 1 else list(scale_factors)
     return [int(n * f) for n, f in zip(x.shape[-d:], factors)], factors
 
@@ -428,7 +429,9 @@ def _pad_sources(self: np.ndarray, padding: list[int], reflect: bool) -> list[np
         n = self.shape[self.ndim - d + i]
         lo, hi = padding[2 * (d - 1 - i)], padding[2 * (d - 1 - i) + 1]
         if reflect and (lo >= n or hi >= n):
-            raise ValueError(f"reflection padding ({lo}, {hi}) must be smaller than the padded dim's size {n}")
+            raise InvalidArgumentError(
+                f"reflection padding ({lo}, {hi}) must be smaller than the padded dim's size {n}"
+            )
         idx = np.arange(-lo, n + hi)
         if reflect:
             idx = np.abs(idx)
@@ -486,7 +489,7 @@ def grid_sampler_2d(
 ) -> np.ndarray:
     """Sample ``input`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2) points: bilinear (0) or nearest (1) interpolation."""
     if interpolation_mode not in (0, 1):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"grid_sampler_2d: interpolation mode {interpolation_mode} (bicubic) is not supported by this runtime; "
             "export the model with mode='bilinear' or 'nearest'"
         )

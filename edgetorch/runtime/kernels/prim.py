@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgetorch.runtime.kernels.registry import register_kernel
+from edgetorch.errors import InvalidArgumentError
+from edgetorch.runtime.kernels.registry import register_kernel, wrap_dim
 from edgetorch.runtime.memory import resize
 
 Number = int | float | bool
@@ -82,12 +83,12 @@ register_kernel("executorch_prim::sym_ite.Scalar", sym_ite)
 
 def sym_size(self: np.ndarray, dim: int) -> int:
     """The size of axis ``dim`` of ``self`` (negative counts from the end)."""
-    return int(self.shape[dim])
+    return int(self.shape[wrap_dim(dim, self.ndim)])
 
 
 def sym_stride(self: np.ndarray, dim: int) -> int:
     """The stride of axis ``dim`` of ``self`` in elements, as ExecuTorch's contiguous layout has it."""
-    return math.prod(self.shape[dim % self.ndim + 1 :])
+    return math.prod(self.shape[wrap_dim(dim, self.ndim) + 1 :])
 
 
 def sym_numel(self: np.ndarray) -> int:
@@ -98,7 +99,9 @@ def sym_numel(self: np.ndarray) -> int:
 def local_scalar_dense(self: np.ndarray) -> Number:
     """The single value of a one-element tensor as a Python number."""
     if self.size < 1:
-        raise ValueError(f"_local_scalar_dense expects a tensor with at least one element, got shape {self.shape}")
+        raise InvalidArgumentError(
+            f"_local_scalar_dense expects a tensor with at least one element, got shape {self.shape}"
+        )
     value = self.reshape(-1)[0]
     return value.item() if self.dtype.kind in "biuf" else float(value)
 
@@ -110,12 +113,14 @@ def et_copy_index(copy_to: np.ndarray, copy_from: np.ndarray, index: int) -> np.
     planned at the upper bound, so growing it is a resize within its slot.
     """
     if copy_to.ndim != copy_from.ndim + 1:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"et_copy_index expects copy_to to have one more dim than copy_from, "
             f"got shapes {copy_to.shape} and {copy_from.shape}"
         )
     if index > 0 and copy_to.shape[1:] != copy_from.shape:
-        raise ValueError(f"et_copy_index: row shape {copy_from.shape} differs from copy_to's {copy_to.shape[1:]}")
+        raise InvalidArgumentError(
+            f"et_copy_index: row shape {copy_from.shape} differs from copy_to's {copy_to.shape[1:]}"
+        )
     copy_to = resize(copy_to, (index + 1, *copy_from.shape))
     np.copyto(copy_to[index], copy_from, casting="unsafe")
     return copy_to

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime.kernels.promotion import compute_dtype, promote_types
-from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.kernels.registry import kernel, wrap_dim
 from edgetorch.runtime.memory import resize
 
 _F32 = np.dtype(np.float32)
@@ -25,7 +26,7 @@ _TOKEN_QMIN, _TOKEN_QMAX = -128, 127
 def _check_range(quant_min: int, quant_max: int, dtype: np.dtype, op: str) -> None:
     info = np.iinfo(dtype)
     if not info.min <= quant_min <= quant_max <= info.max:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{op}: expected {info.min} <= quant_min <= quant_max <= {info.max} for {dtype} output, "
             f"got quant_min={quant_min}, quant_max={quant_max}; pass bounds that fit the quantized dtype"
         )
@@ -45,7 +46,7 @@ def _store_quantized(t: np.ndarray, quant_min: int, quant_max: int, out: np.ndar
 
 def _scalar_param(t: np.ndarray, what: str, op: str) -> np.generic:
     if t.size != 1:
-        raise ValueError(f"{op}: expected a one-element {what} tensor, got shape {t.shape}")
+        raise InvalidArgumentError(f"{op}: expected a one-element {what} tensor, got shape {t.shape}")
     return t.reshape(-1)[0]
 
 
@@ -156,7 +157,9 @@ def choose_qparams(
     Computed in float64 like ExecuTorch's kernel (torch's eager op rounds the scale to float32 first).
     """
     if input.size == 0:
-        raise ValueError("choose_qparams: expected a non-empty input to take the range of, got an empty tensor")
+        raise InvalidArgumentError(
+            "choose_qparams: expected a non-empty input to take the range of, got an empty tensor"
+        )
     lo, hi = _affine_min_max(input.astype(_F64, copy=False), None)
     scale = max(float(hi - lo) / (quant_max - quant_min), eps)
     zero_point = min(max(quant_min - round(float(lo) / scale), quant_min), quant_max)
@@ -179,14 +182,8 @@ def _channel_view(param: np.ndarray, ndim: int, axis: int) -> np.ndarray:
 def _token_view(param: np.ndarray, x: np.ndarray, what: str, op: str) -> np.ndarray:
     tokens = x.shape[:-1]
     if param.size != int(np.prod(tokens)):
-        raise ValueError(f"{op}: expected one {what} per token ({tokens} tokens), got {param.size}")
+        raise InvalidArgumentError(f"{op}: expected one {what} per token ({tokens} tokens), got {param.size}")
     return param.reshape(tokens + (1,))
-
-
-def _wrap_axis(axis: int, ndim: int, op: str) -> int:
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{op}: axis {axis} is out of range for a {ndim}-D input")
-    return axis % ndim
 
 
 def _quantize_scaled(
@@ -225,7 +222,7 @@ def quantize_per_channel(
     """Quantize with one scale and zero point per index of ``axis``."""
     _check_range(quant_min, quant_max, out.dtype, "quantize_per_channel")
     x = _float_input(input)
-    axis = _wrap_axis(axis, x.ndim, "quantize_per_channel")
+    axis = wrap_dim(axis, x.ndim)
     s, z = _channel_view(scales, x.ndim, axis), _channel_view(zero_points, x.ndim, axis)
     return _quantize_scaled(x, s, z, quant_min, quant_max, out, round_first=True)
 
@@ -253,7 +250,7 @@ def dequantize_per_channel(
     out: np.ndarray,
 ) -> np.ndarray:
     """Dequantize with one scale (and optional zero point) per index of ``axis``."""
-    axis = _wrap_axis(axis, input.ndim, "dequantize_per_channel")
+    axis = wrap_dim(axis, input.ndim)
     s = _channel_view(scales, input.ndim, axis)
     z = None if zero_points is None else _channel_view(zero_points, input.ndim, axis)
     return _dequantize_scaled(input, s, z, out)
@@ -347,7 +344,7 @@ def _embedding(
     out: np.ndarray,
 ) -> np.ndarray:
     if weight.ndim != 2 or scales.ndim not in (1, 2) or scales.shape[0] != weight.shape[0]:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"embedding_{'byte' if bits == 8 else f'{bits}bit'}: expected a 2-D weight and 1-D or 2-D scales "
             f"with one row per weight row, got weight {weight.shape} and scales {scales.shape}"
         )

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgetorch.errors import InvalidInputError
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime.dtypes import BFLOAT16, numpy_dtype
-from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.kernels.registry import kernel, wrap_dim
 from edgetorch.runtime.memory import resize
 
 LOW_PRECISION_FLOATS = frozenset({np.dtype(np.float16), BFLOAT16})
@@ -52,16 +52,6 @@ def acc_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype in LOW_PRECISION_FLOATS else dtype
 
 
-def wrap_dim(dim: int, ndim: int) -> int:
-    """``dim`` as a non-negative axis of an ``ndim``-d tensor; a 0-d tensor accepts 0 and -1 like torch."""
-    rank = max(ndim, 1)
-    if not -rank <= dim < rank:
-        raise InvalidInputError(
-            f"dimension {dim} is out of range for a tensor of rank {ndim}; expected a dim in [{-rank}, {rank - 1}]"
-        )
-    return dim % rank
-
-
 def reduction_axes(dims: list[int] | int | None, ndim: int, empty_means_all: bool = True) -> tuple[int, ...] | None:
     """Normalised axes for a reduction over ``dims``; None (reduce everything) for None or, usually, ``[]``."""
     if dims is None or (empty_means_all and not isinstance(dims, int) and len(dims) == 0) or ndim == 0:
@@ -69,7 +59,7 @@ def reduction_axes(dims: list[int] | int | None, ndim: int, empty_means_all: boo
     dims = [dims] if isinstance(dims, int) else dims
     axes = tuple(wrap_dim(d, ndim) for d in dims)
     if len(set(axes)) != len(axes):
-        raise InvalidInputError(f"reduction dims {list(dims)} name a dimension twice; give each dimension once")
+        raise InvalidArgumentError(f"reduction dims {list(dims)} name a dimension twice; give each dimension once")
     return axes
 
 
@@ -104,7 +94,7 @@ def check_nonempty(x: np.ndarray, axes: tuple[int, ...] | None, op: str) -> None
     """Raise when a reduction without identity (max, min, argmax, ...) would reduce over zero elements."""
     sizes = x.shape if axes is None else [x.shape[a] for a in axes]
     if x.size == 0 and (0 in sizes or axes is None):
-        raise InvalidInputError(
+        raise InvalidArgumentError(
             f"{op}: cannot reduce an empty dimension of a tensor of shape {x.shape}; "
             "this reduction has no identity, so give it a non-empty input or reduce another dimension"
         )
@@ -583,7 +573,7 @@ def norm_all_dtype_out(x: np.ndarray, p: float | None, dtype: int, out: np.ndarr
 
 def _check_p(p: float, op: str) -> None:
     if p < 0:
-        raise InvalidInputError(f"{op}: p must be a non-negative number, got {p}")
+        raise InvalidArgumentError(f"{op}: p must be a non-negative number, got {p}")
 
 
 @kernel("aten::_cdist_forward.out")

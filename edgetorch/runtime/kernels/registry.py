@@ -30,7 +30,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from edgetorch.errors import UnsupportedOperatorError
+from edgetorch.errors import OutOfRangeError, UnsupportedOperatorError
 
 KERNELS: dict[str, tuple[Callable, int]] = {}
 
@@ -78,3 +78,16 @@ def lookup(name: str) -> tuple[Callable, int]:
             f"no kernel for operator {name!r}; register one with "
             f"edgetorch.runtime.register_kernel({name!r}, fn) before loading the method"
         ) from None
+
+
+def wrap_dim(dim: int, ndim: int) -> int:
+    """``dim`` as a non-negative axis of an ``ndim``-D tensor (a 0-D tensor accepts 0 and -1, like torch).
+
+    Every kernel family checks its ``dim`` arguments here, so a bad dim is the same error everywhere.
+    """
+    rank = max(ndim, 1)
+    if not -rank <= dim < rank:
+        raise OutOfRangeError(
+            f"dimension {dim} is out of range for a {ndim}-D tensor; expected a dim in [{-rank}, {rank - 1}]"
+        )
+    return dim % rank

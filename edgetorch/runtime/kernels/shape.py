@@ -11,16 +11,9 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.errors import InvalidArgumentError, OutOfRangeError
+from edgetorch.runtime.kernels.registry import kernel, wrap_dim
 from edgetorch.runtime.memory import resize
-
-
-def wrap_dim(dim: int, ndim: int) -> int:
-    """``dim`` as a non-negative axis of an ``ndim``-D tensor (a 0-D tensor accepts 0 and -1, like torch)."""
-    bound = max(ndim, 1)
-    if not -bound <= dim < bound:
-        raise IndexError(f"dimension {dim} is out of range for a {ndim}-D tensor (expected [-{bound}, {bound - 1}])")
-    return dim % bound
 
 
 def along(dim: int, index: object) -> tuple:
@@ -74,7 +67,7 @@ def slice_copy(
 ) -> np.ndarray:
     """``self[start:end:step]`` along ``dim`` (Python slice clamping; step must be positive)."""
     if step <= 0:
-        raise ValueError(f"slice_copy expects a positive step, got {step}")
+        raise InvalidArgumentError(f"slice_copy expects a positive step, got {step}")
     return copy_into(out, self[along(wrap_dim(dim, self.ndim), slice(start, end, step))])
 
 
@@ -90,7 +83,9 @@ def narrow_copy(self: np.ndarray, dim: int, start: int, length: int, out: np.nda
     dim = wrap_dim(dim, self.ndim)
     start = start + self.shape[dim] if start < 0 else start
     if start + length > self.shape[dim]:
-        raise IndexError(f"narrow_copy: start {start} + length {length} exceeds size {self.shape[dim]} of dim {dim}")
+        raise OutOfRangeError(
+            f"narrow_copy: start {start} + length {length} exceeds size {self.shape[dim]} of dim {dim}"
+        )
     return copy_into(out, self[along(dim, slice(start, start + length))])
 
 
@@ -128,7 +123,9 @@ def unsqueeze_copy(self: np.ndarray, dim: int, out: np.ndarray) -> np.ndarray:
 def t_copy(self: np.ndarray, out: np.ndarray) -> np.ndarray:
     """The transpose of a matrix (a 0-D or 1-D tensor is copied unchanged)."""
     if self.ndim > 2:
-        raise ValueError(f"t_copy expects a tensor of at most 2 dims, got shape {self.shape}; use transpose_copy")
+        raise InvalidArgumentError(
+            f"t_copy expects a tensor of at most 2 dims, got shape {self.shape}; use transpose_copy"
+        )
     return copy_into(out, self.T)
 
 
@@ -162,7 +159,7 @@ def as_strided_copy(
     if math.prod(size) > 0:
         last = offset + sum((n - 1) * s for n, s in zip(size, stride))
         if offset < 0 or min(stride, default=0) < 0 or last >= flat.size:
-            raise IndexError(
+            raise OutOfRangeError(
                 f"as_strided_copy: size {size}, stride {stride}, offset {offset} reach element {last}, "
                 f"outside the input's {flat.size} elements"
             )
@@ -246,7 +243,7 @@ def stack(tensors: list[np.ndarray], dim: int, out: np.ndarray) -> np.ndarray:
 def fill_list(outs: list[np.ndarray], parts: list[np.ndarray], op: str) -> list[np.ndarray]:
     """Each out resized and filled with its part; the list of resized outs (in place in ``outs``)."""
     if len(outs) != len(parts):
-        raise ValueError(f"{op} produces {len(parts)} tensors but the program provides {len(outs)} outputs")
+        raise InvalidArgumentError(f"{op} produces {len(parts)} tensors but the program provides {len(outs)} outputs")
     outs[:] = [copy_into(o, p) for o, p in zip(outs, parts)]
     return outs
 
@@ -254,7 +251,7 @@ def fill_list(outs: list[np.ndarray], parts: list[np.ndarray], op: str) -> list[
 def split_parts(self: np.ndarray, sizes: list[int], dim: int) -> list[np.ndarray]:
     """Views of consecutive pieces of ``self`` along ``dim`` with the given sizes."""
     if sum(sizes) != self.shape[dim]:
-        raise ValueError(f"split sizes {sizes} do not add up to size {self.shape[dim]} of dim {dim}")
+        raise InvalidArgumentError(f"split sizes {sizes} do not add up to size {self.shape[dim]} of dim {dim}")
     bounds = np.cumsum([0, *sizes]).tolist()
     return [self[along(dim, slice(a, b))] for a, b in zip(bounds, bounds[1:])]
 
@@ -289,7 +286,7 @@ def unbind_copy(self: np.ndarray, dim: int, out: list[np.ndarray]) -> list[np.nd
 def repeat(self: np.ndarray, repeats: list[int], out: np.ndarray) -> np.ndarray:
     """``self`` tiled ``repeats`` times per axis (``repeats`` may add leading axes)."""
     if len(repeats) < self.ndim:
-        raise ValueError(f"repeat needs at least {self.ndim} repeats for shape {self.shape}, got {repeats}")
+        raise InvalidArgumentError(f"repeat needs at least {self.ndim} repeats for shape {self.shape}, got {repeats}")
     sizes = (1,) * (len(repeats) - self.ndim) + self.shape
     out = resize(out, [r * s for r, s in zip(repeats, sizes)])
     # View out as (r0, s0, r1, s1, ...) and broadcast the input over the r axes: one copy.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgetorch.errors import InvalidInputError
+from edgetorch.errors import OutOfRangeError
 from edgetorch.runtime.kernels.reduction import (
     LOW_PRECISION_FLOATS,
     check_nonempty,
@@ -105,7 +105,7 @@ def topk_values(
     xs, axis = _lift(x, dim)
     n = xs.shape[axis]
     if not 0 <= k <= n:
-        raise InvalidInputError(f"topk: k must be between 0 and {n} (the size of dim {dim}), got {k}")
+        raise OutOfRangeError(f"topk: k must be between 0 and {n} (the size of dim {dim}), got {k}")
     if 0 < k < n:
         chosen = np.argpartition(_preference_key(xs, largest), k - 1, axis=axis)
         chosen = np.sort(np.take(chosen, np.arange(k), axis=axis), axis=axis)
@@ -156,7 +156,7 @@ def kthvalue_values(
     """The ``k``-th smallest element (1-based) along ``dim`` and its index."""
     n = x.shape[wrap_dim(dim, x.ndim)] if x.ndim else 1
     if not 1 <= k <= n:
-        raise InvalidInputError(f"kthvalue: k must be between 1 and {n} (the size of dim {dim}), got {k}")
+        raise OutOfRangeError(f"kthvalue: k must be between 1 and {n} (the size of dim {dim}), got {k}")
     return _select(
         x,
         dim,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgetorch.errors import InvalidInputError
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime.kernels.registry import KERNELS
 from tests.runtime.kernels._oracle import NUMPY_OF, to_numpy
 
@@ -146,7 +146,7 @@ def test_nan_propagates(op):
 def test_reducing_nothing_without_identity_fails(op):
     x = np.zeros((2, 0), np.float32)
     out = np.zeros((2,), np.float32)
-    with pytest.raises(InvalidInputError, match="empty"):
+    with pytest.raises(InvalidArgumentError, match="empty"):
         if op == "amax":
             KERNELS["aten::amax.out"][0](x, [1], False, out)
         elif op == "argmax":
@@ -340,9 +340,9 @@ def test_count_nonzero_and_nansum_and_aminmax():
 
 def test_duplicate_and_out_of_range_dims_fail():
     x = np.zeros((2, 3), np.float32)
-    with pytest.raises(InvalidInputError, match="twice"):
+    with pytest.raises(InvalidArgumentError, match="twice"):
         KERNELS["aten::sum.IntList_out"][0](x, [1, -1], False, None, np.zeros(2, np.float32))
-    with pytest.raises(InvalidInputError, match="out of range"):
+    with pytest.raises(InvalidArgumentError, match="out of range"):
         KERNELS["aten::sum.IntList_out"][0](x, [2], False, None, np.zeros(2, np.float32))
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgetorch.errors import InvalidInputError
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime.kernels.registry import KERNELS
 from tests.runtime.kernels._oracle import NUMPY_OF, to_numpy
 
@@ -129,7 +129,7 @@ def test_topk_with_nan_and_ties(largest):
 
 
 def test_topk_rejects_k_beyond_the_dim():
-    with pytest.raises(InvalidInputError, match="between 0 and 4"):
+    with pytest.raises(InvalidArgumentError, match="between 0 and 4"):
         KERNELS["aten::topk.values"][0](np.zeros(4, np.float32), 5, -1, True, True, np.zeros(5), np.zeros(5))
 
 
@@ -190,7 +190,7 @@ def test_selection_from_an_empty_dim_fails(op):
     x = np.zeros((2, 0), np.float32)
     fn = KERNELS[f"aten::{op}.{'dim_values' if op == 'median' else 'values'}"][0]
     args = (1,) if op == "kthvalue" else ()
-    with pytest.raises(InvalidInputError):
+    with pytest.raises(InvalidArgumentError):
         fn(x, *args, 1, False, np.zeros(2, np.float32), np.zeros(2, np.int64))
 
 
