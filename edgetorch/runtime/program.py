@@ -241,7 +241,9 @@ class Program:
         data = self.named_data.get(key or "")
         if data is None:
             raise ProgramLoadError(
-                f"{what} keeps its data outside the program under key {key!r}; load the .ptd file that holds it"
+                f"{what} keeps its data outside the program, under key {key!r} of a .ptd file, and no data file "
+                "loaded with the program holds that key; pass the .ptd written with the program: "
+                "Runtime.get().load_program(pte, data_files=[ptd]) (or data_path=ptd)"
             )
         return data
 
@@ -276,11 +278,15 @@ class Runtime:
         data: str | os.PathLike | bytes | bytearray | memoryview | BinaryIO,
         verification: Verification = Verification.Minimal,
         data_files: Sequence[str | os.PathLike | bytes] = (),
+        data_path: str | os.PathLike | None = None,
     ) -> Program:
         """Load a .pte from a path, bytes, or a binary file object; files are memory-mapped, not copied.
 
-        ``data_files`` are ``.ptd`` files holding tensors the program keeps outside itself.
+        ``data_files`` are ``.ptd`` files holding tensors the program keeps outside itself; ``data_path``
+        names one such file, as in ExecuTorch's ``load_program``.
         """
+        if data_path is not None:
+            data_files = [*data_files, data_path]
         keepalive, buf = _open(data)
         try:
             pte = load_pte(buf)
