@@ -2,8 +2,8 @@
 
 ExecuTorch's C++ runtime may abort or segfault on a program it dislikes; run here, that kills this process
 only and the test that asked sees a failed call. Usage: ``python -m tests.executorch_worker DIR``, where DIR
-holds ``model.pte`` and ``request.json`` (method name and the calls, each a list of inputs) plus
-``inputs.npz`` with the array inputs. Outputs of call ``i`` go to ``outputs_i.npz`` and ``outputs.json``.
+holds ``model.pte`` and ``request.json`` (method name, the calls, each a list of inputs, and whether
+``model.ptd`` holds data the program needs) plus ``inputs.npz`` with the array inputs. Outputs of call ``i`` go to ``outputs_i.npz`` and ``outputs.json``.
 The method is loaded once, so state (mutable buffers) carries from one call to the next.
 """
 
@@ -53,7 +53,8 @@ def main(folder: str) -> None:
     root = Path(folder)
     request = json.loads((root / "request.json").read_text())
     arrays = dict(np.load(root / "inputs.npz", allow_pickle=False))
-    method = Runtime.get().load_program(root / "model.pte").load_method(request["method"])
+    data_path = root / "model.ptd" if request.get("data") else None
+    method = Runtime.get().load_program(root / "model.pte", data_path=data_path).load_method(request["method"])
     described = []
     for i, call in enumerate(request["calls"]):
         outs = method.execute([_decode(spec, arrays) for spec in call])

@@ -35,15 +35,20 @@ class ExecuTorchCrashed(AssertionError):
     """ExecuTorch's runtime died (signal or abort) or failed on a program, in its own process."""
 
 
-def run_executorch_calls(pte: bytes, calls: list[list], method: str = "forward", timeout: float = 300) -> list[list]:
+def run_executorch_calls(
+    pte: bytes, calls: list[list], method: str = "forward", timeout: float = 300, data: bytes | None = None
+) -> list[list]:
     """Run ``method`` of a .pte on the real ExecuTorch runtime, once per entry of ``calls``, in a subprocess.
 
-    The method is loaded once, so mutable buffers carry state from one call to the next. A crash of
-    ExecuTorch's runtime becomes an ``ExecuTorchCrashed`` failure of the calling test, never a dead suite.
+    The method is loaded once, so mutable buffers carry state from one call to the next. ``data`` is a
+    .ptd file the program needs (ExecuTorch's ``data_path``). A crash of ExecuTorch's runtime becomes an
+    ``ExecuTorchCrashed`` failure of the calling test, never a dead suite.
     """
     with tempfile.TemporaryDirectory(prefix="et-worker-") as folder:
         root = Path(folder)
         root.joinpath("model.pte").write_bytes(bytes(pte))
+        if data is not None:
+            root.joinpath("model.ptd").write_bytes(bytes(data))
         arrays, request = {}, []
         for i, call in enumerate(calls):
             specs = []
@@ -57,7 +62,8 @@ def run_executorch_calls(pte: bytes, calls: list[list], method: str = "forward",
                     specs.append({"kind": "scalar", "value": x})
             request.append(specs)
         np.savez(root / "inputs.npz", **arrays)
-        root.joinpath("request.json").write_text(json.dumps({"method": method, "calls": request}))
+        payload = {"method": method, "calls": request, "data": data is not None}
+        root.joinpath("request.json").write_text(json.dumps(payload))
         run_worker("tests.executorch_worker", root, method, timeout)
         described = json.loads(root.joinpath("outputs.json").read_text())
         results = []
@@ -100,9 +106,9 @@ def run_worker(module: str, folder: Path, what: str, timeout: float = 300) -> No
         raise ExecuTorchCrashed(f"ExecuTorch's runtime failed ({how}) on {what}:\n{proc.stderr[-3000:]}")
 
 
-def run_executorch(pte: bytes, inputs: list, method: str = "forward") -> list:
-    """Run a .pte once on the real ExecuTorch runtime (in a subprocess); outputs as NumPy arrays."""
-    return run_executorch_calls(pte, [inputs], method)[0]
+def run_executorch(pte: bytes, inputs: list, method: str = "forward", data: bytes | None = None) -> list:
+    """Run a .pte (with its .ptd ``data``, if any) once on the real ExecuTorch runtime, in a subprocess."""
+    return run_executorch_calls(pte, [inputs], method, data=data)[0]
 
 
 def eager(model: torch.nn.Module, args: tuple) -> list:

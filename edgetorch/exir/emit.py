@@ -4,8 +4,10 @@ One emitter per method builds the values table, the deduplicated operator
 list, one chain of instructions (kernel calls, delegate calls, and jump/move
 instructions for ``torch.cond``) and a debug map from instruction index to the
 graph node it came from. Constant tensors and delegate blobs go to
-:class:`ProgramData`, shared by all methods, which becomes the file's segments.
-May import torch.
+:class:`ProgramData`, shared by all methods, which becomes the file's segments;
+constants tagged for external storage (``node.meta["constant_tag"]``, see
+``passes.external_constants_pass``) and backends' named data go to its
+``NamedDataStore`` instead. May import torch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_structure, tree_unf
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
 from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.named_data_store import NamedDataStore
 from edgetorch.exir.passes.out_variant import SymOp
 from edgetorch.exir.passes.spec_prop import (
     CONTROL_FLOW_OPS,
@@ -49,6 +52,7 @@ from edgetorch.format.program import (
     DoubleList,
     EValue,
     ExecutionPlan,
+    ExtraTensorInfo,
     Frame,
     FrameList,
     Instruction,
@@ -63,9 +67,11 @@ from edgetorch.format.program import (
     ScalarType,
     String,
     Tensor,
+    TensorDataLocation,
     TensorList,
     TensorShapeDynamism,
 )  # fmt: skip
+from edgetorch.format.ptd import TensorLayout
 
 MEMORY_FORMATS = {
     torch.contiguous_format: 0,
@@ -89,13 +95,18 @@ class Value:
 
 @dataclass
 class ProgramData:
-    """Data shared by all methods of one program: constant tensor bytes and delegate blobs, deduplicated."""
+    """Data shared by all methods of one program: constant tensor bytes and delegate blobs, deduplicated.
+
+    ``named_data`` holds what is stored by key: constants kept outside the program and backends' named data.
+    """
 
     constant_alignment: int = 16
     extract_delegates: bool = True
     constants: list[bytes] = field(default_factory=lambda: [b""])
     mutable: list[bytes] = field(default_factory=lambda: [b""])
     delegate_blobs: list[bytes] = field(default_factory=list)
+    external: list[bytes] = field(default_factory=list)
+    named_data: NamedDataStore = field(default_factory=NamedDataStore)
     _seen: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def constant(self, data: bytes) -> int:
@@ -105,6 +116,11 @@ class ProgramData:
     def initial_state(self, data: bytes) -> int:
         """The buffer index of a mutable buffer's initial bytes in the mutable segment (index 0 is reserved)."""
         return self._index("mutable", data, self.mutable)
+
+    def external_constant(self, tag: str, fqn: str, data: bytes, layout: TensorLayout) -> int:
+        """Store a constant under its name in ``<tag>.ptd``; its index among the distinct external constants."""
+        self.named_data.add_named_data(fqn, data, self.constant_alignment, tag, layout)
+        return self._index("external", data, self.external)
 
     def delegate(self, blob: bytes) -> BackendDelegateDataReference:
         index = self._index("delegate", blob, self.delegate_blobs)
@@ -157,6 +173,11 @@ class MethodEmitter:
         self._inputs: list[int] = []
         sig = ep.graph_signature if ep is not None else None
         self._state = {*sig.inputs_to_buffers, *sig.inputs_to_parameters} if sig is not None else set()
+        self._fqns = (
+            {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
+            if sig
+            else {}
+        )
 
     def emit(self) -> ExecutionPlan:
         gm = self.ep.graph_module
@@ -212,21 +233,31 @@ class MethodEmitter:
         self.values.append(EValue(val))
         return Value(len(self.values) - 1)
 
-    def _tensor(self, spec: TensorSpec) -> Value:
+    def _tensor(self, spec: TensorSpec, external: tuple[str, str] | None = None) -> Value:
         if id(spec) not in self._spec_ids:
-            self._spec_ids[id(spec)] = self._value(self._tensor_value(spec)).id
+            self._spec_ids[id(spec)] = self._value(self._tensor_value(spec, external)).id
         return Value(self._spec_ids[id(spec)])
 
-    def _tensor_value(self, spec: TensorSpec) -> Tensor:
+    def _tensor_value(self, spec: TensorSpec, external: tuple[str, str] | None = None) -> Tensor:
+        """The Tensor; ``external`` = (tag, fully qualified name) for a constant kept in ``<tag>.ptd``."""
         planned = spec.mem_id is not None and spec.mem_offset is not None
+        extra = None
+        if external is None:
+            buffer = self._data_buffer(spec, planned)
+        else:
+            tag, fqn = external
+            layout = TensorLayout(spec.scalar_type, list(spec.shape), list(spec.dim_order))
+            buffer = self.data.external_constant(tag, fqn, bytes(_tensor_bytes(spec)), layout)
+            extra = ExtraTensorInfo(fully_qualified_name=fqn, location=TensorDataLocation.EXTERNAL)
         return Tensor(
             scalar_type=spec.scalar_type,
             sizes=list(spec.shape),
             dim_order=list(spec.dim_order),
             requires_grad=spec.requires_grad,
-            data_buffer_idx=self._data_buffer(spec, planned),
+            data_buffer_idx=buffer,
             allocation_info=_allocation(spec) if planned and not spec.const else None,
             shape_dynamism=TensorShapeDynamism.DYNAMIC_BOUND if spec.dynamic else TensorShapeDynamism.STATIC,
+            extra_tensor_info=extra,
         )
 
     def _data_buffer(self, spec: TensorSpec, planned: bool) -> int:
@@ -241,7 +272,8 @@ class MethodEmitter:
         spec = node.meta.get("spec")
         val = node.meta.get("val")
         if isinstance(spec, TensorSpec):
-            value = self._tensor(spec)
+            tag = node.meta.get("constant_tag") if spec.const else None
+            value = self._tensor(spec, None if tag is None else (tag, self._fqns[node.name]))
         else:  # a specialised scalar input must be passed with the value it was exported with
             value = self._sym_result(node) if isinstance(val, torch.SymInt) else self._constant(val)
         if not (isinstance(spec, TensorSpec) and spec.const) and node.name not in self._state:
@@ -384,6 +416,8 @@ class MethodEmitter:
 
     def _delegate(self, node: torch.fx.Node, args: tuple) -> Any:
         lowered, inputs = args[0], args[1:]
+        if lowered.named_data_store_output is not None:
+            self.data.named_data.merge_named_data_store(lowered.named_data_store_output)
         result = self._spec_value(node.meta["spec"])
         outs = result if isinstance(result, list) else [result]
         self.delegates.append(

@@ -3,13 +3,15 @@
 Per method, in order: buffer write-back, spec propagation, the user's passes,
 symbolic shape evaluation, out-variant conversion, memory planning (always
 last), then emission of all methods (and constant methods) into one Program.
-May import torch.
+Data stored by key goes into the ``.pte``'s named data or, for external tags,
+into ``<tag>.ptd`` files (``write_tensor_data_to_file``). May import torch.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO
 
@@ -19,12 +21,15 @@ from torch.fx.passes.infra.pass_base import PassBase
 
 from edgetorch.exir.emit import MethodEmitter, ProgramData, emit_constant_method
 from edgetorch.exir.memory_planning import MemoryPlan
+from edgetorch.exir.named_data_store import NamedDataStoreOutput
 from edgetorch.exir.pass_base import PassManager
+from edgetorch.exir.passes.external_constants_pass import external_constants_pass
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.passes.out_variant import ReplaceViewCopyWithViewPass, ToOutVarPass, insert_buffer_write_back
 from edgetorch.exir.passes.spec_prop import ConstraintBasedSymShapeEvalPass, SpecPropPass, mark_constants
 from edgetorch.exir.passes.weights_to_outputs import training_metadata, weights_to_outputs
-from edgetorch.format.program import Program, SubsegmentOffsets
+from edgetorch.format.program import NamedData, Program, SubsegmentOffsets
+from edgetorch.format.ptd import save_ptd
 from edgetorch.format.pte import SEGMENT_ALIGNMENT, save_pte
 
 
@@ -51,6 +56,10 @@ class ExecutorchBackendConfig:
     """Store each instruction's Python stack trace in the program (for debugging tools)."""
     delegate_alignment: int | None = None
     """Alignment the delegate blobs need; segments are aligned to ``segment_alignment``, which must be a multiple."""
+    external_constants: bool | Callable[[torch.fx.Node], str | None] = False
+    """Keep constants (weights) out of the ``.pte``: True puts all of them in ``_default_external_constant.ptd``;
+    a function of the placeholder node names the file (without ``.ptd``) per constant, None keeping it inside.
+    Constants a backend took into its delegate follow that backend's own rule (see ``passes.external_constants_pass``)."""
 
     def __post_init__(self) -> None:
         for name in ("segment_alignment", "constant_tensor_alignment", "delegate_alignment"):
@@ -79,8 +88,9 @@ class ExecutorchProgramManager:
         self._constant_methods = dict(constant_methods or {})
         self.memory_plans: dict[str, MemoryPlan] = {}
         self._programs = {name: self._lower(name, ep) for name, ep in edge_programs.items()}
-        self._program, self._segments, self.debug_handle_map = self._emit()
+        self._program, self._segments, self.debug_handle_map, self._external_data = self._emit()
         self._buffer: bytes | None = None
+        self._data_files: dict[str, bytes] | None = None
 
     @property
     def methods(self) -> set[str]:
@@ -115,8 +125,28 @@ class ExecutorchProgramManager:
         else:
             print_program(self._program, out=out)
 
+    @property
+    def data_files(self) -> dict[str, bytes]:
+        """The ``.ptd`` files the program needs at load time, by name without ``.ptd`` (empty if none)."""
+        if self._data_files is None:
+            store = self._external_data
+            self._data_files = {
+                tag: save_ptd(
+                    {key: (store.buffers[e.buffer_index], e.tensor_layout) for key, e in entries.items()},
+                    self._config.segment_alignment,
+                )
+                for tag, entries in store.external_data.items()
+            }
+        return self._data_files
+
     def write_to_file(self, open_file: BinaryIO) -> None:
         open_file.write(self.buffer)
+
+    def write_tensor_data_to_file(self, outdir: str | os.PathLike) -> None:
+        """Write each data file as ``<outdir>/<name>.ptd``; load them with the program (``data_files=``)."""
+        for name, data in self.data_files.items():
+            with open(os.path.join(outdir, f"{name}.ptd"), "wb") as f:
+                f.write(data)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the program to ``path``, which must end in ``.pte``."""
@@ -136,6 +166,9 @@ class ExecutorchProgramManager:
         gm = ep.graph_module
         SpecPropPass()(gm)
         mark_constants(ep)
+        if self._config.external_constants:
+            tag_fn = None if self._config.external_constants is True else self._config.external_constants
+            external_constants_pass(ep, tag_fn)
         if self._config.remove_view_copy:
             ReplaceViewCopyWithViewPass()(gm)
         _for_method(self._config.sym_shape_eval_pass, name)(gm)
@@ -145,7 +178,7 @@ class ExecutorchProgramManager:
         self.memory_plans[name] = planner.plan
         return ep
 
-    def _emit(self) -> tuple[Program, list[bytes], dict[str, list[str | None]]]:
+    def _emit(self) -> tuple[Program, list[bytes], dict[str, list[str | None]], NamedDataStoreOutput]:
         config = self._config
         data = ProgramData(config.constant_tensor_alignment or 16, config.extract_delegate_segments)
         plans, debug = [], {}
@@ -162,6 +195,13 @@ class ExecutorchProgramManager:
             initial_states, mutable_offsets = data.mutable_segment()
             mutable = [SubsegmentOffsets(segment_index=len(segments), offsets=mutable_offsets)]
             segments.append(initial_states)
+        store = data.named_data.get_named_data_store_output()
+        named, first_named_segment = [], {}
+        for key, entry in store.pte_data.items():
+            if entry.buffer_index not in first_named_segment:
+                first_named_segment[entry.buffer_index] = len(segments)
+                segments.append(store.buffers[entry.buffer_index])
+            named.append(NamedData(key=key, segment_index=first_named_segment[entry.buffer_index]))
         program = Program(
             version=0,
             execution_plan=plans,
@@ -170,8 +210,9 @@ class ExecutorchProgramManager:
             segments=[],
             constant_segment=SubsegmentOffsets(segment_index=0, offsets=offsets),
             mutable_data_segments=mutable,
+            named_data=named or None,
         )
-        return program, segments, debug
+        return program, segments, debug, store
 
 
 def _adopt(target: torch.fx.GraphModule, source: torch.fx.GraphModule) -> None:

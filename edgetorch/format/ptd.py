@@ -96,13 +96,21 @@ def load_ptd(data: bytes | bytearray | memoryview) -> PtdFile:
 def save_ptd(
     tensors: dict[str, tuple[bytes, TensorLayout | None]], segment_alignment: int = SEGMENT_ALIGNMENT
 ) -> bytes:
-    """Write named blobs (each with an optional tensor layout) as a ``.ptd``."""
-    segments, named, blob = [], [], bytearray()
+    """Write named blobs (each with an optional tensor layout) as a ``.ptd``; identical blobs share a segment.
+
+    Each segment starts at a multiple of ``segment_alignment`` (a power of two) from the segment base.
+    """
+    if segment_alignment <= 0 or segment_alignment & (segment_alignment - 1):
+        raise ValueError(f"segment_alignment must be a power of two, found {segment_alignment}")
+    segments, named, blob, seen = [], [], bytearray(), {}
     for key, (data, layout) in tensors.items():
-        blob += bytes(aligned(len(blob), segment_alignment) - len(blob))
-        segments.append(DataSegment(offset=len(blob), size=len(data)))
-        named.append(NamedData(key=key, segment_index=len(segments) - 1, tensor_layout=layout))
-        blob += data
+        data = bytes(data)
+        if data not in seen:
+            blob += bytes(aligned(len(blob), segment_alignment) - len(blob))
+            seen[data] = len(segments)
+            segments.append(DataSegment(offset=len(blob), size=len(data)))
+            blob += data
+        named.append(NamedData(key=key, segment_index=seen[data], tensor_layout=layout))
     flat = encode(FlatTensor(version=0, segments=segments, named_data=named), FILE_IDENTIFIER)
     root = struct.unpack_from("<I", flat, 0)[0]
     base = aligned(len(flat) + PADDED_HEADER_LENGTH, segment_alignment)

@@ -382,7 +382,9 @@ class Program:
         data = self.named_data.get(key or "")
         if data is None:
             raise ProgramLoadError(
-                f"{what} keeps its data outside the program under key {key!r}; load the .ptd file that holds it"
+                f"{what} keeps its data outside the program, under key {key!r} of a .ptd file, and no data file "
+                "loaded with the program holds that key; pass the .ptd written with the program: "
+                "Runtime.get().load_program(pte, data_files=[ptd]) (or data_path=ptd)"
             )
         return data
 
@@ -446,13 +448,15 @@ class Runtime:
         ``data_path`` (ExecuTorch's keyword) names one ``.ptd`` file holding tensors the program
         keeps outside itself; ``data_files`` takes several.
         """
+        if data_path is not None:
+            data_files = [*data_files, data_path]
         keepalive, buf = _open(data)
         try:
             pte = load_pte(buf)
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
         program = Program(pte, keepalive, self, verification)
-        for extra in [*data_files, *([] if data_path is None else [data_path])]:
+        for extra in data_files:
             holder, raw = _open(extra)
             try:
                 entries = load_ptd(raw).named_data()

@@ -3,7 +3,10 @@
 ``preprocess`` folds inference batch norms into the convolutions before them,
 then writes the partition as an XNNPACK blob (``serialize.XnnpackGraphBuilder``)
 that both ExecuTorch's XNNPACK runtime and ``edgetorch.backends.xnnpack.runtime``
-execute. Constants go into the blob's own constant segment. May import torch.
+execute. Constants go into the blob's own constant segment, except those
+tagged for external storage (``delegate_constant_tag``, see
+``edgetorch.exir.passes.external_constants_pass``), which become named data
+for a ``.ptd`` file. May import torch.
 """
 
 from __future__ import annotations
@@ -31,8 +34,12 @@ class XnnpackBackend(BackendDetails):
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
         overrides, aliases = fold_batch_norms(edge_program)
-        blob, debug_map = XnnpackGraphBuilder(edge_program, overrides, aliases).build()
-        return PreprocessResult(processed_bytes=blob, debug_handle_map=debug_map or None)
+        builder = XnnpackGraphBuilder(edge_program, overrides, aliases)
+        blob, debug_map = builder.build()
+        named = builder.named_data.get_named_data_store_output()
+        return PreprocessResult(
+            processed_bytes=blob, debug_handle_map=debug_map or None, data_store_output=named if named.buffers else None
+        )
 
 
 def fold_batch_norms(

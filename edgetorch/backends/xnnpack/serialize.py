@@ -14,6 +14,7 @@ May import torch and edgetorch.exir.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from edgetorch.exir.backend.lowered_backend_module import user_inputs, user_outp
 from edgetorch.exir.backend.utils import DelegateMappingBuilder
 from edgetorch.exir.dialects._ops import to_aten
 from edgetorch.exir.dialects.dim_order_ops import ensure_registered
+from edgetorch.exir.named_data_store import NamedDataStore
 from edgetorch.exir.passes.spec_prop import upper_bound
 
 __all__ = ["XnnpackGraphBuilder", "VISITORS", "XnnpackLoweringError"]
@@ -113,6 +115,7 @@ class XnnpackGraphBuilder:
             constant_data=[xs.ConstantDataOffset(0, 0)],
         )
         self.data = bytearray()
+        self.named_data = NamedDataStore()
         self.ids: dict[tuple[Node, bool], int] = {}
         self.constants: dict[Node, torch.Tensor] = constant_placeholders(program)
         self.inputs = user_inputs(program)
@@ -199,15 +202,40 @@ class XnnpackGraphBuilder:
             raise XnnpackLoweringError(f"constant node {node.name} does not produce one tensor")
         return result
 
-    def constant(self, tensor: torch.Tensor) -> int:
-        """A new static value holding ``tensor`` (as float32)."""
+    def constant(self, tensor: torch.Tensor, external_tag: str | None = None) -> int:
+        """A new static value holding ``tensor`` (as float32): in the blob, or with an ``external_tag`` as
+        named data (key: the SHA-256 of the bytes) that goes to ``<external_tag>.ptd``."""
         data = tensor.detach().to(torch.float32).contiguous()
         raw = data.numpy().tobytes()
-        self.data += bytes(-len(self.data) % CONSTANT_ALIGNMENT)
         index = len(self.graph.constant_data)
-        self.graph.constant_data.append(xs.ConstantDataOffset(offset=len(self.data), size=len(raw)))
-        self.data += raw
+        if external_tag is None:
+            self.data += bytes(-len(self.data) % CONSTANT_ALIGNMENT)
+            self.graph.constant_data.append(xs.ConstantDataOffset(offset=len(self.data), size=len(raw)))
+            self.data += raw
+        else:
+            key = hashlib.sha256(raw).hexdigest()
+            self.named_data.add_named_data(key, raw, CONSTANT_ALIGNMENT, external_tag)
+            self.graph.constant_data.append(
+                xs.ConstantDataOffset(offset=xs.NAMED_CONSTANT_OFFSET, size=len(raw), named_key=key)
+            )
         return self._define(list(data.shape) or [1], constant_index=index)
+
+    def external_tag(self, *args: Any) -> str | None:
+        """The tag under which constants made from ``args`` are kept outside the program, or None.
+
+        A placeholder's tag is its ``meta["custom"]["delegate_constant_tag"]``; a constant folded from other
+        nodes has the tag its inputs share. Untagged or disagreeing inputs keep the constant in the blob.
+        """
+        tags = set()
+        for arg in args:
+            if arg is None:
+                continue
+            node = self.aliases.get(arg, arg)
+            if node.op == "placeholder":
+                tags.add((node.meta.get("custom") or {}).get("delegate_constant_tag"))
+            else:
+                tags.add(self.external_tag(*node.all_input_nodes) if node.all_input_nodes else None)
+        return tags.pop() if len(tags) == 1 else None
 
     def scalar(self, value: float) -> int:
         return self.constant(torch.tensor([float(value)]))
@@ -269,7 +297,9 @@ class XnnpackGraphBuilder:
             return self.ids[key]
         if arg in self.constants:
             t = self.constants[arg]
-            vid = self.ids[key] = self.constant(t.permute(TO_NHWC) if nhwc and t.dim() == 4 else t)
+            vid = self.ids[key] = self.constant(
+                t.permute(TO_NHWC) if nhwc and t.dim() == 4 else t, self.external_tag(arg)
+            )
             return vid
         if (arg, not nhwc) not in self.ids:
             raise XnnpackLoweringError(f"{arg.name} is used before the XNNPACK graph defines it")
@@ -437,7 +467,7 @@ def _prelu(b: XnnpackGraphBuilder, node: Node) -> None:
     x, weight = node.args
     rank = x.meta["val"].dim()
     channels = dims_of(x)[1] if rank > 1 else 1
-    slope = b.constant(b.tensor(weight).reshape(-1).expand(channels))
+    slope = b.constant(b.tensor(weight).reshape(-1).expand(channels), b.external_tag(weight))
     out = b.output(node, nhwc=rank == 4)
     if rank == 4:
         b.add(xs.XNNPReLU(input1_id=b.value(x, True), input2_id=slope, output_id=out, flags=0))
@@ -703,8 +733,8 @@ def _convolution(b: XnnpackGraphBuilder, node: Node) -> None:
             adjustment_height=output_padding[0],
             adjustment_width=output_padding[1],
             input1_id=input_id,
-            filter_id=b.constant(filt),
-            bias_id=xs.INVALID_VALUE_ID if bias is None else b.constant(bias),
+            filter_id=b.constant(filt, b.external_tag(weight_node)),
+            bias_id=xs.INVALID_VALUE_ID if bias is None else b.constant(bias, b.external_tag(bias_node or weight_node)),
             output_id=output_id,
             flags=0,
         )
@@ -852,8 +882,9 @@ def _batch_norm(b: XnnpackGraphBuilder, node: Node) -> None:
     shape = [1, -1] + [1] * (rank - 2)
     nhwc = rank == 4 and b.in_nhwc(x)
     layout = TO_NHWC if nhwc else range(rank)
-    scale_id = b.constant(scale.reshape(shape).permute(*layout))
-    shift_id = b.constant(shift.reshape(shape).permute(*layout))
+    tag = b.external_tag(*node.args[1:5])
+    scale_id = b.constant(scale.reshape(shape).permute(*layout), tag)
+    shift_id = b.constant(shift.reshape(shape).permute(*layout), tag)
     result = result_node(node)
     dims = dims_of(result)
     scaled = b.internal(permuted(dims, TO_NHWC) if nhwc else dims)

@@ -4,16 +4,18 @@ ExecuTorch records a tensor's layout as a dim order (``[0, 2, 3, 1]`` for
 channels-last) instead of a ``torch.memory_format``, so ``aten._to_copy``,
 ``aten.clone`` and ``aten.empty.memory_format`` become ``dim_order_ops::*``
 ops whose names the portable kernel library knows. The schemas are
-ExecuTorch's (the ``.pte`` names these ops), so the library is registered
-only if nobody registered it yet — the real ``executorch`` package defines the
-very same ops, and whichever comes first wins. Registration is lazy (call
-:func:`ensure_registered`) so importing edgetorch never blocks a later import
-of ``executorch``. May import torch only.
+ExecuTorch's (the ``.pte`` names these ops), and the real ``executorch``
+package defines the very same library, so it is a :class:`SharedLibrary`:
+edgetorch uses ExecuTorch's definitions when they exist and hands its own
+over when ExecuTorch is imported later. Registration is lazy (call
+:func:`ensure_registered`). May import torch only.
 """
 
 from __future__ import annotations
 
 import torch
+
+from edgetorch.exir.dialects.shared_library import SharedLibrary
 
 _SCHEMAS = {
     "_to_dim_order_copy": "_to_dim_order_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, "
@@ -27,8 +29,6 @@ _SCHEMAS = {
     "Device? device=None, bool? pin_memory=None, int[]? dim_order=None) -> Tensor",
     "_empty_dim_order.out": "_empty_dim_order.out(int[] size, *, int[]? dim_order=None, Tensor(a!) out) -> Tensor(a!)",
 }
-
-_LIBRARY: torch.library.Library | None = None
 
 
 def memory_format_of(dim_order: list[int]) -> torch.memory_format:
@@ -105,15 +105,9 @@ _KERNELS = {
 }
 
 
+LIBRARY = SharedLibrary("dim_order_ops", _SCHEMAS, _KERNELS, "executorch.exir.passes.dim_order_ops_registry")
+
+
 def ensure_registered() -> None:
-    """Define the ``dim_order_ops`` library in torch unless it already exists."""
-    global _LIBRARY
-    if _LIBRARY is not None or hasattr(torch.ops.dim_order_ops, "_to_dim_order_copy"):
-        return
-    lib = torch.library.Library("dim_order_ops", "DEF")
-    for name, schema in _SCHEMAS.items():
-        lib.define(schema)
-        lib.impl(name, _KERNELS[name], "CompositeExplicitAutograd")
-        # Fake tensors run the same ATen calls on fake inputs.
-        torch.library.register_fake(f"dim_order_ops::{name}", _KERNELS[name], lib=lib)
-    _LIBRARY = lib
+    """Make ``torch.ops.dim_order_ops`` hold the dim-order ops (ExecuTorch's if imported, else edgetorch's)."""
+    LIBRARY.ensure_registered()
