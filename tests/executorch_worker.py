@@ -25,6 +25,7 @@ def _decode(spec: dict, arrays: dict):
 
 
 def main(folder: str) -> None:
+    import executorch.kernels.quantized  # noqa: F401  (the quantized_decomposed kernels, as a full build has)
     import torch
     from executorch.runtime import Runtime
 
