@@ -46,6 +46,7 @@ def _import_runtime():
 
 
 def main(folder: str) -> None:
+    import executorch.kernels.quantized  # noqa: F401  (the quantized_decomposed kernels, as a full build has)
     import torch
 
     Runtime = _import_runtime()

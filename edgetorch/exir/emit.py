@@ -26,6 +26,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_structure, tree_unf
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
 from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.dialects.quantized import OutOverload
 from edgetorch.exir.named_data_store import NamedDataStore
 from edgetorch.exir.passes.out_variant import SymOp
 from edgetorch.exir.passes.spec_prop import (
@@ -292,7 +293,7 @@ class MethodEmitter:
             return self._delegate(node, args)
         if isinstance(target, SymOp):
             return self._kernel(node, (target.op_name, target.overload), list(args), [self._sym_result(node)])
-        if isinstance(target, torch._ops.OpOverload):
+        if isinstance(target, torch._ops.OpOverload | OutOverload):
             return self._operator(node, target, args, kwargs)
         raise UnsupportedOperatorError(f"node {node.name}: cannot emit a call to {node.target!r}; expected an operator")
 

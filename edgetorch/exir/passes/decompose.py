@@ -1,6 +1,6 @@
 """Decomposition of an ATen program to the Core ATen op set, the first step of ``to_edge``.
 
-May import torch only.
+May import torch and edgetorch.exir.dialects.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from collections.abc import Iterable
 import torch
 from torch._decomp import get_decompositions
 from torch.export import ExportedProgram
+
+from edgetorch.exir.dialects import quantized
 
 # Not in torch's Core ATen table, but decomposed all the same: ExecuTorch does so for the vector norm (no
 # portable kernel); training-mode batch norm (no kernel, and ExecuTorch rejects it) becomes var_mean and
@@ -32,6 +34,7 @@ def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverloa
     table = torch.export.default_decompositions()
     for op, fn in get_decompositions(_EXTRA_DECOMPOSED).items():
         table[op] = fn
+    table.update(quantized.DECOMPOSITIONS)
     for op in ops_to_not_decompose:
         table.pop(op, None)
     return table

@@ -22,6 +22,7 @@ from torchgen.model import FunctionSchema, SchemaKind
 
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
+from edgetorch.exir.dialects import quantized
 from edgetorch.exir.dialects._ops import to_aten
 from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, TensorSpec, is_inplace, spec_leaves
 
@@ -146,6 +147,8 @@ def _convert(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
     elif target in CONTROL_FLOW_OPS:
         for branch in node.args[1:3]:
             ToOutVarPass()(getattr(gm, branch.target))
+    elif isinstance(target, quantized.OutOverload):
+        return
     elif isinstance(target, torch._ops.OpOverload) and target not in KEPT_OPS and not is_inplace(target):
         _to_out_variant(gm, node, target)
     elif not isinstance(target, torch._ops.OpOverload) and target not in (operator.getitem, DELEGATE_CALL, memory.view):
@@ -227,8 +230,12 @@ def _is_scalar(value: Any) -> bool:
 
 
 @cache
-def _out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload | None, tuple[str, ...]]:
-    """The overload whose schema is ``op``'s functional schema plus out arguments, and those arguments' names."""
+def _out_variant(op: torch._ops.OpOverload) -> tuple[Any, tuple[str, ...]]:
+    """The overload whose schema is ``op``'s functional schema plus out arguments, and those arguments' names.
+
+    torch's own overloads come first; ExecuTorch's quantized kernel library's out variants, which torch
+    knows only when that library is loaded, come from :mod:`edgetorch.exir.dialects.quantized` otherwise.
+    """
     functional = _parse(op)
     if functional is None:
         return None, ()
@@ -238,7 +245,7 @@ def _out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload | Non
         schema = _parse(candidate)
         if schema is not None and schema.kind() == SchemaKind.out and schema.signature() == signature:
             return candidate, tuple(a.name for a in schema.arguments.out)
-    return None, ()
+    return quantized.out_variant(op)
 
 
 def _parse(op: torch._ops.OpOverload) -> FunctionSchema | None:
