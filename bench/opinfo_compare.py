@@ -1,15 +1,22 @@
 """The same OpInfo samples through edgetorch and through the real ExecuTorch 1.5.1, side by side.
 
-Without ``--full`` it runs the CI set of tests/opinfo (Core ATen OpInfos, first supported dtype).
+Three sweeps:
+
+* default: the CI set of tests/opinfo (Core ATen OpInfos, first supported dtype, one sample each);
+* ``--all``: every OpInfo of PyTorch's ``op_db`` at float32, two samples each (the issue-16 benchmark);
+* ``--full``: every OpInfo at every supported dtype of ``ops_coverage.DTYPES``.
 
 Each sample is exported once per contender, lowered with that contender's
 ``to_edge(...).to_executorch()``, run on its runtime and compared with eager
-(see ``edgetorch.devtools.ops_coverage``). Writes bench/results/opinfo.md (pass counts
-per stage and dtype, and the ops where the two differ) and
-bench/results/opinfo.json (edgetorch's samples, which ``edgetorch ops --coverage``
-reads; ExecuTorch's under "executorch").
+(see ``edgetorch.devtools.ops_coverage``). ExecuTorch's runtime runs in a worker
+process (``tests.executorch_worker.serve``): when it aborts on a program the
+sample is recorded as a crash and a new worker takes over. Writes
+bench/results/opinfo.md (per-op and per-sample pass counts, every op that fails
+with its reason, and the ops where the two differ) and bench/results/opinfo.json
+(edgetorch's samples, which ``edgetorch ops --coverage`` reads; ExecuTorch's under
+"executorch").
 
-    .venv/bin/python bench/opinfo_compare.py [--full] [--samples 1] [--ops add,mul]
+    .venv/bin/python bench/opinfo_compare.py [--all | --full] [--samples N] [--ops add,mul]
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import multiprocessing
 import pathlib
 import sys
 import time
@@ -31,61 +39,126 @@ from bench.harness import table  # noqa: E402
 from edgetorch.devtools import ops_coverage as oc  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-STATUSES = (oc.PASS, oc.MISMATCH, oc.RUNTIME_ERROR, oc.LOAD_ERROR, oc.LOWER_ERROR, oc.EXPORT_ERROR, oc.SKIP)
+STATUSES = (oc.PASS, oc.MISMATCH, oc.RUNTIME_ERROR, oc.LOAD_ERROR, oc.LOWER_ERROR, oc.CRASH, oc.EXPORT_ERROR, oc.SKIP)
+RUN_TIMEOUT_S = 120  # a program ExecuTorch has not finished by then counts as a crash (a hang)
 
 
-def _et_lower(ep: torch.export.ExportedProgram) -> bytes:
-    from executorch.exir import to_edge
+class ExecuTorchWorker:
+    """ExecuTorch's runtime in a child process, restarted whenever it dies."""
 
-    return to_edge(ep).to_executorch().buffer
+    def __init__(self) -> None:
+        self.process: Any = None
+        self.conn: Any = None
+
+    def _start(self) -> None:
+        from tests.executorch_worker import serve
+
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=serve, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+
+    def request(self, kind: str, payload: Any) -> Any:
+        """Send one request; its value, RuntimeError when ExecuTorch raised, RuntimeCrashed when it died."""
+        if self.process is None or not self.process.is_alive():
+            self._start()
+        try:
+            self.conn.send((kind, payload))
+            if not self.conn.poll(RUN_TIMEOUT_S):
+                raise TimeoutError(f"no answer within {RUN_TIMEOUT_S} s")
+            status, value = self.conn.recv()
+        except (EOFError, OSError, TimeoutError) as e:
+            self.process.kill()
+            self.process.join()
+            code = self.process.exitcode
+            self.process = None
+            raise oc.RuntimeCrashed(f"ExecuTorch's process died (exit code {code}): {type(e).__name__} {e}") from None
+        if status == "error":
+            raise RuntimeError(value)
+        return value
 
 
-def _et_load(pte: bytes) -> Any:
-    from executorch.runtime import Runtime
+def _executorch_lowering() -> oc.Lowering:
+    worker = ExecuTorchWorker()
 
-    return Runtime.get().load_program(pte).load_method("forward")
+    def lower(ep: torch.export.ExportedProgram) -> bytes:
+        from executorch.exir import to_edge
+
+        return to_edge(ep).to_executorch().buffer
+
+    def load(pte: bytes) -> ExecuTorchWorker:
+        worker.request("load", pte)
+        return worker
+
+    def execute(method: ExecuTorchWorker, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [o if isinstance(o, torch.Tensor) else torch.tensor(o) for o in method.request("run", inputs)]
+
+    return oc.Lowering("executorch", lower, load, execute)
 
 
-def _et_execute(method: Any, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [o if isinstance(o, torch.Tensor) else torch.tensor(o) for o in method.execute(inputs)]
-
-
-EXECUTORCH = oc.Lowering("executorch", _et_lower, _et_load, _et_execute)
-
-
-def _counts(results: list[oc.SampleResult]) -> dict[str, collections.Counter]:
-    by_dtype: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+def _op_table(results: list[oc.SampleResult]) -> dict[str, tuple[str, str]]:
+    by_op: dict[str, list[oc.SampleResult]] = collections.defaultdict(list)
     for r in results:
-        by_dtype[r.dtype][r.status] += 1
-        by_dtype["all"][r.status] += 1
-    return by_dtype
+        by_op[f"{r.op} ({r.dtype})" if r.dtype != "float32" else r.op].append(r)
+    return {op: oc.op_outcome(rs) for op, rs in by_op.items()}
 
 
-def _report(ours: list[oc.SampleResult], theirs: list[oc.SampleResult], seconds: float, full: bool) -> str:
-    rows = []
-    for name, results in (("edgetorch", ours), ("executorch 1.5.1", theirs)):
-        for dtype, c in sorted(_counts(results).items()):
-            rows.append([name, dtype, *(str(c[s]) for s in STATUSES)])
-    diff_rows = []
-    for a, b in zip(ours, theirs):
-        if (a.status == oc.PASS) != (b.status == oc.PASS):
-            detail = (a.detail or b.detail)[:140].replace("|", "/")
-            diff_rows.append([a.op, a.dtype, str(a.index), a.status, b.status, detail])
-    mode = "full op_db, all dtypes" if full else "CI OpInfo set (Core ATen ops), first supported dtype"
+def _cell(text: str, width: int = 150) -> str:
+    return text[:width].replace("|", "/").replace("\n", " ")
+
+
+def _report(ours: list[oc.SampleResult], theirs: list[oc.SampleResult], seconds: float, mode: str) -> str:
+    our_ops, their_ops = _op_table(ours), _op_table(theirs)
+    op_rows, sample_rows = [], []
+    for name, ops, results in (("edgetorch", our_ops, ours), ("executorch 1.5.1", their_ops, theirs)):
+        c = collections.Counter(status for status, _ in ops.values())
+        checked = sum(n for s, n in c.items() if s != oc.SKIP)
+        op_rows.append([name, f"{c[oc.PASS]} / {checked}", *(str(c[s]) for s in STATUSES)])
+        by_dtype: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        for r in results:
+            by_dtype[r.dtype][r.status] += 1
+            by_dtype["all"][r.status] += 1
+        sample_rows += [[name, d, *(str(cnt[s]) for s in STATUSES)] for d, cnt in sorted(by_dtype.items())]
+    failing = [
+        [op, status, their_ops.get(op, ("-", ""))[0], _cell(detail)]
+        for op, (status, detail) in sorted(our_ops.items())
+        if status != oc.PASS
+    ]
+    differ = [
+        [op, ours_s, theirs_s, _cell(d_ours if ours_s != oc.PASS else d_theirs)]
+        for op, (ours_s, d_ours) in sorted(our_ops.items())
+        for theirs_s, d_theirs in [their_ops.get(op, ("-", ""))]
+        if (ours_s == oc.PASS) != (theirs_s == oc.PASS)
+    ]
     return "\n".join(
         [
             "# OpInfo samples: edgetorch vs ExecuTorch 1.5.1",
             "",
-            f"{len(ours)} samples ({mode}); generated by `bench/opinfo_compare.py` in {seconds:.0f} s.",
-            "Stages: export (torch.export), lower (to_edge + to_executorch), load (load_method), runtime, compare.",
+            f"{len(our_ops)} OpInfos, {len(ours)} samples ({mode}); generated by `bench/opinfo_compare.py` "
+            f"in {seconds:.0f} s.",
+            "Stages: export (torch.export), lower (to_edge + to_executorch), load (load_method), runtime, compare. "
+            "An op passes when every sample that got past eager passed; `crash` means the runtime's process died "
+            "(ExecuTorch runs in a worker process for that reason); `skip` means no sample could be checked "
+            "(complex values, non-tensor outputs, uninitialised memory, eager raised).",
             "",
-            table(["runtime", "dtype", *STATUSES], rows),
+            "## Ops",
             "",
-            f"## Samples where exactly one of the two passes ({len(diff_rows)})",
+            table(["runtime", "pass / checked", *STATUSES], op_rows),
             "",
-            table(["OpInfo", "dtype", "sample", "edgetorch", "executorch", "detail"], diff_rows)
-            if diff_rows
+            "## Samples",
+            "",
+            table(["runtime", "dtype", *STATUSES], sample_rows),
+            "",
+            f"## Ops edgetorch does not pass ({len(failing)}), with the reason",
+            "",
+            table(["OpInfo", "edgetorch", "executorch", "reason (first failing sample)"], failing)
+            if failing
             else "none",
+            "",
+            f"## Ops where exactly one of the two passes ({len(differ)})",
+            "",
+            table(["OpInfo", "edgetorch", "executorch", "detail"], differ) if differ else "none",
             "",
         ]
     )
@@ -93,38 +166,47 @@ def _report(ours: list[oc.SampleResult], theirs: list[oc.SampleResult], seconds:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="all of op_db and every supported dtype")
-    parser.add_argument("--samples", type=int, default=1, help="samples per OpInfo and dtype")
-    parser.add_argument("--ops", help="comma-separated OpInfo names (default: the CI set, or all with --full)")
+    sweep = parser.add_mutually_exclusive_group()
+    sweep.add_argument("--all", action="store_true", help="all of op_db at float32, two samples per op")
+    sweep.add_argument("--full", action="store_true", help="all of op_db and every supported dtype")
+    parser.add_argument("--samples", type=int, help="samples per OpInfo and dtype (default: 2 with --all, else 1)")
+    parser.add_argument("--ops", help="comma-separated OpInfo names (default: the whole sweep)")
     args = parser.parse_args()
-    ops = oc.opinfos(args.full)
+    samples = args.samples or (2 if args.all else 1)
+    ops = oc.opinfos(args.full or args.all)
     if args.ops:
         wanted = set(args.ops.split(","))
         ops = [o for o in ops if oc.opinfo_name(o) in wanted or o.name in wanted]
+    if args.all:
+        mode, dtypes = "all of op_db, float32", lambda op: [torch.float32]
+    else:
+        mode = "full op_db, all dtypes" if args.full else "CI OpInfo set (Core ATen ops), first supported dtype"
+        dtypes = lambda op: oc.op_dtypes(op, args.full)  # noqa: E731
+    mode += f", up to {samples} samples each"
+    executorch = _executorch_lowering()
     start = time.perf_counter()
     ours, theirs = [], []
     for i, op in enumerate(ops):
-        for dtype in oc.op_dtypes(op, args.full):
-            a = oc.check_op(op, dtype, args.samples, oc.EDGETORCH)
-            b = oc.check_op(op, dtype, args.samples, EXECUTORCH)
+        for dtype in dtypes(op):
+            a = oc.check_op(op, dtype, samples, oc.EDGETORCH)
+            b = oc.check_op(op, dtype, samples, executorch)
             ours += a
             theirs += b
-            print(
-                f"{oc.opinfo_name(op):40s} {str(dtype):16s} {[r.status for r in a]} {[r.status for r in b]}", flush=True
-            )
-        _write(ours, theirs, time.perf_counter() - start, args, done=i + 1 == len(ops))
+            print(f"{oc.opinfo_name(op):40s} {oc.op_outcome(a)[0]:14s} {oc.op_outcome(b)[0]}", flush=True)
+        _write(ours, theirs, time.perf_counter() - start, mode, samples, done=i + 1 == len(ops))
 
 
-def _write(ours: list[oc.SampleResult], theirs: list[oc.SampleResult], seconds: float, args: Any, done: bool) -> None:
+def _write(
+    ours: list[oc.SampleResult], theirs: list[oc.SampleResult], seconds: float, mode: str, samples: int, done: bool
+) -> None:
     """Save what has run so far (a long sweep can be stopped and still leave its results)."""
-    meta = {"torch": torch.__version__, "full": args.full, "samples": args.samples, "seconds": round(seconds)}
-    meta["complete"] = done
+    meta = {"torch": torch.__version__, "mode": mode, "samples": samples, "seconds": round(seconds), "complete": done}
     RESULTS.mkdir(exist_ok=True)
     oc.write_results(RESULTS / "opinfo.json", ours, meta)
     data = json.loads((RESULTS / "opinfo.json").read_text())
     data["executorch"] = [asdict(r) for r in theirs]
     (RESULTS / "opinfo.json").write_text(json.dumps(data, indent=1) + "\n")
-    report = _report(ours, theirs, seconds, args.full)
+    report = _report(ours, theirs, seconds, mode)
     (RESULTS / "opinfo.md").write_text(report if done else report + "\n(partial: the sweep was still running)\n")
     if done:
         print(report)

@@ -5,6 +5,9 @@ only and the test that asked sees a failed call. Usage: ``python -m tests.execut
 holds ``model.pte`` and ``request.json`` (method name, the calls, each a list of inputs, and whether
 ``model.ptd`` holds data the program needs) plus ``inputs.npz`` with the array inputs. Outputs of call ``i`` go to ``outputs_i.npz`` and ``outputs.json``.
 The method is loaded once, so state (mutable buffers) carries from one call to the next.
+
+:func:`serve` is the long-lived form for sweeps over many small programs (bench/opinfo_compare.py): one
+process answers load and run requests over a pipe until it dies, and its parent starts another.
 """
 
 from __future__ import annotations
@@ -69,6 +72,34 @@ def main(folder: str) -> None:
         np.savez(root / f"outputs_{i}.npz", **tensors)
         described.append(kinds)
     (root / "outputs.json").write_text(json.dumps(described))
+
+
+def serve(conn) -> None:
+    """Answer requests on the pipe ``conn`` until it closes.
+
+    ``("load", pte_bytes)`` loads the program's ``forward`` (replacing the last one); ``("run", tensors)``
+    executes it. Each reply is ``("ok", value)`` (None, or the outputs with tensors cloned) or
+    ``("error", text)`` when ExecuTorch raised instead of crashing.
+    """
+    import torch
+
+    Runtime = _import_runtime()
+    method = None
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except EOFError:
+            return
+        try:
+            if kind == "load":
+                method = None
+                method = Runtime.get().load_program(bytes(payload)).load_method("forward")
+                conn.send(("ok", None))
+            else:
+                outs = method.execute(list(payload))
+                conn.send(("ok", [o.clone() if isinstance(o, torch.Tensor) else o for o in outs]))
+        except Exception as e:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
 
 
 if __name__ == "__main__":

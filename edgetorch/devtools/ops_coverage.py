@@ -37,10 +37,12 @@ TOLERANCES = {
     torch.bfloat16: (5e-2, 1e-2),
 }
 
-# Sample outcomes. The first three are no fault of the runtime's kernels; the rest are.
+# Sample outcomes. The first three are no fault of the runtime's kernels; the rest are. CRASH: the
+# runtime's process died (only a runtime run in a subprocess, as the bench runs ExecuTorch's, can report it).
 SKIP, EXPORT_ERROR, PASS = "skip", "export_error", "pass"
 LOWER_ERROR, LOAD_ERROR, RUNTIME_ERROR, MISMATCH = "lower_error", "load_error", "runtime_error", "mismatch"
-FAILURES = (LOWER_ERROR, LOAD_ERROR, RUNTIME_ERROR, MISMATCH)
+CRASH = "crash"
+FAILURES = (LOWER_ERROR, LOAD_ERROR, RUNTIME_ERROR, MISMATCH, CRASH)
 
 # Samples skipped (random ops, non-tensor outputs) before check_op gives up on an OpInfo × dtype.
 MAX_SKIPPED = 3
@@ -148,6 +150,10 @@ def program_operators(pte: bytes) -> list[str]:
 # --------------------------------------------------------------------------- OpInfo samples
 
 
+class RuntimeCrashed(RuntimeError):
+    """The process running a program died (signal, abort or hang) instead of returning or raising."""
+
+
 @dataclass
 class SampleResult:
     """What happened to one OpInfo sample at one dtype."""
@@ -201,36 +207,44 @@ def check_op(op: Any, dtype: torch.dtype, samples: int = 1, lowering: Lowering =
     results: list[SampleResult] = []
     name, dname = opinfo_name(op), str(dtype).removeprefix("torch.")
     torch.manual_seed(0)
-    for index, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
-        result = SampleResult(name, dname, index, PASS)
-        _check_sample(op, sample, lowering, result)
-        results.append(result)
-        if sum(r.status != SKIP for r in results) >= samples or len(results) >= samples + MAX_SKIPPED:
-            break
+    try:
+        for index, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
+            result = SampleResult(name, dname, index, PASS)
+            _check_sample(op, sample, lowering, result)
+            results.append(result)
+            if sum(r.status != SKIP for r in results) >= samples or len(results) >= samples + MAX_SKIPPED:
+                break
+    except Exception as e:  # the OpInfo's own sample generator failed
+        results.append(SampleResult(name, dname, len(results), SKIP, f"sample_inputs raised {_error_text(e)}"))
     return results
 
 
 def _check_sample(op: Any, sample: Any, lowering: Lowering, result: SampleResult) -> None:
-    """Fill ``result``: the first stage that failed, with its error text, or PASS."""
+    """Fill ``result``: the first stage that failed, with its error text, or PASS.
+
+    A program calling a random op (``torch.Tag.nondeterministic_seeded``) cannot match eager's generator
+    value by value; its outputs are checked by :func:`_compare_random` instead.
+    """
     args = (sample.input, *sample.args)
     leaves, spec = pytree.tree_flatten((args, dict(sample.kwargs)))
     leaves = [x.detach().contiguous() if isinstance(x, torch.Tensor) else x for x in leaves]
     tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
     reason = _unsupported(tensors)
     if getattr(op, "has_nondeterministic_output", False):
-        reason = "nondeterministic output (random or uninitialised values)"
+        reason = "nondeterministic output (uninitialised values)"
     module = _SampleModule(op.op, leaves, spec)
-    want = _eager(module, tensors) if reason is None else None
-    if reason is None and not isinstance(want, list):
-        reason = want
-    if reason is not None:
+    want = None
+    if reason is None:
+        want, reason = _eager(module, tensors)
+    if reason is not None and reason != _NONDETERMINISTIC:
         result.status, result.detail = SKIP, reason
         return
     stage = EXPORT_ERROR
     try:
         ep = torch.export.export(module, tuple(tensors), strict=False)
-        if _is_random(ep):
-            result.status, result.detail = SKIP, "random op: its values cannot match eager's generator"
+        random = _is_random(ep)
+        if reason is not None and not random:
+            result.status, result.detail = SKIP, reason
             return
         stage = LOWER_ERROR
         pte = lowering.lower(ep)
@@ -239,18 +253,25 @@ def _check_sample(op: Any, sample: Any, lowering: Lowering, result: SampleResult
         method = lowering.load(pte)
         stage = RUNTIME_ERROR
         got = lowering.execute(method, [t.clone() for t in tensors])
+    except RuntimeCrashed as e:
+        result.status, result.detail = CRASH, f"{stage}: {_error_text(e)}"
+        return
     except Exception as e:  # every failure is recorded with the stage it happened in
         result.status, result.detail = stage, _error_text(e)
         return
-    mismatch = _compare(got, want)
+    mismatch = _compare_random(got, want) if random else _compare(got, want)
     if mismatch:
         result.status, result.detail = MISMATCH, mismatch
+    elif random:
+        result.detail = "random op: shapes, dtypes and support checked, not values"
 
 
 def _unsupported(tensors: list[torch.Tensor]) -> str | None:
     for t in tensors:
-        if t.is_complex() or t.layout != torch.strided:
-            return f"input of dtype {t.dtype}, layout {t.layout} is outside what ExecuTorch programs carry"
+        if t.is_complex():
+            return f"complex input ({t.dtype}): the .pte format has no complex scalar types"
+        if t.layout != torch.strided:
+            return f"input of layout {t.layout}: ExecuTorch programs carry only dense (strided) tensors"
     return None
 
 
@@ -261,22 +282,53 @@ def _is_random(ep: torch.export.ExportedProgram) -> bool:
     )
 
 
-def _eager(module: torch.nn.Module, tensors: list[torch.Tensor]) -> list[torch.Tensor] | str:
-    """The eager outputs as a flat list, or why the sample cannot be checked."""
+_NONDETERMINISTIC = "nondeterministic output (random or uninitialised values)"
+
+
+def _eager(module: torch.nn.Module, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor] | None, str | None]:
+    """The eager outputs as a flat list, and why the sample cannot be checked value by value (or None)."""
     try:
         with torch.no_grad():
             first = module(*[t.clone() for t in tensors])
             second = module(*[t.clone() for t in tensors])
     except Exception as e:
-        return f"eager raised {_error_text(e)}"
+        return None, f"eager raised {_error_text(e)}"
     want, again = pytree.tree_leaves(first), pytree.tree_leaves(second)
     if not want or not all(isinstance(x, torch.Tensor) for x in want):
-        return f"non-tensor output {type(first).__name__}"
+        return None, f"non-tensor output {type(first).__name__}"
     if any(w.is_complex() for w in want):
-        return "complex output"
+        return None, "complex output: the .pte format has no complex scalar types"
+    want = [w.detach() for w in want]
     if not all(w.shape == a.shape and torch.equal(w.nan_to_num(), a.nan_to_num()) for w, a in zip(want, again)):
-        return "nondeterministic output (random or uninitialised values)"
-    return [w.detach() for w in want]
+        return want, _NONDETERMINISTIC
+    return want, None
+
+
+def _compare_random(got: list[torch.Tensor], want: list[torch.Tensor]) -> str:
+    """Empty when random outputs ``got`` look drawn from the distribution eager's ``want`` came from.
+
+    Checks what holds for every draw: shapes and dtypes, and the support eager's sample shows (finite,
+    non-negative, within [0, 1], 0/1-valued, integer-valued).
+    """
+    if len(got) != len(want):
+        return f"{len(got)} outputs, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"output {i}: {g.dtype}{list(g.shape)}, expected {w.dtype}{list(w.shape)}"
+        if w.numel() == 0 or w.dtype == torch.bool:
+            continue
+        g, w = g.double(), w.double()
+        properties = {
+            "finite": torch.isfinite,
+            "non-negative": lambda t: t >= 0,
+            "within [0, 1]": lambda t: (t >= 0) & (t <= 1),
+            "0 or 1": lambda t: (t == 0) | (t == 1),
+            "integer-valued": lambda t: t == t.round(),
+        }
+        for name, holds in properties.items():
+            if holds(w).all() and not holds(g).all():
+                return f"output {i}: eager's values are all {name}, ours are not"
+    return ""
 
 
 def _compare(got: list[torch.Tensor], want: list[torch.Tensor]) -> str:
@@ -296,6 +348,17 @@ def _error_text(e: BaseException) -> str:
     lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
     text = " ".join(lines[:3]) if lines else ""
     return f"{type(e).__name__}: {text}"[:400]
+
+
+def op_outcome(results: list[SampleResult]) -> tuple[str, str]:
+    """One OpInfo's status and why: its first failing sample's, else PASS if a sample passed, else the first's."""
+    for r in results:
+        if r.status in FAILURES:
+            return r.status, r.detail
+    for r in results:
+        if r.status == PASS:
+            return PASS, r.detail
+    return (results[0].status, results[0].detail) if results else (SKIP, "no samples")
 
 
 # --------------------------------------------------------------------------- results file and summary
@@ -370,6 +433,7 @@ __all__ = [
     "CoreOp",
     "EDGETORCH",
     "KernelVerification",
+    "RuntimeCrashed",
     "Lowering",
     "SampleResult",
     "check_op",
@@ -378,6 +442,7 @@ __all__ = [
     "coverage_rows",
     "load_results",
     "op_dtypes",
+    "op_outcome",
     "opinfos",
     "summarize",
     "write_results",

@@ -95,7 +95,7 @@ def _where(node: torch.fx.Node) -> str:
 
 
 def _fail(node: torch.fx.Node, problem: str, hint: str) -> None:
-    raise SpecViolationError(f"node {node.name} = {node.format_node()}: {problem}. {hint} Source: {_where(node)}")
+    raise SpecViolationError(f"{problem} (node {node.name} = {node.format_node()}). {hint} Source: {_where(node)}")
 
 
 @cache

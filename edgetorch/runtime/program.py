@@ -21,6 +21,7 @@ from edgetorch.format.pte import FormatError, PteFile, load_pte
 from edgetorch.runtime.backends import BackendRegistry
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.executor import MethodExecutor, op_key
+from edgetorch.runtime.kernels.random import use_generator
 from edgetorch.runtime.memory import DEFAULT_MAX_PLANNED_BYTES
 
 
@@ -189,9 +190,10 @@ class EventTracer:
 class Method:
     """A loaded method: planned memory allocated, kernels bound, delegates initialised."""
 
-    def __init__(self, executor: MethodExecutor, meta: MethodMeta):
+    def __init__(self, executor: MethodExecutor, meta: MethodMeta, seed: int | None = None):
         self._executor = executor
         self.metadata = meta
+        self._generator = np.random.default_rng(seed)
 
     @property
     def name(self) -> str:
@@ -212,6 +214,7 @@ class Method:
             inputs = [_from_torch(x, torch) if isinstance(x, torch.Tensor) else x for x in inputs]
         ex = self._executor
         ex.set_inputs(inputs)
+        use_generator(self._generator)
         ex.run()
         outputs = ex.outputs(clone_outputs)
         return outputs if torch is None else [_to_torch(v, torch) for v in outputs]
@@ -222,6 +225,13 @@ class Method:
         return self._executor.outputs(clone_outputs)
 
     __call__ = execute
+
+    def set_seed(self, seed: int) -> None:
+        """Restart this method's random-number stream (rand, normal, bernoulli, dropout, ...) from ``seed``.
+
+        Each loaded method draws from its own generator; without a seed it starts from OS entropy.
+        """
+        self._generator = np.random.default_rng(seed)
 
     def set_event_tracer(self, tracer: EventTracer | None) -> None:
         """Record each instruction's time in ``tracer`` on every run; None detaches it."""
@@ -324,14 +334,17 @@ class Program:
         ninstr = sum(len(c.instructions) for c in plan.chains)
         return MethodMeta(name, [info(i) for i in plan.inputs], [info(i) for i in plan.outputs], sizes, ninstr)
 
-    def load_method(self, name: str = "forward") -> Method:
-        """Allocate planned memory, bind kernels and initialise delegates for method ``name``."""
+    def load_method(self, name: str = "forward", seed: int | None = None) -> Method:
+        """Allocate planned memory, bind kernels and initialise delegates for method ``name``.
+
+        ``seed`` seeds the method's random-number generator (see :meth:`Method.set_seed`).
+        """
         plan = self._plan(name)
         try:
             executor = MethodExecutor(plan, self, self._runtime.max_planned_bytes)
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
-        return Method(executor, self.metadata(name))
+        return Method(executor, self.metadata(name), seed)
 
     def operators(self, name: str | None = None) -> list[str]:
         """Operator names (``namespace::op.overload``) used by one method, or by all."""

@@ -240,11 +240,20 @@ def _out_variant(op: torch._ops.OpOverload) -> tuple[Any, tuple[str, ...]]:
     if functional is None:
         return None, ()
     signature = functional.signature()
-    for name in op.overloadpacket.overloads():
-        candidate = getattr(op.overloadpacket, name)
-        schema = _parse(candidate)
-        if schema is not None and schema.kind() == SchemaKind.out and schema.signature() == signature:
-            return candidate, tuple(a.name for a in schema.arguments.out)
+    packets = [op.overloadpacket]
+    if functional.name.name.functional_overload:  # normal_functional's out form is normal.out
+        packets.append(getattr(getattr(torch.ops, op.namespace), str(functional.name.name.base), None))
+    for packet in filter(None, packets):
+        for name in packet.overloads():
+            candidate = getattr(packet, name)
+            schema = _parse(candidate)
+            if (
+                schema is not None
+                and schema.kind() == SchemaKind.out
+                and schema.signature() == signature
+                and len(schema.arguments.out) == len(functional.returns)
+            ):
+                return candidate, tuple(a.name for a in schema.arguments.out)
     return quantized.out_variant(op)
 
 

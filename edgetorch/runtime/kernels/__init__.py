@@ -11,9 +11,11 @@ from edgetorch.runtime.kernels import (  # noqa: F401  (imported for their regis
     pool,
     prim,
     quantized,
+    random,
     reduction,
     shape,
     sort,
+    special,
 )
 from edgetorch.runtime.kernels.registry import KERNELS, kernel, lookup, register_kernel
 from edgetorch.runtime.memory import resize
