@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgetorch.runtime.kernels.promotion import is_float
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 Number = bool | int | float
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from edgetorch.runtime.kernels.elementwise import quiet
 from edgetorch.runtime.kernels.promotion import compute_dtype
-from edgetorch.runtime.kernels.registry import kernel, register_kernel, resize
+from edgetorch.runtime.kernels.registry import kernel, register_kernel
+from edgetorch.runtime.memory import resize
 
 Number = bool | int | float
 _F64 = np.float64
