@@ -47,13 +47,14 @@ class DtypeConstraint:
         """Whether ``types`` (tensor name -> dtype; None for an empty tensor list) is an allowed combination.
 
         Every essential name must be given, every given name must be one of the op's, and one
-        row must match every given dtype.
+        row must match every given dtype. A name no allowed row gives a dtype (an optional tensor the
+        measured samples always left out) constrains nothing.
         """
         if any(name not in self.names for name in types):
             return False
         if any(name not in types for name in self.essential_io_names):
             return False
-        given = sorted((self.names.index(n), d) for n, d in types.items() if d is not None)
+        given = sorted((self.names.index(n), d) for n, d in types.items() if d is not None and self[n])
         positions = tuple(i for i, _ in given)
         projected = self._projections.get(positions)
         if projected is None:  # rows seen through these names only; built once per set of names
