@@ -417,8 +417,9 @@ class MethodEmitter:
 
     def _delegate(self, node: torch.fx.Node, args: tuple) -> Any:
         lowered, inputs = args[0], args[1:]
-        if lowered.named_data_store_output is not None:
-            self.data.named_data.merge_named_data_store(lowered.named_data_store_output)
+        named = getattr(lowered, "named_data_store_output", None)
+        if named is not None:
+            self.data.named_data.merge_named_data_store(named)
         result = self._spec_value(node.meta["spec"])
         outs = result if isinstance(result, list) else [result]
         self.delegates.append(

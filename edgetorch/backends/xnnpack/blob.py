@@ -110,8 +110,8 @@ def _named(key: str, size: int, named_data: Mapping[str, memoryview]) -> memoryv
     data = named_data.get(key)
     if data is None:
         raise BlobError(
-            f"the blob refers to named constant {key!r}, which neither the program nor a data file loaded with it "
-            "holds; pass the .ptd written with the program: Runtime.get().load_program(pte, data_files=[ptd])"
+            f"the blob refers to named constant {key!r}, which is in neither the program's named data nor a data "
+            "file loaded with it; pass the .ptd written with the program: Runtime.get().load_program(pte, data_files=[ptd])"
         )
     if len(data) < size:
         raise BlobError(f"named constant {key!r} has {len(data)} bytes; the blob expects {size}")
