@@ -19,10 +19,16 @@ from edgetorch.format.pte import FormatError, PteFile, load_pte
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.executor import MethodExecutor, op_key
 from edgetorch.runtime.memory import DEFAULT_MAX_PLANNED_BYTES
+from edgetorch.runtime.verification import check_internal_consistency
 
 
 class Verification(enum.Enum):
-    """How much of a program to check at load; both levels bounds-check everything they read."""
+    """How much of a program to check at load; both levels bounds-check everything they read.
+
+    ``Minimal`` checks the header and decodes the program; each method checks what it binds when it is loaded.
+    ``InternalConsistency`` also checks every internal reference of every method at ``load_program``
+    (see :mod:`edgetorch.runtime.verification`).
+    """
 
     Minimal = 0
     InternalConsistency = 1
@@ -286,6 +292,8 @@ class Runtime:
             pte = load_pte(buf)
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
+        if verification is Verification.InternalConsistency:
+            check_internal_consistency(pte)
         program = Program(pte, keepalive, self, verification)
         for extra in data_files:
             holder, raw = _open(extra)
@@ -297,9 +305,6 @@ class Runtime:
                 ) from None
             program.add_data_map(entries)
             program._data_keepalive.append(holder)
-        if verification is Verification.InternalConsistency:
-            for name in program.method_names:
-                program.metadata(name)
         return program
 
     @property
