@@ -23,10 +23,16 @@ from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.executor import MethodExecutor, op_key
 from edgetorch.runtime.kernels.random import use_generator
 from edgetorch.runtime.memory import DEFAULT_MAX_PLANNED_BYTES
+from edgetorch.runtime.verification import check_internal_consistency
 
 
 class Verification(enum.Enum):
-    """How much of a program to check at load; both levels bounds-check everything they read."""
+    """How much of a program to check at load; both levels bounds-check everything they read.
+
+    ``Minimal`` checks the header and decodes the program; each method checks what it binds when it is loaded.
+    ``InternalConsistency`` also checks every internal reference of every method at ``load_program``
+    (see :mod:`edgetorch.runtime.verification`).
+    """
 
     Minimal = 0
     InternalConsistency = 1
@@ -468,6 +474,8 @@ class Runtime:
             pte = load_pte(buf)
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
+        if verification is Verification.InternalConsistency:
+            check_internal_consistency(pte)
         program = Program(pte, keepalive, self, verification)
         for extra in data_files:
             holder, raw = _open(extra)
@@ -479,9 +487,6 @@ class Runtime:
                 ) from None
             program.add_data_map(entries)
             program._data_keepalive.append(holder)
-        if verification is Verification.InternalConsistency:
-            for name in program.method_names:
-                program.metadata(name)
         return program
 
 
