@@ -14,7 +14,8 @@ import numpy as np
 
 from edgetorch.runtime.kernels.elementwise import quiet
 from edgetorch.runtime.kernels.promotion import as_dtype, compute_dtype, is_float, scalar
-from edgetorch.runtime.kernels.registry import kernel, register_kernel, resize
+from edgetorch.runtime.kernels.registry import kernel, register_kernel
+from edgetorch.runtime.memory import resize
 
 Number = bool | int | float
 Operand = np.ndarray | Number

@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from edgetorch.runtime.kernels.linalg import upcast
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 
 def _store(out: np.ndarray, value: np.ndarray) -> np.ndarray:

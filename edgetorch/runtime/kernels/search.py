@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgetorch.runtime.kernels.promotion import result_type
-from edgetorch.runtime.kernels.registry import kernel, resize
+from edgetorch.runtime.kernels.registry import kernel
+from edgetorch.runtime.memory import resize
 
 Number = bool | int | float
 
