@@ -68,9 +68,12 @@ class PteFile:
         segments = self.program.segments
         if not 0 <= index < len(segments):
             raise FormatError(f"segment index {index} is out of range; the program has {len(segments)} segments")
-        if self.header is None:
-            raise FormatError("the program refers to segments but the file has no extended header")
         seg = segments[index]
+        if self.header is None:
+            # ExecuTorch lists one empty segment, and writes no extended header, when every constant is external.
+            if seg.size == 0:
+                return self.data[:0]
+            raise FormatError("the program refers to segments but the file has no extended header")
         start = self.header.segment_base_offset + seg.offset
         if seg.offset < 0 or seg.size < 0 or start + seg.size > len(self.data):
             raise FormatError(
