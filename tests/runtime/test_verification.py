@@ -178,7 +178,7 @@ def test_xnnpack_programs_are_consistent():
     args = make_args()
     data = executorch_pte(factory().eval(), args, xnnpack=True)
     program = Runtime().load_program(data, verification=Verification.InternalConsistency)
-    assert program.method_names == ["forward"]
+    assert program.method_names == {"forward"}
 
 
 def test_bit_flips_under_internal_consistency_give_typed_errors_only(good):
