@@ -161,8 +161,8 @@ def test_both_stacks_write_the_same_data_file_and_run_every_pairing(name, xnnpac
     for pte in (our_pte, their_pte):
         for ptd in (our_files[expected_file], their_files[expected_file]):
             assert_close(_ours(pte, ptd, x), want, rtol=1e-5, atol=1e-5)
-    assert_close(run_executorch(our_pte, [x], data=our_files[expected_file]), want, rtol=1e-5, atol=1e-5)
-    assert_close(run_executorch(their_pte, [x], data=our_files[expected_file]), want, rtol=1e-5, atol=1e-5)
+    for pte, ptd in ((our_pte, our_files), (their_pte, our_files), (our_pte, their_files)):
+        assert_close(run_executorch(pte, [x], data=ptd[expected_file]), want, rtol=1e-5, atol=1e-5)
 
 
 def test_folded_batch_norm_weights_go_to_the_data_file_too():

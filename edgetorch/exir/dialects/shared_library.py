@@ -83,7 +83,8 @@ class SharedLibrary:
         self._library = None
         for name, packet in packets.items():
             setattr(namespace, name, packet)
-            namespace._dir.append(name)
+            if name not in namespace._dir:
+                namespace._dir.append(name)
 
 
 SHARED_LIBRARIES: dict[str, SharedLibrary] = {}
