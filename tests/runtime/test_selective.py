@@ -133,7 +133,7 @@ def test_selective_load_program_takes_the_same_arguments_as_runtime(tmp_path, ho
     et.write_tensor_data_to_file(str(tmp_path))
     (ptd,) = tmp_path.glob("*.ptd")
     runtime = SelectiveRuntime(operators_in(Runtime.get().load_program(et.buffer)))
-    with pytest.raises(ProgramLoadError, match="load the .ptd file"):
+    with pytest.raises(ProgramLoadError, match="pass the .ptd written with the program"):
         runtime.load_program(et.buffer).load_method("forward")
     if how == "keyword":
         program = runtime.load_program(et.buffer, verification=Verification.InternalConsistency, data_files=[ptd])

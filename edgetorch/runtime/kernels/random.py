@@ -13,25 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgetorch.runtime.generator import generator, use_generator  # noqa: F401  (use_generator: re-exported)
 from edgetorch.runtime.kernels.promotion import is_float
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
 
 Number = bool | int | float
-
-_active = np.random.default_rng()
-
-
-def generator() -> np.random.Generator:
-    """The generator random kernels draw from: the running Method's."""
-    return _active
-
-
-def use_generator(rng: np.random.Generator) -> None:
-    """Make ``rng`` the generator random kernels draw from (a Method does this before it runs)."""
-    global _active
-    _active = rng
-
 
 def _store(out: np.ndarray, shape: tuple[int, ...], values: np.ndarray | Number) -> np.ndarray:
     out = resize(out, shape)
