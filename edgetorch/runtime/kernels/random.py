@@ -20,6 +20,7 @@ from edgetorch.runtime.memory import resize
 
 Number = bool | int | float
 
+
 def _store(out: np.ndarray, shape: tuple[int, ...], values: np.ndarray | Number) -> np.ndarray:
     out = resize(out, shape)
     with np.errstate(all="ignore"):
