@@ -34,6 +34,16 @@ def _stats(x: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, rstd
 
 
+def _square(seed: int = 0) -> torch.Tensor:
+    """A batch of well-conditioned 3x3 matrices (diagonally dominant)."""
+    return _r(2, 3, 3, seed=seed) + 4 * torch.eye(3)
+
+
+def _spd() -> torch.Tensor:
+    a = _r(2, 3, 3)
+    return a @ a.mT + 3 * torch.eye(3)
+
+
 @dataclass(frozen=True)
 class Case:
     reference: Callable  # torch's functional op, called with the same arguments
@@ -139,6 +149,64 @@ CASES: dict[str, Case] = {
     "aten::split_copy.Tensor_out": Case(aten.split_copy.Tensor, lambda: [X(), 2, 1]),
     "aten::split_with_sizes_copy.out": Case(aten.split_with_sizes_copy, lambda: [X(), [1, 4], -1]),
     "aten::unbind_copy.int_out": Case(aten.unbind_copy.int, lambda: [X(), 1]),
+    # linear algebra, histograms and unique (issue 16's kernels)
+    "aten::_linalg_det.result": Case(aten._linalg_det, lambda: [_square()], atol=1e-4),
+    "aten::_linalg_eigh.eigenvalues": Case(aten._linalg_eigh, lambda: [_spd(), "L", True], atol=1e-4),
+    "aten::_linalg_slogdet.sign": Case(aten._linalg_slogdet, lambda: [_square()], atol=1e-4),
+    "aten::_linalg_solve_ex.result": Case(
+        lambda a, b, left, check: aten._linalg_solve_ex(a, b, left=left, check_errors=check),
+        lambda: [_square(), _r(2, 3, 2), True, False],
+        atol=1e-4,
+    ),
+    "aten::_linalg_svd.U": Case(
+        lambda a, full, uv, driver: aten._linalg_svd(a, full, uv, driver=driver),
+        lambda: [_square(), False, True, None],
+        atol=1e-4,
+    ),
+    "aten::geqrf.a": Case(aten.geqrf, lambda: [_square()], atol=1e-4),
+    "aten::linalg_cholesky_ex.L": Case(
+        lambda a, upper, check: aten.linalg_cholesky_ex(a, upper=upper, check_errors=check),
+        lambda: [_spd(), False, False],
+        atol=1e-4,
+    ),
+    "aten::linalg_inv_ex.inverse": Case(
+        lambda a, check: aten.linalg_inv_ex(a, check_errors=check), lambda: [_square(), False], atol=1e-4
+    ),
+    "aten::linalg_lstsq.out": Case(
+        lambda a, b, rcond, driver: aten.linalg_lstsq(a, b, rcond, driver=driver),
+        lambda: [_r(5, 3) + torch.eye(5, 3), _r(5, 2), None, "gelsd"],
+        atol=1e-4,
+    ),
+    "aten::linalg_lu.out": Case(lambda a, pivot: aten.linalg_lu(a, pivot=pivot), lambda: [_square(), True], atol=1e-4),
+    "aten::linalg_lu_factor_ex.out": Case(
+        lambda a, pivot, check: aten.linalg_lu_factor_ex(a, pivot=pivot, check_errors=check),
+        lambda: [_square(), True, False],
+        atol=1e-4,
+    ),
+    "aten::linalg_qr.out": Case(aten.linalg_qr, lambda: [_square(), "reduced"], atol=1e-4),
+    "aten::lu_unpack.out": Case(aten.lu_unpack, lambda: [*aten.linalg_lu_factor(_square()), True, True], atol=1e-4),
+    "aten::triangular_solve.X": Case(
+        aten.triangular_solve, lambda: [_r(2, 3, 2), _square().triu(), True, False, False], atol=1e-4
+    ),
+    "aten::frexp.Tensor_out": Case(aten.frexp, lambda: [X()]),
+    "aten::histogram.bin_ct_out": Case(
+        lambda x, bins, range_, weight, density: aten.histogram.bin_ct(
+            x, bins, range=range_, weight=weight, density=density
+        ),
+        lambda: [_r(20), 5, None, None, False],
+    ),
+    "aten::histogram.bins_tensor_out": Case(
+        lambda x, bins, weight, density: aten.histogram.bins_tensor(x, bins, weight=weight, density=density),
+        lambda: [_r(20), torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0]), None, False],
+    ),
+    "aten::_unique2.out": Case(aten._unique2, lambda: [_ints(3, 4, 5), True, True, True]),
+    "aten::unique_consecutive.out": Case(
+        lambda x, inverse, counts, dim: aten.unique_consecutive(
+            x, return_inverse=inverse, return_counts=counts, dim=dim
+        ),
+        lambda: [_ints(3, 4, 5), True, True, None],
+    ),
+    "aten::unique_dim.out": Case(aten.unique_dim, lambda: [_ints(6, 2), 0, True, True, True]),
 }
 
 # The quantized ops' schemas are not in this torch; their shapes are known: a one-element or per-token tensor each.
