@@ -175,7 +175,10 @@ class _Context:
                     f"needs bytes {a.memory_offset}..{a.memory_offset + nbytes} of planned buffer {a.memory_id}, "
                     f"which has {arenas[a.memory_id]}"
                 )
-            if t.data_buffer_idx > 0:
+            external = info is not None and info.location == fbp.TensorDataLocation.EXTERNAL
+            # A planned tensor kept in a .ptd (trainable weights written with external_constants) takes
+            # its initial state from the data file by name; its data_buffer_idx points into no segment.
+            if t.data_buffer_idx > 0 and not external:
                 segs = self.program.mutable_data_segments or []
                 k = info.mutable_data_segments_idx if info is not None else 0
                 room = self._subsegment_room(segs[k] if k < len(segs) else None, t.data_buffer_idx)
