@@ -14,9 +14,6 @@ KNOWN_FAILURES = {
     "tests/interop/test_xnnpack_interop.py::test_executorch_runs_our_xnnpack_program[spatial]": "issue 9.1: ExecuTorch's runtime crashes (SIGSEGV) on this edgetorch XNNPACK blob; the fix is on branch xnn, not landed",
     "tests/interop/test_xnnpack_interop.py::test_executorch_runs_our_xnnpack_program[transformer_block]": "issue 9.1: ExecuTorch's runtime crashes (SIGSEGV) on this edgetorch XNNPACK blob; the fix is on branch xnn, not landed",
     "tests/interop/test_xnnpack_interop.py::test_executorch_runs_our_xnnpack_program[transposed_conv_bn]": "issue 9.1: ExecuTorch's runtime crashes (SIGSEGV) on this edgetorch XNNPACK blob; the fix is on branch xnn, not landed",
-    "tests/interop/test_executorch_to_edgetorch.py::test_model_matches_eager[upsample]": "after the merges: InternalConsistency (now the default) or an ExecuTorch-written program path fails here; to investigate (see the closing note)",
-    "tests/interop/test_external_data.py::test_both_stacks_write_the_same_data_file_and_run_every_pairing[conv-portable]": "after the merges: InternalConsistency (now the default) or an ExecuTorch-written program path fails here; to investigate (see the closing note)",
-    "tests/interop/test_external_data.py::test_missing_data_file_is_a_typed_error_naming_the_key[executorch-portable]": "after the merges: InternalConsistency (now the default) or an ExecuTorch-written program path fails here; to investigate (see the closing note)",
 }
 
 
