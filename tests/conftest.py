@@ -7,7 +7,6 @@ import pytest
 KNOWN_FAILURES = {
     "tests/extension/training/test_training.py::test_our_runtime_trains_executorch_program_with_external_weights": "after the merges: InternalConsistency (now the default) or an ExecuTorch-written program path fails here; to investigate (see the closing note)",
     "tests/runtime/kernels/test_multi_output_resize.py::test_every_multi_output_kernel_is_checked": "merge of noncore: new multi-output kernels lack a case in the resize audit table",
-    "tests/test_documented_imports.py::test_documented_import_works_as_edgetorch[from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner]": "issue 9.4: backends.xnnpack.partition as a package is on branch xnn, not landed",
     "tests/interop/test_xnnpack_interop.py::test_executorch_runs_our_xnnpack_program[attention]": "issue 9.1: ExecuTorch's runtime crashes (SIGSEGV) on this edgetorch XNNPACK blob; the fix is on branch xnn, not landed",
     "tests/interop/test_xnnpack_interop.py::test_executorch_runs_our_xnnpack_program[batch_norms]": "issue 9.1: ExecuTorch's runtime crashes (SIGSEGV) on this edgetorch XNNPACK blob; the fix is on branch xnn, not landed",
     "tests/interop/test_xnnpack_interop.py::test_executorch_runs_our_xnnpack_program[elementwise]": "issue 9.1: ExecuTorch's runtime crashes (SIGSEGV) on this edgetorch XNNPACK blob; the fix is on branch xnn, not landed",

@@ -12,9 +12,6 @@ Left out of the guide, and why:
   network in tests; the model below follows model.py with random weights;
 * lines 24/44/85/107 (``torch.export.export_for_training``): torch 2.13 removed it; ``torch.export.export(...)
   .module()`` is its replacement and is used in its place;
-* line 71 (``from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner``):
-  edgetorch's partitioner module is ``edgetorch.backends.xnnpack.partition``, not a package, so the partitioner is
-  imported from ``edgetorch.backends.xnnpack``; ``...xnnpack.utils.configs`` (line 73) exists and is used;
 * lines 119-166 (Quantization) and 167-315 (Profiling and Debugging, Performance Analysis: delegation info,
   ETRecord, ETDump, Inspector): covered by the quantization and devtools tests.
 """
@@ -33,7 +30,7 @@ from torch import nn
 from torch.export import export
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from edgetorch.backends.xnnpack import XnnpackPartitioner
+from edgetorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from edgetorch.backends.xnnpack.utils.configs import get_xnnpack_edge_compile_config
 from edgetorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
 from edgetorch.format.pte import load_pte
