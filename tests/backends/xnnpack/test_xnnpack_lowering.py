@@ -336,10 +336,14 @@ def test_conv_chain_stays_channels_last():
     assert "XNNConvTranspose2d" in kinds and "XNNGlobalAvgPooling2d" in kinds
 
 
-def test_constants_live_in_the_blob_and_externals_are_ordered():
-    (graph,) = delegate_graphs(lowered("mlp").pte)
-    assert all(c.named_key is None for c in graph.constant_data)
+def test_constants_are_named_data_of_the_program_and_externals_are_ordered():
+    # ExecuTorch frees the blob after compiling it; XNNPACK reads element-wise static operands at run time.
+    pte = lowered("mlp").pte
+    (graph,) = delegate_graphs(pte)
     assert len(graph.constant_data) == 7  # the reserved entry 0, then three weights and three biases
+    named = {entry.key for entry in load_pte(pte).program.named_data}
+    for entry in graph.constant_data[1:]:
+        assert entry.offset == xs.NAMED_CONSTANT_OFFSET and entry.named_key in named
     values = [xs.tensor_value(v) for v in graph.xvalues]
     assert [values[i].external_id for i in graph.input_ids] == [0]
     assert [values[i].external_id for i in graph.output_ids] == [1]
