@@ -26,6 +26,7 @@ from torch.export.graph_signature import InputKind
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import CONSTANT_ALIGNMENT, build_blob
+from edgetorch.backends.xnnpack.validate import validate_graph
 from edgetorch.errors import EdgetorchError
 from edgetorch.exir.backend.lowered_backend_module import user_inputs, user_outputs
 from edgetorch.exir.backend.utils import DelegateMappingBuilder
@@ -146,6 +147,9 @@ class XnnpackGraphBuilder:
             self._emit_output(node)
         self.graph.input_ids.sort(key=lambda i: xs.tensor_value(self.graph.xvalues[i]).external_id)
         self.graph.output_ids.sort(key=lambda i: xs.tensor_value(self.graph.xvalues[i]).external_id)
+        named = self.named_data.get_named_data_store_output()
+        keys = [*named.pte_data, *(key for entries in named.external_data.values() for key in entries)]
+        validate_graph(self.graph, named_keys=keys, num_inputs=len(self.inputs), num_outputs=len(self.outputs))
         return build_blob(self.graph, b""), self.debug.get_delegate_mapping()
 
     def _visit(self, node: Node) -> None:
