@@ -201,7 +201,7 @@ def _check_nodes(graph: xs.XNNGraph, values: dict[int, xs.XNNTensorValue]) -> No
         where = f"node {position} ({type(node).__name__})"
         if node is None:
             raise _fail(f"node {position}", "a node", "an empty node", SERIALIZER_BUG)
-        inputs, outputs = _ids(node)
+        inputs, outputs = _ids(where, node)
         for name, vid in inputs:
             if vid == xs.INVALID_VALUE_ID:
                 continue
@@ -235,7 +235,7 @@ def _check_nodes(graph: xs.XNNGraph, values: dict[int, xs.XNNTensorValue]) -> No
             raise _fail(f"value {vid}", "every external output written by a node", "none writes it", SERIALIZER_BUG)
 
 
-def _ids(node: object) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+def _ids(where: str, node: object) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     """The (field, value id) pairs a node reads and writes; unused optional inputs are INVALID_VALUE_ID."""
     inputs, outputs = [], []
     arity = CONCATENATE_ARITY.get(type(node))
@@ -248,14 +248,9 @@ def _ids(node: object) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
             continue
         optional = f.name in OPTIONAL_INPUTS or (arity is not None and int(f.name[5]) > arity)
         if vid == xs.INVALID_VALUE_ID and not optional:
-            raise XnnpackGraphError(
-                f"XNNPACK graph, {type(node).__name__}: expected a value id in {f.name}, found none; {SERIALIZER_BUG}"
-            )
+            raise _fail(where, f"a value id in {f.name}", "none (INVALID_VALUE_ID)", SERIALIZER_BUG)
         if arity is not None and int(f.name[5]) > arity and vid != xs.INVALID_VALUE_ID:
-            raise XnnpackGraphError(
-                f"XNNPACK graph, {type(node).__name__}: expected {f.name} unused (INVALID_VALUE_ID) for a "
-                f"{arity}-input concatenation, found value {vid}; {SERIALIZER_BUG}"
-            )
+            raise _fail(where, f"{f.name} unused in a {arity}-input concatenation", f"value {vid}", SERIALIZER_BUG)
         inputs.append((f.name, vid))
     return inputs, outputs
 
