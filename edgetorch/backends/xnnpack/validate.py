@@ -412,7 +412,6 @@ def _convolution(s: NodeShapes, node: object) -> None:
 
 def _pooling(s: NodeShapes, node: object) -> None:
     s.positive(node, "pooling_height", "pooling_width", "stride_height", "stride_width")
-    s.require(node.pooling_height * node.pooling_width > 1, "a pooling window of more than one element", "1x1")
     if isinstance(node, xs.XNNMaxPooling2d):
         s.positive(node, "dilation_height", "dilation_width")
     n, h, w, c = s.rank4(node.input_id, "input")

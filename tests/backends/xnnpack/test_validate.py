@@ -316,7 +316,7 @@ BAD_NODES = {
     "conv_channels": ("conv", lambda n, v: setattr(n, "group_input_channels", 2)),
     "conv_output_size": ("conv", lambda n, v: v.__setitem__(3, ([1, 5, 5, 4], 0))),
     "conv_bias_size": ("conv", lambda n, v: v.__setitem__(2, ([3], 3))),
-    "pool_one_by_one": ("max_pool", lambda n, v: (setattr(n, "pooling_height", 1), setattr(n, "pooling_width", 1))),
+    "pool_window_zero": ("max_pool", lambda n, v: setattr(n, "pooling_width", 0)),
     "pool_output_size": ("max_pool", lambda n, v: v.__setitem__(1, ([1, 3, 3, 3], 0))),
     "fc_features": ("fully_connected", lambda n, v: v.__setitem__(0, ([5, 2], 0))),
     "fc_filter_rank": ("fully_connected", lambda n, v: v.__setitem__(1, ([4, 3, 1], 12))),
