@@ -196,6 +196,55 @@ class Int64InMiddle(nn.Module):
         return self.b(torch.relu(self.a(x)) + k.to(torch.float32)), k
 
 
+class Activations(nn.Module):
+    """Every activation a user reaches for, in one program (one ExecuTorch run covers them all)."""
+
+    def __init__(self):
+        super().__init__()
+        self.prelu = nn.PReLU(8)
+
+    def forward(self, x):
+        return (
+            torch.softmax(x, -1),
+            torch.log_softmax(x, -1),
+            F.gelu(x),
+            F.gelu(x, approximate="tanh"),
+            F.silu(x),
+            F.hardswish(x),
+            F.hardsigmoid(x),
+            F.elu(x),
+            F.leaky_relu(x),
+            torch.sigmoid(x),
+            torch.tanh(x),
+            F.softplus(x),
+            torch.erf(x),
+            F.mish(x),
+            self.prelu(x),
+            F.relu6(x),
+            torch.sin(x) + torch.cos(x),
+        )
+
+
+class LinearClamp(nn.Module):
+    """The export tutorial's model: a linear layer, then a clamp."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.clamp(self.linear(x), min=-0.25, max=0.25)
+
+
+class CausalAttention(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def encoder_layer() -> nn.Module:
+    return nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+
+
 @dataclass
 class Case:
     make: Any
@@ -248,6 +297,15 @@ CASES = {
         (torch.randn(2, 6, 32),),
         delegates=3,
         undelegated=("native_layer_norm", "split_with_sizes_copy"),
+    ),
+    # Unconnected outputs make one delegate each; tanh-approximated GELU, erf and softplus's pieces stay portable.
+    "activations": Case(
+        Activations, (torch.randn(2, 8),), delegates=16, undelegated=("erf", "gelu", "gt", "log1p", "where")
+    ),
+    "linear_clamp": Case(LinearClamp, (torch.randn(2, 4),)),
+    "causal_attention": Case(CausalAttention, tuple(torch.randn(1, 2, 5, 8) for _ in range(3))),
+    "encoder_layer": Case(
+        encoder_layer, (torch.randn(2, 6, 32),), delegates=3, undelegated=("native_layer_norm", "select_copy")
     ),
     "dynamic_conv": Case(DynamicConv, (torch.randn(3, 3, 8, 8),), {"x": {0: BATCH}}, 2, ("sym_size", "view_copy")),
     "dynamic_mlp": Case(DynamicMLP, (torch.randn(3, 16),), {"x": {0: BATCH}}, 2, ("sym_size", "view_copy")),
