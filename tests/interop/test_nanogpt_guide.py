@@ -4,7 +4,7 @@ A nanoGPT written here (Karpathy's model.py structure: tied embeddings, causal S
 position only) with random weights and a small config is exported as the guide says, with a dynamic token
 dimension, through the basic flow (``to_edge`` + ``to_executorch``, lines 20-55 of the guide) and the XNNPACK flow
 (``to_edge_transform_and_lower`` + ``XnnpackPartitioner``, lines 76-118). Each ``.pte`` runs on our runtime at
-several sequence lengths against eager; ExecuTorch's runtime runs our portable program too.
+several sequence lengths against eager; ExecuTorch's runtime runs both programs too.
 
 Left out of the guide, and why:
 
@@ -213,9 +213,12 @@ def test_guide_program_runs_at_every_sequence_length(flow: str, tmp_path):
         assert_close(method.execute([_tokens(length).numpy()]), _eager(length), rtol=1e-4, atol=1e-5)
 
 
-def test_guide_program_runs_on_executorch():
-    got = run_executorch_calls(_basic_pte(), [[_tokens(n).numpy()] for n in LENGTHS])
-    for outputs, length in zip(got, LENGTHS):
+@pytest.mark.parametrize("flow", ["basic", "xnnpack"])
+def test_guide_program_runs_on_executorch(flow: str):
+    """ExecuTorch's runtime runs our program at every sequence length, XNNPACK delegates resized each call."""
+    pte = _basic_pte() if flow == "basic" else _xnnpack_pte()
+    got = run_executorch_calls(pte, [[_tokens(n).numpy()] for n in LENGTHS + LENGTHS[::-1]])
+    for outputs, length in zip(got, LENGTHS + LENGTHS[::-1]):
         assert_close(outputs, _eager(length), rtol=1e-4, atol=1e-5)
 
 

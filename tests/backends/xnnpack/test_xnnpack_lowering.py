@@ -109,7 +109,7 @@ class Shapes(nn.Module):
         c = torch.cat([p, y, p * 2], dim=1)
         s = c[:, 4:20, 1:5]
         v = s.reshape(2, 4, 16).unsqueeze(1).squeeze(1)
-        return F.pad(v, (1, 2, 0, 1), value=0.5), torch.cat([x] * 7, dim=2)
+        return F.pad(v, (1, 2, 0, 1), value=0.5), torch.cat([x] * 8, dim=2)
 
 
 class Spatial(nn.Module):
