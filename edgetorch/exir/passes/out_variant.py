@@ -239,7 +239,3 @@ def _where(node: torch.fx.Node) -> str:
         return f"node {node.name}"
     code = trace[files[-1] + 1] if files[-1] + 1 < len(trace) else ""
     return f"node {node.name} ({trace[files[-1]]}: {code})"
-
-
-# Moved to its own module; the name is kept here so existing imports keep working.
-from edgetorch.exir.passes.replace_view_copy_with_view_pass import VIEW_OPS, ReplaceViewCopyWithViewPass  # noqa: E402, F401

@@ -98,12 +98,3 @@ def mark_constants(ep: ExportedProgram) -> None:
             data = ep.state_dict[fqn] if fqn in ep.state_dict else ep.constants[fqn]
             node.meta["spec"].const = fqn not in mutated and not node.meta.get(TRAINABLE, False)
             node.meta["spec"].storage = data.detach()
-
-
-# Moved to their own modules; names kept here so existing imports keep working.
-from edgetorch.exir.passes.sym_shape_eval_pass import (  # noqa: E402, F401
-    ConstraintBasedSymShapeEvalPass,
-    HintBasedSymShapeEvalPass,
-    resolve_shapes,
-    upper_bound,
-)
