@@ -88,6 +88,8 @@ class MethodExecutor:
         for i in list(plan.inputs) + list(plan.outputs):
             self._check_index(i, "input/output")
         self.arenas = allocate_arenas(list(plan.non_const_buffer_sizes), limit)
+        # Unplanned tensors (inputs, delegate outputs) are allocated here too: they share what is left of the limit.
+        self._unplanned_budget = limit - sum(a.nbytes for a in self.arenas if a is not None)
         self.slots: dict[int, TensorSlot] = {}
         self.bound: list[Any] = [None] * nvals
         self.vals: list[Any] = [None] * nvals
@@ -182,6 +184,12 @@ class MethodExecutor:
                 buf, offset = program.mutable_data(seg_index, t.data_buffer_idx, what)
                 np.copyto(arr, view_of(buf, offset, dtype, sizes, order, what))
             return arr
+        self._unplanned_budget -= nbytes
+        if self._unplanned_budget < 0:
+            raise ProgramLoadError(
+                f"{what} would take the method's memory past the limit of {limit} bytes (planned buffers plus "
+                "unplanned tensors); if the program is genuine, raise the limit with load_program(..., max_memory=...)"
+            )
         return np.zeros(sizes, dtype)  # unplanned: receives data at input time or from a delegate
 
     def _is_static(self) -> bool:

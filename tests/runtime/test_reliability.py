@@ -201,3 +201,23 @@ def test_no_code_runs_from_file_contents():
                 if name == "import_module" and rel not in DYNAMIC_IMPORT_ALLOWED:
                     found.append(f"{rel}:{node.lineno} imports a module by computed name")
     assert not found, "\n".join(found)
+
+
+def test_unplanned_tensors_count_against_max_memory():
+    """Inputs are unplanned (allocated at load): many of them under a small budget are refused before allocation."""
+
+    class Wide(torch.nn.Module):
+        def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+            return torch.stack(xs).sum(0)
+
+    from edgetorch.exir import ExecutorchBackendConfig
+    from edgetorch.exir.passes import MemoryPlanningPass
+
+    xs = tuple(torch.randn(64, 64) for _ in range(8))  # 8 unplanned inputs of 16 KiB
+    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
+    pte = to_edge(torch.export.export(Wide(), xs, strict=False)).to_executorch(config).buffer
+    planned = Runtime.get().load_program(pte).metadata("forward").memory_planned_buffer_size(0)
+    with pytest.raises(ProgramLoadError, match="max_memory"):
+        Runtime.get().load_program(pte, max_memory=planned + 4 * 16384).load_method("forward")
+    method = Runtime.get().load_program(pte, max_memory=planned + 8 * 16384).load_method("forward")
+    np.testing.assert_allclose(method.execute(list(xs))[0], torch.stack(xs).sum(0).numpy(), rtol=1e-5, atol=1e-5)
