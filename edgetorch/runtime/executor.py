@@ -18,9 +18,8 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,47 +33,35 @@ from edgetorch.errors import (
 from edgetorch.format import program as fbp
 from edgetorch.runtime.backends import get_backend
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
+from edgetorch.runtime.folding import fold, foldable
 from edgetorch.runtime.kernels.registry import lookup
 from edgetorch.runtime.memory import TensorResizeError, allocate_arenas, check_dim_order, resize, view_of
+from edgetorch.runtime.plan_analysis import PlanFacts, kernel_results, op_key
+from edgetorch.runtime.values import ListRef, TensorSlot
 
 # A program may jump backwards (loops); a run that takes more steps than this is stopped, never hangs.
 MAX_STEPS_PER_RUN = 50_000_000
 
 
-@dataclass
-class TensorSlot:
-    """What the plan says about one tensor value."""
+class ProgramData(Protocol):
+    """What the executor needs from the loaded program: the bytes its values and delegates point to."""
 
-    dtype: np.dtype
-    sizes: tuple[int, ...]
-    dim_order: list[int]
-    dynamic: bool
-    constant: bool
+    @property
+    def named_data(self) -> Mapping[str, memoryview]: ...
 
+    def constant_data(self, index: int, what: str) -> tuple[memoryview, int]: ...
 
-class _ListRef:
-    """A list value whose items are other values read at run time (symbolic ints, resized tensors)."""
+    def mutable_data(self, seg_index: int, index: int, what: str) -> tuple[memoryview, int]: ...
 
-    __slots__ = ("items", "none_for_negative")
+    def delegate_data(self, ref: fbp.BackendDelegateDataReference | None, what: str) -> memoryview: ...
 
-    def __init__(self, items: list[int], none_for_negative: bool = False):
-        self.items = items
-        self.none_for_negative = none_for_negative
-
-    def resolve(self, vals: list) -> list:
-        if self.none_for_negative:
-            return [None if i < 0 else vals[i] for i in self.items]
-        return [vals[i] for i in self.items]
-
-
-def op_key(op: fbp.Operator) -> str:
-    return f"{op.name}.{op.overload}" if op.overload else op.name
+    def external_tensor(self, key: str | None, what: str) -> memoryview: ...
 
 
 class MethodExecutor:
     """The bound form of one ExecutionPlan."""
 
-    def __init__(self, plan: fbp.ExecutionPlan, program: Any, limit: int):
+    def __init__(self, plan: fbp.ExecutionPlan, program: ProgramData, limit: int):
         self.plan = plan
         self.name = plan.name
         self._program = program
@@ -95,12 +82,13 @@ class MethodExecutor:
         self.vals: list[Any] = [None] * nvals
         for i, ev in enumerate(plan.values):
             self.vals[i] = self.bound[i] = self._make_value(i, ev.val, limit)
+        self.facts = PlanFacts(plan, self.instructions, self.slots, self.bound)
         self.static = self._is_static()
         self.operators = [op_key(op) for op in plan.operators]
         self.kernels = [lookup(name) for name in self.operators]
         self.delegates = [self._init_delegate(i, d) for i, d in enumerate(plan.delegates)]
         self.folded = 0
-        self._viewed = self._view_bases() if self.static else set()
+        self._viewed = self.facts.view_bases() if self.static else set()
         self.step_pcs: list[int] = []
         self.steps: list[Callable] = []
         for pc, ins in enumerate(self.instructions):
@@ -133,11 +121,11 @@ class MethodExecutor:
         if isinstance(v, (fbp.DoubleList, fbp.BoolList)):
             return list(v.items)
         if isinstance(v, fbp.IntList):
-            return _ListRef([self._check_index(j, f"int list {i}") for j in v.items])
+            return ListRef([self._check_index(j, f"int list {i}") for j in v.items])
         if isinstance(v, fbp.TensorList):
-            return _ListRef([self._check_index(j, f"tensor list {i}") for j in v.items])
+            return ListRef([self._check_index(j, f"tensor list {i}") for j in v.items])
         if isinstance(v, fbp.OptionalTensorList):
-            return _ListRef([j if j < 0 else self._check_index(j, f"tensor list {i}") for j in v.items], True)
+            return ListRef([j if j < 0 else self._check_index(j, f"tensor list {i}") for j in v.items], True)
         if isinstance(v, fbp.Tensor):
             return self._make_tensor(i, v, limit)
         raise ProgramLoadError(f"value {i} has unsupported kind {type(v).__name__}")
@@ -205,7 +193,7 @@ class MethodExecutor:
             if isinstance(a, fbp.KernelCall) and 0 <= a.op_index < len(self.plan.operators):
                 _fn, nargs = lookup(op_key(self.plan.operators[a.op_index]))
                 if any(
-                    j not in self.slots and not isinstance(self.bound[j], _ListRef)
+                    j not in self.slots and not isinstance(self.bound[j], ListRef)
                     for j in a.args[nargs:]
                     if 0 <= j < len(self.bound)
                 ):
@@ -216,7 +204,7 @@ class MethodExecutor:
 
     def _arg(self, j: int) -> Any:
         v = self.bound[j]
-        return v.resolve(self.bound) if isinstance(v, _ListRef) else v
+        return v.resolve(self.bound) if isinstance(v, ListRef) else v
 
     def _bind(self, pc: int, ins: fbp.Instruction) -> Callable | None:
         a = ins.instr_args
@@ -231,7 +219,7 @@ class MethodExecutor:
                 raise ProgramLoadError(
                     f"instruction {pc} passes {len(args)} arguments to {self.operators[a.op_index]}, whose kernel takes {nargs}"
                 )
-            return self._kernel_step(fn, args[:nargs], _results(fn, args, nargs), self.operators[a.op_index])
+            return self._kernel_step(fn, args[:nargs], kernel_results(fn, args, nargs), self.operators[a.op_index])
         if isinstance(a, fbp.DelegateCall):
             if not 0 <= a.delegate_index < len(self.delegates):
                 raise ProgramLoadError(
@@ -264,19 +252,22 @@ class MethodExecutor:
     def _kernel_step(self, fn: Callable, params: list[int], rets: list[int], name: str) -> Callable | None:
         if self.static:
             args = [self._arg(j) for j in params]
-            if self._foldable(fn, params, rets, name) and self._fold(fn, args, params, rets):
+            if foldable(self.facts, fn, params, rets, name, self._viewed) and fold(
+                self.facts, self.vals, fn, args, params, rets
+            ):
+                self.folded += 1
                 return None
             return functools.partial(fn, *args)
         vals, bound, slots = self.vals, self.bound, self.slots
-        outs = set(rets).union(self._items(rets))
+        outs = set(rets).union(self.facts.items(rets))
         args: list[Any] = []
         reads: list[tuple[int, int]] = []
-        lists: list[tuple[int, _ListRef, list]] = []
+        lists: list[tuple[int, ListRef, list]] = []
         for p, j in enumerate(params):
             v = bound[j]
             if j in outs and j in slots:
                 args.append(v)  # the planned slot at its upper-bound shape; the kernel resizes it
-            elif isinstance(v, _ListRef):
+            elif isinstance(v, ListRef):
                 args.append(None)
                 # A list of outs (split_copy's) holds the planned slots; a list the kernel reads, the current values.
                 lists.append((p, v, bound if j in outs or all(i in outs for i in v.items) else vals))
@@ -285,7 +276,7 @@ class MethodExecutor:
             else:
                 args.append(None)
                 reads.append((p, j))
-        targets = [bound[j].items if isinstance(bound[j], _ListRef) else j for j in rets]
+        targets = [bound[j].items if isinstance(bound[j], ListRef) else j for j in rets]
         if len(rets) == 1 and isinstance(targets[0], int):
             r0 = rets[0]
 
@@ -313,84 +304,6 @@ class MethodExecutor:
 
         return step_many
 
-    def _planned_range(self, j: int) -> tuple[int, int, int] | None:
-        t = self.plan.values[j].val
-        if not isinstance(t, fbp.Tensor) or t.allocation_info is None:
-            return None
-        a, nbytes = t.allocation_info, self.bound[j].nbytes
-        return a.memory_id, a.memory_offset, a.memory_offset + nbytes
-
-    def _items(self, indices: Any) -> list[int]:
-        """Value indices with every list value replaced by the values it holds; out-of-range ones are left to
-        :meth:`_bind` to report."""
-        n, found = len(self.bound), []
-        for j in indices:
-            if 0 <= j < n:
-                v = self.bound[j]
-                found.extend((i for i in v.items if 0 <= i < n) if isinstance(v, _ListRef) else (j,))
-        return found
-
-    def _written(self, a: Any) -> list[int]:
-        """The values an instruction writes: a kernel's results, every argument of a delegate."""
-        if isinstance(a, fbp.KernelCall) and 0 <= a.op_index < len(self.plan.operators):
-            fn, nargs = lookup(op_key(self.plan.operators[a.op_index]))
-            return self._items(_results(fn, a.args, nargs))
-        return self._items(a.args) if isinstance(a, fbp.DelegateCall) else []
-
-    def _view_bases(self) -> set[int]:
-        """Computed tensors whose planned memory a view reads: their results must keep landing in that memory.
-
-        ExecuTorch emits a static ``view`` as a second tensor planned over its base's bytes, with no
-        instruction. Its base is the last result overlapping those bytes before the view's first reader (the
-        plan keeps the base alive while the view is read, so nothing else writes there in between).
-        """
-        writes = [self._written(ins.instr_args) for ins in self.instructions]
-        written = set(self.plan.inputs).union(*writes)
-        views = {}
-        for j, slot in self.slots.items():
-            r = None if j in written or slot.constant else self._planned_range(j)
-            if r is not None and r[1] < r[2]:
-                views[j] = r
-        ranges = [[(j, self._planned_range(j)) for j in w] for w in writes]
-        readers = [self._items(getattr(ins.instr_args, "args", ())) for ins in self.instructions]
-        bases: set[int] = set()
-        for pc, reads in enumerate([*readers, list(self.plan.outputs)]):
-            for v in views.keys() & set(reads):
-                mem_id, lo, hi = views.pop(v)
-                for before in reversed(ranges[:pc]):
-                    hits = [j for j, r in before if r and r[0] == mem_id and r[1] < hi and lo < r[2]]
-                    if hits:
-                        bases.update(hits)
-                        break
-        return bases
-
-    def _foldable(self, fn: Callable, params: list[int], rets: list[int], name: str) -> bool:
-        """True when every tensor the kernel reads (none, for ``arange`` or ``full``) is a constant: its result is
-        then computed once, at load.
-
-        In-place ops (``aten::copy_``: they update state each call) and impure kernels (random) never fold.
-        """
-        if getattr(fn, "impure", False) or not rets or name.split(".")[0].endswith("_"):
-            return False
-        reads = [j for j in self._items(params) if j not in rets and j in self.slots]
-        if not (all(self.slots[j].constant for j in reads) and all(j in self.slots for j in rets)):
-            return False
-        return not any(j in self._viewed for j in rets)
-
-    def _fold(self, fn: Callable, args: list[Any], params: list[int], rets: list[int]) -> bool:
-        # The result gets memory of its own: its planned slot is shared with other tensors over time.
-        private = {j: np.empty_like(self.bound[j]) for j in rets}
-        try:
-            result = fn(*[private.get(j, a) if j in rets else a for j, a in zip(params, args)])
-        except Exception:
-            return False  # left as a step: if it fails again at run time, the error names the instruction
-        results = result if len(rets) > 1 else (result,)
-        for j, r in zip(rets, results):
-            self.bound[j] = self.vals[j] = r
-            self.slots[j].constant = True
-        self.folded += 1
-        return True
-
     def _init_delegate(self, index: int, d: fbp.BackendDelegate) -> tuple[Any, Any]:
         backend = get_backend(d.id)
         processed = self._program.delegate_data(d.processed, f"delegate {index} ({d.id}) of method {self.name!r}")
@@ -403,21 +316,6 @@ class MethodExecutor:
             raise DelegateLoadError(
                 f"method {self.name!r}: backend {d.id!r} could not initialise delegate {index}: {type(e).__name__}: {e}"
             ) from e
-
-    def _delegate_outputs(self, pc: int, args: list[int]) -> set[int]:
-        """The dynamic-shape tensors among a delegate call's arguments that the delegate writes.
-
-        A DelegateCall lists inputs then outputs without saying where one ends. An output here is a planned,
-        dynamic tensor that is no method input, no kernel's result and no argument of an earlier delegate call:
-        nothing but this call produces it, so it must get its planned slot (at the upper bound) to resize.
-        """
-        produced = set(self.plan.inputs)
-        for before, ins in enumerate(self.instructions):
-            a = ins.instr_args
-            if isinstance(a, fbp.KernelCall) or (isinstance(a, fbp.DelegateCall) and before < pc):
-                produced.update(self._written(a))
-        slots = self.slots
-        return {j for j in args if j in slots and slots[j].dynamic and not slots[j].constant and j not in produced}
 
     def _delegate_step(self, delegate: tuple[Any, Any], args: list[int], pc: int) -> Callable:
         backend, handle = delegate
@@ -434,7 +332,7 @@ class MethodExecutor:
 
             return run_static
 
-        outputs = self._delegate_outputs(pc, args)
+        outputs = self.facts.delegate_outputs(pc, args)
         source = [self.bound if j in outputs else vals for j in args]
         written = [(k, j) for k, j in enumerate(args) if j in outputs]
 
@@ -504,7 +402,7 @@ class MethodExecutor:
         j = next((j for j, v in enumerate(self.bound) if v is e.planned), None)
         if j is None:
             return e
-        writer = next((pc for pc, ins in enumerate(self.instructions) if j in self._written(ins.instr_args)), None)
+        writer = next((pc for pc, ins in enumerate(self.instructions) if j in self.facts.written(ins.instr_args)), None)
         at = "" if writer is None else f" at instruction {writer} ({self.describe(writer)})"
         return TensorResizeError(
             f"method {self.name!r}{at}: tensor value {j} is planned for at most {e.planned.size} elements "
@@ -531,7 +429,7 @@ class MethodExecutor:
         out = []
         for j in self.plan.outputs:
             v = source[j]
-            if isinstance(v, _ListRef):
+            if isinstance(v, ListRef):
                 v = v.resolve(source)
             if isinstance(v, np.ndarray):
                 out.append(np.array(v, copy=clone))
@@ -540,15 +438,6 @@ class MethodExecutor:
             else:
                 out.append(v)
         return out
-
-
-def _results(fn: Callable, args: list[int], nargs: int) -> list[int]:
-    """The values a KernelCall writes: those after the kernel's arguments, or the argument it resizes in place
-    (``et_copy_index`` grows its accumulator and has no result value)."""
-    resized = getattr(fn, "resizes_arg", None)
-    if len(args) == nargs and resized is not None and resized < nargs:
-        return [args[resized]]
-    return list(args[nargs:])
 
 
 def _as_array(n: int, x: Any, slot: TensorSlot, method: str) -> np.ndarray:

@@ -21,9 +21,10 @@ from edgetorch.format.ptd import load_ptd
 from edgetorch.format.pte import FormatError, PteFile, load_pte
 from edgetorch.runtime.backends import BackendRegistry
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
-from edgetorch.runtime.executor import MethodExecutor, op_key
+from edgetorch.runtime.executor import MethodExecutor
 from edgetorch.runtime.generator import use_generator
 from edgetorch.runtime.memory import DEFAULT_MAX_PLANNED_BYTES
+from edgetorch.runtime.plan_analysis import op_key
 from edgetorch.runtime.verification import check_internal_consistency
 
 

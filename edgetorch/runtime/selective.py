@@ -23,8 +23,8 @@ from typing import Any
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.format import program as fbp
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
-from edgetorch.runtime.executor import op_key
 from edgetorch.runtime.kernels.registry import KERNELS
+from edgetorch.runtime.plan_analysis import op_key
 from edgetorch.runtime.program import Method, OperatorRegistry, Program, Runtime
 
 
