@@ -31,6 +31,7 @@ from edgetorch.errors import (
     ProgramLoadError,
 )
 from edgetorch.format import program as fbp
+from edgetorch.format.printer import format_instruction
 from edgetorch.runtime.backends import get_backend
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.folding import fold, foldable
@@ -392,7 +393,10 @@ class MethodExecutor:
             ipc = self.step_pcs[pc] if pc < len(self.step_pcs) else pc
             what = self.describe(ipc)
             raise ExecutionError(
-                f"method {self.name!r} failed at instruction {ipc} ({what}): {type(e).__name__}: {e}", ipc, what
+                f"method {self.name!r} failed at instruction {ipc} ({what}): {type(e).__name__}: {e}"
+                f"\n  the instruction: {self.listing(ipc)}",
+                ipc,
+                what,
             ) from e
         if pc < n:
             raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
@@ -411,6 +415,13 @@ class MethodExecutor:
             e.planned,
             e.shape,
         )
+
+    def listing(self, pc: int) -> str:
+        """Instruction ``pc`` as the program printer writes it (``%5 = aten::add.out(%1, %2, ...)  [arena ...]``)."""
+        try:
+            return format_instruction(self.plan, 0, pc)
+        except Exception:  # a line for a message; a malformed instruction must not hide the original error
+            return self.describe(pc)
 
     def describe(self, pc: int) -> str:
         """A short human name for instruction ``pc``: its operator, backend or kind."""
