@@ -61,7 +61,7 @@ def kernel(*names: str, nargs: int | None = None, impure: bool = False) -> Calla
 
     def wrap(fn: Callable) -> Callable:
         if impure:
-            fn.impure = True
+            fn.impure = True  # type: ignore[attr-defined]  # mypy does not model attributes set on functions
         for name in names:
             register_kernel(name, fn, nargs)
         return fn
