@@ -7,7 +7,7 @@
 
 from edgetorch._lazy import lazy_exports
 from edgetorch.exir.capture import capture_pre_autograd_graph, dynamic_dim
-from edgetorch.exir.dialects._ops import exir_ops
+from edgetorch.exir.dialects import exir_ops
 from edgetorch.exir.pass_base import ExportPass, PassManager, PassResult
 from edgetorch.exir.program import EdgeCompileConfig, EdgeProgramManager, to_edge, to_edge_transform_and_lower
 

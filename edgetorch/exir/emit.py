@@ -25,18 +25,12 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_structure, tree_unf
 
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
-from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.dialects import to_aten
 from edgetorch.exir.dialects.quantized import OutOverload
 from edgetorch.exir.named_data_store import NamedDataStore
 from edgetorch.exir.passes.out_variant import SymOp
-from edgetorch.exir.passes.spec_prop import (
-    CONTROL_FLOW_OPS,
-    DELEGATE_CALL,
-    DTYPE_TO_SCALAR,
-    TensorSpec,
-    is_inplace,
-    spec_leaves,
-)
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, is_inplace
+from edgetorch.exir.tensor import DTYPE_TO_SCALAR, TensorSpec, spec_leaves
 from edgetorch.format.program import (
     AllocationDetails,
     BackendDelegate,

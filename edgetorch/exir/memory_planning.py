@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import torch
 
 from edgetorch.errors import EdgetorchError
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, TensorSpec, graph_specs, spec_leaves
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, graph_specs
+from edgetorch.exir.tensor import TensorSpec, spec_leaves
 
 DEFAULT_MEM_ID = 1
 Algorithm = Callable[[list[TensorSpec], int], None]

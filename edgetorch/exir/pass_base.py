@@ -22,7 +22,7 @@ from torch._export.pass_infra.proxy_value import ProxyValue
 from torch._higher_order_ops.executorch_call_delegate import is_lowered_module
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from edgetorch.exir.dialects._ops import EdgeOpOverload
+from edgetorch.exir.dialects import EdgeOpOverload
 
 __all__ = ["ExportPass", "NodeMetadata", "PassBase", "PassManager", "PassResult", "PassType", "ProxyValue"]
 

@@ -25,8 +25,10 @@ from edgetorch.exir.named_data_store import NamedDataStoreOutput
 from edgetorch.exir.pass_base import PassManager
 from edgetorch.exir.passes.external_constants_pass import external_constants_pass
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
-from edgetorch.exir.passes.out_variant import ReplaceViewCopyWithViewPass, ToOutVarPass, insert_buffer_write_back
-from edgetorch.exir.passes.spec_prop import ConstraintBasedSymShapeEvalPass, SpecPropPass, mark_constants
+from edgetorch.exir.passes.out_variant import ToOutVarPass, insert_buffer_write_back
+from edgetorch.exir.passes.replace_view_copy_with_view_pass import ReplaceViewCopyWithViewPass
+from edgetorch.exir.passes.spec_prop import SpecPropPass, mark_constants
+from edgetorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
 from edgetorch.exir.passes.weights_to_outputs import training_metadata, weights_to_outputs
 from edgetorch.format.program import NamedData, Program, SubsegmentOffsets
 from edgetorch.format.ptd import save_ptd

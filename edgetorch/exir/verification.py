@@ -19,7 +19,7 @@ import torch
 from torch._export.verifier import Verifier
 
 from edgetorch.errors import EdgetorchError
-from edgetorch.exir.dialects._ops import EdgeOpOverload
+from edgetorch.exir.dialects import EdgeOpOverload
 from edgetorch.exir.dialects.dtype_constraints import dtype_constraint, node_tensor_dtypes
 from edgetorch.exir.passes.decompose import core_aten_decompositions
 from edgetorch.exir.passes.out_variant import _copy_form, _out_variant

@@ -32,7 +32,6 @@ from edgetorch.errors import (
     ProgramLoadError,
 )
 from edgetorch.format import program as fbp
-from edgetorch.runtime import kernels as _kernels  # noqa: F401  (registers the portable kernels)
 from edgetorch.runtime.backends import get_backend
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.kernels.registry import lookup

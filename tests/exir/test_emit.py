@@ -11,7 +11,7 @@ from torch._higher_order_ops.executorch_call_delegate import executorch_call_del
 from torch.export import Dim, export
 
 from edgetorch.exir import to_edge
-from edgetorch.exir.passes.spec_prop import HintBasedSymShapeEvalPass
+from edgetorch.exir.passes.sym_shape_eval_pass import HintBasedSymShapeEvalPass
 from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
 from edgetorch.format.program import (
     DataLocation,

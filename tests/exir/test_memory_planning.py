@@ -8,7 +8,7 @@ from torch.export import Dim, export
 
 from edgetorch.exir.memory_planning import MemoryPlan, MemoryPlanError, greedy, lower_bound, naive, plan, verify_plan
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
-from edgetorch.exir.passes.spec_prop import TensorSpec
+from edgetorch.exir.tensor import TensorSpec
 from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
 from edgetorch.format.pte import load_pte
 from tests.exir.test_to_executorch import (

@@ -20,7 +20,7 @@ from edgetorch.exir.backend.lowered_backend_module import user_outputs
 from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from edgetorch.exir.backend.utils import DelegateMappingBuilder
-from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.dialects import to_aten
 
 __all__ = ["AddMulPartitionerDemo", "BackendWithCompilerDemo"]
 

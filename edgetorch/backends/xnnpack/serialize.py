@@ -32,7 +32,7 @@ from edgetorch.exir.backend.utils import DelegateMappingBuilder
 from edgetorch.exir.dialects._ops import to_aten
 from edgetorch.exir.dialects.dim_order_ops import ensure_registered
 from edgetorch.exir.named_data_store import NamedDataStore
-from edgetorch.exir.passes.spec_prop import upper_bound
+from edgetorch.exir.passes.sym_shape_eval_pass import upper_bound
 
 __all__ = ["XnnpackGraphBuilder", "VISITORS", "XnnpackLoweringError"]
 

@@ -1,5 +1,9 @@
-"""The Edge dialect: ``exir_ops.edge.<namespace>.<op>.<overload>``."""
+"""The Edge dialect: ``exir_ops.edge.<namespace>.<op>.<overload>``.
 
-from edgetorch.exir.dialects._ops import EdgeOpOverload, exir_ops, to_aten
+Code inside edgetorch imports from here; ``_ops`` keeps its name because ExecuTorch's docs import
+``exir.dialects._ops.ops``.
+"""
 
-__all__ = ["EdgeOpOverload", "exir_ops", "to_aten"]
+from edgetorch.exir.dialects._ops import EdgeOpOverload, edge_op, exir_ops, to_aten
+
+__all__ = ["EdgeOpOverload", "edge_op", "exir_ops", "to_aten"]

@@ -20,7 +20,7 @@ import torch
 from torch.export import ExportedProgram
 
 from edgetorch.exir.pass_base import PassResult
-from edgetorch.exir.passes.spec_prop import TensorSpec
+from edgetorch.exir.tensor import TensorSpec
 
 __all__ = ["DEFAULT_EXTERNAL_TAG", "external_constants_pass", "delegate_external_constants_pass_unlifted"]
 

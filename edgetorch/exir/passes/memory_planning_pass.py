@@ -14,7 +14,8 @@ from torch.export.graph_signature import ExportGraphSignature
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from edgetorch.exir.memory_planning import ALGORITHMS, Algorithm, MemoryPlan, assign_lifetimes, plan
-from edgetorch.exir.passes.spec_prop import TRAINABLE, TensorSpec, graph_specs, spec_leaves
+from edgetorch.exir.passes.spec_prop import TRAINABLE, graph_specs
+from edgetorch.exir.tensor import TensorSpec, spec_leaves
 
 
 class MemoryPlanningPass(PassBase):

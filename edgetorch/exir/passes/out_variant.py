@@ -22,9 +22,9 @@ from torchgen.model import FunctionSchema, SchemaKind
 
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
-from edgetorch.exir.dialects import quantized
-from edgetorch.exir.dialects._ops import to_aten
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, TensorSpec, is_inplace, spec_leaves
+from edgetorch.exir.dialects import quantized, to_aten
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, is_inplace
+from edgetorch.exir.tensor import TensorSpec, spec_leaves
 
 
 class SymOp:
@@ -87,39 +87,6 @@ def insert_buffer_write_back(ep: ExportedProgram) -> None:
         results[i] = copy
         spec.arg = TensorArgument(name=copy.name)
     output.args = (tuple(results),)
-
-
-VIEW_OPS = {torch.ops.aten.view.default, torch.ops.aten.view_copy.default, torch.ops.aten._unsafe_view.default}
-
-
-class ReplaceViewCopyWithViewPass(PassBase):
-    """Turn static reshapes of computed tensors into ``memory.view``: an alias, not a kernel call.
-
-    Only views of call results (not of inputs, buffers or constants) with
-    static shapes qualify, so the alias always lives in planned memory.
-    """
-
-    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        for node in graph_module.graph.nodes:
-            if node.op == "call_function" and to_aten(node.target) in VIEW_OPS and _viewable(node):
-                base = node.args[0].meta["spec"]
-                node.target = memory.view
-                node.meta["spec"].alias_of = base.alias_of or base
-        graph_module.recompile()
-        return PassResult(graph_module, True)
-
-
-def _viewable(node: torch.fx.Node) -> bool:
-    base, spec = node.args[0], node.meta.get("spec")
-    base_spec = base.meta.get("spec")
-    return (
-        base.op == "call_function"
-        and not is_inplace(base.target)
-        and isinstance(spec, TensorSpec)
-        and isinstance(base_spec, TensorSpec)
-        and not (spec.dynamic or base_spec.dynamic)
-        and base_spec.dim_order == tuple(range(len(base_spec.dim_order)))
-    )
 
 
 class ToOutVarPass(PassBase):
@@ -272,3 +239,7 @@ def _where(node: torch.fx.Node) -> str:
         return f"node {node.name}"
     code = trace[files[-1] + 1] if files[-1] + 1 < len(trace) else ""
     return f"node {node.name} ({trace[files[-1]]}: {code})"
+
+
+# Moved to its own module; the name is kept here so existing imports keep working.
+from edgetorch.exir.passes.replace_view_copy_with_view_pass import VIEW_OPS, ReplaceViewCopyWithViewPass  # noqa: E402, F401

@@ -1,8 +1,5 @@
-"""Spec propagation: a :class:`TensorSpec` on every tensor value of a graph.
+"""Spec propagation: a :class:`~edgetorch.exir.tensor.TensorSpec` on every tensor value of a graph.
 
-A TensorSpec holds what memory planning and emission need to know about one
-tensor: dtype, dim order, its shape (an upper bound when dynamic), whether it is
-a constant, its lifetime and its planned place (``mem_id``, ``mem_offset``).
 Nodes that alias another value (``getitem``, in-place write-back, control-flow
 operands inside a branch) share the spec object of the value they alias.
 May import torch.
@@ -10,108 +7,19 @@ May import torch.
 
 from __future__ import annotations
 
-import math
 import operator
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import sympy
 import torch
 from torch._higher_order_ops.executorch_call_delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import bound_sympy
 
-from edgetorch.exir.dialects._ops import to_aten
-from edgetorch.format.program import ScalarType
+from edgetorch.exir.dialects import to_aten
+from edgetorch.exir.tensor import DTYPE_TO_SCALAR, TensorSpec, make_spec, spec_leaves  # noqa: F401  (re-exported)
 
-DTYPE_TO_SCALAR: dict[torch.dtype, ScalarType] = {
-    torch.uint8: ScalarType.BYTE,
-    torch.int8: ScalarType.CHAR,
-    torch.int16: ScalarType.SHORT,
-    torch.int32: ScalarType.INT,
-    torch.int64: ScalarType.LONG,
-    torch.float16: ScalarType.HALF,
-    torch.float32: ScalarType.FLOAT,
-    torch.float64: ScalarType.DOUBLE,
-    torch.bool: ScalarType.BOOL,
-    torch.qint8: ScalarType.QINT8,
-    torch.quint8: ScalarType.QUINT8,
-    torch.qint32: ScalarType.QINT32,
-    torch.bfloat16: ScalarType.BFLOAT16,
-    torch.uint16: ScalarType.UINT16,
-    torch.uint32: ScalarType.UINT32,
-    torch.uint64: ScalarType.UINT64,
-    torch.float8_e5m2: ScalarType.FLOAT8E5M2,
-    torch.float8_e4m3fn: ScalarType.FLOAT8E4M3FN,
-}
-
-SymDim = Any  # an int or a torch.SymInt
 CONTROL_FLOW_OPS = (torch.ops.higher_order.cond,)
 DELEGATE_CALL = executorch_call_delegate
-
-
-@dataclass(eq=False)
-class TensorSpec:
-    """What the planner and the emitter know about one tensor value (compared by identity)."""
-
-    dtype: torch.dtype
-    sym_shape: tuple[SymDim, ...]
-    dim_order: tuple[int, ...]
-    requires_grad: bool = False
-    name: str = ""
-    shape: tuple[int, ...] | None = None
-    const: bool = False
-    storage: torch.Tensor | None = None
-    lifetime: list = field(default_factory=lambda: [None, None])
-    mem_id: int | None = None
-    mem_offset: int | None = None
-    alias_of: TensorSpec | None = None
-    """The spec whose bytes this one reuses (a ``memory.view``); such specs are not planned themselves."""
-
-    @classmethod
-    def from_val(cls, val: torch.Tensor, name: str = "") -> TensorSpec:
-        return cls(val.dtype, tuple(val.shape), _dim_order(val), bool(val.requires_grad), name)
-
-    @property
-    def dynamic(self) -> bool:
-        """True when some dimension is symbolic (planned at its upper bound)."""
-        return any(isinstance(d, torch.SymInt) for d in self.sym_shape)
-
-    @property
-    def scalar_type(self) -> ScalarType:
-        return DTYPE_TO_SCALAR[self.dtype]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes at the planned (upper-bound) shape."""
-        shape = self.shape if self.shape is not None else self.sym_shape
-        return math.prod(shape) * self.dtype.itemsize
-
-    def allocated_memory(self, alignment: int) -> int:
-        """Bytes the tensor occupies in an arena: ``nbytes`` rounded up to ``alignment``."""
-        return -(-self.nbytes // alignment) * alignment
-
-    def __repr__(self) -> str:
-        return f"TensorSpec({self.name}, {self.dtype}, {self.shape or self.sym_shape}, mem_id={self.mem_id}, offset={self.mem_offset})"
-
-
-def _dim_order(val: torch.Tensor) -> tuple[int, ...]:
-    try:
-        return tuple(val.dim_order())
-    except (RuntimeError, ValueError, TypeError):  # symbolic strides that cannot be ordered
-        return tuple(range(val.dim()))
-
-
-def make_spec(val: Any, name: str = "") -> Any:
-    """A spec tree mirroring ``val``: TensorSpec for tensors, None for everything else."""
-    if isinstance(val, torch.Tensor):
-        return TensorSpec.from_val(val, name)
-    if isinstance(val, (list, tuple)):
-        return type(val)(make_spec(v, f"{name}[{i}]") for i, v in enumerate(val))
-    return None
 
 
 def is_inplace(target: Any) -> bool:
@@ -173,15 +81,6 @@ def graph_specs(gm: torch.fx.GraphModule) -> list[TensorSpec]:
     return list(seen.values())
 
 
-def spec_leaves(spec: Any) -> list[TensorSpec]:
-    """The TensorSpecs in a spec tree, in order."""
-    if isinstance(spec, TensorSpec):
-        return [spec]
-    if isinstance(spec, (list, tuple)):
-        return [leaf for s in spec for leaf in spec_leaves(s)]
-    return []
-
-
 TRAINABLE = "weight_has_gradient"
 """Placeholder meta key: a parameter a joint graph computes the gradient of, so planned, mutable state."""
 
@@ -201,36 +100,10 @@ def mark_constants(ep: ExportedProgram) -> None:
             node.meta["spec"].storage = data.detach()
 
 
-class ConstraintBasedSymShapeEvalPass(PassBase):
-    """Resolve every spec's shape to the upper bound its symbols' value ranges allow."""
-
-    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        resolve_shapes(graph_module, upper_bound)
-        return PassResult(graph_module, True)
-
-
-class HintBasedSymShapeEvalPass(PassBase):
-    """Resolve every spec's shape to the sizes of the example inputs (no headroom for other sizes)."""
-
-    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        resolve_shapes(graph_module, lambda d: int(d.node.hint) if isinstance(d, torch.SymInt) else int(d))
-        return PassResult(graph_module, True)
-
-
-def upper_bound(dim: SymDim) -> int:
-    """The largest value ``dim`` can take; raises ValueError when it is unbounded."""
-    if not isinstance(dim, torch.SymInt):
-        return int(dim)
-    node = dim.node
-    bound = bound_sympy(node.expr, node.shape_env.var_to_range).upper
-    if bound in (int_oo, sympy.oo):
-        raise ValueError(
-            f"dynamic dimension {node.expr} has no upper bound; give it one, e.g. torch.export.Dim('n', max=1024)"
-        )
-    return int(bound)
-
-
-def resolve_shapes(gm: torch.fx.GraphModule, evaluate: Callable[[SymDim], int]) -> None:
-    """Set ``spec.shape`` from ``spec.sym_shape`` for every spec of ``gm``."""
-    for spec in graph_specs(gm):
-        spec.shape = tuple(evaluate(d) for d in spec.sym_shape)
+# Moved to their own modules; names kept here so existing imports keep working.
+from edgetorch.exir.passes.sym_shape_eval_pass import (  # noqa: E402, F401
+    ConstraintBasedSymShapeEvalPass,
+    HintBasedSymShapeEvalPass,
+    resolve_shapes,
+    upper_bound,
+)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from edgetorch.exir.dialects._ops import EdgeOpOverload, edge_op, to_aten
+from edgetorch.exir.dialects import EdgeOpOverload, edge_op, to_aten
 from edgetorch.exir.dialects.dim_order_ops import dim_order_of, ensure_registered
 from edgetorch.exir.pass_base import ExportPass, NodeMetadata, ProxyValue
 

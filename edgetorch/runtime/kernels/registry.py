@@ -27,12 +27,83 @@ The calling convention, shared by every kernel:
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator, MutableMapping
 
 from edgetorch.errors import OutOfRangeError, UnsupportedOperatorError
 
-KERNELS: dict[str, tuple[Callable, int]] = {}
+Kernel = tuple[Callable, int]
+
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+class KernelTable(MutableMapping[str, Kernel]):
+    """Operator name -> (kernel, argument count), importing kernel families only when asked for.
+
+    ``_index.FAMILIES`` (generated, checked by a test) says which family module registers each
+    portable operator. Looking an operator up imports just its family, so loading a program imports
+    the families it uses and nothing else; listing or counting the table imports them all.
+    """
+
+    def __init__(self) -> None:
+        self._kernels: dict[str, Kernel] = {}
+        self.origin: dict[str, str] = {}  # operator -> module that registered it
+
+    def _load_family_of(self, name: str) -> None:
+        family = _families().get(name)
+        if family is not None:
+            importlib.import_module(f"{_PACKAGE}.{family}")
+
+    def __getitem__(self, name: str) -> Kernel:
+        if name not in self._kernels:
+            self._load_family_of(name)
+        return self._kernels[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._kernels or (isinstance(name, str) and name in _families())
+
+    def __setitem__(self, name: str, value: Kernel) -> None:
+        self._kernels[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._kernels[name]
+
+    def __iter__(self) -> Iterator[str]:
+        load_all_families()
+        return iter(list(self._kernels))
+
+    def __len__(self) -> int:
+        load_all_families()
+        return len(self._kernels)
+
+
+def _families() -> dict[str, str]:
+    from edgetorch.runtime.kernels._index import FAMILIES
+
+    return FAMILIES
+
+
+def family_modules() -> list[str]:
+    """Every kernel family module of the portable library (fully qualified names)."""
+    return sorted({f"{_PACKAGE}.{f}" for f in _families().values()})
+
+
+def load_all_families() -> None:
+    """Import every kernel family, so that every portable kernel is registered."""
+    for module in family_modules():
+        importlib.import_module(module)
+
+
+KERNELS = KernelTable()
+
+
+def _registering_module() -> str:
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "?") if frame is not None else "?"
 
 
 def register_kernel(name: str, fn: Callable, nargs: int | None = None) -> Callable:
@@ -49,6 +120,7 @@ def register_kernel(name: str, fn: Callable, nargs: int | None = None) -> Callab
             raise ValueError(f"kernel for {name!r} takes *args; pass nargs= to register_kernel")
         nargs = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
     KERNELS[name] = (fn, nargs)
+    KERNELS.origin[name] = _registering_module()
     return fn
 
 
@@ -69,8 +141,8 @@ def kernel(*names: str, nargs: int | None = None, impure: bool = False) -> Calla
     return wrap
 
 
-def lookup(name: str) -> tuple[Callable, int]:
-    """The kernel and its argument count for ``name``, or UnsupportedOperatorError."""
+def lookup(name: str) -> Kernel:
+    """The kernel and its argument count for ``name`` (importing its family), or UnsupportedOperatorError."""
     try:
         return KERNELS[name]
     except KeyError:
