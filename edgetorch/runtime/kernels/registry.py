@@ -31,6 +31,7 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable, Iterator, MutableMapping
+from types import FrameType
 
 from edgetorch.errors import OutOfRangeError, UnsupportedOperatorError
 
@@ -100,7 +101,7 @@ KERNELS = KernelTable()
 
 
 def _registering_module() -> str:
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__") == __name__:
         frame = frame.f_back
     return frame.f_globals.get("__name__", "?") if frame is not None else "?"
