@@ -101,9 +101,7 @@ def scope_of(statement: str) -> tuple[str, str] | None:
 
 
 STATEMENTS = documented_imports()
-# In scope though built elsewhere, expected once merged: the XNNPACK partitioner and edge config paths
-# (edgetorch.backends.xnnpack.partition.xnnpack_partitioner, .utils.configs) and the .ptd pass
-# edgetorch.exir.passes.external_constants_pass.
+# In scope though built elsewhere, expected once merged: the .ptd pass edgetorch.exir.passes.external_constants_pass.
 IN_SCOPE = [s for s in STATEMENTS if scope_of(s) is None]
 
 

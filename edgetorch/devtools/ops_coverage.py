@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
+from edgetorch.errors import EdgetorchError
+
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
 
 # (rtol, atol) per floating dtype; integers and bools compare exactly. NumPy kernels may round
@@ -150,7 +152,7 @@ def program_operators(pte: bytes) -> list[str]:
 # --------------------------------------------------------------------------- OpInfo samples
 
 
-class RuntimeCrashed(RuntimeError):
+class RuntimeCrashed(EdgetorchError, RuntimeError):
     """The process running a program died (signal, abort or hang) instead of returning or raising."""
 
 

@@ -16,8 +16,10 @@ from typing import Any
 
 import flatbuffers
 
+from edgetorch.errors import EdgetorchError
 
-class FlatbufferError(ValueError):
+
+class FlatbufferError(EdgetorchError, ValueError):
     """The bytes are not a well-formed flatbuffer of the expected schema."""
 
 

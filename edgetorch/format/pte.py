@@ -12,6 +12,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from edgetorch.errors import EdgetorchError
 from edgetorch.format.flatbuffer import FlatbufferError, decode, encode
 from edgetorch.format.program import DataSegment, Program
 
@@ -23,7 +24,7 @@ TENSOR_ALIGNMENT = 16
 SUPPORTED_VERSION = 0
 
 
-class FormatError(ValueError):
+class FormatError(EdgetorchError, ValueError):
     """A file is not a well-formed program container."""
 
 

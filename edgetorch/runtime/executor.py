@@ -153,7 +153,10 @@ class MethodExecutor:
         order = check_dim_order(t.dim_order, len(sizes), what)
         nbytes = math.prod(sizes) * dtype.itemsize
         if nbytes > limit:
-            raise ProgramLoadError(f"{what} claims {nbytes} bytes, more than this runtime's limit of {limit}")
+            raise ProgramLoadError(
+                f"{what} claims {nbytes} bytes, more than the memory limit of {limit}; if the program is genuine, "
+                "raise the limit with load_program(..., max_memory=...)"
+            )
         program = self._program
         constant = t.data_buffer_idx > 0 and t.allocation_info is None
         info = t.extra_tensor_info

@@ -21,7 +21,7 @@ def allocate_arenas(sizes: list[int], limit: int) -> list[np.ndarray | None]:
     if total > limit:
         raise ProgramLoadError(
             f"the method plans {total} bytes of memory, more than this runtime's limit of {limit}; "
-            "if the program is genuine, raise the limit with Runtime(max_planned_bytes=...)"
+            "if the program is genuine, raise the limit with load_program(..., max_memory=...) or Runtime(max_planned_bytes=...)"
         )
     return [None] + [np.zeros(int(s), np.uint8) for s in sizes[1:]]
 

@@ -6,6 +6,7 @@ import enum
 import mmap
 import os
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, BinaryIO
 
@@ -200,6 +201,8 @@ class Method:
         self._executor = executor
         self.metadata = meta
         self._generator = np.random.default_rng(seed)
+        # One method's planned memory serves one run at a time: runs from several threads take turns.
+        self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -219,10 +222,11 @@ class Method:
         if torch is not None:
             inputs = [_from_torch(x, torch) if isinstance(x, torch.Tensor) else x for x in inputs]
         ex = self._executor
-        ex.set_inputs(inputs)
-        use_generator(self._generator)
-        ex.run()
-        outputs = ex.outputs(clone_outputs)
+        with self._lock:
+            ex.set_inputs(inputs)
+            use_generator(self._generator)
+            ex.run()
+            outputs = ex.outputs(clone_outputs)
         return outputs if torch is None else [_to_torch(v, torch) for v in outputs]
 
     def outputs(self, clone_outputs: bool = True) -> list[Any]:
@@ -306,6 +310,8 @@ class Program:
         self._named: dict[str, memoryview] | None = None
         self._external: dict[str, memoryview] = {}
         self._data_keepalive: list[Any] = []
+        self.max_memory = runtime.max_planned_bytes
+        """Bytes of planned memory one method of this program may allocate (``load_program(max_memory=)``)."""
 
     @property
     def method_names(self) -> set[str]:
@@ -347,7 +353,7 @@ class Program:
         """
         plan = self._plan(name)
         try:
-            executor = MethodExecutor(plan, self, self._runtime.max_planned_bytes)
+            executor = MethodExecutor(plan, self, self.max_memory)
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
         return Method(executor, self.metadata(name), seed)
@@ -461,11 +467,14 @@ class Runtime:
         data_files: Sequence[str | os.PathLike | bytes] = (),
         *,
         data_path: str | os.PathLike | bytes | None = None,
+        max_memory: int | None = None,
     ) -> Program:
         """Load a .pte from a path, bytes, or a binary file object; files are memory-mapped, not copied.
 
         ``data_path`` (ExecuTorch's keyword) names one ``.ptd`` file holding tensors the program
-        keeps outside itself; ``data_files`` takes several.
+        keeps outside itself; ``data_files`` takes several. ``max_memory`` caps the bytes of planned memory
+        (and of any one tensor) a method of this program may allocate, checked before anything is allocated
+        (default: the runtime's ``max_planned_bytes``, 32 GiB).
         """
         if data_path is not None:
             data_files = [*data_files, data_path]
@@ -477,6 +486,10 @@ class Runtime:
         if verification is Verification.InternalConsistency:
             check_internal_consistency(pte)
         program = Program(pte, keepalive, self, verification)
+        if max_memory is not None:
+            if max_memory < 0:
+                raise InvalidInputError(f"max_memory must be a number of bytes >= 0, got {max_memory}")
+            program.max_memory = int(max_memory)
         for extra in data_files:
             holder, raw = _open(extra)
             try:

@@ -4,7 +4,7 @@ A nanoGPT written here (Karpathy's model.py structure: tied embeddings, causal S
 position only) with random weights and a small config is exported as the guide says, with a dynamic token
 dimension, through the basic flow (``to_edge`` + ``to_executorch``, lines 20-55 of the guide) and the XNNPACK flow
 (``to_edge_transform_and_lower`` + ``XnnpackPartitioner``, lines 76-118). Each ``.pte`` runs on our runtime at
-several sequence lengths against eager; ExecuTorch's runtime runs our portable program too.
+several sequence lengths against eager; ExecuTorch's runtime runs both programs too.
 
 Left out of the guide, and why:
 
@@ -12,9 +12,6 @@ Left out of the guide, and why:
   network in tests; the model below follows model.py with random weights;
 * lines 24/44/85/107 (``torch.export.export_for_training``): torch 2.13 removed it; ``torch.export.export(...)
   .module()`` is its replacement and is used in its place;
-* line 71 (``from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner``):
-  edgetorch's partitioner module is ``edgetorch.backends.xnnpack.partition``, not a package, so the partitioner is
-  imported from ``edgetorch.backends.xnnpack``; ``...xnnpack.utils.configs`` (line 73) exists and is used;
 * lines 119-166 (Quantization) and 167-315 (Profiling and Debugging, Performance Analysis: delegation info,
   ETRecord, ETDump, Inspector): covered by the quantization and devtools tests.
 """
@@ -33,7 +30,7 @@ from torch import nn
 from torch.export import export
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from edgetorch.backends.xnnpack import XnnpackPartitioner
+from edgetorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from edgetorch.backends.xnnpack.utils.configs import get_xnnpack_edge_compile_config
 from edgetorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
 from edgetorch.format.pte import load_pte
@@ -216,9 +213,12 @@ def test_guide_program_runs_at_every_sequence_length(flow: str, tmp_path):
         assert_close(method.execute([_tokens(length).numpy()]), _eager(length), rtol=1e-4, atol=1e-5)
 
 
-def test_guide_program_runs_on_executorch():
-    got = run_executorch_calls(_basic_pte(), [[_tokens(n).numpy()] for n in LENGTHS])
-    for outputs, length in zip(got, LENGTHS):
+@pytest.mark.parametrize("flow", ["basic", "xnnpack"])
+def test_guide_program_runs_on_executorch(flow: str):
+    """ExecuTorch's runtime runs our program at every sequence length, XNNPACK delegates resized each call."""
+    pte = _basic_pte() if flow == "basic" else _xnnpack_pte()
+    got = run_executorch_calls(pte, [[_tokens(n).numpy()] for n in LENGTHS + LENGTHS[::-1]])
+    for outputs, length in zip(got, LENGTHS + LENGTHS[::-1]):
         assert_close(outputs, _eager(length), rtol=1e-4, atol=1e-5)
 
 

@@ -20,6 +20,7 @@ from edgetorch.backends.xnnpack.schema import (
     NAMED_CONSTANT_OFFSET,
     XNNGraph,
 )
+from edgetorch.errors import EdgetorchError
 from edgetorch.format.flatbuffer import FlatbufferError, decode, encode
 
 HEADER_MAGIC = b"XH00"
@@ -28,7 +29,7 @@ CONSTANT_ALIGNMENT = 16
 _HEADER = struct.Struct("<4s4sHIIIQ")
 
 
-class BlobError(ValueError):
+class BlobError(EdgetorchError, ValueError):
     """The bytes are not a well-formed XNNPACK delegate blob."""
 
 

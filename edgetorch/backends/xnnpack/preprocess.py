@@ -3,10 +3,10 @@
 ``preprocess`` folds inference batch norms into the convolutions before them,
 then writes the partition as an XNNPACK blob (``serialize.XnnpackGraphBuilder``)
 that both ExecuTorch's XNNPACK runtime and ``edgetorch.backends.xnnpack.runtime``
-execute. Constants go into the blob's own constant segment, except those
-tagged for external storage (``delegate_constant_tag``, see
-``edgetorch.exir.passes.external_constants_pass``), which become named data
-for a ``.ptd`` file. May import torch.
+execute. Constants become named data, as ExecuTorch writes them: in the
+program, or, when tagged for external storage (``delegate_constant_tag``, see
+``edgetorch.exir.passes.external_constants_pass``), in a ``.ptd`` file. May
+import torch.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from torch.export.graph_signature import InputKind
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import CONSTANT_ALIGNMENT, build_blob
+from edgetorch.backends.xnnpack.validate import validate_graph
 from edgetorch.errors import EdgetorchError
 from edgetorch.exir.backend.lowered_backend_module import user_inputs, user_outputs
 from edgetorch.exir.backend.utils import DelegateMappingBuilder
@@ -114,7 +115,6 @@ class XnnpackGraphBuilder:
             output_ids=[],
             constant_data=[xs.ConstantDataOffset(0, 0)],
         )
-        self.data = bytearray()
         self.named_data = NamedDataStore()
         self.ids: dict[tuple[Node, bool], int] = {}
         self.constants: dict[Node, torch.Tensor] = constant_placeholders(program)
@@ -147,7 +147,10 @@ class XnnpackGraphBuilder:
             self._emit_output(node)
         self.graph.input_ids.sort(key=lambda i: xs.tensor_value(self.graph.xvalues[i]).external_id)
         self.graph.output_ids.sort(key=lambda i: xs.tensor_value(self.graph.xvalues[i]).external_id)
-        return build_blob(self.graph, bytes(self.data)), self.debug.get_delegate_mapping()
+        named = self.named_data.get_named_data_store_output()
+        keys = [*named.pte_data, *(key for entries in named.external_data.values() for key in entries)]
+        validate_graph(self.graph, named_keys=keys, num_inputs=len(self.inputs), num_outputs=len(self.outputs))
+        return build_blob(self.graph, b""), self.debug.get_delegate_mapping()
 
     def _visit(self, node: Node) -> None:
         if node in self.aliases:
@@ -203,21 +206,21 @@ class XnnpackGraphBuilder:
         return result
 
     def constant(self, tensor: torch.Tensor, external_tag: str | None = None) -> int:
-        """A new static value holding ``tensor`` (as float32): in the blob, or with an ``external_tag`` as
-        named data (key: the SHA-256 of the bytes) that goes to ``<external_tag>.ptd``."""
+        """A new static value holding ``tensor`` (as float32), stored as named data keyed by the SHA-256 of its
+        bytes: in the program, or with an ``external_tag`` in ``<external_tag>.ptd``.
+
+        Never in the blob's own constant segment: ExecuTorch's XNNPACK runtime frees the blob once it has
+        compiled it, while XNNPACK keeps pointing at the static operands of element-wise nodes (a scale, a
+        mask) and reads them at every run; named data stays mapped for the life of the program.
+        """
         data = tensor.detach().to(torch.float32).contiguous()
         raw = data.numpy().tobytes()
         index = len(self.graph.constant_data)
-        if external_tag is None:
-            self.data += bytes(-len(self.data) % CONSTANT_ALIGNMENT)
-            self.graph.constant_data.append(xs.ConstantDataOffset(offset=len(self.data), size=len(raw)))
-            self.data += raw
-        else:
-            key = hashlib.sha256(raw).hexdigest()
-            self.named_data.add_named_data(key, raw, CONSTANT_ALIGNMENT, external_tag)
-            self.graph.constant_data.append(
-                xs.ConstantDataOffset(offset=xs.NAMED_CONSTANT_OFFSET, size=len(raw), named_key=key)
-            )
+        key = hashlib.sha256(raw).hexdigest()
+        self.named_data.add_named_data(key, raw, CONSTANT_ALIGNMENT, external_tag)
+        self.graph.constant_data.append(
+            xs.ConstantDataOffset(offset=xs.NAMED_CONSTANT_OFFSET, size=len(raw), named_key=key)
+        )
         return self._define(list(data.shape) or [1], constant_index=index)
 
     def external_tag(self, *args: Any) -> str | None:

@@ -29,6 +29,7 @@ from torch.export.graph_signature import (
 )
 from torch.fx.passes.tools_common import legalize_graph
 
+from edgetorch.errors import EdgetorchError
 from edgetorch.exir.backend.backend_details import PreprocessResult, find_backend
 from edgetorch.exir.backend.compile_spec_schema import CompileSpec
 from edgetorch.exir.backend.delegate import executorch_call_delegate, get_lowered_module_name
@@ -41,7 +42,7 @@ __all__ = ["LoweredBackendModule", "PartitionerError", "to_backend"]
 Node = torch.fx.Node
 
 
-class PartitionerError(RuntimeError):
+class PartitionerError(EdgetorchError, RuntimeError):
     """A partitioner broke its contract (changed the graph, or tagged without a DelegationSpec)."""
 
 

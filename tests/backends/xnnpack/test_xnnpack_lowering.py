@@ -109,7 +109,7 @@ class Shapes(nn.Module):
         c = torch.cat([p, y, p * 2], dim=1)
         s = c[:, 4:20, 1:5]
         v = s.reshape(2, 4, 16).unsqueeze(1).squeeze(1)
-        return F.pad(v, (1, 2, 0, 1), value=0.5), torch.cat([x] * 7, dim=2)
+        return F.pad(v, (1, 2, 0, 1), value=0.5), torch.cat([x] * 8, dim=2)
 
 
 class Spatial(nn.Module):
@@ -196,6 +196,55 @@ class Int64InMiddle(nn.Module):
         return self.b(torch.relu(self.a(x)) + k.to(torch.float32)), k
 
 
+class Activations(nn.Module):
+    """Every activation a user reaches for, in one program (one ExecuTorch run covers them all)."""
+
+    def __init__(self):
+        super().__init__()
+        self.prelu = nn.PReLU(8)
+
+    def forward(self, x):
+        return (
+            torch.softmax(x, -1),
+            torch.log_softmax(x, -1),
+            F.gelu(x),
+            F.gelu(x, approximate="tanh"),
+            F.silu(x),
+            F.hardswish(x),
+            F.hardsigmoid(x),
+            F.elu(x),
+            F.leaky_relu(x),
+            torch.sigmoid(x),
+            torch.tanh(x),
+            F.softplus(x),
+            torch.erf(x),
+            F.mish(x),
+            self.prelu(x),
+            F.relu6(x),
+            torch.sin(x) + torch.cos(x),
+        )
+
+
+class LinearClamp(nn.Module):
+    """The export tutorial's model: a linear layer, then a clamp."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.clamp(self.linear(x), min=-0.25, max=0.25)
+
+
+class CausalAttention(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def encoder_layer() -> nn.Module:
+    return nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+
+
 @dataclass
 class Case:
     make: Any
@@ -248,6 +297,15 @@ CASES = {
         (torch.randn(2, 6, 32),),
         delegates=3,
         undelegated=("native_layer_norm", "split_with_sizes_copy"),
+    ),
+    # Unconnected outputs make one delegate each; tanh-approximated GELU, erf and softplus's pieces stay portable.
+    "activations": Case(
+        Activations, (torch.randn(2, 8),), delegates=16, undelegated=("erf", "gelu", "gt", "log1p", "where")
+    ),
+    "linear_clamp": Case(LinearClamp, (torch.randn(2, 4),)),
+    "causal_attention": Case(CausalAttention, tuple(torch.randn(1, 2, 5, 8) for _ in range(3))),
+    "encoder_layer": Case(
+        encoder_layer, (torch.randn(2, 6, 32),), delegates=3, undelegated=("native_layer_norm", "select_copy")
     ),
     "dynamic_conv": Case(DynamicConv, (torch.randn(3, 3, 8, 8),), {"x": {0: BATCH}}, 2, ("sym_size", "view_copy")),
     "dynamic_mlp": Case(DynamicMLP, (torch.randn(3, 16),), {"x": {0: BATCH}}, 2, ("sym_size", "view_copy")),
@@ -336,10 +394,14 @@ def test_conv_chain_stays_channels_last():
     assert "XNNConvTranspose2d" in kinds and "XNNGlobalAvgPooling2d" in kinds
 
 
-def test_constants_live_in_the_blob_and_externals_are_ordered():
-    (graph,) = delegate_graphs(lowered("mlp").pte)
-    assert all(c.named_key is None for c in graph.constant_data)
+def test_constants_are_named_data_of_the_program_and_externals_are_ordered():
+    # ExecuTorch frees the blob after compiling it; XNNPACK reads element-wise static operands at run time.
+    pte = lowered("mlp").pte
+    (graph,) = delegate_graphs(pte)
     assert len(graph.constant_data) == 7  # the reserved entry 0, then three weights and three biases
+    named = {entry.key for entry in load_pte(pte).program.named_data}
+    for entry in graph.constant_data[1:]:
+        assert entry.offset == xs.NAMED_CONSTANT_OFFSET and entry.named_key in named
     values = [xs.tensor_value(v) for v in graph.xvalues]
     assert [values[i].external_id for i in graph.input_ids] == [0]
     assert [values[i].external_id for i in graph.output_ids] == [1]

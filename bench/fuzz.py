@@ -1,0 +1,356 @@
+"""Coverage-guided fuzzing of every file reader the runtime has, each case in a sandboxed subprocess.
+
+    .venv/bin/python bench/fuzz.py --cases 3000 [--seconds-per-case 10] [--memory-mb 4096] [--seed 0]
+
+Seeds are real files written by edgetorch and by ExecuTorch 1.5.1: portable programs (an MLP, a CNN, a model
+with dynamic shapes, one with ``cond`` control flow, a quantized one), XNNPACK programs, ``.ptd`` data files and
+raw XNNPACK blobs. Each case is a mutation of a corpus entry (bit flips, byte runs set to extremes, 32-bit
+little-endian fields replaced by boundary values, truncation, duplication and splicing of two files). A worker
+process, with torch blocked, an address-space limit (``RLIMIT_AS``) and a per-case alarm, feeds the case to its
+reader: ``.pte`` -> ``Runtime.load_program`` + ``load_method`` + ``execute`` on zero inputs of the declared shapes,
+``.ptd`` -> ``load_ptd`` and every named tensor, blob -> ``parse_blob``. The worker traces the lines of edgetorch
+that the case ran; a case reaching lines no earlier case reached joins the corpus (that is the coverage
+guidance). Outcomes per case: ``ok`` (ran), ``typed`` (an ``EdgetorchError``), ``untyped`` (any other exception:
+a bug), ``crash`` (the worker died), ``timeout``, ``memory`` (MemoryError under the limit). The run fails when any
+case is untyped, crash or timeout; ``bench/results/fuzz.json`` keeps the counts and the failing inputs' hashes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import pathlib
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "fuzz.json"
+BAD = ("untyped", "crash", "timeout")
+
+
+# ---------------------------------------------------------------------------------------------- seeds (torch)
+
+
+def make_seeds() -> dict[str, tuple[str, bytes]]:
+    """name -> (kind, bytes) of the real files the corpus starts from."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from edgetorch.backends.xnnpack import XnnpackPartitioner
+    from edgetorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from edgetorch.format.pte import load_pte
+
+    torch.manual_seed(0)
+
+    class Mlp(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x))).softmax(-1)
+
+    class Cnn(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return torch.nn.functional.max_pool2d(torch.relu(self.bn(self.c(x))), 2).flatten(1)
+
+    class Cond(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda v: v.sin(), lambda v: v.cos(), (x,))
+
+    seeds: dict[str, tuple[str, bytes]] = {}
+    x_mlp, x_cnn = (torch.randn(2, 8),), (torch.randn(1, 3, 8, 8),)
+    seeds["mlp.pte"] = ("pte", to_edge(torch.export.export(Mlp().eval(), x_mlp)).to_executorch().buffer)
+    seeds["cnn.pte"] = ("pte", to_edge(torch.export.export(Cnn().eval(), x_cnn)).to_executorch().buffer)
+    n = torch.export.Dim("n", min=1, max=8)
+    dyn = torch.export.export(Mlp().eval(), x_mlp, dynamic_shapes=({0: n},))
+    seeds["dynamic.pte"] = ("pte", to_edge(dyn).to_executorch().buffer)
+    seeds["cond.pte"] = ("pte", to_edge(torch.export.export(Cond(), (torch.randn(4),))).to_executorch().buffer)
+    for name, model, args in (("mlp", Mlp(), x_mlp), ("cnn", Cnn(), x_cnn)):
+        lowered = to_edge_transform_and_lower(
+            torch.export.export(model.eval(), args), partitioner=[XnnpackPartitioner()]
+        )
+        buffer = lowered.to_executorch().buffer
+        seeds[f"{name}-xnnpack.pte"] = ("pte", buffer)
+        pte = load_pte(buffer)
+        for plan in pte.program.execution_plan:
+            for d in plan.delegates:
+                ref = d.processed
+                if ref is not None and ref.location == 1:  # a segment
+                    seeds[f"{name}.xnnblob"] = ("blob", bytes(pte.segment(ref.index)))
+    external = to_edge(torch.export.export(Mlp().eval(), x_mlp)).to_executorch(
+        ExecutorchBackendConfig(external_constants=True)
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        external.write_tensor_data_to_file(folder)
+        for ptd in pathlib.Path(folder).glob("*.ptd"):
+            seeds["mlp.ptd"] = ("ptd", ptd.read_bytes())
+    try:  # ExecuTorch's own files, where its package is installed
+        from executorch.exir import to_edge as et_to_edge
+
+        et = et_to_edge(torch.export.export(Mlp().eval(), x_mlp)).to_executorch().buffer
+        seeds["mlp-executorch.pte"] = ("pte", et)
+    except ImportError:
+        pass
+    try:
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner as EtXnn
+        from executorch.exir import to_edge_transform_and_lower as et_lower
+
+        et = et_lower(torch.export.export(Cnn().eval(), x_cnn), partitioner=[EtXnn()]).to_executorch().buffer
+        seeds["cnn-executorch-xnnpack.pte"] = ("pte", et)
+    except ImportError:
+        pass
+    return seeds
+
+
+# ------------------------------------------------------------------------------------------------- mutations
+
+_BOUNDARY = [0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFF0]
+
+
+def mutate(data: bytes, other: bytes, rng: random.Random) -> bytes:
+    buf = bytearray(data)
+    for _ in range(rng.choice((1, 1, 2, 4, 8))):
+        if not buf:
+            buf = bytearray(other[:64])
+        op = rng.randrange(7)
+        i = rng.randrange(len(buf))
+        if op == 0:  # flip a bit
+            buf[i] ^= 1 << rng.randrange(8)
+        elif op == 1:  # a run of bytes set to an extreme
+            buf[i : i + rng.randrange(1, 9)] = bytes([rng.choice((0, 0xFF))]) * rng.randrange(1, 9)
+        elif op == 2 and len(buf) >= 4:  # a 32-bit field (offset, length, count) to a boundary value
+            j = rng.randrange(0, len(buf) - 3) & ~3
+            struct.pack_into("<I", buf, j, rng.choice(_BOUNDARY))
+        elif op == 3:  # truncate
+            del buf[rng.randrange(len(buf)) :]
+        elif op == 4:  # duplicate a slice
+            j = rng.randrange(len(buf))
+            buf[j:j] = buf[i : i + rng.randrange(1, 256)]
+        elif op == 5 and other:  # splice another file's bytes in
+            j = rng.randrange(len(other))
+            buf[i : i + rng.randrange(1, 256)] = other[j : j + rng.randrange(1, 256)]
+        else:  # random byte
+            buf[i] = rng.randrange(256)
+    return bytes(buf)
+
+
+# ---------------------------------------------------------------------------------------------- worker (no torch)
+
+WORKER = r"""
+import json, os, resource, signal, sys, threading
+sys.modules["torch"] = None  # the runtime half must not need torch; an import of it fails loudly
+limit = int(sys.argv[2]) << 20
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+seconds = int(sys.argv[3])
+import numpy as np
+from edgetorch.errors import EdgetorchError
+from edgetorch.runtime import Runtime
+from edgetorch.format.ptd import load_ptd
+from edgetorch.backends.xnnpack.blob import parse_blob
+
+PKG = os.path.dirname(os.path.dirname(sys.modules["edgetorch.errors"].__file__)) + os.sep + "edgetorch"
+lines = set()
+
+def tracer(frame, event, arg):
+    if frame.f_code.co_filename.startswith(PKG):
+        return local
+    return None
+
+def local(frame, event, arg):
+    if event == "line":
+        lines.add((frame.f_code.co_filename, frame.f_lineno))
+    return local
+
+class Timeout(BaseException):
+    pass
+
+def alarm(signum, frame):
+    raise Timeout()
+
+signal.signal(signal.SIGALRM, alarm)
+
+def zeros_for(meta):
+    out = []
+    for i in range(meta.num_inputs()):
+        info = meta.input_tensor_meta(i)
+        if isinstance(info, str):
+            out.append(0)
+        else:
+            out.append(np.zeros(tuple(info.sizes()), info.numpy_dtype))
+    return out
+
+def run(kind, data):
+    if kind == "pte":
+        program = Runtime.get().load_program(data, max_memory=256 << 20)
+        for name in sorted(program.method_names):
+            method = program.load_method(name)
+            method.execute(zeros_for(method.metadata))
+    elif kind == "ptd":
+        ptd = load_ptd(data)
+        for key, view in ptd.named_data().items():
+            bytes(view[:16])
+    else:
+        parse_blob(data)
+
+folder = sys.argv[1]
+for line in sys.stdin:
+    name, kind = line.split()
+    data = open(os.path.join(folder, name), "rb").read()
+    lines.clear()
+    sys.settrace(tracer)
+    threading.settrace(tracer)
+    signal.alarm(seconds)
+    try:
+        run(kind, data)
+        outcome, detail = "ok", ""
+    except Timeout:
+        outcome, detail = "timeout", ""
+    except MemoryError:
+        outcome, detail = "memory", ""
+    except EdgetorchError as e:
+        outcome, detail = "typed", type(e).__name__
+    except Exception as e:
+        outcome, detail = "untyped", f"{type(e).__name__}: {str(e)[:300]}"
+    finally:
+        signal.alarm(0)
+        sys.settrace(None)
+    print(json.dumps({"name": name, "outcome": outcome, "detail": detail,
+                      "lines": sorted(f"{os.path.basename(f)}:{n}" for f, n in lines)}), flush=True)
+"""
+
+
+def run_batch(folder: pathlib.Path, cases: list[tuple[str, str]], seconds: int, memory_mb: int) -> dict[str, dict]:
+    """Run cases in worker processes; a worker that dies takes just the case it was on with it."""
+    results: dict[str, dict] = {}
+    pending = list(cases)
+    while pending:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(folder), str(memory_mb), str(seconds)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        try:
+            out, err = proc.communicate("".join(f"{n} {k}\n" for n, k in pending), timeout=seconds * len(pending) + 60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        for line in out.splitlines():
+            if line.startswith("{"):
+                record = json.loads(line)
+                results[record["name"]] = record
+        done = [c for c in pending if c[0] in results]
+        rest = [c for c in pending if c[0] not in results]
+        if rest and proc.returncode != 0:
+            name, _ = rest[0]
+            why = f"worker exited with {proc.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}"
+            results[name] = {"name": name, "outcome": "crash", "detail": why, "lines": []}
+            rest = rest[1:]
+        elif rest:
+            break  # the worker ended cleanly without answering: nothing more to learn
+        pending = rest
+        del done
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--seconds-per-case", type=int, default=10)
+    ap.add_argument("--memory-mb", type=int, default=4096)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    t0 = time.perf_counter()
+    seeds = make_seeds()
+    corpus = [(kind, data, name) for name, (kind, data) in seeds.items()]
+    print(f"[fuzz] {len(corpus)} seed files: {', '.join(sorted(seeds))}", flush=True)
+    covered: set[str] = set()
+    counts: collections.Counter = collections.Counter()
+    by_kind: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    failures: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="edgetorch-fuzz-") as folder_name:
+        folder = pathlib.Path(folder_name)
+        # The seeds themselves first: they give the baseline coverage.
+        for i, (kind, data, name) in enumerate(corpus):
+            folder.joinpath(f"seed{i}").write_bytes(data)
+        for record in run_batch(
+            folder, [(f"seed{i}", c[0]) for i, c in enumerate(corpus)], 60, args.memory_mb
+        ).values():
+            covered.update(record["lines"])
+            if record["outcome"] != "ok":
+                print(f"[fuzz] seed {record['name']} does not run: {record['outcome']} {record['detail']}")
+        done = 0
+        while done < args.cases:
+            batch = []
+            for j in range(min(args.batch, args.cases - done)):
+                kind, data, origin = rng.choice(corpus)
+                _, other, _ = rng.choice(corpus)
+                case = mutate(data, other, rng)
+                name = f"c{done + j}"
+                folder.joinpath(name).write_bytes(case)
+                batch.append((name, kind, case, origin))
+            results = run_batch(folder, [(n, k) for n, k, _, _ in batch], args.seconds_per_case, args.memory_mb)
+            for name, kind, case, origin in batch:
+                record = results.get(name, {"outcome": "crash", "detail": "no answer", "lines": []})
+                counts[record["outcome"]] += 1
+                by_kind[kind][record["outcome"]] += 1
+                new = set(record["lines"]) - covered
+                if new:
+                    covered |= new
+                    corpus.append((kind, case, f"{origin}+"))
+                if record["outcome"] in BAD:
+                    failures.append(
+                        {
+                            "kind": kind,
+                            "from": origin,
+                            "sha256": hashlib.sha256(case).hexdigest(),
+                            "outcome": record["outcome"],
+                            "detail": record["detail"],
+                        }
+                    )
+                folder.joinpath(name).unlink()
+            done += len(batch)
+            print(
+                f"[fuzz] {done}/{args.cases} cases, {len(corpus)} in corpus, {len(covered)} lines covered, "
+                f"{dict(counts)}",
+                flush=True,
+            )
+    elapsed = time.perf_counter() - t0
+    summary = {
+        "command": "bench/fuzz.py " + " ".join(sys.argv[1:]),
+        "cases": sum(counts.values()),
+        "outcomes": dict(counts),
+        "by_kind": {k: dict(v) for k, v in by_kind.items()},
+        "seeds": sorted(seeds),
+        "corpus_size": len(corpus),
+        "lines_covered": len(covered),
+        "seconds": round(elapsed, 1),
+        "failures": failures[:200],
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in summary.items() if k != "failures"}, indent=1))
+    for f in failures[:20]:
+        print(f"[fuzz] {f['outcome']}: {f['kind']} from {f['from']}: {f['detail']}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
