@@ -21,7 +21,6 @@ import argparse
 import collections
 import hashlib
 import json
-import os
 import pathlib
 import random
 import struct
@@ -254,7 +253,6 @@ def run_batch(folder: pathlib.Path, cases: list[tuple[str, str]], seconds: int, 
             if line.startswith("{"):
                 record = json.loads(line)
                 results[record["name"]] = record
-        done = [c for c in pending if c[0] in results]
         rest = [c for c in pending if c[0] not in results]
         if rest and proc.returncode != 0:
             name, _ = rest[0]
@@ -264,7 +262,6 @@ def run_batch(folder: pathlib.Path, cases: list[tuple[str, str]], seconds: int, 
         elif rest:
             break  # the worker ended cleanly without answering: nothing more to learn
         pending = rest
-        del done
     return results
 
 
@@ -288,7 +285,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="edgetorch-fuzz-") as folder_name:
         folder = pathlib.Path(folder_name)
         # The seeds themselves first: they give the baseline coverage.
-        for i, (kind, data, name) in enumerate(corpus):
+        for i, (_kind, data, _name) in enumerate(corpus):
             folder.joinpath(f"seed{i}").write_bytes(data)
         for record in run_batch(
             folder, [(f"seed{i}", c[0]) for i, c in enumerate(corpus)], 60, args.memory_mb

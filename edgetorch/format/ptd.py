@@ -102,7 +102,8 @@ def save_ptd(
     """
     if segment_alignment <= 0 or segment_alignment & (segment_alignment - 1):
         raise ValueError(f"segment_alignment must be a power of two, found {segment_alignment}")
-    segments, named, blob, seen = [], [], bytearray(), {}
+    segments: list[DataSegment] = []
+    named, blob, seen = [], bytearray(), {}
     for key, (data, layout) in tensors.items():
         data = bytes(data)
         if data not in seen:

@@ -150,10 +150,11 @@ class MethodExecutor:
         constant = t.data_buffer_idx > 0 and t.allocation_info is None
         info = t.extra_tensor_info
         external = info is not None and info.location == fbp.TensorDataLocation.EXTERNAL
+        key = info.fully_qualified_name if info is not None else None  # an external tensor's name in the .ptd
         dynamic = t.shape_dynamism != fbp.TensorShapeDynamism.STATIC
         self.slots[i] = TensorSlot(dtype, tuple(sizes), order, dynamic, constant)
         if external and t.allocation_info is None:
-            return view_of(program.external_tensor(info.fully_qualified_name, what), 0, dtype, sizes, order, what)
+            return view_of(program.external_tensor(key, what), 0, dtype, sizes, order, what)
         if constant:
             buf, offset = program.constant_data(t.data_buffer_idx, what)
             return view_of(buf, offset, dtype, sizes, order, what)
@@ -164,9 +165,11 @@ class MethodExecutor:
                     f"{what} is planned in memory id {a.memory_id}, but the method has "
                     f"{len(self.arenas) - 1} planned buffers (ids 1..{len(self.arenas) - 1})"
                 )
-            arr = view_of(self.arenas[a.memory_id], a.memory_offset, dtype, sizes, order, what)
+            arena = self.arenas[a.memory_id]
+            assert arena is not None  # only id 0 (the constant pool, refused above) has no arena
+            arr = view_of(arena, a.memory_offset, dtype, sizes, order, what)
             if external:  # mutable state whose initial value is in a .ptd file (trainable weights, for example)
-                data = program.external_tensor(info.fully_qualified_name, what)
+                data = program.external_tensor(key, what)
                 np.copyto(arr, view_of(data, 0, dtype, sizes, order, what))
             elif t.data_buffer_idx > 0:
                 seg_index = info.mutable_data_segments_idx if info is not None else 0
@@ -252,7 +255,7 @@ class MethodExecutor:
 
     def _kernel_step(self, fn: Callable, params: list[int], rets: list[int], name: str) -> Callable | None:
         if self.static:
-            args = [self._arg(j) for j in params]
+            args: list[Any] = [self._arg(j) for j in params]
             if foldable(self.facts, fn, params, rets, name, self._viewed) and fold(
                 self.facts, self.vals, fn, args, params, rets
             ):
@@ -261,7 +264,7 @@ class MethodExecutor:
             return functools.partial(fn, *args)
         vals, bound, slots = self.vals, self.bound, self.slots
         outs = set(rets).union(self.facts.items(rets))
-        args: list[Any] = []
+        args = []
         reads: list[tuple[int, int]] = []
         lists: list[tuple[int, ListRef, list]] = []
         for p, j in enumerate(params):
@@ -306,6 +309,8 @@ class MethodExecutor:
         return step_many
 
     def _init_delegate(self, index: int, d: fbp.BackendDelegate) -> tuple[Any, Any]:
+        if not d.id:
+            raise ProgramLoadError(f"delegate {index} of method {self.name!r} has no backend id; re-export the program")
         backend = get_backend(d.id)
         processed = self._program.delegate_data(d.processed, f"delegate {index} ({d.id}) of method {self.name!r}")
         specs = {s.key: bytes(s.value) for s in d.compile_specs}
@@ -437,7 +442,7 @@ class MethodExecutor:
     def outputs(self, clone: bool = True) -> list[Any]:
         """The output values; with ``clone=False`` tensors are the method's own memory (see Method.execute)."""
         source = self.bound if self.static else self.vals
-        out = []
+        out: list[Any] = []
         for j in self.plan.outputs:
             v = source[j]
             if isinstance(v, ListRef):
@@ -451,7 +456,7 @@ class MethodExecutor:
         return out
 
 
-def _as_array(n: int, x: Any, slot: TensorSlot, method: str) -> np.ndarray:
+def _as_array(n: int, x: Any, slot: TensorSlot, method: str | None) -> np.ndarray:
     arr = np.asarray(x)
     if arr.dtype != slot.dtype:
         if arr.ndim == 0 and not isinstance(x, np.ndarray) and np.can_cast(arr, slot.dtype, "same_kind"):
@@ -480,9 +485,9 @@ def _as_array(n: int, x: Any, slot: TensorSlot, method: str) -> np.ndarray:
     return arr
 
 
-def _scalar_input(n: int, x: Any, planned: Any, method: str) -> Any:
+def _scalar_input(n: int, x: Any, planned: Any, method: str | None) -> Any:
     if isinstance(planned, bool):
-        kinds = (bool, np.bool_)
+        kinds: tuple[type, ...] = (bool, np.bool_)
     elif isinstance(planned, int):
         kinds = (int, np.integer)
     elif isinstance(planned, float):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from edgetorch.errors import ProgramLoadError
 from edgetorch.format import program as fbp
 from edgetorch.runtime.kernels.registry import lookup
 from edgetorch.runtime.values import ListRef, TensorSlot
@@ -17,6 +18,8 @@ from edgetorch.runtime.values import ListRef, TensorSlot
 
 def op_key(op: fbp.Operator) -> str:
     """``namespace::op.overload``, the name kernels are registered under."""
+    if not op.name:
+        raise ProgramLoadError(f"operator {op} has no name; the program is malformed, re-export it")
     return f"{op.name}.{op.overload}" if op.overload else op.name
 
 

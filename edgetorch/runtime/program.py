@@ -561,6 +561,7 @@ class Module:
     @property
     def program(self) -> Program:
         self.load()
+        assert self._program is not None  # load() set it or raised
         return self._program
 
     def num_methods(self) -> int:
@@ -624,7 +625,7 @@ class Module:
         if not inputs:
             return self.execute("forward", None if "forward" in self._staged else ())
         if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
-            inputs = inputs[0]
+            return self.execute("forward", inputs[0])
         return self.execute("forward", inputs)
 
     __call__ = forward

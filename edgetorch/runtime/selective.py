@@ -65,7 +65,7 @@ class SelectiveProgram:
         self._program = program
         self._allowed = allowed
 
-    def load_method(self, name: str = "forward") -> Method:
+    def load_method(self, name: str = "forward", seed: int | None = None) -> Method:
         """Load method ``name``, or raise UnsupportedOperatorError naming the first operator not selected."""
         for op in self._program.operators(name):
             if op not in self._allowed:
@@ -74,7 +74,7 @@ class SelectiveProgram:
                     f"({len(self._allowed)} operators selected); add it to the operator list (or regenerate the "
                     "selective module from this program with edgetorch.runtime.selective.write_selective_module)"
                 )
-        return self._program.load_method(name)
+        return self._program.load_method(name, seed)
 
     def __getattr__(self, name: str) -> Any:  # everything else is the wrapped Program's
         return getattr(self._program, name)
@@ -93,7 +93,7 @@ class SelectiveRuntime(Runtime):
         self.allowed_operators = frozenset(allowed_operators)
         self.operator_registry = OperatorRegistry(self.allowed_operators)
 
-    def load_program(self, data: Any, *args: Any, **kwargs: Any) -> SelectiveProgram:
+    def load_program(self, data: Any, *args: Any, **kwargs: Any) -> SelectiveProgram:  # type: ignore[override]  # SelectiveProgram wraps a Program (by __getattr__), it does not subclass it
         """Load a .pte as :meth:`Runtime.load_program` does (same arguments: ``verification``, ``data_files``, ...);
         its methods load only if their operators are selected."""
         return SelectiveProgram(super().load_program(data, *args, **kwargs), self.allowed_operators)

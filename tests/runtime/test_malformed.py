@@ -17,7 +17,7 @@ import torch
 
 from edgetorch.errors import EdgetorchError, ProgramLoadError
 from edgetorch.format.pte import load_pte, save_pte
-from edgetorch.runtime import Runtime
+from edgetorch.runtime import Runtime, Verification
 from tests.interop.models import MODELS
 from tests.oracle import executorch_pte
 
@@ -119,6 +119,17 @@ def test_absurd_sizes_and_offsets(real_program):
 
     for edit in (huge_arena, huge_tensor, bad_offset, bad_constant, bad_arg, bad_version):
         assert _attempt(_patched(data, edit), inputs) == "ProgramLoadError", edit.__name__
+
+
+def test_nameless_operator_is_a_load_error_under_minimal_verification(real_program):
+    data, inputs = real_program
+
+    def nameless(p):
+        p.execution_plan[0].operators[0].name = None
+
+    program = Runtime.get().load_program(_patched(data, nameless), Verification.Minimal)
+    with pytest.raises(ProgramLoadError, match="has no name"):
+        program.load_method("forward")
 
 
 def test_segment_past_end(real_program):

@@ -68,7 +68,7 @@ def padded(
         buf = scratch((purpose, tuple(lo), x.shape), shape, dtype, fill=value)
     dst = tuple(slice(p, min(p + s, e)) for p, s, e in zip(lo, sizes, extent))
     src = tuple(slice(0, r.stop - r.start) for r in dst)
-    np.copyto(buf[(Ellipsis, *dst)], x[(Ellipsis, *src)], casting="unsafe")
+    np.copyto(buf[(Ellipsis,) + dst], x[(Ellipsis,) + src], casting="unsafe")
     return buf
 
 
@@ -169,7 +169,7 @@ class TapSweep:
                 count = min(m - m0, -(-(n - i0) // s)) if i0 < n else 0
                 dst.append(slice(m0, m0 + max(count, 0)))
                 src.append(slice(i0, i0 + (count - 1) * s + 1 if count > 0 else i0, s))
-            np.copyto(buf[(Ellipsis, *phase, *dst)], x[(Ellipsis, *src)], casting="unsafe")
+            np.copyto(buf[(Ellipsis,) + phase + tuple(dst)], x[(Ellipsis,) + tuple(src)], casting="unsafe")
         return buf.reshape(self.lead + (math.prod(self.stride), -1))
 
     def taps(self) -> itertools.product:
@@ -186,7 +186,7 @@ class TapSweep:
         """A scratch result ``(*lead, length)`` on the virtual grid and its view at ``(*lead, *out_sizes)``."""
         full = np.empty(lead + self.out_sizes[:1] + tuple(self.plane[1:]), dtype)
         flat = full.reshape(lead + (-1,))[..., : self.length]
-        return flat, full[(Ellipsis, slice(None), *(slice(o) for o in self.out_sizes[1:]))]
+        return flat, full[(Ellipsis, slice(None)) + tuple(slice(o) for o in self.out_sizes[1:])]
 
     def grid(self, per_axis: Sequence[np.ndarray]) -> np.ndarray:
         """``(length,)``: the sum of per-axis values (each of length ``plane[i]``) at every virtual position."""
@@ -240,7 +240,7 @@ def _conv_forward(
         return
     cg, og, taps = c // groups, w.shape[0] // groups, math.prod(kernel)
     if taps == 1:
-        cols = xp[(Ellipsis, *tap_slices((0,) * d, stride, dilation, out_sizes))]
+        cols = xp[(Ellipsis,) + tap_slices((0,) * d, stride, dilation, out_sizes)]
         cols = cols.reshape(n, groups, cg, -1)
     else:
         cols = _columns(xp, kernel, stride, dilation, out_sizes).reshape(n, groups, cg * taps, -1)
@@ -266,8 +266,8 @@ def col2im_into(
     full = target if direct else np.empty(target.shape[:2] + tuple(full_sizes), target.dtype)
     full.fill(0)
     for tap in itertools.product(*(range(k) for k in kernel)):
-        dst = full[(slice(None), slice(None), *tap_slices(tap, stride, dilation, in_sizes))]
-        np.add(dst, cols[(slice(None), slice(None), *tap)], out=dst, casting="unsafe")
+        dst = full[(slice(None), slice(None)) + tap_slices(tap, stride, dilation, in_sizes)]
+        np.add(dst, cols[(slice(None), slice(None)) + tap], out=dst, casting="unsafe")
     if not direct:
         crop = tuple(slice(p, p + o) for p, o in zip(padding, target.shape[2:]))
         np.copyto(target, full[(slice(None), slice(None), *crop)])

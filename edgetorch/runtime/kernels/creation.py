@@ -121,7 +121,7 @@ def _arange(start: Number, end: Number, step: Number, out: np.ndarray) -> np.nda
     n = max(0, math.ceil((end - start) / step))
     out = resize(out, (n,))
     exact = all(isinstance(v, int) for v in (start, end, step))
-    values = np.arange(n, dtype=np.int64 if exact else np.float64)
+    values: np.ndarray = np.arange(n, dtype=np.int64 if exact else np.float64)
     values *= step
     values += start
     np.copyto(out, values, casting="unsafe")

@@ -121,7 +121,12 @@ def _horner(fit: tuple[float, np.ndarray], x: np.ndarray, s: np.ndarray, r: np.n
     return r
 
 
-_INT_OF_SIZE = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
+_INT_OF_SIZE: dict[int, np.dtype] = {
+    1: np.dtype(np.int8),
+    2: np.dtype(np.int16),
+    4: np.dtype(np.int32),
+    8: np.dtype(np.int64),
+}
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -376,7 +381,8 @@ def _isinf(x, out):
     return np.isinf(x, out=out) if is_float(x.dtype) else np.copyto(out, False)
 
 
-for _name, _fn in {"isnan": _isnan, "isinf": _isinf, "logical_not": np.logical_not}.items():
+_PREDICATES: dict[str, Callable] = {"isnan": _isnan, "isinf": _isinf, "logical_not": np.logical_not}
+for _name, _fn in _PREDICATES.items():
     register_kernel(f"aten::{_name}.out", _predicate_kernel(_fn))
 
 
@@ -654,7 +660,7 @@ def rsub(self: np.ndarray, other: Number, alpha: Number, out: np.ndarray) -> np.
     return _into(out, ct, _sub, scalar(other, ct), as_dtype(self, ct), scalar(alpha, ct))
 
 
-_ROUNDING = {None: np.true_divide, "trunc": _trunc_divide, "floor": np.floor_divide}
+_ROUNDING: dict[str | None, Callable] = {None: np.true_divide, "trunc": _trunc_divide, "floor": np.floor_divide}
 
 
 @kernel("aten::div.out_mode", "aten::div.Scalar_mode_out")

@@ -103,7 +103,7 @@ def matmul(self: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarray:
     """torch.matmul: 1-d operands are promoted and squeezed, leading dims broadcast (same rules as NumPy)."""
     a, b = self, other
     if a.ndim == 1 and b.ndim == 1:
-        shape = ()
+        shape: tuple[int, ...] = ()
     elif a.ndim == 1:
         shape = b.shape[:-2] + b.shape[-1:]
     elif b.ndim == 1:

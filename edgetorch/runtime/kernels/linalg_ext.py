@@ -12,6 +12,7 @@ Imports only NumPy and the runtime.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def _mT(a: np.ndarray) -> np.ndarray:
 
 def lu_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Packed LU of a batch of m x n matrices, LAPACK's 1-based int32 pivots, and info (first zero pivot, 1-based)."""
-    lu = np.array(a, dtype=np.float64 if a.dtype == np.float64 else np.float32, copy=True)
+    lu: np.ndarray = np.array(a, dtype=np.float64 if a.dtype == np.float64 else np.float32, copy=True)
     m, n = lu.shape[-2:]
     batch = lu.shape[:-2]
     flat = lu.reshape(-1, m, n)
@@ -363,8 +364,8 @@ def linalg_qr(A: np.ndarray, mode: str, Q: np.ndarray, R: np.ndarray) -> tuple[n
         raise ValueError(f"linalg.qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
     a = upcast(A)
     if mode == "r":
-        return _store(Q, np.zeros((0,), a.dtype)), _store(R, np.linalg.qr(a, mode="r"))
-    q, r = np.linalg.qr(a, mode=mode)
+        return _store(Q, np.zeros((0,), a.dtype)), _store(R, np.linalg.qr(a, mode="r"))  # type: ignore[arg-type]  # NumPy's stubs type qr(mode="r") as QRResult; it returns R alone
+    q, r = np.linalg.qr(a, mode="complete" if mode == "complete" else "reduced")
     return _store(Q, q), _store(R, r)
 
 
@@ -395,9 +396,10 @@ def linalg_eigh(
     if UPLO not in ("L", "U"):
         raise ValueError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
     a = _square(A, "linalg.eigh")
+    uplo: Literal["L", "U"] = "L" if UPLO == "L" else "U"
     if not compute_v:
-        return _store(eigenvalues, np.linalg.eigvalsh(a, UPLO=UPLO)), _store(eigenvectors, np.zeros((0,), a.dtype))
-    w, v = np.linalg.eigh(a, UPLO=UPLO)
+        return _store(eigenvalues, np.linalg.eigvalsh(a, UPLO=uplo)), _store(eigenvectors, np.zeros((0,), a.dtype))
+    w, v = np.linalg.eigh(a, UPLO=uplo)
     return _store(eigenvalues, w), _store(eigenvectors, v)
 
 

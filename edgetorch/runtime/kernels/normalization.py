@@ -127,7 +127,9 @@ def layer_norm_out(
     if bias is not None:
         w2 += bias.reshape(-1)
     stat_shape = x.shape[:axis] + (1,) * len(normalized_shape)
-    return (_finish(work, out), *_write_stats([(mean, mean_out), (rstd, rstd_out)], stat_shape))
+    out = _finish(work, out)
+    mean_out, rstd_out = _write_stats([(mean, mean_out), (rstd, rstd_out)], stat_shape)
+    return out, mean_out, rstd_out
 
 
 @kernel("aten::native_group_norm.out")
@@ -154,7 +156,9 @@ def group_norm_out(
         per_channel *= weight.reshape(c, 1)
     if bias is not None:
         per_channel += bias.reshape(c, 1)
-    return (_finish(work, out), *_write_stats([(mean, mean_out), (rstd, rstd_out)], (n, group)))
+    out = _finish(work, out)
+    mean_out, rstd_out = _write_stats([(mean, mean_out), (rstd, rstd_out)], (n, group))
+    return out, mean_out, rstd_out
 
 
 def _channels(x: np.ndarray) -> np.ndarray:

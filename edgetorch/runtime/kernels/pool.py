@@ -31,7 +31,7 @@ def _lowest(dtype: np.dtype) -> float:
 def _grid(per_axis: Sequence[np.ndarray]) -> np.ndarray:
     """Sum of 1-d arrays broadcast to the outer grid ``(len(a0), len(a1), ...)``."""
     d = len(per_axis)
-    return sum(a.reshape((-1,) + (1,) * (d - 1 - i)) for i, a in enumerate(per_axis))
+    return np.asarray(sum(a.reshape((-1,) + (1,) * (d - 1 - i)) for i, a in enumerate(per_axis)))
 
 
 def _spatial_strides(sizes: Sequence[int]) -> list[int]:
@@ -142,7 +142,7 @@ def _avg_divisors(g: _Windows, count_include_pad: bool) -> np.ndarray:
         for o, k, s, p, n in zip(g.out_sizes, g.kernel, g.stride, g.padding, g.sizes)
     ]
     d = len(counts)
-    return math.prod(c.reshape((-1,) + (1,) * (d - 1 - i)) for i, c in enumerate(counts))
+    return np.asarray(math.prod(c.reshape((-1,) + (1,) * (d - 1 - i)) for i, c in enumerate(counts)))
 
 
 def _avg_pool(
@@ -312,13 +312,13 @@ def _upsample_nearest(
 
 def _vec_sizes(
     x: np.ndarray, output_size: list[int] | None, scale_factors: list[float] | None, d: int
-) -> tuple[list[int], list[float | None]]:
+) -> tuple[list[int], Sequence[float | None]]:
     """Output sizes and per-axis scales of a ``.vec`` upsample (exactly one of size or factors is given)."""
     if output_size is not None:
         return [int(s) for s in output_size], [None] * d
     if scale_factors is None:
         raise InvalidArgumentError("upsample needs either output_size or scale_factors; both were None")
-    factors = expand(scale_factors, d) if len(scale_factors) == 1 else list(scale_factors)
+    factors = list(scale_factors) * d if len(scale_factors) == 1 else list(scale_factors)
     return [int(n * f) for n, f in zip(x.shape[-d:], factors)], factors
 
 
@@ -417,7 +417,7 @@ def constant_pad_nd(self: np.ndarray, pad: list[int], value: float, out: np.ndar
         out.fill(value)
     src = tuple(slice(max(-a, 0), n - max(-b, 0)) for n, a, b in zip(sizes, lo, hi))
     dst = tuple(slice(max(a, 0), max(a, 0) + max(s.stop - s.start, 0)) for a, s in zip(lo, src))
-    np.copyto(out[(Ellipsis, *dst)], self[(Ellipsis, *src)], casting="unsafe")
+    np.copyto(out[(Ellipsis,) + dst], self[(Ellipsis,) + src], casting="unsafe")
     return out
 
 

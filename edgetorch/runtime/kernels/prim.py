@@ -73,8 +73,8 @@ UNARY: dict[str, Callable[[Number], Number]] = {
 
 for _name, _fn in BINARY.items():
     register_kernel(f"executorch_prim::{_name}.Scalar", _fn, nargs=2)
-for _name, _fn in UNARY.items():
-    register_kernel(f"executorch_prim::{_name}.Scalar", _fn, nargs=1)
+for _name, _unary in UNARY.items():
+    register_kernel(f"executorch_prim::{_name}.Scalar", _unary, nargs=1)
 # The integer-only overloads ExecuTorch's C++ runtime also registers.
 register_kernel("executorch_prim::floordiv.int", operator.floordiv, nargs=2)
 register_kernel("executorch_prim::mod.int", operator.mod, nargs=2)
@@ -137,6 +137,6 @@ register_kernel("aten::sym_size.int", sym_size)
 register_kernel("aten::sym_stride.int", sym_stride)
 register_kernel("aten::sym_numel", sym_numel)
 register_kernel("aten::_local_scalar_dense", local_scalar_dense)
-et_copy_index.resizes_arg = 0  # ExecuTorch emits no result value: the executor stores the resized copy_to
+et_copy_index.resizes_arg = 0  # type: ignore[attr-defined]  # (a function attribute, which mypy does not model) ExecuTorch emits no result value: the executor stores the resized copy_to
 register_kernel("executorch_prim::et_copy_index.tensor", et_copy_index)
 register_kernel("executorch_prim::et_view.default", et_view)

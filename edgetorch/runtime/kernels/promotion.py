@@ -78,7 +78,8 @@ def result_type(*operands: Operand) -> np.dtype:
             tier, dtype = (0 if x.ndim else 1), x.dtype
         else:
             tier, dtype = 2, _scalar_dtype(x)
-        tiers[tier] = dtype if tiers[tier] is None else promote_types(tiers[tier], dtype)
+        seen = tiers[tier]
+        tiers[tier] = dtype if seen is None else promote_types(seen, dtype)
     result = _combine(tiers[0], _combine(tiers[1], tiers[2]))
     return _BOOL if result is None else result
 
@@ -86,7 +87,7 @@ def result_type(*operands: Operand) -> np.dtype:
 def scalar(value: bool | int | float, dtype: np.dtype) -> np.generic:
     """``value`` as a NumPy scalar of ``dtype``, wrapping or truncating like torch's scalar cast."""
     with np.errstate(all="ignore"):
-        return np.asarray(value).astype(dtype)[()]
+        return np.asarray(value).astype(dtype)[()]  # type: ignore[return-value]  # [()] of a 0-d array is a scalar; NumPy's stubs say ndarray
 
 
 def as_dtype(x: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -327,7 +327,7 @@ def _unpack(weight: np.ndarray, bits: int) -> np.ndarray:
         return weight
     raw = weight.view(np.uint8)
     if bits == 4:
-        parts = (raw >> 4, raw & 15)
+        parts: tuple[np.ndarray, ...] = (raw >> 4, raw & 15)
     else:
         parts = tuple((raw >> shift) & 3 for shift in (0, 2, 4, 6))
     values = np.stack(parts, axis=-1).reshape(raw.shape[:-1] + (-1,)).astype(np.int8)

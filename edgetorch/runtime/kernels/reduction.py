@@ -513,21 +513,21 @@ def logcumsumexp_out(x: np.ndarray, dim: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def p_norm(x: np.ndarray, p: float, axes: tuple[int, ...] | None, keepdim: bool = False) -> np.ndarray:
+def p_norm(x: np.ndarray, p: float, axes: int | tuple[int, ...] | None, keepdim: bool = False) -> np.ndarray:
     """The p-norm of ``x`` over ``axes``: p = 0 counts non-zeros, p = inf (-inf) takes the largest (smallest)
     magnitude, otherwise (sum |x|^p)^(1/p)."""
     mag = np.abs(x)
     if p == 0:
-        return np.add.reduce(mag != 0, axis=axes, keepdims=keepdim).astype(mag.dtype)
+        return np.sum(mag != 0, axis=axes, keepdims=keepdim).astype(mag.dtype)
     if math.isinf(p) and p > 0:
-        return np.maximum.reduce(mag, axis=axes, keepdims=keepdim, initial=0)
+        return np.max(mag, axis=axes, keepdims=keepdim, initial=0)
     if math.isinf(p):
-        return np.minimum.reduce(mag, axis=axes, keepdims=keepdim)
+        return np.min(mag, axis=axes, keepdims=keepdim)
     if p == 1:
-        return np.add.reduce(mag, axis=axes, keepdims=keepdim)
+        return np.sum(mag, axis=axes, keepdims=keepdim)
     if p == 2:
-        return np.sqrt(np.add.reduce(mag * mag, axis=axes, keepdims=keepdim))
-    return np.power(np.add.reduce(np.power(mag, p), axis=axes, keepdims=keepdim), 1.0 / p)
+        return np.sqrt(np.sum(mag * mag, axis=axes, keepdims=keepdim))
+    return np.power(np.sum(np.power(mag, p), axis=axes, keepdims=keepdim), 1.0 / p)
 
 
 def _vector_norm(x: np.ndarray, p: float | None, dims, keepdim: bool, dtype: int | None, out: np.ndarray):

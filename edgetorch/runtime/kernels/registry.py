@@ -31,6 +31,7 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable, Iterator, MutableMapping
+from types import FrameType
 
 from edgetorch.errors import OutOfRangeError, UnsupportedOperatorError
 
@@ -100,7 +101,7 @@ KERNELS = KernelTable()
 
 
 def _registering_module() -> str:
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__") == __name__:
         frame = frame.f_back
     return frame.f_globals.get("__name__", "?") if frame is not None else "?"
@@ -133,7 +134,7 @@ def kernel(*names: str, nargs: int | None = None, impure: bool = False) -> Calla
 
     def wrap(fn: Callable) -> Callable:
         if impure:
-            fn.impure = True
+            fn.impure = True  # type: ignore[attr-defined]  # mypy does not model attributes set on functions
         for name in names:
             register_kernel(name, fn, nargs)
         return fn

@@ -9,6 +9,8 @@ the range (and NaN) are not counted. Imports only NumPy and the runtime.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from edgetorch.runtime.kernels.promotion import result_type
@@ -24,8 +26,9 @@ def _store(out: np.ndarray, shape: tuple[int, ...], value: np.ndarray | Number) 
     return out
 
 
-def _search(sequence: np.ndarray, values: np.ndarray, side: str, sorter: np.ndarray | None) -> np.ndarray:
+def _search(sequence: np.ndarray, values: np.ndarray, right: bool, sorter: np.ndarray | None) -> np.ndarray:
     """Insertion indices of ``values`` into ``sequence`` along its last dim (1-d, or one row per leading index)."""
+    side: Literal["left", "right"] = "right" if right else "left"
     dtype = result_type(sequence, values)
     sequence, values = sequence.astype(dtype, copy=False), np.asarray(values).astype(dtype, copy=False)
     if sequence.ndim <= 1:
@@ -59,7 +62,7 @@ def searchsorted(
     side = side or ("right" if right else "left")
     if sorter is not None and sorter.size == 0:
         sorter = None
-    found = _search(sorted_sequence, np.asarray(self), side, sorter)
+    found = _search(sorted_sequence, np.asarray(self), side == "right", sorter)
     return _store(out, np.shape(self), found)
 
 
@@ -70,7 +73,7 @@ def bucketize(
     """The bucket of each value: i with boundaries[i-1] < x <= boundaries[i] (< and <= swapped when ``right``)."""
     if boundaries.ndim != 1:
         raise ValueError(f"bucketize: boundaries must be 1-d, got shape {boundaries.shape}")
-    found = _search(boundaries, np.asarray(self), "right" if right else "left", None)
+    found = _search(boundaries, np.asarray(self), right, None)
     return _store(out, np.shape(self), found)
 
 

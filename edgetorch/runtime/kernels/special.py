@@ -32,7 +32,7 @@ def _f64(x: np.ndarray | Number) -> np.ndarray:
     return np.asarray(x, dtype=_F64)
 
 
-def _store(out: np.ndarray, shape: tuple[int, ...], value: np.ndarray) -> np.ndarray:
+def _store(out: np.ndarray, shape: tuple[int, ...], value: np.ndarray | float) -> np.ndarray:
     out = resize(out, shape)
     np.copyto(out, value, casting="unsafe")
     return out
@@ -657,9 +657,9 @@ def _binary_kernel(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callab
     return run
 
 
-for _name, _fn in {"special_zeta": zeta, "igamma": igamma, "igammac": igammac}.items():
+for _name, _binary in {"special_zeta": zeta, "igamma": igamma, "igammac": igammac}.items():
     for _overload in ("out", "self_scalar_out", "other_scalar_out"):
-        register_kernel(f"aten::{_name}.{_overload}", _binary_kernel(_fn))
+        register_kernel(f"aten::{_name}.{_overload}", _binary_kernel(_binary))
 
 
 # ---------------------------------------------------------------------------------------------

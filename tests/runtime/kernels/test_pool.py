@@ -161,6 +161,15 @@ def test_upsample_nearest2d_vec(case, dtype):
     check(call("aten::upsample_nearest2d.vec_out", x, size, factors, out_like=expected), expected, exact=True)
 
 
+def test_upsample_vec_one_scale_factor_stands_for_every_axis():
+    """torch wants one factor per axis; one given alone is used for both, as a float (1.5, not 1)."""
+    x = sample((1, 2, 4, 5))
+    expected = aten.upsample_nearest2d.vec(x, None, [1.5, 1.5])
+    check(call("aten::upsample_nearest2d.vec_out", x, None, [1.5], out_like=expected), expected, exact=True)
+    expected = aten.upsample_bilinear2d.vec(x, None, False, [1.5, 1.5])
+    check(call("aten::upsample_bilinear2d.vec_out", x, None, False, [1.5], out_like=expected), expected)
+
+
 @pytest.mark.parametrize("exact", [False, True])
 @pytest.mark.parametrize("scales", [False, True])
 def test_upsample_nearest_1d_2d_3d(exact, scales):
