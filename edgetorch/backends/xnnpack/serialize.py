@@ -6,8 +6,9 @@ layout its producer made it in; a consumer that needs the other layout gets a
 transpose, made once per value. Element-wise ops run in whichever layout their
 input has, so a conv -> relu -> pool chain never leaves NHWC. The delegate's
 inputs and outputs are contiguous (NCHW). Constant tensors are written in the
-layout each use asks for, into the blob's constant segment. Nodes whose inputs
-are all constants are evaluated here with torch and become constants.
+layout each use asks for, as named data of the program (or of its ``.ptd``).
+Nodes whose inputs are all constants are evaluated here with torch and become
+constants. Every graph passes ``validate.validate_graph`` before it is written.
 
 May import torch and edgetorch.exir.
 """
