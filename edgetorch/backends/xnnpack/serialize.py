@@ -338,7 +338,9 @@ class XnnpackGraphBuilder:
     def reshape(self, source: int, shape: Sequence[int], out: int | None = None) -> int:
         """Reshape ``source`` to ``shape``, where 0 marks the one dimension XNNPACK infers."""
         if out is None:
-            out = self.internal([d or 1 for d in shape])
+            # The new value's dims at the upper bound: the inferred one holds what the others leave of the input.
+            total = math.prod(xs.tensor_value(self.graph.xvalues[source]).dims)
+            out = self.internal([d or total // math.prod(d for d in shape if d) for d in shape])
         self.add(
             xs.XNNStaticReshape(num_dims=len(shape), new_shape=list(shape), input_id=source, output_id=out, flags=0)
         )
