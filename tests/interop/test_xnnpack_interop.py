@@ -42,7 +42,7 @@ def test_the_cases_cover_every_node_kind_we_emit():
     assert emitted_node_kinds() - seen == set()
 
 
-@pytest.mark.parametrize("name", ["dynamic_conv", "dynamic_mlp"])
+@pytest.mark.parametrize("name", ["dynamic_conv", "dynamic_conv1d", "dynamic_mlp"])
 def test_executorch_resizes_our_dynamic_batch(name):
     low = lowered(name)
     for batch in (1, 8):

@@ -6,8 +6,9 @@ layout its producer made it in; a consumer that needs the other layout gets a
 transpose, made once per value. Element-wise ops run in whichever layout their
 input has, so a conv -> relu -> pool chain never leaves NHWC. The delegate's
 inputs and outputs are contiguous (NCHW). Constant tensors are written in the
-layout each use asks for, into the blob's constant segment. Nodes whose inputs
-are all constants are evaluated here with torch and become constants.
+layout each use asks for, as named data of the program (or of its ``.ptd``).
+Nodes whose inputs are all constants are evaluated here with torch and become
+constants. Every graph passes ``validate.validate_graph`` before it is written.
 
 May import torch and edgetorch.exir.
 """
@@ -337,7 +338,9 @@ class XnnpackGraphBuilder:
     def reshape(self, source: int, shape: Sequence[int], out: int | None = None) -> int:
         """Reshape ``source`` to ``shape``, where 0 marks the one dimension XNNPACK infers."""
         if out is None:
-            out = self.internal([d or 1 for d in shape])
+            # The new value's dims at the upper bound: the inferred one holds what the others leave of the input.
+            total = math.prod(xs.tensor_value(self.graph.xvalues[source]).dims)
+            out = self.internal([d or total // math.prod(d for d in shape if d) for d in shape])
         self.add(
             xs.XNNStaticReshape(num_dims=len(shape), new_shape=list(shape), input_id=source, output_id=out, flags=0)
         )

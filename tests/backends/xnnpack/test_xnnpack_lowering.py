@@ -308,6 +308,7 @@ CASES = {
         encoder_layer, (torch.randn(2, 6, 32),), delegates=3, undelegated=("native_layer_norm", "select_copy")
     ),
     "dynamic_conv": Case(DynamicConv, (torch.randn(3, 3, 8, 8),), {"x": {0: BATCH}}, 2, ("sym_size", "view_copy")),
+    "dynamic_conv1d": Case(models.Conv1d, (torch.randn(3, 4, 10),), {"x": {0: BATCH}}),
     "dynamic_mlp": Case(DynamicMLP, (torch.randn(3, 16),), {"x": {0: BATCH}}, 2, ("sym_size", "view_copy")),
     "unsupported_in_middle": Case(UnsupportedInMiddle, (torch.randn(3, 8),), delegates=2, undelegated=("cumsum",)),
     "int64_in_middle": Case(
@@ -364,7 +365,7 @@ def test_lowered_program_matches_eager(name):
     assert_close(got, eager(low.model, low.inputs), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["dynamic_conv", "dynamic_mlp"])
+@pytest.mark.parametrize("name", ["dynamic_conv", "dynamic_conv1d", "dynamic_mlp"])
 def test_dynamic_batch_runs_at_every_size(name):
     low = lowered(name)
     method = Runtime.get().load_program(low.pte).load_method("forward")
