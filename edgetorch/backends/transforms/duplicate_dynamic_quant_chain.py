@@ -67,7 +67,7 @@ class DuplicateDynamicQuantChainPass(PassBase):
                 copies: dict[Node, Node] = {}
                 with graph.inserting_before(user):
                     for node in chain:
-                        copies[node] = graph.node_copy(node, lambda n: copies.get(n, n))
+                        copies[node] = graph.node_copy(node, lambda n, c=copies: c.get(n, n))
                 user.replace_input_with(dq, copies[dq])
         graph.eliminate_dead_code()
         graph_module.recompile()
