@@ -59,6 +59,9 @@ MODELS = {
     "mlp": (MLP, lambda: (torch.randn(8, 128),)),
     "cnn": (CNN, lambda: (torch.randn(2, 3, 16, 16),)),
     "tokens": (TokenMLP, lambda: (torch.randint(0, 100, (2, 7)),)),
+    # bench/quant.py sizes: a GEMM-bound MLP and a CNN on a 64x64 image.
+    "mlp_large": (lambda: MLP(512, 1024, 512), lambda: (torch.randn(32, 512),)),
+    "cnn_large": (lambda: CNN(32), lambda: (torch.randn(1, 3, 64, 64),)),
 }
 
 TORCHAO_CONFIGS = {
