@@ -85,6 +85,27 @@ def model_rows(name: str, quick: bool) -> list[list[str]]:
     return rows
 
 
+def _gemm_options(xq: np.ndarray, wq: np.ndarray) -> dict:
+    """The ways to compute int8 [M, K] x int8 [K, N] -> int32 with NumPy, as no-argument functions."""
+    k = xq.shape[1]
+    x32, w32 = xq.astype(np.float32), wq.astype(np.float32)
+    xi, wi = xq.astype(np.int32), wq.astype(np.int32)
+    x64, w64 = xq.astype(np.float64), wq.astype(np.float64)
+    w_deq = w32 * np.float32(0.01)  # dequantize-then-sgemm: the weight scaled once, cached
+
+    def exact_f32():
+        if k <= 512:
+            return x32 @ w32
+        return sum((x32[:, i : i + 512] @ w32[i : i + 512]).astype(np.float64) for i in range(0, k, 512))
+
+    return {
+        "f32 sgemm, K-chunks of 512 (exact)": exact_f32,
+        "int32 matmul": lambda: xi @ wi,
+        "f64 dgemm": lambda: x64 @ w64,
+        "dequantized f32 sgemm (inexact)": lambda: x32 @ w_deq,
+    }
+
+
 def gemm_rows(quick: bool) -> list[list[str]]:
     """The quantized fully connected's GEMM, [M, K] int8 x [K, N] int8 -> int32, four ways."""
     budget = dict(min_runs=1 if quick else 5, budget_s=1.0 if quick else 5.0)
@@ -94,26 +115,9 @@ def gemm_rows(quick: bool) -> list[list[str]]:
         xq = rng.integers(-128, 128, (m, k), dtype=np.int8)
         wq = rng.integers(-127, 128, (k, n), dtype=np.int8)
         want = xq.astype(np.int64) @ wq.astype(np.int64)
-        x32, w32 = xq.astype(np.float32), wq.astype(np.float32)
-        xi, wi = xq.astype(np.int32), wq.astype(np.int32)
-        x64, w64 = xq.astype(np.float64), wq.astype(np.float64)
-        w_deq = w32 * np.float32(0.01)  # dequantize-then-sgemm: the weight scaled once, cached
-
-        def exact_f32():
-            if k <= 512:
-                return x32 @ w32
-            return sum((x32[:, i : i + 512] @ w32[i : i + 512]).astype(np.float64) for i in range(0, k, 512))
-
-        options = {
-            "f32 sgemm, K-chunks of 512 (exact)": exact_f32,
-            "int32 matmul": lambda: xi @ wi,
-            "f64 dgemm": lambda: x64 @ w64,
-            "dequantized f32 sgemm (inexact)": lambda: x32 @ w_deq,
-        }
-        exact = {label: bool(np.array_equal(np.asarray(f()).astype(np.int64), want)) for label, f in options.items()}
-        for label, f in options.items():
-            t = median_time(f, **budget)
-            rows.append([f"{m}x{k}x{n}", label, fmt_ms(t), "yes" if exact[label] else "no"])
+        for label, f in _gemm_options(xq, wq).items():
+            exact = bool(np.array_equal(np.asarray(f()).astype(np.int64), want))
+            rows.append([f"{m}x{k}x{n}", label, fmt_ms(median_time(f, **budget)), "yes" if exact else "no"])
     return rows
 
 
