@@ -959,8 +959,10 @@ def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 # every partial sum of K such products below K * 2**15. float32 represents every integer
 # up to 2**24 exactly, so an sgemm over K <= 512 terms accumulates with no rounding at
 # all: the result equals XNNPACK's int32 accumulator. Longer dot products are cut into
-# chunks of 512 whose (exact) sums are added in float64. Measured on this machine
-# (bench/quant.py), this is 4-8x faster than NumPy's int32 matmul, which has no BLAS.
+# chunks of 512 whose (exact) sums are added in float64. Measured with one thread
+# (bench/quant.py --threads 1): 32x512x1024 takes 0.62 ms this way, 0.47 ms as a
+# dequantize-then-sgemm (not exact), 1.05 ms as float64 dgemm and 120 ms as NumPy's int32
+# matmul, which has no BLAS; 256x1024x1024: 18.9, 17.6, 38.7 and 2528 ms.
 # The int32 bias is then added, and XNNPACK's fp32 requantization applied: multiply by
 # input_scale * weight_scale / output_scale in float32, round half to even, add the
 # output zero point, clamp. Blockwise 4-bit weights have one scale per block, which no
