@@ -380,15 +380,15 @@ def test_same_padding_flag_is_refused_at_init():
         XnnpackBackend().init(memoryview(build_blob(graph)), {}, {})
 
 
-def test_quantized_values_are_refused_at_init():
+def test_unsupported_quantized_datatype_is_refused_at_init():
     quantized = xs.XValue(
         xs.XNNQuantizedTensorValue(
-            xs.XNNTensorValue(datatype=xs.XNNDatatype.xnn_datatype_qint8, num_dims=1, dims=[4]),
-            xs.PerTensorQuant(scale=0.1, zero_point=0),
+            xs.XNNTensorValue(datatype=xs.XNNDatatype.xnn_datatype_qcint4, num_dims=1, dims=[4]),
+            xs.PerChannelQuant(scale=[0.1] * 4, channel_dim=0),
         )
     )
     graph = xs.XNNGraph(xvalues=[quantized])
-    with pytest.raises(DelegateLoadError, match="quantized"):
+    with pytest.raises(DelegateLoadError, match="qcint4"):
         XnnpackBackend().init(memoryview(build_blob(graph)), {}, {})
 
 
