@@ -59,10 +59,6 @@ OUT_OF_SCOPE = {
         ),
     ),
     **dict.fromkeys(
-        ["executorch.backends.xnnpack.quantizer", "executorch.backends.transforms.duplicate_dynamic_quant_chain"],
-        ("later issue: quantization", "PT2E quantizers and quantized-graph passes are their own issue"),
-    ),
-    **dict.fromkeys(
         ["executorch.devtools", "executorch.export", "executorch.util.activation_memory_profiler"],
         (
             "later issue: developer tools",
