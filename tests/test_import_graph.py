@@ -1,7 +1,8 @@
 """The package's import graph has no cycles, and its arrows point the way docs/architecture.md draws them.
 
 Every import counts, also those inside functions: an import deferred to call time still ties the two
-modules together, it only hides the cycle from the interpreter.
+modules together, it only hides the cycle from the interpreter. Imports under ``if TYPE_CHECKING:`` do not
+count: they exist for annotations and never run.
 """
 
 from __future__ import annotations
@@ -19,13 +20,22 @@ def _module_name(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (imports for annotations only never run)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            skipped.update(id(n) for child in node.body for n in ast.walk(child))
+    return [n for n in ast.walk(tree) if id(n) not in skipped]
+
+
 def import_graph() -> dict[str, set[str]]:
     """Module -> the edgetorch modules it imports (``from pkg import sub`` counts as importing ``pkg.sub``)."""
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in files}
     for name, path in files.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from edgetorch.backends.xnnpack.operators import VISITORS, result_node
 from edgetorch.backends.xnnpack.preprocess import XnnpackBackend
-from edgetorch.backends.xnnpack.serialize import VISITORS, constant_placeholders, result_node
+from edgetorch.backends.xnnpack.serialize import constant_placeholders
 from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from edgetorch.exir.dialects._ops import to_aten
