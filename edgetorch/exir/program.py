@@ -114,13 +114,41 @@ def rebuild_program(program: ExportedProgram, graph_module: torch.fx.GraphModule
 
 
 def _assign_debug_handles(graph_module: torch.fx.GraphModule) -> None:
-    """Give every call_function node lacking one a ``meta["debug_handle"]`` (ints from 1)."""
-    nodes = [n for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
-    last = max((n.meta.get("debug_handle", 0) for n in nodes), default=0)
+    """Give every node but placeholders and outputs a ``meta["debug_handle"]``, numbered as ExecuTorch numbers them.
+
+    Nodes that come from the same node of the user's exported graph (their oldest ``from_node``
+    ancestor: a ``linear`` decomposed into ``permute_copy`` + ``addmm``) share one handle; handles
+    count up from 1 in graph order, top graph first, then subgraphs. Nodes that already carry a
+    handle keep it, so a later pass only numbers the nodes it added (after the largest handle).
+    """
+    graphs = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+    nodes = [n for m in graphs for n in m.graph.nodes if n.op not in ("placeholder", "output")]
+    by_origin: dict[str, int] = {}
     for node in nodes:
-        if node.op == "call_function" and "debug_handle" not in node.meta:
+        handle, origin = node.meta.get("debug_handle"), _origin(node)
+        if handle is not None and origin is not None:
+            by_origin.setdefault(origin, handle)
+    last = max((n.meta.get("debug_handle") or 0 for n in nodes), default=0)
+    for node in nodes:
+        if node.meta.get("debug_handle") is not None:
+            continue
+        origin = _origin(node)
+        if origin is None or origin not in by_origin:
             last += 1
-            node.meta["debug_handle"] = last
+            if origin is not None:
+                by_origin[origin] = last
+        node.meta["debug_handle"] = by_origin[origin] if origin is not None else last
+
+
+def _origin(node: torch.fx.Node) -> str | None:
+    """The node of the user's exported graph that ``node`` was made from (name and graph id), if recorded."""
+    sources = node.meta.get("from_node")
+    if not sources:
+        return None
+    source = sources[-1]
+    while source.from_node:
+        source = source.from_node[-1]
+    return f"{source.name}.{source.graph_id}"
 
 
 def lower_to_edge(
