@@ -1,1 +1,10 @@
-"""Developer tools: checking and inspecting what the compiler and the runtime do. May import every package."""
+"""Developer tools: checking and inspecting what the compiler and the runtime do. May import every package.
+
+ExecuTorch's names: ``generate_etrecord``, ``parse_etrecord``, ``ETRecord`` (built in
+:mod:`edgetorch.exir.etrecord`), ``ETDumpGen`` (the runtime's tracer) and ``Inspector``.
+"""
+
+from edgetorch.exir.etrecord import ETRecord, generate_etrecord, parse_etrecord
+from edgetorch.runtime.etdump import ETDumpGen, EventTracerDebugLogLevel
+
+__all__ = ["ETDumpGen", "ETRecord", "EventTracerDebugLogLevel", "generate_etrecord", "parse_etrecord"]

@@ -177,19 +177,35 @@ def to_edge(
     programs: ExportedProgram | Mapping[str, ExportedProgram],
     constant_methods: Mapping[str, Any] | None = None,
     compile_config: EdgeCompileConfig | None = None,
+    generate_etrecord: bool = False,
 ) -> EdgeProgramManager:
     """Lower exported programs to the Edge dialect.
 
     ``programs`` is one ExportedProgram (the method "forward") or a dict of
     method name -> ExportedProgram. ``constant_methods`` maps extra method
     names to the constant each returns (config values stored in the program).
+    ``generate_etrecord``: record what the Inspector needs; after ``to_executorch()``
+    its ``get_etrecord()`` returns the ETRecord.
     """
     if isinstance(constant_methods, EdgeCompileConfig):
         raise TypeError("to_edge's second argument is constant_methods; pass the config as compile_config=...")
     config = compile_config or EdgeCompileConfig()
     named = {"forward": programs} if isinstance(programs, ExportedProgram) else dict(programs)
     edge = {name: lower_to_edge(program, config) for name, program in named.items()}
-    return EdgeProgramManager(edge, constant_methods, config)
+    manager = EdgeProgramManager(edge, constant_methods, config)
+    return _start_etrecord(manager, programs) if generate_etrecord else manager
+
+
+def _start_etrecord(manager: EdgeProgramManager, programs: Any) -> EdgeProgramManager:
+    """Record the exported program and a copy of the Edge programs (to_executorch changes the originals)."""
+    from edgetorch.exir.etrecord import ETRecord
+
+    record = ETRecord()
+    if isinstance(programs, ExportedProgram):
+        record.add_exported_program(programs)
+    record.add_edge_dialect_program(copy.deepcopy(manager._edge_programs))
+    manager._etrecord = record
+    return manager
 
 
 class EdgeProgramManager:
@@ -207,6 +223,7 @@ class EdgeProgramManager:
         self._edge_programs = dict(edge_programs)
         self._constant_methods = dict(constant_methods or {})
         self.compile_config = compile_config or EdgeCompileConfig()
+        self._etrecord: Any = None
 
     @property
     def methods(self) -> set[str]:
@@ -253,7 +270,18 @@ class EdgeProgramManager:
         from edgetorch.exir.to_executorch import ExecutorchProgramManager
 
         # ExecutorchProgramManager copies each program before changing it; this manager stays as it is.
-        return ExecutorchProgramManager(dict(self._edge_programs), dict(self._constant_methods), config)
+        program = ExecutorchProgramManager(dict(self._edge_programs), dict(self._constant_methods), config)
+        if self._etrecord is not None:
+            record = copy.copy(self._etrecord)
+            record.add_executorch_program(program)
+            program._etrecord = record
+        return program
+
+    def get_etrecord(self) -> Any:
+        """The ETRecord begun by ``generate_etrecord=True`` (complete only on the executorch manager)."""
+        if self._etrecord is None:
+            raise RuntimeError("ETRecord was not generated; pass generate_etrecord=True to to_edge")
+        return self._etrecord
 
 
 def _apply(program: ExportedProgram, passes: Any, config: EdgeCompileConfig) -> ExportedProgram:
@@ -277,8 +305,11 @@ def to_edge_transform_and_lower(
     partitioner: Sequence[PartitionerArg] | Mapping[str, Sequence[PartitionerArg]] | None = None,
     constant_methods: Mapping[str, Any] | None = None,
     compile_config: EdgeCompileConfig | None = None,
+    generate_etrecord: bool = False,
 ) -> EdgeProgramManager:
     """Lower exported programs to Edge, run ``transform_passes``, then delegate with each partitioner in order.
+
+    ``generate_etrecord`` as in :func:`to_edge` (the recorded Edge programs are the lowered ones).
 
     ``partitioner`` is a list applied to every method or a dict method -> list.
     Ops a partitioner names in ``ops_to_not_decompose`` reach it undecomposed.
@@ -296,7 +327,7 @@ def to_edge_transform_and_lower(
     rounds = max((len(p) for p in per_method.values()), default=0)
     for i in range(rounds):
         manager = edge_manager_to_backend(manager, {n: p[i] for n, p in per_method.items() if i < len(p)})
-    return manager
+    return _start_etrecord(manager, programs) if generate_etrecord else manager
 
 
 def _per_method(

@@ -93,11 +93,18 @@ class ExecutorchProgramManager:
         self.delegate_map = {name: e.delegate_map for name, e in emitters.items()}
         self.instruction_id_to_num_outs_map = {name: e.instruction_id_to_num_outs_map for name, e in emitters.items()}
         self._buffer: bytes | None = None
+        self._etrecord: Any = None
         self._data_files: dict[str, bytes] | None = None
 
     @property
     def methods(self) -> set[str]:
         return set(self._programs)
+
+    def get_etrecord(self) -> Any:
+        """The ETRecord of ``to_edge(..., generate_etrecord=True)``, with this program's instruction maps."""
+        if self._etrecord is None:
+            raise RuntimeError("ETRecord was not generated; pass generate_etrecord=True to to_edge")
+        return self._etrecord
 
     @property
     def config_methods(self) -> set[str]:

@@ -27,9 +27,9 @@ _ET_RUN = textwrap.dedent(
 )
 
 
-def lower_edgetorch(model: torch.nn.Module, args: tuple):
+def lower_edgetorch(model: torch.nn.Module, args: tuple, generate_etrecord: bool = False):
     """(edge manager, executorch manager) from edgetorch."""
-    edge = to_edge(torch.export.export(model, args))
+    edge = to_edge(torch.export.export(model, args), generate_etrecord=generate_etrecord)
     return edge, edge.to_executorch()
 
 
