@@ -4,7 +4,19 @@ ExecuTorch's names: ``generate_etrecord``, ``parse_etrecord``, ``ETRecord`` (bui
 :mod:`edgetorch.exir.etrecord`), ``ETDumpGen`` (the runtime's tracer) and ``Inspector``.
 """
 
+from edgetorch.devtools.inspector import Event, EventBlock, Inspector, PerfData, TimeScale
 from edgetorch.exir.etrecord import ETRecord, generate_etrecord, parse_etrecord
 from edgetorch.runtime.etdump import ETDumpGen, EventTracerDebugLogLevel
 
-__all__ = ["ETDumpGen", "ETRecord", "EventTracerDebugLogLevel", "generate_etrecord", "parse_etrecord"]
+__all__ = [
+    "ETDumpGen",
+    "ETRecord",
+    "Event",
+    "EventBlock",
+    "EventTracerDebugLogLevel",
+    "Inspector",
+    "PerfData",
+    "TimeScale",
+    "generate_etrecord",
+    "parse_etrecord",
+]

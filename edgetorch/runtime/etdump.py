@@ -171,6 +171,10 @@ class ETDumpGen:
 
     def _tensor(self, array: np.ndarray) -> fe.Tensor:
         data = np.ascontiguousarray(array)
+        strides = [s // data.itemsize for s in data.strides] if data.itemsize else [0] * data.ndim
+        scalar = _SCALAR_OF.get(data.dtype, ScalarType.BYTE)
+        if data.nbytes == 0:  # no bytes to keep; ExecuTorch marks it with offset -1
+            return fe.Tensor(scalar_type=scalar, sizes=list(data.shape), strides=strides, offset=-1)
         offset = -len(self._buffer) % _ALIGN + len(self._buffer)
         end = offset + data.nbytes
         if end > self._buffer_size:
@@ -180,8 +184,6 @@ class ETDumpGen:
             )
         self._buffer.extend(bytes(offset - len(self._buffer)))
         self._buffer.extend(data.tobytes())
-        strides = [s // data.itemsize for s in data.strides] if data.itemsize else [0] * data.ndim
-        scalar = _SCALAR_OF.get(data.dtype, ScalarType.BYTE)
         return fe.Tensor(scalar_type=scalar, sizes=list(data.shape), strides=strides, offset=offset)
 
     # ------------------------------------------------------------- results
