@@ -32,7 +32,7 @@ OPERATOR_CALL = "OPERATOR_CALL"
 _NOT_PRINTED = ["raw", "delegate_debug_identifier", "stack_traces", "module_hierarchy", "debug_data"]
 
 
-class TimeScale(str, enum.Enum):
+class TimeScale(enum.StrEnum):
     NS = "ns"
     US = "us"
     MS = "ms"
