@@ -19,6 +19,7 @@ from edgetorch.format.program import ScalarType
 from edgetorch.format.ptd import load_ptd
 from edgetorch.format.pte import FormatError, PteFile, load_pte
 from edgetorch.runtime.backends import BackendRegistry
+from edgetorch.runtime.bundled import bundled_expected_outputs, bundled_inputs, get_program_data, verify_outputs
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.etdump import ETDumpGen, clock_ns
 from edgetorch.runtime.executor import MethodExecutor, op_key
@@ -515,7 +516,7 @@ class Runtime:
             data_files = [*data_files, data_path]
         keepalive, buf = _open(data)
         try:
-            pte = load_pte(buf)
+            pte = load_pte(get_program_data(buf))  # a .bpte runs the program it bundles
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
         if verification is Verification.InternalConsistency:
@@ -612,6 +613,21 @@ class Module:
         if method_name not in self._methods:
             self._methods[method_name] = self.program.load_method(method_name, event_tracer=self._event_tracer)
         return self._methods[method_name]
+
+    def load_bundled_input(self, bundle: Any, method_name: str = "forward", testset_idx: int = 0) -> None:
+        """Stage the inputs of test case ``testset_idx`` of a BundledProgram (as read by
+        ``edgetorch.runtime.bundled.load_bundled_program``) for ``method_name``."""
+        self.set_inputs(method_name, bundled_inputs(bundle, method_name, testset_idx))
+
+    def verify_result_with_bundled_expected_output(
+        self, bundle: Any, method_name: str = "forward", testset_idx: int = 0, rtol: float = 1e-5, atol: float = 1e-8
+    ) -> None:
+        """Check the outputs of the last run of ``method_name`` against test case ``testset_idx``'s expected
+        outputs; raises ``BundledVerificationError`` on a mismatch."""
+        outputs = self.load_method(method_name).outputs()
+        verify_outputs(
+            outputs, bundled_expected_outputs(bundle, method_name, testset_idx), method_name, testset_idx, rtol, atol
+        )
 
     def event_tracer(self) -> ETDumpGen | None:
         """The ETDumpGen given (or made by ``enable_etdump=True``), as ExecuTorch's ``Module::event_tracer()``."""
