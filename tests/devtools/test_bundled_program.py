@@ -109,6 +109,12 @@ _ET_VERIFY = textwrap.dedent(
     for i in range(int(sys.argv[2])):  # loads test case i, runs it and checks the outputs (ExecuTorch 1.5)
         bundle.verify_result_with_bundled_expected_output("forward", i)
     print("verified")
+    wrong = _load_bundled_program_from_buffer(open(sys.argv[3], "rb").read())
+    try:
+        wrong.verify_result_with_bundled_expected_output("forward", 0)
+        print("accepted the wrong expectation")
+    except Exception:
+        print("refused the wrong expectation")
     """
 )
 
@@ -120,21 +126,15 @@ def test_executorch_runtime_verifies_ours_and_ours_verifies_theirs(bundled, tmp_
     from executorch.devtools.bundled_program.serialize import serialize_from_bundled_program_to_flatbuffer as et_ser
     from executorch.exir import to_edge as et_to_edge
 
-    model, inputs, _, _, data = bundled
-    (tmp_path / "ours.bpte").write_bytes(data)
-    run = subprocess.run(
-        [sys.executable, "-c", _ET_VERIFY, str(tmp_path / "ours.bpte"), str(len(inputs))],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0 and "verified" in run.stdout, run.stderr[-2000:]
+    model, inputs, prog, _, data = bundled
     wrong = [MethodTestCase(inputs=x, expected_outputs=(model(*x) + 1,)) for x in inputs[:1]]
-    (tmp_path / "wrong.bpte").write_bytes(
-        serialize_from_bundled_program_to_flatbuffer(BundledProgram(bundled[2], [MethodTestSuite("forward", wrong)]))
-    )
-    run = subprocess.run([sys.executable, "-c", _ET_VERIFY, str(tmp_path / "wrong.bpte"), "1"], capture_output=True)
-    assert run.returncode != 0 and b"verified" not in run.stdout  # ExecuTorch also refuses a wrong expectation
+    bad = serialize_from_bundled_program_to_flatbuffer(BundledProgram(prog, [MethodTestSuite("forward", wrong)]))
+    (tmp_path / "ours.bpte").write_bytes(data)
+    (tmp_path / "wrong.bpte").write_bytes(bad)
+    args = [str(tmp_path / "ours.bpte"), str(len(inputs)), str(tmp_path / "wrong.bpte")]
+    run = subprocess.run([sys.executable, "-c", _ET_VERIFY, *args], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "verified" in run.stdout and "refused the wrong expectation" in run.stdout, run.stdout
 
     theirs_prog = et_to_edge(torch.export.export(model, tuple(inputs[0]))).to_executorch()
     cases = [ETCase(inputs=x, expected_outputs=(model(*x),)) for x in inputs[:3]]

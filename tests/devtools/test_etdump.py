@@ -10,19 +10,6 @@ from edgetorch.errors import ExecutionError
 from edgetorch.format.etdump import ValueType, deserialize_etdump, serialize_etdump
 from edgetorch.runtime import Module, Runtime
 from edgetorch.runtime.etdump import ETDumpGen, EventTracerDebugLogLevel
-from tests.devtools.helpers import lower_edgetorch, run_edgetorch, run_executorch
-from tests.devtools.models import tinynet
-
-
-@pytest.fixture(scope="module")
-def traced(tmp_path_factory):
-    """TinyNet lowered by edgetorch, run 3 times by each runtime with ETDump and intermediate outputs."""
-    tmp = tmp_path_factory.mktemp("etdump")
-    model, args = tinynet()
-    _, prog = lower_edgetorch(model, args)
-    ours = run_edgetorch(prog.buffer, args, tmp, runs=3)
-    theirs = run_executorch(prog.buffer, args, tmp, runs=3)
-    return model, args, prog, ours, theirs
 
 
 def _inspector(paths):
@@ -37,7 +24,7 @@ def _ops(inspector) -> dict[int, object]:
 
 
 def test_executorch_inspector_reads_our_etdump(traced):
-    model, args, prog, ours, _ = traced
+    model, args, prog, _, ours, _ = traced
     inspector = _inspector(ours)
     (block,) = [b for b in inspector.event_blocks if b.name == "Execute"]  # 3 identical runs: one block
     names = [e.name for e in block.events]

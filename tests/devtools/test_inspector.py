@@ -9,22 +9,6 @@ import torch
 
 from edgetorch.devtools import Inspector, TimeScale, parse_etrecord
 from edgetorch.devtools.numerical_comparator import L1Comparator, MSEComparator, NumericalComparatorBase, SNRComparator
-from tests.devtools.helpers import lower_edgetorch, run_edgetorch, run_executorch
-from tests.devtools.models import tinynet
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    """TinyNet: our ETRecord (with representative inputs), our ETDump and ExecuTorch's ETDump of the same .pte."""
-    tmp = tmp_path_factory.mktemp("inspector")
-    model, args = tinynet()
-    edge, prog = lower_edgetorch(model, args, generate_etrecord=True)
-    record = prog.get_etrecord()
-    record.update_representative_inputs([list(args)])
-    record.save(tmp / "etrecord.bin")
-    ours = run_edgetorch(prog.buffer, args, tmp, runs=3)
-    theirs = run_executorch(prog.buffer, args, tmp, runs=3)
-    return model, args, tmp / "etrecord.bin", ours, theirs
 
 
 def _pair(etdump, etrecord):
@@ -47,8 +31,8 @@ def _summary(inspector) -> list[tuple]:
 
 
 @pytest.mark.parametrize("which", ["edgetorch", "executorch"])
-def test_same_events_as_executorch_inspector(files, which):
-    model, args, etrecord, ours, theirs = files
+def test_same_events_as_executorch_inspector(traced, which):
+    model, args, _, etrecord, ours, theirs = traced
     mine, reference = _pair(ours if which == "edgetorch" else theirs, etrecord)
     got, want = _summary(mine), _summary(reference)
     assert got == want and len(got) > 10
@@ -64,8 +48,8 @@ def test_same_events_as_executorch_inspector(files, which):
     torch.testing.assert_close(mine.event_blocks[-1].run_output[0], model(*args))
 
 
-def test_tables_and_module_totals(files):
-    model, args, etrecord, ours, _ = files
+def test_tables_and_module_totals(traced):
+    _, _, _, etrecord, ours, _ = traced
     mine, reference = _pair(ours, etrecord)
     df = mine.to_dataframe()
     assert {"event_block_name", "event_name", "p50 (ms)", "op_types", "is_delegated_op"} <= set(df.columns)
@@ -90,8 +74,8 @@ def test_tables_and_module_totals(files):
     assert mine.get_op_list()[0] == "aten.convolution.default"
 
 
-def test_numeric_gap_is_zero_for_fp32(files):
-    _, _, etrecord, ours, _ = files
+def test_numeric_gap_is_zero_for_fp32(traced):
+    _, _, _, etrecord, ours, _ = traced
     mine, _ = _pair(ours, etrecord)
     df = mine.calculate_numeric_gap("L1")
     assert list(df.columns) == [
@@ -113,8 +97,8 @@ def test_numeric_gap_is_zero_for_fp32(files):
         mine.calculate_numeric_gap("foo")
 
 
-def test_constructor_errors_and_no_etrecord(files, recwarn):
-    _, _, etrecord, ours, _ = files
+def test_constructor_errors_and_no_etrecord(traced, recwarn):
+    _, _, _, etrecord, ours, _ = traced
     plain = Inspector(etdump_path=str(ours[0]))
     assert any("Output Buffer not found" in str(w.message) for w in recwarn.list)
     assert plain.find_total_for_module("conv") == 0.0 and plain.get_exported_program() is None
