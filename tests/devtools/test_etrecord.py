@@ -90,3 +90,19 @@ def test_generate_etrecord_round_trip_and_errors(tmp_path):
         z.writestr("debug_handle_map", "{}")
     with pytest.raises(RuntimeError, match="ETRecord identifier missing"):
         parse_etrecord(tmp_path / "bare.zip")
+
+
+def test_etrecord_from_a_bundled_program_records_inputs_and_reference_outputs(tmp_path):
+    from executorch.devtools import parse_etrecord as et_parse
+
+    from edgetorch.devtools.bundled_program import BundledProgram, MethodTestCase, MethodTestSuite
+
+    model, args = mixed()
+    edge = to_edge(torch.export.export(model, args))
+    kept = copy.deepcopy(edge)
+    cases = [MethodTestCase(inputs=[x], expected_outputs=(model(x),)) for x in (args[0], 2 * args[0], -args[0])]
+    bundled = BundledProgram(edge.to_executorch(), [MethodTestSuite("forward", cases)])
+    generate_etrecord(tmp_path / "r.bin", kept, bundled)
+    for record in (parse_etrecord(tmp_path / "r.bin"), et_parse(str(tmp_path / "r.bin"))):
+        assert len(record._reference_outputs["forward"]) == 3 and len(record._representative_inputs) == 3
+        torch.testing.assert_close(record._reference_outputs["forward"][1][0], model(2 * args[0]))
