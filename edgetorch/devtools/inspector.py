@@ -329,7 +329,7 @@ class Inspector:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def print_data_tabular(
-        self, file: IO[str] = sys.stdout, include_units: bool = True, include_delegate_debug_data: bool = False
+        self, file: IO[str] | None = None, include_units: bool = True, include_delegate_debug_data: bool = False
     ) -> None:
         """Print the events as a table (without OPERATOR_CALL rows, raw samples, traces and tensors)."""
         from tabulate import tabulate
@@ -337,7 +337,7 @@ class Inspector:
         df = self.to_dataframe(include_units, include_delegate_debug_data)
         if len(df):
             df = df[df.event_name != OPERATOR_CALL].drop(columns=_NOT_PRINTED)
-        print(tabulate(df, headers="keys", tablefmt="fancy_grid"), file=file)
+        print(tabulate(df, headers="keys", tablefmt="fancy_grid"), file=file or sys.stdout)
 
     def save_data_to_tsv(
         self, file: IO[str], include_units: bool = True, include_delegate_debug_data: bool = False
