@@ -317,7 +317,12 @@ class Inspector:
         program = self.get_exported_program()
         if program is None:
             return []
-        return [n for n in program.graph.nodes if n.op == "call_function"]
+        graphs = [program.graph]
+        for module in program.graph_module.children():  # delegates: the Edge nodes they took over
+            original = getattr(module, "original_module", None)
+            if original is not None:
+                graphs.append(original.graph)
+        return [n for g in graphs for n in g.nodes if n.op == "call_function"]
 
     # ------------------------------------------------------------------ views
 

@@ -212,6 +212,11 @@ class ETDumpGen:
 _ACTIVE: list[ETDumpGen] = []
 
 
+def tracing() -> bool:
+    """Whether a run traced into an ETDump is under way (delegates log their own events only then)."""
+    return bool(_ACTIVE)
+
+
 def clock_ns() -> int:
     """The tick ETDump events are stamped with: a monotonic clock in nanoseconds."""
     return time.perf_counter_ns()
