@@ -309,7 +309,8 @@ def to_edge_transform_and_lower(
 ) -> EdgeProgramManager:
     """Lower exported programs to Edge, run ``transform_passes``, then delegate with each partitioner in order.
 
-    ``generate_etrecord`` as in :func:`to_edge` (the recorded Edge programs are the lowered ones).
+    ``generate_etrecord`` as in :func:`to_edge` (it records the Edge programs before delegation, as ExecuTorch
+    does: the delegate maps name their nodes).
 
     ``partitioner`` is a list applied to every method or a dict method -> list.
     Ops a partitioner names in ``ops_to_not_decompose`` reach it undecomposed.
@@ -324,10 +325,13 @@ def to_edge_transform_and_lower(
     manager = EdgeProgramManager(edge, constant_methods, config)
     if transform_passes:
         manager = manager.transform(transform_passes)
+    # As ExecuTorch records it: the Edge programs before delegation, whose nodes the delegate maps name.
+    record = _start_etrecord(manager, programs)._etrecord if generate_etrecord else None
     rounds = max((len(p) for p in per_method.values()), default=0)
     for i in range(rounds):
         manager = edge_manager_to_backend(manager, {n: p[i] for n, p in per_method.items() if i < len(p)})
-    return _start_etrecord(manager, programs) if generate_etrecord else manager
+    manager._etrecord = record
+    return manager
 
 
 def _per_method(

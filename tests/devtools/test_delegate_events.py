@@ -19,7 +19,8 @@ def test_xnnpack_node_events_reach_both_inspectors(tmp_path):
     edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], generate_etrecord=True)
     prog = edge.to_executorch()
     etdump, buffer = run_edgetorch(prog.buffer, args, tmp_path, runs=2)
-    ours = Inspector(etdump_path=str(etdump), etrecord=prog.get_etrecord(), debug_buffer_path=str(buffer))
+    prog.get_etrecord().save(tmp_path / "etrecord.bin")
+    ours = Inspector(etdump_path=str(etdump), etrecord=str(tmp_path / "etrecord.bin"), debug_buffer_path=str(buffer))
     (block,) = [b for b in ours.event_blocks if b.name == "Execute"]
     delegated = [e for e in block.events if e.is_delegated_op]
     assert delegated and all(e.delegate_backend_name == "XnnpackBackend" for e in delegated)
@@ -30,8 +31,15 @@ def test_xnnpack_node_events_reach_both_inspectors(tmp_path):
     assert {e.delegate_debug_identifier for e in delegated} == set(delegate_map)
     torch.testing.assert_close(block.run_output[0], model(*args), rtol=1e-4, atol=1e-4)
 
-    theirs = ETInspector(etdump_path=str(etdump), debug_buffer_path=str(buffer))
+    theirs = ETInspector(
+        etdump_path=str(etdump), etrecord=str(tmp_path / "etrecord.bin"), debug_buffer_path=str(buffer)
+    )
     (block,) = [b for b in theirs.event_blocks if b.name == "Execute"]
-    assert sorted(e.delegate_debug_identifier for e in block.events if e.is_delegated_op) == sorted(
-        e.delegate_debug_identifier for e in delegated
+    reference = sorted(
+        (e.delegate_debug_identifier, e.delegate_backend_name, tuple(e.op_types))
+        for e in block.events
+        if e.is_delegated_op
+    )
+    assert reference == sorted(
+        (e.delegate_debug_identifier, e.delegate_backend_name, tuple(e.op_types)) for e in delegated
     )
