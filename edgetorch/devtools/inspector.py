@@ -481,4 +481,45 @@ def _is_output(d: fe.DebugEvent) -> bool:
     return d.debug_entry is not None and d.debug_entry.output is not None and bool(d.debug_entry.output.bool_val)
 
 
-__all__ = ["Event", "EventBlock", "Inspector", "PerfData", "TimeScale"]
+def compare_results(
+    reference_output: Sequence[Any], run_output: Sequence[Any], metrics: list[str] | None = None, plot: bool = False
+) -> dict[str, list[float]]:
+    """Quality of each runtime output against its reference: ``snr`` (dB), ``mse``, ``cosine_similarity``.
+
+    Returns metric -> one value per output pair, and prints them as a table (``plot=True`` also saves a
+    bar chart per metric to ``compare_results_<metric>.png`` when matplotlib is installed).
+    """
+    from edgetorch.devtools.numerical_comparator import MSEComparator, SNRComparator
+
+    def cosine(a: Any, b: Any) -> float:
+        x, y = (torch.as_tensor(t).double().flatten() for t in (a, b))
+        return float(torch.nn.functional.cosine_similarity(x, y, dim=0))
+
+    functions = {"snr": SNRComparator().compare, "mse": MSEComparator().compare, "cosine_similarity": cosine}
+    chosen = metrics or list(functions)
+    unknown = set(chosen) - set(functions)
+    if unknown:
+        raise ValueError(f"unknown metrics {sorted(unknown)}; choose from {sorted(functions)}")
+    pairs = list(zip(reference_output, run_output))
+    results = {m: [functions[m](ref, got) for ref, got in pairs] for m in chosen}
+    for metric, values in results.items():
+        print(f"{metric}: " + ", ".join(f"{v:.6g}" for v in values))
+    if plot:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return results
+        for metric, values in results.items():
+            fig, ax = plt.subplots()
+            ax.bar(range(len(values)), values)
+            ax.set_xlabel("output")
+            ax.set_ylabel(metric)
+            fig.savefig(f"compare_results_{metric}.png")
+            plt.close(fig)
+    return results
+
+
+__all__ = ["Event", "EventBlock", "Inspector", "PerfData", "TimeScale", "compare_results"]

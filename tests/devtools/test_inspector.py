@@ -128,3 +128,17 @@ def test_comparators():
 def _without_inputs(record):
     record._representative_inputs = None
     return record
+
+
+def test_compare_results(tmp_path, monkeypatch, capsys):
+    from edgetorch.devtools.inspector import compare_results
+
+    ref = [torch.randn(3, 4), torch.randn(5)]
+    same = compare_results(ref, ref)
+    assert set(same) == {"snr", "mse", "cosine_similarity"} and same["mse"] == [0.0, 0.0]
+    assert same["cosine_similarity"] == pytest.approx([1.0, 1.0])
+    noisy = compare_results(ref, [r + 0.1 for r in ref], metrics=["mse"])
+    assert noisy["mse"] == pytest.approx([0.01, 0.01])
+    monkeypatch.chdir(tmp_path)
+    assert compare_results(ref, ref, plot=True)["mse"] == [0.0, 0.0]
+    assert "mse" in capsys.readouterr().out
