@@ -58,13 +58,13 @@ OUT_OF_SCOPE = {
             "their compilers and runtimes need vendor SDKs and devices; edgetorch ships XNNPACK",
         ),
     ),
-    **dict.fromkeys(
-        ["executorch.devtools", "executorch.export", "executorch.util.activation_memory_profiler"],
-        (
-            "later issue: developer tools",
-            "ETRecord, ETDump, Inspector, BundledProgram, memory-plan views, and the export recipes the ETRecord page "
-            "shows with them",
-        ),
+    "executorch.export": (
+        "export recipes",
+        "ExportRecipe/export() are ExecuTorch's newer one-call export API over the same pipeline; not built yet",
+    ),
+    "executorch.util.activation_memory_profiler": (
+        "memory-plan views",
+        "generate_memory_trace writes a Chrome trace of the memory plan (issue 12, item 6); not built yet",
     ),
     "executorch.extension.llm": ("later issue: LLM extension", "export_llm, runners and tokenizers"),
 }

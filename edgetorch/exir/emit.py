@@ -161,7 +161,11 @@ class MethodEmitter:
         self.instructions: list[Instruction] = []
         self.operators: list[Operator] = []
         self.delegates: list[BackendDelegate] = []
-        self.debug_handles: list[str | None] = []
+        # As ExecuTorch's emitter writes them: instruction -> the Edge node's debug handle (a delegate
+        # call: the handles of every node it consumed), delegate instruction -> backend and its map.
+        self.debug_handle_map: dict[int, int | list[int]] = {}
+        self.delegate_map: dict[int, dict[str, Any]] = {}
+        self.instruction_id_to_num_outs_map: dict[int, int] = {}
         self.stacktraces: list[FrameList] = []
         self._operator_index: dict[tuple[str, str], int] = {}
         self._spec_ids: dict[int, int] = {}
@@ -341,7 +345,9 @@ class MethodEmitter:
 
     def _append(self, instruction: Any, node: torch.fx.Node | None) -> int:
         self.instructions.append(Instruction(instruction))
-        self.debug_handles.append(node.name if node is not None else None)
+        handle = node.meta.get("debug_handle") if node is not None else None
+        if handle is not None:
+            self.debug_handle_map[len(self.instructions) - 1] = handle
         self.stacktraces.append(_frames(node.meta.get("stack_trace") if node is not None else None))
         return len(self.instructions) - 1
 
@@ -424,7 +430,16 @@ class MethodEmitter:
             )
         )
         ids = [self._arg(a, None) for a in inputs] + [o.id for o in outs]
-        self._append(DelegateCall(delegate_index=len(self.delegates) - 1, args=ids), node)
+        pc = self._append(DelegateCall(delegate_index=len(self.delegates) - 1, args=ids), node)
+        original = getattr(lowered, "original_module", None)
+        nodes = original.graph.nodes if original is not None else ()
+        consumed = [n.meta["debug_handle"] for n in nodes if n.op == "call_function" and "debug_handle" in n.meta]
+        self.debug_handle_map[pc] = consumed
+        self.instruction_id_to_num_outs_map[pc] = len(outs)
+        self.delegate_map[pc] = {
+            "name": lowered.backend_id,
+            "delegate_map": getattr(lowered, "meta", {}).get("debug_handle_map") or {},
+        }
         return result
 
 

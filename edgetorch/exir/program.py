@@ -114,13 +114,41 @@ def rebuild_program(program: ExportedProgram, graph_module: torch.fx.GraphModule
 
 
 def _assign_debug_handles(graph_module: torch.fx.GraphModule) -> None:
-    """Give every call_function node lacking one a ``meta["debug_handle"]`` (ints from 1)."""
-    nodes = [n for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
-    last = max((n.meta.get("debug_handle", 0) for n in nodes), default=0)
+    """Give every node but placeholders and outputs a ``meta["debug_handle"]``, numbered as ExecuTorch numbers them.
+
+    Nodes that come from the same node of the user's exported graph (their oldest ``from_node``
+    ancestor: a ``linear`` decomposed into ``permute_copy`` + ``addmm``) share one handle; handles
+    count up from 1 in graph order, top graph first, then subgraphs. Nodes that already carry a
+    handle keep it, so a later pass only numbers the nodes it added (after the largest handle).
+    """
+    graphs = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+    nodes = [n for m in graphs for n in m.graph.nodes if n.op not in ("placeholder", "output")]
+    by_origin: dict[str, int] = {}
     for node in nodes:
-        if node.op == "call_function" and "debug_handle" not in node.meta:
+        handle, origin = node.meta.get("debug_handle"), _origin(node)
+        if handle is not None and origin is not None:
+            by_origin.setdefault(origin, handle)
+    last = max((n.meta.get("debug_handle") or 0 for n in nodes), default=0)
+    for node in nodes:
+        if node.meta.get("debug_handle") is not None:
+            continue
+        origin = _origin(node)
+        if origin is None or origin not in by_origin:
             last += 1
-            node.meta["debug_handle"] = last
+            if origin is not None:
+                by_origin[origin] = last
+        node.meta["debug_handle"] = by_origin[origin] if origin is not None else last
+
+
+def _origin(node: torch.fx.Node) -> str | None:
+    """The node of the user's exported graph that ``node`` was made from (name and graph id), if recorded."""
+    sources = node.meta.get("from_node")
+    if not sources:
+        return None
+    source = sources[-1]
+    while source.from_node:
+        source = source.from_node[-1]
+    return f"{source.name}.{source.graph_id}"
 
 
 def lower_to_edge(
@@ -149,19 +177,35 @@ def to_edge(
     programs: ExportedProgram | Mapping[str, ExportedProgram],
     constant_methods: Mapping[str, Any] | None = None,
     compile_config: EdgeCompileConfig | None = None,
+    generate_etrecord: bool = False,
 ) -> EdgeProgramManager:
     """Lower exported programs to the Edge dialect.
 
     ``programs`` is one ExportedProgram (the method "forward") or a dict of
     method name -> ExportedProgram. ``constant_methods`` maps extra method
     names to the constant each returns (config values stored in the program).
+    ``generate_etrecord``: record what the Inspector needs; after ``to_executorch()``
+    its ``get_etrecord()`` returns the ETRecord.
     """
     if isinstance(constant_methods, EdgeCompileConfig):
         raise TypeError("to_edge's second argument is constant_methods; pass the config as compile_config=...")
     config = compile_config or EdgeCompileConfig()
     named = {"forward": programs} if isinstance(programs, ExportedProgram) else dict(programs)
     edge = {name: lower_to_edge(program, config) for name, program in named.items()}
-    return EdgeProgramManager(edge, constant_methods, config)
+    manager = EdgeProgramManager(edge, constant_methods, config)
+    return _start_etrecord(manager, programs) if generate_etrecord else manager
+
+
+def _start_etrecord(manager: EdgeProgramManager, programs: Any) -> EdgeProgramManager:
+    """Record the exported program and a copy of the Edge programs (to_executorch changes the originals)."""
+    from edgetorch.exir.etrecord import ETRecord
+
+    record = ETRecord()
+    if isinstance(programs, ExportedProgram):
+        record.add_exported_program(programs)
+    record.add_edge_dialect_program(copy.deepcopy(manager._edge_programs))
+    manager._etrecord = record
+    return manager
 
 
 class EdgeProgramManager:
@@ -179,6 +223,7 @@ class EdgeProgramManager:
         self._edge_programs = dict(edge_programs)
         self._constant_methods = dict(constant_methods or {})
         self.compile_config = compile_config or EdgeCompileConfig()
+        self._etrecord: Any = None
 
     @property
     def methods(self) -> set[str]:
@@ -225,7 +270,18 @@ class EdgeProgramManager:
         from edgetorch.exir.to_executorch import ExecutorchProgramManager
 
         # ExecutorchProgramManager copies each program before changing it; this manager stays as it is.
-        return ExecutorchProgramManager(dict(self._edge_programs), dict(self._constant_methods), config)
+        program = ExecutorchProgramManager(dict(self._edge_programs), dict(self._constant_methods), config)
+        if self._etrecord is not None:
+            record = copy.copy(self._etrecord)
+            record.add_executorch_program(program)
+            program._etrecord = record
+        return program
+
+    def get_etrecord(self) -> Any:
+        """The ETRecord begun by ``generate_etrecord=True`` (complete only on the executorch manager)."""
+        if self._etrecord is None:
+            raise RuntimeError("ETRecord was not generated; pass generate_etrecord=True to to_edge")
+        return self._etrecord
 
 
 def _apply(program: ExportedProgram, passes: Any, config: EdgeCompileConfig) -> ExportedProgram:
@@ -249,8 +305,12 @@ def to_edge_transform_and_lower(
     partitioner: Sequence[PartitionerArg] | Mapping[str, Sequence[PartitionerArg]] | None = None,
     constant_methods: Mapping[str, Any] | None = None,
     compile_config: EdgeCompileConfig | None = None,
+    generate_etrecord: bool = False,
 ) -> EdgeProgramManager:
     """Lower exported programs to Edge, run ``transform_passes``, then delegate with each partitioner in order.
+
+    ``generate_etrecord`` as in :func:`to_edge` (it records the Edge programs before delegation, as ExecuTorch
+    does: the delegate maps name their nodes).
 
     ``partitioner`` is a list applied to every method or a dict method -> list.
     Ops a partitioner names in ``ops_to_not_decompose`` reach it undecomposed.
@@ -265,9 +325,12 @@ def to_edge_transform_and_lower(
     manager = EdgeProgramManager(edge, constant_methods, config)
     if transform_passes:
         manager = manager.transform(transform_passes)
+    # As ExecuTorch records it: the Edge programs before delegation, whose nodes the delegate maps name.
+    record = _start_etrecord(manager, programs)._etrecord if generate_etrecord else None
     rounds = max((len(p) for p in per_method.values()), default=0)
     for i in range(rounds):
         manager = edge_manager_to_backend(manager, {n: p[i] for n, p in per_method.items() if i < len(p)})
+    manager._etrecord = record
     return manager
 
 

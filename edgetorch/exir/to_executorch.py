@@ -90,13 +90,23 @@ class ExecutorchProgramManager:
         self._constant_methods = dict(constant_methods or {})
         self.memory_plans: dict[str, MemoryPlan] = {}
         self._programs = {name: self._lower(name, ep) for name, ep in edge_programs.items()}
-        self._program, self._segments, self.debug_handle_map, self._external_data = self._emit()
+        self._program, self._segments, emitters, self._external_data = self._emit()
+        self.debug_handle_map = {name: e.debug_handle_map for name, e in emitters.items()}
+        self.delegate_map = {name: e.delegate_map for name, e in emitters.items()}
+        self.instruction_id_to_num_outs_map = {name: e.instruction_id_to_num_outs_map for name, e in emitters.items()}
         self._buffer: bytes | None = None
+        self._etrecord: Any = None
         self._data_files: dict[str, bytes] | None = None
 
     @property
     def methods(self) -> set[str]:
         return set(self._programs)
+
+    def get_etrecord(self) -> Any:
+        """The ETRecord of ``to_edge(..., generate_etrecord=True)``, with this program's instruction maps."""
+        if self._etrecord is None:
+            raise RuntimeError("ETRecord was not generated; pass generate_etrecord=True to to_edge")
+        return self._etrecord
 
     @property
     def config_methods(self) -> set[str]:
@@ -180,14 +190,14 @@ class ExecutorchProgramManager:
         self.memory_plans[name] = planner.plan
         return ep
 
-    def _emit(self) -> tuple[Program, list[bytes], dict[str, list[str | None]], NamedDataStoreOutput]:
+    def _emit(self) -> tuple[Program, list[bytes], dict[str, MethodEmitter], NamedDataStoreOutput]:
         config = self._config
         data = ProgramData(config.constant_tensor_alignment or 16, config.extract_delegate_segments)
         plans, debug = [], {}
         for name, ep in self._programs.items():
             emitter = MethodEmitter(name, ep, data, config.emit_stacktrace)
             plans.append(emitter.emit())
-            debug[name] = emitter.debug_handles
+            debug[name] = emitter
         constant_methods = {**training_metadata(self._programs), **self._constant_methods}
         plans += [emit_constant_method(name, value, data) for name, value in constant_methods.items()]
         constants, offsets = data.constant_segment()

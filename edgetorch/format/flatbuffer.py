@@ -180,9 +180,18 @@ def _to_enum(enum: type | None, v: Any) -> Any:
         raise FlatbufferError(f"value {v} is not a valid {enum.__name__}") from None
 
 
-def decode(data: bytes | memoryview, root: type, file_identifier: bytes | None = None) -> Any:
-    """Read a flatbuffer whose root table is ``root``; byte vectors stay views of ``data``."""
+def decode(
+    data: bytes | memoryview, root: type, file_identifier: bytes | None = None, size_prefixed: bool = False
+) -> Any:
+    """Read a flatbuffer whose root table is ``root``; byte vectors stay views of ``data``.
+
+    ``size_prefixed``: the buffer starts with its length as a uint32 (as flatcc's runtimes write ETDump).
+    """
     buf = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
+    if size_prefixed:
+        if len(buf) < 4 or struct.unpack_from("<I", buf, 0)[0] > len(buf) - 4:
+            raise FlatbufferError("the size prefix is missing or larger than the buffer")
+        buf = buf[4 : 4 + struct.unpack_from("<I", buf, 0)[0]]
     if len(buf) < 8:
         raise FlatbufferError(f"expected at least 8 bytes for a flatbuffer, found {len(buf)}")
     if file_identifier is not None and bytes(buf[4:8]) != file_identifier:
@@ -252,13 +261,29 @@ class _Writer:
                 if v is None:
                     continue
                 prepend = getattr(b, _PREPEND[kind.fmt] + "Slot")
-                value = float(v) if kind.fmt in "fd" else (bool(v) if kind is BOOL else int(v))
-                prepend(slot, value, 0.0 if kind.fmt in "fd" else (False if kind is BOOL else 0))
+                value, default = (_scalar(kind, x) for x in (v, _defaults(type(obj))[name]))
+                prepend(slot, value, default)  # a value equal to the schema default is left out, as flatc does
             elif name in children:
                 if isinstance(kind, Union):
                     b.PrependUint8Slot(slot - 1, _union_tag(kind, v), 0)
                 b.PrependUOffsetTRelativeSlot(slot, children[name], 0)
         return b.EndObject()
+
+
+def _scalar(kind: Scalar, v: Any) -> Any:
+    return float(v) if kind.fmt in "fd" else (bool(v) if kind is BOOL else int(v))
+
+
+_DEFAULTS: dict[type, dict[str, Any]] = {}
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """Each scalar field's declared default (the schema's default, for example ``-1``), 0 when it has none."""
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        found = {f.name: 0 if f.default in (None, dataclasses.MISSING) else f.default for f in dataclasses.fields(cls)}
+        _DEFAULTS[cls] = found
+    return found
 
 
 def _union_tag(kind: Union, value: Any) -> int:
@@ -268,9 +293,12 @@ def _union_tag(kind: Union, value: Any) -> int:
     raise TypeError(f"{type(value).__name__} is not a member of union {[m.__name__ for m in kind.members]}")
 
 
-def encode(obj: Any, file_identifier: bytes | None = None) -> bytes:
-    """Serialize the table ``obj`` as a flatbuffer with ``obj`` as its root."""
+def encode(obj: Any, file_identifier: bytes | None = None, size_prefixed: bool = False) -> bytes:
+    """Serialize the table ``obj`` as a flatbuffer with ``obj`` as its root (``size_prefixed``: see decode)."""
     w = _Writer()
     root = w.table(obj)
-    w.b.Finish(root, file_identifier=file_identifier)
+    if size_prefixed:
+        w.b.FinishSizePrefixed(root, file_identifier=file_identifier)
+    else:
+        w.b.Finish(root, file_identifier=file_identifier)
     return bytes(w.b.Output())

@@ -380,14 +380,18 @@ class MethodExecutor:
                     step()
                 return
             # Traced runs and dynamic runs share this loop, so both follow jumps and both stop runaway loops.
-            steps, n, count, jumps, clock = self.steps, len(self.steps), 0, not self.static, time.perf_counter
+            steps, n, count, jumps, clock = self.steps, len(self.steps), 0, not self.static, time.perf_counter_ns
+            if tracer is not None:
+                tracer.begin_run(self)
+                start = clock()
             while pc < n:
                 if tracer is None:
                     nxt = steps[pc]()
                 else:
+                    tracer.current = ipc = self.step_pcs[pc]
                     t0 = clock()
                     nxt = steps[pc]()
-                    tracer.record(self.step_pcs[pc], clock() - t0)
+                    tracer.instruction(self, ipc, t0, clock())
                 pc = nxt if jumps and nxt is not None else pc + 1
                 count += 1
                 if count > MAX_STEPS_PER_RUN:
@@ -405,6 +409,8 @@ class MethodExecutor:
             ) from e
         if pc < n:
             raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
+        if tracer is not None:
+            tracer.end_run(self, start, clock())
 
     def _named(self, e: TensorResizeError) -> TensorResizeError:
         """``e`` restated with the value whose planned slot was too small and the instruction writing it."""
@@ -427,6 +433,22 @@ class MethodExecutor:
             return format_instruction(self.plan, 0, pc)
         except Exception:  # a line for a message; a malformed instruction must not hide the original error
             return self.describe(pc)
+
+    def event_name(self, pc: int) -> tuple[str, str]:
+        """ExecuTorch's event tracer names for instruction ``pc``: (``OPERATOR_CALL``, ``op.overload``),
+        (``DELEGATE_CALL``, backend id), or the instruction kind twice."""
+        a = self.instructions[pc].instr_args
+        if isinstance(a, fbp.KernelCall):
+            return "OPERATOR_CALL", self.operators[a.op_index]
+        if isinstance(a, fbp.DelegateCall):
+            return "DELEGATE_CALL", self.plan.delegates[a.delegate_index].id
+        return type(a).__name__, type(a).__name__
+
+    def instruction_outputs(self, pc: int) -> list[Any]:
+        """The values instruction ``pc`` wrote, as they are now (views of planned memory, not copies)."""
+        source = self.bound if self.static else self.vals
+        values = [source[j] for j in self.facts.written(self.instructions[pc].instr_args)]
+        return [v.resolve(source) if isinstance(v, ListRef) else v for v in values]
 
     def describe(self, pc: int) -> str:
         """A short human name for instruction ``pc``: its operator, backend or kind."""

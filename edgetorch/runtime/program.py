@@ -20,7 +20,9 @@ from edgetorch.format.program import ScalarType
 from edgetorch.format.ptd import load_ptd
 from edgetorch.format.pte import FormatError, PteFile, load_pte
 from edgetorch.runtime.backends import BackendRegistry
+from edgetorch.runtime.bundled import bundled_expected_outputs, bundled_inputs, get_program_data, verify_outputs
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
+from edgetorch.runtime.etdump import ETDumpGen, clock_ns
 from edgetorch.runtime.executor import MethodExecutor
 from edgetorch.runtime.generator import use_generator
 from edgetorch.runtime.memory import DEFAULT_MAX_PLANNED_BYTES
@@ -191,6 +193,16 @@ class EventTracer:
     def record(self, instruction: int, seconds: float) -> None:
         self.events.append((instruction, seconds))
 
+    # The hooks the executor calls on a traced run (ETDumpGen records more through the same three).
+    def begin_run(self, executor: Any) -> None:
+        pass
+
+    def instruction(self, executor: Any, pc: int, start_ns: int, end_ns: int) -> None:
+        self.record(pc, (end_ns - start_ns) / 1e9)
+
+    def end_run(self, executor: Any, start_ns: int, end_ns: int) -> None:
+        pass
+
     def clear(self) -> None:
         self.events.clear()
 
@@ -244,7 +256,7 @@ class Method:
         """
         self._generator = np.random.default_rng(seed)
 
-    def set_event_tracer(self, tracer: EventTracer | None) -> None:
+    def set_event_tracer(self, tracer: EventTracer | ETDumpGen | None) -> None:
         """Record each instruction's time in ``tracer`` on every run; None detaches it."""
         self._executor.tracer = tracer
 
@@ -313,6 +325,7 @@ class Program:
         self._data_keepalive: list[Any] = []
         self.max_memory = runtime.max_planned_bytes
         """Bytes of planned memory one method of this program may allocate (``load_program(max_memory=)``)."""
+        self.etdump: ETDumpGen | None = None
 
     @property
     def method_names(self) -> set[str]:
@@ -347,17 +360,44 @@ class Program:
         ninstr = sum(len(c.instructions) for c in plan.chains)
         return MethodMeta(name, [info(i) for i in plan.inputs], [info(i) for i in plan.outputs], sizes, ninstr)
 
-    def load_method(self, name: str = "forward", seed: int | None = None) -> Method:
+    def load_method(self, name: str = "forward", seed: int | None = None, event_tracer: Any = None) -> Method:
         """Allocate planned memory, bind kernels and initialise delegates for method ``name``.
 
         ``seed`` seeds the method's random-number generator (see :meth:`Method.set_seed`).
+        ``event_tracer`` (an :class:`~edgetorch.runtime.etdump.ETDumpGen`, as in ExecuTorch's
+        ``load_method(name, memory_manager, event_tracer)``) records the load and every run;
+        by default the program's own ETDumpGen when it was loaded with ``enable_etdump=True``.
         """
         plan = self._plan(name)
+        tracer = event_tracer if event_tracer is not None else self.etdump
+        start = clock_ns()
         try:
             executor = MethodExecutor(plan, self, self.max_memory)
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
-        return Method(executor, self.metadata(name), seed)
+        method = Method(executor, self.metadata(name), seed)
+        if tracer is not None:
+            end = clock_ns()
+            if isinstance(tracer, ETDumpGen):
+                tracer.log_profile("Method::init", start, end)
+                tracer.log_profile("Program::load_method", start, end)
+            method.set_event_tracer(tracer)
+        return method
+
+    def has_etdump(self) -> bool:
+        """Whether this program was loaded with ``enable_etdump=True``."""
+        return self.etdump is not None
+
+    def write_etdump_result_to_file(
+        self, path: str | os.PathLike, debug_buffer_path: str | os.PathLike | None = None
+    ) -> None:
+        """Write the ETDump of every run of this program's methods (and the debug buffer), as ExecuTorch's
+        pybindings do; the program must have been loaded with ``enable_etdump=True``."""
+        if self.etdump is None:
+            raise InvalidInputError(
+                "this program records no ETDump; load it with Runtime.get().load_program(pte, enable_etdump=True)"
+            )
+        self.etdump.write_etdump(path, debug_buffer_path)
 
     def operators(self, name: str | None = None) -> list[str]:
         """Operator names (``namespace::op.overload``) used by one method, or by all."""
@@ -469,19 +509,24 @@ class Runtime:
         *,
         data_path: str | os.PathLike | bytes | None = None,
         max_memory: int | None = None,
+        enable_etdump: bool = False,
+        debug_buffer_size: int = 0,
     ) -> Program:
         """Load a .pte from a path, bytes, or a binary file object; files are memory-mapped, not copied.
 
         ``data_path`` (ExecuTorch's keyword) names one ``.ptd`` file holding tensors the program
         keeps outside itself; ``data_files`` takes several. ``max_memory`` caps the bytes of planned memory
         (and of any one tensor) a method of this program may allocate, checked before anything is allocated
-        (default: the runtime's ``max_planned_bytes``, 32 GiB).
+        (default: the runtime's ``max_planned_bytes``, 32 GiB). ``enable_etdump`` traces every method
+        loaded from the program into one ETDump (``debug_buffer_size`` > 0 also logs intermediate
+        outputs); write it with ``program.write_etdump_result_to_file(path, debug_buffer_path)``.
         """
+        start = clock_ns()
         if data_path is not None:
             data_files = [*data_files, data_path]
         keepalive, buf = _open(data)
         try:
-            pte = load_pte(buf)
+            pte = load_pte(get_program_data(buf))  # a .bpte runs the program it bundles
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
         if verification is Verification.InternalConsistency:
@@ -501,6 +546,9 @@ class Runtime:
                 ) from None
             program.add_data_map(entries)
             program._data_keepalive.append(holder)
+        if enable_etdump:
+            program.etdump = ETDumpGen(debug_buffer_size)
+            program.etdump.log_profile("Program::load", start, clock_ns())
         return program
 
 
@@ -539,9 +587,15 @@ class Module:
         data_path: str | os.PathLike | bytes | Sequence[str | os.PathLike | bytes] | None = None,
         *,
         verification: Verification = Verification.Minimal,
+        event_tracer: ETDumpGen | None = None,
+        enable_etdump: bool = False,
+        debug_buffer_size: int = 0,
     ):
         if isinstance(data_path, Verification):
             raise TypeError("Module's second argument is data_path (a .ptd file); pass verification=... by keyword")
+        if event_tracer is None and (enable_etdump or debug_buffer_size > 0):
+            event_tracer = ETDumpGen(debug_buffer_size)
+        self._event_tracer = event_tracer
         self._source = file_path
         self._data = [] if data_path is None else _as_list(data_path)
         self._verification = verification
@@ -572,8 +626,38 @@ class Module:
 
     def load_method(self, method_name: str = "forward") -> Method:
         if method_name not in self._methods:
-            self._methods[method_name] = self.program.load_method(method_name)
+            self._methods[method_name] = self.program.load_method(method_name, event_tracer=self._event_tracer)
         return self._methods[method_name]
+
+    def load_bundled_input(self, bundle: Any, method_name: str = "forward", testset_idx: int = 0) -> None:
+        """Stage the inputs of test case ``testset_idx`` of a BundledProgram (as read by
+        ``edgetorch.runtime.bundled.load_bundled_program``) for ``method_name``."""
+        self.set_inputs(method_name, bundled_inputs(bundle, method_name, testset_idx))
+
+    def verify_result_with_bundled_expected_output(
+        self, bundle: Any, method_name: str = "forward", testset_idx: int = 0, rtol: float = 1e-5, atol: float = 1e-8
+    ) -> None:
+        """Check the outputs of the last run of ``method_name`` against test case ``testset_idx``'s expected
+        outputs; raises ``BundledVerificationError`` on a mismatch."""
+        outputs = self.load_method(method_name).outputs()
+        verify_outputs(
+            outputs, bundled_expected_outputs(bundle, method_name, testset_idx), method_name, testset_idx, rtol, atol
+        )
+
+    def event_tracer(self) -> ETDumpGen | None:
+        """The ETDumpGen given (or made by ``enable_etdump=True``), as ExecuTorch's ``Module::event_tracer()``."""
+        return self._event_tracer
+
+    def has_etdump(self) -> bool:
+        return self._event_tracer is not None
+
+    def write_etdump_result_to_file(
+        self, path: str | os.PathLike, debug_buffer_path: str | os.PathLike | None = None
+    ) -> None:
+        """Write the ETDump of this module's runs (and the debug buffer), as ExecuTorch's pybindings do."""
+        if self._event_tracer is None:
+            raise InvalidInputError("this module records no ETDump; create it with Module(pte, enable_etdump=True)")
+        self._event_tracer.write_etdump(path, debug_buffer_path)
 
     def is_method_loaded(self, method_name: str = "forward") -> bool:
         return method_name in self._methods

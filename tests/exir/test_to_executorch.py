@@ -325,12 +325,14 @@ def test_save_and_write_to_file(tmp_path):
         prog.save(tmp_path / "m.bin")
 
 
-def test_debug_handle_map_names_every_kernel_call():
-    prog = lower(MLP(), (torch.randn(2, 8),))
-    names = prog.debug_handle_map["forward"]
-    graph_names = {n.name for n in prog.exported_program().graph.nodes}
-    assert len(names) == len(prog.executorch_program.execution_plan[0].chains[0].instructions)
-    assert all(n in graph_names for n in names)
+def test_debug_handle_map_covers_every_kernel_call():
+    from edgetorch.exir import to_edge
+
+    prog = to_edge(export(MLP(), (torch.randn(2, 8),))).to_executorch()
+    handles = prog.debug_handle_map["forward"]
+    graph_handles = {n.meta["debug_handle"] for n in prog.exported_program().graph.nodes if "debug_handle" in n.meta}
+    assert sorted(handles) == list(range(len(prog.executorch_program.execution_plan[0].chains[0].instructions)))
+    assert set(handles.values()) <= graph_handles
 
 
 def test_unsupported_operator_names_op_and_source_line():

@@ -19,7 +19,7 @@ from torch.export import ExportedProgram
 from edgetorch.backends.xnnpack.serialize import XnnpackGraphBuilder, constant_placeholders
 from edgetorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from edgetorch.exir.backend.compile_spec_schema import CompileSpec
-from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.dialects import to_aten
 
 __all__ = ["XnnpackBackend", "fold_batch_norms"]
 

@@ -20,7 +20,7 @@ import dataclasses
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -30,6 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
+from edgetorch.runtime import etdump
 from edgetorch.runtime.backends import BackendInterface, register_backend
 from edgetorch.runtime.memory import resize
 
@@ -1317,6 +1318,7 @@ class _Plan:
     inputs: list  # arrays the external inputs are copied into
     steps: list
     outputs: list  # arrays holding the external outputs after the steps run
+    ends: list = field(default_factory=list)  # per node: the index after its last step (for traced runs)
 
 
 class XnnpackDelegate:
@@ -1324,6 +1326,7 @@ class XnnpackDelegate:
 
     def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
         self.graph = _Graph(blob, named_data)
+        self.xnodes = list(blob.graph.xnodes)
         self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(blob.graph.xnodes)]
         self.reads = [_reads(node.xnode_union) for node in blob.graph.xnodes]
         self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
@@ -1342,11 +1345,12 @@ class XnnpackDelegate:
             return plan
         env = _Env(self.graph, self.last_use, self.external)
         inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
-        steps = []
+        steps, ends = [], []
         for index, (planner, reads) in enumerate(zip(self.planners, self.reads)):
             steps += planner(env)
+            ends.append(len(steps))
             env.release(index, reads)
-        plan = _Plan(inputs, steps, [env[vid] for _, vid in self.graph.outputs])
+        plan = _Plan(inputs, steps, [env[vid] for _, vid in self.graph.outputs], ends)
         self.plans[shapes] = plan
         if len(self.plans) > _MAX_PLANS:
             self.plans.popitem(last=False)
@@ -1366,9 +1370,24 @@ class XnnpackDelegate:
             raise InvalidInputError(f"the XNNPACK delegate cannot run inputs of shapes {list(shapes)}: {e}") from None
         for dst, src in zip(plan.inputs, ins):
             np.copyto(dst, src)
-        for step in plan.steps:
-            step()
+        if etdump.tracing():
+            self._traced(plan)
+        else:
+            for step in plan.steps:
+                step()
         return self._write_outputs(plan, args)
+
+    def _traced(self, plan: _Plan) -> None:
+        """Run the steps node by node, logging each node as a delegate event keyed by its debug handle
+        (the identifier the delegate map of the ETRecord resolves), named after its node kind."""
+        start = 0
+        for node, end in zip(self.xnodes, plan.ends):
+            t0 = etdump.clock_ns()
+            for step in plan.steps[start:end]:
+                step()
+            kind = type(node.xnode_union).__name__
+            etdump.event_tracer_log_profiling_delegate(kind, node.debug_handle, t0, etdump.clock_ns())
+            start = end
 
     def _write_outputs(self, plan: _Plan, args: Sequence[Any]) -> list | None:
         results, resized = [], False

@@ -33,7 +33,7 @@ from edgetorch.backends.xnnpack.operators.node_visitor import TO_NCHW, TO_NHWC, 
 from edgetorch.backends.xnnpack.validate import validate_graph
 from edgetorch.exir.backend.lowered_backend_module import user_inputs, user_outputs
 from edgetorch.exir.backend.utils import DelegateMappingBuilder
-from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.dialects import to_aten
 from edgetorch.exir.dialects.dim_order_ops import ensure_registered
 from edgetorch.exir.named_data_store import NamedDataStore
 

@@ -21,7 +21,7 @@ from edgetorch.backends.xnnpack.preprocess import XnnpackBackend
 from edgetorch.backends.xnnpack.serialize import constant_placeholders
 from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
-from edgetorch.exir.dialects._ops import to_aten
+from edgetorch.exir.dialects import to_aten
 from edgetorch.exir.program import EdgeCompileConfig
 
 __all__ = ["KEPT_WHOLE", "XnnpackPartitioner", "get_xnnpack_edge_compile_config"]

@@ -1,0 +1,103 @@
+"""``find_divergence``: the first operator whose runtime output differs from PyTorch eager, in one call.
+
+It lowers the exported program with an ETRecord (or takes a lowered one),
+runs it in edgetorch's runtime logging every intermediate output, runs the
+Edge program eagerly on the same inputs, and compares the two operator by
+operator in execution order. The report names the first operator beyond
+tolerance with its source line, and holds the gap of every operator.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgetorch.devtools.inspector import Inspector, _aot_outputs
+from edgetorch.exir import to_edge
+from edgetorch.runtime import Runtime
+
+
+@dataclass
+class Divergence:
+    """One operator's comparison: Edge operators, the largest absolute difference, where it comes from."""
+
+    instruction: int
+    op_types: list[str]
+    max_abs_diff: float
+    allowed: float
+    source: str = ""
+
+    @property
+    def diverges(self) -> bool:
+        return not self.max_abs_diff <= self.allowed
+
+
+@dataclass
+class DivergenceReport:
+    rows: list[Divergence] = field(default_factory=list)
+
+    @property
+    def first(self) -> Divergence | None:
+        """The first operator (in execution order) whose output is beyond tolerance, or None."""
+        return next((r for r in self.rows if r.diverges), None)
+
+    def __str__(self) -> str:
+        lines = [f"{'instr':>5}  {'max |diff|':>11}  {'ok':>3}  operators"]
+        for r in self.rows:
+            mark = "no" if r.diverges else "yes"
+            lines.append(f"{r.instruction:>5}  {r.max_abs_diff:>11.3g}  {mark:>3}  {', '.join(r.op_types)}")
+        first = self.first
+        if first is None:
+            lines.append("no operator diverges")
+        else:
+            lines.append(f"first divergence: instruction {first.instruction} ({', '.join(first.op_types)})")
+            if first.source:
+                lines.append(first.source)
+        return "\n".join(lines)
+
+
+def find_divergence(
+    exported_program: torch.export.ExportedProgram,
+    inputs: tuple,
+    program: Any = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+) -> DivergenceReport:
+    """Compare eager and runtime outputs of every operator of ``exported_program`` on ``inputs``.
+
+    ``program`` is an ExecutorchProgramManager made with ``generate_etrecord=True``; by default the
+    exported program is lowered with ``to_edge(..., generate_etrecord=True)``.
+    """
+    if program is None:
+        program = to_edge(exported_program, generate_etrecord=True).to_executorch()
+    record = program.get_etrecord()
+    with tempfile.TemporaryDirectory() as tmp:
+        etdump, buffer = Path(tmp) / "run.etdp", Path(tmp) / "run.bin"
+        loaded = Runtime.get().load_program(program.buffer, enable_etdump=True, debug_buffer_size=1 << 31)
+        loaded.load_method("forward").execute([np.asarray(x) for x in inputs])
+        loaded.write_etdump_result_to_file(etdump, buffer)
+        inspector = Inspector(etdump_path=str(etdump), etrecord=record, debug_buffer_path=str(buffer))
+    eager = _aot_outputs(inspector.get_exported_program(), list(inputs))
+    report = DivergenceReport()
+    for block in inspector.event_blocks:
+        for event in block.events:
+            if event.name == "OPERATOR_CALL" or not event.debug_data or event.debug_handles is None:
+                continue
+            handles = [event.debug_handles] if isinstance(event.debug_handles, int) else list(event.debug_handles)
+            known = [h for h in handles if h in eager]
+            if not known:
+                continue
+            reference = eager[known[-1]][1]
+            reference = reference[0] if isinstance(reference, (list, tuple)) else reference
+            got = event.debug_data[0].reshape(reference.shape).double()
+            want = reference.double()
+            diff = float((got - want).abs().max()) if want.numel() else 0.0
+            allowed = atol + rtol * float(want.abs().max()) if want.numel() else atol
+            source = next(iter(event.stack_traces.values()), "")
+            report.rows.append(Divergence(event._instruction_id, event.op_types, diff, allowed, source))
+    return report

@@ -1,0 +1,54 @@
+"""Shared steps of the devtools tests: lower with edgetorch or ExecuTorch, run traced with either runtime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgetorch.exir import to_edge
+from edgetorch.runtime import Runtime
+
+_ET_RUN = textwrap.dedent(
+    """
+    import sys, numpy as np, torch
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+    pte, inputs, runs, etdump, debug = sys.argv[1:6]
+    module = _load_for_executorch(pte, enable_etdump=True, debug_buffer_size=int(debug and 1 << 22))
+    args = [torch.from_numpy(a) for a in np.load(inputs).values()]
+    for _ in range(int(runs)):
+        module.forward(args)
+    module.write_etdump_result_to_file(etdump, debug or None)
+    """
+)
+
+
+def lower_edgetorch(model: torch.nn.Module, args: tuple, generate_etrecord: bool = False):
+    """(edge manager, executorch manager) from edgetorch."""
+    edge = to_edge(torch.export.export(model, args), generate_etrecord=generate_etrecord)
+    return edge, edge.to_executorch()
+
+
+def run_edgetorch(pte: bytes | Path, args: tuple, tmp: Path, runs: int = 2, debug: bool = True) -> tuple[Path, Path]:
+    """Run ``pte`` ``runs`` times in edgetorch's runtime with an ETDump (and a debug buffer); the two paths."""
+    program = Runtime.get().load_program(pte, enable_etdump=True, debug_buffer_size=(1 << 22) if debug else 0)
+    method = program.load_method("forward")
+    for _ in range(runs):
+        method.execute([a.numpy() for a in args])
+    etdump, buffer = tmp / "edgetorch.etdp", tmp / "edgetorch.bin"
+    program.write_etdump_result_to_file(etdump, buffer if debug else None)
+    return etdump, buffer
+
+
+def run_executorch(pte: bytes, args: tuple, tmp: Path, runs: int = 2) -> tuple[Path, Path]:
+    """The same with ExecuTorch's runtime, in its own process."""
+    (tmp / "et.pte").write_bytes(pte)
+    np.savez(tmp / "inputs.npz", *[a.numpy() for a in args])
+    etdump, buffer = tmp / "executorch.etdp", tmp / "executorch.bin"
+    cmd = [sys.executable, "-c", _ET_RUN, str(tmp / "et.pte"), str(tmp / "inputs.npz"), str(runs), str(etdump)]
+    subprocess.run([*cmd, str(buffer)], check=True, capture_output=True, timeout=300)
+    return etdump, buffer

@@ -1,0 +1,108 @@
+"""ETRecord: ours in ExecuTorch's file layout, read by ExecuTorch's parse_etrecord and Inspector, and theirs read by ours."""
+
+from __future__ import annotations
+
+import copy
+import zipfile
+
+import pytest
+import torch
+
+from edgetorch.devtools import ETRecord, generate_etrecord, parse_etrecord
+from edgetorch.exir import to_edge
+from tests.devtools.helpers import lower_edgetorch, run_edgetorch
+from tests.devtools.models import mixed, tinynet
+
+
+def _handles(ep) -> dict[str, int]:
+    return {n.name: n.meta["debug_handle"] for n in ep.graph.nodes if n.op == "call_function"}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("etrecord")
+    model, args = tinynet()
+    edge, prog = lower_edgetorch(model, args, generate_etrecord=True)
+    path = tmp / "etrecord.bin"
+    prog.get_etrecord().save(path)
+    return model, args, edge, prog, path, tmp
+
+
+def test_executorch_parses_our_etrecord(recorded):
+    from executorch.devtools import parse_etrecord as et_parse
+
+    _, _, edge, prog, path, _ = recorded
+    theirs = et_parse(str(path))
+    ours, read = _handles(edge.exported_program()), _handles(theirs.edge_dialect_program)
+    assert {name: read[name] for name in ours} == ours  # their reader adds getitems for unused outputs
+    assert {int(k): v for k, v in theirs._debug_handle_map["forward"].items()} == prog.debug_handle_map["forward"]
+    assert theirs.exported_program is not None
+    targets = {n.target.__name__ for n in theirs.edge_dialect_program.graph.nodes if n.op == "call_function"}
+    assert "aten.convolution.default" in targets  # as ExecuTorch's own Edge operators
+
+
+def test_executorch_inspector_joins_our_etdump_and_etrecord(recorded):
+    from executorch.devtools import Inspector
+
+    model, args, edge, prog, path, tmp = recorded
+    etdump, buffer = run_edgetorch(prog.buffer, args, tmp, runs=2)
+    inspector = Inspector(etdump_path=str(etdump), etrecord=str(path), debug_buffer_path=str(buffer))
+    (block,) = [b for b in inspector.event_blocks if b.name == "Execute"]
+    (conv,) = [e for e in block.events if e.name == "native_call_convolution.out"]
+    assert conv.op_types == ["aten.convolution.default"]
+    assert any("models.py" in trace for trace in conv.stack_traces.values())
+    assert conv.debug_handles == prog.debug_handle_map["forward"][conv._instruction_id]
+    assert inspector.get_exported_program() is not None
+
+
+def test_our_parse_reads_executorch_etrecord(tmp_path):
+    import executorch.exir as et
+
+    model, args = mixed()
+    edge = et.to_edge(torch.export.export(model, args), generate_etrecord=True)
+    reference = _handles(edge.exported_program())
+    edge.to_executorch().get_etrecord().save(tmp_path / "theirs.bin")
+    record = parse_etrecord(tmp_path / "theirs.bin")
+    assert _handles(record.edge_dialect_program) == reference
+    assert record._debug_handle_map["forward"][0] == 1 and record.exported_program is not None
+
+
+def test_generate_etrecord_round_trip_and_errors(tmp_path):
+    model, args = mixed()
+    ep = torch.export.export(model, args)
+    edge = to_edge(ep)
+    kept = copy.deepcopy(edge)
+    prog = edge.to_executorch()
+    path = tmp_path / "r.bin"
+    assert generate_etrecord(path, kept, prog, exported_program=ep) is None
+    assert zipfile.ZipFile(path).namelist()[0] == "ETRECORD_V0"
+    record = parse_etrecord(path)
+    assert _handles(record.edge_dialect_program) == _handles(kept.exported_program())
+    assert record._debug_handle_map == prog.debug_handle_map and record._delegate_map == {"forward": {}}
+    with pytest.raises(RuntimeError, match="ETRecord was not generated"):
+        prog.get_etrecord()
+    with pytest.raises(RuntimeError, match="must contain edge dialect program"):
+        ETRecord().save(tmp_path / "empty.bin")
+    (tmp_path / "junk.bin").write_bytes(b"not a zip")
+    with pytest.raises(RuntimeError, match="Invalid etrecord file passed in."):
+        parse_etrecord(tmp_path / "junk.bin")
+    with zipfile.ZipFile(tmp_path / "bare.zip", "w") as z:
+        z.writestr("debug_handle_map", "{}")
+    with pytest.raises(RuntimeError, match="ETRecord identifier missing"):
+        parse_etrecord(tmp_path / "bare.zip")
+
+
+def test_etrecord_from_a_bundled_program_records_inputs_and_reference_outputs(tmp_path):
+    from executorch.devtools import parse_etrecord as et_parse
+
+    from edgetorch.devtools.bundled_program import BundledProgram, MethodTestCase, MethodTestSuite
+
+    model, args = mixed()
+    edge = to_edge(torch.export.export(model, args))
+    kept = copy.deepcopy(edge)
+    cases = [MethodTestCase(inputs=[x], expected_outputs=(model(x),)) for x in (args[0], 2 * args[0], -args[0])]
+    bundled = BundledProgram(edge.to_executorch(), [MethodTestSuite("forward", cases)])
+    generate_etrecord(tmp_path / "r.bin", kept, bundled)
+    for record in (parse_etrecord(tmp_path / "r.bin"), et_parse(str(tmp_path / "r.bin"))):
+        assert len(record._reference_outputs["forward"]) == 3 and len(record._representative_inputs) == 3
+        torch.testing.assert_close(record._reference_outputs["forward"][1][0], model(2 * args[0]))
