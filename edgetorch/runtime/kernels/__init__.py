@@ -9,6 +9,7 @@ from edgetorch.runtime.kernels import (  # noqa: F401  (imported for their regis
     index,
     linalg,
     linalg_ext,
+    llama,
     normalization,
     pool,
     prim,
