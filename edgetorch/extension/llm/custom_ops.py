@@ -123,7 +123,7 @@ def _fake_custom_sdpa(query, key, value, start_pos, attn_mask=None, drpout_p=0.0
 
 def _fake_update_cache(value, cache, start_pos):
     torch._check(value.dim() == 4 and cache.dim() == 4, lambda: "update_cache expects 4-D value and cache")
-    torch._check_is_size(start_pos)
+    torch._check(start_pos >= 0)
     torch._check(start_pos + value.shape[1] <= cache.shape[1], lambda: "update_cache writes past the cache end")
     return value.new_empty((1,))
 

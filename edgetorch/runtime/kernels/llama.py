@@ -62,7 +62,7 @@ def _attention(
     scores /= scores.sum(axis=-1, keepdims=True)
     result = scores.reshape(batch, kv_heads, group * seq_len, n_keys) @ v
     result = result.reshape(batch, kv_heads, group, seq_len, head_dim).transpose(0, 3, 1, 2, 4)
-    resize(out, query.shape)
+    out = resize(out, query.shape)
     np.copyto(out, result.reshape(query.shape), casting="unsafe")
     return out
 

@@ -27,8 +27,18 @@ QUANTIZE = ("none", "int8", "8da4w")
 
 def build_model(checkpoint: Checkpoint) -> Transformer:
     """The eval-mode model with the checkpoint's weights (every parameter must be present)."""
-    model = Transformer(checkpoint.args)
-    missing, unexpected = model.load_state_dict(checkpoint.state_dict, strict=False)
+    args = checkpoint.args
+    model = Transformer(args)
+    state = dict(checkpoint.state_dict)
+    if args.arch == "gpt2":
+        positions = state["pos_embeddings.weight"]
+        if positions.shape[0] < args.max_context_len:
+            raise InvalidInputError(
+                f"the checkpoint has {positions.shape[0]} learned positions; max_context_len "
+                f"{args.max_context_len} needs as many, lower it"
+            )
+        state["pos_embeddings.weight"] = positions[: args.max_context_len]
+    missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise InvalidInputError(
             f"checkpoint weights do not match the {checkpoint.args.arch} model: missing {missing[:5]}, "

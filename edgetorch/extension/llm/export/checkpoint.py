@@ -100,6 +100,9 @@ def _hf_args(config: dict, overrides: dict) -> ModelArgs:
             max_context_len=min(config.get("n_positions", 1024), overrides.get("max_context_len", 1024)),
         )
     elif kind in _LLAMA_TYPES:
+        # transformers >= 5 nests rope_theta and the scaling under rope_parameters; older configs do not.
+        rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+        theta = rope.pop("rope_theta", config.get("rope_theta", 10000.0))
         values = dict(
             arch="llama",
             dim=config["hidden_size"],
@@ -110,8 +113,8 @@ def _hf_args(config: dict, overrides: dict) -> ModelArgs:
             vocab_size=config["vocab_size"],
             hidden_dim=config["intermediate_size"],
             norm_eps=config.get("rms_norm_eps", 1e-5),
-            rope_theta=config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
-            rope_scaling=config.get("rope_scaling"),
+            rope_theta=theta,
+            rope_scaling=rope or None,
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
             qk_norm=kind == "qwen3",
             attention_bias=bool(config.get("attention_bias", kind == "qwen2")),
@@ -171,8 +174,6 @@ def _finish(state: dict[str, torch.Tensor], args: ModelArgs) -> dict[str, torch.
         args.tie_embeddings = True
     if args.tie_embeddings:
         state["output.weight"] = state["tok_embeddings.weight"]
-    if args.arch == "gpt2" and "pos_embeddings.weight" in state:
-        state["pos_embeddings.weight"] = state["pos_embeddings.weight"][: args.max_context_len]
     return state
 
 

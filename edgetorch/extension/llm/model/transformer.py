@@ -191,7 +191,7 @@ class Transformer(nn.Module):
         start = 0
         if self.args.use_sdpa_with_kv_cache:
             start = input_pos[0].item()
-            torch._check_is_size(start)
+            torch._check(start >= 0)
             torch._check(start + seq_len <= self.args.max_context_len)
         h = self.tok_embeddings(tokens)
         rope = None
