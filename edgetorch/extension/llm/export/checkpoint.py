@@ -9,6 +9,7 @@ the half-split layout the model uses. May import torch.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,12 +195,6 @@ _GGUF_NAMES = [
 ]
 
 
-def gguf_field(reader, key: str, default=None):
-    """One metadata value of a ``gguf.GGUFReader`` (scalar, string or list), or ``default``."""
-    field_ = reader.fields.get(key)
-    return default if field_ is None else field_.contents()
-
-
 def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
     """Undo llama.cpp's q/k row order (pairs interleaved per head) back to half-split rotary order."""
     rows = weight.shape[0]
@@ -209,42 +204,48 @@ def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
 def _load_gguf(path: Path, overrides: dict) -> Checkpoint:
     import gguf
 
-    reader = gguf.GGUFReader(str(path))
-    arch = gguf_field(reader, "general.architecture")
+    from edgetorch.extension.llm.runner.gguf_reader import GGUFFile
+
+    file = GGUFFile(path)
+    meta = file.metadata.get
+    arch = meta("general.architecture")
     if arch not in ("llama", "qwen2", "qwen3"):
         raise InvalidInputError(
             f"GGUF architecture {arch!r} is not supported; expected llama, qwen2 or qwen3 (SmolLM2 is llama)"
         )
-    n_heads = gguf_field(reader, f"{arch}.attention.head_count")
-    n_kv_heads = gguf_field(reader, f"{arch}.attention.head_count_kv", n_heads)
-    dim = gguf_field(reader, f"{arch}.embedding_length")
-    tokens = gguf_field(reader, "tokenizer.ggml.tokens") or []
+    n_heads = meta(f"{arch}.attention.head_count")
+    n_kv_heads = meta(f"{arch}.attention.head_count_kv", n_heads)
+    dim = meta(f"{arch}.embedding_length")
+    tokens = meta("tokenizer.ggml.tokens") or []
     values = dict(
         arch="llama",
         dim=dim,
-        n_layers=gguf_field(reader, f"{arch}.block_count"),
+        n_layers=meta(f"{arch}.block_count"),
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
-        head_dim=gguf_field(reader, f"{arch}.attention.key_length"),
-        vocab_size=gguf_field(reader, f"{arch}.vocab_size", len(tokens)),
-        hidden_dim=gguf_field(reader, f"{arch}.feed_forward_length"),
-        norm_eps=gguf_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
-        rope_theta=gguf_field(reader, f"{arch}.rope.freq_base", 10000.0),
+        head_dim=meta(f"{arch}.attention.key_length"),
+        vocab_size=meta(f"{arch}.vocab_size", len(tokens)),
+        hidden_dim=meta(f"{arch}.feed_forward_length"),
+        norm_eps=meta(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
+        rope_theta=meta(f"{arch}.rope.freq_base", 10000.0),
         qk_norm=arch == "qwen3",
         attention_bias=arch == "qwen2",
     )
     values.update(overrides)
     args = ModelArgs(**values)
     weights = {}
-    for tensor in reader.tensors:
-        array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-        array = np.asarray(array, dtype=np.float32).reshape([int(d) for d in reversed(tensor.shape)])
+    for tensor in file.tensors.values():
+        block, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(tensor.ggml_type)]
+        row_bytes = tensor.shape[-1] // block * block_bytes
+        raw = tensor.data[: math.prod(tensor.shape[:-1]) * row_bytes].reshape(*tensor.shape[:-1], row_bytes)
+        array = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(tensor.ggml_type))
+        array = np.asarray(array, dtype=np.float32).reshape(tensor.shape)
         if arch == "llama" and re.fullmatch(r"blk\.\d+\.attn_[qk]\.weight", tensor.name):
             array = _unpermute(array, n_heads if ".attn_q." in tensor.name else n_kv_heads)
         weights[tensor.name] = torch.from_numpy(np.array(array, copy=True))
     state = _rename(weights, _GGUF_NAMES)
-    bos = gguf_field(reader, "tokenizer.ggml.bos_token_id")
-    eos = gguf_field(reader, "tokenizer.ggml.eos_token_id")
+    bos = meta("tokenizer.ggml.bos_token_id")
+    eos = meta("tokenizer.ggml.eos_token_id")
     eos_ids = [eos] if eos is not None else []
     for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
         if name in tokens and tokens.index(name) not in eos_ids:

@@ -136,15 +136,12 @@ class GGUFTokenizer(Tokenizer):
     """The byte-level BPE vocabulary a GGUF file embeds (``tokenizer.ggml.model == "gpt2"``)."""
 
     def __init__(self, path: Path) -> None:
-        import gguf
         from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
         from tokenizers import Tokenizer as _Tokenizer
 
-        reader = gguf.GGUFReader(str(path))
+        from edgetorch.extension.llm.runner.gguf_reader import GGUFFile
 
-        def field(key, default=None):
-            value = reader.fields.get(key)
-            return default if value is None else value.contents()
+        field = GGUFFile(path).metadata.get
 
         kind = field("tokenizer.ggml.model")
         if kind != "gpt2":
