@@ -18,6 +18,7 @@ import torch
 from edgetorch.errors import InvalidInputError
 from edgetorch.extension.llm.export.checkpoint import Checkpoint, load_checkpoint
 from edgetorch.extension.llm.model import ModelArgs, Transformer
+from edgetorch.extension.llm.model.transformer import use_weight_first_linears
 
 __all__ = ["export_llm", "build_model", "export_program", "load_checkpoint", "metadata_of"]
 
@@ -131,6 +132,8 @@ def export_llm(
     model = build_model(checkpoint)
     if quantize != "none":
         _quantize(model, quantize, group_size)
+    elif backend == "portable":
+        use_weight_first_linears(model)
     program = export_program(model)
     constants = metadata_of(checkpoint.args, checkpoint.bos_id, checkpoint.eos_ids) | (metadata or {})
     from edgetorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
