@@ -7,6 +7,7 @@ text to stdout and prints ExecuTorch's stats report to stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 import time
@@ -37,6 +38,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from edgetorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
+    if args.threads:
+        _limit_blas_threads(args.threads)
     runner = TextLLMRunner(args.model, args.tokenizer)
     runner.load()
     prompt = args.prompt
@@ -66,6 +69,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner.generate(prompt, config, token_callback=stream, stats_callback=report)
     sys.stdout.write("\n")
     return EXIT_OK
+
+
+def _limit_blas_threads(n: int) -> None:
+    """Cap NumPy's BLAS at ``n`` threads (threadpoolctl when installed, else the environment for a later load)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(n)
+        return
+    threadpool_limits(n)
 
 
 def register(sub: Any) -> None:
@@ -98,4 +112,7 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     p.add_argument("--warmup", action="store_true", help="run a short warm-up generation first")
+    p.add_argument(
+        "--threads", type=int, default=None, help="BLAS threads (1 is fastest for decoding on a busy machine)"
+    )
     p.set_defaults(func=cmd_run)

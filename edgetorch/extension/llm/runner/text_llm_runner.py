@@ -128,15 +128,44 @@ class TextLLMRunner:
         """Generate text after ``prompt``; stream each piece to ``token_callback``; return the generated text."""
         config = config or GenerationConfig()
         self.load()
-        self._stop.clear()
-        self._reset_stats()
-        stats = self.stats
-        stats.inference_start_ms = time_ms()
+        start = time_ms()
         bos = self.metadata.get("get_bos_id")
         prompt_ids = self.tokenizer.encode(prompt)
         prompt_ids = [bos] * config.num_bos + prompt_ids if bos is not None else prompt_ids
         if config.num_eos and self.eos_ids:
             prompt_ids += [min(self.eos_ids)] * config.num_eos
+        if config.echo and token_callback is not None and not config.warming:
+            token_callback(prompt)
+        generated: list[int] = []
+        emitted = ""
+
+        def on_token(token: int) -> None:
+            nonlocal emitted
+            generated.append(token)
+            text = self.tokenizer.decode(generated)
+            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+                if token_callback is not None and not config.warming:
+                    token_callback(text[len(emitted) :])
+                emitted = text
+
+        self.generate_ids(prompt_ids, config, on_token, stats_callback, inference_start_ms=start)
+        return emitted
+
+    def generate_ids(
+        self,
+        prompt_ids: list[int],
+        config: GenerationConfig | None = None,
+        token_callback: Callable[[int], None] | None = None,
+        stats_callback: Callable[[Stats], None] | None = None,
+        inference_start_ms: float | None = None,
+    ) -> list[int]:
+        """Generate token ids after ``prompt_ids`` (the EOS that ends generation is included, not streamed)."""
+        config = config or GenerationConfig()
+        self.load()
+        self._stop.clear()
+        self._reset_stats()
+        stats = self.stats
+        stats.inference_start_ms = inference_start_ms if inference_start_ms is not None else time_ms()
         stats.token_encode_end_ms = time_ms()
         context = int(self.metadata["get_max_context_len"])
         if not prompt_ids:
@@ -147,15 +176,12 @@ class TextLLMRunner:
                 f"of {context} tokens; shorten it, call reset(), or export with a larger max_context_len"
             )
         budget = config.resolve_max_new_tokens(context - self._pos, len(prompt_ids))
-        if config.echo and token_callback is not None and not config.warming:
-            token_callback(prompt)
         sampler = Sampler(config.temperature, config.top_p, config.top_k, config.seed)
         stats.num_prompt_tokens = len(prompt_ids)
         stats.model_execution_start_ms = time_ms()
-        logits = self._prefill(prompt_ids)
+        logits = self._prefill(list(prompt_ids))
         stats.prompt_eval_end_ms = time_ms()
         generated: list[int] = []
-        emitted = ""
         eos = self.eos_ids
         while len(generated) < budget:
             start = time_ms()
@@ -166,11 +192,8 @@ class TextLLMRunner:
                 stats.first_token_ms = time_ms()
             if token in eos:
                 break
-            text = self.tokenizer.decode(generated)
-            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
-                if token_callback is not None and not config.warming:
-                    token_callback(text[len(emitted) :])
-                emitted = text
+            if token_callback is not None:
+                token_callback(token)
             if self._stop.is_set() or len(generated) == budget:
                 break
             logits = self._forward([token])
@@ -179,7 +202,7 @@ class TextLLMRunner:
         stats.peak_rss_bytes = peak_rss_bytes()
         if stats_callback is not None:
             stats_callback(stats)
-        return emitted
+        return generated
 
     def _prefill(self, ids: list[int]) -> np.ndarray:
         """Feed the prompt: in chunks of ``get_max_seq_len`` when the program takes dynamic lengths, else one by one."""
