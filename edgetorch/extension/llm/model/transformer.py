@@ -106,6 +106,7 @@ class Attention(nn.Module):
         positions: torch.Tensor,
         start: torch.Tensor | int,
         rope: tuple[torch.Tensor, torch.Tensor] | None,
+        mask: torch.Tensor,
     ) -> torch.Tensor:
         batch, seq_len, _ = x.shape
         q = self.wq(x).view(batch, seq_len, self.n_heads, self.head_dim)
@@ -117,7 +118,6 @@ class Attention(nn.Module):
             q, k = rotate(q, *rope), rotate(k, *rope)
         if not self.args.use_kv_cache:
             keys, values = k, v
-            mask = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
         else:
             self.k_cache.index_copy_(1, positions, k)
             self.v_cache.index_copy_(1, positions, v)
@@ -125,7 +125,6 @@ class Attention(nn.Module):
                 out = torch.ops.llama.custom_sdpa(q, self.k_cache, self.v_cache, start, None, 0.0, True)
                 return self.wo(out.reshape(batch, seq_len, -1))
             keys, values = self.k_cache, self.v_cache
-            mask = torch.arange(keys.shape[1]).unsqueeze(0) <= positions.unsqueeze(1)
         return self.wo(self._attend(q, keys, values, mask))
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -172,8 +171,8 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = _norm(args, args.dim)
         self.feed_forward = FeedForward(args)
 
-    def forward(self, x, positions, start, rope):
-        h = x + self.attention(self.attention_norm(x), positions, start, rope)
+    def forward(self, x, positions, start, rope, mask):
+        h = x + self.attention(self.attention_norm(x), positions, start, rope, mask)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -220,6 +219,9 @@ class Transformer(nn.Module):
             h = h + self.pos_embeddings(positions)
         else:
             rope = (self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1))
+        # Which key positions each query may see (the mask is unused by llama::custom_sdpa).
+        keys = self.args.max_context_len if self.args.use_kv_cache else seq_len
+        mask = torch.arange(keys).unsqueeze(0) <= positions.unsqueeze(1)
         for layer in self.layers:
-            h = layer(h, positions, start, rope)
+            h = layer(h, positions, start, rope, mask)
         return self.output(self.norm(h[:, -1, :]))
