@@ -105,3 +105,20 @@ def test_export_rejects_bad_options(tiny_checkpoint):
         export_llm(tiny_checkpoint, backend="vulkan")
     with pytest.raises(InvalidInputError, match="neither"):
         load_checkpoint("/nonexistent/model.bin")
+
+
+@pytest.mark.parametrize("mode", ["int8", "8da4w"])
+def test_quantized_program_matches_quantized_eager(mode):
+    from edgetorch.extension.llm.export import quantize_model
+
+    checkpoint = random_checkpoint(hidden_dim=128, max_seq_len=8, max_context_len=16)
+    pte = export_llm(checkpoint, max_seq_len=8, max_context_len=16, quantize=mode, group_size=32)
+    model = build_model(checkpoint)
+    quantize_model(model, mode, 32)
+    method = Runtime.get().load_program(pte).load_method("forward")
+    tokens = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        for chunk, pos in ((tokens[:, :5], 0), (tokens[:, 5:], 5)):
+            expected = model(chunk, torch.tensor([pos])).numpy()
+            got = method.execute([chunk.numpy(), np.array([pos])])[0]
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

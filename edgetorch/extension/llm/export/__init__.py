@@ -20,7 +20,7 @@ from edgetorch.extension.llm.export.checkpoint import Checkpoint, load_checkpoin
 from edgetorch.extension.llm.model import ModelArgs, Transformer
 from edgetorch.extension.llm.model.transformer import use_weight_first_linears
 
-__all__ = ["export_llm", "build_model", "export_program", "load_checkpoint", "metadata_of"]
+__all__ = ["export_llm", "build_model", "export_program", "load_checkpoint", "metadata_of", "quantize_model"]
 
 BACKENDS = ("portable", "xnnpack")
 QUANTIZE = ("none", "int8", "8da4w")
@@ -79,7 +79,9 @@ def export_program(model: Transformer) -> torch.export.ExportedProgram:
         return torch.export.export(model, (tokens, input_pos), dynamic_shapes=dynamic, strict=False)
 
 
-def _quantize(model: Transformer, mode: str, group_size: int) -> None:
+def quantize_model(model: Transformer, mode: str, group_size: int = 32) -> None:
+    """torchao's ``quantize_`` on every linear but the output: ``int8`` weight-only per channel, or ``8da4w``
+    (int8 dynamic activations, int4 weights in groups of ``group_size``)."""
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
 
@@ -131,7 +133,7 @@ def export_llm(
         checkpoint = load_checkpoint(checkpoint, **options)
     model = build_model(checkpoint)
     if quantize != "none":
-        _quantize(model, quantize, group_size)
+        quantize_model(model, quantize, group_size)
     elif backend == "portable":
         use_weight_first_linears(model)
     program = export_program(model)
