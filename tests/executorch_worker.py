@@ -56,6 +56,8 @@ def main(folder: str) -> None:
 
     root = Path(folder)
     request = json.loads((root / "request.json").read_text())
+    if request.get("llama_ops"):
+        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  registers the llama::* kernels
     arrays = dict(np.load(root / "inputs.npz", allow_pickle=False))
     data_path = root / "model.ptd" if request.get("data") else None
     method = Runtime.get().load_program(root / "model.pte", data_path=data_path).load_method(request["method"])

@@ -36,12 +36,18 @@ class ExecuTorchCrashed(AssertionError):
 
 
 def run_executorch_calls(
-    pte: bytes, calls: list[list], method: str = "forward", timeout: float = 300, data: bytes | None = None
+    pte: bytes,
+    calls: list[list],
+    method: str = "forward",
+    timeout: float = 300,
+    data: bytes | None = None,
+    llama_ops: bool = False,
 ) -> list[list]:
     """Run ``method`` of a .pte on the real ExecuTorch runtime, once per entry of ``calls``, in a subprocess.
 
     The method is loaded once, so mutable buffers carry state from one call to the next. ``data`` is a
-    .ptd file the program needs (ExecuTorch's ``data_path``). A crash of ExecuTorch's runtime becomes an
+    .ptd file the program needs (ExecuTorch's ``data_path``); ``llama_ops`` loads ExecuTorch's LLM custom-ops
+    library (``llama::*`` kernels) in the worker. A crash of ExecuTorch's runtime becomes an
     ``ExecuTorchCrashed`` failure of the calling test, never a dead suite.
     """
     with tempfile.TemporaryDirectory(prefix="et-worker-") as folder:
@@ -62,7 +68,7 @@ def run_executorch_calls(
                     specs.append({"kind": "scalar", "value": x})
             request.append(specs)
         np.savez(root / "inputs.npz", **arrays)
-        payload = {"method": method, "calls": request, "data": data is not None}
+        payload = {"method": method, "calls": request, "data": data is not None, "llama_ops": llama_ops}
         root.joinpath("request.json").write_text(json.dumps(payload))
         run_worker("tests.executorch_worker", root, method, timeout)
         described = json.loads(root.joinpath("outputs.json").read_text())

@@ -33,11 +33,17 @@ class SharedLibrary:
     """An operator namespace edgetorch defines unless ExecuTorch's module ``executorch_module`` does."""
 
     def __init__(
-        self, namespace: str, schemas: dict[str, str], kernels: dict[str, Callable], executorch_module: str
+        self,
+        namespace: str,
+        schemas: dict[str, str],
+        kernels: dict[str, Callable],
+        executorch_module: str,
+        fakes: dict[str, Callable] | None = None,
     ) -> None:
         self.namespace = namespace
         self.schemas = schemas
         self.kernels = kernels
+        self.fakes = fakes or {}
         self.executorch_module = executorch_module
         self._library: torch.library.Library | None = None
         self._anchor: torch.library.Library | None = None
@@ -65,8 +71,9 @@ class SharedLibrary:
         for name, schema in self.schemas.items():
             lib.define(schema)
             lib.impl(name, self.kernels[name], "CompositeExplicitAutograd")
-            # Fake tensors run the same ATen calls on fake inputs.
-            torch.library.register_fake(f"{self.namespace}::{name}", self.kernels[name], lib=lib)
+            # Fake tensors run the same ATen calls on fake inputs, unless a shape-only fake kernel is given.
+            fake = self.fakes.get(name, self.kernels[name])
+            torch.library.register_fake(f"{self.namespace}::{name}", fake, lib=lib)
         self._library = lib
         sys.meta_path.insert(0, _HandOver(self))
 

@@ -1,0 +1,163 @@
+"""LLM generation: prefill and decode tokens/s, time to first token, peak RSS, file size.
+
+Contenders, each in a process of its own (so peak RSS is its own): edgetorch's TextLLMRunner on one or
+more exported ``.pte`` files, and Hugging Face transformers eager on the GGUF the programs came from.
+Greedy decoding of ``--new-tokens`` tokens after a chat prompt of ~40 tokens, BLAS pinned to
+``--threads``. Example::
+
+    python -m edgetorch llm export --checkpoint SmolLM2.gguf --output /tmp/smol.pte --max-context-len 512
+    python bench/llm.py --gguf SmolLM2.gguf --pte /tmp/smol.pte --threads 1 --new-tokens 128
+
+Prints a markdown table and writes ``bench/results/llm.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import fmt_bytes, reexec_with_clean_blas_env, table  # noqa: E402
+
+PROMPT = "Explain in a few sentences how a transformer language model turns a prompt into an answer."
+
+
+def _limit_threads(n: int) -> None:
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(n)
+
+
+def worker_ours(pte: str, tokenizer: str, new_tokens: int, threads: int) -> dict:
+    _limit_threads(threads)
+    from edgetorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+    from edgetorch.extension.llm.runner.stats import peak_rss_bytes
+
+    runner = TextLLMRunner(pte, tokenizer)
+    runner.load()
+    ids = runner.tokenizer.encode(runner.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    runner.metadata["get_eos_ids"], runner.tokenizer.eos_ids = [], []  # always make new_tokens tokens
+    runner.warmup("Hello", 4)
+    runner.reset()
+    out = runner.generate_ids(ids, GenerationConfig(temperature=0, max_new_tokens=new_tokens))
+    s = runner.stats
+    return {
+        "load_s": s.model_load_s,
+        "prompt_tokens": s.num_prompt_tokens,
+        "generated": len(out),
+        "ttft_s": s.time_to_first_token_s,
+        "prefill_tps": s.prefill_tokens_per_s,
+        "decode_tps": s.decode_tokens_per_s,
+        "peak_rss": peak_rss_bytes(),
+        "file_bytes": os.path.getsize(pte),
+        "tokens": out,
+    }
+
+
+def worker_hf(gguf: str, new_tokens: int, threads: int) -> dict:
+    _limit_threads(threads)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from edgetorch.extension.llm.runner import load_tokenizer
+    from edgetorch.extension.llm.runner.stats import peak_rss_bytes
+
+    torch.set_num_threads(threads)
+    path = Path(gguf)
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    load = time.perf_counter() - start
+    tok = load_tokenizer(gguf)
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    with torch.no_grad():
+        model(torch.tensor([ids[:4]]))  # warm-up
+        start = time.perf_counter()
+        result = model(torch.tensor([ids]), use_cache=True)
+        token = int(result.logits[0, -1].argmax())
+        first = time.perf_counter()
+        out = [token]
+        while len(out) < new_tokens:
+            result = model(torch.tensor([[token]]), past_key_values=result.past_key_values, use_cache=True)
+            token = int(result.logits[0, -1].argmax())
+            out.append(token)
+        end = time.perf_counter()
+    return {
+        "load_s": load,
+        "prompt_tokens": len(ids),
+        "generated": len(out),
+        "ttft_s": first - start,
+        "prefill_tps": len(ids) / (first - start),
+        "decode_tps": (len(out) - 1) / (end - first),
+        "peak_rss": peak_rss_bytes(),
+        "file_bytes": path.stat().st_size,
+        "tokens": out,
+    }
+
+
+def _spawn(args: list[str]) -> dict:
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]),
+    )
+    proc = subprocess.run([sys.executable, __file__, "--worker", *args], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gguf", required=True, help="the GGUF checkpoint (tokenizer and HF reference)")
+    parser.add_argument("--pte", action="append", default=[], help="an exported program (repeatable)")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-hf", action="store_true", help="skip the transformers eager contender")
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        kind, *rest = args.worker
+        if kind == "ours":
+            result = worker_ours(rest[0], args.gguf, args.new_tokens, args.threads)
+        else:
+            result = worker_hf(args.gguf, args.new_tokens, args.threads)
+        print(json.dumps(result))
+        return
+    reexec_with_clean_blas_env()
+    common = ["--gguf", args.gguf, "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)]
+    results = {}
+    for pte in args.pte:
+        results[f"edgetorch {Path(pte).name}"] = _spawn(["ours", pte, *common])
+    if not args.no_hf:
+        results["transformers eager (fp32)"] = _spawn(["hf", *common])
+    reference = results.get("transformers eager (fp32)", {}).get("tokens")
+    rows = []
+    for name, r in results.items():
+        if "error" in r:
+            rows.append([name, "error: " + r["error"][:80], "", "", "", "", "", ""])
+            continue
+        same = "-" if reference is None else str(r["tokens"] == reference)
+        rows.append([
+            name, f"{r['prefill_tps']:.1f}", f"{r['decode_tps']:.2f}", f"{r['ttft_s']:.3f}", f"{r['load_s']:.2f}",
+            fmt_bytes(r["peak_rss"]), fmt_bytes(r["file_bytes"]), same,
+        ])  # fmt: skip
+    print(f"{args.new_tokens} new tokens after a {next(iter(results.values())).get('prompt_tokens', '?')}-token "
+          f"prompt, greedy, {args.threads} BLAS thread(s)")  # fmt: skip
+    print(
+        table(
+            ["contender", "prefill tok/s", "decode tok/s", "TTFT s", "load s", "peak RSS", "file", "same tokens as HF"],
+            rows,
+        )
+    )
+    out = Path(__file__).resolve().parent / "results" / "llm.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"threads": args.threads, "new_tokens": args.new_tokens, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

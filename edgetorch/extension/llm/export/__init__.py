@@ -1,0 +1,157 @@
+"""Export an LLM checkpoint to a ``.pte``: ExecuTorch's ``export_llm``, as one function.
+
+``export_llm(checkpoint, ...)`` loads a Hugging Face folder or a GGUF file into
+:class:`~edgetorch.extension.llm.model.Transformer`, exports ``forward(tokens, input_pos)`` with a
+dynamic prompt length and the KV cache as mutable buffers, lowers it (portable kernels or XNNPACK),
+and writes the metadata methods the runner reads (``get_bos_id``, ``get_eos_ids``, ``get_max_seq_len``,
+``get_max_context_len``, ``get_vocab_size``, ``use_kv_cache``, ``use_sdpa_with_kv_cache``,
+``enable_dynamic_shape``). May import torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from edgetorch.errors import InvalidInputError
+from edgetorch.extension.llm.export.checkpoint import Checkpoint, load_checkpoint
+from edgetorch.extension.llm.model import ModelArgs, Transformer
+from edgetorch.extension.llm.model.transformer import use_weight_first_linears
+
+__all__ = ["export_llm", "build_model", "export_program", "load_checkpoint", "metadata_of", "quantize_model"]
+
+BACKENDS = ("portable", "xnnpack")
+QUANTIZE = ("none", "int8", "8da4w")
+
+
+def build_model(checkpoint: Checkpoint) -> Transformer:
+    """The eval-mode model with the checkpoint's weights (every parameter must be present)."""
+    args = checkpoint.args
+    model = Transformer(args)
+    state = dict(checkpoint.state_dict)
+    if args.arch == "gpt2":
+        positions = state["pos_embeddings.weight"]
+        if positions.shape[0] < args.max_context_len:
+            raise InvalidInputError(
+                f"the checkpoint has {positions.shape[0]} learned positions; max_context_len "
+                f"{args.max_context_len} needs as many, lower it"
+            )
+        state["pos_embeddings.weight"] = positions[: args.max_context_len]
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise InvalidInputError(
+            f"checkpoint weights do not match the {checkpoint.args.arch} model: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}; check that config.json describes these weights"
+        )
+    return model.eval()
+
+
+def metadata_of(args: ModelArgs, bos_id: int | None, eos_ids: list[int]) -> dict[str, Any]:
+    """The constant methods ExecuTorch's LLM runner reads, by name."""
+    metadata: dict[str, Any] = {
+        "get_max_seq_len": args.max_seq_len,
+        "get_max_context_len": args.max_context_len,
+        "get_vocab_size": args.vocab_size,
+        "use_kv_cache": args.use_kv_cache,
+        "use_sdpa_with_kv_cache": args.use_sdpa_with_kv_cache,
+        "enable_dynamic_shape": True,
+    }
+    if bos_id is not None:
+        metadata["get_bos_id"] = int(bos_id)
+    if eos_ids:
+        metadata["get_eos_ids"] = [int(i) for i in eos_ids]
+    return metadata
+
+
+def export_program(model: Transformer) -> torch.export.ExportedProgram:
+    """``torch.export`` of ``forward(tokens [1, 1..max_seq_len], input_pos [1])``."""
+    args = model.args
+    tokens = torch.zeros((1, min(2, args.max_seq_len)), dtype=torch.long)
+    if not args.use_kv_cache:
+        dynamic = ({1: torch.export.Dim("seq_len", min=1, max=args.max_seq_len)},)
+        with torch.no_grad():
+            return torch.export.export(model, (tokens,), dynamic_shapes=dynamic, strict=False)
+    input_pos = torch.zeros((1,), dtype=torch.long)
+    dynamic = ({1: torch.export.Dim("seq_len", min=1, max=args.max_seq_len)}, None)
+    with torch.no_grad():
+        return torch.export.export(model, (tokens, input_pos), dynamic_shapes=dynamic, strict=False)
+
+
+def quantize_model(model: Transformer, mode: str, group_size: int = 32) -> None:
+    """torchao's ``quantize_`` on every linear but the output: ``int8`` weight-only per channel, or ``8da4w``
+    (int8 dynamic activations, int4 weights in groups of ``group_size``)."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if mode == "int8":
+        config = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
+    else:
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
+    quantize_(model, config, filter_fn=lambda module, fqn: isinstance(module, torch.nn.Linear) and fqn != "output")
+
+
+def export_llm(
+    checkpoint: str | Path | Checkpoint,
+    output: str | Path | None = None,
+    *,
+    backend: str = "portable",
+    max_seq_len: int = 128,
+    max_context_len: int = 128,
+    dtype: str = "fp32",
+    quantize: str = "none",
+    group_size: int = 32,
+    use_kv_cache: bool = True,
+    use_sdpa_with_kv_cache: bool = False,
+    metadata: dict[str, Any] | None = None,
+) -> bytes:
+    """Export ``checkpoint`` (a model folder, a ``.gguf`` file, or a loaded :class:`Checkpoint`) to ``.pte`` bytes.
+
+    Writes them to ``output`` too when given. ``metadata`` adds or replaces constant methods.
+    """
+    if backend not in BACKENDS:
+        raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if quantize not in QUANTIZE:
+        raise InvalidInputError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
+    if dtype != "fp32":
+        raise InvalidInputError(f"dtype {dtype!r} is not supported yet; export with dtype='fp32'")
+    if max_context_len < max_seq_len:
+        raise InvalidInputError(
+            f"max_context_len ({max_context_len}) must be at least max_seq_len ({max_seq_len}); raise it"
+        )
+    options = dict(
+        max_seq_len=max_seq_len,
+        max_context_len=max_context_len,
+        use_kv_cache=use_kv_cache,
+        use_sdpa_with_kv_cache=use_sdpa_with_kv_cache,
+    )
+    if isinstance(checkpoint, Checkpoint):
+        for name, value in options.items():
+            setattr(checkpoint.args, name, value)
+    else:
+        checkpoint = load_checkpoint(checkpoint, **options)
+    model = build_model(checkpoint)
+    if quantize != "none":
+        quantize_model(model, quantize, group_size)
+    elif backend == "portable":
+        use_weight_first_linears(model)
+    program = export_program(model)
+    constants = metadata_of(checkpoint.args, checkpoint.bos_id, checkpoint.eos_ids) | (metadata or {})
+    from edgetorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    partitioners = []
+    if backend == "xnnpack":
+        from edgetorch.backends.xnnpack import XnnpackPartitioner
+
+        partitioners.append(XnnpackPartitioner())
+    edge = to_edge_transform_and_lower(
+        program,
+        partitioner=partitioners,
+        constant_methods=constants,
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
+    buffer = edge.to_executorch().buffer
+    if output is not None:
+        Path(output).write_bytes(buffer)
+    return buffer

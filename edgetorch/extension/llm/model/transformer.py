@@ -1,0 +1,227 @@
+"""The decoder-only transformer: Llama family (GQA, RoPE, RMSNorm, SwiGLU) and GPT-2, with a KV cache.
+
+The KV cache is a pair of mutable buffers per layer in ExecuTorch's ``[batch, context, kv_heads,
+head_dim]`` layout, written at the positions ``input_pos .. input_pos + seq_len``. Attention is either
+plain tensor math over the whole cache under a position mask, or, with ``use_sdpa_with_kv_cache``,
+ExecuTorch's ``llama::custom_sdpa`` over the rows written so far. May import torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgetorch.extension.llm.model.args import ModelArgs
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation with a learned scale (computed in float32)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_frequencies(args: ModelArgs) -> torch.Tensor:
+    """The rotary inverse frequencies ``[head_dim / 2]``, with Llama 3's long-context scaling if configured."""
+    dim = args.head_dim
+    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    scaling = args.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "llama3":
+        factor = scaling["factor"]
+        low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+        old_context = scaling.get("original_max_position_embeddings", 8192)
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_context / wavelen - low) / (high - low)
+        blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = torch.where(wavelen > old_context / low, inv_freq / factor, inv_freq)
+        medium = (wavelen <= old_context / low) & (wavelen >= old_context / high)
+        inv_freq = torch.where(medium, blended, inv_freq)
+    elif kind == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif kind not in (None, "default"):
+        raise ValueError(f"unsupported rope scaling {kind!r}; expected llama3, linear or none")
+    return inv_freq.float()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Apply the rotary embedding (half-split pairs, as Hugging Face checkpoints store q/k) to ``[b, s, h, d]``."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class WeightFirstLinear(nn.Linear):
+    """``nn.Linear`` computed as ``(W @ x^T)^T``: the same numbers, and the exported graph transposes the
+    (small) activation rather than the (large) weight, which a runtime without constant folding would copy
+    on every call. :func:`use_weight_first_linears` swaps it in before export."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        y = (self.weight @ flat.t()).t()
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def use_weight_first_linears(model: nn.Module) -> nn.Module:
+    """Make every plain ``nn.Linear`` of ``model`` a :class:`WeightFirstLinear` (in place; weights shared)."""
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = WeightFirstLinear
+    return model
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.args = args
+        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        qkv_bias = args.attention_bias or args.arch == "gpt2"
+        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=qkv_bias)
+        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=qkv_bias)
+        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=qkv_bias)
+        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=args.arch == "gpt2")
+        if args.qk_norm:
+            self.q_norm = RMSNorm(args.head_dim, args.norm_eps)
+            self.k_norm = RMSNorm(args.head_dim, args.norm_eps)
+        if args.use_kv_cache:
+            shape = (1, args.max_context_len, args.n_kv_heads, args.head_dim)
+            self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
+            self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        start: torch.Tensor | int,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        batch, seq_len, _ = x.shape
+        q = self.wq(x).view(batch, seq_len, self.n_heads, self.head_dim)
+        k = self.wk(x).view(batch, seq_len, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(batch, seq_len, self.n_kv_heads, self.head_dim)
+        if self.args.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rope is not None:
+            q, k = rotate(q, *rope), rotate(k, *rope)
+        if not self.args.use_kv_cache:
+            keys, values = k, v
+        else:
+            self.k_cache.index_copy_(1, positions, k)
+            self.v_cache.index_copy_(1, positions, v)
+            if self.args.use_sdpa_with_kv_cache:
+                out = torch.ops.llama.custom_sdpa(q, self.k_cache, self.v_cache, start, None, 0.0, True)
+                return self.wo(out.reshape(batch, seq_len, -1))
+            keys, values = self.k_cache, self.v_cache
+        return self.wo(self._attend(q, keys, values, mask))
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Masked softmax attention; each key/value head serves its group of query heads in one matmul."""
+        batch, seq_len = q.shape[:2]
+        group = self.n_heads // self.n_kv_heads
+        q = q.view(batch, seq_len, self.n_kv_heads, group, self.head_dim).permute(0, 2, 3, 1, 4)
+        q = q.reshape(batch, self.n_kv_heads, group * seq_len, self.head_dim)
+        scores = (q @ keys.permute(0, 2, 3, 1)) * (1.0 / math.sqrt(self.head_dim))
+        scores = scores.view(batch, self.n_kv_heads, group, seq_len, -1)
+        scores = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        out = scores.view(batch, self.n_kv_heads, group * seq_len, -1) @ values.transpose(1, 2)
+        out = out.view(batch, self.n_kv_heads, group, seq_len, self.head_dim).permute(0, 3, 1, 2, 4)
+        return out.reshape(batch, seq_len, self.n_heads * self.head_dim)
+
+
+class FeedForward(nn.Module):
+    """SwiGLU (Llama family) or a GELU MLP (GPT-2)."""
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.gated = args.arch == "llama"
+        bias = not self.gated
+        self.w1 = nn.Linear(args.dim, args.hidden_dim, bias=bias)
+        self.w2 = nn.Linear(args.hidden_dim, args.dim, bias=bias)
+        if self.gated:
+            self.w3 = nn.Linear(args.dim, args.hidden_dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x), approximate="tanh"))
+
+
+def _norm(args: ModelArgs, dim: int) -> nn.Module:
+    return RMSNorm(dim, args.norm_eps) if args.arch == "llama" else nn.LayerNorm(dim, eps=args.norm_eps)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.attention_norm = _norm(args, args.dim)
+        self.attention = Attention(args)
+        self.ffn_norm = _norm(args, args.dim)
+        self.feed_forward = FeedForward(args)
+
+    def forward(self, x, positions, start, rope, mask):
+        h = x + self.attention(self.attention_norm(x), positions, start, rope, mask)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Transformer(nn.Module):
+    """A decoder-only LLM; ``forward(tokens, input_pos)`` returns the last position's logits ``[1, vocab]``."""
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        if args.arch == "gpt2":
+            self.pos_embeddings = nn.Embedding(args.max_context_len, args.dim)
+        else:
+            angles = torch.outer(torch.arange(args.max_context_len, dtype=torch.float32), rope_frequencies(args))
+            angles = torch.cat((angles, angles), dim=-1)
+            self.register_buffer("rope_cos", angles.cos(), persistent=False)
+            self.register_buffer("rope_sin", angles.sin(), persistent=False)
+        self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
+        self.norm = _norm(args, args.dim)
+        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        if args.use_sdpa_with_kv_cache:
+            from edgetorch.extension.llm import custom_ops
+
+            custom_ops.ensure_registered()
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor | None = None) -> torch.Tensor:
+        seq_len = tokens.shape[1]
+        if self.args.use_kv_cache:
+            if input_pos is None:
+                raise ValueError("a KV-cache model takes input_pos, the cache position of the first token")
+            positions = input_pos + torch.arange(seq_len)
+        else:
+            positions = torch.arange(seq_len)
+        start = 0
+        if self.args.use_sdpa_with_kv_cache:
+            start = input_pos[0].item()
+            torch._check(start >= 0)
+            torch._check(start + seq_len <= self.args.max_context_len)
+        h = self.tok_embeddings(tokens)
+        rope = None
+        if self.args.arch == "gpt2":
+            h = h + self.pos_embeddings(positions)
+        else:
+            rope = (self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1))
+        # Which key positions each query may see (the mask is unused by llama::custom_sdpa).
+        keys = self.args.max_context_len if self.args.use_kv_cache else seq_len
+        mask = torch.arange(keys).unsqueeze(0) <= positions.unsqueeze(1)
+        for layer in self.layers:
+            h = layer(h, positions, start, rope, mask)
+        return self.output(self.norm(h[:, -1, :]))
