@@ -1,7 +1,7 @@
 """Random-distribution kernels: uniform, normal, bernoulli, exponential, cauchy, geometric, log-normal, random
 integers, multinomial, the ``*_like`` factories, poisson, gamma, binomial, dirichlet and training-mode RReLU.
 
-Every draw comes from the generator of the Method that is running (:func:`generator`): each loaded Method
+Every draw comes from the generator of the Method that is running (``method_rng``): each loaded Method
 owns one, seeded by ``Method.set_seed(seed)`` or ``load_method(name, seed=...)``, so two methods (or two
 loads) draw independent, reproducible streams. NumPy's PCG64 is not torch's Mersenne Twister, so values
 differ from eager's; the distributions are the same. The kernels are marked impure: the executor never
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgetorch.runtime.generator import generator, use_generator  # noqa: F401  (use_generator: re-exported)
+from edgetorch.runtime.generator import generator as method_rng  # kernels take a ``generator`` argument of their own
 from edgetorch.runtime.kernels.promotion import is_float
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
@@ -34,7 +34,7 @@ def _float_dtype(out: np.ndarray) -> np.dtype:
 
 
 def _uniform(out: np.ndarray, shape: tuple[int, ...], low: float, high: float) -> np.ndarray:
-    values = generator().random(shape, dtype=_float_dtype(out))
+    values = method_rng().random(shape, dtype=_float_dtype(out))
     if (low, high) != (0.0, 1.0):
         values = values * (high - low) + low
     return _store(out, shape, values)
@@ -43,7 +43,7 @@ def _uniform(out: np.ndarray, shape: tuple[int, ...], low: float, high: float) -
 def _normal(out: np.ndarray, shape: tuple[int, ...], mean: np.ndarray | float, std: np.ndarray | float) -> np.ndarray:
     if np.any(np.asarray(std) < 0):
         raise ValueError("normal: std must be non-negative")
-    values = generator().standard_normal(shape, dtype=_float_dtype(out))
+    values = method_rng().standard_normal(shape, dtype=_float_dtype(out))
     return _store(out, shape, values * std + mean)
 
 
@@ -91,7 +91,7 @@ def log_normal(self: np.ndarray, mean: float, std: float, generator: None, out: 
     """exp(N(mean, std^2)) samples shaped like ``self``."""
     if std <= 0:
         raise ValueError(f"log_normal: std must be positive, got {std}")
-    return _store(out, self.shape, generator().lognormal(mean, std, self.shape))
+    return _store(out, self.shape, method_rng().lognormal(mean, std, self.shape))
 
 
 @kernel("aten::exponential.out", impure=True)
@@ -99,7 +99,7 @@ def exponential(self: np.ndarray, lambd: float, generator: None, out: np.ndarray
     """Exponential samples of rate ``lambd`` shaped like ``self``."""
     if lambd <= 0:
         raise ValueError(f"exponential: lambd must be positive, got {lambd}")
-    return _store(out, self.shape, generator().standard_exponential(self.shape) / lambd)
+    return _store(out, self.shape, method_rng().standard_exponential(self.shape) / lambd)
 
 
 @kernel("aten::cauchy.out", impure=True)
@@ -107,7 +107,7 @@ def cauchy(self: np.ndarray, median: float, sigma: float, generator: None, out: 
     """Cauchy samples (location ``median``, scale ``sigma``) shaped like ``self``."""
     if sigma <= 0:
         raise ValueError(f"cauchy: sigma must be positive, got {sigma}")
-    return _store(out, self.shape, median + sigma * generator().standard_cauchy(self.shape))
+    return _store(out, self.shape, median + sigma * method_rng().standard_cauchy(self.shape))
 
 
 @kernel("aten::geometric.out", impure=True)
@@ -115,14 +115,14 @@ def geometric(self: np.ndarray, p: float, generator: None, out: np.ndarray) -> n
     """The number of Bernoulli(p) trials up to the first success (1, 2, ...), shaped like ``self``."""
     if not 0 < p < 1:
         raise ValueError(f"geometric: p must be in (0, 1), got {p}")
-    return _store(out, self.shape, generator().geometric(p, self.shape))
+    return _store(out, self.shape, method_rng().geometric(p, self.shape))
 
 
 def _bernoulli(out: np.ndarray, shape: tuple[int, ...], p: np.ndarray | float) -> np.ndarray:
     p = np.asarray(p, np.float64)
     if p.size and (np.nanmin(p) < 0 or np.nanmax(p) > 1 or np.isnan(p).any()):
         raise ValueError("bernoulli: probabilities must be in [0, 1]")
-    return _store(out, shape, generator().random(shape) < p)
+    return _store(out, shape, method_rng().random(shape) < p)
 
 
 @kernel("aten::bernoulli.out", impure=True)
@@ -149,7 +149,7 @@ def _integers(
     """Integers uniform on [low, high), or on [low, high] with ``endpoint``."""
     if np.any(np.asarray(low) > np.asarray(high) - (0 if endpoint else 1)):
         raise ValueError(f"random integers: expected low < high, got low={low}, high={high}")
-    return _store(out, shape, generator().integers(low, high, shape, endpoint=endpoint))
+    return _store(out, shape, method_rng().integers(low, high, shape, endpoint=endpoint))
 
 
 def _random_max(dtype: np.dtype) -> int:
@@ -208,7 +208,7 @@ def multinomial(self: np.ndarray, num_samples: int, replacement: bool, generator
     n = w.shape[1]
     if not replacement and num_samples > n:
         raise ValueError(f"multinomial: cannot draw {num_samples} samples from {n} categories without replacement")
-    rng = generator()
+    rng = method_rng()
     if replacement:
         cdf = np.cumsum(w, axis=1)
         cdf /= cdf[:, -1:]
@@ -227,13 +227,13 @@ def multinomial(self: np.ndarray, num_samples: int, replacement: bool, generator
 @kernel("aten::poisson.out", impure=True)
 def poisson(self: np.ndarray, generator: None, out: np.ndarray) -> np.ndarray:
     """Poisson samples with element-wise rates ``self``."""
-    return _store(out, self.shape, generator().poisson(np.asarray(self, np.float64)))
+    return _store(out, self.shape, method_rng().poisson(np.asarray(self, np.float64)))
 
 
 @kernel("aten::_standard_gamma.out", impure=True)
 def standard_gamma(self: np.ndarray, generator: None, out: np.ndarray) -> np.ndarray:
     """Gamma(shape=self, scale=1) samples."""
-    return _store(out, self.shape, generator().standard_gamma(np.asarray(self, np.float64)))
+    return _store(out, self.shape, method_rng().standard_gamma(np.asarray(self, np.float64)))
 
 
 @kernel("aten::binomial.out", impure=True)
@@ -241,13 +241,13 @@ def binomial(count: np.ndarray, prob: np.ndarray, generator: None, out: np.ndarr
     """Binomial(count, prob) samples, element-wise."""
     shape = np.broadcast_shapes(count.shape, prob.shape)
     n = np.asarray(count, np.float64).astype(np.int64)
-    return _store(out, shape, generator().binomial(n, np.asarray(prob, np.float64)))
+    return _store(out, shape, method_rng().binomial(n, np.asarray(prob, np.float64)))
 
 
 @kernel("aten::_sample_dirichlet.out", impure=True)
 def sample_dirichlet(self: np.ndarray, generator: None, out: np.ndarray) -> np.ndarray:
     """Dirichlet samples along the last dim, ``self`` the concentrations (normalised gamma draws)."""
-    g = generator().standard_gamma(np.asarray(self, np.float64))
+    g = method_rng().standard_gamma(np.asarray(self, np.float64))
     with np.errstate(all="ignore"):
         return _store(out, self.shape, g / g.sum(axis=-1, keepdims=True))
 
@@ -268,7 +268,7 @@ def rrelu_with_noise(
     """
     x = np.asarray(self, np.float64)
     if training:
-        slope = np.where(x >= 0, 1.0, generator().uniform(lower, upper, x.shape))
+        slope = np.where(x >= 0, 1.0, method_rng().uniform(lower, upper, x.shape))
         np.copyto(noise, slope.reshape(noise.shape), casting="unsafe")
     else:
         slope = np.where(x >= 0, 1.0, (lower + upper) / 2)
