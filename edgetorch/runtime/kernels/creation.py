@@ -101,6 +101,12 @@ def empty_strided(size: list[int], stride: list[int], out: np.ndarray) -> np.nda
     return resize(out, tuple(size))
 
 
+@kernel("aten::empty_permuted.out")
+def empty_permuted(size: list[int], physical_layout: list[int], out: np.ndarray) -> np.ndarray:
+    """Uninitialised memory of shape ``size``; the layout is the planned ``out``'s, whatever ``physical_layout`` asks."""
+    return resize(out, tuple(size))
+
+
 @kernel("dim_order_ops::_empty_dim_order.out")
 def empty_dim_order(size: list[int], dim_order: list[int] | None, out: np.ndarray) -> np.ndarray:
     """Uninitialised memory of shape ``size``; the layout is the planned ``out``'s."""

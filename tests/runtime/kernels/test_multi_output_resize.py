@@ -116,6 +116,21 @@ CASES: dict[str, Case] = {
     "aten::max_pool3d_with_indices.out": Case(
         aten.max_pool3d_with_indices, lambda: [_r(1, 2, 4, 4, 4), [2, 2, 2], [2, 2, 2], [0, 0, 0], [1, 1, 1], False]
     ),
+    "aten::adaptive_max_pool2d.out": Case(aten.adaptive_max_pool2d, lambda: [X4(), [4, 3]]),
+    "aten::adaptive_max_pool3d.out": Case(aten.adaptive_max_pool3d, lambda: [_r(1, 2, 5, 4, 4), [2, 3, 2]]),
+    "aten::fractional_max_pool2d.output": Case(
+        aten.fractional_max_pool2d,
+        lambda: [X4(), [2, 2], [4, 3], torch.rand(2, 3, 2, generator=torch.Generator().manual_seed(1))],
+    ),
+    "aten::fractional_max_pool3d.output": Case(
+        aten.fractional_max_pool3d,
+        lambda: [
+            _r(1, 2, 5, 6, 4),
+            [2, 2, 2],
+            [3, 4, 2],
+            torch.rand(1, 2, 3, generator=torch.Generator().manual_seed(2)),
+        ],
+    ),
     "aten::median.dim_values": Case(aten.median.dim, lambda: [X(), 1, False]),
     "aten::nanmedian.dim_values": Case(aten.nanmedian.dim, lambda: [X(), -1, False]),
     "aten::mode.values": Case(aten.mode, lambda: [_ints(3, 4, 5), -1, False]),
