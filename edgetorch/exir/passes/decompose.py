@@ -19,7 +19,27 @@ from edgetorch.exir.dialects import quantized
 _EXTRA_DECOMPOSED = [
     torch.ops.aten.linalg_vector_norm.default,
     torch.ops.aten._native_batch_norm_legit_functional.default,
+    torch.ops.aten._batch_norm_with_update_functional.default,
 ]
+
+
+def _rrelu_with_noise_functional(
+    self: torch.Tensor,
+    noise: torch.Tensor,
+    lower: float = 0.125,
+    upper: float = 1.0 / 3.0,
+    training: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RReLU (torch has no decomposition for it): in training negative inputs get a U[lower, upper) slope, also
+    returned as the new ``noise`` (1 for non-negative inputs); in eval the mean slope, ``noise`` unchanged."""
+    aten = torch.ops.aten
+    if not training:
+        return aten.leaky_relu.default(self, (lower + upper) / 2), aten.clone.default(noise)
+    slopes = aten.uniform.default(aten.empty_like.default(self), lower, upper)
+    slope = aten.where.self(aten.ge.Scalar(self, 0), aten.ones_like.default(self), slopes)
+    return aten.mul.Tensor(self, slope), aten.view.default(slope, noise.shape)
+
 
 # Metadata asserts that torch.export leaves behind; they are not Core ATen and compute nothing.
 _DROPPED_ASSERTS = (torch.ops.aten._assert_tensor_metadata.default,)
@@ -35,6 +55,7 @@ def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverloa
     for op, fn in get_decompositions(_EXTRA_DECOMPOSED).items():
         table[op] = fn
     table.update(quantized.DECOMPOSITIONS)
+    table[torch.ops.aten.rrelu_with_noise_functional.default] = _rrelu_with_noise_functional
     for op in ops_to_not_decompose:
         table.pop(op, None)
     return table
