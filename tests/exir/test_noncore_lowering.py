@@ -48,3 +48,15 @@ def test_batch_norm_with_update_is_decomposed():
     (got,) = _run(BN(), x, weight, bias, mean.clone(), var.clone())
     want = F.batch_norm(x, mean.clone(), var.clone(), weight, bias, training=True)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+class _Inv(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.linalg.inv(a), torch.linalg.solve(a, b), torch.linalg.cholesky(a @ a.mT + torch.eye(3))
+
+
+def test_checked_linalg_ops_lower_without_effect_tokens():
+    a = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(0)) + 3 * torch.eye(3)
+    b = torch.randn(2, 3, 2, generator=torch.Generator().manual_seed(1))
+    for got, want in zip(_run(_Inv(), a, b), _Inv()(a, b)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

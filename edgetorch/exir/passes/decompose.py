@@ -41,6 +41,17 @@ def _rrelu_with_noise_functional(
     return aten.mul.Tensor(self, slope), aten.view.default(slope, noise.shape)
 
 
+# torch decomposes these into their ``*_ex`` form plus ``_linalg_check_errors``, an op with side effects that
+# export threads an effect token through; a program cannot raise, so the check goes and the ``_ex`` form stays
+# (a singular or non-positive-definite input gives inf / NaN, as the ``_ex`` ops do).
+_aten = torch.ops.aten
+_UNCHECKED_LINALG = {
+    _aten.linalg_inv.default: lambda A: _aten.linalg_inv_ex.default(A)[0],
+    _aten.linalg_solve.default: lambda A, B, *, left=True: _aten.linalg_solve_ex.default(A, B, left=left)[0],
+    _aten.linalg_cholesky.default: lambda A, *, upper=False: _aten.linalg_cholesky_ex.default(A, upper=upper)[0],
+    _aten.linalg_lu_factor.default: lambda A, *, pivot=True: _aten.linalg_lu_factor_ex.default(A, pivot=pivot)[:2],
+}
+
 # Metadata asserts that torch.export leaves behind; they are not Core ATen and compute nothing.
 _DROPPED_ASSERTS = (torch.ops.aten._assert_tensor_metadata.default,)
 
@@ -56,6 +67,7 @@ def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverloa
         table[op] = fn
     table.update(quantized.DECOMPOSITIONS)
     table[torch.ops.aten.rrelu_with_noise_functional.default] = _rrelu_with_noise_functional
+    table.update(_UNCHECKED_LINALG)
     for op in ops_to_not_decompose:
         table.pop(op, None)
     return table

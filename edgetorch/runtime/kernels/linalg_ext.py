@@ -45,7 +45,7 @@ def lu_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lu = np.array(a, dtype=np.float64 if a.dtype == np.float64 else np.float32, copy=True)
     m, n = lu.shape[-2:]
     batch = lu.shape[:-2]
-    flat = lu.reshape(-1, m, n)
+    flat = lu.reshape(math.prod(batch), m, n)  # not -1: an empty matrix has no size to infer from
     k = min(m, n)
     pivots = np.zeros((flat.shape[0], k), np.int32)
     info = np.zeros(flat.shape[0], np.int32)

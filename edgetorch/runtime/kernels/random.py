@@ -273,3 +273,15 @@ def rrelu_with_noise(
     else:
         slope = np.where(x >= 0, 1.0, (lower + upper) / 2)
     return _store(out, self.shape, x * slope)
+
+
+@kernel("aten::randint.out", impure=True)
+def randint(high: int, size: list[int], out: np.ndarray) -> np.ndarray:
+    """Integers uniform on [0, high) of shape ``size``."""
+    return _integers(out, tuple(size), 0, high)
+
+
+@kernel("aten::randint.low_out", impure=True)
+def randint_low(low: int, high: int, size: list[int], out: np.ndarray) -> np.ndarray:
+    """Integers uniform on [low, high) of shape ``size``."""
+    return _integers(out, tuple(size), low, high)

@@ -93,3 +93,24 @@ def test_grid_sampler_3d(mode, padding_mode, align_corners):
 def test_empty_permuted_shape():
     like = torch.empty(2, 3, 4)
     assert call("aten::empty_permuted.out", [2, 3, 4], [0, 2, 1], out_like=like).shape == (2, 3, 4)
+
+
+def test_angle_of_reals():
+    x = torch.tensor([-2.0, -0.0, 0.0, 3.0, math.nan, -math.inf])
+    want = torch.angle(x)
+    check(call("aten::angle.out", x, out_like=want), want)
+
+
+@pytest.mark.parametrize(("dim", "keepdim"), [([], False), ([1], True), ([0], False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+def test_hash_tensor(dim, keepdim, dtype):
+    x = (_r(3, 4) * 100).to(dtype)
+    want = aten.hash_tensor(x, dim, keepdim=keepdim)
+    got = call("aten::hash_tensor.out", x, dim, keepdim, 0, out_like=want)
+    assert got.shape == tuple(want.shape) and got.tolist() == want.view(torch.int64).numpy().view("u8").tolist()
+
+
+def test_resize_keeps_elements_in_order():
+    x = _r(2, 6)
+    want = aten.resize(x.clone(), [3, 4])
+    check(call("aten::resize.out", x, [3, 4], None, out_like=want), want)

@@ -85,3 +85,10 @@ def test_seeded_generator_repeats():
     use_generator(np.random.default_rng(7))
     b = call("aten::exponential.out", like, 1.0, None, out_like=like)
     assert np.array_equal(a, b)
+
+
+def test_randint_bounds_and_mean():
+    like = torch.empty(N, dtype=torch.int64)
+    x = call("aten::randint.low_out", -3, 7, [N], out_like=like)
+    assert x.dtype == np.int64 and x.min() == -3 and x.max() == 6
+    _moments(x.astype(np.float64), 1.5, (10**2 - 1) / 12)
