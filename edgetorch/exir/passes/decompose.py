@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import torch
 from torch._decomp import get_decompositions
 from torch.export import ExportedProgram
+from torch.export._remove_effect_tokens_pass import _remove_effect_tokens
 
 from edgetorch.exir.dialects import quantized
 
@@ -41,19 +42,21 @@ def _rrelu_with_noise_functional(
     return aten.mul.Tensor(self, slope), aten.view.default(slope, noise.shape)
 
 
-# torch decomposes these into their ``*_ex`` form plus ``_linalg_check_errors``, an op with side effects that
-# export threads an effect token through; a program cannot raise, so the check goes and the ``_ex`` form stays
-# (a singular or non-positive-definite input gives inf / NaN, as the ``_ex`` ops do).
-_aten = torch.ops.aten
-_UNCHECKED_LINALG = {
-    _aten.linalg_inv.default: lambda A: _aten.linalg_inv_ex.default(A)[0],
-    _aten.linalg_solve.default: lambda A, B, *, left=True: _aten.linalg_solve_ex.default(A, B, left=left)[0],
-    _aten.linalg_cholesky.default: lambda A, *, upper=False: _aten.linalg_cholesky_ex.default(A, upper=upper)[0],
-    _aten.linalg_lu_factor.default: lambda A, *, pivot=True: _aten.linalg_lu_factor_ex.default(A, pivot=pivot)[:2],
-}
+# Metadata asserts that torch.export leaves behind, and linalg's error checks (``linalg.inv`` is ``inv_ex`` plus
+# a check that raises on a singular input, threaded through an effect token); they are not Core ATen, and a
+# program cannot raise: a singular or non-positive-definite input gives inf / NaN, as the ``*_ex`` ops do.
+_DROPPED_ASSERTS = (torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._linalg_check_errors.default)
 
-# Metadata asserts that torch.export leaves behind; they are not Core ATen and compute nothing.
-_DROPPED_ASSERTS = (torch.ops.aten._assert_tensor_metadata.default,)
+
+def _only_error_checks(program: ExportedProgram) -> bool:
+    """Whether every effectful call (``with_effects``) is a linalg error check, which a program drops."""
+    return all(
+        node.args[1] is torch.ops.aten._linalg_check_errors.default
+        for module in program.graph_module.modules()
+        if isinstance(module, torch.fx.GraphModule)
+        for node in module.graph.nodes
+        if node.op == "call_function" and node.target is torch.ops.higher_order.with_effects
+    )
 
 
 def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverload] = ()) -> dict:
@@ -67,7 +70,6 @@ def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverloa
         table[op] = fn
     table.update(quantized.DECOMPOSITIONS)
     table[torch.ops.aten.rrelu_with_noise_functional.default] = _rrelu_with_noise_functional
-    table.update(_UNCHECKED_LINALG)
     for op in ops_to_not_decompose:
         table.pop(op, None)
     return table
@@ -76,6 +78,8 @@ def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverloa
 def decompose(program: ExportedProgram, ops_to_not_decompose: Iterable[torch._ops.OpOverload] = ()) -> ExportedProgram:
     """A new program whose graph holds only Core ATen ops (plus the ops kept from decomposition)."""
     program = program.run_decompositions(core_aten_decompositions(ops_to_not_decompose))
+    if program.graph_signature.input_tokens and _only_error_checks(program):
+        program = _remove_effect_tokens(program)
     for module in program.graph_module.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue

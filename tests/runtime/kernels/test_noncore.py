@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from edgetorch.runtime.kernels.registry import KERNELS
 from tests.runtime.kernels._oracle import call, check
 
 aten = torch.ops.aten
@@ -114,3 +116,24 @@ def test_resize_keeps_elements_in_order():
     x = _r(2, 6)
     want = aten.resize(x.clone(), [3, 4])
     check(call("aten::resize.out", x, [3, 4], None, out_like=want), want)
+
+
+@pytest.mark.parametrize("density", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_histogramdd(density, weighted):
+    x, w = _r(20, 3), torch.rand(20, generator=torch.Generator().manual_seed(3))
+    weight = w if weighted else None
+    want = aten._histogramdd_from_bin_cts(x, [3, 4, 2], range=None, weight=weight, density=density)
+    check(call("aten::_histogramdd_from_bin_cts.out", x, [3, 4, 2], None, weight, density, out_like=want), want)
+    edges = aten._histogramdd_bin_edges(x, [3, 4, 2], range=[-1.0, 1.0, -2.0, 0.0, 0.0, 3.0])
+    fn, _ = KERNELS["aten::_histogramdd_bin_edges.out"]
+    got = fn(
+        x.numpy(), [3, 4, 2], [-1.0, 1.0, -2.0, 0.0, 0.0, 3.0], None, False, [np.empty(5, np.float32) for _ in range(3)]
+    )
+    for g, e in zip(got, edges):
+        check(g, e)
+    want = aten._histogramdd_from_bin_tensors(x, list(edges), weight=weight, density=density)
+    check(
+        call("aten::_histogramdd_from_bin_tensors.out", x, [e.numpy() for e in edges], weight, density, out_like=want),
+        want,
+    )
