@@ -166,6 +166,12 @@ CASES: dict[str, Case] = {
     "aten::unbind_copy.int_out": Case(aten.unbind_copy.int, lambda: [X(), 1]),
     # linear algebra, histograms and unique (issue 16's kernels)
     "aten::_linalg_det.result": Case(aten._linalg_det, lambda: [_square()], atol=1e-4),
+    "aten::_histogramdd_bin_edges.out": Case(
+        lambda x, bins, rng, weight, density: aten._histogramdd_bin_edges(
+            x, bins, range=rng, weight=weight, density=density
+        ),
+        lambda: [_r(10, 3), [3, 4, 2], None, None, False],
+    ),
     "aten::_linalg_eigh.eigenvalues": Case(aten._linalg_eigh, lambda: [_spd(), "L", True], atol=1e-4),
     "aten::_linalg_slogdet.sign": Case(aten._linalg_slogdet, lambda: [_square()], atol=1e-4),
     "aten::_linalg_solve_ex.result": Case(
