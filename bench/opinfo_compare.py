@@ -129,7 +129,7 @@ def _report(ours: list[oc.SampleResult], theirs: list[oc.SampleResult], seconds:
         [op, ours_s, theirs_s, _cell(d_ours if ours_s != oc.PASS else d_theirs)]
         for op, (ours_s, d_ours) in sorted(our_ops.items())
         for theirs_s, d_theirs in [their_ops.get(op, ("-", ""))]
-        if (ours_s == oc.PASS) != (theirs_s == oc.PASS)
+        if op in their_ops and (ours_s == oc.PASS) != (theirs_s == oc.PASS)
     ]
     return "\n".join(
         [

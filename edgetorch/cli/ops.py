@@ -85,4 +85,5 @@ def _coverage(args: argparse.Namespace) -> int:
         f"{counts['FAIL']} failing, {counts['unverified']} unverified; {counts['missing']} missing a kernel, "
         f"{counts['no out']} without an out variant (results from {source})"
     )
+    print(f"Complex tensors and FFTs: {oc.COMPLEX_NOTE}.")
     return EXIT_OK

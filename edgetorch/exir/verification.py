@@ -138,6 +138,14 @@ def _check_target(node: torch.fx.Node, allowed_aten: set) -> None:
 
 def _check_dtypes(node: torch.fx.Node) -> None:
     for value in torch.utils._pytree.tree_leaves(node.meta.get("val")):
+        if isinstance(value, torch.Tensor) and value.is_complex():
+            _fail(
+                node,
+                f"produces a {value.dtype} tensor; the .pte ScalarType has COMPLEX32/64/128, but edgetorch does not "
+                "emit or run complex tensors yet (nor do ExecuTorch's portable kernels)",
+                "Keep the complex part outside the program, or use torch.view_as_real-style real pairs (e.g. "
+                "torch.fft.rfft replaced by a real DFT matmul).",
+            )
         if isinstance(value, torch.Tensor) and value.dtype not in SUPPORTED_DTYPES:
             _fail(
                 node,

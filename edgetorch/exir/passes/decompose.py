@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import torch
 from torch._decomp import get_decompositions
 from torch.export import ExportedProgram
+from torch.export._remove_effect_tokens_pass import _remove_effect_tokens
 
 from edgetorch.exir.dialects import quantized
 
@@ -19,10 +20,43 @@ from edgetorch.exir.dialects import quantized
 _EXTRA_DECOMPOSED = [
     torch.ops.aten.linalg_vector_norm.default,
     torch.ops.aten._native_batch_norm_legit_functional.default,
+    torch.ops.aten._batch_norm_with_update_functional.default,
 ]
 
-# Metadata asserts that torch.export leaves behind; they are not Core ATen and compute nothing.
-_DROPPED_ASSERTS = (torch.ops.aten._assert_tensor_metadata.default,)
+
+def _rrelu_with_noise_functional(
+    self: torch.Tensor,
+    noise: torch.Tensor,
+    lower: float = 0.125,
+    upper: float = 1.0 / 3.0,
+    training: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RReLU (torch has no decomposition for it): in training negative inputs get a U[lower, upper) slope, also
+    returned as the new ``noise`` (1 for non-negative inputs); in eval the mean slope, ``noise`` unchanged."""
+    aten = torch.ops.aten
+    if not training:
+        return aten.leaky_relu.default(self, (lower + upper) / 2), aten.clone.default(noise)
+    slopes = aten.uniform.default(aten.empty_like.default(self), lower, upper)
+    slope = aten.where.self(aten.ge.Scalar(self, 0), aten.ones_like.default(self), slopes)
+    return aten.mul.Tensor(self, slope), aten.view.default(slope, noise.shape)
+
+
+# Metadata asserts that torch.export leaves behind, and linalg's error checks (``linalg.inv`` is ``inv_ex`` plus
+# a check that raises on a singular input, threaded through an effect token); they are not Core ATen, and a
+# program cannot raise: a singular or non-positive-definite input gives inf / NaN, as the ``*_ex`` ops do.
+_DROPPED_ASSERTS = (torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._linalg_check_errors.default)
+
+
+def _only_error_checks(program: ExportedProgram) -> bool:
+    """Whether every effectful call (``with_effects``) is a linalg error check, which a program drops."""
+    return all(
+        node.args[1] is torch.ops.aten._linalg_check_errors.default
+        for module in program.graph_module.modules()
+        if isinstance(module, torch.fx.GraphModule)
+        for node in module.graph.nodes
+        if node.op == "call_function" and node.target is torch.ops.higher_order.with_effects
+    )
 
 
 def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverload] = ()) -> dict:
@@ -35,6 +69,7 @@ def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverloa
     for op, fn in get_decompositions(_EXTRA_DECOMPOSED).items():
         table[op] = fn
     table.update(quantized.DECOMPOSITIONS)
+    table[torch.ops.aten.rrelu_with_noise_functional.default] = _rrelu_with_noise_functional
     for op in ops_to_not_decompose:
         table.pop(op, None)
     return table
@@ -43,6 +78,8 @@ def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverloa
 def decompose(program: ExportedProgram, ops_to_not_decompose: Iterable[torch._ops.OpOverload] = ()) -> ExportedProgram:
     """A new program whose graph holds only Core ATen ops (plus the ops kept from decomposition)."""
     program = program.run_decompositions(core_aten_decompositions(ops_to_not_decompose))
+    if program.graph_signature.input_tokens and _only_error_checks(program):
+        program = _remove_effect_tokens(program)
     for module in program.graph_module.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue

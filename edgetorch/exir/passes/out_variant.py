@@ -206,7 +206,7 @@ def _out_variant(op: torch._ops.OpOverload) -> tuple[Any, tuple[str, ...]]:
     functional = _parse(op)
     if functional is None:
         return None, ()
-    signature = functional.signature()
+    signature = functional.signature(strip_default=True)  # bernoulli.p: p has no default; float_out: 0.5
     packets = [op.overloadpacket]
     if functional.name.name.functional_overload:  # normal_functional's out form is normal.out
         packets.append(getattr(getattr(torch.ops, op.namespace), str(functional.name.name.base), None))
@@ -217,7 +217,7 @@ def _out_variant(op: torch._ops.OpOverload) -> tuple[Any, tuple[str, ...]]:
             if (
                 schema is not None
                 and schema.kind() == SchemaKind.out
-                and schema.signature() == signature
+                and schema.signature(strip_default=True) == signature
                 and len(schema.arguments.out) == len(functional.returns)
             ):
                 return candidate, tuple(a.name for a in schema.arguments.out)

@@ -101,6 +101,12 @@ def empty_strided(size: list[int], stride: list[int], out: np.ndarray) -> np.nda
     return resize(out, tuple(size))
 
 
+@kernel("aten::empty_permuted.out")
+def empty_permuted(size: list[int], physical_layout: list[int], out: np.ndarray) -> np.ndarray:
+    """Uninitialised memory of shape ``size``; the layout is the planned ``out``'s, whatever ``physical_layout`` asks."""
+    return resize(out, tuple(size))
+
+
 @kernel("dim_order_ops::_empty_dim_order.out")
 def empty_dim_order(size: list[int], dim_order: list[int] | None, out: np.ndarray) -> np.ndarray:
     """Uninitialised memory of shape ``size``; the layout is the planned ``out``'s."""
@@ -217,15 +223,9 @@ def clone(self: np.ndarray, memory_format: int | None, out: np.ndarray) -> np.nd
     return _copy_into(out, self, self.shape)
 
 
-@kernel(
-    "aten::lift_fresh_copy.out",
-    "aten::detach_copy.out",
-    "aten::alias_copy.out",
-    "et_copy::_h2d_copy.out",
-    "et_copy::_d2h_copy.out",
-)
+@kernel("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out")  # lift_fresh/detach/alias_copy: kernels.shape
 def copy_of(self: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """A copy of ``self`` (these ops differ only in autograd or device, which the runtime has not)."""
+    """A copy of ``self`` (these ops differ only in device, which the runtime has not)."""
     return _copy_into(out, self, self.shape)
 
 

@@ -132,3 +132,23 @@ def nextafter(self: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarra
     value = stepped.astype(np.uint16).view(out.dtype)
     value = np.where(af == bf, b, np.where(np.isnan(af) | np.isnan(bf), np.nan, value))
     return _store(out, shape, value)
+
+
+@kernel("aten::angle.out")
+def angle(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The argument of a real number: 0 for non-negative values, pi for negative ones, NaN kept."""
+    x = np.asarray(self, compute_dtype(out.dtype) if is_float(out.dtype) else np.float32)
+    return _store(out, self.shape, np.where(np.isnan(x), x, np.where(x < 0, np.pi, 0.0)))
+
+
+@kernel("aten::hash_tensor.out")
+def hash_tensor(self: np.ndarray, dim: list[int], keepdim: bool, mode: int, out: np.ndarray) -> np.ndarray:
+    """XOR over ``dim`` (all dims when empty) of the elements' 64-bit patterns, floats as float64 and integers
+    as int64 (mode 0, xor_sum, the only mode torch has)."""
+    if mode != 0:
+        raise ValueError(f"hash_tensor: mode must be 0 (xor_sum), got {mode}")
+    wide = np.asarray(self, np.float64 if is_float(self.dtype) else np.int64)
+    bits = np.ascontiguousarray(wide).view(np.uint64)
+    axes = tuple(d % max(self.ndim, 1) for d in dim) if dim else tuple(range(self.ndim))
+    value = np.bitwise_xor.reduce(bits, axis=axes, keepdims=bool(keepdim)) if self.ndim else bits  # type: ignore[call-overload]  # numpy's stubs reject a tuple axis for reduce
+    return _store(out, np.shape(value), value)

@@ -426,3 +426,111 @@ def embedding_bag_forward_only(
     return _embedding_bag(
         weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx, outs, offsets.shape[0]
     )
+
+
+@kernel("aten::index_reduce.out")
+def index_reduce(
+    self: np.ndarray,
+    dim: int,
+    index: np.ndarray,
+    source: np.ndarray,
+    reduce: str,
+    include_self: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """``self`` with the slices of ``source`` reduced (prod, mean, amax, amin) into the slices at ``index`` along
+    ``dim``; a mean divides by the number of values reduced into each slice (floor division for integers)."""
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise InvalidArgumentError(f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+    out = copy_into(out, self)
+    dim = wrap_dim(dim, self.ndim)
+    target = at_least_1d(out)  # a 0-D self is indexed as one of size 1, as in torch
+    where = along(dim, index.reshape(-1).astype(np.int64))
+    values = np.asarray(source).astype(out.dtype, copy=False).reshape(target[where].shape)
+    if not include_self:
+        target[where] = reduction_identity(reduce, out.dtype)
+    if reduce != "mean":
+        reduce_ufunc(reduce).at(target, where, values)
+        return out
+    counts = np.full(target.shape[dim], int(include_self), dtype=np.int64)
+    np.add.at(counts, index.reshape(-1).astype(np.int64), 1)
+    np.add.at(target, where, values)
+    counts = np.maximum(counts, 1).reshape((-1,) + (1,) * (target.ndim - dim - 1))
+    divide = np.floor_divide if out.dtype.kind in "iu" else np.true_divide
+    divide(target, counts.astype(out.dtype), out=target, casting="unsafe")
+    return out
+
+
+@kernel("aten::put.out")
+def put(self: np.ndarray, index: np.ndarray, source: np.ndarray, accumulate: bool, out: np.ndarray) -> np.ndarray:
+    """A copy of ``self`` with ``source`` written (or, with ``accumulate``, added) at the flat indices ``index``."""
+    out = copy_into(out, self)
+    flat = out.reshape(-1)
+    where = index.reshape(-1).astype(np.int64)
+    if where.size and (where.max() >= flat.size or where.min() < -flat.size):
+        raise OutOfRangeError(f"put: an index is out of range for a tensor of {flat.size} elements; found {where}")
+    values = np.asarray(source).reshape(-1).astype(out.dtype, copy=False)
+    if accumulate:
+        np.add.at(flat, where, values)
+    else:
+        flat[where] = values
+    return out
+
+
+def _segment_bounds(
+    data: np.ndarray, axis: int, lengths: np.ndarray | None, offsets: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every segment, each shaped like the batch dims before ``axis`` plus the segment dim."""
+    if offsets is not None:
+        offsets = offsets.astype(np.int64)
+        return offsets[..., :-1], offsets[..., 1:]
+    if lengths is None:
+        raise InvalidArgumentError("segment_reduce: expected lengths or offsets; found neither")
+    ends = np.cumsum(lengths.astype(np.int64), axis=-1)
+    return ends - lengths, ends
+
+
+@kernel("aten::segment_reduce.out")
+def segment_reduce(
+    data: np.ndarray,
+    reduce: str,
+    lengths: np.ndarray | None,
+    indices: np.ndarray | None,
+    offsets: np.ndarray | None,
+    axis: int,
+    unsafe: bool,
+    initial: float | None,
+    out: np.ndarray,
+) -> np.ndarray:
+    """Reduce (max, min, sum, mean, prod) consecutive segments of ``data`` along ``axis``, their sizes given by
+    ``lengths`` or ``offsets`` (batched over the dims before ``axis``). An empty segment gives ``initial``, or
+    the reduction's identity (NaN for mean); a mean divides ``initial`` + the sum by the segment's length."""
+    ufuncs = {"max": np.maximum, "min": np.minimum, "sum": np.add, "mean": np.add, "prod": np.multiply}
+    if reduce not in ufuncs:
+        raise InvalidArgumentError(f"segment_reduce: reduce must be one of {sorted(ufuncs)}, got {reduce!r}")
+    axis = wrap_dim(axis, data.ndim)
+    starts, ends = _segment_bounds(data, axis, lengths, offsets)
+    segments = starts.shape[-1]
+    out = resize(out, data.shape[:axis] + (segments,) + data.shape[axis + 1 :])
+    x = data.astype(np.float64) if data.dtype.kind == "f" or is_reduced_float(data.dtype) else data
+    identity = {"max": -np.inf, "min": np.inf, "sum": 0, "mean": 0, "prod": 1}[reduce]
+    start_value = identity if initial is None else initial
+    result = np.empty(out.shape, dtype=np.float64 if x.dtype.kind == "f" else x.dtype)
+    for batch in np.ndindex(*data.shape[:axis]):
+        for s in range(segments):
+            lo, hi = int(starts[batch + (s,)]), int(ends[batch + (s,)])
+            part = x[batch + (slice(lo, hi),)]
+            value = (
+                ufuncs[reduce].reduce(part, axis=0, initial=start_value)
+                if hi > lo
+                else np.full(part.shape[1:], start_value, dtype=result.dtype)
+            )
+            if reduce in ("max", "min") and hi > lo and x.dtype.kind == "f":  # NaN wins, as in torch
+                value = np.where(np.isnan(part).any(axis=0), np.nan, value)
+            if reduce == "mean":
+                value = (
+                    value / (hi - lo) if hi > lo else (np.full(part.shape[1:], np.nan) if initial is None else value)
+                )
+            result[batch + (s,)] = value
+    np.copyto(out, result, casting="unsafe")
+    return out

@@ -46,7 +46,7 @@ def lu_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lu: np.ndarray = np.array(a, dtype=np.float64 if a.dtype == np.float64 else np.float32, copy=True)
     m, n = lu.shape[-2:]
     batch = lu.shape[:-2]
-    flat = lu.reshape(-1, m, n)
+    flat = lu.reshape(math.prod(batch), m, n)  # not -1: an empty matrix has no size to infer from
     k = min(m, n)
     pivots = np.zeros((flat.shape[0], k), np.int32)
     info = np.zeros(flat.shape[0], np.int32)
@@ -591,3 +591,48 @@ def linalg_lstsq(
     if driver == "gels":
         ranks = np.zeros((0,), np.int64)
     return _store(solution, x), _store(residuals, res), _store(rank, ranks), _store(singular_values, svals)
+
+
+@kernel("aten::dist.out")
+def dist(self: np.ndarray, other: np.ndarray, p: float, out: np.ndarray) -> np.ndarray:
+    """The ``p``-norm of ``self - other`` (broadcast) as a 0-D tensor: ``p`` = 0 counts non-zeros, +-inf is the
+    largest / smallest absolute difference."""
+    diff = np.abs(np.subtract(self, other, dtype=np.float64))
+    if diff.size == 0:
+        value = 0.0
+    elif p == 0:
+        value = float(np.count_nonzero(diff))
+    elif p == math.inf:
+        value = diff.max()
+    elif p == -math.inf:
+        value = diff.min()
+    else:
+        value = np.sum(diff**p) ** (1.0 / p)
+    out = resize(out, ())
+    np.copyto(out, value, casting="unsafe")
+    return out
+
+
+@kernel("aten::_trilinear.out")
+def trilinear(
+    i1: np.ndarray,
+    i2: np.ndarray,
+    i3: np.ndarray,
+    expand1: list[int],
+    expand2: list[int],
+    expand3: list[int],
+    sumdim: list[int],
+    unroll_dim: int,
+    out: np.ndarray,
+) -> np.ndarray:
+    """``sum over sumdim of i1 * i2 * i3``, each input first given size-1 dims at its ``expand`` positions (the
+    kernel of ``nn.functional.bilinear``); ``unroll_dim`` only picks torch's loop order."""
+    operands = [
+        np.expand_dims(upcast(x), sorted(e)) if e else upcast(x)
+        for x, e in ((i1, expand1), (i2, expand2), (i3, expand3))
+    ]
+    product = operands[0] * operands[1] * operands[2]
+    value = product.sum(axis=tuple(sumdim)) if sumdim else product
+    out = resize(out, value.shape)
+    np.copyto(out, value, casting="unsafe")
+    return out

@@ -518,3 +518,196 @@ def grid_sampler_2d(
         scale = inside if weight is None else weight * inside
         acc += values * scale[:, None, :].astype(flat.dtype)
     return store(out, acc.reshape(out.shape))
+
+
+def _window_max(windows: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Max over the last axis of ``windows`` and the plane index (from ``ids``) of the winner: the first maximum,
+    or the last NaN when there is one (torch's ``val > max || isnan(val)`` scan)."""
+    k = np.argmax(windows, axis=-1)
+    if windows.dtype.kind == "f" or windows.dtype in LOW_PRECISION:
+        nan = np.isnan(windows)
+        last_nan = windows.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1)
+        k = np.where(nan.any(axis=-1), last_nan, k)
+    return np.take_along_axis(windows, k[..., None], -1)[..., 0], np.take_along_axis(ids, k[..., None], -1)[..., 0]
+
+
+def _adaptive_max_pool(
+    x: np.ndarray, d: int, output_size: list[int], out: np.ndarray, indices: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    sizes, out_sizes = x.shape[-d:], expand(output_size, d)
+    shape = x.shape[:-d] + tuple(out_sizes)
+    out, indices = resize(out, shape), resize(indices, shape)
+    bounds = [adaptive_bounds(n, m) for n, m in zip(sizes, out_sizes)]
+    plane = np.arange(math.prod(sizes)).reshape(sizes)
+    for cell in np.ndindex(*out_sizes):
+        window = tuple(slice(start[o], end[o]) for (start, end), o in zip(bounds, cell))
+        values = x[(Ellipsis,) + window].reshape(x.shape[:-d] + (-1,))
+        ids = np.broadcast_to(plane[window].reshape(-1), values.shape)
+        out[(Ellipsis, *cell)], indices[(Ellipsis, *cell)] = _window_max(values, ids)
+    return out, indices
+
+
+@kernel("aten::adaptive_max_pool2d.out")
+def adaptive_max_pool2d(
+    self: np.ndarray, output_size: list[int], out: np.ndarray, indices: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """2-d adaptive max pooling to ``output_size``, with indices into each ``H*W`` plane."""
+    return _adaptive_max_pool(self, 2, output_size, out, indices)
+
+
+@kernel("aten::adaptive_max_pool3d.out")
+def adaptive_max_pool3d(
+    self: np.ndarray, output_size: list[int], out: np.ndarray, indices: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """3-d adaptive max pooling to ``output_size``, with indices into each ``D*H*W`` plane."""
+    return _adaptive_max_pool(self, 3, output_size, out, indices)
+
+
+def _fractional_starts(u: np.ndarray, n: int, m: int, k: int) -> np.ndarray:
+    """Torch's pseudo-random window starts: ``int((i + u) * a) - int(u * a)`` with ``a = (n - k) / (m - 1)`` for
+    the first ``m - 1`` windows (in ``u``'s precision), the last window flush with the end."""
+    u = u[..., None]
+    starts = np.full(u.shape[:-1] + (m,), n - k, dtype=np.int64)
+    if m > 1:
+        alpha = u.dtype.type(n - k) / u.dtype.type(m - 1)
+        i = np.arange(m - 1, dtype=u.dtype)
+        starts[..., :-1] = ((i + u) * alpha).astype(np.int64) - (u * alpha).astype(np.int64)
+    return starts
+
+
+def _fractional_max_pool(
+    x: np.ndarray, d: int, kernel_size, output_size, samples: np.ndarray, out: np.ndarray, indices: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Max over windows of ``kernel_size`` at starts drawn from ``samples`` (N, C, d) (torch's fractional pooling:
+    in 2-d sample 0 places the width windows and sample 1 the height ones; in 3-d they go T, H, W)."""
+    sizes, ks, ms = x.shape[-d:], expand(kernel_size, d), expand(output_size, d)
+    if any(m + k - 1 > n for n, k, m in zip(sizes, ks, ms)):
+        raise InvalidArgumentError(
+            f"fractional_max_pool{d}d: output_size {ms} + kernel_size {ks} - 1 exceeds the input size {list(sizes)}"
+        )
+    lead = x.shape[:-d]
+    out, indices = resize(out, lead + tuple(ms)), resize(indices, lead + tuple(ms))
+    u = upcast(samples).reshape(-1, d)
+    order = [1, 0] if d == 2 else [0, 1, 2]  # which sample places the windows of each spatial axis
+    starts = [_fractional_starts(u[:, order[a]], sizes[a], ms[a], ks[a]) for a in range(d)]  # each (planes, m)
+    planes = u.shape[0]
+    flat = x.reshape(planes, -1)
+    strides = _spatial_strides(sizes)
+    # For every plane and output cell, the plane index of each of the window's taps: (planes, *ms, taps).
+    base = np.asarray(
+        sum(
+            (s * st).reshape((planes,) + (1,) * a + (ms[a],) + (1,) * (d - a - 1))
+            for a, (s, st) in enumerate(zip(starts, strides))
+        )
+    )
+    taps = np.asarray(sum(g * st for g, st in zip(np.meshgrid(*(np.arange(k) for k in ks), indexing="ij"), strides)))
+    taps = taps.reshape(-1)
+    ids = base[..., None] + taps
+    values = np.take_along_axis(flat, ids.reshape(planes, -1), axis=1).reshape(ids.shape)
+    best, where = _window_max(values, ids)
+    np.copyto(out, best.reshape(out.shape))
+    np.copyto(indices, where.reshape(indices.shape))
+    return out, indices
+
+
+@kernel("aten::fractional_max_pool2d.output")
+def fractional_max_pool2d(
+    self: np.ndarray,
+    kernel_size: list[int],
+    output_size: list[int],
+    random_samples: np.ndarray,
+    output: np.ndarray,
+    indices: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """2-d fractional max pooling (Graham, 2014) with the window placement ``random_samples`` (N, C, 2) in [0, 1)."""
+    return _fractional_max_pool(self, 2, kernel_size, output_size, random_samples, output, indices)
+
+
+@kernel("aten::fractional_max_pool3d.output")
+def fractional_max_pool3d(
+    self: np.ndarray,
+    kernel_size: list[int],
+    output_size: list[int],
+    random_samples: np.ndarray,
+    output: np.ndarray,
+    indices: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """3-d fractional max pooling with the window placement ``random_samples`` (N, C, 3) in [0, 1)."""
+    return _fractional_max_pool(self, 3, kernel_size, output_size, random_samples, output, indices)
+
+
+def _aa_weights(n_in: int, n_out: int, align_corners: bool, scale: float | None) -> np.ndarray:
+    """The (n_out, n_in) anti-aliased linear resampling matrix torch uses (PIL's convolution resize): each output
+    pixel averages the inputs under a triangle filter stretched by the downscale factor, weights normalised."""
+    if align_corners:
+        ratio = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else:
+        ratio = 1.0 / scale if scale is not None and scale > 0 else n_in / n_out
+    support = ratio if ratio >= 1.0 else 1.0
+    invscale = 1.0 / ratio if ratio >= 1.0 else 1.0
+    weights = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        center = ratio * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), n_in)
+        w = np.maximum(0.0, 1.0 - np.abs((np.arange(lo, hi) - center + 0.5) * invscale))
+        total = w.sum()
+        weights[i, lo:hi] = w / total if total != 0 else w
+    return weights
+
+
+@kernel("aten::_upsample_bilinear2d_aa.out")
+def upsample_bilinear2d_aa(
+    self: np.ndarray,
+    output_size: list[int],
+    align_corners: bool,
+    scales_h: float | None,
+    scales_w: float | None,
+    out: np.ndarray,
+) -> np.ndarray:
+    """Anti-aliased bilinear resize of (N, C, H, W) to ``output_size`` (``antialias=True`` in ``interpolate``)."""
+    (h, w), (oh, ow) = self.shape[-2:], expand(output_size, 2)
+    out = resize(out, self.shape[:-2] + (oh, ow))
+    rows, cols = _aa_weights(h, oh, align_corners, scales_h), _aa_weights(w, ow, align_corners, scales_w)
+    return store(out, np.einsum("ih,...hw,jw->...ij", rows, self.astype(np.float64), cols))
+
+
+@kernel("aten::grid_sampler_3d.out")
+def grid_sampler_3d(
+    input: np.ndarray,
+    grid: np.ndarray,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """Sample ``input`` (N, C, D, H, W) at ``grid`` (N, Do, Ho, Wo, 3) points (x, y, z): trilinear (0) or nearest (1)."""
+    if interpolation_mode not in (0, 1):
+        raise InvalidArgumentError(
+            f"grid_sampler_3d: interpolation mode {interpolation_mode} is not supported; expected 0 (bilinear) or "
+            "1 (nearest)"
+        )
+    n, c, d, h, w = input.shape
+    out = resize(out, (n, c, *grid.shape[1:4]))
+    g = upcast(grid).reshape(n, -1, 3)
+    coords = [_grid_source(g[..., a], size, padding_mode, align_corners) for a, size in enumerate((w, h, d))]
+    if interpolation_mode == 1:
+        corners: list[tuple[list[np.ndarray], np.ndarray | float | None]] = [([np.rint(x) for x in coords], None)]
+    else:
+        low = [np.floor(x) for x in coords]
+        corners = []
+        for bits in np.ndindex(2, 2, 2):  # z, y, x; x varies fastest, as torch sums the corners
+            picks = [low[a] + bits[2 - a] for a in range(3)]
+            weight: np.ndarray | float = 1.0
+            for a in range(3):
+                weight = weight * (low[a] + 1 - coords[a] if bits[2 - a] == 0 else coords[a] - low[a])
+            corners.append((picks, weight))
+    flat = upcast(input).reshape(n, c, d * h * w)
+    acc = np.zeros((n, c, g.shape[1]), flat.dtype)
+    for (cx, cy, cz), corner_weight in corners:
+        inside = (cx >= 0) & (cx < w) & (cy >= 0) & (cy < h) & (cz >= 0) & (cz < d)
+        index = np.where(inside, (cz * h + cy) * w + cx, 0).astype(np.int64)
+        values = np.take_along_axis(flat, index[:, None, :], axis=2)
+        scale = inside if corner_weight is None else corner_weight * inside
+        acc += values * scale[:, None, :].astype(flat.dtype)
+    return store(out, acc.reshape(out.shape))

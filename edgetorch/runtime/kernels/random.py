@@ -1,7 +1,7 @@
 """Random-distribution kernels: uniform, normal, bernoulli, exponential, cauchy, geometric, log-normal, random
 integers, multinomial, the ``*_like`` factories, poisson, gamma, binomial, dirichlet and training-mode RReLU.
 
-Every draw comes from the generator of the Method that is running (:func:`generator`): each loaded Method
+Every draw comes from the generator of the Method that is running (``method_rng``): each loaded Method
 owns one, seeded by ``Method.set_seed(seed)`` or ``load_method(name, seed=...)``, so two methods (or two
 loads) draw independent, reproducible streams. NumPy's PCG64 is not torch's Mersenne Twister, so values
 differ from eager's; the distributions are the same. The kernels are marked impure: the executor never
@@ -274,3 +274,15 @@ def rrelu_with_noise(
     else:
         slope = np.where(x >= 0, 1.0, (lower + upper) / 2)
     return _store(out, self.shape, x * slope)
+
+
+@kernel("aten::randint.out", impure=True)
+def randint(high: int, size: list[int], out: np.ndarray) -> np.ndarray:
+    """Integers uniform on [0, high) of shape ``size``."""
+    return _integers(out, tuple(size), 0, high)
+
+
+@kernel("aten::randint.low_out", impure=True)
+def randint_low(low: int, high: int, size: list[int], out: np.ndarray) -> np.ndarray:
+    """Integers uniform on [low, high) of shape ``size``."""
+    return _integers(out, tuple(size), low, high)

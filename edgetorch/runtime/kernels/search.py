@@ -9,6 +9,8 @@ the range (and NaN) are not counted. Imports only NumPy and the runtime.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Literal
 
 import numpy as np
@@ -254,3 +256,79 @@ def histogram_count(
     edges = _linspace(lo, hi, bins + 1, self.dtype)
     counts = _counts(self, edges, weight, hist.dtype)
     return _finish_histogram(counts, edges, density, hist, bin_edges)
+
+
+def _histogramdd_edges(self: np.ndarray, bins: list[int], range: list[float] | None) -> list[np.ndarray]:
+    """Equal-width bin edges per dimension of the points ``self`` (..., D): over ``range`` (lo0, hi0, lo1, ...)
+    or each dimension's data min to max, widened by 0.5 either side when the two meet (as histogram)."""
+    points = self.reshape(-1, self.shape[-1])
+    dims = points.shape[1]
+    counts = list(bins) * dims if len(bins) == 1 else list(bins)
+    edges = []
+    for d in map(int, np.arange(dims)):  # ``range`` is the argument here
+        if range is not None:
+            lo, hi = float(range[2 * d]), float(range[2 * d + 1])
+        elif points.shape[0]:
+            lo, hi = float(points[:, d].min()), float(points[:, d].max())
+        else:
+            lo, hi = 0.0, 1.0
+        if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
+            raise ValueError(f"histogramdd: range [{lo}, {hi}] of dimension {d} must be finite with min <= max")
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        edges.append(_linspace(lo, hi, counts[d] + 1, self.dtype))
+    return edges
+
+
+def _histogramdd(
+    self: np.ndarray, edges: list[np.ndarray], weight: np.ndarray | None, density: bool, out: np.ndarray
+) -> np.ndarray:
+    """Counts (weights, or a density) of the points ``self`` (..., D) in the grid of bins ``edges``."""
+    points = self.reshape(-1, self.shape[-1])
+    shape = tuple(len(e) - 1 for e in edges)
+    keep = np.ones(points.shape[0], bool)
+    for d, e in enumerate(edges):
+        keep &= (points[:, d] >= e[0]) & (points[:, d] <= e[-1])
+    where = [np.minimum(np.searchsorted(e, points[keep, d], side="right") - 1, len(e) - 2) for d, e in enumerate(edges)]
+    w = None if weight is None else weight.reshape(-1)[keep].astype(np.float64)
+    flat = np.ravel_multi_index(where, shape) if where and points[keep].size else np.zeros(0, np.int64)
+    counts = np.bincount(flat, weights=w, minlength=math.prod(shape)).reshape(shape).astype(np.float64)
+    if density:
+        widths = [np.diff(e.astype(np.float64)) for e in edges]
+        volume = functools.reduce(np.multiply.outer, widths) if widths else np.ones(())
+        counts = counts / counts.sum() / volume
+    return _store(out, shape, counts)
+
+
+@kernel("aten::_histogramdd_bin_edges.out")
+def histogramdd_bin_edges(
+    self: np.ndarray,
+    bins: list[int],
+    range: list[float] | None,
+    weight: np.ndarray | None,
+    density: bool,
+    out: list[np.ndarray],
+) -> list[np.ndarray]:
+    """The bin edges of each dimension for ``histogramdd`` with bin counts ``bins``."""
+    return [_store(o, e.shape, e) for o, e in zip(out, _histogramdd_edges(self, bins, range))]
+
+
+@kernel("aten::_histogramdd_from_bin_cts.out")
+def histogramdd_from_bin_cts(
+    self: np.ndarray,
+    bins: list[int],
+    range: list[float] | None,
+    weight: np.ndarray | None,
+    density: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """The D-dimensional histogram of the points ``self`` (..., D) with ``bins`` equal-width bins per dimension."""
+    return _histogramdd(self, _histogramdd_edges(self, bins, range), weight, density, out)
+
+
+@kernel("aten::_histogramdd_from_bin_tensors.out")
+def histogramdd_from_bin_tensors(
+    self: np.ndarray, bins: list[np.ndarray], weight: np.ndarray | None, density: bool, out: np.ndarray
+) -> np.ndarray:
+    """The D-dimensional histogram of the points ``self`` (..., D) over the bin edges ``bins``, one per dimension."""
+    return _histogramdd(self, list(bins), weight, density, out)

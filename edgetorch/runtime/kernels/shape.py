@@ -345,3 +345,13 @@ def as_strided_scatter(
 def sym_storage_offset(self: np.ndarray) -> int:
     """Always 0: every tensor of a program starts at its own data pointer (there are no storage offsets)."""
     return 0
+
+
+@kernel("aten::resize.out")
+def resize_kernel(self: np.ndarray, size: list[int], memory_format: int | None, out: np.ndarray) -> np.ndarray:
+    """``self``'s elements (in order) laid out in shape ``size``; elements past ``self``'s are left uninitialised,
+    as torch leaves the memory a resize grows into."""
+    out = resize(out, tuple(size))
+    n = min(out.size, self.size)
+    out.reshape(-1)[:n] = self.reshape(-1)[:n]
+    return out

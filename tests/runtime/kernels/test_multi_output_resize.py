@@ -116,6 +116,21 @@ CASES: dict[str, Case] = {
     "aten::max_pool3d_with_indices.out": Case(
         aten.max_pool3d_with_indices, lambda: [_r(1, 2, 4, 4, 4), [2, 2, 2], [2, 2, 2], [0, 0, 0], [1, 1, 1], False]
     ),
+    "aten::adaptive_max_pool2d.out": Case(aten.adaptive_max_pool2d, lambda: [X4(), [4, 3]]),
+    "aten::adaptive_max_pool3d.out": Case(aten.adaptive_max_pool3d, lambda: [_r(1, 2, 5, 4, 4), [2, 3, 2]]),
+    "aten::fractional_max_pool2d.output": Case(
+        aten.fractional_max_pool2d,
+        lambda: [X4(), [2, 2], [4, 3], torch.rand(2, 3, 2, generator=torch.Generator().manual_seed(1))],
+    ),
+    "aten::fractional_max_pool3d.output": Case(
+        aten.fractional_max_pool3d,
+        lambda: [
+            _r(1, 2, 5, 6, 4),
+            [2, 2, 2],
+            [3, 4, 2],
+            torch.rand(1, 2, 3, generator=torch.Generator().manual_seed(2)),
+        ],
+    ),
     "aten::median.dim_values": Case(aten.median.dim, lambda: [X(), 1, False]),
     "aten::nanmedian.dim_values": Case(aten.nanmedian.dim, lambda: [X(), -1, False]),
     "aten::mode.values": Case(aten.mode, lambda: [_ints(3, 4, 5), -1, False]),
@@ -151,6 +166,12 @@ CASES: dict[str, Case] = {
     "aten::unbind_copy.int_out": Case(aten.unbind_copy.int, lambda: [X(), 1]),
     # linear algebra, histograms and unique (issue 16's kernels)
     "aten::_linalg_det.result": Case(aten._linalg_det, lambda: [_square()], atol=1e-4),
+    "aten::_histogramdd_bin_edges.out": Case(
+        lambda x, bins, rng, weight, density: aten._histogramdd_bin_edges(
+            x, bins, range=rng, weight=weight, density=density
+        ),
+        lambda: [_r(10, 3), [3, 4, 2], None, None, False],
+    ),
     "aten::_linalg_eigh.eigenvalues": Case(aten._linalg_eigh, lambda: [_spd(), "L", True], atol=1e-4),
     "aten::_linalg_slogdet.sign": Case(aten._linalg_slogdet, lambda: [_square()], atol=1e-4),
     "aten::_linalg_solve_ex.result": Case(
