@@ -7,14 +7,16 @@ The models and their lowering come from ``tests/backends/xnnpack/test_xnnpack_lo
 from __future__ import annotations
 
 import collections
+import importlib
 import inspect
+import pkgutil
 import re
 
 import pytest
 import torch
 
+from edgetorch.backends.xnnpack import operators, serialize
 from edgetorch.backends.xnnpack import schema as xs
-from edgetorch.backends.xnnpack import serialize
 from edgetorch.backends.xnnpack.validate import validate_graph
 from tests.backends.xnnpack.test_xnnpack_lowering import CASES, delegate_graphs, lowered
 from tests.oracle import assert_close, eager, executorch_pte, run_executorch
@@ -28,9 +30,14 @@ def test_executorch_runs_our_xnnpack_program(name):
 
 
 def emitted_node_kinds() -> set[str]:
-    """Every XNNPACK node kind our serializer can write: the node classes ``serialize`` names."""
+    """Every XNNPACK node kind our serializer can write: the node classes the graph builder and the node
+    visitors (``operators/``) name."""
     node_kinds = {kind.__name__ for kind in xs.XNODE_UNION.members}
-    return node_kinds & set(re.findall(r"xs\.(XNN\w+)", inspect.getsource(serialize)))
+    sources = [
+        serialize,
+        *(importlib.import_module(f"{operators.__name__}.{m.name}") for m in pkgutil.iter_modules(operators.__path__)),
+    ]
+    return node_kinds & {k for module in sources for k in re.findall(r"xs\.(XNN\w+)", inspect.getsource(module))}
 
 
 def test_the_cases_cover_every_node_kind_we_emit():
