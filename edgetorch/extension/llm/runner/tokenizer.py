@@ -52,7 +52,13 @@ class HFTokenizer(Tokenizer):
     def __init__(self, path: Path) -> None:
         from tokenizers import Tokenizer as _Tokenizer
 
-        self._tok = _Tokenizer.from_file(str(path))
+        try:
+            self._tok = _Tokenizer.from_file(str(path))
+        except Exception as e:  # the tokenizers library raises a bare Exception for malformed files
+            raise InvalidInputError(
+                f"{str(path)!r} is not a valid Hugging Face tokenizer.json ({e}); pass the tokenizer.json "
+                "that ships with the model"
+            ) from None
         self.vocab_size = self._tok.get_vocab_size()
         config_path = path.with_name("tokenizer_config.json")
         config = json.loads(config_path.read_text()) if config_path.exists() else {}
