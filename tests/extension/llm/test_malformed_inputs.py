@@ -55,3 +55,16 @@ def test_a_malformed_tokenizer_json_is_a_typed_error(tmp_path):
     path.write_text('{"version": "1.0", "model": {"type": ')
     with pytest.raises(EdgetorchError, match="not a valid Hugging Face tokenizer.json"):
         load_tokenizer(path)
+
+
+def test_a_gguf_without_a_vocabulary_is_a_typed_error(tmp_path):
+    path = tmp_path / "novocab.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gpt2")  # says BPE, but lists no tokens
+    writer.add_tensor("token_embd.weight", np.zeros((2, 2), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(EdgetorchError, match="tokenizer.ggml.tokens"):
+        load_tokenizer(path)

@@ -155,9 +155,17 @@ class GGUFTokenizer(Tokenizer):
                 f"the GGUF vocabulary is of type {kind!r}; only byte-level BPE ('gpt2') is read from GGUF. "
                 "Pass the model's tokenizer.json or tokenizer.model instead"
             )
-        tokens = field("tokenizer.ggml.tokens")
-        merges = [tuple(m.split(" ", 1)) for m in field("tokenizer.ggml.merges")]
-        types = field("tokenizer.ggml.token_type") or [1] * len(tokens)
+        tokens, merge_list = field("tokenizer.ggml.tokens"), field("tokenizer.ggml.merges")
+        types = field("tokenizer.ggml.token_type") or [1] * len(tokens or [])
+        for key, value, kind in (("tokens", tokens, str), ("merges", merge_list, str), ("token_type", types, int)):
+            if not isinstance(value, list) or not all(isinstance(v, kind) for v in value):
+                raise InvalidInputError(
+                    f"the GGUF file's tokenizer.ggml.{key} must be a list of {kind.__name__}, found "
+                    f"{type(value).__name__}; the file is corrupt or holds no vocabulary"
+                )
+        merges = [tuple(m.split(" ", 1)) for m in merge_list]
+        if any(len(m) != 2 for m in merges):
+            raise InvalidInputError("a GGUF BPE merge must be two tokens separated by a space; the file is corrupt")
         tok = _Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, ignore_merges=False))
         steps = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
         if field("tokenizer.ggml.pre") in ("smollm", "qwen2", "llama-bpe"):
