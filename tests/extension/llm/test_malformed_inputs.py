@@ -33,7 +33,7 @@ def test_the_intact_file_reads(tiny_gguf, tmp_path):
     assert "token_embd.weight" in GGUFFile(path).tensors
 
 
-@pytest.mark.parametrize("cut", [3, 8, 20, 40, 100, 200])
+@pytest.mark.parametrize("cut", [0, 3, 8, 20, 40, 100, 200])
 def test_a_truncated_gguf_is_a_typed_error(tiny_gguf, tmp_path, cut):
     path = tmp_path / "cut.gguf"
     path.write_bytes(tiny_gguf[:cut])

@@ -80,6 +80,9 @@ class GGUFFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        size = self.path.stat().st_size
+        if size < 24:  # magic, version, tensor count, key/value count
+            raise InvalidInputError(f"{str(self.path)!r} has {size} bytes; a GGUF file starts with a 24-byte header")
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
         cursor = _Cursor(memoryview(self._map))
         if bytes(self._map[:4]) != b"GGUF":
