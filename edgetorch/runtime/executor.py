@@ -79,6 +79,10 @@ class MethodExecutor:
         # Unplanned tensors (inputs, delegate outputs) are allocated here too: they share what is left of the limit.
         self._unplanned_budget = limit - sum(a.nbytes for a in self.arenas if a is not None)
         self.slots: dict[int, TensorSlot] = {}
+        # Two views of the values, not two copies: ``bound[j]`` is value j as loaded (a planned slot at its
+        # upper-bound shape, a constant, a list reference), fixed after load; kernels resize into it.
+        # ``vals[j]`` is its current value in dynamic mode (a resized view, a moved value, a scalar input).
+        # Static mode reads only ``bound``.
         self.bound: list[Any] = [None] * nvals
         self.vals: list[Any] = [None] * nvals
         for i, ev in enumerate(plan.values):
