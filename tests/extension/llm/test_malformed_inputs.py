@@ -68,3 +68,18 @@ def test_a_gguf_without_a_vocabulary_is_a_typed_error(tmp_path):
     writer.close()
     with pytest.raises(EdgetorchError, match="tokenizer.ggml.tokens"):
         load_tokenizer(path)
+
+
+def test_a_gguf_merge_naming_an_unknown_token_is_a_typed_error(tmp_path):
+    path = tmp_path / "badmerge.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(["a", "b"])
+    writer.add_token_merges(["a z"])  # "z" and "az" are not in the vocabulary
+    writer.add_tensor("token_embd.weight", np.zeros((2, 2), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(EdgetorchError, match="inconsistent"):
+        load_tokenizer(path)

@@ -166,7 +166,13 @@ class GGUFTokenizer(Tokenizer):
         merges = [tuple(m.split(" ", 1)) for m in merge_list]
         if any(len(m) != 2 for m in merges):
             raise InvalidInputError("a GGUF BPE merge must be two tokens separated by a space; the file is corrupt")
-        tok = _Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, ignore_merges=False))
+        try:
+            bpe = models.BPE({t: i for i, t in enumerate(tokens)}, merges, ignore_merges=False)
+        except Exception as e:  # the tokenizers library raises a bare Exception for an inconsistent vocabulary
+            raise InvalidInputError(
+                f"the GGUF file's BPE vocabulary is inconsistent ({e}); the file is corrupt"
+            ) from None
+        tok = _Tokenizer(bpe)
         steps = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
         if field("tokenizer.ggml.pre") in ("smollm", "qwen2", "llama-bpe"):
             steps.insert(0, pre_tokenizers.Digits(individual_digits=True))
