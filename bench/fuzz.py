@@ -4,13 +4,15 @@
 
 Seeds are real files written by edgetorch and by ExecuTorch 1.5.1: portable programs (an MLP, a CNN, a model
 with dynamic shapes, one with ``cond`` control flow), XNNPACK programs, ``.ptd`` data files, raw XNNPACK blobs,
-an ETDump, a BundledProgram, a small GGUF file and a Hugging Face ``tokenizer.json``. Each case is a mutation of a corpus entry (bit flips, byte runs set to extremes, 32-bit
+a static-int8 quantized program, an ETRecord, an ETDump, a BundledProgram, a small GGUF file and a Hugging Face
+``tokenizer.json``. Each case is a mutation of a corpus entry (bit flips, byte runs set to extremes, 32-bit
 little-endian fields replaced by boundary values, truncation, duplication and splicing of two files). A worker
 process, with torch blocked, an address-space limit (``RLIMIT_AS``) and a per-case alarm, feeds the case to its
 reader: ``.pte`` -> ``Runtime.load_program`` + ``load_method`` + ``execute`` on zero inputs of the declared shapes,
 ``.ptd`` -> ``load_ptd`` and every named tensor, blob -> ``parse_blob``, ETDump -> ``deserialize_etdump``,
 ``.bpte`` -> ``load_program`` + ``load_method``, GGUF -> ``GGUFFile`` + its tokenizer, ``tokenizer.json`` ->
-``load_tokenizer`` + an encode/decode round trip. The worker traces the lines of edgetorch
+``load_tokenizer`` + an encode/decode round trip, ETRecord -> ``parse_etrecord`` (in a worker that may import
+torch: reading an ETRecord is a compiler-side job). The worker traces the lines of edgetorch
 that the case ran; a case reaching lines no earlier case reached joins the corpus (that is the coverage
 guidance). Outcomes per case: ``ok`` (ran), ``typed`` (an ``EdgetorchError``), ``untyped`` (any other exception:
 a bug), ``crash`` (the worker died), ``timeout``, ``memory`` (MemoryError under the limit). The run fails when any
@@ -98,6 +100,21 @@ def make_seeds() -> dict[str, tuple[str, bytes]]:
         external.write_tensor_data_to_file(folder)
         for ptd in pathlib.Path(folder).glob("*.ptd"):
             seeds["mlp.ptd"] = ("ptd", ptd.read_bytes())
+    # A quantized program (static int8, per-channel weights: quantize/dequantize kernels) and an ETRecord.
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from edgetorch.backends.xnnpack.quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from edgetorch.exir.etrecord import generate_etrecord
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(torch.export.export(Cnn().eval(), x_cnn).module(), quantizer)
+    prepared(*x_cnn)
+    quantized = torch.export.export(convert_pt2e(prepared), x_cnn)
+    seeds["cnn-int8.pte"] = ("pte", to_edge(quantized).to_executorch().buffer)
+    edge = to_edge(torch.export.export(Mlp().eval(), x_mlp))
+    with tempfile.TemporaryDirectory() as folder:
+        generate_etrecord(f"{folder}/etrecord.bin", edge, edge.to_executorch())
+        seeds["mlp.etrecord"] = ("etrecord", pathlib.Path(f"{folder}/etrecord.bin").read_bytes())
     # An ETDump with intermediate outputs, written by our runtime for the MLP.
     from edgetorch.runtime import Runtime
 
@@ -197,8 +214,9 @@ def mutate(data: bytes, other: bytes, rng: random.Random) -> bytes:
 # ---------------------------------------------------------------------------------------------- worker (no torch)
 
 WORKER = r"""
-import json, os, resource, signal, sys, threading
-sys.modules["torch"] = None  # the runtime half must not need torch; an import of it fails loudly
+import io, json, os, resource, signal, sys, threading
+if sys.argv[4] == "no-torch":
+    sys.modules["torch"] = None  # the runtime half must not need torch; an import of it fails loudly
 limit = int(sys.argv[2]) << 20
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 seconds = int(sys.argv[3])
@@ -249,6 +267,10 @@ def run(kind, data):
         ptd = load_ptd(data)
         for key, view in ptd.named_data().items():
             bytes(view[:16])
+    elif kind == "etrecord":
+        from edgetorch.exir.etrecord import parse_etrecord
+
+        parse_etrecord(io.BytesIO(data))
     elif kind == "etdump":
         from edgetorch.format.etdump import deserialize_etdump
 
@@ -298,12 +320,26 @@ for line in sys.stdin:
 
 
 def run_batch(folder: pathlib.Path, cases: list[tuple[str, str]], seconds: int, memory_mb: int) -> dict[str, dict]:
+    """Run cases in worker processes (torch blocked, except for ETRecords: reading one is a compiler-side job)."""
+    results: dict[str, dict] = {}
+    for torch_mode, group in (
+        ("no-torch", [c for c in cases if c[1] != "etrecord"]),
+        ("torch", [c for c in cases if c[1] == "etrecord"]),
+    ):
+        if group:
+            results.update(_run_group(folder, group, seconds, memory_mb, torch_mode))
+    return results
+
+
+def _run_group(
+    folder: pathlib.Path, cases: list[tuple[str, str]], seconds: int, memory_mb: int, torch_mode: str
+) -> dict[str, dict]:
     """Run cases in worker processes; a worker that dies takes just the case it was on with it."""
     results: dict[str, dict] = {}
     pending = list(cases)
     while pending:
         proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(folder), str(memory_mb), str(seconds)],
+            [sys.executable, "-c", WORKER, str(folder), str(memory_mb), str(seconds), torch_mode],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -249,37 +249,48 @@ def parse_etrecord(etrecord_path: str | os.PathLike | IO[bytes]) -> ETRecord:
     except (zipfile.BadZipFile, OSError):
         raise ETRecordError("Invalid etrecord file passed in.") from None
     with z:
-        names = set(z.namelist())
-        if IDENTIFIER not in names:
+        try:
+            return _parse_zip(z)
+        except ETRecordError:
+            raise
+        except Exception as e:  # zipfile, json and torch.export's deserializer raise many kinds on a corrupt file
             raise ETRecordError(
-                "ETRecord identifier missing from etrecord file passed in. Either an invalid file was passed in "
-                "or the file is corrupt; write it with generate_etrecord or ETRecord.save"
-            )
-        record = ETRecord()
+                f"the ETRecord is corrupt ({type(e).__name__}: {e}); regenerate it with generate_etrecord"
+            ) from None
 
-        def load_json(name: str) -> Any:
-            return json.loads(z.read(name)) if name in names else None
 
-        record._debug_handle_map = _int_keys(load_json(DEBUG_HANDLE_MAP))
-        record._delegate_map = _int_keys(load_json(DELEGATE_MAP))
-        record._instruction_id_to_num_outs_map = _int_keys(load_json(NUM_OUTS_MAP))
-        record.export_graph_id = load_json(EXPORT_GRAPH_ID)
-        for name in (REFERENCE_OUTPUTS, REPRESENTATIVE_INPUTS):
-            if name in names:
-                tensors = torch.load(io.BytesIO(z.read(name)), weights_only=True)
-                setattr(record, f"_{name}", tensors)
-        programs = sorted(n for n in names if (n == EXPORTED_PROGRAM or n not in _RESERVED) and not n.endswith(_PARTS))
-        edge: dict[str, ExportedProgram] = {}
-        for name in programs:
-            program = _read_program(z, name)
-            if name.startswith(EDGE_PROGRAM + "/"):
-                edge[name.removeprefix(EDGE_PROGRAM + "/")] = program
-            elif name == EXPORTED_PROGRAM:
-                record.exported_program = program
-            else:
-                record.graph_map = {**(record.graph_map or {}), name: program}
-        if edge:
-            record.edge_dialect_program = edge["forward"] if list(edge) == ["forward"] else edge
+def _parse_zip(z: zipfile.ZipFile) -> ETRecord:
+    names = set(z.namelist())
+    if IDENTIFIER not in names:
+        raise ETRecordError(
+            "ETRecord identifier missing from etrecord file passed in. Either an invalid file was passed in "
+            "or the file is corrupt; write it with generate_etrecord or ETRecord.save"
+        )
+    record = ETRecord()
+
+    def load_json(name: str) -> Any:
+        return json.loads(z.read(name)) if name in names else None
+
+    record._debug_handle_map = _int_keys(load_json(DEBUG_HANDLE_MAP))
+    record._delegate_map = _int_keys(load_json(DELEGATE_MAP))
+    record._instruction_id_to_num_outs_map = _int_keys(load_json(NUM_OUTS_MAP))
+    record.export_graph_id = load_json(EXPORT_GRAPH_ID)
+    for name in (REFERENCE_OUTPUTS, REPRESENTATIVE_INPUTS):
+        if name in names:
+            tensors = torch.load(io.BytesIO(z.read(name)), weights_only=True)
+            setattr(record, f"_{name}", tensors)
+    programs = sorted(n for n in names if (n == EXPORTED_PROGRAM or n not in _RESERVED) and not n.endswith(_PARTS))
+    edge: dict[str, ExportedProgram] = {}
+    for name in programs:
+        program = _read_program(z, name)
+        if name.startswith(EDGE_PROGRAM + "/"):
+            edge[name.removeprefix(EDGE_PROGRAM + "/")] = program
+        elif name == EXPORTED_PROGRAM:
+            record.exported_program = program
+        else:
+            record.graph_map = {**(record.graph_map or {}), name: program}
+    if edge:
+        record.edge_dialect_program = edge["forward"] if list(edge) == ["forward"] else edge
     return record
 
 
