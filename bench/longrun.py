@@ -7,7 +7,9 @@ descriptors:
 1. ``--executions`` runs of one loaded method of a small MLP;
 2. ``--loads`` load_program(path) + load_method + execute cycles, each program dropped after use;
 3. ``--decode-steps`` steps of a KV-cache decoder (mutable cache buffers written at the step's position, as
-   an LLM's decode loop does), one token per call.
+   an LLM's decode loop does), one token per call;
+4. ``--llm-tokens`` greedy tokens from ``TextLLMRunner`` on a small random-weight Llama exported by
+   ``export_llm`` (KV cache, ``llama::custom_sdpa``), one ``generate_ids`` call.
 RSS is sampled after a warm-up tenth of each run; "flat" means the last sample is within 5% of the first.
 Results go to ``bench/results/longrun.json``.
 """
@@ -82,6 +84,51 @@ def programs() -> tuple[bytes, bytes, int]:
     return mlp, to_edge(ep).to_executorch().buffer, context
 
 
+def llm_run(tokens: int) -> dict:
+    """Greedy generation of ``tokens`` tokens with the text runner, RSS sampled every tenth of the run."""
+    import torch
+
+    from edgetorch.extension.llm.export import export_llm
+    from edgetorch.extension.llm.export.checkpoint import Checkpoint
+    from edgetorch.extension.llm.model import ModelArgs, Transformer
+    from edgetorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+    from edgetorch.extension.llm.runner.tokenizer import Tokenizer
+
+    class IdTokenizer(Tokenizer):
+        """Token ids in, token ids out: generate_ids needs no text, only the tokenizer's bos/eos fields."""
+
+        bos_id, eos_ids, vocab_size = 1, [], 100
+
+        def encode(self, text: str) -> list[int]:
+            return [int(t) for t in text.split()]
+
+        def decode(self, ids: list[int]) -> str:
+            return " ".join(map(str, ids))
+
+    args = ModelArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=100, hidden_dim=96, tie_embeddings=True)
+    torch.manual_seed(0)
+    model = Transformer(args)
+    checkpoint = Checkpoint(args, dict(model.state_dict()), bos_id=1, eos_ids=[])  # no EOS: run to the budget
+    samples: list[float] = []
+    with tempfile.TemporaryDirectory() as folder:
+        pte = pathlib.Path(folder) / "tiny_llm.pte"
+        export_llm(checkpoint, pte, max_seq_len=16, max_context_len=tokens + 32, use_sdpa_with_kv_cache=True)
+        runner = TextLLMRunner(pte, IdTokenizer())
+        every = max(1, tokens // 10)
+
+        def watch(token: int) -> None:
+            watch.count += 1
+            if watch.count >= every and watch.count % every == 0:
+                samples.append(rss_mb())
+
+        watch.count = 0
+        t0 = time.perf_counter()
+        out = runner.generate_ids([1, 5, 7, 9], GenerationConfig(max_new_tokens=tokens, temperature=0.0), watch)
+        seconds = time.perf_counter() - t0
+    samples.append(rss_mb())
+    return {"tokens": len(out), "rss_mb": samples, "flat": flat(samples), "seconds": round(seconds, 1)}
+
+
 def flat(samples: list[float]) -> bool:
     return abs(samples[-1] - samples[0]) <= 0.05 * samples[0]
 
@@ -91,6 +138,7 @@ def main() -> int:
     ap.add_argument("--executions", type=int, default=100_000)
     ap.add_argument("--loads", type=int, default=10_000)
     ap.add_argument("--decode-steps", type=int, default=4000)
+    ap.add_argument("--llm-tokens", type=int, default=4000)
     args = ap.parse_args()
     reexec_with_clean_blas_env()
     import numpy as np
@@ -152,6 +200,9 @@ def main() -> int:
         "flat": flat(samples),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+    if args.llm_tokens:
+        report["llm"] = llm_run(args.llm_tokens)
 
     report["command"] = "bench/longrun.py " + " ".join(sys.argv[1:])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

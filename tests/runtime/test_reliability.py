@@ -60,7 +60,7 @@ def test_threads_each_with_their_own_method_match_single_threaded(mlp_pte):
 
     def work(k: int) -> None:
         own = program.load_method("forward")
-        for step in range(250):
+        for step in range(1000):
             i = (k + step) % len(inputs)
             got = own.execute([inputs[i]])[0]
             if not np.array_equal(got, want[i]):
@@ -82,7 +82,7 @@ def test_one_method_shared_by_threads_runs_one_call_at_a_time(mlp_pte):
     errors: list[str] = []
 
     def work(k: int) -> None:
-        for step in range(250):
+        for step in range(1000):
             i = (k * 3 + step) % len(inputs)
             if not np.array_equal(method.execute([inputs[i]])[0], want[i]):
                 errors.append(f"thread {k} step {step}: a concurrent run changed this run's output")
