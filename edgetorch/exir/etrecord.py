@@ -246,7 +246,7 @@ def parse_etrecord(etrecord_path: str | os.PathLike | IO[bytes]) -> ETRecord:
     """Read an ETRecord written by edgetorch or by ExecuTorch; no file content is unpickled or evaluated."""
     try:
         z = zipfile.ZipFile(etrecord_path)
-    except (zipfile.BadZipFile, OSError):
+    except Exception:  # zipfile raises BadZipFile, OSError, NotImplementedError, ValueError, EOFError on bad files
         raise ETRecordError("Invalid etrecord file passed in.") from None
     with z:
         try:
