@@ -11,11 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgetorch.format.flatbuffer import (
-    BOOL,
     BYTE,
-    DOUBLE,
     INT,
-    LONG,
     STRING,
     UBYTE,
     UINT,
@@ -25,25 +22,10 @@ from edgetorch.format.flatbuffer import (
     encode,
     fb,
 )
-from edgetorch.format.program import ScalarType
+from edgetorch.format.program import Bool, Double, Int, ScalarType  # the same tables as program.fbs
 
 FILE_IDENTIFIER = b"BP08"
 SCHEMA_VERSION = 2  # what ExecuTorch 1.5 writes
-
-
-@dataclass
-class Int:
-    int_val: int = fb(LONG)
-
-
-@dataclass
-class Bool:
-    bool_val: bool = fb(BOOL)
-
-
-@dataclass
-class Double:
-    double_val: float = fb(DOUBLE)
 
 
 @dataclass

@@ -15,10 +15,8 @@ import enum
 from dataclasses import dataclass
 
 from edgetorch.format.flatbuffer import (
-    BOOL,
     BYTE,
     BYTES,
-    DOUBLE,
     FLOAT,
     INT,
     LONG,
@@ -31,7 +29,7 @@ from edgetorch.format.flatbuffer import (
     encode,
     fb,
 )
-from edgetorch.format.program import ScalarType
+from edgetorch.format.program import Bool, Double, Int, ScalarType  # the same tables as program.fbs
 
 FILE_IDENTIFIER = b"ED00"
 # ExecuTorch's runtime writes chain_index -1 (as an unsigned 64-bit number) on program-output debug events.
@@ -58,23 +56,8 @@ class Tensor:
 
 
 @dataclass
-class Int:
-    int_val: int = fb(LONG)
-
-
-@dataclass
-class Bool:
-    bool_val: bool = fb(BOOL)
-
-
-@dataclass
 class Float:
     float_val: float = fb(FLOAT)
-
-
-@dataclass
-class Double:
-    double_val: float = fb(DOUBLE)
 
 
 @dataclass

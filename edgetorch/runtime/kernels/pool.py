@@ -493,31 +493,8 @@ def grid_sampler_2d(
             f"grid_sampler_2d: interpolation mode {interpolation_mode} (bicubic) is not supported by this runtime; "
             "export the model with mode='bilinear' or 'nearest'"
         )
-    n, c, h, w = input.shape
-    out = resize(out, (n, c, *grid.shape[1:3]))
-    g = upcast(grid).reshape(n, -1, 2)
-    ix = _grid_source(g[..., 0], w, padding_mode, align_corners)
-    iy = _grid_source(g[..., 1], h, padding_mode, align_corners)
-    if interpolation_mode == 1:
-        corners = [(np.rint(ix), np.rint(iy), None)]
-    else:
-        x0, y0 = np.floor(ix), np.floor(iy)
-        x1, y1 = x0 + 1, y0 + 1
-        corners = [
-            (x0, y0, (x1 - ix) * (y1 - iy)),
-            (x1, y0, (ix - x0) * (y1 - iy)),
-            (x0, y1, (x1 - ix) * (iy - y0)),
-            (x1, y1, (ix - x0) * (iy - y0)),
-        ]
-    flat = upcast(input).reshape(n, c, h * w)
-    acc = np.zeros((n, c, ix.shape[1]), flat.dtype)
-    for cx, cy, weight in corners:
-        inside = (cx >= 0) & (cx < w) & (cy >= 0) & (cy < h)
-        index = np.where(inside, cy * w + cx, 0).astype(np.int64)
-        values = np.take_along_axis(flat, index[:, None, :], axis=2)
-        scale = inside if weight is None else weight * inside
-        acc += values * scale[:, None, :].astype(flat.dtype)
-    return store(out, acc.reshape(out.shape))
+    out = resize(out, (*input.shape[:2], *grid.shape[1:3]))
+    return store(out, _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners).reshape(out.shape))
 
 
 def _window_max(windows: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -687,27 +664,39 @@ def grid_sampler_3d(
             f"grid_sampler_3d: interpolation mode {interpolation_mode} is not supported; expected 0 (bilinear) or "
             "1 (nearest)"
         )
-    n, c, d, h, w = input.shape
-    out = resize(out, (n, c, *grid.shape[1:4]))
-    g = upcast(grid).reshape(n, -1, 3)
-    coords = [_grid_source(g[..., a], size, padding_mode, align_corners) for a, size in enumerate((w, h, d))]
+    out = resize(out, (*input.shape[:2], *grid.shape[1:4]))
+    return store(out, _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners).reshape(out.shape))
+
+
+def _grid_sample(
+    input: np.ndarray, grid: np.ndarray, interpolation_mode: int, padding_mode: int, align_corners: bool
+) -> np.ndarray:
+    """(N, C, points) samples of ``input`` (N, C, *spatial) at ``grid`` (N, *out, len(spatial)) (x first):
+    nearest, or (bi/tri)linear as the sum over the 2**k corners in torch's order (x varying fastest)."""
+    n, c, *spatial = input.shape
+    k = len(spatial)
+    sizes = spatial[::-1]  # x, y, z: the grid's coordinate order
+    g = upcast(grid).reshape(n, -1, k)
+    coords = [_grid_source(g[..., a], size, padding_mode, align_corners) for a, size in enumerate(sizes)]
     if interpolation_mode == 1:
         corners: list[tuple[list[np.ndarray], np.ndarray | float | None]] = [([np.rint(x) for x in coords], None)]
     else:
         low = [np.floor(x) for x in coords]
         corners = []
-        for bits in np.ndindex(2, 2, 2):  # z, y, x; x varies fastest, as torch sums the corners
-            picks = [low[a] + bits[2 - a] for a in range(3)]
+        for bits in np.ndindex(*(2,) * k):  # outermost axis first, x varies fastest
             weight: np.ndarray | float = 1.0
-            for a in range(3):
-                weight = weight * (low[a] + 1 - coords[a] if bits[2 - a] == 0 else coords[a] - low[a])
-            corners.append((picks, weight))
-    flat = upcast(input).reshape(n, c, d * h * w)
+            for a in range(k):
+                weight = weight * (low[a] + 1 - coords[a] if bits[k - 1 - a] == 0 else coords[a] - low[a])
+            corners.append(([low[a] + bits[k - 1 - a] for a in range(k)], weight))
+    flat = upcast(input).reshape(n, c, -1)
     acc = np.zeros((n, c, g.shape[1]), flat.dtype)
-    for (cx, cy, cz), corner_weight in corners:
-        inside = (cx >= 0) & (cx < w) & (cy >= 0) & (cy < h) & (cz >= 0) & (cz < d)
-        index = np.where(inside, (cz * h + cy) * w + cx, 0).astype(np.int64)
+    for picks, corner_weight in corners:
+        inside = np.logical_and.reduce([(p >= 0) & (p < size) for p, size in zip(picks, sizes)])
+        offset = np.zeros(picks[0].shape)
+        for p, size in zip(picks[::-1], sizes[::-1]):  # row-major: z, then y, then x
+            offset = offset * size + p
+        index = np.where(inside, offset, 0).astype(np.int64)
         values = np.take_along_axis(flat, index[:, None, :], axis=2)
         scale = inside if corner_weight is None else corner_weight * inside
         acc += values * scale[:, None, :].astype(flat.dtype)
-    return store(out, acc.reshape(out.shape))
+    return acc
