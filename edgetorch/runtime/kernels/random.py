@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from edgetorch.runtime.generator import generator as active_generator
-from edgetorch.runtime.generator import use_generator  # noqa: F401  (re-exported)
 from edgetorch.runtime.kernels.promotion import is_float
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
