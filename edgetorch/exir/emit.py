@@ -393,6 +393,12 @@ class MethodEmitter:
             return self._value(Null())
         if isinstance(v, (list, tuple)):
             return Value(self._list(list(v), None))
+        if isinstance(v, complex):
+            raise UnsupportedOperatorError(
+                f"method {self.name}: the complex scalar {v!r} cannot be emitted: a .pte value is an Int, Double, "
+                "Bool, String or tensor, with no complex scalar; use a complex tensor instead (e.g. "
+                "torch.tensor(1j) registered as a buffer)"
+            )
         raise UnsupportedOperatorError(f"method {self.name}: cannot emit a constant of type {type(v).__name__}: {v!r}")
 
     def _cond(self, gm: torch.fx.GraphModule, node: torch.fx.Node, args: tuple) -> list:

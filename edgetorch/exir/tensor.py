@@ -25,6 +25,8 @@ DTYPE_TO_SCALAR: dict[torch.dtype, ScalarType] = {
     torch.float16: ScalarType.HALF,
     torch.float32: ScalarType.FLOAT,
     torch.float64: ScalarType.DOUBLE,
+    torch.complex64: ScalarType.COMPLEX64,
+    torch.complex128: ScalarType.COMPLEX128,
     torch.bool: ScalarType.BOOL,
     torch.qint8: ScalarType.QINT8,
     torch.quint8: ScalarType.QUINT8,

@@ -39,6 +39,8 @@ DTYPE_NAMES = {
     ScalarType.HALF: "f16",
     ScalarType.FLOAT: "f32",
     ScalarType.DOUBLE: "f64",
+    ScalarType.COMPLEX64: "c64",
+    ScalarType.COMPLEX128: "c128",
     ScalarType.BOOL: "bool",
     ScalarType.BFLOAT16: "bf16",
 }

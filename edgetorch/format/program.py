@@ -34,6 +34,10 @@ class ScalarType(enum.IntEnum):
     HALF = 5
     FLOAT = 6
     DOUBLE = 7
+    # Complex values: ExecuTorch's schema comments these codes out, but its Python ScalarType uses them.
+    COMPLEX32 = 8
+    COMPLEX64 = 9
+    COMPLEX128 = 10
     BOOL = 11
     QINT8 = 12
     QUINT8 = 13

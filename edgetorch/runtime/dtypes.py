@@ -16,6 +16,8 @@ SCALAR_TO_NUMPY: dict[ScalarType, np.dtype] = {
     ScalarType.HALF: np.dtype(np.float16),
     ScalarType.FLOAT: np.dtype(np.float32),
     ScalarType.DOUBLE: np.dtype(np.float64),
+    ScalarType.COMPLEX64: np.dtype(np.complex64),
+    ScalarType.COMPLEX128: np.dtype(np.complex128),
     ScalarType.BOOL: np.dtype(np.bool_),
     ScalarType.QINT8: np.dtype(np.int8),
     ScalarType.QUINT8: np.dtype(np.uint8),

@@ -343,13 +343,17 @@ _UNARY: dict[str, Callable] = {
     "silu": _silu,
     "hardsigmoid": _hardsigmoid,
     "hardswish": _hardswish,
-    "_conj_physical": np.positive,
+    "_conj_physical": np.conjugate,  # the identity on real tensors
+    "_conj_copy": np.conjugate,
 }
 
 
 def _unary_kernel(fn: Callable) -> Callable:
     def run(self, out):
         out = resize(out, self.shape)
+        if self.dtype.kind == "c" and out.dtype.kind != "c":  # abs of a complex tensor: computed in complex
+            np.copyto(out, fn(self), casting="unsafe")
+            return out
         ct = compute_dtype(out.dtype)
         return _into(out, ct, fn, as_dtype(self, ct))
 

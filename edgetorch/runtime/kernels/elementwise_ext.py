@@ -136,7 +136,10 @@ def nextafter(self: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarra
 
 @kernel("aten::angle.out")
 def angle(self: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """The argument of a real number: 0 for non-negative values, pi for negative ones, NaN kept."""
+    """The argument of a number: of a complex one its phase in (-pi, pi]; of a real one 0 for non-negative
+    values, pi for negative ones, NaN kept."""
+    if self.dtype.kind == "c":
+        return _store(out, self.shape, np.angle(self))
     x = np.asarray(self, compute_dtype(out.dtype) if is_float(out.dtype) else np.float32)
     return _store(out, self.shape, np.where(np.isnan(x), x, np.where(x < 0, np.pi, 0.0)))
 
