@@ -7,13 +7,14 @@ size. May import torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import sympy
 import torch
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import bound_sympy
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from edgetorch.exir.passes.spec_prop import graph_specs
 from edgetorch.exir.tensor import SymDim
@@ -23,6 +24,7 @@ class ConstraintBasedSymShapeEvalPass(PassBase):
     """Resolve every spec's shape to the upper bound its symbols' value ranges allow."""
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        bound_data_dependent_lengths(graph_module)
         resolve_shapes(graph_module, upper_bound)
         return PassResult(graph_module, True)
 
@@ -35,15 +37,46 @@ class HintBasedSymShapeEvalPass(PassBase):
         return PassResult(graph_module, True)
 
 
+# Ops whose output length is data-dependent (an unbacked symbol) but never more than a bound known from the
+# inputs' shapes: torch's shape functions leave such symbols unbounded (int64's maximum), which no plan can hold.
+_COUNT_BOUNDED = {"aten::masked_select": lambda a: math.prod(torch.broadcast_shapes(a[0], a[1]))}
+
+
+def bound_data_dependent_lengths(gm: torch.fx.GraphModule) -> None:
+    """Give the unbacked output length of a masked_select (at most its broadcast input's numel) that bound,
+    so the plan holds the largest possible result instead of an impossible int64-sized one."""
+    for node in gm.graph.nodes:
+        op = getattr(node.target, "_op", node.target)
+        bound_of = _COUNT_BOUNDED.get(getattr(op, "name", lambda: "")().split(".")[0])
+        out = node.meta.get("val")
+        if bound_of is None or not isinstance(out, torch.Tensor) or not isinstance(out.shape[0], torch.SymInt):
+            continue
+        sym = out.shape[0].node
+        inputs = [a.meta["val"] for a in node.args[:2]]
+        try:
+            bound = bound_of([tuple(upper_bound(d) for d in t.shape) for t in inputs])
+        except ValueError:
+            continue  # an input without an upper bound: the planner reports it
+        if isinstance(sym.expr, sympy.Symbol) and sym.expr in sym.shape_env.var_to_range:
+            old = sym.shape_env.var_to_range[sym.expr]
+            if bound < old.upper:
+                sym.shape_env.var_to_range[sym.expr] = ValueRanges(old.lower, bound)
+
+
+# A dimension bound this large (torch's stand-in for "no bound" on data-dependent sizes) cannot be planned.
+UNPLANNABLE = 2**40
+
+
 def upper_bound(dim: SymDim) -> int:
     """The largest value ``dim`` can take; raises ValueError when it is unbounded."""
     if not isinstance(dim, torch.SymInt):
         return int(dim)
     node = dim.node
     bound = bound_sympy(node.expr, node.shape_env.var_to_range).upper
-    if bound in (int_oo, sympy.oo):
+    if bound in (int_oo, sympy.oo) or bound >= UNPLANNABLE:
         raise ValueError(
-            f"dynamic dimension {node.expr} has no upper bound; give it one, e.g. torch.export.Dim('n', max=1024)"
+            f"dynamic dimension {node.expr} has no usable upper bound (found {bound}); give it one, e.g. "
+            "torch.export.Dim('n', max=1024), or torch._check(n <= N) on a data-dependent length"
         )
     return int(bound)
 
