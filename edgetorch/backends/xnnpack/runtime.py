@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from edgetorch.backends.xnnpack import fast
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
@@ -482,6 +483,7 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         raise _Unsupported(f"depthwise convolution with {n.group_input_channels} input channels per group")
     # [1, KH, KW, C*mult] -> one [C, mult] weight per tap
     taps = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(win.kh * win.kw, channels, mult))
+    first_column = np.ascontiguousarray(taps[:, :, 0])
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
@@ -490,6 +492,10 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             raise ValueError(f"depthwise convolution expects {channels} channels, found input shape {x.shape}")
         oh, ow = win.out_hw(h, wd)
         y = env.empty(n.output_id, (nb, oh, ow, c * mult))
+        if fast.AVAILABLE and mult == 1 and x.dtype == y.dtype == np.float32:  # one compiled pass (fast.py)
+            bias = env[n.bias_id].reshape(-1) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(0, np.float32)
+            window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
+            return [partial(fast.depthwise_nhwc(), x, first_column, bias, y, *window)]
         views, steps = win.tap_views(x, 0.0)
         acc = y if mult == 1 else y.reshape(nb, oh, ow, c, mult)
         tmp = np.empty_like(acc)

@@ -1,0 +1,71 @@
+"""The optional accelerated tier (``edgetorch[fast]``, numba): its depthwise convolution equals the NumPy
+path bit for bit on every window shape, a lowered model gives the same outputs with the tier on and off, and
+``EDGETORCH_FAST=0`` (or numba absent) leaves the pure-NumPy runtime complete."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from edgetorch.backends.xnnpack import XnnpackPartitioner, fast
+from edgetorch.exir import to_edge_transform_and_lower
+from edgetorch.runtime import Runtime
+
+needs_numba = pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+
+
+class Depthwise(torch.nn.Module):
+    def __init__(self, channels: int, stride: int, padding: int, dilation: int, bias: bool):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, 3, stride, padding, dilation, groups=channels, bias=bias)
+
+    def forward(self, x):
+        return torch.nn.functional.relu6(self.conv(x))
+
+
+def outputs(module: torch.nn.Module, x: torch.Tensor, tier: bool, monkeypatch) -> np.ndarray:
+    monkeypatch.setattr(fast, "AVAILABLE", tier)
+    ep = torch.export.export(module.eval(), (x,))
+    pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    return Runtime.get().load_program(pte).load_method("forward").execute([x.numpy()])[0]
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("stride", "padding", "dilation", "bias", "batch"),
+    [(1, 1, 1, True, 1), (2, 1, 1, True, 2), (1, 0, 1, False, 1), (2, 2, 2, True, 1), (1, 2, 2, False, 3)],
+)
+def test_compiled_depthwise_equals_the_numpy_path(stride, padding, dilation, bias, batch, monkeypatch):
+    torch.manual_seed(0)
+    module = Depthwise(12, stride, padding, dilation, bias)
+    x = torch.randn(batch, 12, 11, 9)
+    compiled = outputs(module, x, True, monkeypatch)
+    numpy_tier = outputs(module, x, False, monkeypatch)
+    np.testing.assert_array_equal(compiled, numpy_tier)
+    np.testing.assert_allclose(compiled, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_numpy_tier_runs_when_the_fast_tier_is_off(tmp_path):
+    torch.manual_seed(1)
+    module = Depthwise(8, 1, 1, 1, True).eval()
+    x = torch.randn(1, 8, 6, 6)
+    ep = torch.export.export(module, (x,))
+    pte = tmp_path / "dw.pte"
+    pte.write_bytes(to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
+    np.save(tmp_path / "x.npy", x.numpy())
+    script = (
+        "import sys, numpy as np\n"
+        "from edgetorch.backends.xnnpack import fast\n"
+        "from edgetorch.runtime import Runtime\n"
+        "assert not fast.AVAILABLE\n"
+        f"m = Runtime.get().load_program(open({str(pte)!r}, 'rb').read()).load_method('forward')\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, m.execute([np.load({str(tmp_path / 'x.npy')!r})])[0])\n"
+        "assert 'numba' not in sys.modules\n"
+    )
+    env = {"EDGETORCH_FAST": "0", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=str(tmp_path.parent), timeout=300)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
