@@ -171,7 +171,13 @@ def main() -> None:
     sweep.add_argument("--full", action="store_true", help="all of op_db and every supported dtype")
     parser.add_argument("--samples", type=int, help="samples per OpInfo and dtype (default: 2 with --all, else 1)")
     parser.add_argument("--ops", help="comma-separated OpInfo names (default: the whole sweep)")
+    parser.add_argument("--reverse", action="store_true", help="run the sweep from its last op (a second process)")
+    parser.add_argument(
+        "--merge", nargs="+", metavar="JSON", help="write the report from saved opinfo.json files (no sweep)"
+    )
     args = parser.parse_args()
+    if args.merge:
+        return _merge(args.merge)
     samples = args.samples or (2 if args.all else 1)
     ops = oc.opinfos(args.full or args.all)
     if args.ops:
@@ -183,6 +189,8 @@ def main() -> None:
         mode = "full op_db, all dtypes" if args.full else "CI OpInfo set (Core ATen ops), first supported dtype"
         dtypes = lambda op: oc.op_dtypes(op, args.full)  # noqa: E731
     mode += f", up to {samples} samples each"
+    if args.reverse:
+        ops = ops[::-1]
     executorch = _executorch_lowering()
     start = time.perf_counter()
     ours, theirs = [], []
@@ -194,6 +202,29 @@ def main() -> None:
             theirs += b
             print(f"{oc.opinfo_name(op):40s} {oc.op_outcome(a)[0]:14s} {oc.op_outcome(b)[0]}", flush=True)
         _write(ours, theirs, time.perf_counter() - start, mode, samples, done=i + 1 == len(ops))
+
+
+def _merge(paths: list[str]) -> None:
+    """One report from sweeps saved by separate processes (e.g. one run forwards, one ``--reverse``): each op's
+    results come from the first file that has them for both runtimes."""
+    ours: list[oc.SampleResult] = []
+    theirs: list[oc.SampleResult] = []
+    seen: set[tuple[str, str]] = set()
+    seconds, mode, samples = 0, "", 0
+    for path in paths:
+        data = json.loads(pathlib.Path(path).read_text())
+        meta = data["meta"]
+        seconds, mode, samples = seconds + meta["seconds"], meta["mode"], meta["samples"]
+        mine = [oc.SampleResult(**r) for r in data["samples"]]
+        other = [oc.SampleResult(**r) for r in data["executorch"]]
+        both = {(r.op, r.dtype) for r in mine} & {(r.op, r.dtype) for r in other}
+        new = both - seen
+        ours += [r for r in mine if (r.op, r.dtype) in new]
+        theirs += [r for r in other if (r.op, r.dtype) in new]
+        seen |= new
+    expected = {oc.opinfo_name(op) for op in oc.opinfos(True)}
+    done = expected <= {op for op, _ in seen}
+    _write(ours, theirs, seconds, mode + f" (merged from {len(paths)} processes)", samples, done=done)
 
 
 def _write(
