@@ -16,8 +16,7 @@ import sys
 from typing import Any
 
 from edgetorch.cli._common import EXIT_ERROR, EXIT_OK
-
-_LEVELS = {"none": 0, "outputs": 1, "intermediates": 2}
+from edgetorch.cli.run import DEBUG_LEVELS as _LEVELS
 
 
 def register(subparsers: Any) -> None:

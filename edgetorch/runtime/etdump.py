@@ -70,6 +70,7 @@ class ETDumpGen:
             )
         self.debug_level = EventTracerDebugLogLevel(debug_level)
         self._outputs_of: dict[int, list[int]] = {}
+        self._bundled_input_index = -1
 
     # ------------------------------------------------------------- configuration (ExecuTorch's names)
 
@@ -80,13 +81,18 @@ class ETDumpGen:
     def set_event_tracer_debug_level(self, level: EventTracerDebugLogLevel) -> None:
         self.debug_level = EventTracerDebugLogLevel(level)
 
+    def set_bundled_input_index(self, index: int) -> None:
+        """Mark the runs that follow as fed by bundled test case ``index`` (-1: not bundled), as ExecuTorch's
+        ``load_bundled_input`` does; each run's block records it."""
+        self._bundled_input_index = int(index)
+
     def get_num_blocks(self) -> int:
         return len(self._blocks)
 
     # ------------------------------------------------------------- hooks the runtime calls
 
     def create_event_block(self, name: str) -> None:
-        self._blocks.append(fe.RunData(name=name))
+        self._blocks.append(fe.RunData(name=name, bundled_input_index=self._bundled_input_index))
 
     def log_profile(
         self, name: str, start_ns: int, end_ns: int, chain: int = _LOAD_CHAIN, instruction: int = 0
