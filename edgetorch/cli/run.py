@@ -33,6 +33,11 @@ def register(sub: Any) -> None:
         choices=list(DEBUG_LEVELS),
         help="values to log into the debug buffer (default: intermediates with --debug-buffer, else none)",
     )
+    run.add_argument(
+        "--track-allocations",
+        action="store_true",
+        help="with --etdump: record each method's planned and unplanned memory",
+    )
     run.add_argument("--verify", action="store_true", help="check a .bpte's outputs against its expected outputs")
     run.add_argument(
         "--bundled-input-index", type=int, metavar="N", help="run a .bpte's test case N (default with --verify: all)"
@@ -72,14 +77,14 @@ def _tracer(args: argparse.Namespace) -> Any:
     from edgetorch.runtime.etdump import ETDumpGen
 
     if args.etdump is None:
-        if args.debug_buffer or args.debug_level:
-            raise ValueError("--debug-buffer and --debug-level need --etdump OUT.etdp")
+        if args.debug_buffer or args.debug_level or args.track_allocations:
+            raise ValueError("--debug-buffer, --debug-level and --track-allocations need --etdump OUT.etdp")
         return None
     level = args.debug_level or ("intermediates" if args.debug_buffer else "none")
     if DEBUG_LEVELS[level] and not args.debug_buffer:
         raise ValueError(f"--debug-level {level} logs values into a debug buffer; pass --debug-buffer OUT.bin")
     # the buffer grows as values arrive; the size is only the cap
-    return ETDumpGen((1 << 40) if DEBUG_LEVELS[level] else 0, DEBUG_LEVELS[level])
+    return ETDumpGen((1 << 40) if DEBUG_LEVELS[level] else 0, DEBUG_LEVELS[level], args.track_allocations)
 
 
 def _bundle(args: argparse.Namespace) -> Any:

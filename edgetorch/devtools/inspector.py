@@ -7,7 +7,9 @@ distinct kind of run; identical runs are merged so each event's
 and ``calculate_numeric_gap``. With an ETRecord each instruction event gets
 the debug handles of the Edge nodes it ran, their operator names, stack traces
 and module hierarchy; delegate events are mapped through the delegate map.
-Reads ETDumps from edgetorch's runtime and from ExecuTorch's alike.
+Reads ETDumps from edgetorch's runtime and from ExecuTorch's alike. Allocation
+events (``ETDumpGen(track_allocations=True)``) are listed per block in
+``EventBlock.allocations``, ``allocations_to_dataframe`` and the printed table.
 """
 
 from __future__ import annotations
@@ -136,8 +138,19 @@ class Event:
 
 
 @dataclass
+class Allocation:
+    """One allocation event of an ETDump: ``size`` bytes from the allocator named ``allocator``."""
+
+    allocator: str
+    size: int
+
+
+@dataclass
 class EventBlock:
-    """The events of one kind of run (``"Default"``: loading; ``"Execute"``: an execution)."""
+    """The events of one kind of run (``"Default"``: loading; ``"Execute"``: an execution).
+
+    ``allocations`` lists the block's allocation events (of its first run), in the order they happened.
+    """
 
     name: str
     events: list[Event] = field(default_factory=list)
@@ -146,6 +159,7 @@ class EventBlock:
     bundled_input_index: int | None = None
     run_output: list[Any] | None = None
     reference_output: list[Any] | None = None
+    allocations: list[Allocation] = field(default_factory=list)
 
     def to_dataframe(self, include_units: bool = False, include_delegate_debug_data: bool = False) -> Any:
         import pandas as pd
@@ -212,6 +226,7 @@ class Inspector:
             block = EventBlock(name=name, source_time_scale=source, target_time_scale=target)
             block.bundled_input_index = runs[0].bundled_input_index if runs[0].bundled_input_index != -1 else None
             block.events = self._events(runs)
+            block.allocations = _allocations(runs[0])
             outputs = [self._value(e.debug_event.debug_entry) for e in _debug(runs[-1]) if _is_output(e.debug_event)]
             block.run_output = outputs or None
             if self._etrecord is not None and self._etrecord._reference_outputs and name == "Execute":
@@ -343,6 +358,20 @@ class Inspector:
         if len(df):
             df = df[df.event_name != OPERATOR_CALL].drop(columns=_NOT_PRINTED)
         print(tabulate(df, headers="keys", tablefmt="fancy_grid"), file=file or sys.stdout)
+        allocations = self.allocations_to_dataframe()
+        if len(allocations):
+            print(tabulate(allocations, headers="keys", tablefmt="fancy_grid"), file=file or sys.stdout)
+
+    def allocations_to_dataframe(self) -> Any:
+        """One row per allocation event of every block: block, allocator, bytes (pandas)."""
+        import pandas as pd
+
+        rows = [
+            {"event_block_name": b.name, "allocator": a.allocator, "allocation_size (bytes)": a.size}
+            for b in self.event_blocks
+            for a in b.allocations
+        ]
+        return pd.DataFrame(rows, columns=["event_block_name", "allocator", "allocation_size (bytes)"])
 
     def save_data_to_tsv(
         self, file: IO[str], include_units: bool = True, include_delegate_debug_data: bool = False
@@ -473,6 +502,20 @@ def _signature(run: fe.RunData) -> tuple:
     )
 
 
+def _allocations(run: fe.RunData) -> list[Allocation]:
+    names = [a.name or "" for a in run.allocators]
+    found = []
+    for e in run.events:
+        if (a := e.allocation_event) is not None:
+            known = 0 < a.allocator_id <= len(names)  # ids count from 1
+            found.append(
+                Allocation(
+                    names[a.allocator_id - 1] if known else f"allocator {a.allocator_id}", int(a.allocation_size)
+                )
+            )
+    return found
+
+
 def _debug(run: fe.RunData) -> list[fe.Event]:
     return [e for e in run.events if e.debug_event is not None]
 
@@ -522,4 +565,4 @@ def compare_results(
     return results
 
 
-__all__ = ["Event", "EventBlock", "Inspector", "PerfData", "TimeScale", "compare_results"]
+__all__ = ["Allocation", "Event", "EventBlock", "Inspector", "PerfData", "TimeScale", "compare_results"]

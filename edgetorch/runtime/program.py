@@ -381,6 +381,7 @@ class Program:
             if isinstance(tracer, ETDumpGen):
                 tracer.log_profile("Method::init", start, end)
                 tracer.log_profile("Program::load_method", start, end)
+                tracer.track_method_memory(name, executor.arenas, executor.unplanned_bytes)
             method.set_event_tracer(tracer)
         return method
 
