@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgetorch.devtools.inspector import Inspector, _aot_outputs
+from edgetorch.devtools.inspector import Inspector, _aot_outputs, compared_events
 from edgetorch.exir import to_edge
 from edgetorch.runtime import Runtime
 
@@ -85,13 +85,7 @@ def find_divergence(
     eager = _aot_outputs(inspector.get_exported_program(), list(inputs))
     report = DivergenceReport()
     for block in inspector.event_blocks:
-        for event in block.events:
-            if event.name == "OPERATOR_CALL" or not event.debug_data or event.debug_handles is None:
-                continue
-            handles = [event.debug_handles] if isinstance(event.debug_handles, int) else list(event.debug_handles)
-            known = [h for h in handles if h in eager]
-            if not known:
-                continue
+        for event, known in compared_events(block, eager):
             reference = eager[known[-1]][1]
             reference = reference[0] if isinstance(reference, (list, tuple)) else reference
             got = event.debug_data[0].reshape(reference.shape).double()

@@ -31,3 +31,32 @@ def test_clean_model_has_no_divergence_and_a_wrong_kernel_is_found():
     assert first is not None and first.op_types == ["aten.relu.default"]
     assert "models.py" in first.source and "torch.relu" in first.source
     assert "first divergence" in str(report)
+
+
+def test_quantized_model_matches_eager_and_a_truncating_quantize_kernel_is_found():
+    """PT2E static int8 (our XNNPACKQuantizer), not delegated: the runtime's quantized kernels give eager's exact
+    q/dq values; a quantize kernel that truncates instead of rounding is caught at the first quantize."""
+    from tests.interop.quantized_models import quantized
+
+    _, args, ep = quantized("mlp", "static")
+    clean = find_divergence(ep, args)
+    assert clean.first is None
+    groups = [r for r in clean.rows if "quantized_decomposed.quantize_per_tensor.default" in r.op_types]
+    assert len(groups) >= 3 and all(r.max_abs_diff == 0 for r in groups)  # int8 codes equal: dequantized equal
+
+    name = "quantized_decomposed::quantize_per_tensor.out"
+    original = KERNELS[name]
+
+    def truncating_quantize(input, scale, zero_point, quant_min, quant_max, dtype, out):  # the planted bug
+        np.copyto(out, np.clip(np.trunc(input / scale) + zero_point, quant_min, quant_max).astype(out.dtype))
+        return out
+
+    register_kernel(name, truncating_quantize)
+    try:
+        report = find_divergence(ep, args)
+    finally:
+        KERNELS[name] = original
+    first = report.first
+    assert first is not None and first.instruction == groups[0].instruction
+    assert first.op_types[0] == "quantized_decomposed.quantize_per_tensor.default"
+    assert "F.relu(self.fc1(x))" in first.source  # the model line that fed the first quantized linear
