@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import html
 import os
+from collections import Counter
 from typing import Any
 
-from edgetorch.devtools.memory_plan import execution_plans
+from edgetorch.devtools.memory_plan import expand_lists, loaded_program
+from edgetorch.errors import EdgetorchError
 from edgetorch.format import program as fbp
 from edgetorch.format.printer import describe_tensor, describe_value, instruction_io, preset_values
 
@@ -44,8 +46,9 @@ def program_to_html(program: Any, title: str = "program") -> str:
         "<span style='background:#ffe2bf'>delegate</span><span style='background:#eceff3'>move / control</span>"
         "<span style='background:#d9f2de'>input / output</span></p>",
     ]
-    for plan in execution_plans(program):
-        parts.append(_method(plan))
+    loaded = loaded_program(program)
+    for plan in loaded.program.execution_plan:
+        parts.append(_method(plan, [_delegate_nodes(loaded, plan, i) for i in range(len(plan.delegates))]))
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -68,18 +71,22 @@ def _tensor_text(plan: fbp.ExecutionPlan, index: int) -> str:
     )
 
 
-def _expand(plan: fbp.ExecutionPlan, indices: list[int]) -> list[int]:
-    out: list[int] = []
-    for i in indices:
-        val = plan.values[i].val if 0 <= i < len(plan.values) else None
-        if isinstance(val, fbp.TensorList | fbp.OptionalTensorList):
-            out.extend(j for j in val.items if j >= 0)
-        else:
-            out.append(i)
-    return out
+def _delegate_nodes(loaded: Any, plan: fbp.ExecutionPlan, index: int) -> str:
+    """What a delegate runs, when its blob can be read: ``XNNConv2d x3, XNNClamp x2, ...`` for XNNPACK."""
+    delegate = plan.delegates[index]
+    if delegate.id != "XnnpackBackend":
+        return ""
+    from edgetorch.backends.xnnpack.blob import parse_blob
+
+    try:
+        graph = parse_blob(loaded.delegate_data(delegate.processed, f"delegate {index}")).graph
+    except EdgetorchError as e:
+        return f"(blob unreadable: {e})"
+    counts = Counter(type(node.xnode_union).__name__ for node in graph.xnodes)
+    return f"{len(graph.xnodes)} XNNPACK nodes: " + ", ".join(f"{name} x{n}" for name, n in counts.most_common())
 
 
-def _method(plan: fbp.ExecutionPlan) -> str:
+def _method(plan: fbp.ExecutionPlan, delegate_nodes: list[str]) -> str:
     name = plan.name or ""
     # one per input, instruction and output: (kind "io"/"ins", css class, label, second line, tooltip)
     nodes: list[tuple[str, str, str, str, str]] = []
@@ -100,13 +107,18 @@ def _method(plan: fbp.ExecutionPlan) -> str:
             kind = type(chain.instructions[j].instr_args)
             css = "kernel" if kind is fbp.KernelCall else "delegate" if kind is fbp.DelegateCall else "other"
             node = len(nodes)
-            srcs = sorted({n for v in _expand(plan, reads) if (n := _source(plan, v, writer, last_at)) is not None})
+            srcs = sorted(
+                {n for v in expand_lists(plan, reads) if (n := _source(plan, v, writer, last_at)) is not None}
+            )
             edges.extend((s, node) for s in srcs)
-            tip = f"#{k} {op}\nreads: " + ", ".join(_tensor_text(plan, v) for v in reads)
+            args = chain.instructions[j].instr_args
+            runs = delegate_nodes[args.delegate_index] if kind is fbp.DelegateCall else ""
+            tip = f"#{k} {op}" + (f" ({runs})" if runs else "")
+            tip += "\nreads: " + ", ".join(_tensor_text(plan, v) for v in reads)
             tip += "\nwrites: " + ", ".join(_tensor_text(plan, v) for v in writes)
-            first = next(iter(_expand(plan, writes)), None)
+            first = next(iter(expand_lists(plan, writes)), None)
             nodes.append(("ins", css, f"#{k} {op}", "" if first is None else _place(plan, first), tip))
-            for v in _expand(plan, writes):
+            for v in expand_lists(plan, writes):
                 writer[v] = node
                 if (spot := _spot(plan, v)) is not None:
                     last_at[spot] = node
@@ -132,13 +144,14 @@ def _method(plan: fbp.ExecutionPlan) -> str:
             out.append(f"<tr><td class='num'>{mem_id}</td><td class='num'>{int(size)}</td></tr>")
     out.append("</table>")
     if plan.delegates:
-        out.append("<table><tr><th>#</th><th>backend</th><th>blob</th><th>compile specs</th></tr>")
+        out.append("<table><tr><th>#</th><th>backend</th><th>blob</th><th>compile specs</th><th>runs</th></tr>")
         for d_index, d in enumerate(plan.delegates):
             where = "inline" if d.processed is not None and int(d.processed.location) == 0 else "segment"
             index = d.processed.index if d.processed is not None else "?"
             specs = ", ".join(f"{html.escape(s.key or '')} ({len(s.value)} bytes)" for s in d.compile_specs)
             out.append(f"<tr><td class='num'>{d_index}</td><td>{html.escape(d.id or '')}</td>"
-                       f"<td>{where} {index}</td><td>{specs or '-'}</td></tr>")  # fmt: skip
+                       f"<td>{where} {index}</td><td>{specs or '-'}</td>"
+                       f"<td>{html.escape(delegate_nodes[d_index]) or '-'}</td></tr>")  # fmt: skip
         out.append("</table>")
     out.append(
         "<table><tr><th>#</th><th>instruction</th><th>reads</th><th>writes (shape, dtype, memory id @ offset)</th></tr>"

@@ -43,18 +43,19 @@ class PlannedTensor:
     producer: str  # the instruction writing it first, or "input", "state" (a buffer), "view" (of another tensor)
 
 
-def execution_plans(program: Any) -> list[fbp.ExecutionPlan]:
-    """The execution plans of a program given as a path, bytes, a loaded runtime Program, a format Program or
-    an ExecutorchProgramManager."""
-    if isinstance(program, fbp.Program):
-        return list(program.execution_plan)
-    inner = getattr(program, "program", None)
-    if isinstance(inner, fbp.Program):  # edgetorch.runtime.Program
-        return list(inner.execution_plan)
-    from edgetorch.runtime import Runtime
+def loaded_program(program: Any) -> Any:
+    """``program`` as a loaded :class:`edgetorch.runtime.Program`, from a path, bytes, an
+    ExecutorchProgramManager or a loaded Program (returned as it is)."""
+    from edgetorch.runtime import Program, Runtime
 
-    source = program.buffer if hasattr(program, "buffer") else program
-    return list(Runtime.get().load_program(source).program.execution_plan)
+    if isinstance(program, Program):
+        return program
+    return Runtime.get().load_program(program.buffer if hasattr(program, "buffer") else program)
+
+
+def execution_plans(program: Any) -> list[fbp.ExecutionPlan]:
+    """The execution plans of ``program`` (anything :func:`loaded_program` takes)."""
+    return list(loaded_program(program).program.execution_plan)
 
 
 def memory_timeline(program: Any, method_name: str | None = None) -> list[PlannedTensor]:
@@ -68,16 +69,19 @@ def memory_timeline(program: Any, method_name: str | None = None) -> list[Planne
     return found
 
 
-def _plan_timeline(plan: fbp.ExecutionPlan) -> list[PlannedTensor]:
-    def expand(indices: list[int]) -> list[int]:
-        out = []
-        for i in indices:
-            val = plan.values[i].val if 0 <= i < len(plan.values) else None
-            out.extend(j for j in val.items if j >= 0) if isinstance(
-                val, fbp.TensorList | fbp.OptionalTensorList
-            ) else out.append(i)
-        return out
+def expand_lists(plan: fbp.ExecutionPlan, indices: list[int]) -> list[int]:
+    """Value indices with each tensor-list value replaced by the tensors it holds (absent optionals left out)."""
+    out: list[int] = []
+    for i in indices:
+        val = plan.values[i].val if 0 <= i < len(plan.values) else None
+        if isinstance(val, fbp.TensorList | fbp.OptionalTensorList):
+            out.extend(j for j in val.items if j >= 0)
+        else:
+            out.append(i)
+    return out
 
+
+def _plan_timeline(plan: fbp.ExecutionPlan) -> list[PlannedTensor]:
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     producer: dict[int, str] = {}
@@ -85,14 +89,14 @@ def _plan_timeline(plan: fbp.ExecutionPlan) -> list[PlannedTensor]:
     for chain_index, chain in enumerate(plan.chains):
         for k in range(len(chain.instructions)):
             name, reads, writes = instruction_io(plan, chain_index, k, defined)
-            for i in expand(writes):
+            for i in expand_lists(plan, writes):
                 producer.setdefault(i, name)
-            for i in expand(reads) + expand(writes):
+            for i in expand_lists(plan, reads) + expand_lists(plan, writes):
                 first.setdefault(i, count)
                 last[i] = count
             count += 1
     end = max(count - 1, 0)
-    inputs, outputs = set(expand(list(plan.inputs))), set(expand(list(plan.outputs)))
+    inputs, outputs = set(expand_lists(plan, list(plan.inputs))), set(expand_lists(plan, list(plan.outputs)))
     tensors = []
     for i, value in enumerate(plan.values):
         t = value.val
@@ -149,11 +153,12 @@ def plot_memory_timeline(program: Any, path: str | os.PathLike, method_name: str
             linewidth=0.5,
             alpha=0.85,
         )
-        if len(mine) <= 40:  # label the bars while they are few enough to read
-            for t in mine:
-                ax.text((t.first + t.last) / 2, t.offset + t.nbytes / 2, f"%{t.value}", ha="center", va="center",
-                        fontsize=7, clip_on=True)  # fmt: skip
         peak = max(t.offset + t.nbytes for t in mine)
+        if len(mine) <= 40:  # label the bars while they are few enough to read, and tall enough to hold a label
+            for t in mine:
+                if t.nbytes >= 0.04 * peak:
+                    ax.text((t.first + t.last) / 2, t.offset + t.nbytes / 2, f"%{t.value}", ha="center",
+                            va="center", fontsize=7, clip_on=True)  # fmt: skip
         ax.set_title(f"{method}: memory id {mem_id}, {len(mine)} tensors, {peak} bytes used")
         ax.set_xlabel("instruction")
         ax.set_ylabel("byte offset")

@@ -95,6 +95,7 @@ def test_html_view_lists_operators_shapes_offsets_and_delegates():
     ep = torch.export.export(model, args)
     page = program_to_html(to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch())
     assert "class='delegate'" in page and "XnnpackBackend" in page
+    assert "XNNPACK nodes: " in page and "XNNFullyConnected x1" in page  # read from the delegate's blob
     assert "<script" not in page and "src=" not in page and "https://" not in page  # self-contained
     page = program_to_html(to_edge(ep).to_executorch())
     assert "aten::addmm.out" in page and "2x3 f32 @ 1+" in page and "class='delegate'" not in page
