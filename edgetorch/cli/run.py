@@ -163,6 +163,8 @@ def _run_bundled(args: argparse.Namespace, bundle: Any, method: Any, tracer: Any
     )
 
     n = num_test_cases(bundle, args.method)
+    if n == 0:
+        raise ValueError(f"{args.program} bundles no test cases for method {args.method!r}; pick one with --method")
     indices = range(n) if args.bundled_input_index is None else [args.bundled_input_index]
     failed = 0
     for index in indices:

@@ -15,6 +15,11 @@ level ``kProgramOutputs`` the program outputs, at ``kIntermediateOutputs`` also
 every kernel's outputs, are copied into the debug buffer (64-byte aligned, as
 ExecuTorch lays it out) and referenced from debug events.
 
+With ``track_allocations`` the load block also lists, per loaded method, an
+allocator per planned memory id (and one for unplanned tensors) with an
+allocation event per arena or tensor. A run fed by a bundled test case
+(``set_bundled_input_index``) records the case's index in its block.
+
 Delegates log their own events with :func:`event_tracer_log_profiling_delegate`
 (or the start/end pair) while a traced run executes them.
 """

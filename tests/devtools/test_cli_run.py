@@ -110,3 +110,19 @@ def test_verify_fails_on_a_wrong_expected_output_and_a_bad_index(bundled, tmp_pa
     assert "has 2 bundled test cases; 2 is out of range" in capsys.readouterr().err
     assert main(["run", str(pte), "--verify"]) == 1
     assert "is not a bundled program (.bpte)" in capsys.readouterr().err
+
+
+def test_module_load_bundled_input_marks_the_traced_runs(bundled):
+    from edgetorch.format.etdump import deserialize_etdump
+    from edgetorch.runtime import Module
+    from edgetorch.runtime.bundled import load_bundled_program
+
+    *_, bpte = bundled
+    data = bpte.read_bytes()
+    bundle, module = load_bundled_program(data), Module(data, enable_etdump=True)
+    module.execute("forward", [np.zeros((2, 4), np.float32)])
+    module.load_bundled_input(bundle, "forward", 1)
+    module.execute("forward")
+    module.verify_result_with_bundled_expected_output(bundle, "forward", 1)
+    runs = [r for r in deserialize_etdump(module.event_tracer().get_etdump_data()).run_data if r.name == "Execute"]
+    assert [r.bundled_input_index for r in runs] == [-1, 1]
