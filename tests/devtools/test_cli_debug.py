@@ -9,7 +9,7 @@ from contextlib import redirect_stdout
 import numpy as np
 
 from edgetorch.cli import main
-from edgetorch.runtime.kernels.registry import KERNELS, register_kernel
+from tests.devtools.helpers import leaky_relu, planted_kernel
 
 FACTORY = """
 import torch
@@ -43,21 +43,12 @@ def test_debug_command_finds_a_planted_kernel_bug_only_on_inputs_that_reach_it(t
     code, out = _debug(spec, "--plot", str(tmp_path / "clean.png"))
     assert code == 0 and "no operator diverges" in out and imread(tmp_path / "clean.png").shape[:2] == (400, 1000)
 
-    original = KERNELS["aten::relu.out"]
-
-    def relu_keeps_negatives(x, out):  # the planted bug: negatives pass through at 1%
-        np.multiply(x, np.where(x > 0, 1.0, 0.01).astype(x.dtype), out=out)
-        return out
-
-    register_kernel("aten::relu.out", relu_keeps_negatives)
-    try:
+    with planted_kernel("aten::relu.out", leaky_relu):
         positive = np.abs(np.random.default_rng(0).standard_normal((4, 6))).astype(np.float32) + 0.1
         np.savez(tmp_path / "positive.npz", positive)  # relu passes these through: the bug never shows
         code, out = _debug(spec, "--inputs", str(tmp_path / "positive.npz"))
         assert code == 0 and "no operator diverges" in out  # real inputs that never reach the bug
         code, out = _debug(spec, "--plot", str(tmp_path / "bug.png"))
-    finally:
-        KERNELS["aten::relu.out"] = original
     assert code == 1 and "first divergence" in out and "aten.relu.default" in out
     assert "net.py" in out and "THE RELU LINE" in out
     assert (tmp_path / "bug.png").stat().st_size > 0
