@@ -35,6 +35,28 @@ def tiny(tmp_path_factory):
     return prog, path
 
 
+def _sound(tensors) -> None:
+    """Tensors alive at once never share bytes, unless one is a view of the other."""
+    for a in tensors:
+        for b in tensors:
+            if a.value < b.value and a.nbytes and b.nbytes and a.memory_id == b.memory_id:
+                share_bytes = a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
+                share_time = a.first <= b.last and b.first <= a.last
+                assert not (share_bytes and share_time) or "view" in (a.producer, b.producer), (a, b)
+
+
+def test_timeline_reads_executorch_plans_too():
+    from tests.oracle import executorch_pte
+
+    model, args = tinynet()
+    pte = executorch_pte(model, args)
+    tensors = memory_timeline(pte)
+    sizes = Runtime.get().load_program(pte).metadata("forward").planned_buffer_sizes
+    assert len(tensors) >= 6 and all(t.offset + t.nbytes <= sizes[t.memory_id - 1] for t in tensors)
+    assert {"aten::convolution.out", "aten::relu.out", "aten::addmm.out"} <= {t.producer for t in tensors}
+    _sound(tensors)
+
+
 def test_timeline_places_every_tensor_inside_its_arena_and_never_two_live_ones_on_the_same_bytes(tiny):
     prog, path = tiny
     tensors = memory_timeline(path)
@@ -48,12 +70,7 @@ def test_timeline_places_every_tensor_inside_its_arena_and_never_two_live_ones_o
     (output,) = [t for t in tensors if t.value == plan.outputs[0]]
     assert output.last == last and output.producer == "aten::addmm.out"
     assert {"aten::convolution.out", "aten::relu.out", "aten::mean.out"} <= {t.producer for t in tensors}
-    for a in tensors:  # the plan is sound: tensors alive at once never share bytes, unless one views the other
-        for b in tensors:
-            if a.value < b.value and a.nbytes and b.nbytes and a.memory_id == b.memory_id:
-                share_bytes = a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
-                share_time = a.first <= b.last and b.first <= a.last
-                assert not (share_bytes and share_time) or "view" in (a.producer, b.producer), (a, b)
+    _sound(tensors)
 
 
 def test_chrome_trace_has_a_row_per_instruction_with_the_live_tensors(tiny, tmp_path):
@@ -84,10 +101,21 @@ def test_memory_plot_png(tiny, tmp_path):
     assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 20  # bars, labels, axes: not blank
 
 
-def test_missing_matplotlib_is_a_typed_error(tiny, tmp_path, monkeypatch):
+def test_missing_optional_packages_are_a_typed_error(tiny, tmp_path, monkeypatch):
+    from edgetorch.devtools import Inspector
+    from edgetorch.runtime.etdump import ETDumpGen
+
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import now fails
     with pytest.raises(MissingDependencyError, match=r"pip install 'edgetorch\[devtools\]'"):
         plot_memory_timeline(tiny[1], tmp_path / "mem.png")
+    tracer = ETDumpGen()
+    Runtime.get().load_program(tiny[1]).load_method("forward", event_tracer=tracer).execute(
+        [np.zeros((1, 3, 16, 16), np.float32)]
+    )
+    inspector = Inspector(etdump_data=tracer.get_etdump_data())
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(MissingDependencyError, match="Inspector.to_dataframe needs the optional package 'pandas'"):
+        inspector.to_dataframe()
 
 
 def test_html_view_lists_operators_shapes_offsets_and_delegates():
