@@ -62,10 +62,6 @@ OUT_OF_SCOPE = {
         "export recipes",
         "ExportRecipe/export() are ExecuTorch's newer one-call export API over the same pipeline; not built yet",
     ),
-    "executorch.util.activation_memory_profiler": (
-        "memory-plan views",
-        "generate_memory_trace writes a Chrome trace of the memory plan (issue 12, item 6); not built yet",
-    ),
     "executorch.extension.llm": ("later issue: LLM extension", "export_llm, runners and tokenizers"),
 }
 

@@ -1,4 +1,4 @@
-"""The ``edgetorch`` command: run, inspect, ops, export, bench; one module per subcommand.
+"""The ``edgetorch`` command: run, inspect, ops, export, debug, bench, ...; one module per subcommand.
 
 ``run``, ``inspect`` and ``ops`` are torch-free; ``export`` imports the compiler
 (and so torch) only when it is used. Errors print one line and exit 1; pass
@@ -16,7 +16,7 @@ from edgetorch.cli._common import EXIT_ERROR
 
 # The subcommands, in the order ``edgetorch --help`` lists them: each names a module of this package
 # with ``register(subparsers)``.
-COMMANDS = ("run", "inspect", "ops", "export", "bench", "devtools", "llm")
+COMMANDS = ("run", "inspect", "ops", "export", "debug", "bench", "devtools", "llm")
 
 
 def build_parser() -> argparse.ArgumentParser:

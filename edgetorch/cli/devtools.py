@@ -12,12 +12,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from edgetorch.cli._common import EXIT_ERROR, EXIT_OK
-
-_LEVELS = {"none": 0, "outputs": 1, "intermediates": 2}
+from edgetorch.cli._common import EXIT_ERROR, EXIT_OK, load_npz_inputs
+from edgetorch.cli.run import DEBUG_LEVELS as _LEVELS
 
 
 def register(subparsers: Any) -> None:
@@ -47,13 +45,10 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_etdump(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from edgetorch.runtime import Runtime
     from edgetorch.runtime.etdump import ETDumpGen
 
-    with np.load(args.inputs, allow_pickle=False) as data:
-        inputs = [data[k] for k in sorted(data.files, key=_input_order)]
+    inputs = load_npz_inputs(args.inputs)
     level = _LEVELS[args.level]
     tracer = ETDumpGen((1 << 31) if level and args.debug_buffer else 0, level)  # the buffer grows as needed
     method = Runtime.get().load_program(args.program).load_method(args.method, event_tracer=tracer)
@@ -62,11 +57,6 @@ def cmd_etdump(args: argparse.Namespace) -> int:
     tracer.write_etdump(args.etdump, args.debug_buffer)
     print(f"wrote {args.etdump} ({tracer.get_num_blocks()} blocks)")
     return EXIT_OK
-
-
-def _input_order(name: str) -> tuple[int, str]:
-    digits = name.rpartition("_")[2]
-    return (int(digits), name) if digits.isdigit() else (sys.maxsize, name)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

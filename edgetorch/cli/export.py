@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
 import time
 from collections import Counter
 from typing import Any
 
+from edgetorch.cli._common import load_factory
+
 BACKENDS = ("portable", "xnnpack")
-
-
-def _factory(spec: str) -> Any:
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path or not name:
-        raise ValueError(f"expected FILE.py:FACTORY, got {spec!r}")
-    file = pathlib.Path(path)
-    if not file.is_file():
-        raise ValueError(f"{path!r} is not a file")
-    module_spec = importlib.util.spec_from_file_location(file.stem, file)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ValueError(f"{path} has no callable {name!r}")
-    return factory
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -33,7 +18,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from edgetorch.exir import to_edge, to_edge_transform_and_lower
 
-    made = _factory(args.factory)()
+    made = load_factory(args.factory)()
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise ValueError("FACTORY() must return (module, example_args) or (module, example_args, dynamic_shapes)")
     module, example, dynamic = (*made, None)[:3]

@@ -1,4 +1,8 @@
-"""``edgetorch inspect PROGRAM``: methods, inputs/outputs, operators, delegates, planned memory, segments. Torch-free."""
+"""``edgetorch inspect PROGRAM``: methods, inputs/outputs, operators, delegates, planned memory, segments. Torch-free.
+
+``--memory-plot out.png`` also draws the memory plan (one panel per memory id; needs matplotlib) and
+``--html out.html`` writes the program as a self-contained page with its graph (see ``edgetorch.devtools``).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ def register(sub: Any) -> None:
     inspect.add_argument(
         "--instructions", action="store_true", help="also list every instruction with its values and memory"
     )
+    inspect.add_argument("--memory-plot", metavar="OUT.png", help="draw the memory plan: tensors over instructions")
+    inspect.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML view of the program's graph")
     inspect.set_defaults(func=cmd_inspect)
 
 
@@ -63,4 +69,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"  segment {i}: offset {seg.offset}, {seg.size} bytes")
     for nd in prog.named_data or []:
         print(f"  named data {nd.key!r} -> segment {nd.segment_index}")
+    if args.memory_plot:
+        from edgetorch.devtools.memory_plan import plot_memory_timeline
+
+        plot_memory_timeline(program, args.memory_plot)
+        print(f"\nwrote memory plot {args.memory_plot}")
+    if args.html:
+        from edgetorch.devtools.html_view import save_program_html
+
+        save_program_html(program, args.html, title=args.program)
+        print(f"wrote HTML view {args.html}")
     return EXIT_OK

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from edgetorch.devtools.extras import require
+
 _TRAILING_INDEX = re.compile(r"_\d+$")
 
 
@@ -34,7 +36,7 @@ class DelegationInfo:
 
     def get_operator_delegation_dataframe(self) -> Any:
         """One row per operator (sorted), then a ``Total`` row (pandas)."""
-        import pandas as pd
+        pd = require("pandas", "get_operator_delegation_dataframe")
 
         rows = [[op, b.delegated, b.non_delegated] for op, b in sorted(self.delegation_by_operator.items())]
         rows.append(["Total", self.num_delegated_nodes, self.num_non_delegated_nodes])
@@ -78,7 +80,7 @@ def get_delegation_info(graph_module: torch.fx.GraphModule) -> DelegationInfo:
 
 
 def print_delegation_info(graph_module: torch.fx.GraphModule) -> None:
-    from tabulate import tabulate
+    tabulate = require("tabulate", "print_delegation_info").tabulate
 
     info = get_delegation_info(graph_module)
     print(info.get_summary())

@@ -9,6 +9,7 @@ tolerance with its source line, and holds the gap of every operator.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgetorch.devtools.inspector import Inspector, _aot_outputs
+from edgetorch.devtools.extras import figure_class
+from edgetorch.devtools.inspector import Inspector, _aot_outputs, compared_events
 from edgetorch.exir import to_edge
 from edgetorch.runtime import Runtime
 
@@ -45,6 +47,33 @@ class DivergenceReport:
     def first(self) -> Divergence | None:
         """The first operator (in execution order) whose output is beyond tolerance, or None."""
         return next((r for r in self.rows if r.diverges), None)
+
+    def plot(self, path: str | os.PathLike) -> None:
+        """Save the gap along the graph as a PNG: each compared operator's largest difference (log scale)
+        against its tolerance, in execution order, the diverging ones in red and the first one named."""
+        if not self.rows:
+            raise ValueError("the report compares no operator; there is nothing to plot")
+        Figure = figure_class("DivergenceReport.plot")
+        fig = Figure(figsize=(10, 4), layout="constrained")
+        ax = fig.subplots()
+        x = [r.instruction for r in self.rows]
+        floor = min([r.allowed for r in self.rows] + [r.max_abs_diff for r in self.rows if r.max_abs_diff > 0]) / 10
+        y = [max(r.max_abs_diff, floor) for r in self.rows]  # exact matches sit on the floor of the log axis
+        ax.plot(x, y, color="0.6", linewidth=1, zorder=1)
+        ax.scatter(x, y, c=["tab:red" if r.diverges else "tab:green" for r in self.rows], s=24, zorder=2)
+        ax.step(x, [r.allowed for r in self.rows], where="mid", color="tab:blue", linestyle="--", label="tolerance")
+        ax.set_yscale("log")
+        ax.set_xlabel("instruction")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel("max |runtime - eager|")
+        first = self.first
+        title = "no operator diverges" if first is None else f"first divergence: instruction {first.instruction}"
+        if first is not None:
+            ax.annotate(", ".join(first.op_types)[:60], (first.instruction, max(first.max_abs_diff, floor)),
+                        xytext=(8, -12), textcoords="offset points", fontsize=8, color="tab:red")  # fmt: skip
+        ax.set_title(title)
+        ax.legend(loc="upper left")
+        fig.savefig(path, dpi=100)
 
     def __str__(self) -> str:
         lines = [f"{'instr':>5}  {'max |diff|':>11}  {'ok':>3}  operators"]
@@ -85,13 +114,7 @@ def find_divergence(
     eager = _aot_outputs(inspector.get_exported_program(), list(inputs))
     report = DivergenceReport()
     for block in inspector.event_blocks:
-        for event in block.events:
-            if event.name == "OPERATOR_CALL" or not event.debug_data or event.debug_handles is None:
-                continue
-            handles = [event.debug_handles] if isinstance(event.debug_handles, int) else list(event.debug_handles)
-            known = [h for h in handles if h in eager]
-            if not known:
-                continue
+        for event, known in compared_events(block, eager):
             reference = eager[known[-1]][1]
             reference = reference[0] if isinstance(reference, (list, tuple)) else reference
             got = event.debug_data[0].reshape(reference.shape).double()

@@ -7,7 +7,9 @@ distinct kind of run; identical runs are merged so each event's
 and ``calculate_numeric_gap``. With an ETRecord each instruction event gets
 the debug handles of the Edge nodes it ran, their operator names, stack traces
 and module hierarchy; delegate events are mapped through the delegate map.
-Reads ETDumps from edgetorch's runtime and from ExecuTorch's alike.
+Reads ETDumps from edgetorch's runtime and from ExecuTorch's alike. Allocation
+events (``ETDumpGen(track_allocations=True)``) are listed per block in
+``EventBlock.allocations``, ``allocations_to_dataframe`` and the printed table.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import IO, Any
 import numpy as np
 import torch
 
+from edgetorch.devtools.extras import figure_class, require
 from edgetorch.exir.etrecord import ETRecord, parse_etrecord
 from edgetorch.format import etdump as fe
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
@@ -136,8 +139,19 @@ class Event:
 
 
 @dataclass
+class Allocation:
+    """One allocation event of an ETDump: ``size`` bytes from the allocator named ``allocator``."""
+
+    allocator: str
+    size: int
+
+
+@dataclass
 class EventBlock:
-    """The events of one kind of run (``"Default"``: loading; ``"Execute"``: an execution)."""
+    """The events of one kind of run (``"Default"``: loading; ``"Execute"``: an execution).
+
+    ``allocations`` lists the block's allocation events (of its first run), in the order they happened.
+    """
 
     name: str
     events: list[Event] = field(default_factory=list)
@@ -146,9 +160,10 @@ class EventBlock:
     bundled_input_index: int | None = None
     run_output: list[Any] | None = None
     reference_output: list[Any] | None = None
+    allocations: list[Allocation] = field(default_factory=list)
 
     def to_dataframe(self, include_units: bool = False, include_delegate_debug_data: bool = False) -> Any:
-        import pandas as pd
+        pd = require("pandas", "EventBlock.to_dataframe")
 
         units = f" ({self.target_time_scale.value})" if include_units else ""
         rows = [{"event_block_name": self.name, **e.asdict(units, include_delegate_debug_data)} for e in self.events]
@@ -212,6 +227,7 @@ class Inspector:
             block = EventBlock(name=name, source_time_scale=source, target_time_scale=target)
             block.bundled_input_index = runs[0].bundled_input_index if runs[0].bundled_input_index != -1 else None
             block.events = self._events(runs)
+            block.allocations = _allocations(runs[0])
             outputs = [self._value(e.debug_event.debug_entry) for e in _debug(runs[-1]) if _is_output(e.debug_event)]
             block.run_output = outputs or None
             if self._etrecord is not None and self._etrecord._reference_outputs and name == "Execute":
@@ -328,7 +344,7 @@ class Inspector:
 
     def to_dataframe(self, include_units: bool = True, include_delegate_debug_data: bool = False) -> Any:
         """One row per event of every block (pandas)."""
-        import pandas as pd
+        pd = require("pandas", "Inspector.to_dataframe")
 
         frames = [b.to_dataframe(include_units, include_delegate_debug_data) for b in self.event_blocks]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -337,12 +353,26 @@ class Inspector:
         self, file: IO[str] | None = None, include_units: bool = True, include_delegate_debug_data: bool = False
     ) -> None:
         """Print the events as a table (without OPERATOR_CALL rows, raw samples, traces and tensors)."""
-        from tabulate import tabulate
+        tabulate = require("tabulate", "Inspector.print_data_tabular").tabulate
 
         df = self.to_dataframe(include_units, include_delegate_debug_data)
         if len(df):
             df = df[df.event_name != OPERATOR_CALL].drop(columns=_NOT_PRINTED)
         print(tabulate(df, headers="keys", tablefmt="fancy_grid"), file=file or sys.stdout)
+        allocations = self.allocations_to_dataframe()
+        if len(allocations):
+            print(tabulate(allocations, headers="keys", tablefmt="fancy_grid"), file=file or sys.stdout)
+
+    def allocations_to_dataframe(self) -> Any:
+        """One row per allocation event of every block: block, allocator, bytes (pandas)."""
+        pd = require("pandas", "Inspector.allocations_to_dataframe")
+
+        rows = [
+            {"event_block_name": b.name, "allocator": a.allocator, "allocation_size (bytes)": a.size}
+            for b in self.event_blocks
+            for a in b.allocations
+        ]
+        return pd.DataFrame(rows, columns=["event_block_name", "allocator", "allocation_size (bytes)"])
 
     def save_data_to_tsv(
         self, file: IO[str], include_units: bool = True, include_delegate_debug_data: bool = False
@@ -390,9 +420,9 @@ class Inspector:
         (any case) or a :class:`NumericalComparatorBase`. Returns a DataFrame with columns
         ``aot_ops, aot_intermediate_output, runtime_ops, runtime_intermediate_output, gap``.
         """
-        import pandas as pd
-
         from edgetorch.devtools.numerical_comparator import comparator_for
+
+        pd = require("pandas", "Inspector.calculate_numeric_gap")
 
         comparator = comparator_for(distance)
         record = self._etrecord
@@ -404,14 +434,8 @@ class Inspector:
         aot = _aot_outputs(self.get_exported_program(), record._representative_inputs[0])
         rows = []
         for block in self.event_blocks:
-            for event in block.events:
-                if event.name == OPERATOR_CALL or not event.debug_data or event.debug_handles is None:
-                    continue
-                handles = (event.debug_handles,) if isinstance(event.debug_handles, int) else tuple(event.debug_handles)
-                found = [aot[h] for h in handles if h in aot]
-                if not found:
-                    continue
-                aot_ops, aot_value = found[-1]
+            for event, handles in compared_events(block, aot):
+                aot_ops, aot_value = aot[handles[-1]]
                 runtime = event.debug_data[0] if len(event.debug_data) == 1 else event.debug_data
                 reference = aot_value if not isinstance(aot_value, (list, tuple)) else aot_value[0]
                 got = runtime if not isinstance(runtime, list) else runtime[0]
@@ -427,6 +451,26 @@ class Inspector:
         return pd.DataFrame(
             rows, columns=["aot_ops", "aot_intermediate_output", "runtime_ops", "runtime_intermediate_output", "gap"]
         )
+
+
+def compared_events(block: EventBlock, aot: dict[int, Any]) -> list[tuple[Event, list[int]]]:
+    """The events of ``block`` to compare with eager outputs, each with its debug handles that have one.
+
+    Several instructions can carry the same debug handles (a quantize and the dequantize after it come from
+    one quantized node; a decomposed operator runs as several kernels). Only the last of such a group is
+    compared, with the eager output of the group's last node, as ExecuTorch's Inspector pairs them: the
+    earlier ones hold intermediate values (int8 codes, partial results) that have no eager counterpart.
+    """
+    candidates = []
+    for event in block.events:
+        if event.name == OPERATOR_CALL or not event.debug_data or event.debug_handles is None:
+            continue
+        handles = [event.debug_handles] if isinstance(event.debug_handles, int) else list(event.debug_handles)
+        known = [h for h in handles if h in aot]
+        if known:
+            candidates.append((event, known))
+    last = {tuple(sorted(known)): i for i, (_, known) in enumerate(candidates)}
+    return [c for i, c in enumerate(candidates) if last[tuple(sorted(c[1]))] == i]
 
 
 def _aot_outputs(program: Any, inputs: Sequence[Any]) -> dict[int, tuple[list[str], Any]]:
@@ -473,6 +517,20 @@ def _signature(run: fe.RunData) -> tuple:
     )
 
 
+def _allocations(run: fe.RunData) -> list[Allocation]:
+    names = [a.name or "" for a in run.allocators]
+    found = []
+    for e in run.events:
+        if (a := e.allocation_event) is not None:
+            known = 0 < a.allocator_id <= len(names)  # ids count from 1
+            found.append(
+                Allocation(
+                    names[a.allocator_id - 1] if known else f"allocator {a.allocator_id}", int(a.allocation_size)
+                )
+            )
+    return found
+
+
 def _debug(run: fe.RunData) -> list[fe.Event]:
     return [e for e in run.events if e.debug_event is not None]
 
@@ -505,21 +563,15 @@ def compare_results(
     for metric, values in results.items():
         print(f"{metric}: " + ", ".join(f"{v:.6g}" for v in values))
     if plot:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            return results
+        Figure = figure_class("compare_results(plot=True)")
         for metric, values in results.items():
-            fig, ax = plt.subplots()
+            fig = Figure()
+            ax = fig.subplots()
             ax.bar(range(len(values)), values)
             ax.set_xlabel("output")
             ax.set_ylabel(metric)
             fig.savefig(f"compare_results_{metric}.png")
-            plt.close(fig)
     return results
 
 
-__all__ = ["Event", "EventBlock", "Inspector", "PerfData", "TimeScale", "compare_results"]
+__all__ = ["Allocation", "Event", "EventBlock", "Inspector", "PerfData", "TimeScale", "compare_results"]

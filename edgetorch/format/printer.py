@@ -91,7 +91,7 @@ def _is_tensor(plan: ExecutionPlan, index: int) -> bool:
     return 0 <= index < len(plan.values) and isinstance(plan.values[index].val, Tensor)
 
 
-def _preset(plan: ExecutionPlan) -> set[int]:
+def preset_values(plan: ExecutionPlan) -> set[int]:
     """Values that hold data before any instruction runs: inputs, constants and mutable buffers."""
     ready = set(plan.inputs)
     for i, value in enumerate(plan.values):
@@ -125,9 +125,15 @@ def _split_delegate_args(plan: ExecutionPlan, args: list[int], defined: set[int]
     return args[:cut], args[cut:]
 
 
-def format_instruction(plan: ExecutionPlan, chain: int, index: int, defined: set[int] | None = None) -> str:
-    """One instruction as a line; ``defined`` (values written so far) is updated with what it writes."""
-    defined = _preset(plan) if defined is None else defined
+def instruction_io(
+    plan: ExecutionPlan, chain: int, index: int, defined: set[int] | None = None
+) -> tuple[str, list[int], list[int]]:
+    """What an instruction does, as (its name, the values it reads, the values it writes); ``defined`` (values
+    written so far, by default those set before the first instruction) is updated with what it writes.
+
+    The name is the operator (``aten::add.out``), ``delegate <id>#<index>``, ``move``, ``jump_false`` or ``free``.
+    """
+    defined = preset_values(plan) if defined is None else defined
     args = plan.chains[chain].instructions[index].instr_args
     if isinstance(args, KernelCall):
         op = plan.operators[args.op_index] if 0 <= args.op_index < len(plan.operators) else None
@@ -137,8 +143,23 @@ def format_instruction(plan: ExecutionPlan, chain: int, index: int, defined: set
         delegate = plan.delegates[args.delegate_index] if 0 <= args.delegate_index < len(plan.delegates) else None
         name = f"delegate {delegate.id if delegate else '?'}#{args.delegate_index}"
         ins, outs = _split_delegate_args(plan, list(args.args), defined)
+    elif isinstance(args, MoveCall):
+        name, ins, outs = "move", [args.move_from], [args.move_to]
+    elif isinstance(args, JumpFalseCall):
+        name, ins, outs = "jump_false", [args.cond_value_index], []
+    elif isinstance(args, FreeCall):
+        name, ins, outs = "free", [args.value_index], []
+    else:
+        name, ins, outs = f"<{type(args).__name__}>", [], []
+    defined.update(outs)
+    return name, ins, outs
+
+
+def format_instruction(plan: ExecutionPlan, chain: int, index: int, defined: set[int] | None = None) -> str:
+    """One instruction as a line; ``defined`` (values written so far) is updated with what it writes."""
+    name, ins, outs = instruction_io(plan, chain, index, defined)
+    args = plan.chains[chain].instructions[index].instr_args
     if isinstance(args, KernelCall | DelegateCall):
-        defined.update(outs)
         call = f"{name}({', '.join(describe_value(plan, i) for i in ins)})"
         if not outs:
             return call
@@ -146,13 +167,12 @@ def format_instruction(plan: ExecutionPlan, chain: int, index: int, defined: set
         written = ", ".join(f"%{i}" for i in outs)
         return f"{written} = {call}" + (f"  [{places}]" if places else "")
     if isinstance(args, MoveCall):
-        defined.add(args.move_to)
         return f"%{args.move_to} = move {describe_value(plan, args.move_from)}"
     if isinstance(args, JumpFalseCall):
         return f"jump_false {describe_value(plan, args.cond_value_index)} -> instruction {args.destination_instruction}"
     if isinstance(args, FreeCall):
         return f"free %{args.value_index}"
-    return f"<{type(args).__name__}>"
+    return name
 
 
 def format_plan(plan: ExecutionPlan) -> str:
@@ -162,7 +182,7 @@ def format_plan(plan: ExecutionPlan) -> str:
         for i in plan.inputs
     )
     lines = [f"method {plan.name}({params}) -> ({', '.join(f'%{i}' for i in plan.outputs)})"]
-    defined = _preset(plan)
+    defined = preset_values(plan)
     for c, chain in enumerate(plan.chains):
         if len(plan.chains) > 1:
             lines.append(f"  chain {c}:")

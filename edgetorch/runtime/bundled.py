@@ -31,6 +31,11 @@ def get_program_data(data: bytes | memoryview) -> bytes | memoryview:
     return load_bundled_program(data).program if fbp.is_bundled_program(data) else data
 
 
+def num_test_cases(bundle: fbp.BundledProgram, method_name: str) -> int:
+    """How many test cases the bundle holds for ``method_name`` (0 when it has no suite for it)."""
+    return sum(len(s.test_cases) for s in bundle.method_test_suites if s.method_name == method_name)
+
+
 def _case(bundle: fbp.BundledProgram, method_name: str, testset_idx: int) -> fbp.BundledMethodTestCase:
     for suite in bundle.method_test_suites:
         if suite.method_name == method_name:

@@ -15,6 +15,11 @@ level ``kProgramOutputs`` the program outputs, at ``kIntermediateOutputs`` also
 every kernel's outputs, are copied into the debug buffer (64-byte aligned, as
 ExecuTorch lays it out) and referenced from debug events.
 
+With ``track_allocations`` the load block also lists, per loaded method, an
+allocator per planned memory id (and one for unplanned tensors) with an
+allocation event per arena or tensor. A run fed by a bundled test case
+(``set_bundled_input_index``) records the case's index in its block.
+
 Delegates log their own events with :func:`event_tracer_log_profiling_delegate`
 (or the start/end pair) while a traced run executes them.
 """
@@ -55,10 +60,17 @@ class ETDumpGen:
 
     ``debug_buffer_size`` > 0 sets the debug level to ``kIntermediateOutputs`` unless ``debug_level``
     says otherwise (as ExecuTorch's pybindings do); values beyond the buffer's size raise
-    :class:`DebugBufferFullError`.
+    :class:`DebugBufferFullError`. ``track_allocations`` records the memory each loaded method takes as
+    allocators and allocation events; it is off by default because ExecuTorch 1.5.1's Inspector refuses
+    ETDumps with allocation events (edgetorch's Inspector lists them).
     """
 
-    def __init__(self, debug_buffer_size: int = 0, debug_level: EventTracerDebugLogLevel | None = None):
+    def __init__(
+        self,
+        debug_buffer_size: int = 0,
+        debug_level: EventTracerDebugLogLevel | None = None,
+        track_allocations: bool = False,
+    ):
         self._blocks: list[fe.RunData] = [fe.RunData(name="Default")]
         self._buffer = bytearray()
         self._buffer_size = int(debug_buffer_size)
@@ -70,6 +82,8 @@ class ETDumpGen:
             )
         self.debug_level = EventTracerDebugLogLevel(debug_level)
         self._outputs_of: dict[int, list[int]] = {}
+        self._bundled_input_index = -1
+        self.track_allocations = track_allocations
 
     # ------------------------------------------------------------- configuration (ExecuTorch's names)
 
@@ -80,13 +94,18 @@ class ETDumpGen:
     def set_event_tracer_debug_level(self, level: EventTracerDebugLogLevel) -> None:
         self.debug_level = EventTracerDebugLogLevel(level)
 
+    def set_bundled_input_index(self, index: int) -> None:
+        """Mark the runs that follow as fed by bundled test case ``index`` (-1: not bundled), as ExecuTorch's
+        ``load_bundled_input`` does; each run's block records it."""
+        self._bundled_input_index = int(index)
+
     def get_num_blocks(self) -> int:
         return len(self._blocks)
 
     # ------------------------------------------------------------- hooks the runtime calls
 
     def create_event_block(self, name: str) -> None:
-        self._blocks.append(fe.RunData(name=name))
+        self._blocks.append(fe.RunData(name=name, bundled_input_index=self._bundled_input_index))
 
     def log_profile(
         self, name: str, start_ns: int, end_ns: int, chain: int = _LOAD_CHAIN, instruction: int = 0
@@ -94,6 +113,31 @@ class ETDumpGen:
         event = fe.ProfileEvent(name=name, chain_index=chain, instruction_id=instruction)
         event.start_time, event.end_time = int(start_ns), int(end_ns)
         self._blocks[-1].events.append(fe.Event(profile_event=event))
+
+    def track_allocator(self, name: str) -> int:
+        """Add an allocator to the current block; its id (1-based, as ExecuTorch numbers them) for
+        :meth:`track_allocation`."""
+        allocators = self._blocks[-1].allocators
+        allocators.append(fe.Allocator(name=name))
+        return len(allocators)
+
+    def track_allocation(self, allocator_id: int, size: int) -> None:
+        """``size`` bytes were allocated from allocator ``allocator_id`` of the current block."""
+        event = fe.AllocationEvent(allocator_id=int(allocator_id), allocation_size=int(size))
+        self._blocks[-1].events.append(fe.Event(allocation_event=event))
+
+    def track_method_memory(self, method: str, arenas: list[Any], unplanned_bytes: list[int]) -> None:
+        """Record a method's load-time memory (with ``track_allocations``): one allocator per planned memory
+        id with its arena, and a ``method allocator`` for the unplanned tensors (inputs, delegate outputs)."""
+        if not self.track_allocations:
+            return
+        for mem_id, arena in enumerate(arenas):
+            if arena is not None:
+                self.track_allocation(self.track_allocator(f"{method}: planned memory id {mem_id}"), arena.nbytes)
+        if unplanned_bytes:
+            allocator = self.track_allocator(f"{method}: method allocator")
+            for size in unplanned_bytes:
+                self.track_allocation(allocator, size)
 
     def begin_run(self, executor: Any) -> None:
         self.create_event_block("Execute")

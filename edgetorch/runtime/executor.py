@@ -78,6 +78,7 @@ class MethodExecutor:
         self.arenas = allocate_arenas(list(plan.non_const_buffer_sizes), limit)
         # Unplanned tensors (inputs, delegate outputs) are allocated here too: they share what is left of the limit.
         self._unplanned_budget = limit - sum(a.nbytes for a in self.arenas if a is not None)
+        self.unplanned_bytes: list[int] = []  # the size of each unplanned tensor, in allocation order
         self.slots: dict[int, TensorSlot] = {}
         # Two views of the values, not two copies: ``bound[j]`` is value j as loaded (a planned slot at its
         # upper-bound shape, a constant, a list reference), fixed after load; kernels resize into it.
@@ -186,6 +187,7 @@ class MethodExecutor:
                 f"{what} would take the method's memory past the limit of {limit} bytes (planned buffers plus "
                 "unplanned tensors); if the program is genuine, raise the limit with load_program(..., max_memory=...)"
             )
+        self.unplanned_bytes.append(nbytes)
         return np.zeros(sizes, dtype)  # unplanned: receives data at input time or from a delegate
 
     def _is_static(self) -> bool:

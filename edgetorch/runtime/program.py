@@ -381,6 +381,7 @@ class Program:
             if isinstance(tracer, ETDumpGen):
                 tracer.log_profile("Method::init", start, end)
                 tracer.log_profile("Program::load_method", start, end)
+                tracer.track_method_memory(name, executor.arenas, executor.unplanned_bytes)
             method.set_event_tracer(tracer)
         return method
 
@@ -633,6 +634,8 @@ class Module:
         """Stage the inputs of test case ``testset_idx`` of a BundledProgram (as read by
         ``edgetorch.runtime.bundled.load_bundled_program``) for ``method_name``."""
         self.set_inputs(method_name, bundled_inputs(bundle, method_name, testset_idx))
+        if self._event_tracer is not None:
+            self._event_tracer.set_bundled_input_index(testset_idx)
 
     def verify_result_with_bundled_expected_output(
         self, bundle: Any, method_name: str = "forward", testset_idx: int = 0, rtol: float = 1e-5, atol: float = 1e-8

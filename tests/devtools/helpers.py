@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import torch
 
 from edgetorch.exir import to_edge
 from edgetorch.runtime import Runtime
+from edgetorch.runtime.kernels.registry import KERNELS, register_kernel
 
 _ET_RUN = textwrap.dedent(
     """
@@ -52,3 +55,20 @@ def run_executorch(pte: bytes, args: tuple, tmp: Path, runs: int = 2) -> tuple[P
     cmd = [sys.executable, "-c", _ET_RUN, str(tmp / "et.pte"), str(tmp / "inputs.npz"), str(runs), str(etdump)]
     subprocess.run([*cmd, str(buffer)], check=True, capture_output=True, timeout=300)
     return etdump, buffer
+
+
+@contextmanager
+def planted_kernel(name: str, kernel: Callable) -> Iterator[None]:
+    """Run with ``kernel`` registered as ``name`` (a planted bug), the original kernel restored after."""
+    original = KERNELS[name]
+    register_kernel(name, kernel)
+    try:
+        yield
+    finally:
+        KERNELS[name] = original
+
+
+def leaky_relu(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A wrong ``aten::relu.out``: lets negatives through at 1%."""
+    np.multiply(x, np.where(x > 0, 1.0, 0.01).astype(x.dtype), out=out)
+    return out

@@ -1,0 +1,1 @@
+"""ExecuTorch's ``executorch.util`` helpers that its docs import (``activation_memory_profiler``)."""
