@@ -14,6 +14,12 @@ from edgetorch.backends.xnnpack.operators.node_visitor import (
     dims_of,
     visits,
 )
+from edgetorch.backends.xnnpack.operators.quant import (
+    is_quantized_weight,
+    quantized_bias,
+    weight_datatype,
+    weight_parts,
+)
 from edgetorch.exir.dialects import to_aten
 
 if TYPE_CHECKING:
@@ -24,6 +30,16 @@ if TYPE_CHECKING:
 def _linear(b: XnnpackGraphBuilder, node: Node) -> None:
     x, weight = node.args[:2]
     bias = node.args[2] if len(node.args) > 2 else None
+    if is_quantized_weight(weight):
+        data, scale, axis = weight_parts(b, weight)
+        filter_id = b.quantized_constant(data, weight_datatype(weight), scale, axis, b.external_tag(weight))
+        bias_id = quantized_bias(b, bias, x, scale)
+        b.add(
+            xs.XNNFullyConnected(
+                input1_id=b.value(x), filter_id=filter_id, bias_id=bias_id, output_id=b.output(node), flags=0
+            )
+        )
+        return
     bias_id = xs.INVALID_VALUE_ID if bias is None else b.value(bias)
     b.add(
         xs.XNNFullyConnected(

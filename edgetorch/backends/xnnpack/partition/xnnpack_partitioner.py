@@ -17,6 +17,7 @@ import torch
 from torch.export import ExportedProgram
 
 from edgetorch.backends.xnnpack.operators import VISITORS, result_node
+from edgetorch.backends.xnnpack.operators import quant as q
 from edgetorch.backends.xnnpack.preprocess import XnnpackBackend
 from edgetorch.backends.xnnpack.serialize import constant_placeholders
 from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
@@ -86,10 +87,14 @@ class Support:
         if node.op != "call_function":
             return False
         op = to_aten(node.target)
+        if op in QUANT_CONSTRAINTS or (op is operator.getitem and q.op_of(node.args[0]) == q.CHOOSE_QPARAMS):
+            return QUANT_CONSTRAINTS.get(op, _choose_qparams_item)(self, node)
         if op not in VISITORS or not self._float32(node):
             return False
         check = CONSTRAINTS.get(op)
-        return check is None or check(self, node)
+        if check is not None and not check(self, node):
+            return False
+        return not q.quantized_inputs(node) or _quantized_op(self, node, op)
 
     def _float32(self, node: Node) -> bool:
         inputs = [a for a in node.all_input_nodes if not self.is_constant(a)]
@@ -295,3 +300,109 @@ CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
     aten.scaled_dot_product_attention.default: _attention,
 }
 """ATen op -> what its arguments must satisfy for XNNPACK (ops not listed have no constraint beyond float32)."""
+
+
+# ------------------------------------------------------------- quantized patterns
+
+STATIC_QUANTIZED_OPS = {
+    aten.linear.default,
+    aten.convolution.default,
+    aten.add.Tensor,
+    aten.mul.Tensor,
+    aten.max_pool2d.default,
+    aten.avg_pool2d.default,
+    aten._adaptive_avg_pool2d.default,
+    aten.mean.dim,
+    aten.relu.default,
+    aten.hardtanh.default,
+    aten.cat.default,
+    aten.view_copy.default,
+    aten.permute_copy.default,
+    aten.squeeze_copy.dims,
+    aten.squeeze_copy.dim,
+    aten.unsqueeze_copy.default,
+}
+"""ATen ops XNNPACK runs on QS8 values: between dequantize_per_tensor inputs and a quantize_per_tensor output."""
+DYNAMIC_QUANTIZED_OPS = {aten.linear.default, aten.convolution.default}
+"""ATen ops XNNPACK runs on a dynamically quantized (QD8) input, with per-channel int8 weights."""
+
+
+def _int8(node: Node, first: int) -> bool:
+    """Whether a q/dq node's (quant_min, quant_max, dtype) arguments from ``first`` on are full-range int8."""
+    return tuple(node.args[first : first + 3]) == (-128, 127, torch.int8)
+
+
+def _quantize(s: Support, node: Node) -> bool:
+    """A static per-tensor int8 quantize of a float tensor whose every user dequantizes it again."""
+    x = node.args[0]
+    users_ok = all(q.op_of(u) == q.DEQUANTIZE for u in node.users)
+    return _int8(node, 3) and users_ok and not s.is_constant(x) and first_tensor_dtype(x) == torch.float32
+
+
+def _dequantize(s: Support, node: Node) -> bool:
+    return _int8(node, 3) and q.op_of(node.args[0]) == q.QUANTIZE and s.supported(node.args[0])
+
+
+def _weight_dequantize(s: Support, node: Node) -> bool:
+    """Constant per-channel symmetric int8 weights read by quantized linears and convolutions."""
+    symmetric = tuple(node.args[4:7]) in ((-127, 127, torch.int8), (-128, 127, torch.int8))
+    return symmetric and s.is_constant(node) and all(s.supported(u) for u in node.users)
+
+
+def _dynamic_quantize(s: Support, node: Node) -> bool:
+    """choose_qparams -> quantize -> dequantize before linears/convolutions that take a QD8 input."""
+    dequantize = [u for u in node.users if q.op_of(u) == q.DYNAMIC_DEQUANTIZE]
+    if not _int8(node, 3) or len(dequantize) != len(node.users) or s.is_constant(node.args[0]):
+        return False
+    return all(u.op == "call_function" and s.supported(u) for d in dequantize for u in d.users)
+
+
+def _dynamic_dequantize(s: Support, node: Node) -> bool:
+    source = node.args[0]
+    return q.op_of(source) == q.DYNAMIC_QUANTIZE and source.args[1:3] == node.args[1:3] and s.supported(source)
+
+
+def _choose_qparams(s: Support, node: Node) -> bool:
+    items = [u for u in node.users if u.target is operator.getitem]
+    quantizes = {u for item in items for u in item.users}
+    return (
+        len(items) == len(node.users)
+        and all(q.op_of(u) in (q.DYNAMIC_QUANTIZE, q.DYNAMIC_DEQUANTIZE) for u in quantizes)
+        and all(s.supported(u) for u in quantizes if q.op_of(u) == q.DYNAMIC_QUANTIZE)
+    )
+
+
+def _choose_qparams_item(s: Support, node: Node) -> bool:
+    return s.supported(node.args[0])
+
+
+def _quantized_op(s: Support, node: Node, op: Any) -> bool:
+    """An op reading dequantized values: every non-constant input dequantized the same way (static or dynamic),
+    per-channel weights for linear and convolution, and for static ops a quantized output (after at most a
+    fused activation)."""
+    inputs = [a for a in node.all_input_nodes if not s.is_constant(a)]
+    kinds = {q.op_of(a) for a in inputs}
+    if kinds == {q.DYNAMIC_DEQUANTIZE}:
+        return op in DYNAMIC_QUANTIZED_OPS and q.is_quantized_weight(node.args[1])
+    if kinds != {q.DEQUANTIZE} or op not in STATIC_QUANTIZED_OPS:
+        return False
+    if op in (aten.linear.default, aten.convolution.default):
+        if not q.is_quantized_weight(node.args[1]):
+            return False
+        if op == aten.convolution.default and (node.args[6] or rank(node.args[1]) != 4):
+            return False  # quantized transposed and 1-d convolutions are left to the portable runtime
+    users = list(node.users)
+    if len(users) == 1 and q.op_of(users[0]) in q.ACTIVATIONS and op in q.FUSES_ACTIVATION:
+        users = list(users[0].users)
+    return len(users) == 1 and q.op_of(users[0]) == q.QUANTIZE
+
+
+QUANT_CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
+    q.QUANTIZE: _quantize,
+    q.DEQUANTIZE: _dequantize,
+    q.WEIGHT_DEQUANTIZE: _weight_dequantize,
+    q.DYNAMIC_QUANTIZE: _dynamic_quantize,
+    q.DYNAMIC_DEQUANTIZE: _dynamic_dequantize,
+    q.CHOOSE_QPARAMS: _choose_qparams,
+}
+"""Quantize/dequantize ops -> when they join an XNNPACK partition (as value types, not nodes)."""
