@@ -5,13 +5,16 @@ edgetorch's .pte within one quantization step of the eager (reference q/dq) mode
 
 from __future__ import annotations
 
+import copy
 import functools
+import math
 
 import numpy as np
 import pytest
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.partition import XnnpackPartitioner
+from edgetorch.backends.xnnpack.validate import XnnpackGraphError, validate_graph
 from edgetorch.exir import to_edge_transform_and_lower
 from edgetorch.runtime import Runtime
 from tests.backends.xnnpack.test_xnnpack_lowering import delegate_graphs
@@ -88,3 +91,42 @@ def test_blob_matches_executorchs(model: str, scheme: str):
     *_, their_pte = executorch_xnnpack_pte(model, scheme)
     ours, theirs = delegate_graphs(pte), delegate_graphs(their_pte)
     assert [_signature(g) for g in ours] == [_signature(g) for g in theirs]
+
+
+def _break_first(graph: xs.XNNGraph, datatype: xs.XNNDatatype, change) -> xs.XNNGraph:
+    graph = copy.deepcopy(graph)
+    value = next(v for v in graph.xvalues if xs.tensor_value(v).datatype == datatype)
+    change(value.xvalue_union)
+    return graph
+
+
+BROKEN = {
+    "per-tensor params on QC8 weights": (
+        xs.XNNDatatype.xnn_datatype_qcint8,
+        lambda v: setattr(v, "quant_params", xs.PerTensorQuant(scale=0.1, zero_point=0)),
+    ),
+    "channel dim past the dims": (
+        xs.XNNDatatype.xnn_datatype_qcint8,
+        lambda v: setattr(v.quant_params, "channel_dim", 2),
+    ),
+    "scale count not the channel count": (
+        xs.XNNDatatype.xnn_datatype_qcint32,
+        lambda v: setattr(v.quant_params, "num_scales", v.quant_params.num_scales + 1),
+    ),
+    "NaN activation scale": (xs.XNNDatatype.xnn_datatype_qint8, lambda v: setattr(v.quant_params, "scale", math.nan)),
+    "zero point out of int8": (xs.XNNDatatype.xnn_datatype_qint8, lambda v: setattr(v.quant_params, "zero_point", 200)),
+    "QS8 value without params": (
+        xs.XNNDatatype.xnn_datatype_qint8,
+        lambda v: setattr(v, "quant_params", None),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_validator_refuses_broken_quantized_values(case: str):
+    *_, pte = lowered("mlp", "static")
+    (graph,) = delegate_graphs(pte)
+    validate_graph(graph, num_inputs=1, num_outputs=1)
+    datatype, change = BROKEN[case]
+    with pytest.raises(XnnpackGraphError):
+        validate_graph(_break_first(graph, datatype, change), num_inputs=1, num_outputs=1)
