@@ -310,7 +310,6 @@ STATIC_QUANTIZED_OPS = {
     aten.add.Tensor,
     aten.mul.Tensor,
     aten.max_pool2d.default,
-    aten.avg_pool2d.default,
     aten._adaptive_avg_pool2d.default,
     aten.mean.dim,
     aten.relu.default,
@@ -322,7 +321,8 @@ STATIC_QUANTIZED_OPS = {
     aten.squeeze_copy.dim,
     aten.unsqueeze_copy.default,
 }
-"""ATen ops XNNPACK runs on QS8 values: between dequantize_per_tensor inputs and a quantize_per_tensor output."""
+"""ATen ops XNNPACK runs on QS8 values: between dequantize_per_tensor inputs and a quantize_per_tensor output.
+XNNPACK has no QS8 average pooling: only global ones (mean, adaptive to 1x1) are taken."""
 DYNAMIC_QUANTIZED_OPS = {aten.linear.default, aten.convolution.default}
 """ATen ops XNNPACK runs on a dynamically quantized (QD8) input, with per-channel int8 weights."""
 
@@ -385,6 +385,8 @@ def _quantized_op(s: Support, node: Node, op: Any) -> bool:
     if kinds == {q.DYNAMIC_DEQUANTIZE}:
         return op in DYNAMIC_QUANTIZED_OPS and q.is_quantized_weight(node.args[1])
     if kinds != {q.DEQUANTIZE} or op not in STATIC_QUANTIZED_OPS:
+        return False
+    if op == aten._adaptive_avg_pool2d.default and pair(node.args[1]) != [1, 1]:
         return False
     if op in (aten.linear.default, aten.convolution.default):
         if not q.is_quantized_weight(node.args[1]):
