@@ -22,7 +22,7 @@ from tests.backends.xnnpack.test_xnnpack_quantized_runtime import executorch_xnn
 from tests.interop.quantized_models import output_step, quantized, sqnr
 from tests.oracle import eager, run_executorch
 
-CASES = [("mlp", "static"), ("cnn", "static"), ("mlp", "dynamic"), ("cnn", "dynamic")]
+CASES = [("mlp", "static"), ("cnn", "static"), ("ops", "static"), ("mlp", "dynamic"), ("cnn", "dynamic")]
 
 
 @functools.cache
@@ -88,7 +88,8 @@ def _signature(graph: xs.XNNGraph) -> tuple[list, list]:
 # Lowering with ExecuTorch costs ~10 s a case (plus ~20 s of imports once): two run by default.
 BLOB_CASES = [
     pytest.param("mlp", "static", marks=pytest.mark.slow),
-    ("cnn", "static"),
+    pytest.param("cnn", "static", marks=pytest.mark.slow),
+    ("ops", "static"),
     ("mlp", "dynamic"),
     pytest.param("cnn", "dynamic", marks=pytest.mark.slow),
 ]

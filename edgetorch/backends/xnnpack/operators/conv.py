@@ -18,7 +18,7 @@ from edgetorch.backends.xnnpack.operators.node_visitor import (
     visits,
 )
 from edgetorch.backends.xnnpack.operators.quant import (
-    is_quantized_weight,
+    is_quantized_gemm,
     quantized_bias,
     weight_datatype,
     weight_parts,
@@ -44,7 +44,8 @@ def conv_filter(weight: torch.Tensor, transposed: bool, groups: int) -> tuple[to
 @visits(aten.convolution.default)
 def _convolution(b: XnnpackGraphBuilder, node: Node) -> None:
     x, weight_node, bias_node, stride, padding, dilation, transposed, output_padding, groups = node.args
-    if is_quantized_weight(weight_node):
+    quantized = is_quantized_gemm(b, node)
+    if quantized:
         weight, scale, _ = weight_parts(b, weight_node)
         bias = None
     else:
@@ -64,7 +65,7 @@ def _convolution(b: XnnpackGraphBuilder, node: Node) -> None:
         group_in, group_out = weight.shape[1], weight.shape[0] // groups
     kind = xs.XNNDepthwiseConv2d if depthwise else xs.XNNConvTranspose2d if transposed else xs.XNNConv2d
     input_id, output_id = _conv_io(b, node, one_d)
-    if is_quantized_weight(weight_node):
+    if quantized:
         # Output channels are the filter's first dimension, or its last for a depthwise one.
         axis = 3 if depthwise else 0
         filter_id = b.quantized_constant(filt, weight_datatype(weight_node), scale, axis, b.external_tag(weight_node))

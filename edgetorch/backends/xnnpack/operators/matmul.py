@@ -15,7 +15,7 @@ from edgetorch.backends.xnnpack.operators.node_visitor import (
     visits,
 )
 from edgetorch.backends.xnnpack.operators.quant import (
-    is_quantized_weight,
+    is_quantized_gemm,
     quantized_bias,
     weight_datatype,
     weight_parts,
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def _linear(b: XnnpackGraphBuilder, node: Node) -> None:
     x, weight = node.args[:2]
     bias = node.args[2] if len(node.args) > 2 else None
-    if is_quantized_weight(weight):
+    if is_quantized_gemm(b, node):
         data, scale, axis = weight_parts(b, weight)
         filter_id = b.quantized_constant(data, weight_datatype(weight), scale, axis, b.external_tag(weight))
         bias_id = quantized_bias(b, bias, x, scale)

@@ -78,53 +78,90 @@ def feeds_convolution(node: Node) -> bool:
     return any(op_of(u) == aten.convolution.default for d in node.users for u in d.users)
 
 
+STATIC_QUANTIZED_OPS = {
+    aten.linear.default: (aten.relu.default, aten.hardtanh.default),
+    aten.convolution.default: (aten.relu.default, aten.hardtanh.default),
+    aten.add.Tensor: (aten.relu.default,),
+    aten.sub.Tensor: (),
+    aten.mul.Tensor: (),
+    aten.max_pool2d.default: (),
+    aten.mean.dim: (),
+    aten.relu.default: (),
+    aten.hardtanh.default: (),
+    aten.cat.default: (),
+    aten.view_copy.default: (),
+    aten.permute_copy.default: (),
+    aten.slice_copy.Tensor: (),
+}
+"""ATen ops XNNPACK runs on QS8 values (as ExecuTorch's partitioner takes them), with the activations their
+integer kernel can apply. Others (average pooling, ...) run in float between convert nodes."""
+
+
+def quantized_output(node: Node) -> Node | None:
+    """The ``quantize_per_tensor`` that makes ``node`` a static quantized pattern, or None.
+
+    The pattern is: every input a ``dequantize_per_tensor`` (a linear's or convolution's weight a per-channel
+    one, its bias float), one user, which is the quantize, or an activation the op fuses whose one user is.
+    """
+    op = op_of(node)
+    if op not in STATIC_QUANTIZED_OPS or len(node.users) != 1:
+        return None
+    if op in (aten.linear.default, aten.convolution.default):
+        x, weight = node.args[:2]
+        conv2d = op == aten.linear.default or (weight.meta["val"].dim() == 4 and not node.args[6])
+        if op_of(x) != DEQUANTIZE or not is_quantized_weight(weight) or not conv2d:
+            return None
+    elif not all(op_of(a) == DEQUANTIZE for a in node.all_input_nodes):
+        return None
+    (user,) = node.users
+    if op_of(user) in STATIC_QUANTIZED_OPS[op] and len(user.users) == 1:
+        (user,) = user.users
+    return user if op_of(user) == QUANTIZE else None
+
+
 def plan_quantization(b: XnnpackGraphBuilder) -> None:
     """Give every quantized Edge value its XNNPACK spec, and alias q/dq nodes to the node writing their value.
 
-    Fills ``b.qspec`` (node -> QuantSpec of its value), ``b.aliases`` and ``b.fused`` (producer -> clamp of the
-    activation folded into it).
+    A q/dq pair around a static quantized pattern is implicit: the pattern reads and writes QS8 values. Any
+    other q or dq is explicit, a convert node between float and QS8. Fills ``b.qspec`` (node -> QuantSpec of
+    its value), ``b.aliases`` and ``b.fused`` (producer -> clamp of the activation folded into it).
     """
+    implicit = set()
+    for node in b.program.graph.nodes:
+        q = quantized_output(node)
+        if q is not None:
+            implicit.update(a for a in node.all_input_nodes if op_of(a) == DEQUANTIZE)
+            implicit.add(q)
+            b.qspec[node] = static_spec(q)
     for node in b.program.graph.nodes:
         op = op_of(node)
         if op in ACTIVATIONS and _fusable(node) and node not in b.outputs:
             b.fused[node.args[0]] = clamp_of(node)
             b.alias(node, node.args[0])
         elif op == QUANTIZE:
-            spec = static_spec(node)
-            producer = b.aliases.get(node.args[0], node.args[0])
-            if _writes_quantized(b, producer, node):
-                b.qspec[producer] = spec
-                b.alias(node, producer)
+            if node in implicit:
+                b.alias(node, node.args[0])
             else:
-                b.qspec[node] = spec
+                b.qspec[node] = static_spec(node)
         elif op == DYNAMIC_QUANTIZE:
             dims = 3 if feeds_convolution(node) else 1
             b.qspec[node] = QuantSpec(xs.XNNDatatype.xnn_datatype_qdint8, xs.PerTokenDynamicQuant(dims))
-        elif op in (DEQUANTIZE, DYNAMIC_DEQUANTIZE):
+        elif (op == DEQUANTIZE and node in implicit) or op == DYNAMIC_DEQUANTIZE:
             b.alias(node, node.args[0])
 
 
 def _fusable(act: Node) -> bool:
+    """ExecuTorch's activation fusion: a ReLU or hardtanh whose input is only read by it, from a linear, a 2-d
+    convolution or an element-wise add/sub/mul, becomes that node's output clamp."""
     producer = act.args[0]
     if op_of(producer) == aten.convolution.default and producer.args[1].meta["val"].dim() != 4:
         return False  # a 1-d convolution's last node is the reshape back to 3-d
     return op_of(producer) in FUSES_ACTIVATION and len(producer.users) == 1
 
 
-def _writes_quantized(b: XnnpackGraphBuilder, producer: Any, q: Node) -> bool:
-    """Whether ``producer`` (a static quantized op whose only consumer is ``q``) writes ``q``'s value itself."""
-    if not isinstance(producer, Node) or producer.op != "call_function" or producer in b.inputs:
-        return False
-    if not any(op_of(a) == DEQUANTIZE for a in producer.all_input_nodes):
-        return False
-    users = [v for u in producer.users for v in (u.users if b.aliases.get(u) is producer else [u])]
-    if users != [q]:
-        raise XnnpackLoweringError(
-            f"{producer.name} reads int8 values, so XNNPACK must write its result as int8: expected it to be "
-            f"quantized by one quantize_per_tensor, found users {[u.name for u in users]}; partition with "
-            "XnnpackPartitioner, which keeps such nodes out"
-        )
-    return True
+def is_quantized_gemm(b: XnnpackGraphBuilder, node: Node) -> bool:
+    """Whether a linear/convolution runs on int8 (a static pattern, or a dynamically quantized input)."""
+    return node in b.qspec or op_of(node.args[0]) == DYNAMIC_DEQUANTIZE
 
 
 def clamp_of(node: Node) -> tuple[float, float]:
@@ -138,17 +175,25 @@ def clamp_of(node: Node) -> tuple[float, float]:
 
 @visits(QUANTIZE, DYNAMIC_QUANTIZE)
 def _quantize(b: XnnpackGraphBuilder, node: Node) -> None:
-    """A float value entering a quantized region: a convert node (a static q whose producer writes int8
-    directly never gets here: it is an alias of that producer)."""
+    """An explicit quantize (an implicit one is an alias of the pattern writing its value): a convert node."""
     x = node.args[0]
     nhwc = b.in_nhwc(x)
     b.add(xs.XNNConvert(input_id=b.value(x, nhwc), output_id=b.output(node, nhwc), flags=0))
 
 
-@visits(DEQUANTIZE, DYNAMIC_DEQUANTIZE, CHOOSE_QPARAMS, WEIGHT_DEQUANTIZE)
+@visits(DEQUANTIZE)
+def _dequantize(b: XnnpackGraphBuilder, node: Node) -> None:
+    """An explicit dequantize (an implicit one is an alias of its quantized value): a convert to float."""
+    q = node.args[0]
+    nhwc = b.in_nhwc(q) and node not in b.outputs  # a delegate output is converted once in its own layout
+    b.add(xs.XNNConvert(input_id=b.value(q, nhwc), output_id=b.output(node, nhwc), flags=0))
+
+
+@visits(DYNAMIC_DEQUANTIZE, CHOOSE_QPARAMS, WEIGHT_DEQUANTIZE)
 def _no_node(b: XnnpackGraphBuilder, node: Node) -> None:
-    """Nothing to write: a dequantize is an alias of its quantized value, choose_qparams is XNNPACK's own work
-    at run time, and a weight's dequantize is read by the linear or convolution that uses it."""
+    """Nothing to write: a dynamic dequantize is an alias of its QD8 value, choose_qparams is XNNPACK's own
+    work at run time, and a weight's dequantize is read by the linear or convolution that uses it (or folded
+    into a float weight when that one runs in float)."""
 
 
 # -------------------------------------------------------------------- weights

@@ -304,25 +304,6 @@ CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
 
 # ------------------------------------------------------------- quantized patterns
 
-STATIC_QUANTIZED_OPS = {
-    aten.linear.default,
-    aten.convolution.default,
-    aten.add.Tensor,
-    aten.mul.Tensor,
-    aten.max_pool2d.default,
-    aten._adaptive_avg_pool2d.default,
-    aten.mean.dim,
-    aten.relu.default,
-    aten.hardtanh.default,
-    aten.cat.default,
-    aten.view_copy.default,
-    aten.permute_copy.default,
-    aten.squeeze_copy.dims,
-    aten.squeeze_copy.dim,
-    aten.unsqueeze_copy.default,
-}
-"""ATen ops XNNPACK runs on QS8 values: between dequantize_per_tensor inputs and a quantize_per_tensor output.
-XNNPACK has no QS8 average pooling: only global ones (mean, adaptive to 1x1) are taken."""
 DYNAMIC_QUANTIZED_OPS = {aten.linear.default, aten.convolution.default}
 """ATen ops XNNPACK runs on a dynamically quantized (QD8) input, with per-channel int8 weights."""
 
@@ -377,26 +358,13 @@ def _choose_qparams_item(s: Support, node: Node) -> bool:
 
 
 def _quantized_op(s: Support, node: Node, op: Any) -> bool:
-    """An op reading dequantized values: every non-constant input dequantized the same way (static or dynamic),
-    per-channel weights for linear and convolution, and for static ops a quantized output (after at most a
-    fused activation)."""
-    inputs = [a for a in node.all_input_nodes if not s.is_constant(a)]
-    kinds = {q.op_of(a) for a in inputs}
-    if kinds == {q.DYNAMIC_DEQUANTIZE}:
-        return op in DYNAMIC_QUANTIZED_OPS and q.is_quantized_weight(node.args[1])
-    if kinds != {q.DEQUANTIZE} or op not in STATIC_QUANTIZED_OPS:
-        return False
-    if op == aten._adaptive_avg_pool2d.default and pair(node.args[1]) != [1, 1]:
-        return False
-    if op in (aten.linear.default, aten.convolution.default):
-        if not q.is_quantized_weight(node.args[1]):
-            return False
-        if op == aten.convolution.default and (node.args[6] or rank(node.args[1]) != 4):
-            return False  # quantized transposed and 1-d convolutions are left to the portable runtime
-    users = list(node.users)
-    if len(users) == 1 and q.op_of(users[0]) in q.ACTIVATIONS and op in q.FUSES_ACTIVATION:
-        users = list(users[0].users)
-    return len(users) == 1 and q.op_of(users[0]) == q.QUANTIZE
+    """An op reading dequantized values. Static ones always lower: as a QS8 pattern (``quant.quantized_output``)
+    or in float between convert nodes. A QD8 value has no float form: only linears and convolutions with
+    per-channel int8 weights read it, and nothing else may read the same node."""
+    dynamic = [a for a in node.all_input_nodes if q.op_of(a) == q.DYNAMIC_DEQUANTIZE]
+    if not dynamic:
+        return True
+    return op in DYNAMIC_QUANTIZED_OPS and dynamic == [node.args[0]] and q.is_quantized_weight(node.args[1])
 
 
 QUANT_CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
