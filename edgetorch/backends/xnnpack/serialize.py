@@ -226,17 +226,31 @@ class XnnpackGraphBuilder:
         scale: torch.Tensor,
         channel_dim: int,
         external_tag: str | None = None,
+        group_size: int = 0,
+        dims: Sequence[int] | None = None,
     ) -> int:
         """A new static value holding the integers ``data`` quantized per channel along ``channel_dim`` with
         ``scale``: the integers as named data keyed by their SHA-256, the float32 scales under ``scale_`` and the
         SHA-256 of theirs, each with its own ``constant_data`` entry (the scales' named by ``scale_buffer_idx``)."""
+        if not bool(torch.isfinite(scale).all() and (scale > 0).all()):
+            raise XnnpackLoweringError(f"quantization scales must be finite and positive; found {scale}")
         index = self._named_constant(data.contiguous().numpy().tobytes(), external_tag)
-        scales = scale.detach().to(torch.float32).contiguous().numpy().tobytes()
-        scale_index = self._named_constant(scales, external_tag, prefix="scale_")
-        params = xs.PerChannelQuant(
+        if group_size:
+            # Blockwise scales are bfloat16 in XNNPACK, as ExecuTorch stores them (rounded to nearest even).
+            raw = scale.detach().to(torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes()
+        else:
+            raw = scale.detach().to(torch.float32).contiguous().numpy().tobytes()
+        scale_index = self._named_constant(raw, external_tag, prefix="scale_")
+        params: Any = xs.PerChannelQuant(
             scale=[], channel_dim=channel_dim, scale_buffer_idx=scale_index, num_scales=scale.numel()
         )
-        return self._define(list(data.shape), constant_index=index, quant=QuantSpec(datatype, params))
+        if group_size:
+            params = xs.PerChannelGroupQuant(
+                scale=[], channel_dim=channel_dim, group_size=group_size, scale_buffer_idx=scale_index,
+                num_scales=scale.numel(),
+            )  # fmt: skip
+        shape = list(data.shape) if dims is None else list(dims)
+        return self._define(shape, constant_index=index, quant=QuantSpec(datatype, params))
 
     def _named_constant(self, raw: bytes, external_tag: str | None, prefix: str = "") -> int:
         """A ``constant_data`` entry for ``raw``, stored as named data under its SHA-256 (after ``prefix``)."""

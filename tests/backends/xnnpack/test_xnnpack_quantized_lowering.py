@@ -1,5 +1,6 @@
 """Quantized graphs lowered by edgetorch's XnnpackPartitioner: static int8 (QS8 activations, per-channel QC8
-weights, int32 bias) and dynamic int8 (QD8 converts). The q/dq ops become value types inside the blob; the
+weights, int32 bias), dynamic int8 (QD8 converts) and 8da4w (QD8 input, 4-bit blockwise QB4 weights with bfloat16
+scales). The q/dq ops become value types inside the blob; the
 blob's nodes and values are the ones ExecuTorch's partitioner writes for the same program; both runtimes run
 edgetorch's .pte within one quantization step of the eager (reference q/dq) model and of each other."""
 
@@ -22,7 +23,16 @@ from tests.backends.xnnpack.test_xnnpack_quantized_runtime import executorch_xnn
 from tests.interop.quantized_models import output_step, quantized, sqnr
 from tests.oracle import eager, run_executorch
 
-CASES = [("mlp", "static"), ("cnn", "static"), ("ops", "static"), ("mlp", "dynamic"), ("cnn", "dynamic")]
+CASES = [
+    ("mlp", "static"),
+    ("cnn", "static"),
+    ("ops", "static"),
+    ("mlp", "dynamic"),
+    ("cnn", "dynamic"),
+    ("mlp", "8da4w"),
+]
+# Lowest SQNR (dB) of the quantized delegate's output against the float model's.
+MIN_SQNR = {"static": 25, "dynamic": 25, "8da4w": 12}
 
 
 @functools.cache
@@ -45,7 +55,8 @@ def test_no_quantize_op_is_left_outside_the_delegate(model: str, scheme: str):
     assert not [t for t in targets if "quantize" in t or "choose_qparams" in t], targets
     (graph,) = delegate_graphs(pte)
     kinds = {xs.tensor_value(v).datatype for v in graph.xvalues}
-    assert xs.XNNDatatype.xnn_datatype_qcint8 in kinds
+    weights = xs.XNNDatatype.xnn_datatype_qbint4 if scheme == "8da4w" else xs.XNNDatatype.xnn_datatype_qcint8
+    assert weights in kinds
 
 
 @pytest.mark.parametrize(("model", "scheme"), CASES)
@@ -54,15 +65,15 @@ def test_quantized_delegate_matches_eager_and_executorch(model: str, scheme: str
     want = eager(ep.module(), args)[0]
     ours = run_ours(pte, args)
     step = output_step(ep, want)
-    if scheme == "static":
-        np.testing.assert_allclose(ours, want, rtol=0, atol=step * 1.001)
-    else:
+    if scheme == "dynamic":
         # XNNPACK quantizes a dynamic input per row (ExecuTorch's blob asks for per-token parameters), the
-        # eager graph per tensor: close, not within one step. ExecuTorch's own lowering differs the same way.
+        # eager PT2E graph per tensor: close, not within one step. ExecuTorch's own lowering differs the same way.
         assert sqnr(want, ours) > 30
+    else:  # static, and 8da4w, whose eager graph quantizes per token as XNNPACK does
+        np.testing.assert_allclose(ours, want, rtol=0, atol=step * 1.001)
     theirs = np.asarray(run_executorch(pte, list(args))[0])
     np.testing.assert_allclose(theirs, ours, rtol=0, atol=step * 1.001)
-    assert sqnr(eager(fp32, args)[0], ours) > 25
+    assert sqnr(eager(fp32, args)[0], ours) > MIN_SQNR[scheme]
 
 
 def _signature(graph: xs.XNNGraph) -> tuple[list, list]:
@@ -92,6 +103,7 @@ BLOB_CASES = [
     ("ops", "static"),
     ("mlp", "dynamic"),
     pytest.param("cnn", "dynamic", marks=pytest.mark.slow),
+    ("mlp", "8da4w"),
 ]
 
 

@@ -17,8 +17,7 @@ from edgetorch.backends.xnnpack.operators.node_visitor import (
 from edgetorch.backends.xnnpack.operators.quant import (
     is_quantized_gemm,
     quantized_bias,
-    weight_datatype,
-    weight_parts,
+    quantized_weight,
 )
 from edgetorch.exir.dialects import to_aten
 
@@ -31,8 +30,7 @@ def _linear(b: XnnpackGraphBuilder, node: Node) -> None:
     x, weight = node.args[:2]
     bias = node.args[2] if len(node.args) > 2 else None
     if is_quantized_gemm(b, node):
-        data, scale, axis = weight_parts(b, weight)
-        filter_id = b.quantized_constant(data, weight_datatype(weight), scale, axis, b.external_tag(weight))
+        filter_id, scale = quantized_weight(b, weight)
         bias_id = quantized_bias(b, bias, x, scale)
         b.add(
             xs.XNNFullyConnected(

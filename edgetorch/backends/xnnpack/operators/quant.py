@@ -39,6 +39,14 @@ DYNAMIC_QUANTIZE = qd.quantize_per_tensor.tensor
 DYNAMIC_DEQUANTIZE = qd.dequantize_per_tensor.tensor
 CHOOSE_QPARAMS = qd.choose_qparams.tensor
 WEIGHT_DEQUANTIZE = qd.dequantize_per_channel.default
+try:
+    import torchao  # noqa: F401  (registers the torchao ops its quantize_ writes into graphs)
+
+    AFFINE_CHOOSE = torch.ops.torchao.choose_qparams_affine.default
+    AFFINE_QUANTIZE = torch.ops.torchao.quantize_affine.default
+    AFFINE_DEQUANTIZE = torch.ops.torchao.dequantize_affine.default
+except (ImportError, AttributeError):  # without torchao no graph holds them: names nothing matches
+    AFFINE_CHOOSE = AFFINE_QUANTIZE = AFFINE_DEQUANTIZE = "torchao ops"
 ACTIVATIONS = (aten.relu.default, aten.hardtanh.default)
 FUSES_ACTIVATION = (aten.linear.default, aten.convolution.default, aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor)
 INT32_RANGE = (-(2**31), 2**31 - 1)
@@ -57,7 +65,13 @@ def op_of(node: Any) -> Any:
 
 
 def is_dequantize(node: Any) -> bool:
-    return op_of(node) in (DEQUANTIZE, DYNAMIC_DEQUANTIZE)
+    return op_of(node) == DEQUANTIZE or is_dynamic_dequantize(node)
+
+
+def is_dynamic_dequantize(node: Any) -> bool:
+    """A dequantize of a dynamically quantized activation (PT2E's per-tensor one, or torchao's per-token)."""
+    op = op_of(node)
+    return op == DYNAMIC_DEQUANTIZE or (op == AFFINE_DEQUANTIZE and op_of(node.args[0]) == AFFINE_QUANTIZE)
 
 
 def quantized_inputs(node: Node) -> list[Node]:
@@ -109,7 +123,8 @@ def quantized_output(node: Node) -> Node | None:
     if op in (aten.linear.default, aten.convolution.default):
         x, weight = node.args[:2]
         conv2d = op == aten.linear.default or (weight.meta["val"].dim() == 4 and not node.args[6])
-        if op_of(x) != DEQUANTIZE or not is_quantized_weight(weight) or not conv2d:
+        per_channel = is_quantized_weight(weight) and (weight_kind(weight) or (None, 1))[1] == 0
+        if op_of(x) != DEQUANTIZE or not per_channel or not conv2d:
             return None
     elif not all(op_of(a) == DEQUANTIZE for a in node.all_input_nodes):
         return None
@@ -143,10 +158,10 @@ def plan_quantization(b: XnnpackGraphBuilder) -> None:
                 b.alias(node, node.args[0])
             else:
                 b.qspec[node] = static_spec(node)
-        elif op == DYNAMIC_QUANTIZE:
+        elif op in (DYNAMIC_QUANTIZE, AFFINE_QUANTIZE):
             dims = 3 if feeds_convolution(node) else 1
             b.qspec[node] = QuantSpec(xs.XNNDatatype.xnn_datatype_qdint8, xs.PerTokenDynamicQuant(dims))
-        elif (op == DEQUANTIZE and node in implicit) or op == DYNAMIC_DEQUANTIZE:
+        elif (op == DEQUANTIZE and node in implicit) or is_dynamic_dequantize(node):
             b.alias(node, node.args[0])
 
 
@@ -161,7 +176,7 @@ def _fusable(act: Node) -> bool:
 
 def is_quantized_gemm(b: XnnpackGraphBuilder, node: Node) -> bool:
     """Whether a linear/convolution runs on int8 (a static pattern, or a dynamically quantized input)."""
-    return node in b.qspec or op_of(node.args[0]) == DYNAMIC_DEQUANTIZE
+    return node in b.qspec or is_dynamic_dequantize(node.args[0])
 
 
 def clamp_of(node: Node) -> tuple[float, float]:
@@ -173,7 +188,7 @@ def clamp_of(node: Node) -> tuple[float, float]:
 # ------------------------------------------------------------------- visitors
 
 
-@visits(QUANTIZE, DYNAMIC_QUANTIZE)
+@visits(QUANTIZE, DYNAMIC_QUANTIZE, AFFINE_QUANTIZE)
 def _quantize(b: XnnpackGraphBuilder, node: Node) -> None:
     """An explicit quantize (an implicit one is an alias of the pattern writing its value): a convert node."""
     x = node.args[0]
@@ -189,7 +204,7 @@ def _dequantize(b: XnnpackGraphBuilder, node: Node) -> None:
     b.add(xs.XNNConvert(input_id=b.value(q, nhwc), output_id=b.output(node, nhwc), flags=0))
 
 
-@visits(DYNAMIC_DEQUANTIZE, CHOOSE_QPARAMS, WEIGHT_DEQUANTIZE)
+@visits(DYNAMIC_DEQUANTIZE, CHOOSE_QPARAMS, WEIGHT_DEQUANTIZE, AFFINE_CHOOSE, AFFINE_DEQUANTIZE)
 def _no_node(b: XnnpackGraphBuilder, node: Node) -> None:
     """Nothing to write: a dynamic dequantize is an alias of its QD8 value, choose_qparams is XNNPACK's own
     work at run time, and a weight's dequantize is read by the linear or convolution that uses it (or folded
@@ -200,22 +215,66 @@ def _no_node(b: XnnpackGraphBuilder, node: Node) -> None:
 
 
 def is_quantized_weight(node: Any) -> bool:
-    return op_of(node) == WEIGHT_DEQUANTIZE
+    """A weight's dequantize: PT2E's per-channel one, or torchao's affine one of constant integers."""
+    op = op_of(node)
+    return op == WEIGHT_DEQUANTIZE or (op == AFFINE_DEQUANTIZE and op_of(node.args[0]) != AFFINE_QUANTIZE)
+
+
+def weight_kind(node: Node) -> tuple[xs.XNNDatatype, int] | None:
+    """(XNNPACK datatype, group size) of a 2-d+ weight's dequantize XNNPACK takes, or None: int8 per output
+    channel (QC8, group 0), or 4-bit in groups of a multiple of 32 along the input channels (QB4)."""
+    if op_of(node) == WEIGHT_DEQUANTIZE:
+        per_channel = node.args[3] == 0 and tuple(node.args[4:7]) in ((-127, 127, torch.int8), (-128, 127, torch.int8))
+        return (xs.XNNDatatype.xnn_datatype_qcint8, 0) if per_channel else None
+    dims = list(node.meta["val"].shape)
+    block, qmin, qmax = list(node.args[1]), node.args[5], node.args[6]
+    if len(dims) != 2 or len(block) != 2 or block[0] != 1 or node.args[4] != torch.int8:
+        return None
+    if block[1] == dims[1] and (qmin, qmax) in ((-127, 127), (-128, 127)):
+        return xs.XNNDatatype.xnn_datatype_qcint8, 0
+    if (qmin, qmax) == (-8, 7) and block[1] % 32 == 0 and dims[1] % block[1] == 0:
+        return xs.XNNDatatype.xnn_datatype_qbint4, block[1]
+    return None
 
 
 def weight_parts(b: XnnpackGraphBuilder, node: Node) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The integer weight, its per-channel scales (float32) and the channel axis of a weight's dequantize."""
-    data, scale, zero_point = (b.tensor(a) for a in node.args[:3])
+    """The integer weight, its scales (float32; per channel, or [channels, groups]) and the channel axis of a
+    weight's dequantize."""
+    if op_of(node) == WEIGHT_DEQUANTIZE:
+        data, scale, zero_point = (b.tensor(a) for a in node.args[:3])
+        axis = int(node.args[3])
+    else:
+        data, scale, zero_point = (b.tensor(a) for a in (node.args[0], node.args[2], node.args[3]))
+        axis = 0
+        if weight_kind(node)[1] == 0:
+            scale = scale.reshape(-1)
     if bool((zero_point != 0).any()):
-        raise XnnpackLoweringError(f"{node.name}: XNNPACK's per-channel int8 weights are symmetric (zero point 0)")
-    return data.to(torch.int8), scale.to(torch.float32), int(node.args[3])
+        raise XnnpackLoweringError(f"{node.name}: XNNPACK's quantized weights are symmetric (zero point 0)")
+    return data.to(torch.int8), scale.to(torch.float32), axis
+
+
+def quantized_weight(b: XnnpackGraphBuilder, node: Node) -> tuple[int, torch.Tensor]:
+    """The static value of a linear's quantized weight [out, in], and its float32 scales."""
+    kind = weight_kind(node)
+    if kind is None:
+        raise XnnpackLoweringError(f"{node.name}: XNNPACK takes int8 per-channel or 4-bit grouped weights")
+    datatype, group_size = kind
+    data, scale, axis = weight_parts(b, node)
+    tag = b.external_tag(node)
+    if datatype != xs.XNNDatatype.xnn_datatype_qbint4:
+        return b.quantized_constant(data, datatype, scale, axis, tag), scale
+    # Two 4-bit weights a byte along the input channels, offset by 8: the even one in the low nibble.
+    nibbles = (data.to(torch.int16) + 8).to(torch.uint8)
+    packed = nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
+    vid = b.quantized_constant(packed, datatype, scale, 0, tag, group_size=group_size, dims=list(data.shape))
+    return vid, scale
 
 
 def weight_datatype(node: Node) -> xs.XNNDatatype:
-    qmin, qmax = node.args[4], node.args[5]
-    if (qmin, qmax) == (-8, 7):
-        raise XnnpackLoweringError(f"{node.name}: 4-bit per-channel weights are not lowered yet")
-    return xs.XNNDatatype.xnn_datatype_qcint8
+    kind = weight_kind(node)
+    if kind is None or kind[1]:
+        raise XnnpackLoweringError(f"{node.name}: a convolution's weights must be int8 per output channel")
+    return kind[0]
 
 
 def quantized_bias(b: XnnpackGraphBuilder, bias: Node | None, x: Node, w_scale: torch.Tensor) -> int:
@@ -223,7 +282,7 @@ def quantized_bias(b: XnnpackGraphBuilder, bias: Node | None, x: Node, w_scale: 
     input, float32 for a dynamic one."""
     if bias is None:
         return xs.INVALID_VALUE_ID
-    if op_of(x) == DYNAMIC_DEQUANTIZE:
+    if is_dynamic_dequantize(x):
         return b.value(bias)
     scale = w_scale * float(x.args[1])
     values = b.tensor(bias).to(torch.float32)

@@ -61,7 +61,8 @@ class XnnpackPartitioner(Partitioner):
         self, ep: ExportedProgram
     ) -> tuple[list[torch._ops.OpOverload], Callable[[torch.fx.Node], bool] | None]:
         support = Support(ep)
-        return list(KEPT_WHOLE), support.supported
+        affine = [op for op in (q.AFFINE_CHOOSE, q.AFFINE_QUANTIZE, q.AFFINE_DEQUANTIZE) if not isinstance(op, str)]
+        return [*KEPT_WHOLE, *affine], support.supported
 
 
 class Support:
@@ -87,7 +88,7 @@ class Support:
         if node.op != "call_function":
             return False
         op = to_aten(node.target)
-        if op in QUANT_CONSTRAINTS or (op is operator.getitem and q.op_of(node.args[0]) == q.CHOOSE_QPARAMS):
+        if op in QUANT_CONSTRAINTS or (op is operator.getitem and q.op_of(node.args[0]) in CHOOSERS):
             return QUANT_CONSTRAINTS.get(op, _choose_qparams_item)(self, node)
         if op not in VISITORS or not self._float32(node):
             return False
@@ -304,6 +305,8 @@ CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
 
 # ------------------------------------------------------------- quantized patterns
 
+CHOOSERS = (q.CHOOSE_QPARAMS, q.AFFINE_CHOOSE)
+QUANTIZERS = (q.DYNAMIC_QUANTIZE, q.AFFINE_QUANTIZE)
 DYNAMIC_QUANTIZED_OPS = {aten.linear.default, aten.convolution.default}
 """ATen ops XNNPACK runs on a dynamically quantized (QD8) input, with per-channel int8 weights."""
 
@@ -325,17 +328,34 @@ def _dequantize(s: Support, node: Node) -> bool:
 
 
 def _weight_dequantize(s: Support, node: Node) -> bool:
-    """Constant per-channel symmetric int8 weights read by quantized linears and convolutions."""
-    symmetric = tuple(node.args[4:7]) in ((-127, 127, torch.int8), (-128, 127, torch.int8))
-    return symmetric and s.is_constant(node) and all(s.supported(u) for u in node.users)
+    """Constant weights XNNPACK takes quantized (``quant.weight_kind``), read by supported linears/convs."""
+    return q.weight_kind(node) is not None and s.is_constant(node) and all(s.supported(u) for u in node.users)
 
 
 def _dynamic_quantize(s: Support, node: Node) -> bool:
     """choose_qparams -> quantize -> dequantize before linears/convolutions that take a QD8 input."""
-    dequantize = [u for u in node.users if q.op_of(u) == q.DYNAMIC_DEQUANTIZE]
-    if not _int8(node, 3) or len(dequantize) != len(node.users) or s.is_constant(node.args[0]):
+    return _int8(node, 3) and _quantizes_for_gemms(s, node)
+
+
+def _quantizes_for_gemms(s: Support, node: Node) -> bool:
+    """Whether a dynamic quantize of a non-constant value is only dequantized for supported linears/convs."""
+    dequantize = [u for u in node.users if q.is_dynamic_dequantize(u)]
+    if len(dequantize) != len(node.users) or s.is_constant(node.args[0]):
         return False
     return all(u.op == "call_function" and s.supported(u) for d in dequantize for u in d.users)
+
+
+def _affine_quantize(s: Support, node: Node) -> bool:
+    """torchao's per-token int8 quantization of an activation (8da4w/8da8w), which XNNPACK's QD8 is."""
+    x, block = node.args[0], list(node.args[1])
+    per_token = isinstance(x, Node) and block == [1] * (rank(x) - 1) + [x.meta["val"].shape[-1]]
+    return per_token and tuple(node.args[4:7]) == (torch.int8, -128, 127) and _quantizes_for_gemms(s, node)
+
+
+def _affine_dequantize(s: Support, node: Node) -> bool:
+    if q.op_of(node.args[0]) == q.AFFINE_QUANTIZE:
+        return s.supported(node.args[0])
+    return _weight_dequantize(s, node)
 
 
 def _dynamic_dequantize(s: Support, node: Node) -> bool:
@@ -348,8 +368,8 @@ def _choose_qparams(s: Support, node: Node) -> bool:
     quantizes = {u for item in items for u in item.users}
     return (
         len(items) == len(node.users)
-        and all(q.op_of(u) in (q.DYNAMIC_QUANTIZE, q.DYNAMIC_DEQUANTIZE) for u in quantizes)
-        and all(s.supported(u) for u in quantizes if q.op_of(u) == q.DYNAMIC_QUANTIZE)
+        and all(q.op_of(u) in (*QUANTIZERS, q.DYNAMIC_DEQUANTIZE, q.AFFINE_DEQUANTIZE) for u in quantizes)
+        and all(s.supported(u) for u in quantizes if q.op_of(u) in QUANTIZERS)
     )
 
 
@@ -361,10 +381,13 @@ def _quantized_op(s: Support, node: Node, op: Any) -> bool:
     """An op reading dequantized values. Static ones always lower: as a QS8 pattern (``quant.quantized_output``)
     or in float between convert nodes. A QD8 value has no float form: only linears and convolutions with
     per-channel int8 weights read it, and nothing else may read the same node."""
-    dynamic = [a for a in node.all_input_nodes if q.op_of(a) == q.DYNAMIC_DEQUANTIZE]
+    dynamic = [a for a in node.all_input_nodes if q.is_dynamic_dequantize(a)]
     if not dynamic:
         return True
-    return op in DYNAMIC_QUANTIZED_OPS and dynamic == [node.args[0]] and q.is_quantized_weight(node.args[1])
+    weight = node.args[1]
+    kind = q.weight_kind(weight) if q.is_quantized_weight(weight) else None
+    grouped_ok = op == aten.linear.default or (kind is not None and kind[1] == 0)
+    return op in DYNAMIC_QUANTIZED_OPS and dynamic == [node.args[0]] and kind is not None and grouped_ok
 
 
 QUANT_CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
@@ -374,5 +397,8 @@ QUANT_CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
     q.DYNAMIC_QUANTIZE: _dynamic_quantize,
     q.DYNAMIC_DEQUANTIZE: _dynamic_dequantize,
     q.CHOOSE_QPARAMS: _choose_qparams,
+    q.AFFINE_CHOOSE: _choose_qparams,
+    q.AFFINE_QUANTIZE: _affine_quantize,
+    q.AFFINE_DEQUANTIZE: _affine_dequantize,
 }
 """Quantize/dequantize ops -> when they join an XNNPACK partition (as value types, not nodes)."""
