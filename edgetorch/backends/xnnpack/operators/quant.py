@@ -39,6 +39,7 @@ DYNAMIC_QUANTIZE = qd.quantize_per_tensor.tensor
 DYNAMIC_DEQUANTIZE = qd.dequantize_per_tensor.tensor
 CHOOSE_QPARAMS = qd.choose_qparams.tensor
 WEIGHT_DEQUANTIZE = qd.dequantize_per_channel.default
+WEIGHT_QUANTIZE = qd.quantize_per_channel.default  # of float weights, when convert_pt2e(fold_quantize=False)
 try:
     import torchao  # noqa: F401  (registers the torchao ops its quantize_ writes into graphs)
 
@@ -204,11 +205,11 @@ def _dequantize(b: XnnpackGraphBuilder, node: Node) -> None:
     b.add(xs.XNNConvert(input_id=b.value(q, nhwc), output_id=b.output(node, nhwc), flags=0))
 
 
-@visits(DYNAMIC_DEQUANTIZE, CHOOSE_QPARAMS, WEIGHT_DEQUANTIZE, AFFINE_CHOOSE, AFFINE_DEQUANTIZE)
+@visits(DYNAMIC_DEQUANTIZE, CHOOSE_QPARAMS, WEIGHT_QUANTIZE, WEIGHT_DEQUANTIZE, AFFINE_CHOOSE, AFFINE_DEQUANTIZE)
 def _no_node(b: XnnpackGraphBuilder, node: Node) -> None:
     """Nothing to write: a dynamic dequantize is an alias of its QD8 value, choose_qparams is XNNPACK's own
-    work at run time, and a weight's dequantize is read by the linear or convolution that uses it (or folded
-    into a float weight when that one runs in float)."""
+    work at run time, and a weight's quantize and dequantize are constants (folded before any visitor runs)
+    that the linear or convolution reading them takes apart."""
 
 
 # -------------------------------------------------------------------- weights

@@ -92,6 +92,8 @@ class Support:
             return QUANT_CONSTRAINTS.get(op, _choose_qparams_item)(self, node)
         if op not in VISITORS or not self._float32(node):
             return False
+        if any(q.is_quantized_weight(a) and not _private_weight(self, a) for a in node.all_input_nodes):
+            return False
         check = CONSTRAINTS.get(op)
         if check is not None and not check(self, node):
             return False
@@ -329,7 +331,8 @@ def _dequantize(s: Support, node: Node) -> bool:
 
 def _weight_dequantize(s: Support, node: Node) -> bool:
     """Constant weights XNNPACK takes quantized (``quant.weight_kind``), read by supported linears/convs."""
-    return q.weight_kind(node) is not None and s.is_constant(node) and all(s.supported(u) for u in node.users)
+    constant = s.is_constant(node) and _private_weight(s, node)
+    return q.weight_kind(node) is not None and constant and all(s.supported(u) for u in node.users)
 
 
 def _dynamic_quantize(s: Support, node: Node) -> bool:
@@ -343,6 +346,28 @@ def _quantizes_for_gemms(s: Support, node: Node) -> bool:
     if len(dequantize) != len(node.users) or s.is_constant(node.args[0]):
         return False
     return all(u.op == "call_function" and s.supported(u) for d in dequantize for u in d.users)
+
+
+def _private_weight(s: Support, node: Node) -> bool:
+    """Whether the tensors a constant weight is computed from feed only constant computations. A tensor also
+    read by a computation on inputs (a tied embedding) reaches the delegate as an input, and a quantized weight
+    must be static."""
+    chain, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n not in chain:
+            chain.add(n)
+            stack.extend(n.all_input_nodes)
+    return all(s.is_constant(u) for p in chain if p.op == "placeholder" for u in p.users)
+
+
+def _weight_quantize(s: Support, node: Node) -> bool:
+    """A constant weight quantized in the graph (``fold_quantize=False``): folded, then read by its dequantize."""
+    return (
+        s.is_constant(node)
+        and _private_weight(s, node)
+        and all(q.op_of(u) == q.WEIGHT_DEQUANTIZE and s.supported(u) for u in node.users)
+    )
 
 
 def _affine_quantize(s: Support, node: Node) -> bool:
@@ -394,6 +419,7 @@ QUANT_CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
     q.QUANTIZE: _quantize,
     q.DEQUANTIZE: _dequantize,
     q.WEIGHT_DEQUANTIZE: _weight_dequantize,
+    q.WEIGHT_QUANTIZE: _weight_quantize,
     q.DYNAMIC_QUANTIZE: _dynamic_quantize,
     q.DYNAMIC_DEQUANTIZE: _dynamic_dequantize,
     q.CHOOSE_QPARAMS: _choose_qparams,
