@@ -332,7 +332,15 @@ def _dequantize(s: Support, node: Node) -> bool:
 def _weight_dequantize(s: Support, node: Node) -> bool:
     """Constant weights XNNPACK takes quantized (``quant.weight_kind``), read by supported linears/convs."""
     constant = s.is_constant(node) and _private_weight(s, node)
-    return q.weight_kind(node) is not None and constant and all(s.supported(u) for u in node.users)
+    return q.weight_kind(node) is not None and constant and all(_runs_quantized(s, u) for u in node.users)
+
+
+def _runs_quantized(s: Support, node: Node) -> bool:
+    """A supported linear/convolution that runs on integers: a static pattern or on a QD8 input. (One that
+    runs in float, e.g. with weight-only quantization, keeps the weight's dequantize outside, so the program
+    stores integers, not folded floats.)"""
+    quantized = q.quantized_output(node) is not None or q.is_dynamic_dequantize(node.args[0])
+    return quantized and s.supported(node)
 
 
 def _dynamic_quantize(s: Support, node: Node) -> bool:
