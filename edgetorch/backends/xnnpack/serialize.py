@@ -10,7 +10,9 @@ input has, so a conv -> relu -> pool chain never leaves NHWC. The delegate's
 inputs and outputs are contiguous (NCHW). Constant tensors are written in the
 layout each use asks for, as named data of the program (or of its ``.ptd``).
 Nodes whose inputs are all constants are evaluated here with torch and become
-constants. Every graph passes ``validate.validate_graph`` before it is written.
+constants. Quantized values (QS8, QD8, QC8, QB4) and the q/dq ops they come from
+are planned by ``operators.quant.plan_quantization`` before any node is visited.
+Every graph passes ``validate.validate_graph`` before it is written.
 
 May import torch and edgetorch.exir.
 """

@@ -1,20 +1,24 @@
-"""Quantized values in the XNNPACK graph: what the q/dq ops of a PT2E-quantized Edge graph become.
+"""Quantized values in the XNNPACK graph: what the q/dq ops of a quantized Edge graph become.
 
-XNNPACK has no quantize or dequantize node; it types values instead. A static
-``quantize_per_tensor`` gives its value a QS8 datatype with the q node's scale and
-zero point, and the node computing the quantized tensor (a linear, a convolution,
-an add, a pooling, ...) writes that QS8 value directly; its ``dequantize`` users
-read the same value. Where a float tensor enters a quantized region (a delegate
-input), or a quantized one leaves it (a delegate output), an ``XNNConvert`` node
-changes the datatype. Dynamic quantization (``choose_qparams`` -> ``quantize`` ->
-``dequantize`` before a linear or convolution) becomes one ``XNNConvert`` into a
-QD8 value whose per-row parameters XNNPACK computes at run time. A ReLU or
-hardtanh right after a linear, convolution or element-wise add/sub/mul becomes
-that node's output clamp, as ExecuTorch fuses them (for a quantized node, the
-activation of its integer kernel). Weights stay as the
-quantized integers of their ``dequantize_per_channel`` with per-channel scales
-(QC8), biases of static ops become int32 with scale ``input_scale * weight_scale``.
+XNNPACK has no quantize or dequantize node; it types values instead, as
+ExecuTorch's XNNPACK lowering does:
 
+* static int8 (PT2E): an op XNNPACK runs on QS8 (``STATIC_QUANTIZED_OPS``) between
+  ``dequantize_per_tensor`` inputs and a ``quantize_per_tensor`` output makes that
+  q/dq pair implicit: its input and output values are QS8 with the q/dq node's scale
+  and zero point, and the dequantize reads the quantize's value. Any other q or dq
+  (a delegate input or output, an op with no QS8 kernel such as average pooling) is
+  explicit: an ``XNNConvert`` between float32 and QS8. Linear and convolution
+  weights are the integers of their ``dequantize_per_channel`` with per-channel
+  scales (QC8); their bias becomes int32 with scale ``input_scale * weight_scale``.
+* dynamic int8 (PT2E ``choose_qparams`` -> ``quantize`` -> ``dequantize``, or
+  torchao's per-token affine ops of 8da4w/8da8w) before a linear or convolution:
+  one ``XNNConvert`` into a QD8 value whose per-row parameters XNNPACK computes at
+  run time; weights QC8, or QB4 (4-bit in groups, two a byte, bfloat16 scales).
+* a ReLU or hardtanh right after a linear, convolution or element-wise add/sub/mul
+  becomes that node's output clamp, as ExecuTorch fuses them.
+
+Scales are named data under ``scale_`` and their SHA-256, like ExecuTorch's.
 May import torch and edgetorch.exir.
 """
 
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack.operators.elementwise import clamp_bounds
 from edgetorch.backends.xnnpack.operators.node_visitor import Node, XnnpackLoweringError, aten, visits
 from edgetorch.exir.dialects import to_aten
 
@@ -152,7 +157,7 @@ def plan_quantization(b: XnnpackGraphBuilder) -> None:
     for node in b.program.graph.nodes:
         op = op_of(node)
         if op in ACTIVATIONS and _fusable(node) and node not in b.outputs:
-            b.fused[node.args[0]] = clamp_of(node)
+            b.fused[node.args[0]] = clamp_bounds(node)
             b.alias(node, node.args[0])
         elif op == QUANTIZE:
             if node in implicit:
@@ -178,12 +183,6 @@ def _fusable(act: Node) -> bool:
 def is_quantized_gemm(b: XnnpackGraphBuilder, node: Node) -> bool:
     """Whether a linear/convolution runs on int8 (a static pattern, or a dynamically quantized input)."""
     return node in b.qspec or is_dynamic_dequantize(node.args[0])
-
-
-def clamp_of(node: Node) -> tuple[float, float]:
-    from edgetorch.backends.xnnpack.operators.elementwise import clamp_bounds
-
-    return clamp_bounds(node)
 
 
 # ------------------------------------------------------------------- visitors

@@ -3,8 +3,12 @@
 A node is delegated when its operator has a visitor in ``serialize.VISITORS``,
 its tensors are float32 (constants may be any dtype: they are folded to float32
 at lowering), and the operator's constraint below accepts its arguments.
-Connected runs of such nodes become one delegate each; everything else stays
-with the portable runtime. May import torch.
+Quantize/dequantize ops join as the value types they become in the blob
+(``operators/quant.py``): static per-tensor int8 q/dq pairs, per-channel and
+4-bit grouped weights of linears and convolutions that run on integers, and
+dynamic (per-token) quantization chains whose only readers are such linears and
+convolutions (``QUANT_CONSTRAINTS``). Connected runs of such nodes become one
+delegate each; everything else stays with the portable runtime. May import torch.
 """
 
 from __future__ import annotations
