@@ -96,14 +96,14 @@ def _signature(graph: xs.XNNGraph) -> tuple[list, list]:
     return nodes, sorted(values, key=repr)
 
 
-# Lowering with ExecuTorch costs ~10 s a case (plus ~20 s of imports once): two run by default.
+# Lowering with ExecuTorch costs 10-40 s a case (plus ~20 s of imports once): two run by default, all with --slow.
 BLOB_CASES = [
     pytest.param("mlp", "static", marks=pytest.mark.slow),
-    pytest.param("cnn", "static", marks=pytest.mark.slow),
-    ("ops", "static"),
+    ("cnn", "static"),
+    pytest.param("ops", "static", marks=pytest.mark.slow),
     ("mlp", "dynamic"),
     pytest.param("cnn", "dynamic", marks=pytest.mark.slow),
-    ("mlp", "8da4w"),
+    pytest.param("mlp", "8da4w", marks=pytest.mark.slow),
 ]
 
 
