@@ -55,10 +55,27 @@ class TokenMLP(nn.Module):
         return self.fc(self.emb(idx))
 
 
+class QuantizedOps(nn.Module):
+    """The ops ExecuTorch's XNNPACK partitioner takes in static int8 besides linear and conv (hardtanh, max
+    pooling, mul, cat, mean), a depthwise conv, and average pooling, which runs in float between converts."""
+
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, width, 3, padding=1)
+        self.c2 = nn.Conv2d(width, width, 3, padding=1, groups=width)
+
+    def forward(self, x):
+        a = F.max_pool2d(F.hardtanh(self.c1(x)), 2)
+        b = F.avg_pool2d(self.c2(a), 2)
+        c = F.relu(b * F.avg_pool2d(a, 2))
+        return F.adaptive_avg_pool2d(torch.cat([c, b], 1), 1)
+
+
 MODELS = {
     "mlp": (MLP, lambda: (torch.randn(8, 128),)),
     "cnn": (CNN, lambda: (torch.randn(2, 3, 16, 16),)),
     "tokens": (TokenMLP, lambda: (torch.randint(0, 100, (2, 7)),)),
+    "ops": (QuantizedOps, lambda: (torch.randn(1, 3, 16, 16),)),
     # bench/quant.py sizes: a GEMM-bound MLP and a CNN on a 64x64 image.
     "mlp_large": (lambda: MLP(512, 1024, 512), lambda: (torch.randn(32, 512),)),
     "cnn_large": (lambda: CNN(32), lambda: (torch.randn(1, 3, 64, 64),)),

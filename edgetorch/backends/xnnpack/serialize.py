@@ -10,7 +10,9 @@ input has, so a conv -> relu -> pool chain never leaves NHWC. The delegate's
 inputs and outputs are contiguous (NCHW). Constant tensors are written in the
 layout each use asks for, as named data of the program (or of its ``.ptd``).
 Nodes whose inputs are all constants are evaluated here with torch and become
-constants. Every graph passes ``validate.validate_graph`` before it is written.
+constants. Quantized values (QS8, QD8, QC8, QB4) and the q/dq ops they come from
+are planned by ``operators.quant.plan_quantization`` before any node is visited.
+Every graph passes ``validate.validate_graph`` before it is written.
 
 May import torch and edgetorch.exir.
 """
@@ -30,6 +32,7 @@ from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import CONSTANT_ALIGNMENT, build_blob
 from edgetorch.backends.xnnpack.operators import VISITORS, XnnpackLoweringError
 from edgetorch.backends.xnnpack.operators.node_visitor import TO_NCHW, TO_NHWC, Node, dims_of, permuted
+from edgetorch.backends.xnnpack.operators.quant import QuantSpec, plan_quantization
 from edgetorch.backends.xnnpack.validate import validate_graph
 from edgetorch.exir.backend.lowered_backend_module import user_inputs, user_outputs
 from edgetorch.exir.backend.utils import DelegateMappingBuilder
@@ -98,6 +101,9 @@ class XnnpackGraphBuilder:
                 )
             self.external[node] = len(self.external)
         self.graph.num_externs = len(self.external)
+        self.qspec: dict[Node, QuantSpec] = {}
+        self.fused: dict[Node, tuple[float, float]] = {}
+        plan_quantization(self)
         self.debug = DelegateMappingBuilder()
         self._debug_handle = DEFAULT_DEBUG_HANDLE
 
@@ -137,14 +143,21 @@ class XnnpackGraphBuilder:
         handle = node.meta.get("debug_handle")
         self._debug_handle = DEFAULT_DEBUG_HANDLE if handle is None else int(handle)
         visitor(self, node)
+        if node in self.fused:
+            self.graph.xnodes[-1].output_min_max = xs.OutputMinMax(*self.fused[node])
         if handle is not None and self._debug_handle not in self.debug.get_delegate_mapping():
             self.debug.insert_delegate_mapping_entry(handles=[handle], identifier=self._debug_handle)
 
     def _emit_output(self, node: Node) -> None:
         """Make sure ``node``'s external output value is written (by a transpose or copy if nothing wrote it)."""
+        source = self.aliases.get(node, node)
+        if source in self.qspec:
+            # A quantized value leaves the graph as float32, converted in the default layout.
+            value = self.value(source)
+            self.add(xs.XNNConvert(input_id=value, output_id=self._external_output(node), flags=0))
+            return
         if (node, False) in self.ids:
             return
-        source = self.aliases.get(node, node)
         nhwc = self.in_nhwc(source)
         value = self.value(source, nhwc)
         out = self._external_output(node)
@@ -183,13 +196,7 @@ class XnnpackGraphBuilder:
         mask) and reads them at every run; named data stays mapped for the life of the program.
         """
         data = tensor.detach().to(torch.float32).contiguous()
-        raw = data.numpy().tobytes()
-        index = len(self.graph.constant_data)
-        key = hashlib.sha256(raw).hexdigest()
-        self.named_data.add_named_data(key, raw, CONSTANT_ALIGNMENT, external_tag)
-        self.graph.constant_data.append(
-            xs.ConstantDataOffset(offset=xs.NAMED_CONSTANT_OFFSET, size=len(raw), named_key=key)
-        )
+        index = self._named_constant(data.numpy().tobytes(), external_tag)
         return self._define(list(data.shape) or [1], constant_index=index)
 
     def external_tag(self, *args: Any) -> str | None:
@@ -214,10 +221,59 @@ class XnnpackGraphBuilder:
 
     # ------------------------------------------------------------------- values
 
-    def _define(self, dims: Sequence[int], constant_index: int = 0, external: int | None = None, flag: int = 0) -> int:
+    def quantized_constant(
+        self,
+        data: torch.Tensor,
+        datatype: xs.XNNDatatype,
+        scale: torch.Tensor,
+        channel_dim: int,
+        external_tag: str | None = None,
+        group_size: int = 0,
+        dims: Sequence[int] | None = None,
+    ) -> int:
+        """A new static value holding the integers ``data`` quantized per channel along ``channel_dim`` with
+        ``scale``: the integers as named data keyed by their SHA-256, the float32 scales under ``scale_`` and the
+        SHA-256 of theirs, each with its own ``constant_data`` entry (the scales' named by ``scale_buffer_idx``)."""
+        if not bool(torch.isfinite(scale).all() and (scale > 0).all()):
+            raise XnnpackLoweringError(f"quantization scales must be finite and positive; found {scale}")
+        index = self._named_constant(data.contiguous().numpy().tobytes(), external_tag)
+        if group_size:
+            # Blockwise scales are bfloat16 in XNNPACK, as ExecuTorch stores them (rounded to nearest even).
+            raw = scale.detach().to(torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes()
+        else:
+            raw = scale.detach().to(torch.float32).contiguous().numpy().tobytes()
+        scale_index = self._named_constant(raw, external_tag, prefix="scale_")
+        params: Any = xs.PerChannelQuant(
+            scale=[], channel_dim=channel_dim, scale_buffer_idx=scale_index, num_scales=scale.numel()
+        )
+        if group_size:
+            params = xs.PerChannelGroupQuant(
+                scale=[], channel_dim=channel_dim, group_size=group_size, scale_buffer_idx=scale_index,
+                num_scales=scale.numel(),
+            )  # fmt: skip
+        shape = list(data.shape) if dims is None else list(dims)
+        return self._define(shape, constant_index=index, quant=QuantSpec(datatype, params))
+
+    def _named_constant(self, raw: bytes, external_tag: str | None, prefix: str = "") -> int:
+        """A ``constant_data`` entry for ``raw``, stored as named data under its SHA-256 (after ``prefix``)."""
+        key = prefix + hashlib.sha256(raw).hexdigest()
+        self.named_data.add_named_data(key, raw, CONSTANT_ALIGNMENT, external_tag)
+        self.graph.constant_data.append(
+            xs.ConstantDataOffset(offset=xs.NAMED_CONSTANT_OFFSET, size=len(raw), named_key=key)
+        )
+        return len(self.graph.constant_data) - 1
+
+    def _define(
+        self,
+        dims: Sequence[int],
+        constant_index: int = 0,
+        external: int | None = None,
+        flag: int = 0,
+        quant: QuantSpec | None = None,
+    ) -> int:
         vid = len(self.graph.xvalues)
         value = xs.XNNTensorValue(
-            datatype=xs.XNNDatatype.xnn_datatype_fp32,
+            datatype=xs.XNNDatatype.xnn_datatype_fp32 if quant is None else quant.datatype,
             num_dims=len(dims),
             dims=[int(d) for d in dims],
             constant_buffer_idx=constant_index,
@@ -225,6 +281,8 @@ class XnnpackGraphBuilder:
             flags=flag,
             id_out=vid,
         )
+        if quant is not None:
+            value = xs.XNNQuantizedTensorValue(tensor_value=value, quant_params=quant.params)
         self.graph.xvalues.append(xs.XValue(value))
         if flag == xs.VALUE_FLAG_EXTERNAL_INPUT:
             self.graph.input_ids.append(vid)
@@ -232,9 +290,9 @@ class XnnpackGraphBuilder:
             self.graph.output_ids.append(vid)
         return vid
 
-    def internal(self, dims: Sequence[int]) -> int:
+    def internal(self, dims: Sequence[int], quant: QuantSpec | None = None) -> int:
         """A new value computed inside the graph."""
-        return self._define(dims)
+        return self._define(dims, quant=quant)
 
     def _external_output(self, node: Node) -> int:
         vid = self._define(dims_of(node), external=self.external[node], flag=xs.VALUE_FLAG_EXTERNAL_OUTPUT)
@@ -244,11 +302,11 @@ class XnnpackGraphBuilder:
     def _new_value(self, node: Node, nhwc: bool) -> int:
         if node in self.inputs and not nhwc:
             vid = self._define(dims_of(node), external=self.external[node], flag=xs.VALUE_FLAG_EXTERNAL_INPUT)
-        elif node in self.outputs and not nhwc:
+        elif node in self.outputs and not nhwc and node not in self.qspec:
             return self._external_output(node)
         else:
             dims = dims_of(node)
-            vid = self.internal(permuted(dims, TO_NHWC) if nhwc else dims)
+            vid = self.internal(permuted(dims, TO_NHWC) if nhwc else dims, self.qspec.get(node))
         self.ids[node, nhwc] = vid
         return vid
 

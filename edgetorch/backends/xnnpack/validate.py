@@ -9,6 +9,10 @@ of the process that loads the program, not in an error. ``validate_graph`` refus
   flags only external-input or external-output, an external id exactly when a flag is set, constants not
   external and their ``constant_data`` entry in range (inside the blob's constant data, or a named key the
   program holds) and of the tensor's byte size;
+* quantized values: quantization parameters of the kind the datatype needs (per tensor for QS8/QU8/QS32,
+  per channel for QC8/QC32/QC4, per channel and group for QB4, per token for QD8; none for float values), a
+  zero point in the datatype's range, finite positive inline scales, scales in ``constant_data`` of
+  ``num_scales`` floats, a channel dimension inside the value's dims holding ``num_scales`` channels;
 * externals: ``num_externs`` values with distinct ids, the inputs numbered ``0..I-1`` and the outputs
   ``I..I+O-1`` (ExecuTorch indexes the delegate's arguments with them), ``input_ids``/``output_ids`` listing
   exactly those values in external-id order, the counts the caller expects;
@@ -41,7 +45,25 @@ BYTES_PER_ELEMENT = {
     xs.XNNDatatype.xnn_datatype_fp16: 2,
     xs.XNNDatatype.xnn_datatype_bf16: 2,
     xs.XNNDatatype.xnn_datatype_int32: 4,
+    xs.XNNDatatype.xnn_datatype_qint8: 1,
+    xs.XNNDatatype.xnn_datatype_quint8: 1,
+    xs.XNNDatatype.xnn_datatype_qcint8: 1,
+    xs.XNNDatatype.xnn_datatype_qint32: 4,
+    xs.XNNDatatype.xnn_datatype_qcint32: 4,
 }
+D = xs.XNNDatatype
+QUANT_KIND = {
+    D.xnn_datatype_qint8: xs.PerTensorQuant,
+    D.xnn_datatype_quint8: xs.PerTensorQuant,
+    D.xnn_datatype_qint32: xs.PerTensorQuant,
+    D.xnn_datatype_qcint8: xs.PerChannelQuant,
+    D.xnn_datatype_qcint32: xs.PerChannelQuant,
+    D.xnn_datatype_qcint4: xs.PerChannelQuant,
+    D.xnn_datatype_qbint4: xs.PerChannelGroupQuant,
+    D.xnn_datatype_qdint8: xs.PerTokenDynamicQuant,
+}
+"""Quantized datatype -> the quantization parameters a value of it carries."""
+ZERO_POINT_RANGE = {D.xnn_datatype_qint8: (-128, 127), D.xnn_datatype_quint8: (0, 255), D.xnn_datatype_qint32: (0, 0)}
 CONCATENATE_ARITY = {xs.XNNConcatenate2: 2, xs.XNNConcatenate3: 3, xs.XNNConcatenate4: 4, xs.XNNConcatenate5: 5}
 ELEMENTWISE_1X1 = (
     xs.XNNSoftmax, xs.XNNSigmoid, xs.XNNClamp, xs.XNNFloor, xs.XNNConvert, xs.XNNSquareRoot, xs.XNNCeiling,
@@ -105,10 +127,62 @@ def _check_values(
                 SERIALIZER_BUG,
             )  # fmt: skip
         _check_flags(where, tv)
+        _check_quantization(where, tv, getattr(value.xvalue_union, "quant_params", None), entries)
         if tv.constant_buffer_idx:
             _check_constant(where, tv, entries, constant_data_size, named_keys)
         values[tv.id_out] = tv
     return values
+
+
+def _check_quantization(
+    where: str, tv: xs.XNNTensorValue, params: object, entries: Sequence[xs.ConstantDataOffset]
+) -> None:
+    kind = QUANT_KIND.get(tv.datatype)
+    if not isinstance(params, kind or type(None)):
+        wanted = "no quantization parameters" if kind is None else f"{kind.__name__} parameters"
+        raise _fail(where, f"{wanted} for datatype {tv.datatype.name}", type(params).__name__, SERIALIZER_BUG)
+    if isinstance(params, xs.PerTensorQuant):
+        lo, hi = ZERO_POINT_RANGE[tv.datatype]
+        ok = math.isfinite(params.scale) and params.scale > 0 and lo <= params.zero_point <= hi
+        if not ok:
+            raise _fail(
+                where, f"a finite positive scale and a zero point in [{lo}, {hi}]",
+                f"scale {params.scale}, zero point {params.zero_point}", SERIALIZER_BUG,
+            )  # fmt: skip
+    elif isinstance(params, xs.PerChannelQuant | xs.PerChannelGroupQuant):
+        _check_channel_scales(where, tv, params, entries)
+
+
+def _check_channel_scales(
+    where: str,
+    tv: xs.XNNTensorValue,
+    params: xs.PerChannelQuant | xs.PerChannelGroupQuant,
+    entries: Sequence[xs.ConstantDataOffset],
+) -> None:
+    dims = list(tv.dims or [])
+    if not 0 <= params.channel_dim < len(dims):
+        raise _fail(where, f"a channel dim in 0..{len(dims) - 1}", f"channel_dim {params.channel_dim}", SERIALIZER_BUG)
+    channels = dims[params.channel_dim]
+    if isinstance(params, xs.PerChannelGroupQuant):
+        inner = dims[1 - params.channel_dim] if len(dims) == 2 else 0
+        ok = params.group_size > 0 and inner % params.group_size == 0
+        if not ok:
+            raise _fail(where, f"a group size dividing {inner}", f"group_size {params.group_size}", SERIALIZER_BUG)
+        channels *= inner // params.group_size
+    inline, bf16 = list(params.scale or []), list(getattr(params, "scale_bf16", None) or [])
+    if inline or bf16:
+        if len(inline or bf16) != channels or not all(math.isfinite(x) and x > 0 for x in inline):
+            raise _fail(where, f"{channels} finite positive scales", f"{len(inline or bf16)} scales", SERIALIZER_BUG)
+        return
+    itemsize = 2 if isinstance(params, xs.PerChannelGroupQuant) else 4
+    index = params.scale_buffer_idx
+    if params.num_scales != channels or not 0 < index < len(entries):
+        raise _fail(
+            where, f"{channels} scales in constant data (an index below {len(entries)})",
+            f"num_scales {params.num_scales} at index {index}", SERIALIZER_BUG,
+        )  # fmt: skip
+    if entries[index].size != channels * itemsize:
+        raise _fail(where, f"{channels * itemsize} bytes of scales", f"{entries[index].size} bytes", SERIALIZER_BUG)
 
 
 def _check_flags(where: str, tv: xs.XNNTensorValue) -> None:

@@ -17,6 +17,12 @@ from edgetorch.backends.xnnpack.operators.node_visitor import (
     reshape_target,
     visits,
 )
+from edgetorch.backends.xnnpack.operators.quant import (
+    is_quantized_gemm,
+    quantized_bias,
+    weight_datatype,
+    weight_parts,
+)
 
 if TYPE_CHECKING:
     from edgetorch.backends.xnnpack.serialize import XnnpackGraphBuilder
@@ -38,7 +44,14 @@ def conv_filter(weight: torch.Tensor, transposed: bool, groups: int) -> tuple[to
 @visits(aten.convolution.default)
 def _convolution(b: XnnpackGraphBuilder, node: Node) -> None:
     x, weight_node, bias_node, stride, padding, dilation, transposed, output_padding, groups = node.args
-    weight, bias = b.overrides.get(node, (b.tensor(weight_node), None if bias_node is None else b.tensor(bias_node)))
+    quantized = is_quantized_gemm(b, node)
+    if quantized:
+        weight, scale, _ = weight_parts(b, weight_node)
+        bias = None
+    else:
+        weight, bias = b.overrides.get(
+            node, (b.tensor(weight_node), None if bias_node is None else b.tensor(bias_node))
+        )
     one_d = weight.dim() == 3
     if one_d:
         weight = weight.unsqueeze(2)
@@ -52,6 +65,14 @@ def _convolution(b: XnnpackGraphBuilder, node: Node) -> None:
         group_in, group_out = weight.shape[1], weight.shape[0] // groups
     kind = xs.XNNDepthwiseConv2d if depthwise else xs.XNNConvTranspose2d if transposed else xs.XNNConv2d
     input_id, output_id = _conv_io(b, node, one_d)
+    if quantized:
+        # Output channels are the filter's first dimension, or its last for a depthwise one.
+        axis = 3 if depthwise else 0
+        filter_id = b.quantized_constant(filt, weight_datatype(weight_node), scale, axis, b.external_tag(weight_node))
+        bias_id = quantized_bias(b, bias_node, x, scale)
+    else:
+        filter_id = b.constant(filt, b.external_tag(weight_node))
+        bias_id = xs.INVALID_VALUE_ID if bias is None else b.constant(bias, b.external_tag(bias_node or weight_node))
     b.add(
         kind(
             padding_top=padding[0],
@@ -70,8 +91,8 @@ def _convolution(b: XnnpackGraphBuilder, node: Node) -> None:
             adjustment_height=output_padding[0],
             adjustment_width=output_padding[1],
             input1_id=input_id,
-            filter_id=b.constant(filt, b.external_tag(weight_node)),
-            bias_id=xs.INVALID_VALUE_ID if bias is None else b.constant(bias, b.external_tag(bias_node or weight_node)),
+            filter_id=filter_id,
+            bias_id=bias_id,
             output_id=output_id,
             flags=0,
         )

@@ -14,6 +14,11 @@ from edgetorch.backends.xnnpack.operators.node_visitor import (
     dims_of,
     visits,
 )
+from edgetorch.backends.xnnpack.operators.quant import (
+    is_quantized_gemm,
+    quantized_bias,
+    quantized_weight,
+)
 from edgetorch.exir.dialects import to_aten
 
 if TYPE_CHECKING:
@@ -24,6 +29,15 @@ if TYPE_CHECKING:
 def _linear(b: XnnpackGraphBuilder, node: Node) -> None:
     x, weight = node.args[:2]
     bias = node.args[2] if len(node.args) > 2 else None
+    if is_quantized_gemm(b, node):
+        filter_id, scale = quantized_weight(b, weight)
+        bias_id = quantized_bias(b, bias, x, scale)
+        b.add(
+            xs.XNNFullyConnected(
+                input1_id=b.value(x), filter_id=filter_id, bias_id=bias_id, output_id=b.output(node), flags=0
+            )
+        )
+        return
     bias_id = xs.INVALID_VALUE_ID if bias is None else b.value(bias)
     b.add(
         xs.XNNFullyConnected(

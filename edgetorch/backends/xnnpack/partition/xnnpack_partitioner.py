@@ -3,8 +3,12 @@
 A node is delegated when its operator has a visitor in ``serialize.VISITORS``,
 its tensors are float32 (constants may be any dtype: they are folded to float32
 at lowering), and the operator's constraint below accepts its arguments.
-Connected runs of such nodes become one delegate each; everything else stays
-with the portable runtime. May import torch.
+Quantize/dequantize ops join as the value types they become in the blob
+(``operators/quant.py``): static per-tensor int8 q/dq pairs, per-channel and
+4-bit grouped weights of linears and convolutions that run on integers, and
+dynamic (per-token) quantization chains whose only readers are such linears and
+convolutions (``QUANT_CONSTRAINTS``). Connected runs of such nodes become one
+delegate each; everything else stays with the portable runtime. May import torch.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 from edgetorch.backends.xnnpack.operators import VISITORS, result_node
+from edgetorch.backends.xnnpack.operators import quant as q
 from edgetorch.backends.xnnpack.preprocess import XnnpackBackend
 from edgetorch.backends.xnnpack.serialize import constant_placeholders
 from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
@@ -60,7 +65,8 @@ class XnnpackPartitioner(Partitioner):
         self, ep: ExportedProgram
     ) -> tuple[list[torch._ops.OpOverload], Callable[[torch.fx.Node], bool] | None]:
         support = Support(ep)
-        return list(KEPT_WHOLE), support.supported
+        affine = [op for op in (q.AFFINE_CHOOSE, q.AFFINE_QUANTIZE, q.AFFINE_DEQUANTIZE) if not isinstance(op, str)]
+        return [*KEPT_WHOLE, *affine], support.supported
 
 
 class Support:
@@ -86,10 +92,16 @@ class Support:
         if node.op != "call_function":
             return False
         op = to_aten(node.target)
+        if op in QUANT_CONSTRAINTS or (op is operator.getitem and q.op_of(node.args[0]) in CHOOSERS):
+            return QUANT_CONSTRAINTS.get(op, _choose_qparams_item)(self, node)
         if op not in VISITORS or not self._float32(node):
             return False
+        if any(q.is_quantized_weight(a) and not _private_weight(self, a) for a in node.all_input_nodes):
+            return False
         check = CONSTRAINTS.get(op)
-        return check is None or check(self, node)
+        if check is not None and not check(self, node):
+            return False
+        return not q.quantized_inputs(node) or _quantized_op(self, node, op)
 
     def _float32(self, node: Node) -> bool:
         inputs = [a for a in node.all_input_nodes if not self.is_constant(a)]
@@ -295,3 +307,136 @@ CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
     aten.scaled_dot_product_attention.default: _attention,
 }
 """ATen op -> what its arguments must satisfy for XNNPACK (ops not listed have no constraint beyond float32)."""
+
+
+# ------------------------------------------------------------- quantized patterns
+
+CHOOSERS = (q.CHOOSE_QPARAMS, q.AFFINE_CHOOSE)
+QUANTIZERS = (q.DYNAMIC_QUANTIZE, q.AFFINE_QUANTIZE)
+DYNAMIC_QUANTIZED_OPS = {aten.linear.default, aten.convolution.default}
+"""ATen ops XNNPACK runs on a dynamically quantized (QD8) input, with per-channel int8 weights."""
+
+
+def _int8(node: Node, first: int) -> bool:
+    """Whether a q/dq node's (quant_min, quant_max, dtype) arguments from ``first`` on are full-range int8."""
+    return tuple(node.args[first : first + 3]) == (-128, 127, torch.int8)
+
+
+def _quantize(s: Support, node: Node) -> bool:
+    """A static per-tensor int8 quantize of a float tensor whose every user dequantizes it again."""
+    x = node.args[0]
+    users_ok = all(q.op_of(u) == q.DEQUANTIZE for u in node.users)
+    return _int8(node, 3) and users_ok and not s.is_constant(x) and first_tensor_dtype(x) == torch.float32
+
+
+def _dequantize(s: Support, node: Node) -> bool:
+    return _int8(node, 3) and q.op_of(node.args[0]) == q.QUANTIZE and s.supported(node.args[0])
+
+
+def _weight_dequantize(s: Support, node: Node) -> bool:
+    """Constant weights XNNPACK takes quantized (``quant.weight_kind``), read by supported linears/convs."""
+    constant = s.is_constant(node) and _private_weight(s, node)
+    return q.weight_kind(node) is not None and constant and all(_runs_quantized(s, u) for u in node.users)
+
+
+def _runs_quantized(s: Support, node: Node) -> bool:
+    """A supported linear/convolution that runs on integers: a static pattern or on a QD8 input. (One that
+    runs in float, e.g. with weight-only quantization, keeps the weight's dequantize outside, so the program
+    stores integers, not folded floats.)"""
+    quantized = q.quantized_output(node) is not None or q.is_dynamic_dequantize(node.args[0])
+    return quantized and s.supported(node)
+
+
+def _dynamic_quantize(s: Support, node: Node) -> bool:
+    """choose_qparams -> quantize -> dequantize before linears/convolutions that take a QD8 input."""
+    return _int8(node, 3) and _quantizes_for_gemms(s, node)
+
+
+def _quantizes_for_gemms(s: Support, node: Node) -> bool:
+    """Whether a dynamic quantize of a non-constant value is only dequantized for supported linears/convs."""
+    dequantize = [u for u in node.users if q.is_dynamic_dequantize(u)]
+    if len(dequantize) != len(node.users) or s.is_constant(node.args[0]):
+        return False
+    return all(u.op == "call_function" and s.supported(u) for d in dequantize for u in d.users)
+
+
+def _private_weight(s: Support, node: Node) -> bool:
+    """Whether the tensors a constant weight is computed from feed only constant computations. A tensor also
+    read by a computation on inputs (a tied embedding) reaches the delegate as an input, and a quantized weight
+    must be static."""
+    chain, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n not in chain:
+            chain.add(n)
+            stack.extend(n.all_input_nodes)
+    return all(s.is_constant(u) for p in chain if p.op == "placeholder" for u in p.users)
+
+
+def _weight_quantize(s: Support, node: Node) -> bool:
+    """A constant weight quantized in the graph (``fold_quantize=False``): folded, then read by its dequantize."""
+    return (
+        s.is_constant(node)
+        and _private_weight(s, node)
+        and all(q.op_of(u) == q.WEIGHT_DEQUANTIZE and s.supported(u) for u in node.users)
+    )
+
+
+def _affine_quantize(s: Support, node: Node) -> bool:
+    """torchao's per-token int8 quantization of an activation (8da4w/8da8w), which XNNPACK's QD8 is."""
+    x, block = node.args[0], list(node.args[1])
+    per_token = isinstance(x, Node) and block == [1] * (rank(x) - 1) + [x.meta["val"].shape[-1]]
+    return per_token and tuple(node.args[4:7]) == (torch.int8, -128, 127) and _quantizes_for_gemms(s, node)
+
+
+def _affine_dequantize(s: Support, node: Node) -> bool:
+    if q.op_of(node.args[0]) == q.AFFINE_QUANTIZE:
+        return s.supported(node.args[0])
+    return _weight_dequantize(s, node)
+
+
+def _dynamic_dequantize(s: Support, node: Node) -> bool:
+    source = node.args[0]
+    return q.op_of(source) == q.DYNAMIC_QUANTIZE and source.args[1:3] == node.args[1:3] and s.supported(source)
+
+
+def _choose_qparams(s: Support, node: Node) -> bool:
+    items = [u for u in node.users if u.target is operator.getitem]
+    quantizes = {u for item in items for u in item.users}
+    return (
+        len(items) == len(node.users)
+        and all(q.op_of(u) in (*QUANTIZERS, q.DYNAMIC_DEQUANTIZE, q.AFFINE_DEQUANTIZE) for u in quantizes)
+        and all(s.supported(u) for u in quantizes if q.op_of(u) in QUANTIZERS)
+    )
+
+
+def _choose_qparams_item(s: Support, node: Node) -> bool:
+    return s.supported(node.args[0])
+
+
+def _quantized_op(s: Support, node: Node, op: Any) -> bool:
+    """An op reading dequantized values. Static ones always lower: as a QS8 pattern (``quant.quantized_output``)
+    or in float between convert nodes. A QD8 value has no float form: only linears and convolutions with
+    per-channel int8 weights read it, and nothing else may read the same node."""
+    dynamic = [a for a in node.all_input_nodes if q.is_dynamic_dequantize(a)]
+    if not dynamic:
+        return True
+    weight = node.args[1]
+    kind = q.weight_kind(weight) if q.is_quantized_weight(weight) else None
+    grouped_ok = op == aten.linear.default or (kind is not None and kind[1] == 0)
+    return op in DYNAMIC_QUANTIZED_OPS and dynamic == [node.args[0]] and kind is not None and grouped_ok
+
+
+QUANT_CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
+    q.QUANTIZE: _quantize,
+    q.DEQUANTIZE: _dequantize,
+    q.WEIGHT_DEQUANTIZE: _weight_dequantize,
+    q.WEIGHT_QUANTIZE: _weight_quantize,
+    q.DYNAMIC_QUANTIZE: _dynamic_quantize,
+    q.DYNAMIC_DEQUANTIZE: _dynamic_dequantize,
+    q.CHOOSE_QPARAMS: _choose_qparams,
+    q.AFFINE_CHOOSE: _choose_qparams,
+    q.AFFINE_QUANTIZE: _affine_quantize,
+    q.AFFINE_DEQUANTIZE: _affine_dequantize,
+}
+"""Quantize/dequantize ops -> when they join an XNNPACK partition (as value types, not nodes)."""
