@@ -33,6 +33,7 @@ from edgetorch.exir.backend.partitioner import Partitioner
 from edgetorch.exir.pass_base import PassManager, PassType
 from edgetorch.exir.passes.decompose import decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
+from edgetorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
 from edgetorch.exir.passes.to_edge import ToEdgePass
 from edgetorch.exir.verification import EdgeVerifier, verify_aten_graph, verify_edge_graph
 
@@ -165,7 +166,7 @@ def lower_to_edge(
     keep = [*config.preserve_ops, *ops_to_not_decompose]
     if config._check_ir_validity:
         verify_aten_graph(program.graph_module)
-    program = decompose(program, keep)
+    program = remove_unused_parameters_pass(decompose(program, keep))
     graph_module = ToEdgePass(skip_dim_order=config._skip_dim_order)(program.graph_module).graph_module
     edge = rebuild_program(program, graph_module)
     if config._check_ir_validity:

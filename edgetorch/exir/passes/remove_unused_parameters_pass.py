@@ -1,0 +1,48 @@
+"""Drop parameters, buffers and constant tensors that no node reads.
+
+``torch.export`` lifts every parameter of the module, used or not. After PT2E's ``convert_pt2e`` the float
+weights of quantized layers are such leftovers (the graph reads the int8 copies), and writing them would make
+a quantized program about as large as the float one. ExecuTorch removes them when it lowers to Edge
+(``remove_unused_parameters_pass``); so does ``lower_to_edge``. A buffer the program mutates is kept even if
+no node reads it. May import torch.
+"""
+
+from __future__ import annotations
+
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ExportGraphSignature, InputKind, OutputKind
+
+_STATE = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+def remove_unused_parameters_pass(program: ExportedProgram) -> ExportedProgram:
+    """``program`` without the unread state inputs (changed in place: call it on a program you own, such as
+    the one a decomposition returns); returned unchanged when every input is read."""
+    signature = program.graph_signature
+    mutated = {s.target for s in signature.output_specs if s.kind == OutputKind.BUFFER_MUTATION}
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    unused = [
+        (spec, node)
+        for spec, node in zip(signature.input_specs, placeholders)
+        if spec.kind in _STATE and not node.users and spec.target not in mutated
+    ]
+    if not unused:
+        return program
+    dropped = {spec.target for spec, _ in unused}
+    for _, node in unused:
+        program.graph.erase_node(node)
+    program.graph_module.recompile()
+    gone = {id(spec) for spec, _ in unused}
+    return ExportedProgram(
+        root=program.graph_module,
+        graph=program.graph,
+        graph_signature=ExportGraphSignature(
+            input_specs=[s for s in signature.input_specs if id(s) not in gone], output_specs=signature.output_specs
+        ),
+        state_dict={k: v for k, v in program.state_dict.items() if k not in dropped},
+        range_constraints=program.range_constraints,
+        module_call_graph=program.module_call_graph,
+        example_inputs=program.example_inputs,
+        constants={k: v for k, v in program.constants.items() if k not in dropped},
+        verifiers=program.verifiers,
+    )
