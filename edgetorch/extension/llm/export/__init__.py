@@ -18,7 +18,7 @@ import torch
 from edgetorch.errors import InvalidInputError
 from edgetorch.extension.llm.export.checkpoint import Checkpoint, load_checkpoint
 from edgetorch.extension.llm.model import ModelArgs, Transformer
-from edgetorch.extension.llm.model.transformer import use_weight_first_linears
+from edgetorch.extension.llm.model.transformer import pack_for_decode
 
 __all__ = ["export_llm", "build_model", "export_program", "load_checkpoint", "metadata_of", "quantize_model"]
 
@@ -135,7 +135,7 @@ def export_llm(
     if quantize != "none":
         quantize_model(model, quantize, group_size)
     elif backend == "portable":
-        use_weight_first_linears(model)
+        pack_for_decode(model)
     program = export_program(model)
     constants = metadata_of(checkpoint.args, checkpoint.bos_id, checkpoint.eos_ids) | (metadata or {})
     from edgetorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
