@@ -92,7 +92,9 @@ def register(sub: Any) -> None:
     p.add_argument("--backend", choices=("portable", "xnnpack"), default="portable")
     p.add_argument("--max-seq-len", type=int, default=128, help="most prompt tokens one call takes (default 128)")
     p.add_argument("--max-context-len", type=int, default=None, help="KV cache length (default: max-seq-len)")
-    p.add_argument("--dtype", choices=("fp32",), default="fp32")
+    p.add_argument(
+        "--dtype", choices=("fp32", "bf16"), default="fp32", help="weights and activations (bf16: half the file)"
+    )
     p.add_argument("--quantize", choices=("none", "int8", "8da4w"), default="none")
     p.add_argument("--group-size", type=int, default=32, help="8da4w weight group size (default 32)")
     p.add_argument(

@@ -24,6 +24,7 @@ __all__ = ["export_llm", "build_model", "export_program", "load_checkpoint", "me
 
 BACKENDS = ("portable", "xnnpack")
 QUANTIZE = ("none", "int8", "8da4w")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def build_model(checkpoint: Checkpoint) -> Transformer:
@@ -114,8 +115,8 @@ def export_llm(
         raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if quantize not in QUANTIZE:
         raise InvalidInputError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
-    if dtype != "fp32":
-        raise InvalidInputError(f"dtype {dtype!r} is not supported yet; export with dtype='fp32'")
+    if dtype not in DTYPES:
+        raise InvalidInputError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     if max_context_len < max_seq_len:
         raise InvalidInputError(
             f"max_context_len ({max_context_len}) must be at least max_seq_len ({max_seq_len}); raise it"
@@ -132,10 +133,12 @@ def export_llm(
     else:
         checkpoint = load_checkpoint(checkpoint, **options)
     model = build_model(checkpoint)
+    if quantize == "none" and backend == "portable":
+        pack_for_decode(model)
+    # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.
+    model.to(DTYPES[dtype])
     if quantize != "none":
         quantize_model(model, quantize, group_size)
-    elif backend == "portable":
-        pack_for_decode(model)
     program = export_program(model)
     constants = metadata_of(checkpoint.args, checkpoint.bos_id, checkpoint.eos_ids) | (metadata or {})
     from edgetorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
