@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from edgetorch.errors import InvalidInputError
+from edgetorch.extension.llm.embedding_quant import parse_embedding_quantize, quantize_embeddings
 from edgetorch.extension.llm.export.checkpoint import Checkpoint, load_checkpoint
 from edgetorch.extension.llm.model import ModelArgs, Transformer
 from edgetorch.extension.llm.model.transformer import pack_for_decode
@@ -105,14 +106,19 @@ def export_llm(
     group_size: int = 32,
     use_kv_cache: bool = True,
     use_sdpa_with_kv_cache: bool = False,
+    embedding_quantize: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> bytes:
     """Export ``checkpoint`` (a model folder, a ``.gguf`` file, or a loaded :class:`Checkpoint`) to ``.pte`` bytes.
 
     Writes them to ``output`` too when given. ``metadata`` adds or replaces constant methods.
+    ``embedding_quantize`` is ExecuTorch's ``"<bits>,<group size>"`` (``"8,0"``, ``"4,32"``): the token
+    embedding table in 8 or 4 bits (``quantized_decomposed::embedding_byte`` / ``embedding_4bit``).
     """
     if backend not in BACKENDS:
         raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if embedding_quantize:
+        parse_embedding_quantize(embedding_quantize)  # refuse a bad spec before the slow part
     if quantize not in QUANTIZE:
         raise InvalidInputError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
     if dtype not in DTYPES:
@@ -133,6 +139,8 @@ def export_llm(
     else:
         checkpoint = load_checkpoint(checkpoint, **options)
     model = build_model(checkpoint)
+    if embedding_quantize:
+        quantize_embeddings(model, embedding_quantize)
     if quantize == "none" and backend == "portable":
         pack_for_decode(model)
     # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.

@@ -130,8 +130,9 @@ def pack_for_decode(model: Transformer) -> Transformer:
             ffn.w1 = PackedLinear(ffn.w1)
         ffn.w2 = PackedLinear(ffn.w2)
         attention.packed = ffn.packed = True
+    tied = isinstance(model.tok_embeddings, nn.Embedding) and model.tok_embeddings.weight is model.output.weight
     model.output = PackedLinear(model.output)
-    if args.tie_embeddings:
+    if tied:  # a quantized embedding table (quantize_embeddings) stays
         del model.tok_embeddings
     if args.arch != "gpt2":
         half = args.head_dim // 2
@@ -346,10 +347,11 @@ class Transformer(nn.Module):
     def _forward_packed(self, tokens: torch.Tensor, positions: torch.Tensor, start: torch.Tensor | int) -> torch.Tensor:
         """:meth:`forward` after :func:`pack_for_decode`: the residual stream is ``[seq, dim]``."""
         flat = tokens.reshape(-1)
-        if self.args.tie_embeddings:  # rows of the embedding = columns of the transposed output matrix
+        embeddings = getattr(self, "tok_embeddings", None)
+        if embeddings is None:  # tied: rows of the embedding = columns of the transposed output matrix
             h = torch.index_select(self.output.weight_t, 1, flat).t()
         else:
-            h = self.tok_embeddings(flat)
+            h = embeddings(flat)
         rope = None
         if self.args.arch == "gpt2":
             h = h + self.pos_embeddings(positions)
