@@ -61,34 +61,13 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + rotated * sin
 
 
-class WeightFirstLinear(nn.Linear):
-    """``nn.Linear`` computed as ``(W @ x^T)^T``: the same numbers, and the exported graph transposes the
-    (small) activation rather than the (large) weight, which a runtime without constant folding would copy
-    on every call. :func:`use_weight_first_linears` swaps it in before export."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        y = (self.weight @ flat.t()).t()
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
-
-
-def use_weight_first_linears(model: nn.Module) -> nn.Module:
-    """Make every plain ``nn.Linear`` of ``model`` a :class:`WeightFirstLinear` (in place; weights shared)."""
-    for module in model.modules():
-        if type(module) is nn.Linear:
-            module.__class__ = WeightFirstLinear
-    return model
-
-
 class PackedLinear(nn.Module):
     """One or more linears of the same input as a single ``x @ weight_t`` over 2-D ``x``, the weights stored
     transposed and side by side (``[in, sum(out)]``).
 
-    Exported, that is one ``mm`` on a constant: no weight transpose (which a runtime that folds constants
-    only in static methods would copy on every call), no activation transposes or reshapes, and one gemv
-    instead of several when decoding. :func:`pack_for_decode` swaps these in.
+    Exported, that is one ``mm`` on a constant: no weight transpose (``nn.Linear``'s ``permute`` of the weight,
+    which a runtime that folds constants only in static methods would copy on every call), no activation
+    transposes or reshapes, and one gemv instead of several when decoding. :func:`pack_for_decode` swaps these in.
     """
 
     def __init__(self, *linears: nn.Linear) -> None:
