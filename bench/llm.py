@@ -29,6 +29,9 @@ PROMPT = "Explain in a few sentences how a transformer language model turns a pr
 
 
 def _limit_threads(n: int) -> None:
+    # threadpoolctl limits the BLAS libraries loaded so far: load NumPy's first (without this the limit
+    # silently did nothing, and OpenBLAS ran its default thread count on a machine shared with others).
+    import numpy  # noqa: F401
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(n)

@@ -30,6 +30,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         quantize=args.quantize,
         group_size=args.group_size,
         use_sdpa_with_kv_cache=args.use_sdpa_with_kv_cache,
+        embedding_quantize=args.embedding_quantize,
     )
     print(f"wrote {args.output}: {len(buffer) / 2**20:.1f} MiB in {time.perf_counter() - start:.1f} s")
     return EXIT_OK
@@ -92,9 +93,18 @@ def register(sub: Any) -> None:
     p.add_argument("--backend", choices=("portable", "xnnpack"), default="portable")
     p.add_argument("--max-seq-len", type=int, default=128, help="most prompt tokens one call takes (default 128)")
     p.add_argument("--max-context-len", type=int, default=None, help="KV cache length (default: max-seq-len)")
-    p.add_argument("--dtype", choices=("fp32",), default="fp32")
+    p.add_argument(
+        "--dtype", choices=("fp32", "bf16"), default="fp32", help="weights and activations (bf16: half the file)"
+    )
     p.add_argument("--quantize", choices=("none", "int8", "8da4w"), default="none")
     p.add_argument("--group-size", type=int, default=32, help="8da4w weight group size (default 32)")
+    p.add_argument(
+        "--embedding-quantize",
+        "-E",
+        default=None,
+        metavar="BITS,GROUP",
+        help="token embedding table in 8 or 4 bits, ExecuTorch's format: '8,0' (a scale per row), '4,32'",
+    )
     p.add_argument(
         "--use-sdpa-with-kv-cache", action="store_true", help="attend with ExecuTorch's llama::custom_sdpa op"
     )

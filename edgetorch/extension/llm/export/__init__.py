@@ -16,14 +16,16 @@ from typing import Any
 import torch
 
 from edgetorch.errors import InvalidInputError
+from edgetorch.extension.llm.embedding_quant import parse_embedding_quantize, quantize_embeddings
 from edgetorch.extension.llm.export.checkpoint import Checkpoint, load_checkpoint
 from edgetorch.extension.llm.model import ModelArgs, Transformer
-from edgetorch.extension.llm.model.transformer import use_weight_first_linears
+from edgetorch.extension.llm.model.transformer import pack_for_decode
 
 __all__ = ["export_llm", "build_model", "export_program", "load_checkpoint", "metadata_of", "quantize_model"]
 
 BACKENDS = ("portable", "xnnpack")
 QUANTIZE = ("none", "int8", "8da4w")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def build_model(checkpoint: Checkpoint) -> Transformer:
@@ -104,18 +106,23 @@ def export_llm(
     group_size: int = 32,
     use_kv_cache: bool = True,
     use_sdpa_with_kv_cache: bool = False,
+    embedding_quantize: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> bytes:
     """Export ``checkpoint`` (a model folder, a ``.gguf`` file, or a loaded :class:`Checkpoint`) to ``.pte`` bytes.
 
     Writes them to ``output`` too when given. ``metadata`` adds or replaces constant methods.
+    ``embedding_quantize`` is ExecuTorch's ``"<bits>,<group size>"`` (``"8,0"``, ``"4,32"``): the token
+    embedding table in 8 or 4 bits (``quantized_decomposed::embedding_byte`` / ``embedding_4bit``).
     """
     if backend not in BACKENDS:
         raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if embedding_quantize:
+        parse_embedding_quantize(embedding_quantize)  # refuse a bad spec before the slow part
     if quantize not in QUANTIZE:
         raise InvalidInputError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
-    if dtype != "fp32":
-        raise InvalidInputError(f"dtype {dtype!r} is not supported yet; export with dtype='fp32'")
+    if dtype not in DTYPES:
+        raise InvalidInputError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     if max_context_len < max_seq_len:
         raise InvalidInputError(
             f"max_context_len ({max_context_len}) must be at least max_seq_len ({max_seq_len}); raise it"
@@ -132,10 +139,14 @@ def export_llm(
     else:
         checkpoint = load_checkpoint(checkpoint, **options)
     model = build_model(checkpoint)
+    if embedding_quantize:
+        quantize_embeddings(model, embedding_quantize)
+    if quantize == "none" and backend == "portable":
+        pack_for_decode(model)
+    # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.
+    model.to(DTYPES[dtype])
     if quantize != "none":
         quantize_model(model, quantize, group_size)
-    elif backend == "portable":
-        use_weight_first_linears(model)
     program = export_program(model)
     constants = metadata_of(checkpoint.args, checkpoint.bos_id, checkpoint.eos_ids) | (metadata or {})
     from edgetorch.exir import EdgeCompileConfig, to_edge_transform_and_lower

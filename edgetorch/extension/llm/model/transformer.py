@@ -61,28 +61,80 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + rotated * sin
 
 
-class WeightFirstLinear(nn.Linear):
-    """``nn.Linear`` computed as ``(W @ x^T)^T``: the same numbers, and the exported graph transposes the
-    (small) activation rather than the (large) weight, which a runtime without constant folding would copy
-    on every call. :func:`use_weight_first_linears` swaps it in before export."""
+class PackedLinear(nn.Module):
+    """One or more linears of the same input as a single ``x @ weight_t`` over 2-D ``x``, the weights stored
+    transposed and side by side (``[in, sum(out)]``).
+
+    Exported, that is one ``mm`` on a constant: no weight transpose (``nn.Linear``'s ``permute`` of the weight,
+    which a runtime that folds constants only in static methods would copy on every call), no activation
+    transposes or reshapes, and one gemv instead of several when decoding. :func:`pack_for_decode` swaps these in.
+    """
+
+    def __init__(self, *linears: nn.Linear) -> None:
+        super().__init__()
+        self.sizes = [linear.out_features for linear in linears]
+        weight = torch.cat([linear.weight.detach().t() for linear in linears], dim=1).contiguous()
+        self.weight_t = nn.Parameter(weight, requires_grad=False)
+        self.bias: nn.Parameter | None = None
+        if any(linear.bias is not None for linear in linears):
+            parts = [
+                linear.bias.detach() if linear.bias is not None else torch.zeros(linear.out_features)
+                for linear in linears
+            ]
+            self.bias = nn.Parameter(torch.cat(parts), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        y = (self.weight @ flat.t()).t()
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        y = x @ self.weight_t
+        return y if self.bias is None else y + self.bias
 
 
-def use_weight_first_linears(model: nn.Module) -> nn.Module:
-    """Make every plain ``nn.Linear`` of ``model`` a :class:`WeightFirstLinear` (in place; weights shared)."""
-    for module in model.modules():
-        if type(module) is nn.Linear:
-            module.__class__ = WeightFirstLinear
+def pack_for_decode(model: Transformer) -> Transformer:
+    """Rewrite ``model`` (in place) for a runtime that runs one kernel per graph node: activations stay 2-D
+    ``[seq, dim]``, q/k/v and the SwiGLU gate/up projections become one :class:`PackedLinear` each, RoPE's
+    half rotation is one ``index_select`` with the sign folded into the sine table. The numbers are the
+    same sums (up to BLAS summation order); a SmolLM2-size decode step runs about half the instructions.
+
+    With tied embeddings the transposed output matrix also serves the embedding lookup (one copy of it).
+    """
+    args = model.args
+    for layer in model.layers:
+        attention, ffn = layer.attention, layer.feed_forward
+        attention.wqkv = PackedLinear(attention.wq, attention.wk, attention.wv)
+        attention.wo = PackedLinear(attention.wo)
+        del attention.wq, attention.wk, attention.wv
+        if ffn.gated:
+            ffn.w13 = PackedLinear(ffn.w1, ffn.w3)
+            del ffn.w1, ffn.w3
+        else:
+            ffn.w1 = PackedLinear(ffn.w1)
+        ffn.w2 = PackedLinear(ffn.w2)
+        attention.packed = ffn.packed = True
+    tied = isinstance(model.tok_embeddings, nn.Embedding) and model.tok_embeddings.weight is model.output.weight
+    model.output = PackedLinear(model.output)
+    if tied:  # a quantized embedding table (quantize_embeddings) stays
+        del model.tok_embeddings
+    if args.arch != "gpt2":
+        half = args.head_dim // 2
+        sign = torch.cat((-torch.ones(half), torch.ones(half)))
+        model.register_buffer("rope_sin_signed", model.rope_sin * sign, persistent=False)
+        model.register_buffer(
+            "rope_half_turn", torch.cat((torch.arange(half, args.head_dim), torch.arange(half))), persistent=False
+        )
+        del model.rope_sin
+    model.packed = True
     return model
 
 
+def rotate_packed(
+    x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor, half_turn: torch.Tensor
+) -> torch.Tensor:
+    """:func:`rotate` with ``cat(-x2, x1)`` computed as ``x[..., half_turn] * sign`` (the sign lives in ``sin_signed``)."""
+    return x * cos + torch.index_select(x, -1, half_turn) * sin_signed
+
+
 class Attention(nn.Module):
+    packed = False  # set by pack_for_decode: 2-D activations and one wqkv projection
+
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.args = args
@@ -108,6 +160,8 @@ class Attention(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor] | None,
         mask: torch.Tensor,
     ) -> torch.Tensor:
+        if self.packed:
+            return self._forward_packed(x, positions, start, rope, mask)
         batch, seq_len, _ = x.shape
         q = self.wq(x).view(batch, seq_len, self.n_heads, self.head_dim)
         k = self.wk(x).view(batch, seq_len, self.n_kv_heads, self.head_dim)
@@ -127,6 +181,39 @@ class Attention(nn.Module):
             keys, values = self.k_cache, self.v_cache
         return self.wo(self._attend(q, keys, values, mask))
 
+    def _forward_packed(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        start: torch.Tensor | int,
+        rope: tuple | None,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """:meth:`forward` on 2-D ``x`` ``[seq, dim]`` after :func:`pack_for_decode`."""
+        seq_len = x.shape[0]
+        heads, kv_heads = self.n_heads, self.n_kv_heads
+        qkv = self.wqkv(x).view(1, seq_len, heads + 2 * kv_heads, self.head_dim)
+        if self.args.qk_norm or rope is None:
+            q, k = qkv[:, :, :heads], qkv[:, :, heads : heads + kv_heads]
+            if self.args.qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+            if rope is not None:
+                q, k = rotate_packed(q, *rope), rotate_packed(k, *rope)
+        else:  # one rotation for the query and key heads together
+            qk = rotate_packed(qkv[:, :, : heads + kv_heads], *rope)
+            q, k = qk[:, :, :heads], qk[:, :, heads:]
+        v = qkv[:, :, heads + kv_heads :]
+        if not self.args.use_kv_cache:
+            out = self._attend(q, k, v, mask)
+        else:
+            self.k_cache.index_copy_(1, positions, k)
+            self.v_cache.index_copy_(1, positions, v)
+            if self.args.use_sdpa_with_kv_cache:
+                out = torch.ops.llama.custom_sdpa(q, self.k_cache, self.v_cache, start, None, 0.0, True)
+            else:
+                out = self._attend(q, self.k_cache, self.v_cache, mask)
+        return self.wo(out.reshape(seq_len, heads * self.head_dim))
+
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Masked softmax attention; each key/value head serves its group of query heads in one matmul."""
         batch, seq_len = q.shape[:2]
@@ -144,6 +231,8 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     """SwiGLU (Llama family) or a GELU MLP (GPT-2)."""
 
+    packed = False  # set by pack_for_decode: one w13 projection (gated)
+
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.gated = args.arch == "llama"
@@ -154,6 +243,10 @@ class FeedForward(nn.Module):
             self.w3 = nn.Linear(args.dim, args.hidden_dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed and self.gated:
+            gate_up = self.w13(x)
+            hidden = gate_up.shape[-1] // 2
+            return self.w2(F.silu(gate_up[..., :hidden]) * gate_up[..., hidden:])
         if self.gated:
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
         return self.w2(F.gelu(self.w1(x), approximate="tanh"))
@@ -178,6 +271,8 @@ class TransformerBlock(nn.Module):
 
 class Transformer(nn.Module):
     """A decoder-only LLM; ``forward(tokens, input_pos)`` returns the last position's logits ``[1, vocab]``."""
+
+    packed = False  # set by pack_for_decode
 
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -213,6 +308,8 @@ class Transformer(nn.Module):
             start = input_pos[0].item()
             torch._check(start >= 0)
             torch._check(start + seq_len <= self.args.max_context_len)
+        if self.packed:
+            return self._forward_packed(tokens, positions, start)
         h = self.tok_embeddings(tokens)
         rope = None
         if self.args.arch == "gpt2":
@@ -225,3 +322,26 @@ class Transformer(nn.Module):
         for layer in self.layers:
             h = layer(h, positions, start, rope, mask)
         return self.output(self.norm(h[:, -1, :]))
+
+    def _forward_packed(self, tokens: torch.Tensor, positions: torch.Tensor, start: torch.Tensor | int) -> torch.Tensor:
+        """:meth:`forward` after :func:`pack_for_decode`: the residual stream is ``[seq, dim]``."""
+        flat = tokens.reshape(-1)
+        embeddings = getattr(self, "tok_embeddings", None)
+        if embeddings is None:  # tied: rows of the embedding = columns of the transposed output matrix
+            h = torch.index_select(self.output.weight_t, 1, flat).t()
+        else:
+            h = embeddings(flat)
+        rope = None
+        if self.args.arch == "gpt2":
+            h = h + self.pos_embeddings(positions)
+        else:
+            rope = (
+                self.rope_cos[positions].unsqueeze(1),
+                self.rope_sin_signed[positions].unsqueeze(1),
+                self.rope_half_turn,
+            )
+        keys = self.args.max_context_len if self.args.use_kv_cache else flat.shape[0]
+        mask = torch.arange(keys).unsqueeze(0) <= positions.unsqueeze(1)
+        for layer in self.layers:
+            h = layer(h, positions, start, rope, mask)
+        return self.output(self.norm(h[-1:]))

@@ -99,7 +99,13 @@ class SentencePieceTokenizer(Tokenizer):
         return [self.bos_id, *ids] if self.bos_id is not None else ids
 
     def decode(self, ids: list[int]) -> str:
-        return self._sp.decode(list(ids))
+        try:
+            return self._sp.decode(list(ids))
+        except IndexError:  # sentencepiece's message for an id outside the vocabulary
+            raise InvalidInputError(
+                f"token ids {[i for i in ids if not 0 <= i < self.vocab_size][:5]} are outside the SentencePiece "
+                f"vocabulary of {self.vocab_size}; use the tokenizer the model was trained with"
+            ) from None
 
 
 # Llama 3's split pattern and special tokens, the conventions of a tiktoken ``tokenizer.model``.

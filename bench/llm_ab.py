@@ -1,0 +1,67 @@
+"""Decode and prefill speed of several LLM ``.pte`` files, interleaved in one process: a fair A/B on a busy machine.
+
+Each round resets every runner, prefills the ~47-token chat prompt of ``bench/llm.py`` in one call, then times
+``--steps`` single-token decode steps; the programs take turns, so background load hits them alike. Reports the
+median prefill rate and the median (and best) of each round's best decode step. Example::
+
+    python bench/llm_ab.py --gguf SmolLM2.gguf before.pte after.pte --rounds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import reexec_with_clean_blas_env  # noqa: E402
+from bench.llm import PROMPT, _limit_threads  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pte", nargs="+")
+    parser.add_argument("--gguf", required=True, help="the tokenizer (the GGUF the programs came from)")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    reexec_with_clean_blas_env()
+    _limit_threads(args.threads)
+    from edgetorch.extension.llm.runner import TextLLMRunner
+
+    runners = [TextLLMRunner(p, args.gguf) for p in args.pte]
+    for r in runners:
+        r.load()
+    tok = runners[0].tokenizer
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    prefill: dict[str, list[float]] = {p: [] for p in args.pte}
+    decode: dict[str, list[float]] = {p: [] for p in args.pte}
+    for _ in range(args.rounds):
+        for p, r in zip(args.pte, runners):
+            r.reset()
+            start = time.perf_counter()
+            token = int(r._forward(ids).argmax())
+            prefill[p].append(time.perf_counter() - start)
+            steps = []
+            for _ in range(args.steps):
+                start = time.perf_counter()
+                token = int(r._forward([token]).argmax())
+                steps.append(time.perf_counter() - start)
+            decode[p].append(min(steps))
+    print(f"{len(ids)}-token prompt, {args.rounds} rounds x {args.steps} decode steps, {args.threads} BLAS thread(s)")
+    print("| program | prefill tok/s (median) | decode step ms (median of round bests) | decode tok/s | best step ms |")
+    print("|---|---|---|---|---|")
+    for p in args.pte:
+        step = statistics.median(decode[p])
+        print(
+            f"| {Path(p).name} | {len(ids) / statistics.median(prefill[p]):.1f} | {step * 1e3:.1f} | {1 / step:.2f} | "
+            f"{min(decode[p]) * 1e3:.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""4- and 8-bit embedding tables: ExecuTorch's ``quantized_decomposed::embedding_byte`` and ``embedding_4bit``.
+
+A table is stored as signed integers per row (8-bit: ``int8 [vocab, dim]``; 4-bit: two values a byte,
+the first in the high nibble, offset by 8: ``uint8 [vocab, dim / 2]``), with one scale per row or per
+group of ``group_size`` columns and no zero points (symmetric). A lookup dequantizes only the rows it
+reads: ``(q - zero_point) * scale``, in the scales' dtype. The schemas are ExecuTorch's (a ``.pte`` names
+these ops; the runtime kernels are ``edgetorch.runtime.kernels.quantized``), so this is a
+:class:`SharedLibrary`: ExecuTorch's definitions win once its quantized-patterns module is imported.
+
+``export_llm(embedding_quantize="8,0")`` (``"<bits>,<group size>"``, 0 = one scale per row, as ExecuTorch's
+``quantization.embedding_quantize``) swaps :class:`QuantizedEmbedding` in. May import torch only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgetorch.errors import InvalidInputError
+from edgetorch.exir.dialects.shared_library import SharedLibrary
+
+__all__ = ["QuantizedEmbedding", "parse_embedding_quantize", "quantize_embeddings"]
+
+_ARGS = (
+    "Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, int weight_quant_max, "
+    "Tensor indices"
+)
+_OPS = {8: "embedding_byte", 4: "embedding_4bit"}
+
+
+def _schemas() -> dict[str, str]:
+    schemas = {}
+    for name in _OPS.values():
+        schemas[name] = f"{name}({_ARGS}) -> Tensor"
+        schemas[f"{name}.dtype"] = f"{name}.dtype({_ARGS}, *, ScalarType? dtype=None) -> Tensor"
+        schemas[f"{name}.out"] = f"{name}.out({_ARGS}, *, Tensor(a!) out) -> Tensor(a!)"
+        schemas[f"{name}.dtype_out"] = (
+            f"{name}.dtype_out({_ARGS}, *, ScalarType? dtype=None, Tensor(a!) out) -> Tensor(a!)"
+        )
+    return schemas
+
+
+def unpack(weight: torch.Tensor, bits: int) -> torch.Tensor:
+    """The signed values of a stored table (``int16``): 4-bit bytes split high nibble first, minus 8."""
+    if bits == 8:
+        return weight.to(torch.int16)
+    wide = weight.to(torch.int16)
+    return torch.stack((wide // 16, wide % 16), dim=-1).reshape(weight.shape[0], -1) - 8
+
+
+def lookup(weight, scales, zero_points, indices, bits: int, dtype=None) -> torch.Tensor:
+    """Rows ``indices`` of the table, dequantized per group of columns (ExecuTorch's semantics)."""
+    flat = indices.reshape(-1)
+    rows = unpack(weight[flat], bits)
+    groups = 1 if scales.dim() == 1 else scales.shape[1]
+    values = rows.reshape(rows.shape[0], groups, -1).to(scales.dtype)
+    if zero_points is not None:
+        values = values - zero_points.reshape(zero_points.shape[0], groups)[flat].unsqueeze(-1).to(scales.dtype)
+    values = values * scales.reshape(scales.shape[0], groups)[flat].unsqueeze(-1)
+    result = values.reshape(*indices.shape, rows.shape[1])
+    return result if dtype is None else result.to(dtype)
+
+
+def _kernels(bits: int) -> dict[str, object]:
+    name = _OPS[bits]
+
+    def plain(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices):
+        return lookup(weight, weight_scales, weight_zero_points, indices, bits)
+
+    def with_dtype(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices, dtype=None):
+        return lookup(weight, weight_scales, weight_zero_points, indices, bits, dtype)
+
+    def plain_out(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices, *, out):
+        result = lookup(weight, weight_scales, weight_zero_points, indices, bits)
+        return out.resize_(result.shape).copy_(result)
+
+    def dtype_out(
+        weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices, *, dtype=None, out
+    ):  # fmt: skip
+        result = lookup(weight, weight_scales, weight_zero_points, indices, bits, dtype)
+        return out.resize_(result.shape).copy_(result)
+
+    return {name: plain, f"{name}.dtype": with_dtype, f"{name}.out": plain_out, f"{name}.dtype_out": dtype_out}
+
+
+LIBRARY = SharedLibrary(
+    "quantized_decomposed",
+    _schemas(),
+    {**_kernels(8), **_kernels(4)},
+    "executorch.exir.passes._quant_patterns_and_replacements",
+)
+
+
+def parse_embedding_quantize(spec: str) -> tuple[int, int]:
+    """``"<bits>,<group size>"`` (ExecuTorch's format; group size 0 = per row) as ``(bits, group_size)``."""
+    parts = spec.split(",")
+    try:
+        bits, group_size = int(parts[0]), int(parts[1])
+        if len(parts) != 2:
+            raise ValueError
+    except (ValueError, IndexError):
+        raise InvalidInputError(
+            f"embedding_quantize must be '<bits>,<group size>' such as '8,0' or '4,32', got {spec!r}"
+        ) from None
+    if bits not in _OPS or group_size < 0:
+        raise InvalidInputError(
+            f"embedding_quantize takes 8 or 4 bits and a group size >= 0 (0: one scale per row), got {spec!r}"
+        )
+    return bits, group_size
+
+
+class QuantizedEmbedding(nn.Module):
+    """An ``nn.Embedding`` whose table is stored in ``bits`` (8 or 4) with symmetric per-group scales."""
+
+    def __init__(self, weight: torch.Tensor, bits: int, group_size: int = 0) -> None:
+        super().__init__()
+        vocab, dim = weight.shape
+        group = group_size or dim
+        if dim % group or (bits == 4 and group % 2):
+            raise InvalidInputError(
+                f"an embedding of width {dim} cannot be quantized in groups of {group} ({bits}-bit): pick a group "
+                "size that divides the width (even for 4 bits), or 0 for one scale per row"
+            )
+        self.bits, self.qmin, self.qmax = bits, -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        grouped = weight.detach().float().reshape(vocab, dim // group, group)
+        scales = grouped.abs().amax(-1).clamp(min=torch.finfo(torch.float32).tiny) / self.qmax
+        q = torch.round(grouped / scales.unsqueeze(-1)).clamp(self.qmin, self.qmax).to(torch.int16).reshape(vocab, dim)
+        if bits == 4:
+            q = ((q[:, 0::2] + 8) * 16 + (q[:, 1::2] + 8)).to(torch.uint8)
+        else:
+            q = q.to(torch.int8)
+        self.register_buffer("weight", q)
+        self.register_buffer(
+            "scales", scales.to(weight.dtype) if group_size else scales.reshape(vocab).to(weight.dtype)
+        )
+        LIBRARY.ensure_registered()
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        op = getattr(torch.ops.quantized_decomposed, _OPS[self.bits])
+        return op(self.weight, self.scales, None, self.qmin, self.qmax, indices)
+
+
+def quantize_embeddings(model: nn.Module, spec: str) -> None:
+    """Replace ``model.tok_embeddings`` by a :class:`QuantizedEmbedding` (a tied output keeps its float matrix)."""
+    bits, group_size = parse_embedding_quantize(spec)
+    model.tok_embeddings = QuantizedEmbedding(model.tok_embeddings.weight, bits, group_size)
