@@ -162,6 +162,7 @@ DYNAMIC_IMPORT_ALLOWED = {
     "edgetorch/runtime/selective.py": "the generated selective module imports family names written by us",
     "edgetorch/_lazy.py": "lazy attribute table written in our source",
     "edgetorch/cli/__init__.py": "command modules come from the COMMANDS list in our source",
+    "edgetorch/devtools/extras.py": "optional packages (pandas, tabulate, matplotlib) named in our source",
 }
 
 

@@ -1,10 +1,11 @@
-"""Drop parameters, buffers and constant tensors that no node reads.
+"""Drop parameters that no node reads.
 
 ``torch.export`` lifts every parameter of the module, used or not. After PT2E's ``convert_pt2e`` the float
 weights of quantized layers are such leftovers (the graph reads the int8 copies), and writing them would make
 a quantized program about as large as the float one. ExecuTorch removes them when it lowers to Edge
-(``remove_unused_parameters_pass``); so does ``lower_to_edge``. A buffer the program mutates is kept even if
-no node reads it. May import torch.
+(``remove_unused_parameters_pass``); so does ``lower_to_edge``. Like ExecuTorch it leaves buffers and
+constant tensors alone (an unread ``num_batches_tracked`` stays), so both write the same named data.
+May import torch.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ from __future__ import annotations
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, OutputKind
 
-_STATE = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
-
 
 def remove_unused_parameters_pass(program: ExportedProgram) -> ExportedProgram:
-    """``program`` without the unread state inputs (changed in place: call it on a program you own, such as
+    """``program`` without the unread parameters (changed in place: call it on a program you own, such as
     the one a decomposition returns); returned unchanged when every input is read."""
     signature = program.graph_signature
     mutated = {s.target for s in signature.output_specs if s.kind == OutputKind.BUFFER_MUTATION}
@@ -24,7 +23,7 @@ def remove_unused_parameters_pass(program: ExportedProgram) -> ExportedProgram:
     unused = [
         (spec, node)
         for spec, node in zip(signature.input_specs, placeholders)
-        if spec.kind in _STATE and not node.users and spec.target not in mutated
+        if spec.kind == InputKind.PARAMETER and not node.users and spec.target not in mutated
     ]
     if not unused:
         return program
