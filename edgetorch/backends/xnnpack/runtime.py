@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from edgetorch.backends.xnnpack import qgemm
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
@@ -954,25 +955,24 @@ def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 # ---------------------------------------------------------------------- quantized nodes
 #
 # Quantized values hold integers q standing for (q - zero_point) * scale. Fully connected
-# and convolution run XNNPACK's integer arithmetic with float32 BLAS: inputs and weights
-# are turned into float32 arrays of their centred integers (x = q - zero_point, at most
-# 255 in magnitude; w at most 127 or 8), so every product is an integer below 2**15 and
-# every partial sum of K such products below K * 2**15. float32 represents every integer
-# up to 2**24 exactly, so an sgemm over K <= 512 terms accumulates with no rounding at
-# all: the result equals XNNPACK's int32 accumulator. Longer dot products are cut into
-# chunks of 512 whose (exact) sums are added in float64. Measured with one thread
-# (bench/quant.py --threads 1): 32x512x1024 takes 0.62 ms this way, 0.47 ms as a
-# dequantize-then-sgemm (not exact), 1.05 ms as float64 dgemm and 120 ms as NumPy's int32
-# matmul, which has no BLAS; 256x1024x1024: 18.9, 17.6, 38.7 and 2528 ms.
-# The int32 bias is then added, and XNNPACK's fp32 requantization applied: multiply by
-# input_scale * weight_scale / output_scale in float32, round half to even, add the
-# output zero point, clamp. Blockwise 4-bit weights have one scale per block, which no
-# single integer GEMM can apply, so they are dequantized once (cached) and the centred
-# dynamic int8 input multiplies them in float32. Other ops on quantized values
-# (add, pooling, transposes, ...) run their float kernel on dequantized values and
-# requantize their output, which matches XNNPACK's fixed-point kernels within one step.
-
-_EXACT_K = 512
+# and convolution run XNNPACK's integer arithmetic with float32 BLAS on integer-valued
+# float32 arrays (qgemm.py states why that is exact and what the other options cost). A
+# static fully connected multiplies the raw int8/uint8 input (|q| <= 256) by the weights
+# with the bias, corrected for the input zero point (bias - zero_point * sum_k w[k, n]),
+# as one more weight row, so one sgemm yields XNNPACK's int32 accumulator exactly when
+# every column's L1 bound allows, else exact K-chunks summed in float64. A static
+# convolution runs the float planner on centred integers (|x - zero_point| <= 255) and
+# its bias; its single sgemm is exact under the same bound, which the models measured in
+# bench/quant.py meet; where one did not, the float32 rounding of a sum above 2**24 is a
+# relative 6e-8, which can move the requantized output only at a rounding tie.
+# XNNPACK's fp32 requantization follows: multiply by input_scale * weight_scale /
+# output_scale in float32, clamp, round half to even, add the output zero point.
+# Dynamically quantized nodes (float output) multiply the dequantized input by weights
+# dequantized once at load (per-channel int8 or blockwise 4-bit), with the bias row: the
+# float result differs from XNNPACK's only by float32 rounding. A clamp between equal
+# quantization parameters clips the integers; other ops on quantized values (add,
+# pooling, transposes, ...) run their float kernel on dequantized values and requantize
+# their output, which matches XNNPACK's fixed-point kernels within one step.
 
 
 def _qrange(dtype: np.dtype) -> tuple[int, int]:
@@ -982,19 +982,30 @@ def _qrange(dtype: np.dtype) -> tuple[int, int]:
 
 def _quantize_steps(y: np.ndarray, q: np.ndarray, scale: Any, zero_point: int, lo: float, hi: float) -> list:
     """Steps writing round_half_even(y / scale) + zero_point into ``q``, clamped to q's range and [lo, hi]."""
-    qmin, qmax = _qrange(q.dtype)
+    qmin, qmax = _qbounds(q.dtype, scale, zero_point, lo, hi)
+    t = np.empty(y.shape, np.float32)
+    steps, src = [], y
+    if scale != 1:
+        steps.append(partial(np.multiply, y, np.float32(1.0) / np.float32(scale), out=t))
+        src = t
+    # Clamping before rounding equals clamping after: the bounds are integers.
+    steps += [
+        partial(np.clip, src, np.float32(qmin - zero_point), np.float32(qmax - zero_point), out=t),
+        partial(np.rint, t, out=t),
+    ]
+    if zero_point:
+        steps.append(partial(np.add, t, np.float32(zero_point), out=t))
+    return steps + [partial(np.copyto, q, t, casting="unsafe")]
+
+
+def _qbounds(dtype: np.dtype, scale: Any, zero_point: int, lo: float, hi: float) -> tuple[int, int]:
+    """The integer range of a quantized output: its dtype's, narrowed by a float clamp [lo, hi]."""
+    qmin, qmax = _qrange(dtype)
     if lo != -math.inf:
         qmin = max(qmin, int(np.rint(np.float32(lo) / scale)) + zero_point)
     if hi != math.inf:
         qmax = min(qmax, int(np.rint(np.float32(hi) / scale)) + zero_point)
-    t = np.empty(y.shape, np.float32)
-    return [
-        partial(np.multiply, y, np.float32(1.0) / np.float32(scale), out=t),
-        partial(np.rint, t, out=t),
-        partial(np.add, t, np.float32(zero_point), out=t),
-        partial(np.clip, t, np.float32(qmin), np.float32(qmax), out=t),
-        partial(np.copyto, q, t, casting="unsafe"),
-    ]
+    return qmin, qmax
 
 
 def _dequantize_steps(q: np.ndarray, f: np.ndarray, qp: _QParams) -> list:
@@ -1052,22 +1063,6 @@ def _unpack_int4(packed: np.ndarray, rows: int, cols: int) -> np.ndarray:
     return w[:, :cols] - 8
 
 
-def _exact_matmul(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> list:
-    """Steps for out = x @ w, exact on integer-valued float32 operands (see above)."""
-    k = x.shape[1]
-    if k <= _EXACT_K:
-        return [partial(np.matmul, x, w, out=out)]
-    part = np.empty(out.shape, np.float32)
-    total = np.empty(out.shape, np.float64)
-    steps = [partial(total.fill, 0.0)]
-    for i in range(0, k, _EXACT_K):
-        steps += [
-            partial(np.matmul, x[:, i : i + _EXACT_K], w[i : i + _EXACT_K], out=part),
-            partial(np.add, total, part, out=total),
-        ]
-    return steps + [partial(np.copyto, out, total, casting="unsafe")]
-
-
 def _requantize_steps(
     acc: np.ndarray, bias: np.ndarray | None, factor: np.ndarray, q: np.ndarray, qp: _QParams, node: xs.XNode
 ) -> list:
@@ -1098,46 +1093,66 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     dims = list(g.value(n.filter_id).dims)
     transposed = bool(n.flags & xs.FLAG_TRANSPOSE_WEIGHTS)
     oc, ic = (dims[1], dims[0]) if transposed else (dims[0], dims[1])
-    if g.value(n.filter_id).datatype == xs.XNNDatatype.xnn_datatype_qbint4:
-        w = _unpack_int4(g.constants[n.filter_id], oc, ic).astype(np.float32)
-        w = (w.reshape(oc, ic // wq.group_size, wq.group_size) * wq.scale[:, :, None]).reshape(oc, ic)
-        w, wscale = np.ascontiguousarray(w.T), None  # dequantized [in, out]
-    else:
-        w = g.constants[n.filter_id].astype(np.float32) - np.float32(wq.zero_point)
-        w = np.ascontiguousarray(w if transposed else w.T)  # centred integers [in, out]
-        wscale = _weight_scale(wq, oc)
     xq, yq = g.quant.get(n.input1_id), g.quant.get(n.output_id)
+    if xq is None:
+        raise _Unsupported("a fully connected with quantized weights needs a quantized input")
     bias = None
     if n.bias_id != xs.INVALID_VALUE_ID:
         bias = g.constant(n.bias_id, "bias").reshape(-1)
         bias = bias.astype(np.float32) if n.bias_id in g.quant else bias
-    if xq is None:
-        raise _Unsupported("a fully connected with quantized weights needs a quantized input")
-    if xq.scale is not None and yq is not None:
-        factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
+    if g.value(n.filter_id).datatype == xs.XNNDatatype.xnn_datatype_qbint4:
+        w = _unpack_int4(g.constants[n.filter_id], oc, ic).astype(np.float32)
+        w, wscale = (w.reshape(oc, ic // wq.group_size, wq.group_size) * wq.scale[:, :, None]).reshape(oc, ic).T, None
+    else:
+        w = g.constants[n.filter_id].astype(np.float32) - np.float32(wq.zero_point)
+        w, wscale = (w if transposed else w.T), _weight_scale(wq, oc)  # centred integers [in, out]
+    if xq.scale is None:  # dynamic int8 input, float output
+        return _dynamic_fully_connected(n, node, w if wscale is None else w * wscale, bias, ic, oc)
+    if wscale is None or yq is None:
+        raise _Unsupported("static int8 fully connected needs int8 weights and a quantized output")
+    # The raw input q times w, with the zero point's share sum_k zp * w[k, n] taken off the bias.
+    correction = np.float64(xq.zero_point) * w.astype(np.float64).sum(axis=0)
+    waug = qgemm.with_bias_row(w, (0 if bias is None else bias.astype(np.float64)) - correction)
+    xmax = float(max(-_qrange(g.dtype(n.input1_id))[0], _qrange(g.dtype(n.input1_id))[1]))
+    bound = waug.copy()
+    bound[ic] /= xmax  # the bias row multiplies a column of ones, not an input
+    splits = qgemm.exact_splits(bound, xmax)
+    factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
         x2 = x.reshape(-1, ic)
-        xc = np.empty(x2.shape, np.float32)
+        xa = qgemm.ones_column_buffer(x2.shape[0], ic)
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
-        if xq.scale is None:
-            scale, zp = env.dynamic[n.input1_id]
-            acc = y.reshape(-1, oc)
-            steps = [partial(np.subtract, x2, zp, out=xc)]
-            steps += _exact_matmul(xc, w, acc) if wscale is not None else [partial(np.matmul, xc, w, out=acc)]
-            if wscale is not None:
-                steps.append(partial(np.multiply, acc, wscale, out=acc))
-            steps.append(partial(np.multiply, acc, scale, out=acc))
-            if bias is not None:
-                steps.append(partial(np.add, acc, bias, out=acc))
-            lo, hi = _min_max(node)
-            return steps + ([] if (lo, hi) == (-math.inf, math.inf) else _clamp(acc, acc, lo, hi))
-        if wscale is None or yq is None:
-            raise _Unsupported("static int8 fully connected needs int8 weights and a quantized output")
         acc = np.empty((x2.shape[0], oc), np.float32)
-        steps = [partial(np.subtract, x2, np.float32(xq.zero_point), out=xc)] + _exact_matmul(xc, w, acc)
-        return steps + _requantize_steps(acc, bias, factor, y.reshape(-1, oc), yq, node)
+        steps = [partial(np.copyto, xa[:, :ic], x2)] + qgemm.matmul_steps(xa, waug, acc, splits)
+        return steps + _requantize_steps(acc, None, factor, y.reshape(-1, oc), yq, node)
+
+    return plan
+
+
+def _dynamic_fully_connected(
+    n: Any, node: xs.XNode, w: np.ndarray, bias: np.ndarray | None, ic: int, oc: int
+) -> Planner:
+    """Dynamically quantized input [rows, ic] (per-row scale and zero point) times dequantized weights."""
+    waug = qgemm.with_bias_row(w, bias)
+
+    def plan(env: _Env) -> list:
+        x = env[n.input1_id]
+        x2 = x.reshape(-1, ic)
+        scale, zp = env.dynamic[n.input1_id]
+        xa = qgemm.ones_column_buffer(x2.shape[0], ic)
+        xd = xa[:, :ic]
+        y = env.empty(n.output_id, x.shape[:-1] + (oc,))
+        y2 = y.reshape(-1, oc)
+        steps = [
+            partial(np.copyto, xd, x2),
+            partial(np.subtract, xd, zp, out=xd),
+            partial(np.multiply, xd, scale, out=xd),
+            partial(np.matmul, xa, waug, out=y2),
+        ]
+        lo, hi = _min_max(node)
+        return steps + ([] if (lo, hi) == (-math.inf, math.inf) else _clamp(y2, y2, lo, hi))
 
     return plan
 
@@ -1150,16 +1165,25 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             "a quantized convolution needs a quantized input and weights, and a quantized output if static"
         )
     wid, xid, yid = g.shadow(n.filter_id), g.shadow(n.input1_id), g.shadow(n.output_id)
-    w = g.constant(n.filter_id, "filter")
-    g.constants[wid] = w.astype(np.float32) - np.float32(wq.zero_point)
-    inner = _COMPILERS[type(n)](
-        dataclasses.replace(n, input1_id=xid, filter_id=wid, output_id=yid, bias_id=xs.INVALID_VALUE_ID), node, g
-    )
-    del g.constants[wid]  # the float planner keeps its own packed copy
     channels = list(g.value(n.output_id).dims)[-1]
     wscale = _weight_scale(wq, channels)
+    w = g.constant(n.filter_id, "filter").astype(np.float32) - np.float32(wq.zero_point)
     bias = g.constant(n.bias_id, "bias").reshape(-1).astype(np.float32) if n.bias_id != xs.INVALID_VALUE_ID else None
-    if xq.scale is None:  # dynamic int8 input, float output: one input scale per batch entry
+    dynamic = xq.scale is None
+    # Static: centred integers and the int32 bias, inside the float planner (an im2col convolution adds
+    # the bias in its sgemm). Dynamic: weights dequantized once; the bias comes after the input scale.
+    # Output channels: dim 0 of a convolution's [OC, KH, KW, IC] filter, the last of a depthwise [1, KH, KW, OC].
+    per_out = wscale.reshape(-1, 1, 1, 1) if isinstance(n, xs.XNNConv2d) else wscale
+    g.constants[wid] = w * per_out if dynamic else w
+    bid = xs.INVALID_VALUE_ID
+    if bias is not None and not dynamic:
+        bid = g.shadow(n.bias_id)
+        g.constants[bid] = bias
+    inner = _COMPILERS[type(n)](
+        dataclasses.replace(n, input1_id=xid, filter_id=wid, output_id=yid, bias_id=bid), node, g
+    )
+    del g.constants[wid]  # the float planner keeps its own packed copy
+    if dynamic:  # dynamic int8 input, float output: one input scale per batch entry
 
         def plan(env: _Env) -> list:
             x = env[n.input1_id]
@@ -1169,10 +1193,7 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             steps = [partial(np.subtract, x, zp.reshape(rows), out=xc)] + inner(env)
             acc = env[yid]
             env.alias(n.output_id, yid, acc)
-            steps += [
-                partial(np.multiply, acc, wscale, out=acc),
-                partial(np.multiply, acc, scale.reshape(rows), out=acc),
-            ]
+            steps.append(partial(np.multiply, acc, scale.reshape(rows), out=acc))
             if bias is not None:
                 steps.append(partial(np.add, acc, bias, out=acc))
             lo, hi = _min_max(node)
@@ -1187,7 +1208,7 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         steps = [partial(np.subtract, x, np.float32(xq.zero_point), out=xc)] + inner(env)
         acc = env[yid]
         y = env.empty(n.output_id, acc.shape)
-        return steps + _requantize_steps(acc, bias, factor, y, yq, node)
+        return steps + _requantize_steps(acc, None, factor, y, yq, node)
 
     return plan
 
@@ -1234,7 +1255,28 @@ def _quantized_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         return _quantized_fully_connected(n, node, g)
     if isinstance(n, (xs.XNNConv2d, xs.XNNDepthwiseConv2d)) and n.filter_id in g.quant:
         return _quantized_convolution(n, node, g)
+    if isinstance(n, xs.XNNClamp):
+        qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
+        if qin is not None and qout is not None and _same_tensor_params(qin, qout):
+            return _integer_clamp(n, node, g, qout)
     return _dequantized(n, node, g)
+
+
+def _same_tensor_params(a: _QParams, b: _QParams) -> bool:
+    return a.scale is not None and not np.ndim(a.scale) and a.scale == b.scale and a.zero_point == b.zero_point
+
+
+def _integer_clamp(n: Any, node: xs.XNode, g: _Graph, qp: _QParams) -> Planner:
+    """A clamp (ReLU, ReLU6, hardtanh) between equal per-tensor parameters: a clip of the integers."""
+    lo, hi = _min_max(node)
+
+    def plan(env: _Env) -> list:
+        x = env[n.input_id]
+        y = env.empty(n.output_id, x.shape)
+        qmin, qmax = _qbounds(y.dtype, qp.scale, qp.zero_point, lo, hi)
+        return [partial(np.clip, x, y.dtype.type(qmin), y.dtype.type(qmax), out=y)]
+
+    return plan
 
 
 # ------------------------------------------------------------------------ compile, run
