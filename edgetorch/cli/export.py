@@ -85,6 +85,10 @@ def _quantized_program(module: Any, example: tuple, dynamic: Any, args: argparse
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.quantize and args.backend != "xnnpack":
+        raise ValueError(f"--quantize {args.quantize} targets XNNPACK: add --backend xnnpack")
+    if args.calibration and args.quantize != "int8":
+        raise ValueError("--calibration only applies to --quantize int8 (static activation ranges)")
     import torch
 
     from edgetorch.exir import to_edge, to_edge_transform_and_lower
@@ -93,10 +97,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise ValueError("FACTORY() must return (module, example_args) or (module, example_args, dynamic_shapes)")
     module, example, dynamic = (*made, None)[:3]
-    if args.quantize and args.backend != "xnnpack":
-        raise ValueError(f"--quantize {args.quantize} targets XNNPACK: add --backend xnnpack")
-    if args.calibration and args.quantize != "int8":
-        raise ValueError("--calibration only applies to --quantize int8 (static activation ranges)")
     t0 = time.perf_counter()
     if args.quantize:
         ep = _quantized_program(module.eval(), tuple(example), dynamic, args)

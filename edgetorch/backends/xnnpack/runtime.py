@@ -1229,7 +1229,8 @@ def _dequantized(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     for v in reads:
         if v in g.constants:
             g.constants[swap[v]] = (g.constants[v].astype(np.float32) - g.quant[v].zero_point) * g.quant[v].scale
-    inner = _with_activation(n, node, compiler(dataclasses.replace(n, **fields), node, g))
+    swapped = dataclasses.replace(n, **fields)
+    inner = _with_activation(swapped, node, compiler(swapped, node, g))  # clamps the float output
 
     def plan(env: _Env) -> list:
         steps = []
