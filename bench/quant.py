@@ -3,8 +3,8 @@
 For each benchmark model (bench/models.py) and scheme the model is quantized (PT2E with
 ExecuTorch's XNNPACKQuantizer, whose converted graphs equal ours: ``int8`` static per-channel,
 calibrated on the example input and three more of its distribution, for the CNNs;
-``int8-dynamic`` per-channel, and torchao's ``quantize_`` 8da4w (group 32) for the MLP and
-transformers) and lowered by ExecuTorch's XNNPACK partitioner; the same .pte runs on both
+``int8-dynamic`` per-channel, and torchao's ``quantize_`` 8da4w (group 32; a linear whose
+input size 32 does not divide stays float) for the MLP and transformers) and lowered by ExecuTorch's XNNPACK partitioner; the same .pte runs on both
 runtimes. SQNR is each runtime's output against the float model's eager output. The fp32
 program is ExecuTorch's XNNPACK lowering of the float model, run on our runtime. ONNX Runtime
 int8 is ``onnxruntime.quantization.quantize_dynamic`` (int8 weights) on ``torch.onnx.export``'s
@@ -65,9 +65,9 @@ def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.E
         from torchao.quantization.granularity import PerGroup
         from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
 
-        quantize_(
-            model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
-        )
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
+        # A linear whose input size 32 does not divide (the MLP's 784 pixels) stays float.
+        quantize_(model, config, lambda m, fqn: isinstance(m, torch.nn.Linear) and m.in_features % 32 == 0)
         return torch.export.export(model, args)
     from executorch.backends.xnnpack.quantizer import xnnpack_quantizer as theirs
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -139,16 +139,22 @@ def model_results(name: str, quick: bool) -> dict:
             out["ort"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
     out["schemes"] = {}
     for scheme in SCHEMES[name]:
-        t0 = time.perf_counter()
-        pte = lower(quantize(model, args, scheme))
-        run = runners(pte, args)
-        row = {"bytes": len(pte), "compile_s": time.perf_counter() - t0}
-        row["sqnr_ours"], row["sqnr_et"] = sqnr(reference, run["ours"]()), sqnr(reference, run["et"]())
-        row["ours_ms"], row["et_ms"] = (1e3 * median_time(run[k], **budget) for k in ("ours", "et"))
-        out["schemes"][scheme] = row
-        del run
-        print(f"[quant] {name} {scheme}: {row}", flush=True)
+        try:
+            out["schemes"][scheme] = scheme_results(model, args, scheme, reference, budget)
+        except Exception as e:  # noqa: BLE001
+            out["schemes"][scheme] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+        print(f"[quant] {name} {scheme}: {out['schemes'][scheme]}", flush=True)
     return out
+
+
+def scheme_results(model: torch.nn.Module, args: tuple, scheme: str, reference: np.ndarray, budget: dict) -> dict:
+    t0 = time.perf_counter()
+    pte = lower(quantize(model, args, scheme))
+    run = runners(pte, args)
+    row = {"bytes": len(pte), "compile_s": time.perf_counter() - t0}
+    row["sqnr_ours"], row["sqnr_et"] = sqnr(reference, run["ours"]()), sqnr(reference, run["et"]())
+    row["ours_ms"], row["et_ms"] = (1e3 * median_time(run[k], **budget) for k in ("ours", "et"))
+    return row
 
 
 def model_rows(results: dict) -> list[list[str]]:
@@ -156,6 +162,9 @@ def model_rows(results: dict) -> list[list[str]]:
     for name, r in results.items():
         ort = r["ort"]
         for scheme, s in r["schemes"].items():
+            if "error" in s:
+                rows.append([name, scheme, s["error"]] + [""] * (len(MODEL_HEADERS) - 3))
+                continue
             rows.append(
                 [
                     name,
@@ -239,7 +248,7 @@ def plot(results: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cases = [(name, scheme) for name, r in results.items() for scheme in r["schemes"]]
+    cases = [(n, s) for n, r in results.items() for s, row in r["schemes"].items() if "error" not in row]
     bars = {
         "edgetorch quantized": lambda r, s: r["schemes"][s]["ours_ms"],
         "edgetorch fp32": lambda r, s: r["fp32_ours_ms"],
@@ -283,7 +292,12 @@ def main() -> None:
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
     set_threads(args.threads)
-    results = {name: model_results(name, args.quick) for name in args.models.split(",")}
+    results = {}
+    for name in args.models.split(","):
+        try:
+            results[name] = model_results(name, args.quick)
+        except Exception as e:  # noqa: BLE001 - report the models that ran
+            print(f"[quant] {name} failed: {type(e).__name__}: {e}", flush=True)
     models = table(MODEL_HEADERS, model_rows(results))
     gemms = table(["M x K x N", "GEMM", "ms", "exact int32 result"], gemm_rows(args.quick))
     print(models, gemms, sep="\n\n")

@@ -84,6 +84,9 @@ class _Graph:
         self.values: dict[int, xs.XNNTensorValue] = {}
         self.constants: dict[int, np.ndarray] = {}
         self.quant: dict[int, _QParams] = {}
+        # Quantized values some reader needs as integers (set before the nodes compile); the others exist
+        # only as float32 centred integers (see _quantize_steps).
+        self.needs_int8: set[int] = set()
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
         try:
@@ -196,6 +199,7 @@ class _Env:
         self.pinned = set(pinned)
         self.free: dict[int, list[np.ndarray]] = {}
         self.dynamic: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # qdint8 value -> per-row (scale, zero point)
+        self.centred: dict[int, np.ndarray] = {}  # per-tensor quantized value -> float32 q - zero_point
 
     def __getitem__(self, vid: int) -> np.ndarray:
         a = self.arrays.get(vid)
@@ -980,8 +984,16 @@ def _qrange(dtype: np.dtype) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _quantize_steps(y: np.ndarray, q: np.ndarray, scale: Any, zero_point: int, lo: float, hi: float) -> list:
-    """Steps writing round_half_even(y / scale) + zero_point into ``q``, clamped to q's range and [lo, hi]."""
+def _quantize_steps(
+    y: np.ndarray, q: np.ndarray, scale: Any, zero_point: int, lo: float, hi: float, dest: tuple | None = None
+) -> list:
+    """Steps writing round_half_even(y / scale) + zero_point into ``q``, clamped to q's range and [lo, hi].
+
+    With ``dest`` = (env, value id) the float32 centred integers q - zero_point are also recorded as
+    ``env.centred[value id]`` for the readers that take them (convolution, fully connected, clamp and
+    the dequantizing fallback skip a conversion and a subtraction); when no reader needs the integers
+    themselves (the graph's outputs and converts do), ``q`` is not written at all.
+    """
     qmin, qmax = _qbounds(q.dtype, scale, zero_point, lo, hi)
     t = np.empty(y.shape, np.float32)
     steps, src = [], y
@@ -993,9 +1005,32 @@ def _quantize_steps(y: np.ndarray, q: np.ndarray, scale: Any, zero_point: int, l
         partial(np.clip, src, np.float32(qmin - zero_point), np.float32(qmax - zero_point), out=t),
         partial(np.rint, t, out=t),
     ]
+    if dest is not None:
+        env, vid = dest
+        env.centred[vid] = t
+        if vid not in env.graph.needs_int8:
+            return steps
+        t2 = np.empty(y.shape, np.float32)
+        if zero_point:
+            return steps + [
+                partial(np.add, t, np.float32(zero_point), out=t2),
+                partial(np.copyto, q, t2, casting="unsafe"),
+            ]
+        return steps + [partial(np.copyto, q, t, casting="unsafe")]
     if zero_point:
         steps.append(partial(np.add, t, np.float32(zero_point), out=t))
     return steps + [partial(np.copyto, q, t, casting="unsafe")]
+
+
+def _centred_input(env: _Env, vid: int, qp: _QParams, dst_id: int) -> tuple[np.ndarray, list]:
+    """Value ``vid`` as float32 centred integers under id ``dst_id``: shared if its producer kept them."""
+    c = env.centred.get(vid)
+    if c is not None:
+        env.arrays[dst_id] = c
+        return c, []
+    x = env[vid]
+    xc = env.empty(dst_id, x.shape)
+    return xc, [partial(np.subtract, x, np.float32(qp.zero_point), out=xc)]
 
 
 def _qbounds(dtype: np.dtype, scale: Any, zero_point: int, lo: float, hi: float) -> tuple[int, int]:
@@ -1064,7 +1099,13 @@ def _unpack_int4(packed: np.ndarray, rows: int, cols: int) -> np.ndarray:
 
 
 def _requantize_steps(
-    acc: np.ndarray, bias: np.ndarray | None, factor: np.ndarray, q: np.ndarray, qp: _QParams, node: xs.XNode
+    acc: np.ndarray,
+    bias: np.ndarray | None,
+    factor: np.ndarray,
+    q: np.ndarray,
+    qp: _QParams,
+    node: xs.XNode,
+    dest: tuple | None = None,
 ) -> list:
     """XNNPACK's fp32 requantization of the int32 accumulator ``acc`` (+ bias) into ``q``."""
     steps = []
@@ -1079,6 +1120,7 @@ def _requantize_steps(
         qp.zero_point,
         lo / qp.scale if lo != -math.inf else lo,
         hi / qp.scale if hi != math.inf else hi,
+        dest,
     )
 
 
@@ -1111,6 +1153,7 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     if wscale is None or yq is None:
         raise _Unsupported("static int8 fully connected needs int8 weights and a quantized output")
     # The raw input q times w, with the zero point's share sum_k zp * w[k, n] taken off the bias.
+    w0 = w
     correction = np.float64(xq.zero_point) * w.astype(np.float64).sum(axis=0)
     waug = qgemm.with_bias_row(w, (0 if bias is None else bias.astype(np.float64)) - correction)
     xmax = float(max(-_qrange(g.dtype(n.input1_id))[0], _qrange(g.dtype(n.input1_id))[1]))
@@ -1118,15 +1161,26 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     bound[ic] /= xmax  # the bias row multiplies a column of ones, not an input
     splits = qgemm.exact_splits(bound, xmax)
     factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
+    centred: list = []  # (weights with the plain bias, splits), made when a plan first has centred input
 
     def plan(env: _Env) -> list:
-        x = env[n.input1_id]
+        x = env.centred.get(n.input1_id)
+        w, cuts = waug, splits
+        if x is not None:
+            if not centred:
+                plain = qgemm.with_bias_row(w0, bias)
+                bound = plain.copy()
+                bound[ic] /= 256
+                centred.append((plain, qgemm.exact_splits(bound, 256.0)))
+            w, cuts = centred[0]
+        else:
+            x = env[n.input1_id]
         x2 = x.reshape(-1, ic)
         xa = qgemm.ones_column_buffer(x2.shape[0], ic)
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         acc = np.empty((x2.shape[0], oc), np.float32)
-        steps = [partial(np.copyto, xa[:, :ic], x2)] + qgemm.matmul_steps(xa, waug, acc, splits)
-        return steps + _requantize_steps(acc, None, factor, y.reshape(-1, oc), yq, node)
+        steps = [partial(np.copyto, xa[:, :ic], x2)] + qgemm.matmul_steps(xa, w, acc, cuts)
+        return steps + _requantize_steps(acc, None, factor, y.reshape(-1, oc), yq, node, (env, n.output_id))
 
     return plan
 
@@ -1203,12 +1257,11 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
 
     def plan(env: _Env) -> list:
-        x = env[n.input1_id]
-        xc = env.empty(xid, x.shape)
-        steps = [partial(np.subtract, x, np.float32(xq.zero_point), out=xc)] + inner(env)
+        _, steps = _centred_input(env, n.input1_id, xq, xid)
+        steps += inner(env)
         acc = env[yid]
         y = env.empty(n.output_id, acc.shape)
-        return steps + _requantize_steps(acc, None, factor, y, yq, node)
+        return steps + _requantize_steps(acc, None, factor, y, yq, node, (env, n.output_id))
 
     return plan
 
@@ -1234,16 +1287,19 @@ def _dequantized(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
     def plan(env: _Env) -> list:
         steps = []
-        for v in reads:
+        for v in dict.fromkeys(reads):
             if v not in g.constants:
-                f = env.empty(swap[v], env[v].shape)
-                steps += _dequantize_steps(env[v], f, g.quant[v])
+                c = env.centred.get(v)
+                f = env.empty(swap[v], env[v].shape if c is None else c.shape)
+                if c is None:
+                    steps += _dequantize_steps(env[v], f, g.quant[v])
+                else:
+                    steps.append(partial(np.multiply, c, g.quant[v].scale, out=f))
         steps += inner(env)
         if out_q is not None:
             f = env[swap[n.output_id]]
-            steps += _quantize_steps(
-                f, env.empty(n.output_id, f.shape), out_q.scale, out_q.zero_point, -math.inf, math.inf
-            )
+            q = env.empty(n.output_id, f.shape)
+            steps += _quantize_steps(f, q, out_q.scale, out_q.zero_point, -math.inf, math.inf, (env, n.output_id))
         return steps
 
     return plan
@@ -1272,10 +1328,17 @@ def _integer_clamp(n: Any, node: xs.XNode, g: _Graph, qp: _QParams) -> Planner:
     lo, hi = _min_max(node)
 
     def plan(env: _Env) -> list:
-        x = env[n.input_id]
-        y = env.empty(n.output_id, x.shape)
+        c = env.centred.get(n.input_id)
+        y = env.empty(n.output_id, (env[n.input_id] if c is None else c).shape)
         qmin, qmax = _qbounds(y.dtype, qp.scale, qp.zero_point, lo, hi)
-        return [partial(np.clip, x, y.dtype.type(qmin), y.dtype.type(qmax), out=y)]
+        if c is None:
+            return [partial(np.clip, env[n.input_id], y.dtype.type(qmin), y.dtype.type(qmax), out=y)]
+        zp, t = qp.zero_point, np.empty(c.shape, np.float32)
+        env.centred[n.output_id] = t  # centred integers clipped stay integers: no rounding
+        steps = [partial(np.clip, c, np.float32(qmin - zp), np.float32(qmax - zp), out=t)]
+        if n.output_id in g.needs_int8:
+            steps += _quantize_steps(t, y, np.float32(1), zp, -math.inf, math.inf)
+        return steps
 
     return plan
 
@@ -1370,6 +1433,12 @@ class XnnpackDelegate:
     def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
         self.graph = _Graph(blob, named_data)
         self.xnodes = list(blob.graph.xnodes)
+        self.graph.needs_int8 = {vid for _, vid in self.graph.outputs} | {
+            vid
+            for node in blob.graph.xnodes
+            if isinstance(node.xnode_union, xs.XNNConvert)
+            for vid in _reads(node.xnode_union)
+        }
         self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(blob.graph.xnodes)]
         self.reads = [_reads(node.xnode_union) for node in blob.graph.xnodes]
         self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
