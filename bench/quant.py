@@ -292,34 +292,38 @@ def main() -> None:
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
     set_threads(args.threads)
-    results = {}
+    gemms = table(["M x K x N", "GEMM", "ms", "exact int32 result"], gemm_rows(args.quick))
+    print(gemms, flush=True)
+    results: dict = {}
     for name in args.models.split(","):
         try:
             results[name] = model_results(name, args.quick)
         except Exception as e:  # noqa: BLE001 - report the models that ran
             print(f"[quant] {name} failed: {type(e).__name__}: {e}", flush=True)
-    models = table(MODEL_HEADERS, model_rows(results))
-    gemms = table(["M x K x N", "GEMM", "ms", "exact int32 result"], gemm_rows(args.quick))
-    print(models, gemms, sep="\n\n")
-    if args.results:
-        results_md = pathlib.Path(args.results)
-        out_dir = results_md.parent / "results"
-        out_dir.mkdir(exist_ok=True)
-        (out_dir / "quant.json").write_text(json.dumps({"threads": args.threads, "models": results}, indent=1))
-        plot(results, out_dir / "quant.png")
-        body = (
-            f"{SECTION}\n\n`python bench/quant.py --threads {args.threads} --results bench/RESULTS.md`; "
-            "ExecuTorch's XNNPACKQuantizer (int8: static per-channel; int8-dynamic: dynamic per-channel) or "
-            "torchao 8da4w (group 32), lowered by ExecuTorch's XNNPACK partitioner; the same .pte on both "
-            "runtimes. SQNR against the float model's eager output. ORT int8: `quantize_dynamic` on "
-            "`torch.onnx.export`'s model. Medians on the shared 2-core machine (noisy).\n\n"
-            f"{models}\n\n![quantized latency](results/quant.png)\n\n"
-            "The integer GEMM options (int8 [M, K] x int8 [K, N] -> int32; see "
-            "`edgetorch/backends/xnnpack/qgemm.py`):\n\n"
-            f"{gemms}\n"
-        )
-        write_section(results_md, body)
-        print(f"wrote {results_md} and {out_dir / 'quant.png'}")
+            continue
+        if args.results:  # after every model, so a long run leaves what it measured
+            report(pathlib.Path(args.results), results, gemms, args.threads)
+    print(table(MODEL_HEADERS, model_rows(results)))
+
+
+def report(results_md: pathlib.Path, results: dict, gemms: str, threads: int) -> None:
+    out_dir = results_md.parent / "results"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / "quant.json").write_text(json.dumps({"threads": threads, "models": results}, indent=1))
+    plot(results, out_dir / "quant.png")
+    body = (
+        f"{SECTION}\n\n`python bench/quant.py --threads {threads} --results bench/RESULTS.md`; "
+        "ExecuTorch's XNNPACKQuantizer (int8: static per-channel; int8-dynamic: dynamic per-channel) or "
+        "torchao 8da4w (group 32), lowered by ExecuTorch's XNNPACK partitioner; the same .pte on both "
+        "runtimes. SQNR against the float model's eager output. ORT int8: `quantize_dynamic` on "
+        "`torch.onnx.export`'s model. Medians on the shared 2-core machine (noisy).\n\n"
+        f"{table(MODEL_HEADERS, model_rows(results))}\n\n![quantized latency](results/quant.png)\n\n"
+        "The integer GEMM options (int8 [M, K] x int8 [K, N] -> int32; see "
+        "`edgetorch/backends/xnnpack/qgemm.py`):\n\n"
+        f"{gemms}\n"
+    )
+    write_section(results_md, body)
+    print(f"[quant] wrote {results_md} and {out_dir / 'quant.png'}", flush=True)
 
 
 if __name__ == "__main__":
