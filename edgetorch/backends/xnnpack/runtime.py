@@ -1058,14 +1058,18 @@ def _dynamic_params(x2: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -
     np.copyto(scale, s)
 
 
-def _dynamic_convert(x: np.ndarray, q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> None:
+def _dynamic_convert(
+    x: np.ndarray, centred: np.ndarray, q: np.ndarray | None, scale: np.ndarray, zero_point: np.ndarray
+) -> None:
+    """Per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q`` if given."""
     x2 = x.reshape(scale.shape[0], -1)
     _dynamic_params(x2, scale, zero_point)
-    t = x2 / scale
+    t = centred.reshape(x2.shape)
+    np.divide(x2, scale, out=t)
     np.rint(t, out=t)
-    t += zero_point
-    np.clip(t, -128, 127, out=t)
-    np.copyto(q.reshape(x2.shape), t, casting="unsafe")
+    np.clip(t, -128 - zero_point, 127 - zero_point, out=t)
+    if q is not None:
+        np.copyto(q.reshape(x2.shape), t + zero_point, casting="unsafe")
 
 
 def _quantized_convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
@@ -1080,11 +1084,14 @@ def _quantized_convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             rows = math.prod(x.shape[: x.ndim - qout.nonbatch_dims])
             scale, zp = np.empty((rows, 1), np.float32), np.empty((rows, 1), np.float32)
             env.dynamic[n.output_id] = (scale, zp)
-            return [partial(_dynamic_convert, x, y, scale, zp)]
+            env.centred[n.output_id] = c = np.empty(x.shape, np.float32)
+            return [partial(_dynamic_convert, x, c, y if n.output_id in g.needs_int8 else None, scale, zp)]
+        dest = (env, n.output_id)
         if qin is None:
-            return _quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf)
+            return _quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
         f = np.empty(x.shape, np.float32)
-        return _dequantize_steps(x, f, qin) + _quantize_steps(f, y, qout.scale, qout.zero_point, -math.inf, math.inf)
+        quantize = _quantize_steps(f, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
+        return _dequantize_steps(x, f, qin) + quantize
 
     return plan
 
@@ -1199,12 +1206,12 @@ def _dynamic_fully_connected(
         xd = xa[:, :ic]
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         y2 = y.reshape(-1, oc)
-        steps = [
-            partial(np.copyto, xd, x2),
-            partial(np.subtract, xd, zp, out=xd),
-            partial(np.multiply, xd, scale, out=xd),
-            partial(np.matmul, xa, waug, out=y2),
-        ]
+        c = env.centred.get(n.input1_id)
+        if c is None:
+            steps = [partial(np.copyto, xd, x2), partial(np.subtract, xd, zp, out=xd)]
+        else:
+            steps = [partial(np.copyto, xd, c.reshape(x2.shape))]
+        steps += [partial(np.multiply, xd, scale, out=xd), partial(np.matmul, xa, waug, out=y2)]
         lo, hi = _min_max(node)
         return steps + ([] if (lo, hi) == (-math.inf, math.inf) else _clamp(y2, y2, lo, hi))
 
@@ -1242,9 +1249,14 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         def plan(env: _Env) -> list:
             x = env[n.input1_id]
             scale, zp = env.dynamic[n.input1_id]
-            xc = env.empty(xid, x.shape)
             rows = (scale.shape[0],) + (1,) * (x.ndim - 1)
-            steps = [partial(np.subtract, x, zp.reshape(rows), out=xc)] + inner(env)
+            c = env.centred.get(n.input1_id)
+            if c is None:
+                xc = env.empty(xid, x.shape)
+                steps = [partial(np.subtract, x, zp.reshape(rows), out=xc)]
+            else:
+                env.arrays[xid], steps = c, []
+            steps += inner(env)
             acc = env[yid]
             env.alias(n.output_id, yid, acc)
             steps.append(partial(np.multiply, acc, scale.reshape(rows), out=acc))
