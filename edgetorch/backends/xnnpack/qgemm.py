@@ -1,6 +1,6 @@
 """Integer GEMMs for the quantized XNNPACK nodes, computed exactly with float32 BLAS.
 
-NumPy has no fast integer matrix product (an int32 ``matmul`` runs a plain loop, 20-300x slower
+NumPy has no fast integer matrix product (an int32 ``matmul`` runs a plain loop, 100-500x slower
 than BLAS), so the quantized fully connected and convolution nodes multiply integer-valued float32
 arrays with sgemm. Why that gives XNNPACK's int32 accumulator bit for bit:
 
@@ -22,13 +22,27 @@ arrays with sgemm. Why that gives XNNPACK's int32 accumulator bit for bit:
 The bias (int32) rides along as one more weight row multiplied by a column of ones, so it is
 added inside the same sgemm and counted in the same bound.
 
-Options measured (``bench/quant.py``, one thread, this 2-core AMD EPYC, median of 5): for a
-32x1024x1024 layer float32 sgemm 1.6 ms, float64 dgemm 3.2 ms, NumPy int32 matmul 230 ms; the
-dequantize-then-sgemm (weights times their scales once, at load) costs the same as the exact
-sgemm and is what the dynamically quantized (float output) nodes use: their output is float, so
-exactness buys nothing and the weight scales are folded in for free. Static (int8 output) nodes
-use the exact integer sgemm, then XNNPACK's fp32 requantization; splitting into chunks only
-happens for columns whose L1 bound demands it (its cost: one extra pass over the output per chunk).
+Options measured for int8 [M, K] x int8 [K, N] (best of several runs, one thread, this 2-core AMD
+EPYC with AVX2 and no int8 or bf16 dot-product instructions; bench/quant.py prints the same table):
+
+    M x K x N       f32 sgemm   f64 dgemm   int32 matmul
+    1x768x3072        0.17 ms     0.51 ms        28 ms
+    32x1024x1024      0.90 ms     2.13 ms       465 ms
+    128x768x3072      19.1 ms     45.0 ms      3744 ms
+    3136x576x64       11.3 ms     14.8 ms       285 ms
+
+so sgemm wins on every shape, and the choice per shape is how many K-chunks its L1 bound needs. The
+static fully connected nodes take that choice (MobileNetV2's classifier, K = 1280, needs two chunks).
+Static convolutions run one sgemm through the float planner's im2col; the bound holds for every
+convolution of MobileNetV2 (at most 0.56 of 2**24) but not for ResNet-18's K = 2304 and 4608 ones
+(up to 2.25x): there a partial sum above 2**24 may round by a relative 6e-8, which moves the
+requantized output only at a rounding tie, within the one step the outputs are held to.
+Dequantize-then-sgemm (weights times their scales once, at
+load) costs what the exact sgemm costs; the dynamically quantized nodes use it, as their output is
+float and exactness buys nothing there, and the weight scales come for free. Static (int8 output)
+nodes use the exact integer sgemm, then XNNPACK's fp32 requantization. Nothing here can be faster
+than the float32 model's own sgemm of the same shape: a quantized node's gain is only in what
+surrounds the GEMM, which is why float32 centred integers (not int8) pass between quantized nodes.
 """
 
 from __future__ import annotations
