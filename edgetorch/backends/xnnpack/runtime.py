@@ -977,6 +977,11 @@ def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 # quantization parameters clips the integers; other ops on quantized values (add,
 # pooling, transposes, ...) run their float kernel on dequantized values and requantize
 # their output, which matches XNNPACK's fixed-point kernels within one step.
+# Between quantized nodes a per-tensor (or dynamic) quantized value travels as float32
+# centred integers q - zero_point (``_Env.centred``): its producer stops after rounding and
+# its readers skip the int8 -> float conversion; a static fully connected then uses the
+# plain bias (|q - zero_point| <= 255). int8 arrays are written only for the graph's
+# outputs and for converts, which read the integers themselves.
 
 
 def _qrange(dtype: np.dtype) -> tuple[int, int]:
