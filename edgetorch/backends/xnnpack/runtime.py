@@ -87,6 +87,8 @@ class _Graph:
         # Quantized values some reader needs as integers (set before the nodes compile); the others exist
         # only as float32 centred integers (see _quantize_steps).
         self.needs_int8: set[int] = set()
+        # Value -> integer bounds of the clamp that is its only reader: its producer applies them (see _fuse_clamps).
+        self.narrow: dict[int, tuple[int, int]] = {}
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
         try:
@@ -200,6 +202,7 @@ class _Env:
         self.free: dict[int, list[np.ndarray]] = {}
         self.dynamic: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # qdint8 value -> per-row (scale, zero point)
         self.centred: dict[int, np.ndarray] = {}  # per-tensor quantized value -> float32 q - zero_point
+        self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
 
     def __getitem__(self, vid: int) -> np.ndarray:
         a = self.arrays.get(vid)
@@ -1000,6 +1003,10 @@ def _quantize_steps(
     themselves (the graph's outputs and converts do), ``q`` is not written at all.
     """
     qmin, qmax = _qbounds(q.dtype, scale, zero_point, lo, hi)
+    if dest is not None and dest[1] in dest[0].graph.narrow:
+        a, b = dest[0].graph.narrow[dest[1]]
+        qmin, qmax = max(qmin, a), min(qmax, b)
+        dest[0].narrowed.add(dest[1])
     t = np.empty(y.shape, np.float32)
     steps, src = [], y
     if scale != 1:
@@ -1340,6 +1347,24 @@ def _same_tensor_params(a: _QParams, b: _QParams) -> bool:
     return a.scale is not None and not np.ndim(a.scale) and a.scale == b.scale and a.zero_point == b.zero_point
 
 
+def _fuse_clamps(g: _Graph, xnodes: list, reads: list) -> None:
+    """Record in ``g.narrow`` each quantized clamp that is the only reader of its input, between equal
+    per-tensor parameters: the input's producer clips to the clamp's bounds when it rounds, and the
+    clamp passes its input on (ExecuTorch's static int8 lowering keeps ReLU6 as a node of its own)."""
+    readers: dict[int, int] = {}
+    for r in reads:
+        for vid in set(r):
+            readers[vid] = readers.get(vid, 0) + 1
+    for node in xnodes:
+        n = node.xnode_union
+        if not isinstance(n, xs.XNNClamp) or readers.get(n.input_id) != 1 or n.input_id in g.needs_int8:
+            continue
+        qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
+        if qin is not None and qout is not None and _same_tensor_params(qin, qout):
+            lo, hi = _min_max(node)
+            g.narrow[n.input_id] = _qbounds(g.dtype(n.output_id), qout.scale, qout.zero_point, lo, hi)
+
+
 def _integer_clamp(n: Any, node: xs.XNode, g: _Graph, qp: _QParams) -> Planner:
     """A clamp (ReLU, ReLU6, hardtanh) between equal per-tensor parameters: a clip of the integers."""
     lo, hi = _min_max(node)
@@ -1350,7 +1375,11 @@ def _integer_clamp(n: Any, node: xs.XNode, g: _Graph, qp: _QParams) -> Planner:
         qmin, qmax = _qbounds(y.dtype, qp.scale, qp.zero_point, lo, hi)
         if c is None:
             return [partial(np.clip, env[n.input_id], y.dtype.type(qmin), y.dtype.type(qmax), out=y)]
-        zp, t = qp.zero_point, np.empty(c.shape, np.float32)
+        zp = qp.zero_point
+        if n.input_id in env.narrowed:  # its producer already clipped to these bounds
+            env.centred[n.output_id] = c
+            return _quantize_steps(c, y, np.float32(1), zp, -math.inf, math.inf) if n.output_id in g.needs_int8 else []
+        t = np.empty(c.shape, np.float32)
         env.centred[n.output_id] = t  # centred integers clipped stay integers: no rounding
         steps = [partial(np.clip, c, np.float32(qmin - zp), np.float32(qmax - zp), out=t)]
         if n.output_id in g.needs_int8:
@@ -1456,8 +1485,9 @@ class XnnpackDelegate:
             if isinstance(node.xnode_union, xs.XNNConvert)
             for vid in _reads(node.xnode_union)
         }
-        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(blob.graph.xnodes)]
         self.reads = [_reads(node.xnode_union) for node in blob.graph.xnodes]
+        _fuse_clamps(self.graph, self.xnodes, self.reads)
+        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(blob.graph.xnodes)]
         self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
         self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
         self.plans: OrderedDict[tuple, _Plan] = OrderedDict()
