@@ -203,6 +203,7 @@ class _Env:
         self.dynamic: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # qdint8 value -> per-row (scale, zero point)
         self.centred: dict[int, np.ndarray] = {}  # per-tensor quantized value -> float32 q - zero_point
         self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
+        self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
 
     def __getitem__(self, vid: int) -> np.ndarray:
         a = self.arrays.get(vid)
@@ -223,6 +224,22 @@ class _Env:
         self.arrays[vid], self.root[vid], self.end[vid] = a, vid, self.last_use.get(vid, -1)
         return a
 
+    def centred_buffer(self, vid: int, shape: Sequence[int]) -> np.ndarray:
+        """A float32 buffer for value ``vid``'s centred integers, recorded as ``centred[vid]``; it goes back to
+        the pool with ``vid``'s own memory (so quantized graphs reuse memory as float ones do)."""
+        shape = tuple(int(d) for d in shape)
+        pool = self.free.get(4 * math.prod(shape))
+        a = pool.pop().view(np.float32).reshape(shape) if pool else np.empty(shape, np.float32)
+        self.extra.setdefault(vid, []).append(a)
+        self.centred[vid] = a
+        return a
+
+    def hand_over(self, source: int, vid: int) -> None:
+        """Value ``vid`` takes over ``source``'s centred buffer (``source`` has no other reader)."""
+        a = self.centred[vid] = self.centred[source]
+        self.extra[source] = [b for b in self.extra.get(source, []) if b is not a]
+        self.extra.setdefault(vid, []).append(a)
+
     def alias(self, vid: int, source: int, array: np.ndarray) -> None:
         """Value ``vid`` is ``array``, a view of value ``source``'s memory."""
         root = self.root.get(source, source)
@@ -238,8 +255,8 @@ class _Env:
             end = self.end.get(root)
             if end is not None and end <= index and root not in self.pinned:
                 del self.end[root]
-                a = self.arrays[root]
-                self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
+                for a in [self.arrays[root], *self.extra.pop(root, [])]:
+                    self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
 
 
 # ------------------------------------------------------------------------- shared math
@@ -1007,7 +1024,7 @@ def _quantize_steps(
         a, b = dest[0].graph.narrow[dest[1]]
         qmin, qmax = max(qmin, a), min(qmax, b)
         dest[0].narrowed.add(dest[1])
-    t = np.empty(y.shape, np.float32)
+    t = np.empty(y.shape, np.float32) if dest is None else dest[0].centred_buffer(dest[1], y.shape)
     steps, src = [], y
     if scale != 1:
         steps.append(partial(np.multiply, y, np.float32(1.0) / np.float32(scale), out=t))
@@ -1019,7 +1036,6 @@ def _quantize_steps(
     ]
     if dest is not None:
         env, vid = dest
-        env.centred[vid] = t
         if vid not in env.graph.needs_int8:
             return steps
         t2 = np.empty(y.shape, np.float32)
@@ -1096,7 +1112,7 @@ def _quantized_convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             rows = math.prod(x.shape[: x.ndim - qout.nonbatch_dims])
             scale, zp = np.empty((rows, 1), np.float32), np.empty((rows, 1), np.float32)
             env.dynamic[n.output_id] = (scale, zp)
-            env.centred[n.output_id] = c = np.empty(x.shape, np.float32)
+            c = env.centred_buffer(n.output_id, x.shape)
             return [partial(_dynamic_convert, x, c, y if n.output_id in g.needs_int8 else None, scale, zp)]
         dest = (env, n.output_id)
         if qin is None:
@@ -1377,10 +1393,9 @@ def _integer_clamp(n: Any, node: xs.XNode, g: _Graph, qp: _QParams) -> Planner:
             return [partial(np.clip, env[n.input_id], y.dtype.type(qmin), y.dtype.type(qmax), out=y)]
         zp = qp.zero_point
         if n.input_id in env.narrowed:  # its producer already clipped to these bounds
-            env.centred[n.output_id] = c
+            env.hand_over(n.input_id, n.output_id)
             return _quantize_steps(c, y, np.float32(1), zp, -math.inf, math.inf) if n.output_id in g.needs_int8 else []
-        t = np.empty(c.shape, np.float32)
-        env.centred[n.output_id] = t  # centred integers clipped stay integers: no rounding
+        t = env.centred_buffer(n.output_id, c.shape)  # centred integers clipped stay integers: no rounding
         steps = [partial(np.clip, c, np.float32(qmin - zp), np.float32(qmax - zp), out=t)]
         if n.output_id in g.needs_int8:
             steps += _quantize_steps(t, y, np.float32(1), zp, -math.inf, math.inf)
