@@ -1237,9 +1237,10 @@ def _dynamic_fully_connected(
         c = env.centred.get(n.input1_id)
         if c is None:
             steps = [partial(np.copyto, xd, x2), partial(np.subtract, xd, zp, out=xd)]
+            steps.append(partial(np.multiply, xd, scale, out=xd))
         else:
-            steps = [partial(np.copyto, xd, c.reshape(x2.shape))]
-        steps += [partial(np.multiply, xd, scale, out=xd), partial(np.matmul, xa, waug, out=y2)]
+            steps = [partial(np.multiply, c.reshape(x2.shape), scale, out=xd)]
+        steps.append(partial(np.matmul, xa, waug, out=y2))
         lo, hi = _min_max(node)
         return steps + ([] if (lo, hi) == (-math.inf, math.inf) else _clamp(y2, y2, lo, hi))
 
