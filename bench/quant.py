@@ -1,21 +1,33 @@
-"""Quantized models on edgetorch's XNNPACK runtime vs ExecuTorch's: accuracy, file size, latency; and the GEMM choice.
+"""Quantized models on edgetorch's XNNPACK runtime vs ExecuTorch's and ONNX Runtime: accuracy, size, latency.
 
-For each model and scheme the model is quantized (PT2E with ExecuTorch's XNNPACKQuantizer,
-whose converted graphs equal ours, or torchao's ``quantize_`` for 8da4w) and lowered by
-ExecuTorch's XNNPACK partitioner; the same .pte runs on both runtimes (one process, 2 threads,
-median latency). SQNR is of each runtime's output against the float model's. The float
-program is ExecuTorch's XNNPACK fp32 lowering of the same model. A second table times the
-integer-GEMM options for the quantized fully connected (see edgetorch/backends/xnnpack/runtime.py).
+For each benchmark model (bench/models.py) and scheme the model is quantized (PT2E with
+ExecuTorch's XNNPACKQuantizer, whose converted graphs equal ours: ``int8`` static per-channel,
+calibrated on the example input and three more of its distribution, for the CNNs;
+``int8-dynamic`` per-channel, and torchao's ``quantize_`` 8da4w (group 32; a linear whose
+input size 32 does not divide stays float) for the MLP and transformers) and lowered by ExecuTorch's XNNPACK partitioner; the same .pte runs on both
+runtimes. SQNR is each runtime's output against the float model's eager output. The fp32
+program is ExecuTorch's XNNPACK lowering of the float model, run on our runtime. ONNX Runtime
+int8 is ``onnxruntime.quantization.quantize_dynamic`` (int8 weights) on ``torch.onnx.export``'s
+model. Latency: median wall time, one process, ``--threads`` BLAS/intra-op threads for everyone.
+A second table times the integer-GEMM options (see edgetorch/backends/xnnpack/qgemm.py).
 
-    .venv/bin/python bench/quant.py [--models mlp_large,cnn_large] [--quick]
+    python bench/quant.py [--models mlp,mobilenet_v2,resnet18,vit_tiny,gpt2] [--quick] [--threads 1]
+        [--results bench/RESULTS.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
+import io
+import json
 import logging
+import math
 import pathlib
 import sys
+import tempfile
+import time
 import warnings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -27,19 +39,58 @@ reexec_with_clean_blas_env()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench.harness import fmt_ms, median_time, set_threads, table  # noqa: E402
+from bench.harness import fmt_bytes, fmt_ms, median_time, set_threads, table  # noqa: E402
 
-SCHEMES = {"mlp_large": ("static", "dynamic", "8da4w"), "cnn_large": ("static", "dynamic")}
+SCHEMES = {
+    "mlp": ("int8-dynamic", "8da4w"),
+    "mobilenet_v2": ("int8",),
+    "resnet18": ("int8",),
+    "vit_tiny": ("int8-dynamic", "8da4w"),
+    "gpt2": ("int8-dynamic", "8da4w"),
+}
+SECTION = "## Quantization (bench/quant.py)"
 
 
-def _lower(ep: torch.export.ExportedProgram) -> bytes:
+def sqnr(reference: np.ndarray, test: np.ndarray) -> float:
+    """Signal-to-quantization-noise ratio in dB."""
+    reference, test = np.asarray(reference, np.float64), np.asarray(test, np.float64)
+    noise = np.linalg.norm(reference - test)
+    return math.inf if noise == 0 else float(20 * np.log10(np.linalg.norm(reference) / noise))
+
+
+def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.ExportedProgram:
+    """The quantized ``torch.export`` program of ``model`` under ``scheme``."""
+    model = copy.deepcopy(model)
+    if scheme == "8da4w":
+        from torchao.quantization.granularity import PerGroup
+        from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
+
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
+        # A linear whose input size 32 does not divide (the MLP's 784 pixels) stays float.
+        quantize_(model, config, lambda m, fqn: isinstance(m, torch.nn.Linear) and m.in_features % 32 == 0)
+        return torch.export.export(model, args)
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer as theirs
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    dynamic = scheme == "int8-dynamic"
+    config = theirs.get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
+    prepared = prepare_pt2e(torch.export.export(model, args).module(), theirs.XNNPACKQuantizer().set_global(config))
+    torch.manual_seed(2)
+    with torch.no_grad():
+        prepared(*args)
+        for _ in range(0 if dynamic else 3):
+            prepared(*(torch.randn_like(a) if a.is_floating_point() else a for a in args))
+    return torch.export.export(convert_pt2e(prepared), args)
+
+
+def lower(ep: torch.export.ExportedProgram) -> bytes:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
 
 
-def _runners(pte: bytes, args: tuple) -> dict:
+def runners(pte: bytes, args: tuple) -> dict:
     from executorch.runtime import Runtime as EtRuntime
 
     from edgetorch.runtime import Runtime
@@ -47,59 +98,127 @@ def _runners(pte: bytes, args: tuple) -> dict:
     ours = Runtime.get().load_program(pte).load_method("forward")
     theirs = EtRuntime.get().load_program(pte).load_method("forward")
     arrays = [a.numpy() for a in args]
-    return {"ours": lambda: ours.execute(arrays)[0], "et": lambda: theirs.execute(list(args))[0]}
+    return {"ours": lambda: ours.execute(arrays)[0], "et": lambda: np.asarray(theirs.execute(list(args))[0])}
 
 
-def model_rows(name: str, quick: bool) -> list[list[str]]:
-    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer as theirs
+def ort_int8(model: torch.nn.Module, args: tuple, work: pathlib.Path) -> tuple:
+    """(runner, file bytes) of ONNX Runtime on the dynamically int8-quantized ONNX export of ``model``."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from tests.interop.quantized_models import float_model, quantized, sqnr
+    fp32, int8 = work / "model.onnx", work / "model.int8.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(model, args, str(fp32), dynamo=True)
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = torch.get_num_threads(), 1
+    session = ort.InferenceSession(str(int8), options, providers=["CPUExecutionProvider"])
+    feed = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+    return (lambda: session.run(None, feed)[0]), sum(p.stat().st_size for p in work.glob("model.int8.onnx*"))
+
+
+def model_results(name: str, quick: bool) -> dict:
+    from bench.models import MODELS
 
     budget = dict(min_runs=1 if quick else 5, budget_s=2.0 if quick else 10.0)
-    model, args = float_model(name)
-    reference = model(*args).detach().numpy()
-    fp32 = _lower(torch.export.export(model, args))
-    fp32_run = _runners(fp32, args)
-    fp32_ours, fp32_et = (median_time(fp32_run[k], **budget) for k in ("ours", "et"))
-    rows = [[name, "fp32", f"{len(fp32)}", "1.00", "", "", fmt_ms(fp32_ours), fmt_ms(fp32_et), "1.00"]]
+    model, args = MODELS[name]()
+    with torch.no_grad():
+        reference = model(*args).detach().numpy()
+    fp32 = lower(torch.export.export(model, args))
+    fp32_run = runners(fp32, args)
+    out = {"fp32_bytes": len(fp32), "fp32_ours_ms": 1e3 * median_time(fp32_run["ours"], **budget)}
+    out["fp32_et_ms"] = 1e3 * median_time(fp32_run["et"], **budget)
+    del fp32_run
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            ort_run, ort_bytes = ort_int8(model, args, pathlib.Path(tmp))
+            out["ort"] = {"bytes": ort_bytes, "ms": 1e3 * median_time(ort_run, **budget)}
+            out["ort"]["sqnr"] = sqnr(reference, ort_run())
+            del ort_run
+        except Exception as e:  # noqa: BLE001 - a failed contender is a table cell, not the end of the run
+            out["ort"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
+    out["schemes"] = {}
     for scheme in SCHEMES[name]:
-        pt2e = {"quantizer_cls": theirs.XNNPACKQuantizer, "config_fn": theirs.get_symmetric_quantization_config}
-        _, _, ep = quantized(name, scheme, **(pt2e if scheme in ("static", "dynamic") else {}))
-        pte = _lower(ep)
-        run = _runners(pte, args)
-        ours_out, et_out = np.asarray(run["ours"]()), np.asarray(run["et"]())
-        t_ours, t_et = (median_time(run[k], **budget) for k in ("ours", "et"))
-        rows.append(
-            [
-                name,
-                scheme,
-                f"{len(pte)}",
-                f"{len(pte) / len(fp32):.2f}",
-                f"{sqnr(reference, ours_out):.1f}",
-                f"{sqnr(reference, et_out):.1f}",
-                fmt_ms(t_ours),
-                fmt_ms(t_et),
-                f"{t_ours / fp32_ours:.2f}",
-            ]
-        )
+        try:
+            out["schemes"][scheme] = scheme_results(model, args, scheme, reference, budget)
+        except Exception as e:  # noqa: BLE001
+            out["schemes"][scheme] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+        print(f"[quant] {name} {scheme}: {out['schemes'][scheme]}", flush=True)
+    return out
+
+
+def scheme_results(model: torch.nn.Module, args: tuple, scheme: str, reference: np.ndarray, budget: dict) -> dict:
+    t0 = time.perf_counter()
+    pte = lower(quantize(model, args, scheme))
+    run = runners(pte, args)
+    row = {"bytes": len(pte), "compile_s": time.perf_counter() - t0}
+    row["sqnr_ours"], row["sqnr_et"] = sqnr(reference, run["ours"]()), sqnr(reference, run["et"]())
+    row["ours_ms"], row["et_ms"] = (1e3 * median_time(run[k], **budget) for k in ("ours", "et"))
+    return row
+
+
+def model_rows(results: dict) -> list[list[str]]:
+    rows = []
+    for name, r in results.items():
+        ort = r["ort"]
+        for scheme, s in r["schemes"].items():
+            if "error" in s:
+                rows.append([name, scheme, s["error"]] + [""] * (len(MODEL_HEADERS) - 3))
+                continue
+            rows.append(
+                [
+                    name,
+                    scheme,
+                    fmt_bytes(s["bytes"]),
+                    f"{s['bytes'] / r['fp32_bytes']:.2f}",
+                    f"{s['sqnr_ours']:.1f}",
+                    f"{s['sqnr_et']:.1f}",
+                    f"{ort['sqnr']:.1f}" if "sqnr" in ort else "n/a",
+                    fmt_ms(s["ours_ms"] / 1e3),
+                    fmt_ms(r["fp32_ours_ms"] / 1e3),
+                    f"{s['ours_ms'] / r['fp32_ours_ms']:.2f}",
+                    fmt_ms(s["et_ms"] / 1e3),
+                    fmt_ms(ort["ms"] / 1e3) if "ms" in ort else ort.get("error", "n/a"),
+                ]
+            )
     return rows
+
+
+MODEL_HEADERS = [
+    "model",
+    "scheme",
+    "file",
+    "size/fp32",
+    "SQNR ours dB",
+    "SQNR ET dB",
+    "SQNR ORT int8 dB",
+    "ours ms",
+    "ours fp32 ms",
+    "ours/ours fp32",
+    "ET XNNPACK ms",
+    "ORT int8 ms",
+]
 
 
 def _gemm_options(xq: np.ndarray, wq: np.ndarray) -> dict:
     """The ways to compute int8 [M, K] x int8 [K, N] -> int32 with NumPy, as no-argument functions."""
-    k = xq.shape[1]
+    from edgetorch.backends.xnnpack import qgemm
+
     x32, w32 = xq.astype(np.float32), wq.astype(np.float32)
     xi, wi = xq.astype(np.int32), wq.astype(np.int32)
     x64, w64 = xq.astype(np.float64), wq.astype(np.float64)
     w_deq = w32 * np.float32(0.01)  # dequantize-then-sgemm: the weight scaled once, cached
+    splits = qgemm.exact_splits(w32, 128.0)
+    out = np.empty((xq.shape[0], wq.shape[1]), np.float32)
+    chunked = qgemm.matmul_steps(x32, w32, out, splits)
 
     def exact_f32():
-        if k <= 512:
-            return x32 @ w32
-        return sum((x32[:, i : i + 512] @ w32[i : i + 512]).astype(np.float64) for i in range(0, k, 512))
+        for step in chunked:
+            step()
+        return out
 
     return {
-        "f32 sgemm, K-chunks of 512 (exact)": exact_f32,
+        f"f32 sgemm, exact by L1 bound ({len(splits) - 1} chunk{'s' * (len(splits) > 2)})": exact_f32,
         "int32 matmul": lambda: xi @ wi,
         "f64 dgemm": lambda: x64 @ w64,
         "dequantized f32 sgemm (inexact)": lambda: x32 @ w_deq,
@@ -111,9 +230,10 @@ def gemm_rows(quick: bool) -> list[list[str]]:
     budget = dict(min_runs=1 if quick else 5, budget_s=1.0 if quick else 5.0)
     rng = np.random.default_rng(0)
     rows = []
-    for m, k, n in ((1, 512, 1024), (32, 512, 1024), (256, 1024, 1024), (1024, 288, 32)):
+    for m, k, n in ((1, 768, 3072), (32, 1024, 1024), (128, 768, 3072), (3136, 576, 64)):
         xq = rng.integers(-128, 128, (m, k), dtype=np.int8)
-        wq = rng.integers(-127, 128, (k, n), dtype=np.int8)
+        # weights like a quantized layer's: roughly normal, the largest magnitude 127
+        wq = np.clip(np.rint(rng.standard_normal((k, n)) * 127 / 4), -127, 127).astype(np.int8)
         want = xq.astype(np.int64) @ wq.astype(np.int64)
         for label, f in _gemm_options(xq, wq).items():
             exact = bool(np.array_equal(np.asarray(f()).astype(np.int64), want))
@@ -121,30 +241,89 @@ def gemm_rows(quick: bool) -> list[list[str]]:
     return rows
 
 
+def plot(results: dict, path: pathlib.Path) -> None:
+    """Grouped bars per model and scheme: ours quantized, ours fp32, ExecuTorch quantized, ORT int8 (log ms)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [(n, s) for n, r in results.items() for s, row in r["schemes"].items() if "error" not in row]
+    bars = {
+        "edgetorch quantized": lambda r, s: r["schemes"][s]["ours_ms"],
+        "edgetorch fp32": lambda r, s: r["fp32_ours_ms"],
+        "ExecuTorch XNNPACK quantized": lambda r, s: r["schemes"][s]["et_ms"],
+        "ONNX Runtime int8": lambda r, s: r["ort"].get("ms", math.nan),
+    }
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.4 * len(cases) + 2), 4.8), layout="constrained")
+    width = 0.8 / len(bars)
+    for i, (label, get) in enumerate(bars.items()):
+        xs = [c + (i - (len(bars) - 1) / 2) * width for c in range(len(cases))]
+        ax.bar(xs, [get(results[n], s) for n, s in cases], width, label=label)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(cases)), [f"{n}\n{s}" for n, s in cases], fontsize=8)
+    ax.set_ylabel("median latency, ms (log scale)")
+    ax.set_title("Quantized latency per model (lower is better)")
+    ax.grid(axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8, ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_section(results_md: pathlib.Path, body: str) -> None:
+    """Replace (or append) the quantization section of RESULTS.md, keeping every other section."""
+    text = results_md.read_text() if results_md.exists() else "# edgetorch benchmark results\n"
+    start = text.find(SECTION)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + body
+    else:
+        end = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + body + ("" if end < 0 else text[end:])
+    results_md.write_text(text.rstrip("\n") + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(SCHEMES))
     parser.add_argument("--quick", action="store_true", help="one timed run per contender")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--results", help="write the tables and plot into this RESULTS.md (and results/quant.*)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
     set_threads(args.threads)
-    rows = [r for name in args.models.split(",") for r in model_rows(name, args.quick)]
-    headers = [
-        "model",
-        "scheme",
-        "bytes",
-        "size/fp32",
-        "SQNR ours dB",
-        "SQNR ET dB",
-        "ours ms",
-        "ET ms",
-        "ours/ours fp32",
-    ]
-    print(table(headers, rows))
-    print()
-    print(table(["M x K x N", "GEMM", "ms", "exact int32 result"], gemm_rows(args.quick)))
+    gemms = table(["M x K x N", "GEMM", "ms", "exact int32 result"], gemm_rows(args.quick))
+    print(gemms, flush=True)
+    results: dict = {}
+    for name in args.models.split(","):
+        try:
+            results[name] = model_results(name, args.quick)
+        except Exception as e:  # noqa: BLE001 - report the models that ran
+            print(f"[quant] {name} failed: {type(e).__name__}: {e}", flush=True)
+            continue
+        if args.results:  # after every model, so a long run leaves what it measured
+            report(pathlib.Path(args.results), results, gemms, args.threads)
+    print(table(MODEL_HEADERS, model_rows(results)))
+
+
+def report(results_md: pathlib.Path, results: dict, gemms: str, threads: int) -> None:
+    out_dir = results_md.parent / "results"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / "quant.json").write_text(json.dumps({"threads": threads, "models": results}, indent=1))
+    plot(results, out_dir / "quant.png")
+    body = (
+        f"{SECTION}\n\n`python bench/quant.py --threads {threads} --results bench/RESULTS.md`; "
+        "ExecuTorch's XNNPACKQuantizer (int8: static per-channel; int8-dynamic: dynamic per-channel) or "
+        "torchao 8da4w (group 32), lowered by ExecuTorch's XNNPACK partitioner; the same .pte on both "
+        "runtimes. SQNR against the float model's eager output. ORT int8: `quantize_dynamic` on "
+        "`torch.onnx.export`'s model. Medians on the shared 2-core machine (noisy).\n\n"
+        f"{table(MODEL_HEADERS, model_rows(results))}\n\n![quantized latency](results/quant.png)\n\n"
+        "The integer GEMM options (int8 [M, K] x int8 [K, N] -> int32; see "
+        "`edgetorch/backends/xnnpack/qgemm.py`):\n\n"
+        f"{gemms}\n"
+    )
+    write_section(results_md, body)
+    print(f"[quant] wrote {results_md} and {out_dir / 'quant.png'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 FACTORY = """
 import torch
@@ -50,3 +51,60 @@ def test_errors_are_one_line(tmp_path):
     assert r.returncode == 1 and "not an ExecuTorch program" in r.stderr
     r = _cli("export", "nofile.py:make", "-o", str(tmp_path / "x.pte"))
     assert r.returncode == 1 and "is not a file" in r.stderr
+
+
+QUANT_FACTORY = """
+import torch
+def make():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    return m, (torch.randn(4, 64),)
+def calibration():
+    torch.manual_seed(1)
+    return [(torch.randn(4, 64),) for _ in range(3)]
+"""
+
+
+@pytest.mark.parametrize(
+    ("scheme", "extra", "min_sqnr"),
+    [("int8", ("--calibration", "{model}:calibration"), 25), ("int8-dynamic", (), 25), ("8da4w", (), 12)],
+)
+def test_export_quantized(tmp_path, scheme, extra, min_sqnr):
+    import torch
+
+    model_py = tmp_path / "model.py"
+    model_py.write_text(QUANT_FACTORY)
+    pte = tmp_path / "q.pte"
+    extra = [a.format(model=model_py) for a in extra]
+    r = _cli("export", f"{model_py}:make", "-o", str(pte), "--backend", "xnnpack", "--quantize", scheme, *extra)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"{scheme} quantization" in r.stdout
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(5))
+    np.save(tmp_path / "x.npy", x.numpy())
+    r = _cli("run", str(pte), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    exec(QUANT_FACTORY, ns := {})
+    model, _ = ns["make"]()
+    want = model(x).detach().numpy().astype(np.float64)
+    got = np.load(tmp_path / "y_0.npy").astype(np.float64)
+    assert 20 * np.log10(np.linalg.norm(want) / np.linalg.norm(want - got)) > min_sqnr
+
+
+def test_export_quantize_errors(tmp_path):
+    (tmp_path / "model.py").write_text(QUANT_FACTORY)
+    out = str(tmp_path / "x.pte")
+    r = _cli("export", f"{tmp_path / 'model.py'}:make", "-o", out, "--quantize", "int8")
+    assert r.returncode == 1 and "--backend xnnpack" in r.stderr
+    r = _cli(
+        "export",
+        f"{tmp_path / 'model.py'}:make",
+        "-o",
+        out,
+        "--backend",
+        "xnnpack",
+        "--quantize",
+        "8da4w",
+        "--group-size",
+        "48",
+    )
+    assert r.returncode == 1 and "must divide" in r.stderr

@@ -45,6 +45,18 @@ class CNN(nn.Module):
         return self.fc(self.pool(x).flatten(1))
 
 
+class ResBlock(nn.Module):
+    """A residual block whose add carries the ReLU (XNNPACK fuses it into the quantized add)."""
+
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, width, 3, padding=1), nn.Conv2d(width, width, 3, padding=1)
+
+    def forward(self, x):
+        y = F.relu(self.c1(x))
+        return F.relu(self.c2(y) + y)
+
+
 class TokenMLP(nn.Module):
     def __init__(self, vocab: int = 100, dim: int = 64):
         super().__init__()
@@ -76,6 +88,7 @@ MODELS = {
     "cnn": (CNN, lambda: (torch.randn(2, 3, 16, 16),)),
     "tokens": (TokenMLP, lambda: (torch.randint(0, 100, (2, 7)),)),
     "ops": (QuantizedOps, lambda: (torch.randn(1, 3, 16, 16),)),
+    "res": (ResBlock, lambda: (torch.randn(1, 3, 8, 8),)),
     # bench/quant.py sizes: a GEMM-bound MLP and a CNN on a 64x64 image.
     "mlp_large": (lambda: MLP(512, 1024, 512), lambda: (torch.randn(32, 512),)),
     "cnn_large": (lambda: CNN(32), lambda: (torch.randn(1, 3, 64, 64),)),

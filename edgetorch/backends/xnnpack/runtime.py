@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from edgetorch.backends.xnnpack import fast
+from edgetorch.backends.xnnpack import fast, qgemm
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
@@ -84,6 +84,11 @@ class _Graph:
         self.values: dict[int, xs.XNNTensorValue] = {}
         self.constants: dict[int, np.ndarray] = {}
         self.quant: dict[int, _QParams] = {}
+        # Quantized values some reader needs as integers (set before the nodes compile); the others exist
+        # only as float32 centred integers (see _quantize_steps).
+        self.needs_int8: set[int] = set()
+        # Value -> integer bounds of the clamp that is its only reader: its producer applies them (see _fuse_clamps).
+        self.narrow: dict[int, tuple[int, int]] = {}
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
         try:
@@ -196,6 +201,9 @@ class _Env:
         self.pinned = set(pinned)
         self.free: dict[int, list[np.ndarray]] = {}
         self.dynamic: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # qdint8 value -> per-row (scale, zero point)
+        self.centred: dict[int, np.ndarray] = {}  # per-tensor quantized value -> float32 q - zero_point
+        self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
+        self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
 
     def __getitem__(self, vid: int) -> np.ndarray:
         a = self.arrays.get(vid)
@@ -216,6 +224,22 @@ class _Env:
         self.arrays[vid], self.root[vid], self.end[vid] = a, vid, self.last_use.get(vid, -1)
         return a
 
+    def centred_buffer(self, vid: int, shape: Sequence[int]) -> np.ndarray:
+        """A float32 buffer for value ``vid``'s centred integers, recorded as ``centred[vid]``; it goes back to
+        the pool with ``vid``'s own memory (so quantized graphs reuse memory as float ones do)."""
+        shape = tuple(int(d) for d in shape)
+        pool = self.free.get(4 * math.prod(shape))
+        a = pool.pop().view(np.float32).reshape(shape) if pool else np.empty(shape, np.float32)
+        self.extra.setdefault(vid, []).append(a)
+        self.centred[vid] = a
+        return a
+
+    def hand_over(self, source: int, vid: int) -> None:
+        """Value ``vid`` takes over ``source``'s centred buffer (``source`` has no other reader)."""
+        a = self.centred[vid] = self.centred[source]
+        self.extra[source] = [b for b in self.extra.get(source, []) if b is not a]
+        self.extra.setdefault(vid, []).append(a)
+
     def alias(self, vid: int, source: int, array: np.ndarray) -> None:
         """Value ``vid`` is ``array``, a view of value ``source``'s memory."""
         root = self.root.get(source, source)
@@ -231,8 +255,8 @@ class _Env:
             end = self.end.get(root)
             if end is not None and end <= index and root not in self.pinned:
                 del self.end[root]
-                a = self.arrays[root]
-                self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
+                for a in [self.arrays[root], *self.extra.pop(root, [])]:
+                    self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
 
 
 # ------------------------------------------------------------------------- shared math
@@ -960,25 +984,29 @@ def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 # ---------------------------------------------------------------------- quantized nodes
 #
 # Quantized values hold integers q standing for (q - zero_point) * scale. Fully connected
-# and convolution run XNNPACK's integer arithmetic with float32 BLAS: inputs and weights
-# are turned into float32 arrays of their centred integers (x = q - zero_point, at most
-# 255 in magnitude; w at most 127 or 8), so every product is an integer below 2**15 and
-# every partial sum of K such products below K * 2**15. float32 represents every integer
-# up to 2**24 exactly, so an sgemm over K <= 512 terms accumulates with no rounding at
-# all: the result equals XNNPACK's int32 accumulator. Longer dot products are cut into
-# chunks of 512 whose (exact) sums are added in float64. Measured with one thread
-# (bench/quant.py --threads 1): 32x512x1024 takes 0.62 ms this way, 0.47 ms as a
-# dequantize-then-sgemm (not exact), 1.05 ms as float64 dgemm and 120 ms as NumPy's int32
-# matmul, which has no BLAS; 256x1024x1024: 18.9, 17.6, 38.7 and 2528 ms.
-# The int32 bias is then added, and XNNPACK's fp32 requantization applied: multiply by
-# input_scale * weight_scale / output_scale in float32, round half to even, add the
-# output zero point, clamp. Blockwise 4-bit weights have one scale per block, which no
-# single integer GEMM can apply, so they are dequantized once (cached) and the centred
-# dynamic int8 input multiplies them in float32. Other ops on quantized values
-# (add, pooling, transposes, ...) run their float kernel on dequantized values and
-# requantize their output, which matches XNNPACK's fixed-point kernels within one step.
-
-_EXACT_K = 512
+# and convolution run XNNPACK's integer arithmetic with float32 BLAS on integer-valued
+# float32 arrays (qgemm.py states why that is exact and what the other options cost). A
+# static fully connected multiplies the raw int8/uint8 input (|q| <= 256) by the weights
+# with the bias, corrected for the input zero point (bias - zero_point * sum_k w[k, n]),
+# as one more weight row, so one sgemm yields XNNPACK's int32 accumulator exactly when
+# every column's L1 bound allows, else exact K-chunks summed in float64. A static
+# convolution runs the float planner on centred integers (|x - zero_point| <= 255) and
+# its bias; its single sgemm is exact under the same bound (MobileNetV2's convolutions meet
+# it, ResNet-18's deepest do not); where it fails, the float32 rounding of a sum above 2**24
+# is a relative 6e-8, which can move the requantized output only at a rounding tie.
+# XNNPACK's fp32 requantization follows: multiply by input_scale * weight_scale /
+# output_scale in float32, clamp, round half to even, add the output zero point.
+# Dynamically quantized nodes (float output) multiply the dequantized input by weights
+# dequantized once at load (per-channel int8 or blockwise 4-bit), with the bias row: the
+# float result differs from XNNPACK's only by float32 rounding. A clamp between equal
+# quantization parameters clips the integers; other ops on quantized values (add,
+# pooling, transposes, ...) run their float kernel on dequantized values and requantize
+# their output, which matches XNNPACK's fixed-point kernels within one step.
+# Between quantized nodes a per-tensor (or dynamic) quantized value travels as float32
+# centred integers q - zero_point (``_Env.centred``): its producer stops after rounding and
+# its readers skip the int8 -> float conversion; a static fully connected then uses the
+# plain bias (|q - zero_point| <= 255). int8 arrays are written only for the graph's
+# outputs and for converts, which read the integers themselves.
 
 
 def _qrange(dtype: np.dtype) -> tuple[int, int]:
@@ -986,21 +1014,66 @@ def _qrange(dtype: np.dtype) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _quantize_steps(y: np.ndarray, q: np.ndarray, scale: Any, zero_point: int, lo: float, hi: float) -> list:
-    """Steps writing round_half_even(y / scale) + zero_point into ``q``, clamped to q's range and [lo, hi]."""
-    qmin, qmax = _qrange(q.dtype)
+def _quantize_steps(
+    y: np.ndarray, q: np.ndarray, scale: Any, zero_point: int, lo: float, hi: float, dest: tuple | None = None
+) -> list:
+    """Steps writing round_half_even(y / scale) + zero_point into ``q``, clamped to q's range and [lo, hi].
+
+    With ``dest`` = (env, value id) the float32 centred integers q - zero_point are also recorded as
+    ``env.centred[value id]`` for the readers that take them (convolution, fully connected, clamp and
+    the dequantizing fallback skip a conversion and a subtraction); when no reader needs the integers
+    themselves (the graph's outputs and converts do), ``q`` is not written at all.
+    """
+    qmin, qmax = _qbounds(q.dtype, scale, zero_point, lo, hi)
+    if dest is not None and dest[1] in dest[0].graph.narrow:
+        a, b = dest[0].graph.narrow[dest[1]]
+        qmin, qmax = max(qmin, a), min(qmax, b)
+        dest[0].narrowed.add(dest[1])
+    t = np.empty(y.shape, np.float32) if dest is None else dest[0].centred_buffer(dest[1], y.shape)
+    steps, src = [], y
+    if scale != 1:
+        steps.append(partial(np.multiply, y, np.float32(1.0) / np.float32(scale), out=t))
+        src = t
+    # Clamping before rounding equals clamping after: the bounds are integers.
+    steps += [
+        partial(np.clip, src, np.float32(qmin - zero_point), np.float32(qmax - zero_point), out=t),
+        partial(np.rint, t, out=t),
+    ]
+    if dest is not None:
+        env, vid = dest
+        if vid not in env.graph.needs_int8:
+            return steps
+        t2 = np.empty(y.shape, np.float32)
+        if zero_point:
+            return steps + [
+                partial(np.add, t, np.float32(zero_point), out=t2),
+                partial(np.copyto, q, t2, casting="unsafe"),
+            ]
+        return steps + [partial(np.copyto, q, t, casting="unsafe")]
+    if zero_point:
+        steps.append(partial(np.add, t, np.float32(zero_point), out=t))
+    return steps + [partial(np.copyto, q, t, casting="unsafe")]
+
+
+def _centred_input(env: _Env, vid: int, qp: _QParams, dst_id: int) -> tuple[np.ndarray, list]:
+    """Value ``vid`` as float32 centred integers under id ``dst_id``: shared if its producer kept them."""
+    c = env.centred.get(vid)
+    if c is not None:
+        env.arrays[dst_id] = c
+        return c, []
+    x = env[vid]
+    xc = env.empty(dst_id, x.shape)
+    return xc, [partial(np.subtract, x, np.float32(qp.zero_point), out=xc)]
+
+
+def _qbounds(dtype: np.dtype, scale: Any, zero_point: int, lo: float, hi: float) -> tuple[int, int]:
+    """The integer range of a quantized output: its dtype's, narrowed by a float clamp [lo, hi]."""
+    qmin, qmax = _qrange(dtype)
     if lo != -math.inf:
         qmin = max(qmin, int(np.rint(np.float32(lo) / scale)) + zero_point)
     if hi != math.inf:
         qmax = min(qmax, int(np.rint(np.float32(hi) / scale)) + zero_point)
-    t = np.empty(y.shape, np.float32)
-    return [
-        partial(np.multiply, y, np.float32(1.0) / np.float32(scale), out=t),
-        partial(np.rint, t, out=t),
-        partial(np.add, t, np.float32(zero_point), out=t),
-        partial(np.clip, t, np.float32(qmin), np.float32(qmax), out=t),
-        partial(np.copyto, q, t, casting="unsafe"),
-    ]
+    return qmin, qmax
 
 
 def _dequantize_steps(q: np.ndarray, f: np.ndarray, qp: _QParams) -> list:
@@ -1018,14 +1091,18 @@ def _dynamic_params(x2: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -
     np.copyto(scale, s)
 
 
-def _dynamic_convert(x: np.ndarray, q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> None:
+def _dynamic_convert(
+    x: np.ndarray, centred: np.ndarray, q: np.ndarray | None, scale: np.ndarray, zero_point: np.ndarray
+) -> None:
+    """Per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q`` if given."""
     x2 = x.reshape(scale.shape[0], -1)
     _dynamic_params(x2, scale, zero_point)
-    t = x2 / scale
+    t = centred.reshape(x2.shape)
+    np.divide(x2, scale, out=t)
     np.rint(t, out=t)
-    t += zero_point
-    np.clip(t, -128, 127, out=t)
-    np.copyto(q.reshape(x2.shape), t, casting="unsafe")
+    np.clip(t, -128 - zero_point, 127 - zero_point, out=t)
+    if q is not None:
+        np.copyto(q.reshape(x2.shape), t + zero_point, casting="unsafe")
 
 
 def _quantized_convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
@@ -1040,11 +1117,14 @@ def _quantized_convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             rows = math.prod(x.shape[: x.ndim - qout.nonbatch_dims])
             scale, zp = np.empty((rows, 1), np.float32), np.empty((rows, 1), np.float32)
             env.dynamic[n.output_id] = (scale, zp)
-            return [partial(_dynamic_convert, x, y, scale, zp)]
+            c = env.centred_buffer(n.output_id, x.shape)
+            return [partial(_dynamic_convert, x, c, y if n.output_id in g.needs_int8 else None, scale, zp)]
+        dest = (env, n.output_id)
         if qin is None:
-            return _quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf)
+            return _quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
         f = np.empty(x.shape, np.float32)
-        return _dequantize_steps(x, f, qin) + _quantize_steps(f, y, qout.scale, qout.zero_point, -math.inf, math.inf)
+        quantize = _quantize_steps(f, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
+        return _dequantize_steps(x, f, qin) + quantize
 
     return plan
 
@@ -1058,24 +1138,14 @@ def _unpack_int4(packed: np.ndarray, rows: int, cols: int) -> np.ndarray:
     return w[:, :cols] - 8
 
 
-def _exact_matmul(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> list:
-    """Steps for out = x @ w, exact on integer-valued float32 operands (see above)."""
-    k = x.shape[1]
-    if k <= _EXACT_K:
-        return [partial(np.matmul, x, w, out=out)]
-    part = np.empty(out.shape, np.float32)
-    total = np.empty(out.shape, np.float64)
-    steps = [partial(total.fill, 0.0)]
-    for i in range(0, k, _EXACT_K):
-        steps += [
-            partial(np.matmul, x[:, i : i + _EXACT_K], w[i : i + _EXACT_K], out=part),
-            partial(np.add, total, part, out=total),
-        ]
-    return steps + [partial(np.copyto, out, total, casting="unsafe")]
-
-
 def _requantize_steps(
-    acc: np.ndarray, bias: np.ndarray | None, factor: np.ndarray, q: np.ndarray, qp: _QParams, node: xs.XNode
+    acc: np.ndarray,
+    bias: np.ndarray | None,
+    factor: np.ndarray,
+    q: np.ndarray,
+    qp: _QParams,
+    node: xs.XNode,
+    dest: tuple | None = None,
 ) -> list:
     """XNNPACK's fp32 requantization of the int32 accumulator ``acc`` (+ bias) into ``q``."""
     steps = []
@@ -1090,6 +1160,7 @@ def _requantize_steps(
         qp.zero_point,
         lo / qp.scale if lo != -math.inf else lo,
         hi / qp.scale if hi != math.inf else hi,
+        dest,
     )
 
 
@@ -1104,46 +1175,79 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     dims = list(g.value(n.filter_id).dims)
     transposed = bool(n.flags & xs.FLAG_TRANSPOSE_WEIGHTS)
     oc, ic = (dims[1], dims[0]) if transposed else (dims[0], dims[1])
-    if g.value(n.filter_id).datatype == xs.XNNDatatype.xnn_datatype_qbint4:
-        w = _unpack_int4(g.constants[n.filter_id], oc, ic).astype(np.float32)
-        w = (w.reshape(oc, ic // wq.group_size, wq.group_size) * wq.scale[:, :, None]).reshape(oc, ic)
-        w, wscale = np.ascontiguousarray(w.T), None  # dequantized [in, out]
-    else:
-        w = g.constants[n.filter_id].astype(np.float32) - np.float32(wq.zero_point)
-        w = np.ascontiguousarray(w if transposed else w.T)  # centred integers [in, out]
-        wscale = _weight_scale(wq, oc)
     xq, yq = g.quant.get(n.input1_id), g.quant.get(n.output_id)
+    if xq is None:
+        raise _Unsupported("a fully connected with quantized weights needs a quantized input")
     bias = None
     if n.bias_id != xs.INVALID_VALUE_ID:
         bias = g.constant(n.bias_id, "bias").reshape(-1)
         bias = bias.astype(np.float32) if n.bias_id in g.quant else bias
-    if xq is None:
-        raise _Unsupported("a fully connected with quantized weights needs a quantized input")
-    if xq.scale is not None and yq is not None:
-        factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
+    if g.value(n.filter_id).datatype == xs.XNNDatatype.xnn_datatype_qbint4:
+        w = _unpack_int4(g.constants[n.filter_id], oc, ic).astype(np.float32)
+        w, wscale = (w.reshape(oc, ic // wq.group_size, wq.group_size) * wq.scale[:, :, None]).reshape(oc, ic).T, None
+    else:
+        w = g.constants[n.filter_id].astype(np.float32) - np.float32(wq.zero_point)
+        w, wscale = (w if transposed else w.T), _weight_scale(wq, oc)  # centred integers [in, out]
+    if xq.scale is None:  # dynamic int8 input, float output
+        return _dynamic_fully_connected(n, node, w if wscale is None else w * wscale, bias, ic, oc)
+    if wscale is None or yq is None:
+        raise _Unsupported("static int8 fully connected needs int8 weights and a quantized output")
+    # The raw input q times w, with the zero point's share sum_k zp * w[k, n] taken off the bias.
+    w0 = w
+    correction = np.float64(xq.zero_point) * w.astype(np.float64).sum(axis=0)
+    waug = qgemm.with_bias_row(w, (0 if bias is None else bias.astype(np.float64)) - correction)
+    xmax = float(max(-_qrange(g.dtype(n.input1_id))[0], _qrange(g.dtype(n.input1_id))[1]))
+    bound = waug.copy()
+    bound[ic] /= xmax  # the bias row multiplies a column of ones, not an input
+    splits = qgemm.exact_splits(bound, xmax)
+    factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
+    centred: list = []  # (weights with the plain bias, splits), made when a plan first has centred input
+
+    def plan(env: _Env) -> list:
+        x = env.centred.get(n.input1_id)
+        w, cuts = waug, splits
+        if x is not None:
+            if not centred:
+                plain = qgemm.with_bias_row(w0, bias)
+                bound = plain.copy()
+                bound[ic] /= 256
+                centred.append((plain, qgemm.exact_splits(bound, 256.0)))
+            w, cuts = centred[0]
+        else:
+            x = env[n.input1_id]
+        x2 = x.reshape(-1, ic)
+        xa = qgemm.ones_column_buffer(x2.shape[0], ic)
+        y = env.empty(n.output_id, x.shape[:-1] + (oc,))
+        acc = np.empty((x2.shape[0], oc), np.float32)
+        steps = [partial(np.copyto, xa[:, :ic], x2)] + qgemm.matmul_steps(xa, w, acc, cuts)
+        return steps + _requantize_steps(acc, None, factor, y.reshape(-1, oc), yq, node, (env, n.output_id))
+
+    return plan
+
+
+def _dynamic_fully_connected(
+    n: Any, node: xs.XNode, w: np.ndarray, bias: np.ndarray | None, ic: int, oc: int
+) -> Planner:
+    """Dynamically quantized input [rows, ic] (per-row scale and zero point) times dequantized weights."""
+    waug = qgemm.with_bias_row(w, bias)
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
         x2 = x.reshape(-1, ic)
-        xc = np.empty(x2.shape, np.float32)
+        scale, zp = env.dynamic[n.input1_id]
+        xa = qgemm.ones_column_buffer(x2.shape[0], ic)
+        xd = xa[:, :ic]
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
-        if xq.scale is None:
-            scale, zp = env.dynamic[n.input1_id]
-            acc = y.reshape(-1, oc)
-            steps = [partial(np.subtract, x2, zp, out=xc)]
-            steps += _exact_matmul(xc, w, acc) if wscale is not None else [partial(np.matmul, xc, w, out=acc)]
-            if wscale is not None:
-                steps.append(partial(np.multiply, acc, wscale, out=acc))
-            steps.append(partial(np.multiply, acc, scale, out=acc))
-            if bias is not None:
-                steps.append(partial(np.add, acc, bias, out=acc))
-            lo, hi = _min_max(node)
-            return steps + ([] if (lo, hi) == (-math.inf, math.inf) else _clamp(acc, acc, lo, hi))
-        if wscale is None or yq is None:
-            raise _Unsupported("static int8 fully connected needs int8 weights and a quantized output")
-        acc = np.empty((x2.shape[0], oc), np.float32)
-        steps = [partial(np.subtract, x2, np.float32(xq.zero_point), out=xc)] + _exact_matmul(xc, w, acc)
-        return steps + _requantize_steps(acc, bias, factor, y.reshape(-1, oc), yq, node)
+        y2 = y.reshape(-1, oc)
+        c = env.centred.get(n.input1_id)
+        if c is None:
+            steps = [partial(np.copyto, xd, x2), partial(np.subtract, xd, zp, out=xd)]
+            steps.append(partial(np.multiply, xd, scale, out=xd))
+        else:
+            steps = [partial(np.multiply, c.reshape(x2.shape), scale, out=xd)]
+        steps.append(partial(np.matmul, xa, waug, out=y2))
+        lo, hi = _min_max(node)
+        return steps + ([] if (lo, hi) == (-math.inf, math.inf) else _clamp(y2, y2, lo, hi))
 
     return plan
 
@@ -1156,29 +1260,40 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             "a quantized convolution needs a quantized input and weights, and a quantized output if static"
         )
     wid, xid, yid = g.shadow(n.filter_id), g.shadow(n.input1_id), g.shadow(n.output_id)
-    w = g.constant(n.filter_id, "filter")
-    g.constants[wid] = w.astype(np.float32) - np.float32(wq.zero_point)
-    inner = _COMPILERS[type(n)](
-        dataclasses.replace(n, input1_id=xid, filter_id=wid, output_id=yid, bias_id=xs.INVALID_VALUE_ID), node, g
-    )
-    del g.constants[wid]  # the float planner keeps its own packed copy
     channels = list(g.value(n.output_id).dims)[-1]
     wscale = _weight_scale(wq, channels)
+    w = g.constant(n.filter_id, "filter").astype(np.float32) - np.float32(wq.zero_point)
     bias = g.constant(n.bias_id, "bias").reshape(-1).astype(np.float32) if n.bias_id != xs.INVALID_VALUE_ID else None
-    if xq.scale is None:  # dynamic int8 input, float output: one input scale per batch entry
+    dynamic = xq.scale is None
+    # Static: centred integers and the int32 bias, inside the float planner (an im2col convolution adds
+    # the bias in its sgemm). Dynamic: weights dequantized once; the bias comes after the input scale.
+    # Output channels: dim 0 of a convolution's [OC, KH, KW, IC] filter, the last of a depthwise [1, KH, KW, OC].
+    per_out = wscale.reshape(-1, 1, 1, 1) if isinstance(n, xs.XNNConv2d) else wscale
+    g.constants[wid] = w * per_out if dynamic else w
+    bid = xs.INVALID_VALUE_ID
+    if bias is not None and not dynamic:
+        bid = g.shadow(n.bias_id)
+        g.constants[bid] = bias
+    inner = _COMPILERS[type(n)](
+        dataclasses.replace(n, input1_id=xid, filter_id=wid, output_id=yid, bias_id=bid), node, g
+    )
+    del g.constants[wid]  # the float planner keeps its own packed copy
+    if dynamic:  # dynamic int8 input, float output: one input scale per batch entry
 
         def plan(env: _Env) -> list:
             x = env[n.input1_id]
             scale, zp = env.dynamic[n.input1_id]
-            xc = env.empty(xid, x.shape)
             rows = (scale.shape[0],) + (1,) * (x.ndim - 1)
-            steps = [partial(np.subtract, x, zp.reshape(rows), out=xc)] + inner(env)
+            c = env.centred.get(n.input1_id)
+            if c is None:
+                xc = env.empty(xid, x.shape)
+                steps = [partial(np.subtract, x, zp.reshape(rows), out=xc)]
+            else:
+                env.arrays[xid], steps = c, []
+            steps += inner(env)
             acc = env[yid]
             env.alias(n.output_id, yid, acc)
-            steps += [
-                partial(np.multiply, acc, wscale, out=acc),
-                partial(np.multiply, acc, scale.reshape(rows), out=acc),
-            ]
+            steps.append(partial(np.multiply, acc, scale.reshape(rows), out=acc))
             if bias is not None:
                 steps.append(partial(np.add, acc, bias, out=acc))
             lo, hi = _min_max(node)
@@ -1188,12 +1303,11 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
 
     def plan(env: _Env) -> list:
-        x = env[n.input1_id]
-        xc = env.empty(xid, x.shape)
-        steps = [partial(np.subtract, x, np.float32(xq.zero_point), out=xc)] + inner(env)
+        _, steps = _centred_input(env, n.input1_id, xq, xid)
+        steps += inner(env)
         acc = env[yid]
         y = env.empty(n.output_id, acc.shape)
-        return steps + _requantize_steps(acc, bias, factor, y, yq, node)
+        return steps + _requantize_steps(acc, None, factor, y, yq, node, (env, n.output_id))
 
     return plan
 
@@ -1219,16 +1333,19 @@ def _dequantized(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
     def plan(env: _Env) -> list:
         steps = []
-        for v in reads:
+        for v in dict.fromkeys(reads):
             if v not in g.constants:
-                f = env.empty(swap[v], env[v].shape)
-                steps += _dequantize_steps(env[v], f, g.quant[v])
+                c = env.centred.get(v)
+                f = env.empty(swap[v], env[v].shape if c is None else c.shape)
+                if c is None:
+                    steps += _dequantize_steps(env[v], f, g.quant[v])
+                else:
+                    steps.append(partial(np.multiply, c, g.quant[v].scale, out=f))
         steps += inner(env)
         if out_q is not None:
             f = env[swap[n.output_id]]
-            steps += _quantize_steps(
-                f, env.empty(n.output_id, f.shape), out_q.scale, out_q.zero_point, -math.inf, math.inf
-            )
+            q = env.empty(n.output_id, f.shape)
+            steps += _quantize_steps(f, q, out_q.scale, out_q.zero_point, -math.inf, math.inf, (env, n.output_id))
         return steps
 
     return plan
@@ -1241,7 +1358,56 @@ def _quantized_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         return _quantized_fully_connected(n, node, g)
     if isinstance(n, (xs.XNNConv2d, xs.XNNDepthwiseConv2d)) and n.filter_id in g.quant:
         return _quantized_convolution(n, node, g)
+    if isinstance(n, xs.XNNClamp):
+        qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
+        if qin is not None and qout is not None and _same_tensor_params(qin, qout):
+            return _integer_clamp(n, node, g, qout)
     return _dequantized(n, node, g)
+
+
+def _same_tensor_params(a: _QParams, b: _QParams) -> bool:
+    return a.scale is not None and not np.ndim(a.scale) and a.scale == b.scale and a.zero_point == b.zero_point
+
+
+def _fuse_clamps(g: _Graph, xnodes: list, reads: list) -> None:
+    """Record in ``g.narrow`` each quantized clamp that is the only reader of its input, between equal
+    per-tensor parameters: the input's producer clips to the clamp's bounds when it rounds, and the
+    clamp passes its input on (ExecuTorch's static int8 lowering keeps ReLU6 as a node of its own)."""
+    readers: dict[int, int] = {}
+    for r in reads:
+        for vid in set(r):
+            readers[vid] = readers.get(vid, 0) + 1
+    for node in xnodes:
+        n = node.xnode_union
+        if not isinstance(n, xs.XNNClamp) or readers.get(n.input_id) != 1 or n.input_id in g.needs_int8:
+            continue
+        qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
+        if qin is not None and qout is not None and _same_tensor_params(qin, qout):
+            lo, hi = _min_max(node)
+            g.narrow[n.input_id] = _qbounds(g.dtype(n.output_id), qout.scale, qout.zero_point, lo, hi)
+
+
+def _integer_clamp(n: Any, node: xs.XNode, g: _Graph, qp: _QParams) -> Planner:
+    """A clamp (ReLU, ReLU6, hardtanh) between equal per-tensor parameters: a clip of the integers."""
+    lo, hi = _min_max(node)
+
+    def plan(env: _Env) -> list:
+        c = env.centred.get(n.input_id)
+        y = env.empty(n.output_id, (env[n.input_id] if c is None else c).shape)
+        qmin, qmax = _qbounds(y.dtype, qp.scale, qp.zero_point, lo, hi)
+        if c is None:
+            return [partial(np.clip, env[n.input_id], y.dtype.type(qmin), y.dtype.type(qmax), out=y)]
+        zp = qp.zero_point
+        if n.input_id in env.narrowed:  # its producer already clipped to these bounds
+            env.hand_over(n.input_id, n.output_id)
+            return _quantize_steps(c, y, np.float32(1), zp, -math.inf, math.inf) if n.output_id in g.needs_int8 else []
+        t = env.centred_buffer(n.output_id, c.shape)  # centred integers clipped stay integers: no rounding
+        steps = [partial(np.clip, c, np.float32(qmin - zp), np.float32(qmax - zp), out=t)]
+        if n.output_id in g.needs_int8:
+            steps += _quantize_steps(t, y, np.float32(1), zp, -math.inf, math.inf)
+        return steps
+
+    return plan
 
 
 # ------------------------------------------------------------------------ compile, run
@@ -1334,8 +1500,15 @@ class XnnpackDelegate:
     def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
         self.graph = _Graph(blob, named_data)
         self.xnodes = list(blob.graph.xnodes)
-        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(blob.graph.xnodes)]
+        self.graph.needs_int8 = {vid for _, vid in self.graph.outputs} | {
+            vid
+            for node in blob.graph.xnodes
+            if isinstance(node.xnode_union, xs.XNNConvert)
+            for vid in _reads(node.xnode_union)
+        }
         self.reads = [_reads(node.xnode_union) for node in blob.graph.xnodes]
+        _fuse_clamps(self.graph, self.xnodes, self.reads)
+        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(blob.graph.xnodes)]
         self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
         self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
         self.plans: OrderedDict[tuple, _Plan] = OrderedDict()

@@ -14,6 +14,7 @@ from tests.oracle import eager, run_executorch
 CASES = [
     ("mlp", "static"),
     ("cnn", "static"),
+    pytest.param("res", "static", marks=pytest.mark.slow),  # a quantized add with a fused ReLU
     ("cnn", "dynamic"),
     ("mlp", "8da4w"),
     ("mlp", "8da8w"),

@@ -144,6 +144,16 @@ def test_dynamic_shape_reuses_one_slot():
         np.testing.assert_array_equal(got, x.T)
 
 
+@pytest.mark.parametrize("shape", [(512, 256), (300, 256), (256, 300)])
+def test_large_transpose_tiles_match_numpy(shape):
+    """Matrices of 64K+ elements whose row stride is a multiple of 1 KB are transposed 16 rows at a time."""
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    got = run_kernel("aten::permute_copy.out", [x, [1, 0]], np.empty(x.size, np.float32))
+    np.testing.assert_array_equal(got, x.T)
+    got = run_kernel("aten::permute_copy.out", [x[:, ::2], [-1, -2]], np.empty(x.size // 2, np.float64))
+    np.testing.assert_array_equal(got, x[:, ::2].T.astype(np.float64))
+
+
 @pytest.mark.parametrize(
     "name, args",
     [
