@@ -79,6 +79,8 @@ def test_export_quantized(tmp_path, scheme, extra, min_sqnr):
     r = _cli("export", f"{model_py}:make", "-o", str(pte), "--backend", "xnnpack", "--quantize", scheme, *extra)
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"{scheme} quantization" in r.stdout
+    # The whole quantized graph is one XNNPACK delegate: no fallback to portable quantize/dequantize kernels.
+    assert "could not lower" not in r.stdout and "operators (2 calls): executorch_call_delegate x1" in r.stdout
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(5))
     np.save(tmp_path / "x.npy", x.numpy())
     r = _cli("run", str(pte), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y"))
