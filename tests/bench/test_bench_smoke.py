@@ -17,6 +17,7 @@ from edgetorch.cli.bench import BENCHMARKS, bench_script
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # 30-40 s: the whole bench suite (six contenders) on the MLP; run with --slow
 def test_suite_on_mlp(tmp_path):
     cmd = [sys.executable, str(ROOT / "bench" / "suite.py"), "--models", "mlp", "--quick", "--footprint-repeats", "0"]
     done = subprocess.run([*cmd, "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
