@@ -11,19 +11,18 @@ May import torch.
 from __future__ import annotations
 
 from torch.export import ExportedProgram
-from torch.export.graph_signature import ExportGraphSignature, InputKind, OutputKind
+from torch.export.graph_signature import ExportGraphSignature, InputKind
 
 
 def remove_unused_parameters_pass(program: ExportedProgram) -> ExportedProgram:
     """``program`` without the unread parameters (changed in place: call it on a program you own, such as
     the one a decomposition returns); returned unchanged when every input is read."""
     signature = program.graph_signature
-    mutated = {s.target for s in signature.output_specs if s.kind == OutputKind.BUFFER_MUTATION}
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     unused = [
         (spec, node)
         for spec, node in zip(signature.input_specs, placeholders)
-        if spec.kind == InputKind.PARAMETER and not node.users and spec.target not in mutated
+        if spec.kind == InputKind.PARAMETER and not node.users
     ]
     if not unused:
         return program

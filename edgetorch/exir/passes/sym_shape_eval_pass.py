@@ -37,30 +37,28 @@ class HintBasedSymShapeEvalPass(PassBase):
         return PassResult(graph_module, True)
 
 
-# Ops whose output length is data-dependent (an unbacked symbol) but never more than a bound known from the
-# inputs' shapes: torch's shape functions leave such symbols unbounded (int64's maximum), which no plan can hold.
-_COUNT_BOUNDED = {"aten::masked_select": lambda a: math.prod(torch.broadcast_shapes(a[0], a[1]))}
-
-
 def bound_data_dependent_lengths(gm: torch.fx.GraphModule) -> None:
-    """Give the unbacked output length of a masked_select (at most its broadcast input's numel) that bound,
-    so the plan holds the largest possible result instead of an impossible int64-sized one."""
+    """Give the unbacked output length of a masked_select its bound, the broadcast input's numel.
+
+    torch's shape function leaves it unbounded (int64's maximum), which no plan can hold; with the bound the
+    plan holds the largest possible result.
+    """
     for node in gm.graph.nodes:
         op = getattr(node.target, "_op", node.target)
-        bound_of = _COUNT_BOUNDED.get(getattr(op, "name", lambda: "")().split(".")[0])
         out = node.meta.get("val")
-        if bound_of is None or not isinstance(out, torch.Tensor) or not isinstance(out.shape[0], torch.SymInt):
+        if op is not torch.ops.aten.masked_select.default or not isinstance(out, torch.Tensor):
             continue
-        sym = out.shape[0].node
-        inputs = [a.meta["val"] for a in node.args[:2]]
+        sym = out.shape[0].node if isinstance(out.shape[0], torch.SymInt) else None
+        if sym is None or not isinstance(sym.expr, sympy.Symbol) or sym.expr not in sym.shape_env.var_to_range:
+            continue
         try:
-            bound = bound_of([tuple(upper_bound(d) for d in t.shape) for t in inputs])
+            shapes = [tuple(upper_bound(d) for d in a.meta["val"].shape) for a in node.args[:2]]
         except ValueError:
             continue  # an input without an upper bound: the planner reports it
-        if isinstance(sym.expr, sympy.Symbol) and sym.expr in sym.shape_env.var_to_range:
-            old = sym.shape_env.var_to_range[sym.expr]
-            if bound < old.upper:
-                sym.shape_env.var_to_range[sym.expr] = ValueRanges(old.lower, bound)
+        bound = math.prod(torch.broadcast_shapes(*shapes))
+        old = sym.shape_env.var_to_range[sym.expr]
+        if bound < old.upper:
+            sym.shape_env.var_to_range[sym.expr] = ValueRanges(old.lower, bound)
 
 
 # A dimension bound this large (torch's stand-in for "no bound" on data-dependent sizes) cannot be planned.

@@ -488,13 +488,20 @@ def grid_sampler_2d(
     out: np.ndarray,
 ) -> np.ndarray:
     """Sample ``input`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2) points: bilinear (0) or nearest (1) interpolation."""
-    if interpolation_mode not in (0, 1):
+    return _grid_sample_into("grid_sampler_2d", input, grid, interpolation_mode, padding_mode, align_corners, out)
+
+
+def _grid_sample_into(
+    name: str, input: np.ndarray, grid: np.ndarray, mode: int, padding_mode: int, align_corners: bool, out: np.ndarray
+) -> np.ndarray:
+    """The grid samplers' shared body: check the mode, size ``out`` as (N, C, *grid's spatial dims), sample."""
+    if mode not in (0, 1):
         raise InvalidArgumentError(
-            f"grid_sampler_2d: interpolation mode {interpolation_mode} (bicubic) is not supported by this runtime; "
+            f"{name}: interpolation mode {mode} (bicubic) is not supported by this runtime; "
             "export the model with mode='bilinear' or 'nearest'"
         )
-    out = resize(out, (*input.shape[:2], *grid.shape[1:3]))
-    return store(out, _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners).reshape(out.shape))
+    out = resize(out, (*input.shape[:2], *grid.shape[1:-1]))
+    return store(out, _grid_sample(input, grid, mode, padding_mode, align_corners).reshape(out.shape))
 
 
 def _window_max(windows: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -659,13 +666,7 @@ def grid_sampler_3d(
     out: np.ndarray,
 ) -> np.ndarray:
     """Sample ``input`` (N, C, D, H, W) at ``grid`` (N, Do, Ho, Wo, 3) points (x, y, z): trilinear (0) or nearest (1)."""
-    if interpolation_mode not in (0, 1):
-        raise InvalidArgumentError(
-            f"grid_sampler_3d: interpolation mode {interpolation_mode} is not supported; expected 0 (bilinear) or "
-            "1 (nearest)"
-        )
-    out = resize(out, (*input.shape[:2], *grid.shape[1:4]))
-    return store(out, _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners).reshape(out.shape))
+    return _grid_sample_into("grid_sampler_3d", input, grid, interpolation_mode, padding_mode, align_corners, out)
 
 
 def _grid_sample(
