@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -100,16 +102,93 @@ def run_executorch_training(
                 return losses["losses"], dict(params), dict(grads)
 
 
+def _worker_env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+class _ForkServer:
+    """One ``tests.executorch_forkserver`` process per test process, started on first use: it has imported
+    torch and ExecuTorch's runtime once and forks a fresh child for each program."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.executorch_forkserver"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=_ROOT,
+            env=_worker_env(),
+        )
+        atexit.register(self.close)
+        if self._line(120) != "ready":
+            self.close()
+            raise ExecuTorchCrashed("the ExecuTorch fork server did not start")
+
+    def _line(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise subprocess.TimeoutExpired("tests.executorch_forkserver", timeout)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise ExecuTorchCrashed("the ExecuTorch fork server exited")
+        return line.strip()
+
+    def run(self, folder: Path, timeout: float) -> int:
+        """Run ``tests.executorch_worker`` on ``folder`` in a forked child; its exit code (negative: signal)."""
+        self.proc.stdin.write(f"{folder}\n")
+        self.proc.stdin.flush()
+        pid = int(self._line(60).split()[1])
+        try:
+            return int(self._line(timeout).split()[1])
+        except subprocess.TimeoutExpired:
+            os.kill(pid, signal.SIGKILL)
+            self._line(60)
+            raise
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(30)
+
+
+_SERVER: _ForkServer | None = None
+
+
+def _fork_run(folder: Path, timeout: float) -> tuple[int, str]:
+    global _SERVER
+    if _SERVER is None or not _SERVER.alive():
+        _SERVER = _ForkServer()
+    code = _SERVER.run(folder, timeout)
+    log = folder / "worker.log"
+    return code, log.read_text(errors="replace") if log.exists() else ""
+
+
 def run_worker(module: str, folder: Path, what: str, timeout: float = 300) -> None:
-    """Run ``python -m module folder`` (a worker that uses the real ExecuTorch); its failure or crash becomes
-    an ``ExecuTorchCrashed`` failure of the calling test."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run(
-        [sys.executable, "-m", module, str(folder)], capture_output=True, text=True, timeout=timeout, cwd=_ROOT, env=env
-    )
-    if proc.returncode != 0:
-        how = f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit {proc.returncode}"
-        raise ExecuTorchCrashed(f"ExecuTorch's runtime failed ({how}) on {what}:\n{proc.stderr[-3000:]}")
+    """Run ``python -m module folder`` (a worker that uses the real ExecuTorch) in a process of its own; its
+    failure or crash becomes an ``ExecuTorchCrashed`` failure of the calling test.
+
+    ``tests.executorch_worker`` runs in a child forked from a server that has already imported torch and
+    ExecuTorch (``tests/executorch_forkserver.py``; ``EDGETORCH_TEST_FORK=0`` turns that off); other workers,
+    and platforms without ``fork``, start a fresh interpreter.
+    """
+    if module == "tests.executorch_worker" and hasattr(os, "fork") and os.environ.get("EDGETORCH_TEST_FORK") != "0":
+        code, log = _fork_run(folder, timeout)
+    else:
+        proc = subprocess.run(
+            [sys.executable, "-m", module, str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=_ROOT,
+            env=_worker_env(),
+        )
+        code, log = proc.returncode, proc.stderr
+    if code != 0:
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+        raise ExecuTorchCrashed(f"ExecuTorch's runtime failed ({how}) on {what}:\n{log[-3000:]}")
 
 
 def run_executorch(pte: bytes, inputs: list, method: str = "forward", data: bytes | None = None) -> list:
