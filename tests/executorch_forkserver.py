@@ -6,29 +6,29 @@ runtime kills that child only and fails one test; what the fork saves is the ~2 
 importing torch and the runtime. The parent imports modules only: it runs no operator and starts no
 thread, so forking it is safe.
 
-Protocol, one line per request on stdin: ``FOLDER``. The server answers ``pid PID`` when the child starts
+Protocol, one line per request on stdin: ``MODULE FOLDER``, MODULE a worker module with ``main(folder)``
+(``tests.executorch_worker``, ``tests.executorch_training_worker``). The server answers ``pid PID`` when the child starts
 and ``status CODE`` when it ends, CODE in ``subprocess``'s convention (negative: killed by that signal).
-The child runs ``tests.executorch_worker.main(FOLDER)`` with stdout and stderr going to ``FOLDER/worker.log``.
+The child runs ``MODULE.main(FOLDER)`` with stdout and stderr going to ``FOLDER/worker.log``.
 The server exits when stdin closes.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
 
 
-def _child(folder: str) -> None:
+def _child(module: str, folder: str) -> None:
     log = os.open(os.path.join(folder, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
     code = 0
     try:
-        from tests import executorch_worker
-
-        executorch_worker.main(folder)
+        importlib.import_module(module).main(folder)
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -46,12 +46,12 @@ def serve() -> None:
     executorch_worker._import_runtime()
     print("ready", flush=True)
     while line := sys.stdin.readline():
-        folder = line.strip()
-        if not folder:
+        if not line.strip():
             continue
+        module, folder = line.strip().split(" ", 1)
         pid = os.fork()
         if pid == 0:
-            _child(folder)
+            _child(module, folder)
         print(f"pid {pid}", flush=True)
         _, status = os.waitpid(pid, 0)
         print(f"status {os.waitstatus_to_exitcode(status)}", flush=True)

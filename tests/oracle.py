@@ -133,9 +133,9 @@ class _ForkServer:
             raise ExecuTorchCrashed("the ExecuTorch fork server exited")
         return line.strip()
 
-    def run(self, folder: Path, timeout: float) -> int:
-        """Run ``tests.executorch_worker`` on ``folder`` in a forked child; its exit code (negative: signal)."""
-        self.proc.stdin.write(f"{folder}\n")
+    def run(self, module: str, folder: Path, timeout: float) -> int:
+        """Run worker ``module`` on ``folder`` in a forked child; its exit code (negative: signal)."""
+        self.proc.stdin.write(f"{module} {folder}\n")
         self.proc.stdin.flush()
         pid = int(self._line(60).split()[1])
         try:
@@ -157,11 +157,11 @@ class _ForkServer:
 _SERVER: _ForkServer | None = None
 
 
-def _fork_run(folder: Path, timeout: float) -> tuple[int, str]:
+def _fork_run(module: str, folder: Path, timeout: float) -> tuple[int, str]:
     global _SERVER
     if _SERVER is None or not _SERVER.alive():
         _SERVER = _ForkServer()
-    code = _SERVER.run(folder, timeout)
+    code = _SERVER.run(module, folder, timeout)
     log = folder / "worker.log"
     return code, log.read_text(errors="replace") if log.exists() else ""
 
@@ -170,12 +170,12 @@ def run_worker(module: str, folder: Path, what: str, timeout: float = 300) -> No
     """Run ``python -m module folder`` (a worker that uses the real ExecuTorch) in a process of its own; its
     failure or crash becomes an ``ExecuTorchCrashed`` failure of the calling test.
 
-    ``tests.executorch_worker`` runs in a child forked from a server that has already imported torch and
-    ExecuTorch (``tests/executorch_forkserver.py``; ``EDGETORCH_TEST_FORK=0`` turns that off); other workers,
-    and platforms without ``fork``, start a fresh interpreter.
+    The worker is a child forked from a server that has already imported torch and ExecuTorch's runtime
+    (``tests/executorch_forkserver.py``); ``EDGETORCH_TEST_FORK=0``, or a platform without ``fork``, starts a
+    fresh interpreter instead.
     """
-    if module == "tests.executorch_worker" and hasattr(os, "fork") and os.environ.get("EDGETORCH_TEST_FORK") != "0":
-        code, log = _fork_run(folder, timeout)
+    if hasattr(os, "fork") and os.environ.get("EDGETORCH_TEST_FORK") != "0":
+        code, log = _fork_run(module, folder, timeout)
     else:
         proc = subprocess.run(
             [sys.executable, "-m", module, str(folder)],
