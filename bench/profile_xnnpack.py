@@ -5,7 +5,7 @@ ExecuTorch 1.5.1 (run by its C++ runtime). Both run in one process, interleaved,
 threads. Then every step of edgetorch's XNNPACK plans is timed and summed by XNNPACK node type, and every
 instruction outside the delegates by operator, to show where the time goes.
 
-    .venv/bin/python bench/profile_xnnpack.py [--models mlp,mobilenet_v2,resnet18,vit_tiny,gpt2] [--top 12]
+    .venv/bin/python bench/profile_xnnpack.py [--models mlp,mobilenet_v2,resnet18,vit_tiny,gpt2,minilm] [--top 12]
 """
 
 from __future__ import annotations
@@ -41,10 +41,14 @@ def lower(name: str, which: str) -> bytes:
     """The .pte bytes of model ``name`` lowered to XNNPACK by ``which`` ("edgetorch" or "executorch").
 
     Lowered in a child process (the two compilers share torch's global registries and one lowering can
-    upset the other's program) and cached on disk, keyed by edgetorch's partitioner source.
+    upset the other's program) and cached on disk, keyed by the source of edgetorch's XNNPACK lowering.
     """
-    partition = pathlib.Path(__file__).parents[1] / "edgetorch" / "backends" / "xnnpack" / "partition.py"
-    key = hashlib.sha1(partition.read_bytes()).hexdigest()[:10]
+    lowering = pathlib.Path(__file__).parents[1] / "edgetorch" / "backends" / "xnnpack"
+    digest = hashlib.sha1()
+    for source in sorted(lowering.glob("**/*.py")):
+        if source.name not in ("runtime.py", "fast.py", "qgemm.py"):  # the runtime half does not change the .pte
+            digest.update(source.read_bytes())
+    key = digest.hexdigest()[:10]
     path = _CACHE / f"{name}-{which}-{key}.pte"
     if not path.exists():
         _CACHE.mkdir(exist_ok=True)
@@ -90,26 +94,43 @@ def load_edgetorch(pte: bytes) -> tuple:
 
 
 def load_before(pte: bytes, rev: str):
-    """The method loaded with the XNNPACK runtime as it was at git revision ``rev``, for same-run A/B timing."""
+    """The method loaded with the XNNPACK runtime as it was at git revision ``rev`` (its runtime.py with the
+    fast.py and qgemm.py of that revision), for same-run A/B timing."""
+    from edgetorch.backends import xnnpack
     from edgetorch.backends.xnnpack import runtime
     from edgetorch.runtime import Runtime
     from edgetorch.runtime.backends import register_backend
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    source = subprocess.run(
-        ["git", "show", f"{rev}:edgetorch/backends/xnnpack/runtime.py"], cwd=root, check=True, capture_output=True
-    ).stdout
-    module = types.ModuleType(f"xnnpack_runtime_{rev}")
-    sys.modules[module.__name__] = module
-    exec(compile(source, f"{rev}:runtime.py", "exec"), module.__dict__)  # registers the old backend
+
+    def module_at(name: str) -> types.ModuleType:
+        path = f"edgetorch/backends/xnnpack/{name}.py"
+        source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, check=True, capture_output=True).stdout
+        copy = _CACHE / rev / f"{name}.py"  # a real file, so that numba can cache the old kernels
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(source)
+        module = types.ModuleType(f"xnnpack_{name}_{rev}")
+        sys.modules[module.__name__] = module
+        exec(compile(source, str(copy), "exec"), module.__dict__)
+        return module
+
+    current = {name: getattr(xnnpack, name) for name in ("fast", "qgemm")}
     try:
+        for name in current:  # the old runtime binds the helper modules of its own revision
+            setattr(xnnpack, name, module_at(name))
+            sys.modules[f"edgetorch.backends.xnnpack.{name}"] = getattr(xnnpack, name)
+        module_at("runtime")  # registers the old backend
         return Runtime.get().load_program(pte).load_method("forward")
     finally:
+        for name, module in current.items():
+            setattr(xnnpack, name, module)
+            sys.modules[f"edgetorch.backends.xnnpack.{name}"] = module
         register_backend("XnnpackBackend", runtime.XnnpackBackend())
 
 
-def interleaved(fns: dict, runs: int, budget_s: float) -> dict:
-    """Median seconds of each function, timed in alternation so that machine load hits all alike."""
+def interleaved(fns: dict, runs: int, budget_s: float, statistic=statistics.median) -> dict:
+    """Median (or ``statistic``) seconds of each function, timed in alternation so that machine load hits
+    all alike."""
     for fn in fns.values():
         fn()
     times = {k: [] for k in fns}
@@ -121,12 +142,13 @@ def interleaved(fns: dict, runs: int, budget_s: float) -> dict:
             times[k].append(_clock() - t0)
         if _clock() - start > budget_s:
             break
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {k: statistic(v) for k, v in times.items()}
 
 
-def node_profile(delegates: list, runs: int) -> collections.Counter:
-    """Median seconds per run of every XNNPACK node type, over all delegates' current plans."""
-    totals = collections.Counter()
+def node_profile(delegates: list, runs: int) -> tuple[collections.Counter, int]:
+    """Median seconds per run of every XNNPACK node type, over all delegates' current plans, and the
+    number of steps those plans run."""
+    totals, count = collections.Counter(), 0
     for d, nodes in delegates:
         for shapes, old in list(d.plans.items()):
             kinds = _step_kinds(d, nodes, shapes)
@@ -141,7 +163,36 @@ def node_profile(delegates: list, runs: int) -> collections.Counter:
                     per_step[i].append(_clock() - t0)
             for kind, times in zip(kinds, per_step):
                 totals[kind] += statistics.median(times)
-    return totals
+            count += len(plan.steps)
+    return totals, count
+
+
+def step_floor(runs: int = 2000) -> float:
+    """Seconds a plan spends per step on dispatch alone: a loop over bound ufunc calls on a one-element array."""
+    a = np.zeros(1, np.float32)
+    steps = [partial(np.add, a, a, out=a)] * runs
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for step in steps:
+            step()
+        best = min(best, time.perf_counter() - t0)
+    return best / runs
+
+
+# How the profile groups XNNPACK node types (anything else counts as element-wise).
+_GEMM = {"FullyConnected", "Conv2d", "DepthwiseConv2d", "ConvTranspose2d", "BatchMatrixMultiply",
+         "ScaledDotProductAttention"}  # fmt: skip
+_MOVEMENT = {"StaticTranspose", "Copy", "StaticReshape", "StaticSlice", "StaticConstantPad", "Concatenate2",
+             "Concatenate3", "Concatenate4", "Concatenate5", "Convert"}  # fmt: skip
+
+
+def categories(nodes: collections.Counter) -> collections.Counter:
+    """The node-type profile summed into GEMM/convolution, element-wise and data movement."""
+    out = collections.Counter()
+    for kind, seconds in nodes.items():
+        out["GEMM/conv" if kind in _GEMM else "data movement" if kind in _MOVEMENT else "element-wise"] += seconds
+    return out
 
 
 def _step_kinds(delegate, nodes: list, shapes: tuple) -> list[str]:
@@ -186,7 +237,7 @@ def instruction_profile(method, inputs: list, runs: int) -> collections.Counter:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp,mobilenet_v2,resnet18,vit_tiny,gpt2")
+    parser.add_argument("--models", default="mlp,mobilenet_v2,resnet18,vit_tiny,gpt2,minilm")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--budget", type=float, default=20.0, help="seconds of end-to-end timing per model")
@@ -200,6 +251,7 @@ def main() -> None:
         default="wall",
         help="cpu: this process's CPU time, steady on a loaded machine for A/B runs at --threads 1",
     )
+    parser.add_argument("--min", action="store_true", help="end-to-end: the fastest run, not the median")
     args = parser.parse_args()
     global _clock
     _clock = time.process_time if args.clock == "cpu" else time.perf_counter
@@ -225,14 +277,16 @@ def main() -> None:
         fns = {"ours": partial(ours.execute, np_inputs), "et": partial(et.execute, et_inputs)}
         if args.before:
             fns["before"] = partial(load_before(pte, args.before).execute, np_inputs)
-        t = interleaved(fns, args.runs, args.budget)
+        t = interleaved(fns, args.runs, args.budget, min if args.min else statistics.median)
         rows.append([name, fmt_ms(t["ours"]), fmt_ms(t["et"]), f"{t['ours'] / t['et']:.2f}x", f"{err:.1e}"])
         if args.before:
             rows[-1] += [fmt_ms(t["before"]), f"{t['before'] / t['ours']:.2f}x"]
         print(table(headers, rows[-1:]), flush=True)
         if not args.no_profile:
             runs = max(3, min(args.runs, 10))
-            _print_profile(name, instruction_profile(ours, np_inputs, runs), node_profile(delegates, runs), args.top)
+            nodes, count = node_profile(delegates, runs)
+            _print_profile(name, instruction_profile(ours, np_inputs, runs), nodes, args.top)
+            _print_summary(name, t["ours"], nodes, count)
     ratios = [float(r[3][:-1]) for r in rows]
     print("\n" + table(headers, rows))
     print(f"geometric-mean ratio {math.exp(statistics.fmean(math.log(r) for r in ratios)):.2f}x")
@@ -247,6 +301,18 @@ def _print_profile(name: str, instructions: collections.Counter, nodes: collecti
     print(f"  {name}: XNNPACK node types (ms, share of {inside * 1e3:.2f} ms)")
     for k, v in nodes.most_common(top):
         print(f"    {k:48s} {v * 1e3:8.3f} {v / inside:6.1%}")
+
+
+def _print_summary(name: str, total: float, nodes: collections.Counter, count: int) -> None:
+    """One line for docs/benchmarks.md: the end-to-end time split into kinds of work, and the steps."""
+    floor = step_floor()
+    inside = sum(nodes.values())
+    parts = [f"{k} {v / total:.0%}" for k, v in categories(nodes).most_common()]
+    parts.append(f"outside the delegates {max(0.0, total - inside) / total:.0%}")
+    print(
+        f"  {name}: {fmt_ms(total)} ms = " + ", ".join(parts) + f"; {count} steps, {inside / count * 1e9:,.0f} ns/step "
+        f"on average, dispatch floor {floor * 1e9:.0f} ns/step = {count * floor / total:.1%} of the run"
+    )
 
 
 if __name__ == "__main__":

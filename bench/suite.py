@@ -23,6 +23,7 @@ import logging
 import os
 import pathlib
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -258,8 +259,19 @@ def write_report(results: dict, out: pathlib.Path) -> pathlib.Path:
     if fails:
         parts += ["## Failures", "\n".join(f"- {f}" for f in fails)]
     path = out / "RESULTS.md"
+    ours = {part.split("\n", 1)[0] for part in parts if part.startswith("## ")} | {"## Failures"}
+    parts += _other_sections(path, ours)
     path.write_text("\n\n".join(parts) + "\n")
     return path
+
+
+def _other_sections(path: pathlib.Path, ours: set[str]) -> list[str]:
+    """The ``## `` sections of an existing RESULTS.md that other benchmarks wrote (LLM, quantization), kept
+    as they are; the suite rewrites only its own."""
+    if not path.exists():
+        return []
+    sections = re.split(r"\n(?=## )", path.read_text())[1:]
+    return [s.strip() for s in sections if s.split("\n", 1)[0].strip() not in ours]
 
 
 def _meta(args: argparse.Namespace) -> dict:

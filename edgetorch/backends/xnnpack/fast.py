@@ -7,8 +7,11 @@ channels in registers, and never materialises the taps. It sums the taps in the 
 the NumPy path (tap by tap, then the bias), with no fused multiply-add (numba compiles without fastmath), so
 both tiers give the same float32 results.
 
-The tier is used when numba imports and ``EDGETORCH_FAST`` is not ``0``; without it every caller keeps its
-NumPy path. Imports only NumPy (and numba when present).
+The layer's activation (a clamp: ReLU, ReLU6, hardtanh) is applied in the same pass, and a GEMM's bias and
+clamp are one pass over its output (``bias_clamp``) instead of two.
+
+The tier is used when numba imports and ``EDGETORCH_FAST`` is not ``0``; without it (numba absent, or
+failing to import) every caller keeps its NumPy path. Imports only NumPy (and numba when present).
 """
 
 from __future__ import annotations
@@ -17,14 +20,22 @@ import importlib.util
 import os
 from typing import Any
 
+
+def _found() -> bool:
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a broken install, or an import hook that refuses it
+        return False
+
+
 # numba is found here but imported on the first compile: importing it costs about half a second, which a
 # program without a depthwise convolution should not pay.
-AVAILABLE = os.environ.get("EDGETORCH_FAST", "1") != "0" and importlib.util.find_spec("numba") is not None
+AVAILABLE = os.environ.get("EDGETORCH_FAST", "1") != "0" and _found()
 
 
-def _depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left):  # pragma: no cover - compiled
+def _depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi):  # pragma: no cover - compiled
     """y[n, i, j, c] = sum over taps (ki, kj) of x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c] * w[tap, c]
-    (out-of-range input pixels read as zero), plus bias[c]; channel multiplier 1."""
+    (out-of-range input pixels read as zero), plus bias[c], clamped to [lo, hi]; channel multiplier 1."""
     nb, h, wd, c = x.shape
     _, oh, ow, _ = y.shape
     for r in range(nb * oh):
@@ -48,19 +59,48 @@ def _depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left):  # pra
             if bias.shape[0]:
                 for ch in range(c):
                     out[ch] += bias[ch]
+            for ch in range(c):  # a NaN stays NaN, as with np.clip
+                v = out[ch]
+                if v < lo:
+                    out[ch] = lo
+                elif v > hi:
+                    out[ch] = hi
 
 
+def _bias_clamp(y, bias, lo, hi):  # pragma: no cover - compiled
+    """In place on the [M, C] ``y``: y[m, c] = clamp(y[m, c] + bias[c], lo, hi); an empty bias adds nothing.
+    The same float32 add then compare as NumPy's add and clip, so the result is the same bit for bit."""
+    m, c = y.shape
+    with_bias = bias.shape[0] > 0
+    for i in range(m):
+        row = y[i]
+        for ch in range(c):
+            v = row[ch] + bias[ch] if with_bias else row[ch]
+            if v < lo:
+                v = lo
+            elif v > hi:
+                v = hi
+            row[ch] = v
+
+
+_KERNELS = {"depthwise": _depthwise_nhwc, "bias_clamp": _bias_clamp}
 _compiled: dict[str, Any] = {}
 
 
-def depthwise_nhwc() -> Any:
-    """The compiled depthwise convolution ``f(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left)`` (see
-    ``_depthwise_nhwc``), compiled on first use: about a second the first time on a machine, then loaded from
-    numba's on-disk cache. Single-threaded: on the shared 2-core machine numba's parallel loops lost more to
-    waking threads than they gained (measured in the note of issue 13)."""
-    fn = _compiled.get("depthwise")
-    if fn is None:
-        import numba
+def kernel(name: str) -> Any:
+    """The compiled kernel ``name`` (``depthwise``: ``_depthwise_nhwc``; ``bias_clamp``: ``_bias_clamp``), or
+    None when the tier is off or numba fails to import (the caller then keeps its NumPy path).
 
-        fn = _compiled["depthwise"] = numba.njit(cache=True, nogil=True)(_depthwise_nhwc)
-    return fn
+    Compiled on first use: about a second the first time on a machine, then loaded from numba's on-disk
+    cache. Single-threaded: on the shared 2-core machine numba's parallel loops lost more to waking threads
+    than they gained (measured in the note of issue 13)."""
+    global AVAILABLE
+    fn = _compiled.get(name)
+    if fn is None and AVAILABLE:
+        try:
+            import numba
+        except ImportError:  # installed but broken (e.g. a llvmlite that does not match): the NumPy path runs
+            AVAILABLE = False
+            return None
+        fn = _compiled[name] = numba.njit(cache=True, nogil=True)(_KERNELS[name])
+    return fn if AVAILABLE else None

@@ -391,6 +391,22 @@ def _bias_steps(y2: np.ndarray, env: _Env, bias_id: int) -> list:
     return [_add_to_rows(y2, env[bias_id].reshape(-1))]
 
 
+_NO_CLAMP = (-math.inf, math.inf)
+
+
+def _bias_act_steps(y2: np.ndarray, env: _Env, bias_id: int, act: tuple[float, float]) -> list:
+    """Steps that add the bias (if any) to every row of ``y2`` and clamp it to ``act``: one compiled pass in
+    the fast tier (fast.py; the same float32 results, 1.5-3x faster than NumPy's one pass for each on
+    MobileNetV2's and the transformers' layer outputs), else a NumPy pass for each."""
+    has_bias = bias_id != xs.INVALID_VALUE_ID
+    if (has_bias or act != _NO_CLAMP) and y2.dtype == np.float32:
+        fused = fast.kernel("bias_clamp")
+        if fused is not None:
+            bias = env[bias_id].reshape(-1) if has_bias else np.empty(0, np.float32)
+            return [partial(fused, y2, bias, np.float32(act[0]), np.float32(act[1]))]
+    return _bias_steps(y2, env, bias_id) + _clamp(y2, y2, *act)
+
+
 def _add_to_rows(y2: np.ndarray, row: np.ndarray) -> Step:
     """The step y2 += row on every row of the C-contiguous [M, C] ``y2``.
 
@@ -418,7 +434,7 @@ def _compiles(*kinds: type) -> Callable:
 
 
 @_compiles(xs.XNNFullyConnected)
-def _fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _fully_connected(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
     transposed = bool(n.flags & xs.FLAG_TRANSPOSE_WEIGHTS)
     packed = None
     if n.filter_id in g.constants:
@@ -433,13 +449,13 @@ def _fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             raise ValueError(f"fully connected expects {ic} input features, found input shape {x.shape}")
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         y2 = y.reshape(-1, oc)
-        return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + _bias_steps(y2, env, n.bias_id)
+        return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + _bias_act_steps(y2, env, n.bias_id, act)
 
     return plan
 
 
 @_compiles(xs.XNNConv2d)
-def _convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
     win, groups, icg, ocg = _conv_window(n), n.groups, n.group_input_channels, n.group_output_channels
     k = win.kh * win.kw * icg
     # [OC, KH, KW, ICg] -> per group [K, OCg], so that columns @ w is the convolution.
@@ -458,10 +474,11 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         if pointwise and groups == 1:
             steps = [partial(np.matmul, x.reshape(m, c), w[0], out=y2)]
         elif groups == 1:
-            return _im2col_convolution(x, y2, w[0], win, (oh, ow), env, n.bias_id)
+            steps = _im2col_convolution(x, y2, w[0], win, (oh, ow), env, n.bias_id)
+            return steps + _bias_act_steps(y2, env, xs.INVALID_VALUE_ID, act)  # the matmul added the bias
         else:
             steps = _grouped_convolution(x, y2, w, win, groups, oh, ow)
-        return steps + _bias_steps(y2, env, n.bias_id)
+        return steps + _bias_act_steps(y2, env, n.bias_id, act)
 
     return plan
 
@@ -501,7 +518,7 @@ def _grouped_convolution(
 
 
 @_compiles(xs.XNNDepthwiseConv2d)
-def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
     win, channels, mult = _conv_window(n), n.groups, n.group_output_channels
     if n.group_input_channels != 1:
         raise _Unsupported(f"depthwise convolution with {n.group_input_channels} input channels per group")
@@ -516,10 +533,11 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             raise ValueError(f"depthwise convolution expects {channels} channels, found input shape {x.shape}")
         oh, ow = win.out_hw(h, wd)
         y = env.empty(n.output_id, (nb, oh, ow, c * mult))
-        if fast.AVAILABLE and mult == 1 and x.dtype == y.dtype == np.float32:  # one compiled pass (fast.py)
+        compiled = fast.kernel("depthwise") if mult == 1 and x.dtype == y.dtype == np.float32 else None
+        if compiled is not None:  # one pass with the bias and the clamp (fast.py)
             bias = env[n.bias_id].reshape(-1) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(0, np.float32)
             window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
-            return [partial(fast.depthwise_nhwc(), x, first_column, bias, y, *window)]
+            return [partial(compiled, x, first_column, bias, y, *window, np.float32(act[0]), np.float32(act[1]))]
         views, steps = win.tap_views(x, 0.0)
         acc = y if mult == 1 else y.reshape(nb, oh, ow, c, mult)
         tmp = np.empty_like(acc)
@@ -532,7 +550,7 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
                 steps.append(partial(np.multiply, view, wt, out=acc))
             else:
                 steps += [partial(np.multiply, view, wt, out=tmp), partial(np.add, acc, tmp, out=acc)]
-        return steps + _bias_steps(y.reshape(-1, c * mult), env, n.bias_id)
+        return steps + _bias_steps(y.reshape(-1, c * mult), env, n.bias_id) + _clamp(y, y, *act)
 
     return plan
 
@@ -1427,11 +1445,13 @@ def _compile_node(index: int, node: xs.XNode, g: _Graph) -> Planner:
             f"XNNPACK node {index} ({kind}) is not supported by edgetorch's XNNPACK runtime; "
             "run this program with ExecuTorch or lower the model without this operator in the partition"
         )
+    lo, hi = _min_max(node)
     try:
+        if type(n) in _APPLY_ACTIVATION:  # the layer clamps its own output, with its bias where it can
+            return _named_planner(index, kind, compiler(n, node, g, (lo, hi)))  # type: ignore[call-arg]
         planner = compiler(n, node, g)
     except _Unsupported as e:
         raise DelegateLoadError(f"XNNPACK node {index} ({kind}) cannot run here: {e}") from None
-    lo, hi = _min_max(node)
     if isinstance(n, xs.XNNClamp) or (lo == -math.inf and hi == math.inf):
         return _named_planner(index, kind, planner)
 
@@ -1441,6 +1461,41 @@ def _compile_node(index: int, node: xs.XNode, g: _Graph) -> Planner:
         return steps + _clamp(y, y, lo, hi)
 
     return _named_planner(index, kind, with_activation)
+
+
+_APPLY_ACTIVATION = (xs.XNNFullyConnected, xs.XNNConv2d, xs.XNNDepthwiseConv2d)
+# Float nodes that write a fresh output buffer, so that a clamp reading only them can clamp it in place.
+_CLAMP_FUSABLE = (*_APPLY_ACTIVATION, xs.XNNConvTranspose2d, xs.XNNBatchMatrixMultiply, *_BINARY)
+
+
+def _fuse_float_clamps(g: _Graph, xnodes: list, reads: list) -> list:
+    """The nodes to compile: ``xnodes`` with each float clamp that is the only reader of a fresh-output
+    node's (with no activation of its own) moved into that node's output bounds, and the clamp itself made a
+    copy (which shares its input's memory). ExecuTorch fuses ReLU/ReLU6 into the layer when it lowers;
+    edgetorch's lowering keeps a clamp node, which costs a pass over the layer's output and, in the fast
+    tier, is free inside the layer's own last pass."""
+    readers: dict[int, int] = {}
+    for r in reads:
+        for vid in set(r):
+            readers[vid] = readers.get(vid, 0) + 1
+    producer = {getattr(node.xnode_union, "output_id", None): i for i, node in enumerate(xnodes)}
+    external = {vid for _, vid in g.inputs + g.outputs}
+    nodes = list(xnodes)
+    for i, node in enumerate(xnodes):
+        n: Any = node.xnode_union
+        if not isinstance(n, xs.XNNClamp) or readers.get(n.input_id) != 1 or n.input_id in external:
+            continue
+        p = producer.get(n.input_id)
+        if p is None or p > i or not isinstance(nodes[p].xnode_union, _CLAMP_FUSABLE):
+            continue
+        if nodes[p].output_min_max is not None or n.input_id in g.quant or n.output_id in g.quant:
+            continue
+        if g.dtype(n.input_id).kind != "f":
+            continue
+        nodes[p] = dataclasses.replace(nodes[p], output_min_max=node.output_min_max)
+        copy = xs.XNNCopy(n.input_id, n.output_id, n.flags)
+        nodes[i] = dataclasses.replace(node, xnode_union=copy, output_min_max=None)
+    return nodes
 
 
 def _with_activation(n: Any, node: xs.XNode, planner: Planner) -> Planner:
@@ -1508,7 +1563,8 @@ class XnnpackDelegate:
         }
         self.reads = [_reads(node.xnode_union) for node in blob.graph.xnodes]
         _fuse_clamps(self.graph, self.xnodes, self.reads)
-        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(blob.graph.xnodes)]
+        compiled = _fuse_float_clamps(self.graph, self.xnodes, self.reads)
+        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(compiled)]
         self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
         self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
         self.plans: OrderedDict[tuple, _Plan] = OrderedDict()

@@ -1,0 +1,108 @@
+"""Load-time fusions of the XNNPACK runtime half: a float clamp (ReLU, ReLU6, hardtanh) that is the only
+reader of a layer's output moves into the layer (and, in the fast tier, into the layer's last pass with its
+bias), with the same float32 results in both tiers and eager's within float rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from edgetorch.backends.xnnpack import XnnpackPartitioner, fast
+from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack.runtime import XnnpackBackend
+from edgetorch.exir import to_edge_transform_and_lower
+from edgetorch.runtime import Runtime
+
+
+class Layers(nn.Module):
+    """Convolutions with batch norms (which edgetorch's lowering folds, keeping the activation as a clamp
+    node): 1x1, 3x3, grouped and depthwise, then a linear layer and an add with their clamps."""
+
+    def __init__(self):
+        super().__init__()
+        self.pointwise = nn.Sequential(nn.Conv2d(4, 8, 1), nn.BatchNorm2d(8), nn.ReLU6())
+        self.conv = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.grouped = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=2), nn.BatchNorm2d(8), nn.Hardtanh(-0.5, 0.5))
+        self.depthwise = nn.Sequential(nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), nn.BatchNorm2d(8), nn.ReLU6())
+        self.linear = nn.Linear(8, 5)
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        y = self.depthwise(self.grouped(self.conv(self.pointwise(x))))
+        y = torch.relu(y + 0.25)
+        return torch.relu(self.linear(y.mean((2, 3))))
+
+
+class SharedOutput(nn.Module):
+    """A clamp whose input has another reader: the input must stay unclamped."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return torch.relu(y), y * 2
+
+
+def run(module: nn.Module, x: torch.Tensor, tier: bool, monkeypatch) -> tuple[list, list]:
+    """The outputs of ``module`` lowered to XNNPACK and run by edgetorch with the fast tier on or off, and
+    the node types each delegate compiled (after the fusions)."""
+    monkeypatch.setattr(fast, "AVAILABLE", tier)
+    pte = to_edge_transform_and_lower(torch.export.export(module.eval(), (x,)), partitioner=[XnnpackPartitioner()])
+    delegates, init = [], XnnpackBackend.init
+
+    def capture(self, *args):
+        handle = init(self, *args)
+        delegates.append(handle)
+        return handle
+
+    monkeypatch.setattr(XnnpackBackend, "init", capture)
+    method = Runtime.get().load_program(pte.to_executorch().buffer).load_method("forward")
+    outs = method.execute([x.numpy()])
+    assert delegates, "the model was not delegated to XNNPACK"
+    return [np.array(o) for o in outs], delegates
+
+
+@pytest.mark.parametrize(
+    "tier", [False, pytest.param(True, marks=pytest.mark.skipif(not fast.AVAILABLE, reason="numba"))]
+)
+def test_clamps_fuse_into_their_layers(tier, monkeypatch):
+    torch.manual_seed(0)
+    module, x = Layers().eval(), torch.randn(2, 4, 9, 7)
+    outs, delegates = run(module, x, tier, monkeypatch)
+    with torch.no_grad():
+        np.testing.assert_allclose(outs[0], module(x).numpy(), rtol=1e-5, atol=1e-6)
+    (delegate,) = delegates
+    clamps = [n for n in delegate.xnodes if isinstance(n.xnode_union, xs.XNNClamp)]
+    assert len(clamps) >= 5, "the lowering no longer keeps clamp nodes; this test needs a new subject"
+    # Every clamp moved into its producer: the plan holds no step of a clamp node.
+    plan = next(iter(delegate.plans.values()))
+    starts = [0, *plan.ends[:-1]]
+    for node, start, end in zip(delegate.xnodes, starts, plan.ends):
+        if isinstance(node.xnode_union, xs.XNNClamp):
+            assert start == end, "a clamp that reads only a layer's output still runs as a pass of its own"
+
+
+@pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+def test_both_tiers_give_the_same_floats(monkeypatch):
+    torch.manual_seed(1)
+    module, x = Layers().eval(), torch.randn(1, 4, 12, 10)
+    compiled, _ = run(module, x, True, monkeypatch)
+    numpy_tier, _ = run(module, x, False, monkeypatch)
+    np.testing.assert_array_equal(compiled[0], numpy_tier[0])
+
+
+def test_a_clamp_with_a_shared_input_leaves_the_input_alone(monkeypatch):
+    torch.manual_seed(2)
+    module, x = SharedOutput().eval(), torch.randn(1, 3, 5, 5)
+    outs, _ = run(module, x, fast.AVAILABLE, monkeypatch)
+    with torch.no_grad():
+        for got, want in zip(outs, module(x)):
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+    assert (outs[1] < 0).any(), "the unclamped output has no negative entries to tell the cases apart"
