@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from edgetorch.backends.xnnpack import fast, qgemm
+from edgetorch.backends.xnnpack import fast, qfast, qgemm
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
@@ -1096,6 +1096,11 @@ def _dynamic_convert(
 ) -> None:
     """Per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q`` if given."""
     x2 = x.reshape(scale.shape[0], -1)
+    if qfast.available() and x2.flags.c_contiguous and centred.flags.c_contiguous:
+        qfast.dynamic_quantize()(x2, centred.reshape(x2.shape), scale, zero_point)  # same bits, one call
+        if q is not None:
+            np.copyto(q.reshape(x2.shape), centred.reshape(x2.shape) + zero_point, casting="unsafe")
+        return
     _dynamic_params(x2, scale, zero_point)
     t = centred.reshape(x2.shape)
     np.divide(x2, scale, out=t)
@@ -1148,6 +1153,8 @@ def _requantize_steps(
     dest: tuple | None = None,
 ) -> list:
     """XNNPACK's fp32 requantization of the int32 accumulator ``acc`` (+ bias) into ``q``."""
+    if qfast.available() and dest is not None and acc.flags.c_contiguous:
+        return _fused_requantize_steps(acc, bias, factor, q, qp, node, dest)
     steps = []
     if bias is not None:
         steps.append(partial(np.add, acc, bias, out=acc))
@@ -1162,6 +1169,73 @@ def _requantize_steps(
         hi / qp.scale if hi != math.inf else hi,
         dest,
     )
+
+
+def _fused_requantize_steps(
+    acc: np.ndarray,
+    bias: np.ndarray | None,
+    factor: np.ndarray,
+    q: np.ndarray,
+    qp: _QParams,
+    node: xs.XNode,
+    dest: tuple,
+) -> list:
+    """``_requantize_steps`` as one compiled pass (qfast.py) writing the centred integers: the same
+    float32 operations in the same order (bias add, scale, clip to the integer bounds, round half to
+    even), so the same bits; then the int8 copy when a reader needs it, as on the NumPy path."""
+    lo, hi = _min_max(node)
+    lo, hi = (lo / qp.scale if lo != -math.inf else lo), (hi / qp.scale if hi != math.inf else hi)
+    c = factor.shape[-1]
+    b = np.empty(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+    f = np.ascontiguousarray(factor, np.float32).reshape(-1)
+
+    def step(t: np.ndarray, qlo: np.float32, qhi: np.float32) -> Step:
+        return partial(qfast.requantize(), acc.reshape(-1, c), b, f, qlo, qhi, t.reshape(-1, c))
+
+    return _fused_quantize_out(dest, q, qp.zero_point, np.float32(1), lo, hi, acc.shape, step)
+
+
+def _fused_quantize_out(
+    dest: tuple, q: np.ndarray, zp: int, scale: Any, lo: float, hi: float, shape: tuple, step: Callable
+) -> list:
+    """The steps of a compiled pass ``step(t, qlo, qhi)`` that writes value ``dest[1]``'s centred integers
+    into ``t``, clipped to [qlo, qhi] (its dtype's range, narrowed by [lo, hi] and by a following clamp as
+    ``_quantize_steps`` does), then the int8 copy when a reader needs the integers themselves."""
+    env, vid = dest
+    qmin, qmax = _qbounds(q.dtype, scale, zp, lo, hi)
+    if vid in env.graph.narrow:
+        a, b = env.graph.narrow[vid]
+        qmin, qmax = max(qmin, a), min(qmax, b)
+        env.narrowed.add(vid)
+    t = env.centred_buffer(vid, shape)
+    steps = [step(t, np.float32(qmin - zp), np.float32(qmax - zp))]
+    if vid not in env.graph.needs_int8:
+        return steps
+    t2 = np.empty(shape, np.float32)
+    return steps + [partial(np.add, t, np.float32(zp), out=t2), partial(np.copyto, q, t2, casting="unsafe")]
+
+
+def _fused_add(n: Any, node: xs.XNode, g: _Graph, env: _Env) -> list | None:
+    """A static int8 add as one compiled pass (qfast.py), when both inputs are centred integers of one
+    shape and the output is quantized per tensor: the dequantizing fallback's float32 operations in its
+    order (each input times its scale, the sum, the node's float clamp, times 1 / output scale, clip,
+    round half to even), so the same bits. None when the case does not apply."""
+    qa, qb, qy = g.quant.get(n.input1_id), g.quant.get(n.input2_id), g.quant.get(n.output_id)
+    if qy is None or qy.scale is None or np.ndim(qy.scale) or qa is None or qb is None:
+        return None
+    a, b = env.centred.get(n.input1_id), env.centred.get(n.input2_id)
+    if a is None or b is None or a.shape != b.shape or not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return None
+    flo, fhi = (np.float32(v) for v in _min_max(node))
+    inv = np.float32(1.0) / np.float32(qy.scale)
+    sa, sb = np.float32(qa.scale), np.float32(qb.scale)
+    q = env.empty(n.output_id, a.shape)
+
+    def step(t: np.ndarray, qlo: np.float32, qhi: np.float32) -> Step:
+        flat = t.reshape(-1)
+        return partial(qfast.quantized_add(), a.reshape(-1), sa, b.reshape(-1), sb, flo, fhi, inv, qlo, qhi, flat)
+
+    return _fused_quantize_out((env, n.output_id), q, qy.zero_point, qy.scale, -math.inf, math.inf, a.shape, step)
 
 
 def _weight_scale(qp: _QParams, channels: int) -> np.ndarray:
@@ -1271,7 +1345,8 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     per_out = wscale.reshape(-1, 1, 1, 1) if isinstance(n, xs.XNNConv2d) else wscale
     g.constants[wid] = w * per_out if dynamic else w
     bid = xs.INVALID_VALUE_ID
-    if bias is not None and not dynamic:
+    fused_bias = bias is not None and not dynamic and qfast.available()  # added in the compiled requantize
+    if bias is not None and not dynamic and not fused_bias:
         bid = g.shadow(n.bias_id)
         g.constants[bid] = bias
     inner = _COMPILERS[type(n)](
@@ -1307,7 +1382,7 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         steps += inner(env)
         acc = env[yid]
         y = env.empty(n.output_id, acc.shape)
-        return steps + _requantize_steps(acc, None, factor, y, yq, node, (env, n.output_id))
+        return steps + _requantize_steps(acc, bias if fused_bias else None, factor, y, yq, node, (env, n.output_id))
 
     return plan
 
@@ -1331,7 +1406,14 @@ def _dequantized(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     shadowed = dataclasses.replace(n, **fields)
     inner = _with_activation(shadowed, node, compiler(shadowed, node, g))  # the clamp acts on the float result
 
+    fusable = type(n) is xs.XNNAdd and len(reads) == 2 and n.input1_id not in g.constants
+    fusable = fusable and n.input2_id not in g.constants
+
     def plan(env: _Env) -> list:
+        if fusable and qfast.available():
+            fused = _fused_add(n, node, g, env)
+            if fused is not None:
+                return fused
         steps = []
         for v in dict.fromkeys(reads):
             if v not in g.constants:
@@ -1358,11 +1440,44 @@ def _quantized_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         return _quantized_fully_connected(n, node, g)
     if isinstance(n, (xs.XNNConv2d, xs.XNNDepthwiseConv2d)) and n.filter_id in g.quant:
         return _quantized_convolution(n, node, g)
+    if isinstance(n, xs.XNNStaticTranspose):
+        qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
+        if qin is not None and qout is not None and qin.scale is None and qout.scale is None:
+            return _dynamic_transpose(n, node, g)
     if isinstance(n, xs.XNNClamp):
         qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
         if qin is not None and qout is not None and _same_tensor_params(qin, qout):
             return _integer_clamp(n, node, g, qout)
     return _dequantized(n, node, g)
+
+
+def _dynamic_transpose(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+    """A transpose of a dynamically quantized value (XNNPACK's NCHW -> NHWC in front of a dynamically
+    quantized convolution): the integers move, each keeping its row's (scale, zero point), which is
+    exact when the rows (batch entries) stay in place: the permutation fixes dimension 0 and the
+    parameters are per batch entry (or the whole tensor is one row)."""
+    perm = tuple(n.perm)
+
+    def plan(env: _Env) -> list:
+        scale, zp = env.dynamic[n.input_id]
+        c = env.centred.get(n.input_id)
+        x = env[n.input_id] if c is None else c
+        if scale.shape[0] != 1 and (perm[0] != 0 or scale.shape[0] != x.shape[0]):
+            raise _Unsupported(f"a transpose {list(perm)} moves the rows of a dynamically quantized value")
+        view = x.transpose(perm)
+        env.dynamic[n.output_id] = (scale, zp)
+        y = env.empty(n.output_id, view.shape)
+        if c is None:
+            return [partial(np.copyto, y, view)]
+        t = env.centred_buffer(n.output_id, view.shape)
+        steps = [partial(np.copyto, t, view)]
+        if n.output_id in g.needs_int8:
+            rows = (scale.shape[0],) + (1,) * (t.ndim - 1)
+            t2 = np.empty(t.shape, np.float32)
+            steps += [partial(np.add, t, zp.reshape(rows), out=t2), partial(np.copyto, y, t2, casting="unsafe")]
+        return steps
+
+    return plan
 
 
 def _same_tensor_params(a: _QParams, b: _QParams) -> bool:
