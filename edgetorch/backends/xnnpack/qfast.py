@@ -45,10 +45,12 @@ def _requantize(acc, bias, factor, lo, hi, out):  # pragma: no cover - compiled
             o[j] = np.rint(v)
 
 
-def _dynamic_quantize(x, centred, scale, zero_point):  # pragma: no cover - compiled
+def _dynamic_quantize(x, centred, scale, zero_point, dequantized):  # pragma: no cover - compiled
     """Per row of ``x`` [rows, K]: XNNPACK's dynamic int8 parameters (the row's range widened to hold 0,
     scale = range / 255, the zero point nudged to an integer in [-128, 127]) into ``scale`` and
-    ``zero_point`` [rows, 1], and the centred integers clip(rint(x / scale), -128 - zp, 127 - zp)."""
+    ``zero_point`` [rows, 1], and the centred integers clip(rint(x / scale), -128 - zp, 127 - zp);
+    when ``dequantized`` has rows, also centred * scale into its first K columns (the input buffer of
+    a dynamically quantized fully connected, whose last column of ones the caller set)."""
     rows, k = x.shape
     zero = np.float32(0)
     for r in range(rows):
@@ -82,6 +84,10 @@ def _dynamic_quantize(x, centred, scale, zero_point):  # pragma: no cover - comp
             if t > qhi:
                 t = qhi
             o[j] = t
+        if dequantized.shape[0]:
+            d = dequantized[r]
+            for j in range(k):
+                d[j] = o[j] * s
 
 
 def _quantized_add(a, sa, b, sb, flo, fhi, inv, lo, hi, out):  # pragma: no cover - compiled
@@ -120,7 +126,8 @@ def requantize() -> Any:
 
 
 def dynamic_quantize() -> Any:
-    """The compiled ``f(x, centred, scale, zero_point)`` of ``_dynamic_quantize`` (float32 arrays)."""
+    """The compiled ``f(x, centred, scale, zero_point, dequantized)`` of ``_dynamic_quantize`` (float32
+    arrays; ``dequantized`` [0, 0] when not wanted)."""
     return _get("dynamic_quantize", _dynamic_quantize)
 
 

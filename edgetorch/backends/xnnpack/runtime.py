@@ -87,6 +87,7 @@ class _Graph:
         # Quantized values some reader needs as integers (set before the nodes compile); the others exist
         # only as float32 centred integers (see _quantize_steps).
         self.needs_int8: set[int] = set()
+        self.fc_inputs: set[int] = set()  # values a fully connected reads (set by the delegate)
         # Value -> integer bounds of the clamp that is its only reader: its producer applies them (see _fuse_clamps).
         self.narrow: dict[int, tuple[int, int]] = {}
         for value in blob.graph.xvalues:
@@ -204,6 +205,7 @@ class _Env:
         self.centred: dict[int, np.ndarray] = {}  # per-tensor quantized value -> float32 q - zero_point
         self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
         self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
+        self.fc_input: dict[int, np.ndarray] = {}  # qdint8 value -> its dequantized [rows, K + 1] (qfast.py)
 
     def __getitem__(self, vid: int) -> np.ndarray:
         a = self.arrays.get(vid)
@@ -1091,13 +1093,22 @@ def _dynamic_params(x2: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -
     np.copyto(scale, s)
 
 
+_NO_ROWS = np.empty((0, 0), np.float32)
+
+
 def _dynamic_convert(
-    x: np.ndarray, centred: np.ndarray, q: np.ndarray | None, scale: np.ndarray, zero_point: np.ndarray
+    x: np.ndarray,
+    centred: np.ndarray,
+    q: np.ndarray | None,
+    scale: np.ndarray,
+    zero_point: np.ndarray,
+    dequantized: np.ndarray = _NO_ROWS,
 ) -> None:
-    """Per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q`` if given."""
+    """Per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q`` if given.
+    A ``dequantized`` [rows, K + 1] buffer (compiled tier only) also gets (q - zero_point) * scale."""
     x2 = x.reshape(scale.shape[0], -1)
     if qfast.available() and x2.flags.c_contiguous and centred.flags.c_contiguous:
-        qfast.dynamic_quantize()(x2, centred.reshape(x2.shape), scale, zero_point)  # same bits, one call
+        qfast.dynamic_quantize()(x2, centred.reshape(x2.shape), scale, zero_point, dequantized)  # same bits
         if q is not None:
             np.copyto(q.reshape(x2.shape), centred.reshape(x2.shape) + zero_point, casting="unsafe")
         return
@@ -1123,7 +1134,13 @@ def _quantized_convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             scale, zp = np.empty((rows, 1), np.float32), np.empty((rows, 1), np.float32)
             env.dynamic[n.output_id] = (scale, zp)
             c = env.centred_buffer(n.output_id, x.shape)
-            return [partial(_dynamic_convert, x, c, y if n.output_id in g.needs_int8 else None, scale, zp)]
+            deq = _NO_ROWS
+            if qfast.available() and n.output_id in g.fc_inputs:
+                # The fully connected's input buffer, ones column included, filled in the same pass. Not
+                # pooled: the ones column is written once, here.
+                deq = env.fc_input[n.output_id] = qgemm.ones_column_buffer(rows, x.size // max(rows, 1))
+            q = y if n.output_id in g.needs_int8 else None
+            return [partial(_dynamic_convert, x, c, q, scale, zp, deq)]
         dest = (env, n.output_id)
         if qin is None:
             return _quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
@@ -1314,6 +1331,11 @@ def _dynamic_fully_connected(
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         y2 = y.reshape(-1, oc)
         c = env.centred.get(n.input1_id)
+        ready = env.fc_input.get(n.input1_id)
+        lo, hi = _min_max(node)
+        clamp = [] if (lo, hi) == (-math.inf, math.inf) else _clamp(y2, y2, lo, hi)
+        if ready is not None and ready.shape == xa.shape:  # the convert wrote the scaled input (same bits)
+            return [partial(np.matmul, ready, waug, out=y2)] + clamp
         if c is None:
             steps = [partial(np.copyto, xd, x2), partial(np.subtract, xd, zp, out=xd)]
             steps.append(partial(np.multiply, xd, scale, out=xd))
@@ -1620,6 +1642,11 @@ class XnnpackDelegate:
             for node in blob.graph.xnodes
             if isinstance(node.xnode_union, xs.XNNConvert)
             for vid in _reads(node.xnode_union)
+        }
+        self.graph.fc_inputs = {
+            node.xnode_union.input1_id
+            for node in blob.graph.xnodes
+            if isinstance(node.xnode_union, xs.XNNFullyConnected)
         }
         self.reads = [_reads(node.xnode_union) for node in blob.graph.xnodes]
         _fuse_clamps(self.graph, self.xnodes, self.reads)
