@@ -63,6 +63,7 @@ def sqnr(reference: np.ndarray, test: np.ndarray) -> float:
 def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.ExportedProgram:
     """The quantized ``torch.export`` program of ``model`` under ``scheme``."""
     model = copy.deepcopy(model)
+    _quantize_embeddings(model, scheme)
     if scheme == "8da4w":
         from torchao.quantization.granularity import PerGroup
         from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
@@ -85,6 +86,25 @@ def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.E
     return torch.export.export(convert_pt2e(prepared), args)
 
 
+def _quantize_embeddings(model: torch.nn.Module, scheme: str) -> None:
+    """Embedding tables in 8 bits per row (int8-dynamic) or 4 bits in groups of 32 (8da4w), as the LLM
+    export's ``embedding_quantize`` ("8,0" / "4,32") does: ``quantized_decomposed::embedding_byte`` /
+    ``embedding_4bit`` (edgetorch.extension.llm.embedding_quant), ops both runtimes run outside the
+    delegate. A tied output projection keeps its own float copy, which the linear quantization takes."""
+    if scheme not in ("int8-dynamic", "8da4w"):
+        return
+    from edgetorch.extension.llm.embedding_quant import QuantizedEmbedding
+
+    bits, group = (8, 0) if scheme == "int8-dynamic" else (4, 32)
+    for m in model.modules():  # untie first: a linear sharing a table keeps a float copy of it
+        if isinstance(m, torch.nn.Linear):
+            m.weight = torch.nn.Parameter(m.weight.detach().clone())
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Embedding) and child.embedding_dim % (group or 1) == 0:
+                setattr(parent, name, QuantizedEmbedding(child.weight, bits, group))
+
+
 def lower(ep: torch.export.ExportedProgram, which: str) -> bytes:
     """The .pte of ``ep`` lowered to XNNPACK by ``which``: "ours" (edgetorch's compiler and
     XnnpackPartitioner, the CLI's path) or "et" (ExecuTorch's). Each lowers its own copy of ``ep``."""
@@ -93,6 +113,7 @@ def lower(ep: torch.export.ExportedProgram, which: str) -> bytes:
         from edgetorch.backends.xnnpack import XnnpackPartitioner
         from edgetorch.exir import to_edge_transform_and_lower
     else:
+        import executorch.kernels.quantized  # noqa: F401  (the embedding ops' out variants)
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
