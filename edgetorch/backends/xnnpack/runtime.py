@@ -1462,44 +1462,11 @@ def _quantized_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         return _quantized_fully_connected(n, node, g)
     if isinstance(n, (xs.XNNConv2d, xs.XNNDepthwiseConv2d)) and n.filter_id in g.quant:
         return _quantized_convolution(n, node, g)
-    if isinstance(n, xs.XNNStaticTranspose):
-        qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
-        if qin is not None and qout is not None and qin.scale is None and qout.scale is None:
-            return _dynamic_transpose(n, node, g)
     if isinstance(n, xs.XNNClamp):
         qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
         if qin is not None and qout is not None and _same_tensor_params(qin, qout):
             return _integer_clamp(n, node, g, qout)
     return _dequantized(n, node, g)
-
-
-def _dynamic_transpose(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    """A transpose of a dynamically quantized value (XNNPACK's NCHW -> NHWC in front of a dynamically
-    quantized convolution): the integers move, each keeping its row's (scale, zero point), which is
-    exact when the rows (batch entries) stay in place: the permutation fixes dimension 0 and the
-    parameters are per batch entry (or the whole tensor is one row)."""
-    perm = tuple(n.perm)
-
-    def plan(env: _Env) -> list:
-        scale, zp = env.dynamic[n.input_id]
-        c = env.centred.get(n.input_id)
-        x = env[n.input_id] if c is None else c
-        if scale.shape[0] != 1 and (perm[0] != 0 or scale.shape[0] != x.shape[0]):
-            raise _Unsupported(f"a transpose {list(perm)} moves the rows of a dynamically quantized value")
-        view = x.transpose(perm)
-        env.dynamic[n.output_id] = (scale, zp)
-        y = env.empty(n.output_id, view.shape)
-        if c is None:
-            return [partial(np.copyto, y, view)]
-        t = env.centred_buffer(n.output_id, view.shape)
-        steps = [partial(np.copyto, t, view)]
-        if n.output_id in g.needs_int8:
-            rows = (scale.shape[0],) + (1,) * (t.ndim - 1)
-            t2 = np.empty(t.shape, np.float32)
-            steps += [partial(np.add, t, zp.reshape(rows), out=t2), partial(np.copyto, y, t2, casting="unsafe")]
-        return steps
-
-    return plan
 
 
 def _same_tensor_params(a: _QParams, b: _QParams) -> bool:
