@@ -1009,6 +1009,9 @@ def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 # its readers skip the int8 -> float conversion; a static fully connected then uses the
 # plain bias (|q - zero_point| <= 255). int8 arrays are written only for the graph's
 # outputs and for converts, which read the integers themselves.
+# With the [fast] tier (qfast.py) a static node's requantization (its int32 bias included), a
+# static add and a dynamic convert (which also fills its fully connected's input buffer) each
+# run as one compiled pass with the NumPy path's float32 operations in its order: same bits.
 
 
 def _qrange(dtype: np.dtype) -> tuple[int, int]:
