@@ -354,7 +354,8 @@ def report(results_md: pathlib.Path, results: dict, gemms: str, threads: int) ->
     body = (
         f"{SECTION}\n\n`python bench/quant.py --threads {threads} --results bench/RESULTS.md`; "
         "ExecuTorch's XNNPACKQuantizer (int8: static per-channel; int8-dynamic: dynamic per-channel) or "
-        "torchao 8da4w (group 32). Ours: lowered by edgetorch's XnnpackPartitioner (the CLI's path), run on "
+        "torchao 8da4w (group 32); embeddings (GPT-2's) in 8 bits per row / 4 bits in groups of 32 "
+        "(`quantized_decomposed::embedding_byte` / `embedding_4bit`, the LLM export's ops). Ours: lowered by edgetorch's XnnpackPartitioner (the CLI's path), run on "
         "edgetorch; ET: the same quantized graph lowered by ExecuTorch's partitioner, run on ExecuTorch. SQNR against the float model's eager output. ORT int8: `quantize_dynamic` on "
         "`torch.onnx.export`'s model. Medians on the shared 2-core machine (noisy).\n\n"
         f"{table(MODEL_HEADERS, model_rows(results))}\n\n![quantized latency](results/quant.png)\n\n"
