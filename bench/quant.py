@@ -4,9 +4,11 @@ For each benchmark model (bench/models.py) and scheme the model is quantized (PT
 ExecuTorch's XNNPACKQuantizer, whose converted graphs equal ours: ``int8`` static per-channel,
 calibrated on the example input and three more of its distribution, for the CNNs;
 ``int8-dynamic`` per-channel, and torchao's ``quantize_`` 8da4w (group 32; a linear whose
-input size 32 does not divide stays float) for the MLP and transformers) and lowered by ExecuTorch's XNNPACK partitioner; the same .pte runs on both
-runtimes. SQNR is each runtime's output against the float model's eager output. The fp32
-program is ExecuTorch's XNNPACK lowering of the float model, run on our runtime. ONNX Runtime
+input size 32 does not divide stays float) for the MLP and transformers). "Ours" is that graph
+lowered by edgetorch's compiler and XnnpackPartitioner (the CLI's path) and run on edgetorch's
+runtime; ExecuTorch's contender is the same quantized graph lowered by ExecuTorch's partitioner
+and run by its runtime. SQNR is each output against the float model's eager output. The fp32
+program is our XNNPACK lowering of the float model, run on our runtime. ONNX Runtime
 int8 is ``onnxruntime.quantization.quantize_dynamic`` (int8 weights) on ``torch.onnx.export``'s
 model. Latency: median wall time, one process, ``--threads`` BLAS/intra-op threads for everyone.
 A second table times the integer-GEMM options (see edgetorch/backends/xnnpack/qgemm.py).
@@ -61,6 +63,7 @@ def sqnr(reference: np.ndarray, test: np.ndarray) -> float:
 def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.ExportedProgram:
     """The quantized ``torch.export`` program of ``model`` under ``scheme``."""
     model = copy.deepcopy(model)
+    _quantize_embeddings(model, scheme)
     if scheme == "8da4w":
         from torchao.quantization.granularity import PerGroup
         from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
@@ -83,22 +86,55 @@ def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.E
     return torch.export.export(convert_pt2e(prepared), args)
 
 
-def lower(ep: torch.export.ExportedProgram) -> bytes:
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+def _quantize_embeddings(model: torch.nn.Module, scheme: str) -> None:
+    """Embedding tables in 8 bits per row (int8-dynamic) or 4 bits in groups of 32 (8da4w), as the LLM
+    export's ``embedding_quantize`` ("8,0" / "4,32") does: ``quantized_decomposed::embedding_byte`` /
+    ``embedding_4bit`` (edgetorch.extension.llm.embedding_quant), ops both runtimes run outside the
+    delegate. A tied output projection keeps its own float copy, which the linear quantization takes."""
+    if scheme not in ("int8-dynamic", "8da4w"):
+        return
+    from edgetorch.extension.llm.embedding_quant import QuantizedEmbedding
+
+    bits, group = (8, 0) if scheme == "int8-dynamic" else (4, 32)
+    for m in model.modules():  # untie first: a linear sharing a table keeps a float copy of it
+        if isinstance(m, torch.nn.Linear):
+            m.weight = torch.nn.Parameter(m.weight.detach().clone())
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Embedding) and child.embedding_dim % (group or 1) == 0:
+                setattr(parent, name, QuantizedEmbedding(child.weight, bits, group))
+
+
+def lower(ep: torch.export.ExportedProgram, which: str) -> bytes:
+    """The .pte of ``ep`` lowered to XNNPACK by ``which``: "ours" (edgetorch's compiler and
+    XnnpackPartitioner, the CLI's path) or "et" (ExecuTorch's). Each lowers its own copy of ``ep``."""
+    ep = copy.deepcopy(ep)
+    if which == "ours":
+        from edgetorch.backends.xnnpack import XnnpackPartitioner
+        from edgetorch.exir import to_edge_transform_and_lower
+    else:
+        import executorch.kernels.quantized  # noqa: F401  (the embedding ops' out variants)
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
 
     return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
 
 
-def runners(pte: bytes, args: tuple) -> dict:
+def runners(ours_pte: bytes, et_pte: bytes, args: tuple) -> dict:
+    """Our lowering on our runtime, ExecuTorch's lowering on ExecuTorch's runtime."""
     from executorch.runtime import Runtime as EtRuntime
 
     from edgetorch.runtime import Runtime
 
-    ours = Runtime.get().load_program(pte).load_method("forward")
-    theirs = EtRuntime.get().load_program(pte).load_method("forward")
+    ours = Runtime.get().load_program(ours_pte).load_method("forward")
+    et_program = EtRuntime.get().load_program(et_pte)
+    theirs = et_program.load_method("forward")
     arrays = [a.numpy() for a in args]
-    return {"ours": lambda: ours.execute(arrays)[0], "et": lambda: np.asarray(theirs.execute(list(args))[0])}
+    return {
+        "ours": lambda: ours.execute(arrays)[0],
+        "et": lambda: np.asarray(theirs.execute(list(args))[0]),
+        "_keep": et_program,
+    }
 
 
 def ort_int8(model: torch.nn.Module, args: tuple, work: pathlib.Path) -> tuple:
@@ -124,8 +160,9 @@ def model_results(name: str, quick: bool) -> dict:
     model, args = MODELS[name]()
     with torch.no_grad():
         reference = model(*args).detach().numpy()
-    fp32 = lower(torch.export.export(model, args))
-    fp32_run = runners(fp32, args)
+    fp32_ep = torch.export.export(model, args)
+    fp32 = lower(fp32_ep, "ours")
+    fp32_run = runners(fp32, lower(fp32_ep, "et"), args)
     out = {"fp32_bytes": len(fp32), "fp32_ours_ms": 1e3 * median_time(fp32_run["ours"], **budget)}
     out["fp32_et_ms"] = 1e3 * median_time(fp32_run["et"], **budget)
     del fp32_run
@@ -148,10 +185,13 @@ def model_results(name: str, quick: bool) -> dict:
 
 
 def scheme_results(model: torch.nn.Module, args: tuple, scheme: str, reference: np.ndarray, budget: dict) -> dict:
+    ep = quantize(model, args, scheme)
     t0 = time.perf_counter()
-    pte = lower(quantize(model, args, scheme))
-    run = runners(pte, args)
+    pte = lower(ep, "ours")
     row = {"bytes": len(pte), "compile_s": time.perf_counter() - t0}
+    et_pte = lower(ep, "et")
+    row["et_bytes"] = len(et_pte)
+    run = runners(pte, et_pte, args)
     row["sqnr_ours"], row["sqnr_et"] = sqnr(reference, run["ours"]()), sqnr(reference, run["et"]())
     row["ours_ms"], row["et_ms"] = (1e3 * median_time(run[k], **budget) for k in ("ours", "et"))
     return row
@@ -314,8 +354,9 @@ def report(results_md: pathlib.Path, results: dict, gemms: str, threads: int) ->
     body = (
         f"{SECTION}\n\n`python bench/quant.py --threads {threads} --results bench/RESULTS.md`; "
         "ExecuTorch's XNNPACKQuantizer (int8: static per-channel; int8-dynamic: dynamic per-channel) or "
-        "torchao 8da4w (group 32), lowered by ExecuTorch's XNNPACK partitioner; the same .pte on both "
-        "runtimes. SQNR against the float model's eager output. ORT int8: `quantize_dynamic` on "
+        "torchao 8da4w (group 32); embeddings (GPT-2's) in 8 bits per row / 4 bits in groups of 32 "
+        "(`quantized_decomposed::embedding_byte` / `embedding_4bit`, the LLM export's ops). Ours: lowered by edgetorch's XnnpackPartitioner (the CLI's path), run on "
+        "edgetorch; ET: the same quantized graph lowered by ExecuTorch's partitioner, run on ExecuTorch. SQNR against the float model's eager output. ORT int8: `quantize_dynamic` on "
         "`torch.onnx.export`'s model. Medians on the shared 2-core machine (noisy).\n\n"
         f"{table(MODEL_HEADERS, model_rows(results))}\n\n![quantized latency](results/quant.png)\n\n"
         "The integer GEMM options (int8 [M, K] x int8 [K, N] -> int32; see "

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from edgetorch.backends.xnnpack import fast, qgemm
+from edgetorch.backends.xnnpack import fast, qfast, qgemm
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
@@ -87,6 +87,7 @@ class _Graph:
         # Quantized values some reader needs as integers (set before the nodes compile); the others exist
         # only as float32 centred integers (see _quantize_steps).
         self.needs_int8: set[int] = set()
+        self.fc_inputs: set[int] = set()  # values a fully connected reads (set by the delegate)
         # Value -> integer bounds of the clamp that is its only reader: its producer applies them (see _fuse_clamps).
         self.narrow: dict[int, tuple[int, int]] = {}
         for value in blob.graph.xvalues:
@@ -204,6 +205,7 @@ class _Env:
         self.centred: dict[int, np.ndarray] = {}  # per-tensor quantized value -> float32 q - zero_point
         self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
         self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
+        self.fc_input: dict[int, np.ndarray] = {}  # qdint8 value -> its dequantized [rows, K + 1] (qfast.py)
 
     def __getitem__(self, vid: int) -> np.ndarray:
         a = self.arrays.get(vid)
@@ -1025,6 +1027,9 @@ def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 # its readers skip the int8 -> float conversion; a static fully connected then uses the
 # plain bias (|q - zero_point| <= 255). int8 arrays are written only for the graph's
 # outputs and for converts, which read the integers themselves.
+# With the [fast] tier (qfast.py) a static node's requantization (its int32 bias included), a
+# static add and a dynamic convert (which also fills its fully connected's input buffer) each
+# run as one compiled pass with the NumPy path's float32 operations in its order: same bits.
 
 
 def _qrange(dtype: np.dtype) -> tuple[int, int]:
@@ -1109,11 +1114,25 @@ def _dynamic_params(x2: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -
     np.copyto(scale, s)
 
 
+_NO_ROWS = np.empty((0, 0), np.float32)
+
+
 def _dynamic_convert(
-    x: np.ndarray, centred: np.ndarray, q: np.ndarray | None, scale: np.ndarray, zero_point: np.ndarray
+    x: np.ndarray,
+    centred: np.ndarray,
+    q: np.ndarray | None,
+    scale: np.ndarray,
+    zero_point: np.ndarray,
+    dequantized: np.ndarray = _NO_ROWS,
 ) -> None:
-    """Per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q`` if given."""
+    """Per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q`` if given.
+    A ``dequantized`` [rows, K + 1] buffer (compiled tier only) also gets (q - zero_point) * scale."""
     x2 = x.reshape(scale.shape[0], -1)
+    if qfast.available() and x2.flags.c_contiguous and centred.flags.c_contiguous:
+        qfast.dynamic_quantize()(x2, centred.reshape(x2.shape), scale, zero_point, dequantized)  # same bits
+        if q is not None:
+            np.copyto(q.reshape(x2.shape), centred.reshape(x2.shape) + zero_point, casting="unsafe")
+        return
     _dynamic_params(x2, scale, zero_point)
     t = centred.reshape(x2.shape)
     np.divide(x2, scale, out=t)
@@ -1136,7 +1155,13 @@ def _quantized_convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             scale, zp = np.empty((rows, 1), np.float32), np.empty((rows, 1), np.float32)
             env.dynamic[n.output_id] = (scale, zp)
             c = env.centred_buffer(n.output_id, x.shape)
-            return [partial(_dynamic_convert, x, c, y if n.output_id in g.needs_int8 else None, scale, zp)]
+            deq = _NO_ROWS
+            if qfast.available() and n.output_id in g.fc_inputs:
+                # The fully connected's input buffer, ones column included, filled in the same pass. Not
+                # pooled: the ones column is written once, here.
+                deq = env.fc_input[n.output_id] = qgemm.ones_column_buffer(rows, x.size // max(rows, 1))
+            q = y if n.output_id in g.needs_int8 else None
+            return [partial(_dynamic_convert, x, c, q, scale, zp, deq)]
         dest = (env, n.output_id)
         if qin is None:
             return _quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
@@ -1166,6 +1191,8 @@ def _requantize_steps(
     dest: tuple | None = None,
 ) -> list:
     """XNNPACK's fp32 requantization of the int32 accumulator ``acc`` (+ bias) into ``q``."""
+    if qfast.available() and dest is not None and acc.flags.c_contiguous:
+        return _fused_requantize_steps(acc, bias, factor, q, qp, node, dest)
     steps = []
     if bias is not None:
         steps.append(partial(np.add, acc, bias, out=acc))
@@ -1180,6 +1207,73 @@ def _requantize_steps(
         hi / qp.scale if hi != math.inf else hi,
         dest,
     )
+
+
+def _fused_requantize_steps(
+    acc: np.ndarray,
+    bias: np.ndarray | None,
+    factor: np.ndarray,
+    q: np.ndarray,
+    qp: _QParams,
+    node: xs.XNode,
+    dest: tuple,
+) -> list:
+    """``_requantize_steps`` as one compiled pass (qfast.py) writing the centred integers: the same
+    float32 operations in the same order (bias add, scale, clip to the integer bounds, round half to
+    even), so the same bits; then the int8 copy when a reader needs it, as on the NumPy path."""
+    lo, hi = _min_max(node)
+    lo, hi = (lo / qp.scale if lo != -math.inf else lo), (hi / qp.scale if hi != math.inf else hi)
+    c = factor.shape[-1]
+    b = np.empty(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+    f = np.ascontiguousarray(factor, np.float32).reshape(-1)
+
+    def step(t: np.ndarray, qlo: np.float32, qhi: np.float32) -> Step:
+        return partial(qfast.requantize(), acc.reshape(-1, c), b, f, qlo, qhi, t.reshape(-1, c))
+
+    return _fused_quantize_out(dest, q, qp.zero_point, np.float32(1), lo, hi, acc.shape, step)
+
+
+def _fused_quantize_out(
+    dest: tuple, q: np.ndarray, zp: int, scale: Any, lo: float, hi: float, shape: tuple, step: Callable
+) -> list:
+    """The steps of a compiled pass ``step(t, qlo, qhi)`` that writes value ``dest[1]``'s centred integers
+    into ``t``, clipped to [qlo, qhi] (its dtype's range, narrowed by [lo, hi] and by a following clamp as
+    ``_quantize_steps`` does), then the int8 copy when a reader needs the integers themselves."""
+    env, vid = dest
+    qmin, qmax = _qbounds(q.dtype, scale, zp, lo, hi)
+    if vid in env.graph.narrow:
+        a, b = env.graph.narrow[vid]
+        qmin, qmax = max(qmin, a), min(qmax, b)
+        env.narrowed.add(vid)
+    t = env.centred_buffer(vid, shape)
+    steps = [step(t, np.float32(qmin - zp), np.float32(qmax - zp))]
+    if vid not in env.graph.needs_int8:
+        return steps
+    t2 = np.empty(shape, np.float32)
+    return steps + [partial(np.add, t, np.float32(zp), out=t2), partial(np.copyto, q, t2, casting="unsafe")]
+
+
+def _fused_add(n: Any, node: xs.XNode, g: _Graph, env: _Env) -> list | None:
+    """A static int8 add as one compiled pass (qfast.py), when both inputs are centred integers of one
+    shape and the output is quantized per tensor: the dequantizing fallback's float32 operations in its
+    order (each input times its scale, the sum, the node's float clamp, times 1 / output scale, clip,
+    round half to even), so the same bits. None when the case does not apply."""
+    qa, qb, qy = g.quant.get(n.input1_id), g.quant.get(n.input2_id), g.quant.get(n.output_id)
+    if qy is None or qy.scale is None or np.ndim(qy.scale) or qa is None or qb is None:
+        return None
+    a, b = env.centred.get(n.input1_id), env.centred.get(n.input2_id)
+    if a is None or b is None or a.shape != b.shape or not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return None
+    flo, fhi = (np.float32(v) for v in _min_max(node))
+    inv = np.float32(1.0) / np.float32(qy.scale)
+    sa, sb = np.float32(qa.scale), np.float32(qb.scale)
+    q = env.empty(n.output_id, a.shape)
+
+    def step(t: np.ndarray, qlo: np.float32, qhi: np.float32) -> Step:
+        flat = t.reshape(-1)
+        return partial(qfast.quantized_add(), a.reshape(-1), sa, b.reshape(-1), sb, flo, fhi, inv, qlo, qhi, flat)
+
+    return _fused_quantize_out((env, n.output_id), q, qy.zero_point, qy.scale, -math.inf, math.inf, a.shape, step)
 
 
 def _weight_scale(qp: _QParams, channels: int) -> np.ndarray:
@@ -1258,6 +1352,11 @@ def _dynamic_fully_connected(
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         y2 = y.reshape(-1, oc)
         c = env.centred.get(n.input1_id)
+        ready = env.fc_input.get(n.input1_id)
+        lo, hi = _min_max(node)
+        clamp = [] if (lo, hi) == (-math.inf, math.inf) else _clamp(y2, y2, lo, hi)
+        if ready is not None and ready.shape == xa.shape:  # the convert wrote the scaled input (same bits)
+            return [partial(np.matmul, ready, waug, out=y2)] + clamp
         if c is None:
             steps = [partial(np.copyto, xd, x2), partial(np.subtract, xd, zp, out=xd)]
             steps.append(partial(np.multiply, xd, scale, out=xd))
@@ -1289,7 +1388,8 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     per_out = wscale.reshape(-1, 1, 1, 1) if isinstance(n, xs.XNNConv2d) else wscale
     g.constants[wid] = w * per_out if dynamic else w
     bid = xs.INVALID_VALUE_ID
-    if bias is not None and not dynamic:
+    fused_bias = bias is not None and not dynamic and qfast.available()  # added in the compiled requantize
+    if bias is not None and not dynamic and not fused_bias:
         bid = g.shadow(n.bias_id)
         g.constants[bid] = bias
     inner = _COMPILERS[type(n)](
@@ -1325,7 +1425,7 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         steps += inner(env)
         acc = env[yid]
         y = env.empty(n.output_id, acc.shape)
-        return steps + _requantize_steps(acc, None, factor, y, yq, node, (env, n.output_id))
+        return steps + _requantize_steps(acc, bias if fused_bias else None, factor, y, yq, node, (env, n.output_id))
 
     return plan
 
@@ -1349,7 +1449,14 @@ def _dequantized(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     shadowed = dataclasses.replace(n, **fields)
     inner = _with_activation(shadowed, node, compiler(shadowed, node, g))  # the clamp acts on the float result
 
+    fusable = type(n) is xs.XNNAdd and len(reads) == 2 and n.input1_id not in g.constants
+    fusable = fusable and n.input2_id not in g.constants
+
     def plan(env: _Env) -> list:
+        if fusable and qfast.available():
+            fused = _fused_add(n, node, g, env)
+            if fused is not None:
+                return fused
         steps = []
         for v in dict.fromkeys(reads):
             if v not in g.constants:
@@ -1560,6 +1667,11 @@ class XnnpackDelegate:
             for node in blob.graph.xnodes
             if isinstance(node.xnode_union, xs.XNNConvert)
             for vid in _reads(node.xnode_union)
+        }
+        self.graph.fc_inputs = {
+            node.xnode_union.input1_id
+            for node in blob.graph.xnodes
+            if isinstance(node.xnode_union, xs.XNNFullyConnected)
         }
         self.reads = [_reads(node.xnode_union) for node in blob.graph.xnodes]
         _fuse_clamps(self.graph, self.xnodes, self.reads)

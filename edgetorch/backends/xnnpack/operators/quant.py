@@ -192,8 +192,19 @@ def is_quantized_gemm(b: XnnpackGraphBuilder, node: Node) -> bool:
 def _quantize(b: XnnpackGraphBuilder, node: Node) -> None:
     """An explicit quantize (an implicit one is an alias of the pattern writing its value): a convert node."""
     x = node.args[0]
-    nhwc = b.in_nhwc(x)
+    nhwc = b.in_nhwc(x) or (op_of(node) in (DYNAMIC_QUANTIZE, AFFINE_QUANTIZE) and _feeds_convolution(node))
     b.add(xs.XNNConvert(input_id=b.value(x, nhwc), output_id=b.output(node, nhwc), flags=0))
+
+
+def _feeds_convolution(node: Node) -> bool:
+    """Whether a dynamic quantize's value is read (through its dequantize) by a convolution. ExecuTorch then
+    converts the float input already channels-last (its transpose comes before the convert): a transpose of
+    the per-row quantized value, which XNNPACK's runtime does not carry its row parameters through, is
+    never written."""
+    x = node.args[0]
+    if not (isinstance(x, Node) and isinstance(x.meta.get("val"), torch.Tensor) and x.meta["val"].dim() == 4):
+        return False
+    return any(op_of(v) == aten.convolution.default for u in node.users for v in (u, *u.users))
 
 
 @visits(DEQUANTIZE)
