@@ -113,3 +113,24 @@ def test_q4_1_mode_needs_q4_1_blocks_and_groups_of_32(q4_1_gguf):
         export_llm(random_checkpoint(), max_seq_len=8, max_context_len=16, quantize="8da4w-q41")
     with pytest.raises(InvalidInputError, match="group size"):
         export_llm(_checkpoint(q4_1_gguf), max_seq_len=8, max_context_len=16, quantize="8da4w-q41", group_size=64)
+
+
+def test_q4_1_xnnpack_program_runs_on_executorch(q4_1_gguf):
+    """One XNNPACK delegate (QB4W int4 weights + the float offsets linear) that ExecuTorch's runtime runs
+    as ours does; XNNPACK stores the scales in bfloat16, so eager float scales are only close."""
+    from tests.oracle import run_executorch_calls
+
+    pte = export_llm(q4_1_gguf, max_seq_len=8, max_context_len=16, quantize="8da4w-q41", backend="xnnpack")
+    tokens = torch.randint(0, VOCAB, (1, 7), generator=torch.Generator().manual_seed(5))
+    calls = [[tokens[:, :5].numpy(), np.array([0])], [tokens[:, 5:6].numpy(), np.array([5])]]
+    theirs = run_executorch_calls(pte, calls)
+    method = Runtime.get().load_program(pte).load_method("forward")
+    checkpoint = _checkpoint(q4_1_gguf)
+    model = build_model(checkpoint)
+    quantize_model(model, "8da4w-q41", 32, checkpoint.q4_1_blocks)
+    with torch.no_grad():
+        for call, their in zip(calls, theirs):
+            ours = method.execute(call)[0]
+            np.testing.assert_allclose(ours, their[0], rtol=1e-3, atol=1e-3)
+            eager = model(*(torch.from_numpy(a) for a in call)).numpy()
+            assert np.abs(ours - eager).max() < 0.05 * np.abs(eager).max()
