@@ -5,7 +5,9 @@ block. Written as ``scale * (q - 8) + (min + 8 * scale)``, the first term is exa
 weight in groups of 32 (what ExecuTorch's 8da4w is: torchao's ``IntxUnpackedToInt8Tensor``, XNNPACK's
 QB4W) with the block's own scale, and the second is constant over each block, so its product with ``x``
 is ``block_sums(x) @ offsets.T``: a small float linear over the 32-element sums of the input
-(``[out, in / 32]``, one float per 32 weights). Nothing is re-quantized: the program computes the GGUF
+(``[out, in / 32]``, one float per 32 weights). The sums are themselves a linear with a constant 0/1
+matrix, one shared by every linear of the same input width, so a backend that takes linears (XNNPACK)
+takes the whole term without a graph break. Nothing is re-quantized: the program computes the GGUF
 weights up to the int8 quantization of the activations.
 
 Re-quantizing the same weights with torchao's own 8da4w (max-abs / 7.5 per group) costs SmolLM2-135M
@@ -46,7 +48,7 @@ class Q41Linear(nn.Module):
     """``linear(x)`` with an 8da4w weight (the Q4_1 scales, integers ``q - 8``) plus ``offsets`` times the
     32-element block sums of ``x``."""
 
-    def __init__(self, linear: nn.Linear, scale: torch.Tensor, low: torch.Tensor) -> None:
+    def __init__(self, linear: nn.Linear, scale: torch.Tensor, low: torch.Tensor, summer: nn.Linear) -> None:
         super().__init__()
         out_features, in_features = linear.weight.shape
         if in_features % BLOCK or tuple(scale.shape) != (out_features, in_features // BLOCK):
@@ -67,12 +69,20 @@ class Q41Linear(nn.Module):
         if linear.bias is not None:
             self.linear.bias = nn.Parameter(linear.bias.detach(), requires_grad=False)
         self.blocks = in_features // BLOCK
+        self.summer = summer  # shared: x -> its 32-element block sums
         self.offsets = nn.Linear(self.blocks, out_features, bias=False)
         self.offsets.weight = nn.Parameter((low.float() + 8 * scale.float()).to(dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        sums = x.reshape(*x.shape[:-1], self.blocks, BLOCK).sum(-1)
-        return self.linear(x) + self.offsets(sums)
+        return self.linear(x) + self.offsets(self.summer(x))
+
+
+def block_summer(in_features: int, dtype: torch.dtype) -> nn.Linear:
+    """A linear whose output ``j`` is the sum of inputs ``32 j .. 32 j + 31`` (a constant 0/1 matrix)."""
+    summer = nn.Linear(in_features, in_features // BLOCK, bias=False)
+    ones = torch.kron(torch.eye(in_features // BLOCK), torch.ones(1, BLOCK)).to(dtype)
+    summer.weight = nn.Parameter(ones, requires_grad=False)
+    return summer
 
 
 def quantize_q4_1_linears(model: nn.Module, blocks: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> list[str]:
@@ -83,13 +93,17 @@ def quantize_q4_1_linears(model: nn.Module, blocks: dict[str, tuple[torch.Tensor
             "quantize='8da4w-q41' keeps the Q4_1 blocks of a GGUF checkpoint, and this checkpoint has no Q4_1 "
             "linears; use quantize='8da4w'"
         )
-    left = []
+    left, summers = [], {}
     for name, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear):
             continue
         if name not in blocks:
             left.append(name)
             continue
+        key = (module.in_features, module.weight.dtype)
+        if key not in summers and module.in_features % BLOCK == 0:
+            summers[key] = block_summer(*key)
         parent, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, attr, Q41Linear(module, *blocks[name]))
+        swapped = Q41Linear(module, *blocks[name], summers.get(key))
+        setattr(model.get_submodule(parent) if parent else model, attr, swapped)
     return left
