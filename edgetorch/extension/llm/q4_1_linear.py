@@ -11,7 +11,8 @@ takes the whole term without a graph break. Nothing is re-quantized: the program
 weights up to the int8 quantization of the activations.
 
 Re-quantizing the same weights with torchao's own 8da4w (max-abs / 7.5 per group) costs SmolLM2-135M
-+25% perplexity; this keeps it within 1% of the dequantized checkpoint. May import torch.
++28% perplexity on our runtime; this keeps it within 3% of the dequantized checkpoint (bench/RESULTS.md).
+May import torch.
 """
 
 from __future__ import annotations
