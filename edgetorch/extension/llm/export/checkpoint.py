@@ -23,12 +23,18 @@ from edgetorch.extension.llm.model import ModelArgs
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: the architecture, the weights, and what the tokenizer config says about bos/eos."""
+    """A loaded checkpoint: the architecture, the weights, and what the tokenizer config says about bos/eos.
+
+    ``q4_1_blocks`` maps a linear's module name to the ``(scale, min)`` of each 32-element block of its
+    weight ``[out, in / 32]`` when a GGUF file stores it as Q4_1 (``weight = scale * q + min``, ``q`` in
+    0..15): what ``quantize="8da4w-q41"`` keeps.
+    """
 
     args: ModelArgs
     state_dict: dict[str, torch.Tensor]
     bos_id: int | None = None
     eos_ids: list[int] = field(default_factory=list)
+    q4_1_blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 _LLAMA_TYPES = ("llama", "qwen2", "qwen3", "mistral", "smollm2", "smollm3")
@@ -233,21 +239,38 @@ def _load_gguf(path: Path, overrides: dict) -> Checkpoint:
     )
     values.update(overrides)
     args = ModelArgs(**values)
-    weights = {}
+    weights, blocks = {}, {}
     for tensor in file.tensors.values():
-        block, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(tensor.ggml_type)]
+        kind = gguf.GGMLQuantizationType(tensor.ggml_type)
+        block, block_bytes = gguf.GGML_QUANT_SIZES[kind]
         row_bytes = tensor.shape[-1] // block * block_bytes
         raw = tensor.data[: math.prod(tensor.shape[:-1]) * row_bytes].reshape(*tensor.shape[:-1], row_bytes)
-        array = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(tensor.ggml_type))
+        array = gguf.quants.dequantize(raw, kind)
         array = np.asarray(array, dtype=np.float32).reshape(tensor.shape)
+        heads = None
         if arch == "llama" and re.fullmatch(r"blk\.\d+\.attn_[qk]\.weight", tensor.name):
-            array = _unpermute(array, n_heads if ".attn_q." in tensor.name else n_kv_heads)
+            heads = n_heads if ".attn_q." in tensor.name else n_kv_heads
+            array = _unpermute(array, heads)
         weights[tensor.name] = torch.from_numpy(np.array(array, copy=True))
+        if kind == gguf.GGMLQuantizationType.Q4_1 and len(tensor.shape) == 2:
+            blocks[tensor.name] = _q4_1_scales_and_mins(raw, heads)
     state = _rename(weights, _GGUF_NAMES)
+    q4_1_blocks = {name.removesuffix(".weight"): pair for name, pair in _rename(blocks, _GGUF_NAMES).items()}
     bos = meta("tokenizer.ggml.bos_token_id")
     eos = meta("tokenizer.ggml.eos_token_id")
     eos_ids = [eos] if eos is not None else []
     for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
         if name in tokens and tokens.index(name) not in eos_ids:
             eos_ids.append(tokens.index(name))
-    return Checkpoint(args, _finish(state, args), bos, eos_ids)
+    return Checkpoint(args, _finish(state, args), bos, eos_ids, q4_1_blocks)
+
+
+def _q4_1_scales_and_mins(raw: np.ndarray, heads: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float16 scale and min heading each 20-byte Q4_1 block (then 16 bytes of nibbles), as float32
+    ``[rows, blocks]``, rows in the same order as the dequantized weight."""
+    rows = raw.reshape(raw.shape[0], -1, 20)
+    scale = np.ascontiguousarray(rows[..., 0:2]).view(np.float16)[..., 0].astype(np.float32)
+    low = np.ascontiguousarray(rows[..., 2:4]).view(np.float16)[..., 0].astype(np.float32)
+    if heads is not None:
+        scale, low = _unpermute(scale, heads), _unpermute(low, heads)
+    return torch.from_numpy(np.array(scale, copy=True)), torch.from_numpy(np.array(low, copy=True))
