@@ -24,12 +24,16 @@ def reexec_with_clean_blas_env() -> None:
 
 
 def set_threads(n: int) -> None:
-    """Pin BLAS and torch to ``n`` threads so every contender runs on the same cores."""
+    """Pin BLAS and torch to ``n`` threads so every contender runs on the same cores.
+
+    ``threadpool_limits`` only reaches libraries already loaded, so NumPy (OpenBLAS) and torch (its OpenMP
+    and BLAS) are imported first; called before them, the limit silently missed NumPy's BLAS.
+    """
+    import numpy  # noqa: F401  loads OpenBLAS, so that the limit below reaches it
+    import torch
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(n)
-    import torch
-
     torch.set_num_threads(n)
 
 
