@@ -87,20 +87,35 @@ _KERNELS = {"depthwise": _depthwise_nhwc, "bias_clamp": _bias_clamp}
 _compiled: dict[str, Any] = {}
 
 
-def kernel(name: str) -> Any:
-    """The compiled kernel ``name`` (``depthwise``: ``_depthwise_nhwc``; ``bias_clamp``: ``_bias_clamp``), or
-    None when the tier is off or numba fails to import (the caller then keeps its NumPy path).
+def usable() -> bool:
+    """Whether the tier is on and numba imports. The first call imports numba; if that fails (installed but
+    broken, e.g. a llvmlite that does not match), the tier turns off and every caller keeps its NumPy path."""
+    global AVAILABLE
+    if AVAILABLE:
+        try:
+            import numba  # noqa: F401
+        except ImportError:
+            AVAILABLE = False
+    return AVAILABLE
+
+
+def compiled(name: str, fn: Any) -> Any:
+    """``fn`` compiled with numba and kept under ``name``, or None when the tier is not usable.
 
     Compiled on first use: about a second the first time on a machine, then loaded from numba's on-disk
     cache. Single-threaded: on the shared 2-core machine numba's parallel loops lost more to waking threads
     than they gained (measured in the note of issue 13)."""
-    global AVAILABLE
-    fn = _compiled.get(name)
-    if fn is None and AVAILABLE:
-        try:
-            import numba
-        except ImportError:  # installed but broken (e.g. a llvmlite that does not match): the NumPy path runs
-            AVAILABLE = False
-            return None
-        fn = _compiled[name] = numba.njit(cache=True, nogil=True)(_KERNELS[name])
-    return fn if AVAILABLE else None
+    if not usable():
+        return None
+    got = _compiled.get(name)
+    if got is None:
+        import numba
+
+        got = _compiled[name] = numba.njit(cache=True, nogil=True)(fn)
+    return got
+
+
+def kernel(name: str) -> Any:
+    """The compiled kernel ``name`` (``depthwise``: ``_depthwise_nhwc``; ``bias_clamp``: ``_bias_clamp``), or
+    None when the tier is not usable (the caller then keeps its NumPy path)."""
+    return compiled(name, _KERNELS[name])

@@ -107,36 +107,25 @@ def _quantized_add(a, sa, b, sb, flo, fhi, inv, lo, hi, out):  # pragma: no cove
         out[i] = np.rint(v)
 
 
-_compiled: dict[str, Any] = {}
-
-
-def _get(name: str, fn: Any) -> Any:
-    compiled = _compiled.get(name)
-    if compiled is None:
-        import numba
-
-        compiled = _compiled[name] = numba.njit(cache=True, nogil=True)(fn)
-    return compiled
-
-
 def requantize() -> Any:
     """The compiled ``f(acc, bias, factor, lo, hi, out)`` of ``_requantize`` (2-d float32 arrays, float32
     bounds), compiled on first use and then loaded from numba's on-disk cache."""
-    return _get("requantize", _requantize)
+    return fast.compiled("requantize", _requantize)
 
 
 def dynamic_quantize() -> Any:
     """The compiled ``f(x, centred, scale, zero_point, dequantized)`` of ``_dynamic_quantize`` (float32
     arrays; ``dequantized`` [0, 0] when not wanted)."""
-    return _get("dynamic_quantize", _dynamic_quantize)
+    return fast.compiled("dynamic_quantize", _dynamic_quantize)
 
 
 def quantized_add() -> Any:
     """The compiled ``f(a, sa, b, sb, flo, fhi, inv, lo, hi, out)`` of ``_quantized_add`` (1-d float32
     arrays, float32 scalars)."""
-    return _get("quantized_add", _quantized_add)
+    return fast.compiled("quantized_add", _quantized_add)
 
 
 def available() -> bool:
-    """Whether the compiled passes are used (read at plan time, so tests can switch the tier)."""
-    return fast.AVAILABLE
+    """Whether the compiled passes are used (read at plan time, so tests can switch the tier; a numba that
+    fails to import turns the tier off here, before a plan relies on it)."""
+    return fast.usable()

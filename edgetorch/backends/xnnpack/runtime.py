@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -1191,22 +1191,15 @@ def _requantize_steps(
     dest: tuple | None = None,
 ) -> list:
     """XNNPACK's fp32 requantization of the int32 accumulator ``acc`` (+ bias) into ``q``."""
+    lo, hi = _min_max(node)
+    lo, hi = (lo / qp.scale if lo != -math.inf else lo), (hi / qp.scale if hi != math.inf else hi)
     if qfast.available() and dest is not None and acc.flags.c_contiguous:
-        return _fused_requantize_steps(acc, bias, factor, q, qp, node, dest)
+        return _fused_requantize_steps(acc, bias, factor, q, qp.zero_point, lo, hi, dest)
     steps = []
     if bias is not None:
         steps.append(partial(np.add, acc, bias, out=acc))
     steps.append(partial(np.multiply, acc, factor, out=acc))
-    lo, hi = _min_max(node)
-    return steps + _quantize_steps(
-        acc,
-        q,
-        np.float32(1),
-        qp.zero_point,
-        lo / qp.scale if lo != -math.inf else lo,
-        hi / qp.scale if hi != math.inf else hi,
-        dest,
-    )
+    return steps + _quantize_steps(acc, q, np.float32(1), qp.zero_point, lo, hi, dest)
 
 
 def _fused_requantize_steps(
@@ -1214,15 +1207,14 @@ def _fused_requantize_steps(
     bias: np.ndarray | None,
     factor: np.ndarray,
     q: np.ndarray,
-    qp: _QParams,
-    node: xs.XNode,
+    zp: int,
+    lo: float,
+    hi: float,
     dest: tuple,
 ) -> list:
     """``_requantize_steps`` as one compiled pass (qfast.py) writing the centred integers: the same
     float32 operations in the same order (bias add, scale, clip to the integer bounds, round half to
     even), so the same bits; then the int8 copy when a reader needs it, as on the NumPy path."""
-    lo, hi = _min_max(node)
-    lo, hi = (lo / qp.scale if lo != -math.inf else lo), (hi / qp.scale if hi != math.inf else hi)
     c = factor.shape[-1]
     b = np.empty(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
     f = np.ascontiguousarray(factor, np.float32).reshape(-1)
@@ -1230,7 +1222,7 @@ def _fused_requantize_steps(
     def step(t: np.ndarray, qlo: np.float32, qhi: np.float32) -> Step:
         return partial(qfast.requantize(), acc.reshape(-1, c), b, f, qlo, qhi, t.reshape(-1, c))
 
-    return _fused_quantize_out(dest, q, qp.zero_point, np.float32(1), lo, hi, acc.shape, step)
+    return _fused_quantize_out(dest, q, zp, np.float32(1), lo, hi, acc.shape, step)
 
 
 def _fused_quantize_out(
@@ -1494,14 +1486,16 @@ def _same_tensor_params(a: _QParams, b: _QParams) -> bool:
     return a.scale is not None and not np.ndim(a.scale) and a.scale == b.scale and a.zero_point == b.zero_point
 
 
+def _reader_counts(reads: list) -> Counter:
+    """Value id -> how many nodes read it (``reads``: each node's read value ids)."""
+    return Counter(vid for r in reads for vid in set(r))
+
+
 def _fuse_clamps(g: _Graph, xnodes: list, reads: list) -> None:
     """Record in ``g.narrow`` each quantized clamp that is the only reader of its input, between equal
     per-tensor parameters: the input's producer clips to the clamp's bounds when it rounds, and the
     clamp passes its input on (ExecuTorch's static int8 lowering keeps ReLU6 as a node of its own)."""
-    readers: dict[int, int] = {}
-    for r in reads:
-        for vid in set(r):
-            readers[vid] = readers.get(vid, 0) + 1
+    readers = _reader_counts(reads)
     for node in xnodes:
         n = node.xnode_union
         if not isinstance(n, xs.XNNClamp) or readers.get(n.input_id) != 1 or n.input_id in g.needs_int8:
@@ -1581,10 +1575,7 @@ def _fuse_float_clamps(g: _Graph, xnodes: list, reads: list) -> list:
     copy (which shares its input's memory). ExecuTorch fuses ReLU/ReLU6 into the layer when it lowers;
     edgetorch's lowering keeps a clamp node, which costs a pass over the layer's output and, in the fast
     tier, is free inside the layer's own last pass."""
-    readers: dict[int, int] = {}
-    for r in reads:
-        for vid in set(r):
-            readers[vid] = readers.get(vid, 0) + 1
+    readers = _reader_counts(reads)
     producer = {getattr(node.xnode_union, "output_id", None): i for i, node in enumerate(xnodes)}
     external = {vid for _, vid in g.inputs + g.outputs}
     nodes = list(xnodes)

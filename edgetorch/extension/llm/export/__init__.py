@@ -97,9 +97,7 @@ def quantize_model(
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
 
-    def wanted(module: torch.nn.Module, fqn: str) -> bool:
-        return isinstance(module, torch.nn.Linear) and fqn != "output"
-
+    plain: set[str] | None = None  # with 8da4w-q41, the linears that have no Q4_1 blocks
     if mode == "8da4w-q41":
         from edgetorch.extension.llm.q4_1_linear import BLOCK, quantize_q4_1_linears
 
@@ -108,10 +106,10 @@ def quantize_model(
                 f"8da4w-q41 keeps Q4_1's blocks of {BLOCK} weights, so its group size is {BLOCK}, got "
                 f"{group_size}; pass group_size={BLOCK} or use 8da4w"
             )
-        left = set(quantize_q4_1_linears(model, q4_1_blocks or {}))
+        plain = set(quantize_q4_1_linears(model, q4_1_blocks or {}))
 
-        def wanted(module: torch.nn.Module, fqn: str) -> bool:
-            return isinstance(module, torch.nn.Linear) and fqn in left and fqn != "output"
+    def wanted(module: torch.nn.Module, fqn: str) -> bool:
+        return isinstance(module, torch.nn.Linear) and fqn != "output" and (plain is None or fqn in plain)
 
     if mode == "int8":
         config = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
