@@ -1,7 +1,10 @@
 """LLM generation: prefill and decode tokens/s, time to first token, peak RSS, file size.
 
 Contenders, each in a process of its own (so peak RSS is its own): edgetorch's TextLLMRunner on one or
-more exported ``.pte`` files, and Hugging Face transformers eager on the GGUF the programs came from.
+more exported ``.pte`` files, Hugging Face transformers eager on the GGUF the programs came from, ExecuTorch's
+runtime on a program ExecuTorch's own ``export_llm`` wrote (``--executorch-pte``, made by
+``bench/llm_executorch_export.py``), and llama.cpp (``llama-cpp-python``) on the same GGUF (``--llama-cpp``).
+Every contender is fed the same prompt token ids (our tokenizer's) and decodes greedily.
 Greedy decoding of ``--new-tokens`` tokens after a chat prompt of ~40 tokens, BLAS pinned to
 ``--threads``. Example::
 
@@ -103,6 +106,88 @@ def worker_hf(gguf: str, new_tokens: int, threads: int) -> dict:
     }
 
 
+def worker_executorch(pte: str, gguf: str, new_tokens: int, threads: int) -> dict:
+    """ExecuTorch's runtime (pybindings, XNNPACK and its llama custom ops) on an ``export_llm`` program: the
+    same prefill-then-decode loop as our runner, driven from Python, greedy."""
+    _limit_threads(threads)
+    start = time.perf_counter()
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  registers the llama::* kernels
+    import torch
+    from executorch.runtime import Runtime
+
+    from edgetorch.extension.llm.runner import load_tokenizer
+    from edgetorch.extension.llm.runner.stats import peak_rss_bytes
+
+    torch.set_num_threads(threads)
+    method = Runtime.get().load_program(pte).load_method("forward")
+    load = time.perf_counter() - start
+    tok = load_tokenizer(gguf)
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+
+    def step(tokens: list[int], pos: int) -> int:
+        logits = method.execute([torch.tensor([tokens], dtype=torch.long), torch.tensor([pos], dtype=torch.long)])[0]
+        return int(logits.reshape(-1, logits.shape[-1])[-1].argmax())
+
+    step(ids[:4], 0)  # warm-up (the cache positions it wrote are overwritten below)
+    start = time.perf_counter()
+    token = step(ids, 0)
+    first = time.perf_counter()
+    out = [token]
+    while len(out) < new_tokens:
+        token = step([token], len(ids) + len(out) - 1)
+        out.append(token)
+    end = time.perf_counter()
+    return {
+        "load_s": load,
+        "prompt_tokens": len(ids),
+        "generated": len(out),
+        "ttft_s": first - start,
+        "prefill_tps": len(ids) / (first - start),
+        "decode_tps": (len(out) - 1) / (end - first),
+        "peak_rss": peak_rss_bytes(),
+        "file_bytes": os.path.getsize(pte),
+        "tokens": out,
+    }
+
+
+def worker_llama_cpp(gguf: str, new_tokens: int, threads: int) -> dict:
+    """llama.cpp through ``llama-cpp-python`` on the GGUF itself (Q4_1 weights, its own CPU kernels)."""
+    _limit_threads(threads)
+    start = time.perf_counter()
+    from llama_cpp import Llama
+
+    from edgetorch.extension.llm.runner import load_tokenizer
+    from edgetorch.extension.llm.runner.stats import peak_rss_bytes
+
+    llm = Llama(model_path=gguf, n_ctx=512, n_threads=threads, n_threads_batch=threads, verbose=False)
+    load = time.perf_counter() - start
+    tok = load_tokenizer(gguf)
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    llm.eval(ids[:4])  # warm-up
+    llm.reset()
+    start = time.perf_counter()
+    first = end = start
+    out: list[int] = []
+    for token in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
+        out.append(int(token))
+        if len(out) == 1:
+            first = time.perf_counter()
+        if len(out) == new_tokens:
+            end = time.perf_counter()
+            break
+    return {
+        "load_s": load,
+        "prompt_tokens": len(ids),
+        "generated": len(out),
+        "ttft_s": first - start,
+        "prefill_tps": len(ids) / (first - start),
+        "decode_tps": (len(out) - 1) / (end - first),
+        "peak_rss": peak_rss_bytes(),
+        "file_bytes": os.path.getsize(gguf),
+        "tokens": out,
+    }
+
+
 def _spawn(args: list[str]) -> dict:
     env = dict(
         os.environ,
@@ -121,12 +206,18 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-hf", action="store_true", help="skip the transformers eager contender")
+    parser.add_argument("--executorch-pte", help="a program from ExecuTorch's export_llm, run on ExecuTorch's runtime")
+    parser.add_argument("--llama-cpp", action="store_true", help="add llama.cpp (llama-cpp-python) on the GGUF")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         kind, *rest = args.worker
         if kind == "ours":
             result = worker_ours(rest[0], args.gguf, args.new_tokens, args.threads)
+        elif kind == "executorch":
+            result = worker_executorch(rest[0], args.gguf, args.new_tokens, args.threads)
+        elif kind == "llama_cpp":
+            result = worker_llama_cpp(args.gguf, args.new_tokens, args.threads)
         else:
             result = worker_hf(args.gguf, args.new_tokens, args.threads)
         print(json.dumps(result))
@@ -136,6 +227,10 @@ def main() -> None:
     results = {}
     for pte in args.pte:
         results[f"edgetorch {Path(pte).name}"] = _spawn(["ours", pte, *common])
+    if args.executorch_pte:
+        results[f"ExecuTorch {Path(args.executorch_pte).name}"] = _spawn(["executorch", args.executorch_pte, *common])
+    if args.llama_cpp:
+        results[f"llama.cpp {Path(args.gguf).name}"] = _spawn(["llama_cpp", *common])
     if not args.no_hf:
         results["transformers eager (fp32)"] = _spawn(["hf", *common])
     reference = results.get("transformers eager (fp32)", {}).get("tokens")
