@@ -13,6 +13,8 @@ these ops; the runtime kernels are ``edgetorch.runtime.kernels.quantized``), so 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -177,15 +179,37 @@ def quantize_embeddings(model: nn.Module, spec: str) -> None:
     model.tok_embeddings = QuantizedEmbedding(model.tok_embeddings.weight, bits, group_size)
 
 
-def tied_embedding(linear: nn.Module) -> QuantizedEmbedding:
-    """The quantized embedding for a table tied to ``linear``, whose weight torchao's ``quantize_`` quantized
-    (8da4w: 4-bit values in groups, symmetric): the same values and scales, packed as the XNNPACK delegate
-    packs the projection's weight, so that a program stores the table once."""
+def tied_embedding(linear: nn.Module, quantization_config: object | None = None) -> QuantizedEmbedding:
+    """The quantized embedding for a table tied to ``linear``: the values and scales ``linear``'s weight is
+    quantized to, packed as the XNNPACK delegate packs that weight, so that a program stores the table once
+    (``ExecutorchBackendConfig.share_identical_data``).
+
+    Either torchao's ``quantize_`` already quantized ``linear`` (8da4w: 4-bit values in groups; symmetric), or
+    ``quantization_config`` is the PT2E config (``get_symmetric_quantization_config(is_per_channel=True, ...)``)
+    that will quantize it: its weight observer and ``quantize_per_channel`` give the values ``convert_pt2e``
+    folds into the program."""
     weight = linear.weight
+    if quantization_config is not None:
+        spec = getattr(quantization_config, "weight", None)
+        if spec is None or spec.qscheme != torch.per_channel_symmetric or spec.ch_axis != 0:
+            raise InvalidInputError(
+                "a tied embedding needs a per-channel symmetric weight quantization config "
+                "(get_symmetric_quantization_config(is_per_channel=True, ...))"
+            )
+        # The observer as prepare_pt2e builds it: the spec's fields are its arguments.
+        kwargs = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+        observer = kwargs.pop("observer_or_fake_quant_ctr")(**kwargs)
+        observer(weight.detach())
+        scales, zero_points = observer.calculate_qparams()
+        values = torch.ops.quantized_decomposed.quantize_per_channel(
+            weight.detach(), scales, zero_points, 0, spec.quant_min, spec.quant_max, spec.dtype
+        )
+        return QuantizedEmbedding.from_quantized(values, scales, 8)
     values, scales, zero_point = (getattr(weight, name, None) for name in ("qdata", "scale", "zero_point"))
     if values is None or scales is None:
         raise InvalidInputError(
-            f"expected a linear whose weight torchao's quantize_ quantized (qdata, scale), found {type(weight).__name__}"
+            "expected a linear whose weight torchao's quantize_ quantized (qdata, scale), or a PT2E quantization "
+            f"config; found a {type(weight).__name__} weight and no config"
         )
     if zero_point is not None and bool(zero_point.any()):
         raise InvalidInputError(
