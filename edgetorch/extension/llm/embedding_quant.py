@@ -8,7 +8,9 @@ these ops; the runtime kernels are ``edgetorch.runtime.kernels.quantized``), so 
 :class:`SharedLibrary`: ExecuTorch's definitions win once its quantized-patterns module is imported.
 
 ``export_llm(embedding_quantize="8,0")`` (``"<bits>,<group size>"``, 0 = one scale per row, as ExecuTorch's
-``quantization.embedding_quantize``) swaps :class:`QuantizedEmbedding` in. May import torch only.
+``quantization.embedding_quantize``) swaps :class:`QuantizedEmbedding` in. A table tied to a quantized
+output projection (GPT-2's) is built by :func:`tied_embedding` from that projection's quantized weight, in the
+bytes the XNNPACK delegate stores, so a program holds it once. May import torch only.
 """
 
 from __future__ import annotations
