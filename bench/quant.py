@@ -63,7 +63,7 @@ def sqnr(reference: np.ndarray, test: np.ndarray) -> float:
 def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.ExportedProgram:
     """The quantized ``torch.export`` program of ``model`` under ``scheme``."""
     model = copy.deepcopy(model)
-    _quantize_embeddings(model, scheme)
+    tied = _quantize_embeddings(model, scheme)
     if scheme == "8da4w":
         from torchao.quantization.granularity import PerGroup
         from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
@@ -71,12 +71,14 @@ def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.E
         config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
         # A linear whose input size 32 does not divide (the MLP's 784 pixels) stays float.
         quantize_(model, config, lambda m, fqn: isinstance(m, torch.nn.Linear) and m.in_features % 32 == 0)
+        _tie(tied)
         return torch.export.export(model, args)
     from executorch.backends.xnnpack.quantizer import xnnpack_quantizer as theirs
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     dynamic = scheme == "int8-dynamic"
     config = theirs.get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
+    _tie(tied, config)
     prepared = prepare_pt2e(torch.export.export(model, args).module(), theirs.XNNPACKQuantizer().set_global(config))
     torch.manual_seed(2)
     with torch.no_grad():
@@ -86,23 +88,37 @@ def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.E
     return torch.export.export(convert_pt2e(prepared), args)
 
 
-def _quantize_embeddings(model: torch.nn.Module, scheme: str) -> None:
+def _quantize_embeddings(model: torch.nn.Module, scheme: str) -> list:
     """Embedding tables in 8 bits per row (int8-dynamic) or 4 bits in groups of 32 (8da4w), as the LLM
     export's ``embedding_quantize`` ("8,0" / "4,32") does: ``quantized_decomposed::embedding_byte`` /
     ``embedding_4bit`` (edgetorch.extension.llm.embedding_quant), ops both runtimes run outside the
-    delegate. A tied output projection keeps its own float copy, which the linear quantization takes."""
+    delegate. A table tied to a linear (GPT-2's token embedding and LM head) is untied here and returned
+    as (parent, name, linear) for :func:`_tie`, which quantizes it as that linear's weight."""
     if scheme not in ("int8-dynamic", "8da4w"):
-        return
+        return []
     from edgetorch.extension.llm.embedding_quant import QuantizedEmbedding
 
     bits, group = (8, 0) if scheme == "int8-dynamic" else (4, 32)
-    for m in model.modules():  # untie first: a linear sharing a table keeps a float copy of it
-        if isinstance(m, torch.nn.Linear):
-            m.weight = torch.nn.Parameter(m.weight.detach().clone())
+    linears = {id(m.weight): m for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    tied = []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Embedding) and child.embedding_dim % (group or 1) == 0:
+            if isinstance(child, torch.nn.Embedding) and id(child.weight) in linears:
+                tied.append((parent, name, linears[id(child.weight)]))
+            elif isinstance(child, torch.nn.Embedding) and child.embedding_dim % (group or 1) == 0:
                 setattr(parent, name, QuantizedEmbedding(child.weight, bits, group))
+    for _, _, linear in tied:  # the linear's own copy, which the linear quantization takes
+        linear.weight = torch.nn.Parameter(linear.weight.detach().clone())
+    return tied
+
+
+def _tie(tied: list, config: object | None = None) -> None:
+    """Tied tables quantized as their linear's weight is (8da4w: already; PT2E: by ``config``), so that the
+    program stores them once (edgetorch's ``share_identical_data``; ExecuTorch's writer stores them twice)."""
+    from edgetorch.extension.llm.embedding_quant import tied_embedding
+
+    for parent, name, linear in tied:
+        setattr(parent, name, tied_embedding(linear, config))
 
 
 def lower(ep: torch.export.ExportedProgram, which: str) -> bytes:
@@ -355,7 +371,8 @@ def report(results_md: pathlib.Path, results: dict, gemms: str, threads: int) ->
         f"{SECTION}\n\n`python bench/quant.py --threads {threads} --results bench/RESULTS.md`; "
         "ExecuTorch's XNNPACKQuantizer (int8: static per-channel; int8-dynamic: dynamic per-channel) or "
         "torchao 8da4w (group 32); embeddings (GPT-2's) in 8 bits per row / 4 bits in groups of 32 "
-        "(`quantized_decomposed::embedding_byte` / `embedding_4bit`, the LLM export's ops). Ours: lowered by edgetorch's XnnpackPartitioner (the CLI's path), run on "
+        "(`quantized_decomposed::embedding_byte` / `embedding_4bit`, the LLM export's ops; the token table tied to "
+        "the LM head quantized as its weight, which our writer then stores once). Ours: lowered by edgetorch's XnnpackPartitioner (the CLI's path), run on "
         "edgetorch; ET: the same quantized graph lowered by ExecuTorch's partitioner, run on ExecuTorch. SQNR against the float model's eager output. ORT int8: `quantize_dynamic` on "
         "`torch.onnx.export`'s model. Medians on the shared 2-core machine (noisy).\n\n"
         f"{table(MODEL_HEADERS, model_rows(results))}\n\n![quantized latency](results/quant.png)\n\n"

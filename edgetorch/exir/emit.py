@@ -108,6 +108,10 @@ class ProgramData:
         """The buffer index of ``data`` in the constant segment (index 0 is reserved)."""
         return self._index("constant", data, self.constants)
 
+    def constant_index(self, data: bytes) -> int | None:
+        """The buffer index of a constant whose bytes are ``data``, or None when there is none."""
+        return self._seen.get(("constant", hashlib.sha256(data).hexdigest()))
+
     def initial_state(self, data: bytes) -> int:
         """The buffer index of a mutable buffer's initial bytes in the mutable segment (index 0 is reserved)."""
         return self._index("mutable", data, self.mutable)

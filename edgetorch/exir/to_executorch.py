@@ -32,7 +32,7 @@ from edgetorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEva
 from edgetorch.exir.passes.weights_to_outputs import training_metadata, weights_to_outputs
 from edgetorch.format.program import NamedData, Program, SubsegmentOffsets
 from edgetorch.format.ptd import save_ptd
-from edgetorch.format.pte import SEGMENT_ALIGNMENT, save_pte
+from edgetorch.format.pte import SEGMENT_ALIGNMENT, SegmentView, save_pte
 
 
 @dataclass
@@ -62,6 +62,10 @@ class ExecutorchBackendConfig:
     """Keep constants (weights) out of the ``.pte``: True puts all of them in ``_default_external_constant.ptd``;
     a function of the placeholder node names the file (without ``.ptd``) per constant, None keeping it inside.
     Constants a backend took into its delegate follow that backend's own rule (see ``passes.external_constants_pass``)."""
+
+    share_identical_data: bool = True
+    """Store a backend's named data whose bytes equal a constant's once: its segment is that constant's range
+    inside the constant segment (e.g. a tied embedding table quantized like the delegated output projection)."""
 
     def __post_init__(self) -> None:
         for name in ("segment_alignment", "constant_tensor_alignment", "delegate_alignment"):
@@ -190,7 +194,7 @@ class ExecutorchProgramManager:
         self.memory_plans[name] = planner.plan
         return ep
 
-    def _emit(self) -> tuple[Program, list[bytes], dict[str, MethodEmitter], NamedDataStoreOutput]:
+    def _emit(self) -> tuple[Program, list[bytes | SegmentView], dict[str, MethodEmitter], NamedDataStoreOutput]:
         config = self._config
         data = ProgramData(config.constant_tensor_alignment or 16, config.extract_delegate_segments)
         plans, debug = [], {}
@@ -201,7 +205,9 @@ class ExecutorchProgramManager:
         constant_methods = {**training_metadata(self._programs), **self._constant_methods}
         plans += [emit_constant_method(name, value, data) for name, value in constant_methods.items()]
         constants, offsets = data.constant_segment()
-        segments = [constants] + (data.delegate_blobs if config.extract_delegate_segments else [])
+        segments: list[bytes | SegmentView] = [constants] + (
+            data.delegate_blobs if config.extract_delegate_segments else []
+        )
         mutable = None
         if len(data.mutable) > 1:
             initial_states, mutable_offsets = data.mutable_segment()
@@ -212,7 +218,12 @@ class ExecutorchProgramManager:
         for key, entry in store.pte_data.items():
             if entry.buffer_index not in first_named_segment:
                 first_named_segment[entry.buffer_index] = len(segments)
-                segments.append(store.buffers[entry.buffer_index])
+                blob = store.buffers[entry.buffer_index]
+                shared = data.constant_index(blob) if config.share_identical_data else None
+                if shared is not None and offsets[shared] % entry.alignment == 0:
+                    segments.append(SegmentView(0, offsets[shared], len(blob)))
+                else:
+                    segments.append(blob)
             named.append(NamedData(key=key, segment_index=first_named_segment[entry.buffer_index]))
         program = Program(
             version=0,

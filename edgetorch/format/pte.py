@@ -52,6 +52,20 @@ class ExtendedHeader:
         return ExtendedHeader(size, base, seg_size)
 
 
+@dataclass(frozen=True)
+class SegmentView:
+    """A segment that is a byte range of an earlier segment: listed in the segments table, its bytes written once.
+
+    ExecuTorch's runtime loads every segment by its (offset, size) and does not require segments to be
+    disjoint (``PteDataMap::get_data`` and the constant segment's load check only the file's bounds), so
+    named data whose bytes equal a constant's can point into the constant segment.
+    """
+
+    segment: int
+    offset: int
+    size: int
+
+
 def aligned(n: int, alignment: int) -> int:
     return (n + alignment - 1) // alignment * alignment
 
@@ -118,27 +132,43 @@ def load_pte(data: bytes | bytearray | memoryview) -> PteFile:
 
 
 def save_pte(
-    program: Program, segments: Sequence[bytes | memoryview] = (), segment_alignment: int = SEGMENT_ALIGNMENT
+    program: Program,
+    segments: Sequence[bytes | memoryview | SegmentView] = (),
+    segment_alignment: int = SEGMENT_ALIGNMENT,
 ) -> bytes:
     """Encode ``program`` with ``segments`` appended; ``program.segments`` is rewritten to match.
 
-    Each segment starts at a multiple of ``segment_alignment`` (a power of two) from the file's start.
+    Each segment starts at a multiple of ``segment_alignment`` (a power of two) from the file's start;
+    a :class:`SegmentView` adds no bytes, it names a range of an earlier segment.
     """
     if segment_alignment <= 0 or segment_alignment & (segment_alignment - 1):
         raise ValueError(f"segment_alignment must be a power of two, found {segment_alignment}")
-    offsets, pos = [], 0
+    offsets: list[DataSegment] = []
+    pos = seg_total = 0
     for seg in segments:
+        if isinstance(seg, SegmentView):
+            if not 0 <= seg.segment < len(offsets) or isinstance(segments[seg.segment], SegmentView):
+                raise ValueError(f"a segment view must name an earlier stored segment, found index {seg.segment}")
+            base_ref = offsets[seg.segment]
+            if seg.offset < 0 or seg.size < 0 or seg.offset + seg.size > base_ref.size:
+                raise ValueError(
+                    f"segment view {seg.offset}..{seg.offset + seg.size} is outside segment {seg.segment} "
+                    f"of {base_ref.size} bytes"
+                )
+            offsets.append(DataSegment(offset=base_ref.offset + seg.offset, size=seg.size))
+            continue
         offsets.append(DataSegment(offset=pos, size=len(seg)))
-        pos = aligned(pos + len(seg), segment_alignment)
+        seg_total = pos + len(seg)
+        pos = aligned(seg_total, segment_alignment)
     program.segments = offsets
     flat = encode(program, FILE_IDENTIFIER)
     root = struct.unpack_from("<I", flat, 0)[0]
     program_size = len(flat) + HEADER_LENGTH
     base = aligned(program_size, segment_alignment) if segments else 0
-    seg_total = offsets[-1].offset + offsets[-1].size if segments else 0
     header = ExtendedHeader(program_size, base, seg_total).to_bytes()
     out = bytearray(struct.pack("<I", root + HEADER_LENGTH) + flat[4:8] + header + flat[8:])
     for seg, ref in zip(segments, offsets):
-        out += bytes(base + ref.offset - len(out))
-        out += seg
+        if not isinstance(seg, SegmentView):
+            out += bytes(base + ref.offset - len(out))
+            out += seg
     return bytes(out)
