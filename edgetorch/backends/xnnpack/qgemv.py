@@ -1,0 +1,231 @@
+"""Integer GEMV / small-M GEMM for XNNPACK's dynamically quantized fully connected, in the optional [fast]
+tier (numba; see fast.py): QD8 activations (int8 per row) times QC8W (int8 per output channel) or QB4W (4-bit,
+one scale per block of inputs) weights, with the weights kept as integers in memory.
+
+Without it the node dequantizes its weights to float32 at load and runs sgemm, so an int8 layer holds 4x and a
+4-bit one 8x its stored bytes and reads that much per call: a decode step (M = 1) is one pass over the
+weights, memory bound, and runs no faster than the float32 model. Here each output is an exact int32 dot
+product of the centred input (q - zero point, in [-255, 255], held as int16) with the weights, then scaled:
+
+* QC8W: ``float(dot) * input scale * channel scale + bias``, the weights as the program stores them
+  ([N, K] int8, no copy).
+* QB4W: one int32 dot per block of ``block`` inputs, each times its block scale into a float32 sum (in block
+  order), then times the input scale, plus the bias. The weights stay 4-bit, two a byte, regrouped at load
+  into tiles of ``LANES`` output channels ([N / LANES, K / 2, LANES]; byte j of a channel holds inputs 2j and
+  2j + 1, low nibble first, + 8, as XNNPACK packs them), and the input row is split into its even and odd
+  entries once per call.
+
+Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
+leaves the float32 sums in their written order). The loops are written in the shapes LLVM vectorises (checked
+by timing against the same code compiled with vectorisation off, in bench/quant.py's GEMV table): for QC8W a
+long int16 x int8 reduction along K per output; for QB4W, whose per-block sums are too short (16 bytes) for the
+loop vectoriser, the innermost loop runs across the tile's LANES output channels with one int32 accumulator
+each, which it vectorises as an elementwise update.
+
+Imports only NumPy (and numba on first compile, through fast.py).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from edgetorch.backends.xnnpack import fast
+
+LANES = 32  # output channels per QB4W tile: 16 ran scalar (LLVM unrolled it instead), 32 vectorised
+
+
+def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover - compiled
+    """y[m, n] = clamp(float(sum_k xc[m, k] * w[n, k]) * xscale[m] * wscale[n] + bias[n], lo, hi).
+
+    ``xc`` [M, K] float32 centred input (integers in [-255, 255]), ``xi`` an int16 [M, K] scratch, ``w`` [N, K]
+    int8, ``xscale`` [M, 1], ``wscale`` [N] float32, ``bias`` [N] float32 or empty, ``y`` [M, N] float32,
+    ``dots`` an int32 [M, N] scratch: the float epilogue is a second loop, as with it inside the dot product
+    loop LLVM vectorised the dot 2.4x worse (measured)."""
+    m, k = xc.shape
+    n = w.shape[0]
+    for i in range(m):
+        for j in range(k):
+            xi[i, j] = np.int16(xc[i, j])
+    for c in range(n):
+        row = w[c]
+        for i in range(m):
+            x = xi[i]
+            acc = np.int32(0)
+            for j in range(k):
+                acc += np.int32(x[j]) * np.int32(row[j])
+            dots[i, c] = acc
+    with_bias = bias.shape[0] > 0
+    for i in range(m):
+        for c in range(n):
+            v = np.float32(dots[i, c]) * xscale[i, 0] * wscale[c]
+            if with_bias:
+                v = v + bias[c]
+            if v < lo:
+                v = lo
+            if v > hi:
+                v = hi
+            y[i, c] = v
+
+
+def _qb4w(xc, xe, xo, w, block, scales, xscale, bias, lo, hi, y, acc, total):  # pragma: no cover - compiled
+    """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[n, b] + bias[n], lo, hi).
+
+    ``w`` [tiles, K / 2, LANES] uint8 (``tiles``), ``scales`` [tiles, K / block, LANES] float32, ``block`` the
+    inputs per scale (even, dividing K); ``xe``, ``xo`` int16 [M, K / 2] scratch for the even and odd inputs;
+    ``acc`` int32 and ``total`` float32 [LANES] scratch. Channels past N (the last tile's padding) are not
+    written."""
+    m, k = xc.shape
+    n = y.shape[1]
+    half = k // 2
+    hb = block // 2
+    lanes = w.shape[2]
+    for i in range(m):
+        for j in range(half):
+            xe[i, j] = np.int16(xc[i, 2 * j])
+            xo[i, j] = np.int16(xc[i, 2 * j + 1])
+    with_bias = bias.shape[0] > 0
+    for t in range(w.shape[0]):
+        tile = w[t]
+        tscale = scales[t]
+        for i in range(m):
+            e = xe[i]
+            o = xo[i]
+            for c in range(lanes):
+                total[c] = 0
+            for b in range(half // hb):
+                for c in range(lanes):
+                    acc[c] = 0
+                for j in range(b * hb, b * hb + hb):
+                    ej = np.int32(e[j])
+                    oj = np.int32(o[j])
+                    wj = tile[j]
+                    for c in range(lanes):
+                        byte = np.int32(wj[c])
+                        acc[c] += ej * ((byte & 15) - 8) + oj * ((byte >> 4) - 8)
+                s = tscale[b]
+                for c in range(lanes):
+                    total[c] += np.float32(acc[c]) * s[c]
+            for c in range(min(lanes, n - t * lanes)):
+                v = total[c] * xscale[i, 0]
+                if with_bias:
+                    v = v + bias[t * lanes + c]
+                if v < lo:
+                    v = lo
+                if v > hi:
+                    v = hi
+                y[i, t * lanes + c] = v
+
+
+def tile_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """XNNPACK's QB4W weights ([N, K / 2] bytes, two inputs a byte, + 8) and block scales [N, K / block] as the
+    kernel's tiles: [tiles, K / 2, LANES] bytes and [tiles, K / block, LANES] float32; the padding channels
+    are zero weights (0x88) with zero scales."""
+    tiles = -(-n // LANES)
+    w = np.full((tiles * LANES, k // 2), 0x88, np.uint8)
+    w[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
+    s = np.zeros((tiles * LANES, scales.shape[1]), np.float32)
+    s[:n] = scales
+    w = np.ascontiguousarray(w.reshape(tiles, LANES, k // 2).transpose(0, 2, 1))
+    return w, np.ascontiguousarray(s.reshape(tiles, LANES, -1).transpose(0, 2, 1))
+
+
+def qc8w() -> Any:
+    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots)`` of ``_qc8w``, or None without the tier."""
+    return fast.compiled("qc8w_gemv", _qc8w)
+
+
+def qb4w() -> Any:
+    """The compiled ``f(xc, xe, xo, w, block, scales, xscale, bias, lo, hi, y, acc, total)`` of ``_qb4w``, or
+    None without the tier."""
+    return fast.compiled("qb4w_gemv", _qb4w)
+
+
+def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compiled
+    """out[n, :K] = the weights of channel n dequantized (nibble - 8 times its block scale), out[n, K] = bias[n]
+    (0 without a bias): the [N, K + 1] float32 matrix of the sgemm path, from ``_qb4w``'s tiles."""
+    n = out.shape[0]
+    lanes = w.shape[2]
+    half = w.shape[1]
+    hb = block // 2
+    for t in range(w.shape[0]):
+        tile = w[t]
+        tscale = scales[t]
+        for c in range(min(lanes, n - t * lanes)):
+            row = out[t * lanes + c]
+            for j in range(half):
+                byte = np.int32(tile[j, c])
+                s = tscale[j // hb, c]
+                row[2 * j] = np.float32((byte & 15) - 8) * s
+                row[2 * j + 1] = np.float32((byte >> 4) - 8) * s
+            row[2 * half] = bias[t * lanes + c] if bias.shape[0] else np.float32(0)
+
+
+class IntegerLinear:
+    """A dynamically quantized fully connected's weights held as integers, with the kernel that multiplies them.
+
+    ``steps`` computes the node for a centred input of ``rows`` <= ``max_rows`` with the integer kernel;
+    ``dequantized`` builds the float32 [N, K + 1] matrix (bias in column K) that a larger input multiplies
+    with sgemm, made per call and dropped after it, so no float32 copy of the weights is kept."""
+
+    def __init__(self, kernel: Any, weights: tuple, n: int, k: int, bias: np.ndarray | None, max_rows: int):
+        self.kernel, self.weights, self.n, self.k, self.max_rows = kernel, weights, n, k, max_rows
+        self.bias = np.zeros(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+
+    @classmethod
+    def qc8w(cls, w: np.ndarray, wscale: np.ndarray, bias: np.ndarray | None) -> IntegerLinear | None:
+        """From int8 weights [N, K] (kept as given: the program's own bytes when they are C-contiguous) and
+        their per-channel scales [N]; None without the tier or with ``QC8W_ROWS`` 0."""
+        kernel = qc8w() if QC8W_ROWS > 0 else None
+        if kernel is None:
+            return None
+        w = np.ascontiguousarray(w, np.int8)
+        return cls(kernel, (w, np.ascontiguousarray(wscale, np.float32)), w.shape[0], w.shape[1], bias, QC8W_ROWS)
+
+    @classmethod
+    def qb4w(
+        cls, packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int, bias: np.ndarray | None
+    ) -> IntegerLinear | None:
+        """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier or
+        with ``QB4W_ROWS`` 0."""
+        kernel = qb4w() if QB4W_ROWS > 0 else None
+        if kernel is None:
+            return None
+        w, s = tile_qb4w(packed, scales, n, k)
+        return cls(kernel, (w, block, s), n, k, bias, QB4W_ROWS)
+
+    def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
+        """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
+        [M, 1]), M <= ``max_rows``."""
+        m = xc.shape[0]
+        lo32, hi32 = np.float32(lo), np.float32(hi)
+        if len(self.weights) == 2:
+            w, wscale = self.weights
+            xi, dots = np.empty((m, self.k), np.int16), np.empty((m, self.n), np.int32)
+            return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots)]
+        w, block, s = self.weights
+        xe, xo = np.empty((m, self.k // 2), np.int16), np.empty((m, self.k // 2), np.int16)
+        acc, total = np.empty(LANES, np.int32), np.empty(LANES, np.float32)
+        return [partial(self.kernel, xc, xe, xo, w, block, s, xscale, self.bias, lo32, hi32, y, acc, total)]
+
+    def dequantized(self) -> np.ndarray:
+        """The float32 [N, K + 1] weights, bias in column K: what the sgemm path multiplies (``x_ones @ it.T``)."""
+        out = np.empty((self.n, self.k + 1), np.float32)
+        if len(self.weights) == 2:
+            w, wscale = self.weights
+            np.multiply(w, wscale[:, None], out=out[:, : self.k])
+            out[:, self.k] = self.bias if self.bias.shape[0] else 0
+            return out
+        w, block, s = self.weights
+        fast.compiled("qb4w_dequantize", _dequantize_qb4w)(w, block, s, self.bias, out)
+        return out
+
+
+# The largest input row count the integer kernels take; above it the node dequantizes its weights for that
+# call and runs sgemm. 0 turns the kernel off: the node then keeps float32 weights from load, as the NumPy
+# tier does (bench/quant.py sets it for its before / after comparison). Measured per shape against dequantize + sgemm (bench/quant.py --gemv): QC8W wins up
+# to about 8 rows, QB4W up to about 4.
+QC8W_ROWS = 8
+QB4W_ROWS = 4
