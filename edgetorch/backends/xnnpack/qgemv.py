@@ -27,6 +27,7 @@ Imports only NumPy (and numba on first compile, through fast.py).
 
 from __future__ import annotations
 
+import threading
 from functools import partial
 from typing import Any
 
@@ -144,31 +145,51 @@ def qb4w() -> Any:
 
 
 def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compiled
-    """out[n, :K] = the weights of channel n dequantized (nibble - 8 times its block scale), out[n, K] = bias[n]
-    (0 without a bias): the [N, K + 1] float32 matrix of the sgemm path, from ``_qb4w``'s tiles."""
-    n = out.shape[0]
+    """out[:K, n] = channel n's weights dequantized (nibble - 8 times its block scale), out[K, n] = bias[n] (0
+    without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s tiles. Row by row of
+    the tiles, so both the bytes read and the floats written are contiguous runs of LANES channels."""
+    n = out.shape[1]
     lanes = w.shape[2]
     half = w.shape[1]
     hb = block // 2
     for t in range(w.shape[0]):
         tile = w[t]
         tscale = scales[t]
-        for c in range(min(lanes, n - t * lanes)):
-            row = out[t * lanes + c]
-            for j in range(half):
-                byte = np.int32(tile[j, c])
-                s = tscale[j // hb, c]
-                row[2 * j] = np.float32((byte & 15) - 8) * s
-                row[2 * j + 1] = np.float32((byte >> 4) - 8) * s
-            row[2 * half] = bias[t * lanes + c] if bias.shape[0] else np.float32(0)
+        first = t * lanes
+        width = min(lanes, n - first)
+        for j in range(half):
+            even = out[2 * j]
+            odd = out[2 * j + 1]
+            wj = tile[j]
+            s = tscale[j // hb]
+            for c in range(width):
+                byte = np.int32(wj[c])
+                even[first + c] = np.float32((byte & 15) - 8) * s[c]
+                odd[first + c] = np.float32((byte >> 4) - 8) * s[c]
+        last = out[2 * half]
+        for c in range(width):
+            last[first + c] = bias[first + c] if bias.shape[0] else np.float32(0)
+
+
+_scratch = threading.local()
+
+
+def _scratch_buffer(size: int) -> np.ndarray:
+    """A float32 buffer of at least ``size`` entries, one per thread, kept between calls: the dequantized
+    weights of one call live only until its sgemm has run, and a fresh allocation of a few MB each call
+    cost more in page faults than the dequantizing itself."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _scratch.buf = np.empty(size, np.float32)
+    return buf[:size]
 
 
 class IntegerLinear:
     """A dynamically quantized fully connected's weights held as integers, with the kernel that multiplies them.
 
     ``steps`` computes the node for a centred input of ``rows`` <= ``max_rows`` with the integer kernel;
-    ``dequantized`` builds the float32 [N, K + 1] matrix (bias in column K) that a larger input multiplies
-    with sgemm, made per call and dropped after it, so no float32 copy of the weights is kept."""
+    ``matmul`` runs a larger input with sgemm on the weights dequantized for that call into a per-thread
+    scratch buffer (the size of the largest layer), so no float32 copy of each layer's weights is kept."""
 
     def __init__(self, kernel: Any, weights: tuple, n: int, k: int, bias: np.ndarray | None, max_rows: int):
         self.kernel, self.weights, self.n, self.k, self.max_rows = kernel, weights, n, k, max_rows
@@ -211,16 +232,23 @@ class IntegerLinear:
         return [partial(self.kernel, xc, xe, xo, w, block, s, xscale, self.bias, lo32, hi32, y, acc, total)]
 
     def dequantized(self) -> np.ndarray:
-        """The float32 [N, K + 1] weights, bias in column K: what the sgemm path multiplies (``x_ones @ it.T``)."""
-        out = np.empty((self.n, self.k + 1), np.float32)
+        """The float32 weights as [N, K + 1], bias in column K (a view of this thread's scratch buffer, valid
+        until the next call): what the sgemm path multiplies, ``x_ones @ it.T``."""
+        buf = _scratch_buffer(self.n * (self.k + 1))
         if len(self.weights) == 2:
             w, wscale = self.weights
+            out = buf.reshape(self.n, self.k + 1)
             np.multiply(w, wscale[:, None], out=out[:, : self.k])
             out[:, self.k] = self.bias if self.bias.shape[0] else 0
             return out
         w, block, s = self.weights
+        out = buf.reshape(self.k + 1, self.n)
         fast.compiled("qb4w_dequantize", _dequantize_qb4w)(w, block, s, self.bias, out)
-        return out
+        return out.T
+
+    def matmul(self, xa: np.ndarray, y: np.ndarray) -> None:
+        """y = xa @ the dequantized weights, where xa [M, K + 1] is the scaled input with a column of ones."""
+        np.matmul(xa, self.dequantized().T, out=y)
 
 
 # The largest input row count the integer kernels take; above it the node dequantizes its weights for that

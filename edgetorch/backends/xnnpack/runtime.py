@@ -1395,7 +1395,7 @@ def _dynamic_fully_connected(
         def gemm(xin: np.ndarray) -> Step:
             if integer is None:
                 return partial(np.matmul, xin, waug, out=y2)
-            return partial(_dequantized_matmul, integer, xin, y2)
+            return partial(integer.matmul, xin, y2)
 
         xa = qgemm.ones_column_buffer(x2.shape[0], ic)
         xd = xa[:, :ic]
@@ -1410,11 +1410,6 @@ def _dynamic_fully_connected(
         return steps + [gemm(xa)] + clamp
 
     return plan
-
-
-def _dequantized_matmul(integer: qgemv.IntegerLinear, xa: np.ndarray, out: np.ndarray) -> None:
-    """out = xa @ (the weights dequantized for this call, bias row included)."""
-    np.matmul(xa, integer.dequantized().T, out=out)
 
 
 def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
