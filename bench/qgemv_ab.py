@@ -8,17 +8,20 @@ single-threaded), the median of each round's best step. Example::
 
     python bench/qgemv_ab.py --gguf SmolLM2.gguf --fp32 fp32.pte q.pte --rounds 6
     python bench/qgemv_ab.py --gemv     # the kernel table: integer GEMV vs sgemm per shape and M
+    python bench/qgemv_ab.py --mlp --rounds 20     # bench/models.py's MLP, quantized / fp32
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -109,8 +112,59 @@ def gemv_table(rounds: int) -> None:
                 xa = np.ones((m, k + 1), np.float32)
                 y = np.empty((m, n), np.float32)
                 (step,) = layer.steps(xc, xscale, y, -np.inf, np.inf)
-                cells = [best(step), best(lambda: layer.matmul(xa, y)), best(lambda: np.matmul(xa, held, out=y))]
+                dequantizing = partial(layer.matmul, xa, y)
+                cells = [best(step), best(dequantizing), best(partial(np.matmul, xa, held, out=y))]
                 print(f"| {kind} | {k} x {n} | {m} | " + " | ".join(f"{c:.3f}" for c in cells) + " |", flush=True)
+
+
+def mlp_table(rounds: int) -> None:
+    """bench/models.py's MLP (8 rows; bench/quant.py's int8-dynamic and 8da4w, our lowering): the quantized
+    program with the GEMV off and on, and the fp32 program, alternating in this process; per-thread CPU time."""
+    import numpy as np
+    import torch
+
+    from bench.models import MODELS
+    from bench.quant import lower, quantize
+    from edgetorch.backends.xnnpack import qgemv
+    from edgetorch.runtime import Runtime
+
+    model, args = MODELS["mlp"]()
+    arrays = [a.numpy() for a in args]
+
+    def method(pte: bytes, gemv: bool):
+        rows = (qgemv.QC8W_ROWS, qgemv.QB4W_ROWS)
+        if not gemv:
+            qgemv.QC8W_ROWS = qgemv.QB4W_ROWS = 0
+        try:
+            m = Runtime.get().load_program(pte).load_method("forward")
+        finally:
+            qgemv.QC8W_ROWS, qgemv.QB4W_ROWS = rows
+        return partial(m.execute, arrays)
+
+    fp32 = method(lower(torch.export.export(model, args), "ours"), True)
+    print(f"MLP {tuple(args[0].shape)}; ms per call, thread CPU time, min / median of {rounds} rounds (best of 5 each)")
+    print("| scheme | fp32 | quantized, GEMV off (before) | GEMV on (after) | before / fp32 | after / fp32 |")
+    print("|---|---|---|---|---|---|")
+    for scheme in ("int8-dynamic", "8da4w"):
+        pte = lower(quantize(model, args, scheme), "ours")
+        runs = {"fp32": fp32, "before": method(pte, False), "after": method(pte, True)}
+        np.testing.assert_allclose(runs["after"]()[0], runs["before"]()[0], rtol=1e-4, atol=1e-4)
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        for _ in range(rounds):
+            for k, run in runs.items():
+                best = math.inf
+                for _ in range(5):
+                    start = time.thread_time()
+                    run()
+                    best = min(best, time.thread_time() - start)
+                times[k].append(best * 1e3)
+        lo = {k: min(v) for k, v in times.items()}
+        med = {k: statistics.median(v) for k, v in times.items()}
+        cells = [f"{lo[k]:.3f} / {med[k]:.3f}" for k in runs] + [
+            f"{lo[k] / lo['fp32']:.2f} / {med[k] / med['fp32']:.2f}" for k in ("before", "after")
+        ]
+        print(f"| {scheme} | " + " | ".join(cells) + " |", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:
@@ -119,6 +173,7 @@ def main() -> None:
     parser.add_argument("--fp32", help="the same model's fp32 XNNPACK program")
     parser.add_argument("--gguf", help="the tokenizer (the GGUF the programs came from)")
     parser.add_argument("--gemv", action="store_true", help="print the kernel table (integer GEMV vs sgemm) only")
+    parser.add_argument("--mlp", action="store_true", help="print the MLP table (quantized / fp32) only")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
@@ -126,8 +181,11 @@ def main() -> None:
     args = parser.parse_args()
     reexec_with_clean_blas_env()
     _limit_threads(args.threads)
-    if args.gemv:
-        gemv_table(args.rounds)
+    if args.gemv or args.mlp:
+        if args.gemv:
+            gemv_table(args.rounds)
+        if args.mlp:
+            mlp_table(args.rounds)
         return
     if not (args.pte and args.fp32 and args.gguf):
         parser.error("a quantized .pte, --fp32 and --gguf are needed (or --gemv)")

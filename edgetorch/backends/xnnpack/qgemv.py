@@ -188,26 +188,40 @@ class IntegerLinear:
     """A dynamically quantized fully connected's weights held as integers, with the kernel that multiplies them.
 
     ``steps`` computes the node for a centred input of ``rows`` <= ``max_rows`` with the integer kernel;
-    ``matmul`` runs a larger input with sgemm on the weights dequantized for that call into a per-thread
-    scratch buffer (the size of the largest layer), so no float32 copy of each layer's weights is kept."""
+    ``matmul`` runs a larger input with sgemm on the weights dequantized: kept after the first call when
+    ``keep`` (a small model), else made for each call into a per-thread scratch buffer (the size of the
+    largest layer), so no float32 copy of each layer's weights is held."""
 
-    def __init__(self, kernel: Any, weights: tuple, n: int, k: int, bias: np.ndarray | None, max_rows: int):
-        self.kernel, self.weights, self.n, self.k, self.max_rows = kernel, weights, n, k, max_rows
+    def __init__(
+        self, kernel: Any, weights: tuple, shape: tuple[int, int], bias: np.ndarray | None, max_rows: int, keep: bool
+    ):
+        self.kernel, self.weights, self.max_rows, self.keep = kernel, weights, max_rows, keep
+        self.n, self.k = shape
+        self.floats: np.ndarray | None = None  # the dequantized weights, once made, when ``keep``
         self.bias = np.zeros(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
 
     @classmethod
-    def qc8w(cls, w: np.ndarray, wscale: np.ndarray, bias: np.ndarray | None) -> IntegerLinear | None:
+    def qc8w(
+        cls, w: np.ndarray, wscale: np.ndarray, bias: np.ndarray | None, keep: bool = False
+    ) -> IntegerLinear | None:
         """From int8 weights [N, K] (kept as given: the program's own bytes when they are C-contiguous) and
         their per-channel scales [N]; None without the tier or with ``QC8W_ROWS`` 0."""
         kernel = qc8w() if QC8W_ROWS > 0 else None
         if kernel is None:
             return None
         w = np.ascontiguousarray(w, np.int8)
-        return cls(kernel, (w, np.ascontiguousarray(wscale, np.float32)), w.shape[0], w.shape[1], bias, QC8W_ROWS)
+        return cls(kernel, (w, np.ascontiguousarray(wscale, np.float32)), w.shape, bias, QC8W_ROWS, keep)
 
     @classmethod
     def qb4w(
-        cls, packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int, bias: np.ndarray | None
+        cls,
+        packed: np.ndarray,
+        scales: np.ndarray,
+        block: int,
+        n: int,
+        k: int,
+        bias: np.ndarray | None,
+        keep: bool = False,
     ) -> IntegerLinear | None:
         """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier or
         with ``QB4W_ROWS`` 0."""
@@ -215,7 +229,7 @@ class IntegerLinear:
         if kernel is None:
             return None
         w, s = tile_qb4w(packed, scales, n, k)
-        return cls(kernel, (w, block, s), n, k, bias, QB4W_ROWS)
+        return cls(kernel, (w, block, s), (n, k), bias, QB4W_ROWS, keep)
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
         """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
@@ -232,24 +246,37 @@ class IntegerLinear:
         return [partial(self.kernel, xc, xe, xo, w, block, s, xscale, self.bias, lo32, hi32, y, acc, total)]
 
     def dequantized(self) -> np.ndarray:
-        """The float32 weights as [N, K + 1], bias in column K (a view of this thread's scratch buffer, valid
-        until the next call): what the sgemm path multiplies, ``x_ones @ it.T``."""
-        buf = _scratch_buffer(self.n * (self.k + 1))
+        """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @
+        it.T``. Made once and kept when ``keep``, else made in this thread's scratch buffer (valid until the
+        next call)."""
+        if self.floats is not None:
+            return self.floats
+        size = self.n * (self.k + 1)
+        buf = np.empty(size, np.float32) if self.keep else _scratch_buffer(size)
         if len(self.weights) == 2:
             w, wscale = self.weights
             out = buf.reshape(self.n, self.k + 1)
             np.multiply(w, wscale[:, None], out=out[:, : self.k])
             out[:, self.k] = self.bias if self.bias.shape[0] else 0
-            return out
-        w, block, s = self.weights
-        out = buf.reshape(self.k + 1, self.n)
-        fast.compiled("qb4w_dequantize", _dequantize_qb4w)(w, block, s, self.bias, out)
-        return out.T
+        else:
+            w, block, s = self.weights
+            out = buf.reshape(self.k + 1, self.n)
+            fast.compiled("qb4w_dequantize", _dequantize_qb4w)(w, block, s, self.bias, out)
+            out = out.T
+        if self.keep:
+            self.floats = out
+        return out
 
     def matmul(self, xa: np.ndarray, y: np.ndarray) -> None:
         """y = xa @ the dequantized weights, where xa [M, K + 1] is the scaled input with a column of ones."""
         np.matmul(xa, self.dequantized().T, out=y)
 
+
+# A delegate whose quantized weights take at most this many bytes as float32 keeps a layer's float32 weights
+# once it is called with more rows than its GEMV takes: at 8 rows a small model (bench's MLP, 9 MB) ran 2.4x
+# slower dequantizing per call, and its copy costs little. A larger one (an LLM) dequantizes per call, which
+# costs its prefill time but keeps its memory near the file's size.
+FLOAT_BUDGET = 64 << 20
 
 # The largest input row count the integer kernels take; above it the node dequantizes its weights for that
 # call and runs sgemm. 0 turns the kernel off: the node then keeps float32 weights from load, as the NumPy

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1347,11 +1348,25 @@ def _integer_weights(
         if transposed or ic % 2 or block % 2 or ic % block or wq.scale.shape != (oc, ic // block):
             return None
         packed = np.asarray(g.constants[n.filter_id]).reshape(oc, ic // 2)
-        return qgemv.IntegerLinear.qb4w(packed, wq.scale, block, oc, ic, bias)
+        return qgemv.IntegerLinear.qb4w(packed, wq.scale, block, oc, ic, bias, _keeps_floats(g))
     if wq.zero_point != 0:
         return None
     w = np.asarray(g.constants[n.filter_id]).reshape((ic, oc) if transposed else (oc, ic))
-    return qgemv.IntegerLinear.qc8w(w.T if transposed else w, _weight_scale(wq, oc), bias)
+    return qgemv.IntegerLinear.qc8w(w.T if transposed else w, _weight_scale(wq, oc), bias, _keeps_floats(g))
+
+
+_KEEPS_FLOATS: weakref.WeakKeyDictionary[_Graph, bool] = weakref.WeakKeyDictionary()
+
+
+def _keeps_floats(g: _Graph) -> bool:
+    """Whether this delegate's quantized weights, dequantized, fit qgemv.FLOAT_BUDGET: then a layer called
+    with more rows than its GEMV takes keeps its float32 weights after the first such call."""
+    keeps = _KEEPS_FLOATS.get(g)
+    if keeps is None:
+        weights = (xs.XNNDatatype.xnn_datatype_qcint8, xs.XNNDatatype.xnn_datatype_qbint4)
+        count = sum(math.prod(g.value(v).dims) for v in g.quant if v in g.constants and g.value(v).datatype in weights)
+        keeps = _KEEPS_FLOATS[g] = 4 * count <= qgemv.FLOAT_BUDGET
+    return keeps
 
 
 def _dynamic_fully_connected(
@@ -1367,8 +1382,9 @@ def _dynamic_fully_connected(
     """Dynamically quantized input [rows, ic] (per-row scale and zero point) times quantized weights.
 
     With the [fast] tier the weights stay integers: up to ``max_rows`` input rows (a decode step) run the
-    integer GEMV of qgemv.py; a larger input (a prefill) dequantizes them for that call and runs sgemm, so no
-    float32 copy is held. Without it they are dequantized once, at load, and every call runs sgemm."""
+    integer GEMV of qgemv.py; a larger input (a prefill) runs sgemm on the weights dequantized, kept after the
+    first such call in a small model, redone per call in a large one (see qgemv.FLOAT_BUDGET). Without the tier
+    they are dequantized once, at load, and every call runs sgemm."""
     ic, oc = shape
     integer = _integer_weights(g, n, wq, bias, shape, transposed, four_bit)
     waug = (

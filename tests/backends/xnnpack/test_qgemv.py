@@ -39,8 +39,8 @@ def test_qc8w_kernel_equals_reference(m, k, n):
     xc[0] = 255
     wscale = rng.uniform(0.001, 0.02, n).astype(np.float32)
     dots = xc.astype(np.float64) @ w.T.astype(np.float64)
-    for b in (bias, None):
-        layer = qgemv.IntegerLinear.qc8w(w, wscale, b)
+    for b, keep in ((bias, False), (None, True)):
+        layer = qgemv.IntegerLinear.qc8w(w, wscale, b, keep)
         want = dots * xscale * wscale + (0 if b is None else b)
         y = np.empty((m, n), np.float32)
         for step in layer.steps(xc, xscale, y, -np.inf, np.inf):
@@ -53,6 +53,7 @@ def test_qc8w_kernel_equals_reference(m, k, n):
         deq = layer.dequantized()
         _close(deq[:, :k], w * wscale[:, None])
         np.testing.assert_array_equal(deq[:, k], 0 if b is None else b)
+        assert (layer.dequantized() is deq) == keep
 
 
 def _pack(w):
@@ -74,8 +75,8 @@ def test_qb4w_kernel_equals_reference(m, k, n, block):
     packed, scales = _pack(w), rng.uniform(0.001, 0.02, (n, k // block)).astype(np.float32)
     blocks = (xc.astype(np.float64).reshape(m, 1, -1, block) * w.reshape(1, n, -1, block)).sum(-1)  # exact ints
     dots = (blocks * scales).sum(-1)
-    for b in (bias, None):
-        layer = qgemv.IntegerLinear.qb4w(packed, scales, block, n, k, b)
+    for b, keep in ((bias, False), (None, True)):
+        layer = qgemv.IntegerLinear.qb4w(packed, scales, block, n, k, b, keep)
         want = dots * xscale + (0 if b is None else b)
         y = np.full((m, n), np.nan, np.float32)
         for step in layer.steps(xc, xscale, y, -np.inf, np.inf):
@@ -84,6 +85,7 @@ def test_qb4w_kernel_equals_reference(m, k, n, block):
         deq = layer.dequantized()
         _close(deq[:, :k], (w.reshape(n, -1, block) * scales[:, :, None]).reshape(n, k))
         np.testing.assert_array_equal(deq[:, k], 0 if b is None else b)
+        assert (layer.dequantized() is deq) == keep
 
 
 def _executorch_written(model: str, scheme: str):
@@ -125,12 +127,16 @@ def test_programs_on_every_path_within_one_step_of_executorch(writer, scheme, mo
 
     for name in ("qc8w", "qb4w"):
         monkeypatch.setattr(qgemv, name, recording(name, getattr(qgemv, name)))
-    # The GEMV for all 8 rows; dequantize + sgemm per call (the GEMV takes 1 row); the NumPy tier.
-    for rows, tier in ((8, True), (1, True), (8, False)):
+    # The GEMV for all 8 rows; sgemm (the GEMV takes 1 row) on float32 weights kept after the first call, or
+    # dequantized per call (no budget for kept weights); the NumPy tier.
+    for rows, budget, tier in ((8, 0, True), (1, 1 << 30, True), (1, 0, True), (8, 0, False)):
         monkeypatch.setattr(qgemv, "QC8W_ROWS", rows)
         monkeypatch.setattr(qgemv, "QB4W_ROWS", rows)
+        monkeypatch.setattr(qgemv, "FLOAT_BUDGET", budget)
         monkeypatch.setattr(fast, "AVAILABLE", tier)
         used.clear()
-        ours = Runtime.get().load_program(pte).load_method("forward").execute(inputs)[0]
-        np.testing.assert_allclose(ours, theirs, rtol=0, atol=step, err_msg=f"rows {rows}, fast tier {tier}")
+        method = Runtime.get().load_program(pte).load_method("forward")
+        for _ in range(2):  # the second call runs on kept float32 weights
+            ours = method.execute(inputs)[0]
+            np.testing.assert_allclose(ours, theirs, rtol=0, atol=step, err_msg=f"rows {rows}, budget {budget}")
         assert bool(used) == tier, used
