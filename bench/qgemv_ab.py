@@ -53,13 +53,14 @@ sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
 from bench.llm import PROMPT, _limit_threads
 _limit_threads({threads})
 from bench.qgemv_ab import _runner
-from edgetorch.extension.llm.runner.stats import peak_rss_bytes
 r = _runner({pte!r}, {gguf!r}, {gemv!r})
 tok = r.tokenizer
 token = int(r._forward(tok.encode(tok.apply_chat_template([{{"role": "user", "content": PROMPT}}]))).argmax())
 for _ in range({steps}):
     token = int(r._forward([token]).argmax())
-print(json.dumps(peak_rss_bytes() / 2**20))
+# VmHWM, not getrusage: Linux carries ru_maxrss over fork and exec, so a child of a big parent reports the parent's.
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+print(json.dumps(int(hwm.split()[1]) / 1024))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -16,11 +16,20 @@ product of the centred input (q - zero point, in [-255, 255], held as int16) wit
   entries once per call.
 
 Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
-leaves the float32 sums in their written order). The loops are written in the shapes LLVM vectorises (checked
-by timing against the same code compiled with vectorisation off, in bench/quant.py's GEMV table): for QC8W a
-long int16 x int8 reduction along K per output; for QB4W, whose per-block sums are too short (16 bytes) for the
-loop vectoriser, the innermost loop runs across the tile's LANES output channels with one int32 accumulator
-each, which it vectorises as an elementwise update.
+leaves the float32 sums in their written order). The loops are written in the shapes LLVM vectorises, checked
+by timing them against the same code compiled with vectorisation off (``NUMBA_LOOP_VECTORIZE=0
+NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower):
+
+* QC8W: a long int16 x int8 reduction along K per output, 1.4-2x faster than sgemm on float32 weights at
+  M = 1 with everything in cache. Its float epilogue is a separate loop: inside the dot product's loop it
+  made LLVM vectorise the dot 2.4x worse. Blocking 2 or 4 input rows per weight row ran slower.
+* QB4W: a block's sum is 16 bytes, too short for the loop vectoriser (32-iteration loops with a constant trip
+  count were unrolled and left scalar, 8x slower), so the innermost loop runs across a tile's LANES output
+  channels with one int32 accumulator each. In cache it matches sgemm at M = 1; its gain is the bytes: 1/8 of
+  float32, where an LLM's weights do not fit in cache. Unpacking to int8 at load would double the memory and
+  did not vectorise better (measured: 32 lanes of int8 weights 6x slower than the packed tiles).
+* Single-threaded: a ``prange`` over output channels (numba's parallel workqueue) took 9 ms for a call the
+  serial loop does in 0.04 ms on this shared 2-core machine (waking threads per call).
 
 Imports only NumPy (and numba on first compile, through fast.py).
 """
@@ -272,11 +281,13 @@ class IntegerLinear:
         np.matmul(xa, self.dequantized().T, out=y)
 
 
-# A delegate whose quantized weights take at most this many bytes as float32 keeps a layer's float32 weights
-# once it is called with more rows than its GEMV takes: at 8 rows a small model (bench's MLP, 9 MB) ran 2.4x
-# slower dequantizing per call, and its copy costs little. A larger one (an LLM) dequantizes per call, which
-# costs its prefill time but keeps its memory near the file's size.
-FLOAT_BUDGET = 64 << 20
+# A program whose named data (its weights as stored) takes at most this many bytes keeps a layer's float32
+# weights once the layer is called with more rows than its GEMV takes: at 8 rows bench's MLP (4 MB as 8da4w)
+# ran 2.4x slower dequantizing per call, and its copy costs little. A larger one (an LLM: SmolLM2-135M's
+# 8da4w linears are 57 MB, 424 MB as float32) dequantizes per call into one scratch buffer, which costs its
+# prefill time but keeps its memory near the file's size. Per program, not per delegate: an LLM is lowered
+# as some 90 small delegates.
+FLOAT_BUDGET = 16 << 20
 
 # The largest input row count the integer kernels take; above it the node dequantizes its weights for that
 # call and runs sgemm. 0 turns the kernel off: the node then keeps float32 weights from load, as the NumPy

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +90,7 @@ class _Graph:
         self.fc_inputs: set[int] = set()  # values a fully connected reads (set by the delegate)
         # Value -> integer bounds of the clamp that is its only reader: its producer applies them (see _fuse_clamps).
         self.narrow: dict[int, tuple[int, int]] = {}
+        self.named_bytes = sum(memoryview(v).nbytes for v in named_data.values())  # the program's, not only ours
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
         try:
@@ -1355,18 +1355,10 @@ def _integer_weights(
     return qgemv.IntegerLinear.qc8w(w.T if transposed else w, _weight_scale(wq, oc), bias, _keeps_floats(g))
 
 
-_KEEPS_FLOATS: weakref.WeakKeyDictionary[_Graph, bool] = weakref.WeakKeyDictionary()
-
-
 def _keeps_floats(g: _Graph) -> bool:
-    """Whether this delegate's quantized weights, dequantized, fit qgemv.FLOAT_BUDGET: then a layer called
-    with more rows than its GEMV takes keeps its float32 weights after the first such call."""
-    keeps = _KEEPS_FLOATS.get(g)
-    if keeps is None:
-        weights = (xs.XNNDatatype.xnn_datatype_qcint8, xs.XNNDatatype.xnn_datatype_qbint4)
-        count = sum(math.prod(g.value(v).dims) for v in g.quant if v in g.constants and g.value(v).datatype in weights)
-        keeps = _KEEPS_FLOATS[g] = 4 * count <= qgemv.FLOAT_BUDGET
-    return keeps
+    """Whether a layer called with more rows than its GEMV takes keeps its float32 weights after the first
+    such call: when the program's weights (its named data) are small (qgemv.FLOAT_BUDGET)."""
+    return g.named_bytes <= qgemv.FLOAT_BUDGET
 
 
 def _dynamic_fully_connected(
