@@ -34,14 +34,14 @@ def _runner(pte: str, gguf: str, gemv: bool):
     from edgetorch.backends.xnnpack import qgemv
     from edgetorch.extension.llm.runner import TextLLMRunner
 
-    rows = (qgemv.QC8W_ROWS, qgemv.QB4W_ROWS)
+    rows = qgemv.MAX_ROWS
     if not gemv:  # read at load: this runner's linears keep float32 weights, as before the GEMV
-        qgemv.QC8W_ROWS = qgemv.QB4W_ROWS = 0
+        qgemv.MAX_ROWS = dict.fromkeys(rows, 0)
     try:
         runner = TextLLMRunner(pte, gguf)
         runner.load()
     finally:
-        qgemv.QC8W_ROWS, qgemv.QB4W_ROWS = rows
+        qgemv.MAX_ROWS = rows
     return runner
 
 
@@ -133,13 +133,13 @@ def mlp_table(rounds: int) -> None:
     arrays = [a.numpy() for a in args]
 
     def method(pte: bytes, gemv: bool):
-        rows = (qgemv.QC8W_ROWS, qgemv.QB4W_ROWS)
+        rows = qgemv.MAX_ROWS
         if not gemv:
-            qgemv.QC8W_ROWS = qgemv.QB4W_ROWS = 0
+            qgemv.MAX_ROWS = dict.fromkeys(rows, 0)
         try:
             m = Runtime.get().load_program(pte).load_method("forward")
         finally:
-            qgemv.QC8W_ROWS, qgemv.QB4W_ROWS = rows
+            qgemv.MAX_ROWS = rows
         return partial(m.execute, arrays)
 
     fp32 = method(lower(torch.export.export(model, args), "ours"), True)

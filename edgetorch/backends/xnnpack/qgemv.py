@@ -214,12 +214,14 @@ class IntegerLinear:
         cls, w: np.ndarray, wscale: np.ndarray, bias: np.ndarray | None, keep: bool = False
     ) -> IntegerLinear | None:
         """From int8 weights [N, K] (kept as given: the program's own bytes when they are C-contiguous) and
-        their per-channel scales [N]; None without the tier or with ``QC8W_ROWS`` 0."""
-        kernel = qc8w() if QC8W_ROWS > 0 else None
+        their per-channel scales [N]; ``keep``: see ``dequantized``. None without the tier or when ``MAX_ROWS``
+        gives the case 0 rows (the node then dequantizes its weights at load)."""
+        rows = MAX_ROWS["qc8w", keep]
+        kernel = qc8w() if rows > 0 else None
         if kernel is None:
             return None
         w = np.ascontiguousarray(w, np.int8)
-        return cls(kernel, (w, np.ascontiguousarray(wscale, np.float32)), w.shape, bias, QC8W_ROWS, keep)
+        return cls(kernel, (w, np.ascontiguousarray(wscale, np.float32)), w.shape, bias, rows, keep)
 
     @classmethod
     def qb4w(
@@ -233,12 +235,13 @@ class IntegerLinear:
         keep: bool = False,
     ) -> IntegerLinear | None:
         """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier or
-        with ``QB4W_ROWS`` 0."""
-        kernel = qb4w() if QB4W_ROWS > 0 else None
+        when ``MAX_ROWS`` gives the case 0 rows."""
+        rows = MAX_ROWS["qb4w", keep]
+        kernel = qb4w() if rows > 0 else None
         if kernel is None:
             return None
         w, s = tile_qb4w(packed, scales, n, k)
-        return cls(kernel, (w, block, s), (n, k), bias, QB4W_ROWS, keep)
+        return cls(kernel, (w, block, s), (n, k), bias, rows, keep)
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
         """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
@@ -289,9 +292,11 @@ class IntegerLinear:
 # as some 90 small delegates.
 FLOAT_BUDGET = 16 << 20
 
-# The largest input row count the integer kernels take; above it the node dequantizes its weights for that
-# call and runs sgemm. 0 turns the kernel off: the node then keeps float32 weights from load, as the NumPy
-# tier does (bench/quant.py sets it for its before / after comparison). Measured per shape against dequantize + sgemm (bench/quant.py --gemv): QC8W wins up
-# to about 8 rows, QB4W up to about 4.
-QC8W_ROWS = 8
-QB4W_ROWS = 4
+# The most input rows the integer kernels take, per weight kind and whether the program keeps float32 weights
+# (FLOAT_BUDGET); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
+# shapes, everything in cache): against dequantize + sgemm (a large program) the QC8W kernel wins up to 16
+# rows, QB4W up to 8; against float32 weights held (a small program) QC8W ties at 8 rows, and QB4W loses
+# already at 1 row (0.078 ms vs 0.059 for 576 x 1536), so a small QB4W program keeps dequantizing at load as
+# before. In a large program the GEMV's gain is the bytes it reads (SmolLM2's decode: 1.33x faster).
+# All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
+MAX_ROWS = {("qc8w", False): 16, ("qc8w", True): 8, ("qb4w", False): 8, ("qb4w", True): 0}

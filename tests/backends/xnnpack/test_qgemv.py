@@ -31,7 +31,8 @@ def _close(got, want):
 
 @needs_numba
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 37, 5), (3, 50, 33), (8, 100, 64), (2, 1, 3), (1, 300, 17)])
-def test_qc8w_kernel_equals_reference(m, k, n):
+def test_qc8w_kernel_equals_reference(m, k, n, monkeypatch):
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
     rng = np.random.default_rng(m * 1000 + k + n)
     xc, xscale, bias = _inputs(rng, m, k, n)
     w = rng.integers(-127, 128, (n, k)).astype(np.int8)
@@ -66,7 +67,8 @@ def _pack(w):
 @pytest.mark.parametrize(
     ("m", "k", "n", "block"), [(1, 32, 5, 32), (3, 96, 40, 32), (4, 256, 64, 128), (2, 64, 33, 32), (1, 256, 3, 64)]
 )
-def test_qb4w_kernel_equals_reference(m, k, n, block):
+def test_qb4w_kernel_equals_reference(m, k, n, block, monkeypatch):
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
     rng = np.random.default_rng(m * 1000 + k + n + block)
     xc, xscale, bias = _inputs(rng, m, k, n)
     w = rng.integers(-8, 8, (n, k)).astype(np.int8)
@@ -130,8 +132,7 @@ def test_programs_on_every_path_within_one_step_of_executorch(writer, scheme, mo
     # The GEMV for all 8 rows; sgemm (the GEMV takes 1 row) on float32 weights kept after the first call, or
     # dequantized per call (no budget for kept weights); the NumPy tier.
     for rows, budget, tier in ((8, 0, True), (1, 16 << 20, True), (1, 0, True), (8, 0, False)):
-        monkeypatch.setattr(qgemv, "QC8W_ROWS", rows)
-        monkeypatch.setattr(qgemv, "QB4W_ROWS", rows)
+        monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, rows))
         monkeypatch.setattr(qgemv, "FLOAT_BUDGET", budget)
         monkeypatch.setattr(fast, "AVAILABLE", tier)
         used.clear()

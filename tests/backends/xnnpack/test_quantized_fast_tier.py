@@ -79,8 +79,7 @@ def test_quantized_programs_equal_with_and_without_the_compiled_passes(model, sc
         getter = getattr(qfast, name)
         monkeypatch.setattr(qfast, name, lambda getter=getter, name=name: used.add(name) or getter())
     # The integer GEMV (qgemv.py, tested in test_qgemv.py) scales exact int32 sums: not the sgemm's bits.
-    monkeypatch.setattr(qgemv, "QC8W_ROWS", 0)
-    monkeypatch.setattr(qgemv, "QB4W_ROWS", 0)
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 0))
     outputs = []
     for tier in (True, False):
         monkeypatch.setattr(fast, "AVAILABLE", tier)
