@@ -156,7 +156,8 @@ def qb4w() -> Any:
 def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compiled
     """out[:K, n] = channel n's weights dequantized (nibble - 8 times its block scale), out[K, n] = bias[n] (0
     without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s tiles. Row by row of
-    the tiles, so both the bytes read and the floats written are contiguous runs of LANES channels."""
+    the tiles, so the bytes read and the floats written are contiguous runs of LANES channels; one loop per
+    output row (the even and odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
     n = out.shape[1]
     lanes = w.shape[2]
     half = w.shape[1]
@@ -167,17 +168,30 @@ def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compile
         first = t * lanes
         width = min(lanes, n - first)
         for j in range(half):
-            even = out[2 * j]
-            odd = out[2 * j + 1]
             wj = tile[j]
             s = tscale[j // hb]
+            even = out[2 * j, first : first + width]
             for c in range(width):
-                byte = np.int32(wj[c])
-                even[first + c] = np.float32((byte & 15) - 8) * s[c]
-                odd[first + c] = np.float32((byte >> 4) - 8) * s[c]
+                even[c] = np.float32((np.int32(wj[c]) & 15) - 8) * s[c]
+            odd = out[2 * j + 1, first : first + width]
+            for c in range(width):
+                odd[c] = np.float32((np.int32(wj[c]) >> 4) - 8) * s[c]
         last = out[2 * half]
         for c in range(width):
             last[first + c] = bias[first + c] if bias.shape[0] else np.float32(0)
+
+
+def _dequantize_qc8w(w, wscale, bias, out):  # pragma: no cover - compiled
+    """out[n, :K] = w[n] * wscale[n], out[n, K] = bias[n] (0 without a bias): one pass, where NumPy's
+    int8 x float32 multiply (a casting loop) took 4.5x as long."""
+    n, k = w.shape
+    for c in range(n):
+        row = w[c]
+        o = out[c]
+        s = wscale[c]
+        for j in range(k):
+            o[j] = np.float32(row[j]) * s
+        o[k] = bias[c] if bias.shape[0] else np.float32(0)
 
 
 _scratch = threading.local()
@@ -199,7 +213,8 @@ class IntegerLinear:
     ``steps`` computes the node for a centred input of ``rows`` <= ``max_rows`` with the integer kernel;
     ``matmul`` runs a larger input with sgemm on the weights dequantized: kept after the first call when
     ``keep`` (a small model), else made for each call into a per-thread scratch buffer (the size of the
-    largest layer), so no float32 copy of each layer's weights is held."""
+    largest layer), so no float32 copy of each layer's weights is held. Dequantizing 576 x 1536 weights
+    takes 0.1 ms (QC8W) or 0.2 ms (QB4W), where sgemm on them takes 1.2 ms for 47 rows."""
 
     def __init__(
         self, kernel: Any, weights: tuple, shape: tuple[int, int], bias: np.ndarray | None, max_rows: int, keep: bool
@@ -259,8 +274,8 @@ class IntegerLinear:
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @
-        it.T``. Made once and kept when ``keep``, else made in this thread's scratch buffer (valid until the
-        next call)."""
+        it.T``. Kept after the first call when ``keep``, else written into this thread's scratch buffer
+        (valid until the next call)."""
         if self.floats is not None:
             return self.floats
         size = self.n * (self.k + 1)
@@ -268,8 +283,7 @@ class IntegerLinear:
         if len(self.weights) == 2:
             w, wscale = self.weights
             out = buf.reshape(self.n, self.k + 1)
-            np.multiply(w, wscale[:, None], out=out[:, : self.k])
-            out[:, self.k] = self.bias if self.bias.shape[0] else 0
+            fast.compiled("qc8w_dequantize", _dequantize_qc8w)(w, wscale, self.bias, out)
         else:
             w, block, s = self.weights
             out = buf.reshape(self.k + 1, self.n)

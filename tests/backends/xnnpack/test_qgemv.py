@@ -90,6 +90,30 @@ def test_qb4w_kernel_equals_reference(m, k, n, block, monkeypatch):
         assert (layer.dequantized() is deq) == keep
 
 
+@needs_numba
+@pytest.mark.parametrize("kind", ["qc8w", "qb4w"])
+def test_dequantized_matmul_equals_reference(kind, monkeypatch):
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+    m, k, n = 3, 64, 4 * qgemv.LANES + 7  # QB4W: the last tile partial
+    rng = np.random.default_rng(7)
+    xa = np.ones((m, k + 1), np.float32)
+    xa[:, :k] = rng.standard_normal((m, k))
+    bias = rng.standard_normal(n).astype(np.float32)
+    if kind == "qc8w":
+        w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+        wscale = rng.uniform(0.001, 0.02, n).astype(np.float32)
+        layer = qgemv.IntegerLinear.qc8w(w, wscale, bias)
+        floats = w * wscale[:, None].astype(np.float64)
+    else:
+        w = rng.integers(-8, 8, (n, k)).astype(np.int8)
+        scales = rng.uniform(0.001, 0.02, (n, k // 32)).astype(np.float32)
+        layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias)
+        floats = (w.reshape(n, -1, 32) * scales[:, :, None].astype(np.float64)).reshape(n, k)
+    y = np.full((m, n), np.nan, np.float32)
+    layer.matmul(xa, y)
+    _close(y, xa[:, :k].astype(np.float64) @ floats.T + bias)
+
+
 def _executorch_written(model: str, scheme: str):
     from tests.backends.xnnpack.test_xnnpack_quantized_runtime import executorch_xnnpack_pte
 
