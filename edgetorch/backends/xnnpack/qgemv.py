@@ -300,7 +300,8 @@ class IntegerLinear:
 
 # A program whose named data (its weights as stored) takes at most this many bytes keeps a layer's float32
 # weights once the layer is called with more rows than its GEMV takes: at 8 rows bench's MLP (4 MB as 8da4w)
-# ran 2.4x slower dequantizing per call, and its copy costs little. A larger one (an LLM: SmolLM2-135M's
+# ran 2.4x slower dequantizing per call (with NumPy's dequantize; 1.8x the sgemm's time with the compiled
+# one, per the kernel table), and its copy costs little. A larger one (an LLM: SmolLM2-135M's
 # 8da4w linears are 57 MB, 424 MB as float32) dequantizes per call into one scratch buffer, which costs its
 # prefill time but keeps its memory near the file's size. Per program, not per delegate: an LLM is lowered
 # as some 90 small delegates.
@@ -308,9 +309,10 @@ FLOAT_BUDGET = 16 << 20
 
 # The most input rows the integer kernels take, per weight kind and whether the program keeps float32 weights
 # (FLOAT_BUDGET); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
-# shapes, everything in cache): against dequantize + sgemm (a large program) the QC8W kernel wins up to 16
-# rows, QB4W up to 8; against float32 weights held (a small program) QC8W ties at 8 rows, and QB4W loses
-# already at 1 row (0.078 ms vs 0.059 for 576 x 1536), so a small QB4W program keeps dequantizing at load as
-# before. In a large program the GEMV's gain is the bytes it reads (SmolLM2's decode: 1.33x faster).
+# shapes, everything in cache, load 1.6): against dequantize + sgemm (a large program) the QC8W kernel wins
+# up to 8 rows (0.30 vs 0.42 ms for 576 x 1536) and ties at 16, QB4W wins up to 4 (0.31 vs 0.43) and loses at
+# 8; against float32 weights held (a small program) QC8W ties at 8 rows, and QB4W loses already at 1 row
+# (0.080 vs 0.066), so a small QB4W program keeps dequantizing at load as before. In a large program the
+# GEMV's gain is the bytes it reads, which the in-cache table does not show (SmolLM2's decode: 1.33x faster).
 # All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
-MAX_ROWS = {("qc8w", False): 16, ("qc8w", True): 8, ("qb4w", False): 8, ("qb4w", True): 0}
+MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 8, ("qb4w", False): 4, ("qb4w", True): 0}
