@@ -129,10 +129,9 @@ def mlp_table(rounds: int) -> None:
     from edgetorch.backends.xnnpack import qgemv
     from edgetorch.runtime import Runtime
 
-    model, args = MODELS["mlp"]()
-    arrays = [a.numpy() for a in args]
+    model, batch = MODELS["mlp"]()
 
-    def method(pte: bytes, gemv: bool):
+    def method(pte: bytes, gemv: bool, arrays: list):
         rows = qgemv.MAX_ROWS
         if not gemv:
             qgemv.MAX_ROWS = dict.fromkeys(rows, 0)
@@ -142,13 +141,15 @@ def mlp_table(rounds: int) -> None:
             qgemv.MAX_ROWS = rows
         return partial(m.execute, arrays)
 
-    fp32 = method(lower(torch.export.export(model, args), "ours"), True)
-    print(f"MLP {tuple(args[0].shape)}; ms per call, thread CPU time, min / median of {rounds} rounds (best of 5 each)")
-    print("| scheme | fp32 | quantized, GEMV off (before) | GEMV on (after) | before / fp32 | after / fp32 |")
-    print("|---|---|---|---|---|---|")
-    for scheme in ("int8-dynamic", "8da4w"):
+    print(f"bench/models.py's MLP; ms per call, thread CPU time, min / median of {rounds} rounds (best of 5 each)")
+    print("| scheme | rows | fp32 | quantized, GEMV off (before) | GEMV on (after) | before / fp32 | after / fp32 |")
+    print("|---|---|---|---|---|---|---|")
+    for rows, scheme in ((8, "int8-dynamic"), (8, "8da4w"), (1, "int8-dynamic"), (1, "8da4w")):
+        args = (batch[0][:rows],)
+        arrays = [a.numpy() for a in args]
+        fp32 = method(lower(torch.export.export(model, args), "ours"), True, arrays)
         pte = lower(quantize(model, args, scheme), "ours")
-        runs = {"fp32": fp32, "before": method(pte, False), "after": method(pte, True)}
+        runs = {"fp32": fp32, "before": method(pte, False, arrays), "after": method(pte, True, arrays)}
         np.testing.assert_allclose(runs["after"]()[0], runs["before"]()[0], rtol=1e-4, atol=1e-4)
         times: dict[str, list[float]] = {k: [] for k in runs}
         for _ in range(rounds):
@@ -164,7 +165,7 @@ def mlp_table(rounds: int) -> None:
         cells = [f"{lo[k]:.3f} / {med[k]:.3f}" for k in runs] + [
             f"{lo[k] / lo['fp32']:.2f} / {med[k] / med['fp32']:.2f}" for k in ("before", "after")
         ]
-        print(f"| {scheme} | " + " | ".join(cells) + " |", flush=True)
+        print(f"| {scheme} | {rows} | " + " | ".join(cells) + " |", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

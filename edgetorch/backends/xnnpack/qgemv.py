@@ -289,8 +289,8 @@ class IntegerLinear:
             out = buf.reshape(self.k + 1, self.n)
             fast.compiled("qb4w_dequantize", _dequantize_qb4w)(w, block, s, self.bias, out)
             out = out.T
-        if self.keep:
-            self.floats = out
+        if self.keep:  # held as [K + 1, N], C-contiguous: sgemm on the transposed [N, K + 1] ran the MLP 25% slower
+            self.floats = out = np.ascontiguousarray(out.T).T
         return out
 
     def matmul(self, xa: np.ndarray, y: np.ndarray) -> None:
@@ -311,8 +311,9 @@ FLOAT_BUDGET = 16 << 20
 # (FLOAT_BUDGET); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
 # shapes, everything in cache, load 1.6): against dequantize + sgemm (a large program) the QC8W kernel wins
 # up to 8 rows (0.30 vs 0.42 ms for 576 x 1536) and ties at 16, QB4W wins up to 4 (0.31 vs 0.43) and loses at
-# 8; against float32 weights held (a small program) QC8W ties at 8 rows, and QB4W loses already at 1 row
-# (0.080 vs 0.066), so a small QB4W program keeps dequantizing at load as before. In a large program the
+# 8; against float32 weights held (a small program) QC8W wins up to 4 rows (0.15 vs 0.22) and ties at 8 (the
+# MLP's 8 rows ran 4% slower on it), and QB4W loses already at 1 row (0.080 vs 0.066), so a small QB4W
+# program keeps dequantizing at load as before. In a large program the
 # GEMV's gain is the bytes it reads, which the in-cache table does not show (SmolLM2's decode: 1.33x faster).
 # All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
-MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 8, ("qb4w", False): 4, ("qb4w", True): 0}
+MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 4, ("qb4w", False): 4, ("qb4w", True): 0}
