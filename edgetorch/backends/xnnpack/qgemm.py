@@ -38,8 +38,11 @@ convolution of MobileNetV2 (at most 0.56 of 2**24) but not for ResNet-18's K = 2
 (up to 2.25x): there a partial sum above 2**24 may round by a relative 6e-8, which moves the
 requantized output only at a rounding tie, within the one step the outputs are held to.
 Dequantize-then-sgemm (weights times their scales once, at
-load) costs what the exact sgemm costs; the dynamically quantized nodes use it, as their output is
-float and exactness buys nothing there, and the weight scales come for free. Static (int8 output)
+load) costs what the exact sgemm costs; the dynamically quantized nodes use it on the NumPy tier, as
+their output is float and exactness buys nothing there, and the weight scales come for free. With the
+[fast] tier they keep their weights as integers and run a compiled integer GEMV for few input rows
+(qgemv.py): that reads 1/4 (int8) or 1/8 (4-bit) of the float32 bytes, which is what a decode step is
+bound by. Static (int8 output)
 nodes use the exact integer sgemm, then XNNPACK's fp32 requantization. Nothing here can be faster
 than the float32 model's own sgemm of the same shape: a quantized node's gain is only in what
 surrounds the GEMM, which is why float32 centred integers (not int8) pass between quantized nodes.

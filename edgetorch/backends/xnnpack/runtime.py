@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from edgetorch.backends.xnnpack import fast, qfast, qgemm
+from edgetorch.backends.xnnpack import fast, qfast, qgemm, qgemv
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
@@ -90,6 +90,7 @@ class _Graph:
         self.fc_inputs: set[int] = set()  # values a fully connected reads (set by the delegate)
         # Value -> integer bounds of the clamp that is its only reader: its producer applies them (see _fuse_clamps).
         self.narrow: dict[int, tuple[int, int]] = {}
+        self.named_bytes = sum(memoryview(v).nbytes for v in named_data.values())  # the program's, not only ours
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
         try:
@@ -1286,16 +1287,13 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     if n.bias_id != xs.INVALID_VALUE_ID:
         bias = g.constant(n.bias_id, "bias").reshape(-1)
         bias = bias.astype(np.float32) if n.bias_id in g.quant else bias
-    if g.value(n.filter_id).datatype == xs.XNNDatatype.xnn_datatype_qbint4:
-        w = _unpack_int4(g.constants[n.filter_id], oc, ic).astype(np.float32)
-        w, wscale = (w.reshape(oc, ic // wq.group_size, wq.group_size) * wq.scale[:, :, None]).reshape(oc, ic).T, None
-    else:
-        w = g.constants[n.filter_id].astype(np.float32) - np.float32(wq.zero_point)
-        w, wscale = (w if transposed else w.T), _weight_scale(wq, oc)  # centred integers [in, out]
+    four_bit = g.value(n.filter_id).datatype == xs.XNNDatatype.xnn_datatype_qbint4
     if xq.scale is None:  # dynamic int8 input, float output
-        return _dynamic_fully_connected(n, node, w if wscale is None else w * wscale, bias, ic, oc)
-    if wscale is None or yq is None:
+        return _dynamic_fully_connected(n, node, g, wq, bias, (ic, oc), transposed, four_bit)
+    if four_bit or yq is None:
         raise _Unsupported("static int8 fully connected needs int8 weights and a quantized output")
+    w = g.constants[n.filter_id].astype(np.float32) - np.float32(wq.zero_point)
+    w, wscale = (w if transposed else w.T), _weight_scale(wq, oc)  # centred integers [in, out]
     # The raw input q times w, with the zero point's share sum_k zp * w[k, n] taken off the bias.
     w0 = w
     correction = np.float64(xq.zero_point) * w.astype(np.float64).sum(axis=0)
@@ -1329,34 +1327,95 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     return plan
 
 
+def _float_weights(g: _Graph, n: Any, wq: _QParams, shape: tuple[int, int], transposed: bool, four_bit: bool):
+    """A dynamically quantized fully connected's weights dequantized to float32 [in, out]."""
+    ic, oc = shape
+    if four_bit:
+        w = _unpack_int4(g.constants[n.filter_id], oc, ic).astype(np.float32)
+        return (w.reshape(oc, ic // wq.group_size, wq.group_size) * wq.scale[:, :, None]).reshape(oc, ic).T
+    w = g.constants[n.filter_id].astype(np.float32) - np.float32(wq.zero_point)
+    return (w if transposed else w.T) * _weight_scale(wq, oc)
+
+
+def _integer_weights(
+    g: _Graph, n: Any, wq: _QParams, bias: np.ndarray | None, shape: tuple[int, int], transposed: bool, four_bit: bool
+) -> qgemv.IntegerLinear | None:
+    """The weights for the compiled integer GEMV (qgemv.py), or None when the tier is off or the layout is one
+    it does not take (the node then dequantizes them at load)."""
+    ic, oc = shape
+    if four_bit:
+        block = wq.group_size
+        if transposed or ic % 2 or block % 2 or ic % block or wq.scale.shape != (oc, ic // block):
+            return None
+        packed = np.asarray(g.constants[n.filter_id]).reshape(oc, ic // 2)
+        return qgemv.IntegerLinear.qb4w(packed, wq.scale, block, oc, ic, bias, _keeps_floats(g))
+    if wq.zero_point != 0:
+        return None
+    w = np.asarray(g.constants[n.filter_id]).reshape((ic, oc) if transposed else (oc, ic))
+    return qgemv.IntegerLinear.qc8w(w.T if transposed else w, _weight_scale(wq, oc), bias, _keeps_floats(g))
+
+
+def _keeps_floats(g: _Graph) -> bool:
+    """Whether a layer called with more rows than its GEMV takes keeps its float32 weights after the first
+    such call: when the program's weights (its named data) are small (qgemv.FLOAT_BUDGET)."""
+    return g.named_bytes <= qgemv.FLOAT_BUDGET
+
+
 def _dynamic_fully_connected(
-    n: Any, node: xs.XNode, w: np.ndarray, bias: np.ndarray | None, ic: int, oc: int
+    n: Any,
+    node: xs.XNode,
+    g: _Graph,
+    wq: _QParams,
+    bias: np.ndarray | None,
+    shape: tuple[int, int],
+    transposed: bool,
+    four_bit: bool,
 ) -> Planner:
-    """Dynamically quantized input [rows, ic] (per-row scale and zero point) times dequantized weights."""
-    waug = qgemm.with_bias_row(w, bias)
+    """Dynamically quantized input [rows, ic] (per-row scale and zero point) times quantized weights.
+
+    With the [fast] tier the weights stay integers: up to ``max_rows`` input rows (a decode step) run the
+    integer GEMV of qgemv.py; a larger input (a prefill) runs sgemm on the weights dequantized, kept after the
+    first such call in a small model, redone per call in a large one (see qgemv.FLOAT_BUDGET). Without the tier
+    they are dequantized once, at load, and every call runs sgemm."""
+    ic, oc = shape
+    integer = _integer_weights(g, n, wq, bias, shape, transposed, four_bit)
+    waug = (
+        None
+        if integer is not None
+        else qgemm.with_bias_row(_float_weights(g, n, wq, shape, transposed, four_bit), bias)
+    )
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
         x2 = x.reshape(-1, ic)
         scale, zp = env.dynamic[n.input1_id]
-        xa = qgemm.ones_column_buffer(x2.shape[0], ic)
-        xd = xa[:, :ic]
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         y2 = y.reshape(-1, oc)
         c = env.centred.get(n.input1_id)
-        ready = env.fc_input.get(n.input1_id)
         lo, hi = _min_max(node)
         clamp = [] if (lo, hi) == (-math.inf, math.inf) else _clamp(y2, y2, lo, hi)
+        if integer is not None and x2.shape[0] <= integer.max_rows:
+            if c is not None and c.flags.c_contiguous:
+                return integer.steps(c.reshape(x2.shape), scale, y2, lo, hi)
+            xc = np.empty(x2.shape, np.float32)
+            return [partial(np.subtract, x2, zp, out=xc)] + integer.steps(xc, scale, y2, lo, hi)
+
+        def gemm(xin: np.ndarray) -> Step:
+            if integer is None:
+                return partial(np.matmul, xin, waug, out=y2)
+            return partial(integer.matmul, xin, y2)
+
+        xa = qgemm.ones_column_buffer(x2.shape[0], ic)
+        xd = xa[:, :ic]
+        ready = env.fc_input.get(n.input1_id)
         if ready is not None and ready.shape == xa.shape:  # the convert wrote the scaled input (same bits)
-            return [partial(np.matmul, ready, waug, out=y2)] + clamp
+            return [gemm(ready)] + clamp
         if c is None:
             steps = [partial(np.copyto, xd, x2), partial(np.subtract, xd, zp, out=xd)]
             steps.append(partial(np.multiply, xd, scale, out=xd))
         else:
             steps = [partial(np.multiply, c.reshape(x2.shape), scale, out=xd)]
-        steps.append(partial(np.matmul, xa, waug, out=y2))
-        lo, hi = _min_max(node)
-        return steps + ([] if (lo, hi) == (-math.inf, math.inf) else _clamp(y2, y2, lo, hi))
+        return steps + [gemm(xa)] + clamp
 
     return plan
 

@@ -1,0 +1,243 @@
+"""The integer GEMV of dynamically quantized linears (edgetorch/backends/xnnpack/qgemv.py) on an LLM: decode and
+prefill of one 8da4w (or int8) XNNPACK ``.pte`` loaded twice in one process, once with the GEMV off (its
+linears dequantized to float32 at load: the runtime before it) and once on, next to the fp32 ``.pte``, taking
+turns so background load hits all alike; then the peak RSS of each, one fresh process per program.
+
+Decode steps are timed in this thread's CPU time (BLAS pinned to ``--threads``, 1 by default; the GEMV is
+single-threaded), the median of each round's best step. Example::
+
+    python bench/qgemv_ab.py --gguf SmolLM2.gguf --fp32 fp32.pte q.pte --rounds 6
+    python bench/qgemv_ab.py --gemv     # the kernel table: integer GEMV vs sgemm per shape and M
+    python bench/qgemv_ab.py --mlp --rounds 20     # bench/models.py's MLP, quantized / fp32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import reexec_with_clean_blas_env  # noqa: E402
+from bench.llm import PROMPT, _limit_threads  # noqa: E402
+
+
+def _runner(pte: str, gguf: str, gemv: bool):
+    from edgetorch.backends.xnnpack import qgemv
+    from edgetorch.extension.llm.runner import TextLLMRunner
+
+    rows = qgemv.MAX_ROWS
+    if not gemv:  # read at load: this runner's linears keep float32 weights, as before the GEMV
+        qgemv.MAX_ROWS = dict.fromkeys(rows, 0)
+    try:
+        runner = TextLLMRunner(pte, gguf)
+        runner.load()
+    finally:
+        qgemv.MAX_ROWS = rows
+    return runner
+
+
+def _peak_rss(pte: str, gguf: str, gemv: bool, threads: int, steps: int) -> float:
+    """Peak RSS (MB) of a fresh process that loads ``pte``, prefills the prompt and decodes ``steps`` tokens."""
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from bench.llm import PROMPT, _limit_threads
+_limit_threads({threads})
+from bench.qgemv_ab import _runner
+r = _runner({pte!r}, {gguf!r}, {gemv!r})
+tok = r.tokenizer
+token = int(r._forward(tok.encode(tok.apply_chat_template([{{"role": "user", "content": PROMPT}}]))).argmax())
+for _ in range({steps}):
+    token = int(r._forward([token]).argmax())
+# VmHWM, not getrusage: Linux carries ru_maxrss over fork and exec, so a child of a big parent reports the parent's.
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+print(json.dumps(int(hwm.split()[1]) / 1024))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+GEMV_SHAPES = [(576, 576), (576, 1536), (1536, 576), (1024, 1024), (784, 1024)]  # SmolLM2-135M's and the MLP's
+
+
+def gemv_table(rounds: int) -> None:
+    """Per shape and input rows M: the integer kernel vs dequantize + sgemm (the path above the row limit) vs
+    sgemm on float32 weights held from load (the path before), thread CPU time, best of ``rounds`` x 20."""
+    import numpy as np
+
+    from edgetorch.backends.xnnpack import qgemv
+
+    rng = np.random.default_rng(0)
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(rounds):
+            start = time.thread_time()
+            for _ in range(20):
+                fn()
+            times.append((time.thread_time() - start) / 20)
+        return min(times) * 1e3
+
+    print(f"load average {os.getloadavg()[0]:.1f}; ms per call, best of {rounds} x 20, 1 thread")
+    print("| weights | K x N | M | integer GEMV | dequantize + sgemm | sgemm, float32 held |")
+    print("|---|---|---|---|---|---|")
+    for k, n in GEMV_SHAPES:
+        w8 = rng.integers(-127, 128, (n, k)).astype(np.int8)
+        w4 = rng.integers(-8, 8, (n, k)).astype(np.uint8) + 8
+        layers = {
+            "QC8W": qgemv.IntegerLinear.qc8w(w8, rng.uniform(0.01, 0.02, n).astype(np.float32), None),
+            "QB4W/32": qgemv.IntegerLinear.qb4w(
+                w4[:, 0::2] | (w4[:, 1::2] << 4),
+                rng.uniform(0.01, 0.02, (n, k // 32)).astype(np.float32),
+                32,
+                n,
+                k,
+                None,
+            ),
+        }
+        for kind, layer in layers.items():
+            assert layer is not None, "the integer GEMV needs the [fast] tier (numba)"
+            held = np.ascontiguousarray(layer.dequantized().T)
+            for m in (1, 2, 4, 8, 16, 32):
+                xc = rng.integers(-255, 256, (m, k)).astype(np.float32)
+                xscale = np.full((m, 1), 0.01, np.float32)
+                xa = np.ones((m, k + 1), np.float32)
+                y = np.empty((m, n), np.float32)
+                (step,) = layer.steps(xc, xscale, y, -np.inf, np.inf)
+                dequantizing = partial(layer.matmul, xa, y)
+                cells = [best(step), best(dequantizing), best(partial(np.matmul, xa, held, out=y))]
+                print(f"| {kind} | {k} x {n} | {m} | " + " | ".join(f"{c:.3f}" for c in cells) + " |", flush=True)
+
+
+def mlp_table(rounds: int) -> None:
+    """bench/models.py's MLP (8 rows; bench/quant.py's int8-dynamic and 8da4w, our lowering): the quantized
+    program with the GEMV off and on, and the fp32 program, alternating in this process; per-thread CPU time."""
+    import numpy as np
+    import torch
+
+    from bench.models import MODELS
+    from bench.quant import lower, quantize
+    from edgetorch.backends.xnnpack import qgemv
+    from edgetorch.runtime import Runtime
+
+    model, batch = MODELS["mlp"]()
+
+    def method(pte: bytes, gemv: bool, arrays: list):
+        rows = qgemv.MAX_ROWS
+        if not gemv:
+            qgemv.MAX_ROWS = dict.fromkeys(rows, 0)
+        try:
+            m = Runtime.get().load_program(pte).load_method("forward")
+        finally:
+            qgemv.MAX_ROWS = rows
+        return partial(m.execute, arrays)
+
+    print(f"bench/models.py's MLP; ms per call, thread CPU time, min / median of {rounds} rounds (best of 5 each)")
+    print("| scheme | rows | fp32 | quantized, GEMV off (before) | GEMV on (after) | before / fp32 | after / fp32 |")
+    print("|---|---|---|---|---|---|---|")
+    for rows, scheme in ((8, "int8-dynamic"), (8, "8da4w"), (1, "int8-dynamic"), (1, "8da4w")):
+        args = (batch[0][:rows],)
+        arrays = [a.numpy() for a in args]
+        fp32 = method(lower(torch.export.export(model, args), "ours"), True, arrays)
+        pte = lower(quantize(model, args, scheme), "ours")
+        runs = {"fp32": fp32, "before": method(pte, False, arrays), "after": method(pte, True, arrays)}
+        np.testing.assert_allclose(runs["after"]()[0], runs["before"]()[0], rtol=1e-4, atol=1e-4)
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        for _ in range(rounds):
+            for k, run in runs.items():
+                best = math.inf
+                for _ in range(5):
+                    start = time.thread_time()
+                    run()
+                    best = min(best, time.thread_time() - start)
+                times[k].append(best * 1e3)
+        lo = {k: min(v) for k, v in times.items()}
+        med = {k: statistics.median(v) for k, v in times.items()}
+        cells = [f"{lo[k]:.3f} / {med[k]:.3f}" for k in runs] + [
+            f"{lo[k] / lo['fp32']:.2f} / {med[k] / med['fp32']:.2f}" for k in ("before", "after")
+        ]
+        print(f"| {scheme} | {rows} | " + " | ".join(cells) + " |", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pte", nargs="?", help="the quantized program (8da4w or int8, XNNPACK)")
+    parser.add_argument("--fp32", help="the same model's fp32 XNNPACK program")
+    parser.add_argument("--gguf", help="the tokenizer (the GGUF the programs came from)")
+    parser.add_argument("--gemv", action="store_true", help="print the kernel table (integer GEMV vs sgemm) only")
+    parser.add_argument("--mlp", action="store_true", help="print the MLP table (quantized / fp32) only")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-rss", action="store_true", help="skip the peak RSS processes")
+    args = parser.parse_args()
+    reexec_with_clean_blas_env()
+    _limit_threads(args.threads)
+    if args.gemv or args.mlp:
+        if args.gemv:
+            gemv_table(args.rounds)
+        if args.mlp:
+            mlp_table(args.rounds)
+        return
+    if not (args.pte and args.fp32 and args.gguf):
+        parser.error("a quantized .pte, --fp32 and --gguf are needed (or --gemv)")
+    contenders = {
+        "fp32": _runner(args.fp32, args.gguf, True),
+        "quantized, GEMV off (before)": _runner(args.pte, args.gguf, False),
+        "quantized, GEMV on (after)": _runner(args.pte, args.gguf, True),
+    }
+    tok = contenders["fp32"].tokenizer
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    prefill: dict[str, list[float]] = {name: [] for name in contenders}
+    decode: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(args.rounds):
+        for name, r in contenders.items():
+            r.reset()
+            start = time.thread_time()
+            token = int(r._forward(ids).argmax())
+            prefill[name].append(time.thread_time() - start)
+            steps = []
+            for _ in range(args.steps):
+                start = time.thread_time()
+                token = int(r._forward([token]).argmax())
+                steps.append(time.thread_time() - start)
+            decode[name].append(min(steps))
+    load = os.getloadavg()
+    print(
+        f"{len(ids)}-token prompt, {args.rounds} rounds x {args.steps} decode steps, {args.threads} BLAS thread(s), "
+        f"thread CPU time, load average {load[0]:.1f}"
+    )
+    fp32_step = statistics.median(decode["fp32"])
+    print("| program | prefill ms (median) | decode step ms (median / best) | decode tok/s | vs fp32 decode |")
+    print("|---|---|---|---|---|")
+    for name in contenders:
+        step = statistics.median(decode[name])
+        print(
+            f"| {name} | {statistics.median(prefill[name]) * 1e3:.0f} | {step * 1e3:.1f} / "
+            f"{min(decode[name]) * 1e3:.1f} | {1 / step:.1f} | {fp32_step / step:.2f}x |"
+        )
+    if args.no_rss:
+        return
+    size = Path(args.pte).stat().st_size / 2**20
+    print(f"\npeak RSS (fresh process: load, prefill, {args.steps} decode steps); quantized file {size:.1f} MB")
+    print("| program | peak RSS MB | / quantized file |")
+    print("|---|---|---|")
+    for name, pte, gemv in (("fp32", args.fp32, True), ("quantized, GEMV off", args.pte, False)) + (
+        ("quantized, GEMV on", args.pte, True),
+    ):
+        rss = _peak_rss(pte, args.gguf, gemv, args.threads, args.steps)
+        print(f"| {name} | {rss:.0f} | {rss / size:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

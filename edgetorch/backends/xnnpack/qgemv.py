@@ -1,0 +1,319 @@
+"""Integer GEMV / small-M GEMM for XNNPACK's dynamically quantized fully connected, in the optional [fast]
+tier (numba; see fast.py): QD8 activations (int8 per row) times QC8W (int8 per output channel) or QB4W (4-bit,
+one scale per block of inputs) weights, with the weights kept as integers in memory.
+
+Without it the node dequantizes its weights to float32 at load and runs sgemm, so an int8 layer holds 4x and a
+4-bit one 8x its stored bytes and reads that much per call: a decode step (M = 1) is one pass over the
+weights, memory bound, and runs no faster than the float32 model. Here each output is an exact int32 dot
+product of the centred input (q - zero point, in [-255, 255], held as int16) with the weights, then scaled:
+
+* QC8W: ``float(dot) * input scale * channel scale + bias``, the weights as the program stores them
+  ([N, K] int8, no copy).
+* QB4W: one int32 dot per block of ``block`` inputs, each times its block scale into a float32 sum (in block
+  order), then times the input scale, plus the bias. The weights stay 4-bit, two a byte, regrouped at load
+  into tiles of ``LANES`` output channels ([N / LANES, K / 2, LANES]; byte j of a channel holds inputs 2j and
+  2j + 1, low nibble first, + 8, as XNNPACK packs them), and the input row is split into its even and odd
+  entries once per call.
+
+Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
+leaves the float32 sums in their written order). The loops are written in the shapes LLVM vectorises, checked
+by timing them against the same code compiled with vectorisation off (``NUMBA_LOOP_VECTORIZE=0
+NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower):
+
+* QC8W: a long int16 x int8 reduction along K per output, 1.4-2x faster than sgemm on float32 weights at
+  M = 1 with everything in cache. Its float epilogue is a separate loop: inside the dot product's loop it
+  made LLVM vectorise the dot 2.4x worse. Blocking 2 or 4 input rows per weight row ran slower.
+* QB4W: a block's sum is 16 bytes, too short for the loop vectoriser (32-iteration loops with a constant trip
+  count were unrolled and left scalar, 8x slower), so the innermost loop runs across a tile's LANES output
+  channels with one int32 accumulator each. In cache it matches sgemm at M = 1; its gain is the bytes: 1/8 of
+  float32, where an LLM's weights do not fit in cache. Unpacking to int8 at load would double the memory and
+  did not vectorise better (measured: 32 lanes of int8 weights 6x slower than the packed tiles).
+* Single-threaded: a ``prange`` over output channels (numba's parallel workqueue) took 9 ms for a call the
+  serial loop does in 0.04 ms on this shared 2-core machine (waking threads per call).
+
+Imports only NumPy (and numba on first compile, through fast.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from edgetorch.backends.xnnpack import fast
+
+LANES = 32  # output channels per QB4W tile: 16 ran scalar (LLVM unrolled it instead), 32 vectorised
+
+
+def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover - compiled
+    """y[m, n] = clamp(float(sum_k xc[m, k] * w[n, k]) * xscale[m] * wscale[n] + bias[n], lo, hi).
+
+    ``xc`` [M, K] float32 centred input (integers in [-255, 255]), ``xi`` an int16 [M, K] scratch, ``w`` [N, K]
+    int8, ``xscale`` [M, 1], ``wscale`` [N] float32, ``bias`` [N] float32 or empty, ``y`` [M, N] float32,
+    ``dots`` an int32 [M, N] scratch: the float epilogue is a second loop, as with it inside the dot product
+    loop LLVM vectorised the dot 2.4x worse (measured)."""
+    m, k = xc.shape
+    n = w.shape[0]
+    for i in range(m):
+        for j in range(k):
+            xi[i, j] = np.int16(xc[i, j])
+    for c in range(n):
+        row = w[c]
+        for i in range(m):
+            x = xi[i]
+            acc = np.int32(0)
+            for j in range(k):
+                acc += np.int32(x[j]) * np.int32(row[j])
+            dots[i, c] = acc
+    with_bias = bias.shape[0] > 0
+    for i in range(m):
+        for c in range(n):
+            v = np.float32(dots[i, c]) * xscale[i, 0] * wscale[c]
+            if with_bias:
+                v = v + bias[c]
+            if v < lo:
+                v = lo
+            if v > hi:
+                v = hi
+            y[i, c] = v
+
+
+def _qb4w(xc, xe, xo, w, block, scales, xscale, bias, lo, hi, y, acc, total):  # pragma: no cover - compiled
+    """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[n, b] + bias[n], lo, hi).
+
+    ``w`` [tiles, K / 2, LANES] uint8 (``tiles``), ``scales`` [tiles, K / block, LANES] float32, ``block`` the
+    inputs per scale (even, dividing K); ``xe``, ``xo`` int16 [M, K / 2] scratch for the even and odd inputs;
+    ``acc`` int32 and ``total`` float32 [LANES] scratch. Channels past N (the last tile's padding) are not
+    written."""
+    m, k = xc.shape
+    n = y.shape[1]
+    half = k // 2
+    hb = block // 2
+    lanes = w.shape[2]
+    for i in range(m):
+        for j in range(half):
+            xe[i, j] = np.int16(xc[i, 2 * j])
+            xo[i, j] = np.int16(xc[i, 2 * j + 1])
+    with_bias = bias.shape[0] > 0
+    for t in range(w.shape[0]):
+        tile = w[t]
+        tscale = scales[t]
+        for i in range(m):
+            e = xe[i]
+            o = xo[i]
+            for c in range(lanes):
+                total[c] = 0
+            for b in range(half // hb):
+                for c in range(lanes):
+                    acc[c] = 0
+                for j in range(b * hb, b * hb + hb):
+                    ej = np.int32(e[j])
+                    oj = np.int32(o[j])
+                    wj = tile[j]
+                    for c in range(lanes):
+                        byte = np.int32(wj[c])
+                        acc[c] += ej * ((byte & 15) - 8) + oj * ((byte >> 4) - 8)
+                s = tscale[b]
+                for c in range(lanes):
+                    total[c] += np.float32(acc[c]) * s[c]
+            for c in range(min(lanes, n - t * lanes)):
+                v = total[c] * xscale[i, 0]
+                if with_bias:
+                    v = v + bias[t * lanes + c]
+                if v < lo:
+                    v = lo
+                if v > hi:
+                    v = hi
+                y[i, t * lanes + c] = v
+
+
+def tile_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """XNNPACK's QB4W weights ([N, K / 2] bytes, two inputs a byte, + 8) and block scales [N, K / block] as the
+    kernel's tiles: [tiles, K / 2, LANES] bytes and [tiles, K / block, LANES] float32; the padding channels
+    are zero weights (0x88) with zero scales."""
+    tiles = -(-n // LANES)
+    w = np.full((tiles * LANES, k // 2), 0x88, np.uint8)
+    w[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
+    s = np.zeros((tiles * LANES, scales.shape[1]), np.float32)
+    s[:n] = scales
+    w = np.ascontiguousarray(w.reshape(tiles, LANES, k // 2).transpose(0, 2, 1))
+    return w, np.ascontiguousarray(s.reshape(tiles, LANES, -1).transpose(0, 2, 1))
+
+
+def qc8w() -> Any:
+    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots)`` of ``_qc8w``, or None without the tier."""
+    return fast.compiled("qc8w_gemv", _qc8w)
+
+
+def qb4w() -> Any:
+    """The compiled ``f(xc, xe, xo, w, block, scales, xscale, bias, lo, hi, y, acc, total)`` of ``_qb4w``, or
+    None without the tier."""
+    return fast.compiled("qb4w_gemv", _qb4w)
+
+
+def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compiled
+    """out[:K, n] = channel n's weights dequantized (nibble - 8 times its block scale), out[K, n] = bias[n] (0
+    without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s tiles. Row by row of
+    the tiles, so the bytes read and the floats written are contiguous runs of LANES channels; one loop per
+    output row (the even and odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
+    n = out.shape[1]
+    lanes = w.shape[2]
+    half = w.shape[1]
+    hb = block // 2
+    for t in range(w.shape[0]):
+        tile = w[t]
+        tscale = scales[t]
+        first = t * lanes
+        width = min(lanes, n - first)
+        for j in range(half):
+            wj = tile[j]
+            s = tscale[j // hb]
+            even = out[2 * j, first : first + width]
+            for c in range(width):
+                even[c] = np.float32((np.int32(wj[c]) & 15) - 8) * s[c]
+            odd = out[2 * j + 1, first : first + width]
+            for c in range(width):
+                odd[c] = np.float32((np.int32(wj[c]) >> 4) - 8) * s[c]
+        last = out[2 * half]
+        for c in range(width):
+            last[first + c] = bias[first + c] if bias.shape[0] else np.float32(0)
+
+
+def _dequantize_qc8w(w, wscale, bias, out):  # pragma: no cover - compiled
+    """out[n, :K] = w[n] * wscale[n], out[n, K] = bias[n] (0 without a bias): one pass, where NumPy's
+    int8 x float32 multiply (a casting loop) took 4.5x as long."""
+    n, k = w.shape
+    for c in range(n):
+        row = w[c]
+        o = out[c]
+        s = wscale[c]
+        for j in range(k):
+            o[j] = np.float32(row[j]) * s
+        o[k] = bias[c] if bias.shape[0] else np.float32(0)
+
+
+_scratch = threading.local()
+
+
+def _scratch_buffer(size: int) -> np.ndarray:
+    """A float32 buffer of at least ``size`` entries, one per thread, kept between calls: the dequantized
+    weights of one call live only until its sgemm has run, and a fresh allocation of a few MB each call
+    cost more in page faults than the dequantizing itself."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _scratch.buf = np.empty(size, np.float32)
+    return buf[:size]
+
+
+class IntegerLinear:
+    """A dynamically quantized fully connected's weights held as integers, with the kernel that multiplies them.
+
+    ``steps`` computes the node for a centred input of ``rows`` <= ``max_rows`` with the integer kernel;
+    ``matmul`` runs a larger input with sgemm on the weights dequantized: kept after the first call when
+    ``keep`` (a small model), else made for each call into a per-thread scratch buffer (the size of the
+    largest layer), so no float32 copy of each layer's weights is held. Dequantizing 576 x 1536 weights
+    takes 0.1 ms (QC8W) or 0.2 ms (QB4W), where sgemm on them takes 1.2 ms for 47 rows."""
+
+    def __init__(
+        self, kernel: Any, weights: tuple, shape: tuple[int, int], bias: np.ndarray | None, max_rows: int, keep: bool
+    ):
+        self.kernel, self.weights, self.max_rows, self.keep = kernel, weights, max_rows, keep
+        self.n, self.k = shape
+        self.floats: np.ndarray | None = None  # the dequantized weights, once made, when ``keep``
+        self.bias = np.zeros(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+
+    @classmethod
+    def qc8w(
+        cls, w: np.ndarray, wscale: np.ndarray, bias: np.ndarray | None, keep: bool = False
+    ) -> IntegerLinear | None:
+        """From int8 weights [N, K] (kept as given: the program's own bytes when they are C-contiguous) and
+        their per-channel scales [N]; ``keep``: see ``dequantized``. None without the tier or when ``MAX_ROWS``
+        gives the case 0 rows (the node then dequantizes its weights at load)."""
+        rows = MAX_ROWS["qc8w", keep]
+        kernel = qc8w() if rows > 0 else None
+        if kernel is None:
+            return None
+        w = np.ascontiguousarray(w, np.int8)
+        return cls(kernel, (w, np.ascontiguousarray(wscale, np.float32)), w.shape, bias, rows, keep)
+
+    @classmethod
+    def qb4w(
+        cls,
+        packed: np.ndarray,
+        scales: np.ndarray,
+        block: int,
+        n: int,
+        k: int,
+        bias: np.ndarray | None,
+        keep: bool = False,
+    ) -> IntegerLinear | None:
+        """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier or
+        when ``MAX_ROWS`` gives the case 0 rows."""
+        rows = MAX_ROWS["qb4w", keep]
+        kernel = qb4w() if rows > 0 else None
+        if kernel is None:
+            return None
+        w, s = tile_qb4w(packed, scales, n, k)
+        return cls(kernel, (w, block, s), (n, k), bias, rows, keep)
+
+    def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
+        """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
+        [M, 1]), M <= ``max_rows``."""
+        m = xc.shape[0]
+        lo32, hi32 = np.float32(lo), np.float32(hi)
+        if len(self.weights) == 2:
+            w, wscale = self.weights
+            xi, dots = np.empty((m, self.k), np.int16), np.empty((m, self.n), np.int32)
+            return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots)]
+        w, block, s = self.weights
+        xe, xo = np.empty((m, self.k // 2), np.int16), np.empty((m, self.k // 2), np.int16)
+        acc, total = np.empty(LANES, np.int32), np.empty(LANES, np.float32)
+        return [partial(self.kernel, xc, xe, xo, w, block, s, xscale, self.bias, lo32, hi32, y, acc, total)]
+
+    def dequantized(self) -> np.ndarray:
+        """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @
+        it.T``. Kept after the first call when ``keep``, else written into this thread's scratch buffer
+        (valid until the next call)."""
+        if self.floats is not None:
+            return self.floats
+        size = self.n * (self.k + 1)
+        buf = np.empty(size, np.float32) if self.keep else _scratch_buffer(size)
+        if len(self.weights) == 2:
+            w, wscale = self.weights
+            out = buf.reshape(self.n, self.k + 1)
+            fast.compiled("qc8w_dequantize", _dequantize_qc8w)(w, wscale, self.bias, out)
+        else:
+            w, block, s = self.weights
+            out = buf.reshape(self.k + 1, self.n)
+            fast.compiled("qb4w_dequantize", _dequantize_qb4w)(w, block, s, self.bias, out)
+            out = out.T
+        if self.keep:  # held as [K + 1, N], C-contiguous: sgemm on the transposed [N, K + 1] ran the MLP 25% slower
+            self.floats = out = np.ascontiguousarray(out.T).T
+        return out
+
+    def matmul(self, xa: np.ndarray, y: np.ndarray) -> None:
+        """y = xa @ the dequantized weights, where xa [M, K + 1] is the scaled input with a column of ones."""
+        np.matmul(xa, self.dequantized().T, out=y)
+
+
+# A program whose named data (its weights as stored) takes at most this many bytes keeps a layer's float32
+# weights once the layer is called with more rows than its GEMV takes: at 8 rows bench's MLP (4 MB as 8da4w)
+# ran 2.4x slower dequantizing per call (with NumPy's dequantize; 1.8x the sgemm's time with the compiled
+# one, per the kernel table), and its copy costs little. A larger one (an LLM: SmolLM2-135M's
+# 8da4w linears are 57 MB, 424 MB as float32) dequantizes per call into one scratch buffer, which costs its
+# prefill time but keeps its memory near the file's size. Per program, not per delegate: an LLM is lowered
+# as some 90 small delegates.
+FLOAT_BUDGET = 16 << 20
+
+# The most input rows the integer kernels take, per weight kind and whether the program keeps float32 weights
+# (FLOAT_BUDGET); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
+# shapes, everything in cache, load 1.6): against dequantize + sgemm (a large program) the QC8W kernel wins
+# up to 8 rows (0.30 vs 0.42 ms for 576 x 1536) and ties at 16, QB4W wins up to 4 (0.31 vs 0.43) and loses at
+# 8; against float32 weights held (a small program) QC8W wins up to 4 rows (0.15 vs 0.22) and ties at 8 (the
+# MLP's 8 rows ran 4% slower on it), and QB4W loses already at 1 row (0.080 vs 0.066), so a small QB4W
+# program keeps dequantizing at load as before. In a large program the
+# GEMV's gain is the bytes it reads, which the in-cache table does not show (SmolLM2's decode: 1.33x faster).
+# All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
+MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 4, ("qb4w", False): 4, ("qb4w", True): 0}

@@ -1,0 +1,167 @@
+"""The integer GEMV of the dynamically quantized fully connected (edgetorch/backends/xnnpack/qgemv.py, the
+[fast] tier): each kernel against a float64 reference of XNNPACK's arithmetic on shapes that are not
+multiples of the vector width, and whole quantized programs (written by ExecuTorch and by edgetorch) run with
+the GEMV, with the per-call dequantize + sgemm of a larger input, and on the NumPy tier, each within one
+quantization step of ExecuTorch's runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgetorch.backends.xnnpack import fast, qgemv
+from edgetorch.runtime import Runtime
+from tests.interop.quantized_models import output_step, quantized
+from tests.oracle import run_executorch
+
+needs_numba = pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+INF = np.float32(np.inf)
+
+
+def _inputs(rng, m, k, n):
+    xc = rng.integers(-255, 256, (m, k)).astype(np.float32)  # centred int8: q - zero point
+    xscale = rng.uniform(0.001, 0.05, (m, 1)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    return xc, xscale, bias
+
+
+def _close(got, want):
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+
+
+@needs_numba
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 37, 5), (3, 50, 33), (8, 100, 64), (2, 1, 3), (1, 300, 17)])
+def test_qc8w_kernel_equals_reference(m, k, n, monkeypatch):
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+    rng = np.random.default_rng(m * 1000 + k + n)
+    xc, xscale, bias = _inputs(rng, m, k, n)
+    w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    w[0] = 127  # the largest products: 255 * 127 * K, exact in int32
+    xc[0] = 255
+    wscale = rng.uniform(0.001, 0.02, n).astype(np.float32)
+    dots = xc.astype(np.float64) @ w.T.astype(np.float64)
+    for b, keep in ((bias, False), (None, True)):
+        layer = qgemv.IntegerLinear.qc8w(w, wscale, b, keep)
+        want = dots * xscale * wscale + (0 if b is None else b)
+        y = np.empty((m, n), np.float32)
+        for step in layer.steps(xc, xscale, y, -np.inf, np.inf):
+            step()
+        _close(y, want)
+        lo, hi = np.float32(-0.5), np.float32(0.25)
+        for step in layer.steps(xc, xscale, y, lo, hi):
+            step()
+        _close(y, np.clip(want, lo, hi))
+        deq = layer.dequantized()
+        _close(deq[:, :k], w * wscale[:, None])
+        np.testing.assert_array_equal(deq[:, k], 0 if b is None else b)
+        assert (layer.dequantized() is deq) == keep
+
+
+def _pack(w):
+    """XNNPACK's QB4W packing: inputs 2j and 2j + 1 in the low and high nibble of byte j, + 8."""
+    u = (w + 8).astype(np.uint8)
+    return u[:, 0::2] | (u[:, 1::2] << 4)
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("m", "k", "n", "block"), [(1, 32, 5, 32), (3, 96, 40, 32), (4, 256, 64, 128), (2, 64, 33, 32), (1, 256, 3, 64)]
+)
+def test_qb4w_kernel_equals_reference(m, k, n, block, monkeypatch):
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+    rng = np.random.default_rng(m * 1000 + k + n + block)
+    xc, xscale, bias = _inputs(rng, m, k, n)
+    w = rng.integers(-8, 8, (n, k)).astype(np.int8)
+    w[0] = -8  # the largest products
+    xc[0] = -255
+    packed, scales = _pack(w), rng.uniform(0.001, 0.02, (n, k // block)).astype(np.float32)
+    blocks = (xc.astype(np.float64).reshape(m, 1, -1, block) * w.reshape(1, n, -1, block)).sum(-1)  # exact ints
+    dots = (blocks * scales).sum(-1)
+    for b, keep in ((bias, False), (None, True)):
+        layer = qgemv.IntegerLinear.qb4w(packed, scales, block, n, k, b, keep)
+        want = dots * xscale + (0 if b is None else b)
+        y = np.full((m, n), np.nan, np.float32)
+        for step in layer.steps(xc, xscale, y, -np.inf, np.inf):
+            step()
+        _close(y, want)
+        deq = layer.dequantized()
+        _close(deq[:, :k], (w.reshape(n, -1, block) * scales[:, :, None]).reshape(n, k))
+        np.testing.assert_array_equal(deq[:, k], 0 if b is None else b)
+        assert (layer.dequantized() is deq) == keep
+
+
+@needs_numba
+@pytest.mark.parametrize("kind", ["qc8w", "qb4w"])
+def test_dequantized_matmul_equals_reference(kind, monkeypatch):
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+    m, k, n = 3, 64, 4 * qgemv.LANES + 7  # QB4W: the last tile partial
+    rng = np.random.default_rng(7)
+    xa = np.ones((m, k + 1), np.float32)
+    xa[:, :k] = rng.standard_normal((m, k))
+    bias = rng.standard_normal(n).astype(np.float32)
+    if kind == "qc8w":
+        w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+        wscale = rng.uniform(0.001, 0.02, n).astype(np.float32)
+        layer = qgemv.IntegerLinear.qc8w(w, wscale, bias)
+        floats = w * wscale[:, None].astype(np.float64)
+    else:
+        w = rng.integers(-8, 8, (n, k)).astype(np.int8)
+        scales = rng.uniform(0.001, 0.02, (n, k // 32)).astype(np.float32)
+        layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias)
+        floats = (w.reshape(n, -1, 32) * scales[:, :, None].astype(np.float64)).reshape(n, k)
+    y = np.full((m, n), np.nan, np.float32)
+    layer.matmul(xa, y)
+    _close(y, xa[:, :k].astype(np.float64) @ floats.T + bias)
+
+
+def _executorch_written(model: str, scheme: str):
+    from tests.backends.xnnpack.test_xnnpack_quantized_runtime import executorch_xnnpack_pte
+
+    _, args, ep, pte = executorch_xnnpack_pte(model, scheme)
+    return args, ep, pte
+
+
+def _edgetorch_written(model: str, scheme: str):
+    from edgetorch.backends.xnnpack import XnnpackPartitioner
+    from edgetorch.exir import to_edge_transform_and_lower
+
+    _, args, ep = quantized(model, scheme)
+    return args, ep, to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("writer", "scheme"),
+    [(_executorch_written, "8da4w"), (_executorch_written, "8da8w"), (_edgetorch_written, "dynamic")]
+    + [(_edgetorch_written, "8da4w")],
+)
+def test_programs_on_every_path_within_one_step_of_executorch(writer, scheme, monkeypatch):
+    args, ep, pte = writer("mlp", scheme)  # 8 input rows
+    inputs = [a.numpy() for a in args]
+    theirs = np.asarray(run_executorch(pte, list(args))[0])
+    step = output_step(ep, theirs) * 1.001
+    used: set[str] = set()
+
+    def recording(name, getter):
+        def get():
+            kernel = getter()
+            if kernel is not None:
+                used.add(name)
+            return kernel
+
+        return get
+
+    for name in ("qc8w", "qb4w"):
+        monkeypatch.setattr(qgemv, name, recording(name, getattr(qgemv, name)))
+    # The GEMV for all 8 rows; sgemm (the GEMV takes 1 row) on float32 weights kept after the first call, or
+    # dequantized per call (no budget for kept weights); the NumPy tier.
+    for rows, budget, tier in ((8, 0, True), (1, 16 << 20, True), (1, 0, True), (8, 0, False)):
+        monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, rows))
+        monkeypatch.setattr(qgemv, "FLOAT_BUDGET", budget)
+        monkeypatch.setattr(fast, "AVAILABLE", tier)
+        used.clear()
+        method = Runtime.get().load_program(pte).load_method("forward")
+        for _ in range(2):  # the second call runs on kept float32 weights
+            ours = method.execute(inputs)[0]
+            np.testing.assert_allclose(ours, theirs, rtol=0, atol=step, err_msg=f"rows {rows}, budget {budget}")
+        assert bool(used) == tier, used
