@@ -107,18 +107,23 @@ def test_export_rejects_bad_options(tiny_checkpoint):
         load_checkpoint("/nonexistent/model.bin")
 
 
-@pytest.mark.parametrize("mode", ["int8", "8da4w"])
-def test_quantized_program_matches_quantized_eager(mode):
+@pytest.mark.parametrize(("mode", "backend"), [("int8", "portable"), ("8da4w", "portable"), ("int8", "xnnpack")])
+def test_quantized_program_matches_quantized_eager(mode, backend):
     from edgetorch.extension.llm.export import quantize_model
 
     checkpoint = random_checkpoint(hidden_dim=128, max_seq_len=8, max_context_len=16)
-    pte = export_llm(checkpoint, max_seq_len=8, max_context_len=16, quantize=mode, group_size=32)
+    pte = export_llm(checkpoint, max_seq_len=8, max_context_len=16, quantize=mode, group_size=32, backend=backend)
     model = build_model(checkpoint)
     quantize_model(model, mode, 32)
     method = Runtime.get().load_program(pte).load_method("forward")
     tokens = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(4))
+    calls = [[tokens[:, :5].numpy(), np.array([0])], [tokens[:, 5:].numpy(), np.array([5])]]
     with torch.no_grad():
-        for chunk, pos in ((tokens[:, :5], 0), (tokens[:, 5:], 5)):
-            expected = model(chunk, torch.tensor([pos])).numpy()
-            got = method.execute([chunk.numpy(), np.array([pos])])[0]
-            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+        expected = [model(torch.from_numpy(tok), torch.from_numpy(pos)).numpy() for tok, pos in calls]
+    for (tok, pos), want in zip(calls, expected):
+        np.testing.assert_allclose(method.execute([tok, pos])[0], want, rtol=1e-4, atol=1e-4)
+    if backend == "xnnpack":  # weight-only int8: the dequantizing ops stay portable, the linears go to XNNPACK
+        from tests.oracle import run_executorch_calls
+
+        for got, want in zip(run_executorch_calls(pte, calls), expected):
+            np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4)

@@ -104,7 +104,10 @@ class Support:
         return not q.quantized_inputs(node) or _quantized_op(self, node, op)
 
     def _float32(self, node: Node) -> bool:
-        inputs = [a for a in node.all_input_nodes if not self.is_constant(a)]
+        # A constant placeholder may be any dtype (the lowering converts it); a value computed from constants
+        # outside this node is an input of the delegate like any other, so it must be float32 too (torchao's
+        # weight-only int8 dequantizes with a view of the int8 weight, then a copy to float32, sub and mul).
+        inputs = [a for a in node.all_input_nodes if a not in self.constants]
         return all(first_tensor_dtype(n) == torch.float32 for n in [node, *inputs])
 
 
