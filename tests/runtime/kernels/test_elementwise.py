@@ -7,6 +7,7 @@ registry with an ``out`` of torch's result dtype and compares with torch.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import ml_dtypes
@@ -446,3 +447,17 @@ def test_int8_arithmetic_wraps_like_torch() -> None:
     check("aten::lt.Scalar_out", a, 1000)
     check("aten::neg.out", a)
     check("aten::abs.out", a)
+
+
+def test_gelu_float32_keeps_relative_precision_for_negative_inputs() -> None:
+    # float32 GELU is x * Phi(x) with erfc (no 1 + erf(x) that cancels for x < 0); the error left grows with
+    # x^2, the float32 rounding of the exponent -x^2 / 2. The reference is float64 erfc (torch's float64 GELU
+    # goes through 1 + erf and rounds to 0 below about -8).
+    x = np.concatenate([np.linspace(-9, 9, 20001), -np.geomspace(1e-20, 1, 300), np.geomspace(1e-20, 1, 300)])
+    x = x.astype(np.float32)
+    fn, _ = KERNELS["aten::gelu.out"]
+    got = fn(x, "none", np.empty_like(x)).astype(np.float64)
+    want = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64)])
+    ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32))
+    assert ulps[np.abs(x) <= 3].max() <= 8
+    assert ulps.max() <= 64
