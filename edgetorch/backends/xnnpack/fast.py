@@ -16,21 +16,13 @@ failing to import) every caller keeps its NumPy path. Imports only NumPy (and nu
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from typing import Any
 
+from edgetorch.runtime.kernels import compiled as compiled_kernels
 
-def _found() -> bool:
-    try:
-        return importlib.util.find_spec("numba") is not None
-    except (ImportError, ValueError):  # a broken install, or an import hook that refuses it
-        return False
-
-
-# numba is found here but imported on the first compile: importing it costs about half a second, which a
-# program without a depthwise convolution should not pay.
-AVAILABLE = os.environ.get("EDGETORCH_FAST", "1") != "0" and _found()
+# This tier's switch (tests turn it off to compare the two tiers); numba is found, and imported on the first
+# compile, by edgetorch/runtime/kernels/compiled.py, which also keeps the compiled kernels.
+AVAILABLE = compiled_kernels.AVAILABLE
 
 
 def _depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi):  # pragma: no cover - compiled
@@ -110,38 +102,27 @@ def _bias_clamp(y, bias, lo, hi):  # pragma: no cover - compiled
 
 
 _KERNELS = {"depthwise": _depthwise_nhwc, "bias_clamp": _bias_clamp}
-_compiled: dict[str, Any] = {}
 
 
 def usable() -> bool:
-    """Whether the tier is on and numba imports. The first call imports numba; if that fails (installed but
-    broken, e.g. a llvmlite that does not match), the tier turns off and every caller keeps its NumPy path."""
-    global AVAILABLE
-    if AVAILABLE:
-        try:
-            import numba  # noqa: F401
-        except ImportError:
-            AVAILABLE = False
-    return AVAILABLE
+    """Whether the tier is on and numba imports (if that fails, the tier turns off and every caller keeps its
+    NumPy path)."""
+    return AVAILABLE and compiled_kernels.usable()
 
 
 def compiled(name: str, fn: Any) -> Any:
-    """``fn`` compiled with numba and kept under ``name``, or None when the tier is not usable.
-
-    Compiled on first use: about a second the first time on a machine, then loaded from numba's on-disk
-    cache. Single-threaded: on the shared 2-core machine numba's parallel loops lost more to waking threads
-    than they gained (measured in the note of issue 13)."""
-    if not usable():
-        return None
-    got = _compiled.get(name)
-    if got is None:
-        import numba
-
-        got = _compiled[name] = numba.njit(cache=True, nogil=True)(fn)
-    return got
+    """``fn`` compiled with numba (cached on disk, see compiled_kernels.compiled) and kept under ``name``, or
+    None when the tier is not usable."""
+    return compiled_kernels.compiled(name, fn) if usable() else None
 
 
 def kernel(name: str) -> Any:
     """The compiled kernel ``name`` (``depthwise``: ``_depthwise_nhwc``; ``bias_clamp``: ``_bias_clamp``), or
     None when the tier is not usable (the caller then keeps its NumPy path)."""
     return compiled(name, _KERNELS[name])
+
+
+def shared(name: str) -> Any:
+    """The portable kernels' compiled ``name`` (edgetorch/runtime/kernels/compiled.py: ``gelu``, ``softmax``)
+    when this tier is usable, else None: one pass each instead of NumPy's 22 (GELU) and 5 (softmax)."""
+    return compiled_kernels.kernel(name) if usable() else None
