@@ -1,5 +1,5 @@
-"""The compiled tier of the portable kernels (edgetorch/runtime/kernels/compiled.py, numba): GELU and softmax
-in one pass each, equal to the NumPy tier within float32 rounding, with NaN and infinity kept as torch keeps
+"""The compiled tier of the portable kernels (edgetorch/runtime/kernels/compiled.py, numba): GELU, softmax
+and layer norm in one pass each, equal to the NumPy tier within float32 rounding, with NaN and infinity kept as torch keeps
 them; the portable kernels and the XNNPACK runtime half take them when the tier is on, and not when it is off."""
 
 from __future__ import annotations
@@ -64,6 +64,29 @@ def test_compiled_softmax_matches_the_numpy_tier(monkeypatch):
 
 
 @needs_numba
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("normalized", [(24,), (3, 8)])
+def test_compiled_layer_norm_matches_the_numpy_tier_and_torch(affine, normalized, monkeypatch):
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((2, 5) + normalized) * 4 + 3).astype(np.float32)
+    w = rng.standard_normal(normalized).astype(np.float32) if affine else None
+    b = rng.standard_normal(normalized).astype(np.float32) if affine else None
+    fn, _ = lookup("aten::native_layer_norm.out")
+    stats = x.shape[: x.ndim - len(normalized)] + (1,) * len(normalized)
+    results = []
+    for tier in (True, False):
+        monkeypatch.setattr(compiled, "AVAILABLE", tier)
+        outs = (np.empty_like(x), np.empty(stats, np.float32), np.empty(stats, np.float32))
+        results.append([a.copy() for a in fn(x, list(normalized), w, b, 1e-5, *outs)])
+    for on, off in zip(*results):
+        np.testing.assert_allclose(on, off, rtol=2e-6, atol=1e-6)
+    tw, tb = (None, None) if not affine else (torch.from_numpy(w), torch.from_numpy(b))
+    want = torch.native_layer_norm(torch.from_numpy(x), list(normalized), tw, tb, 1e-5)
+    for got, ref in zip(results[0], want):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=2e-6, atol=2e-6)
+
+
+@needs_numba
 @pytest.mark.parametrize("tier", [True, False])
 def test_the_kernels_take_the_compiled_tier_only_when_it_is_on(tier, monkeypatch):
     monkeypatch.setattr(compiled, "AVAILABLE", tier)
@@ -73,8 +96,10 @@ def test_the_kernels_take_the_compiled_tier_only_when_it_is_on(tier, monkeypatch
     x = np.random.default_rng(1).standard_normal((4, 9)).astype(np.float32)
     lookup("aten::gelu.out")[0](x, "none", np.empty_like(x))
     lookup("aten::_softmax.out")[0](x, -1, False, np.empty_like(x))
+    stats = [np.empty((4, 1), np.float32) for _ in range(2)]
+    lookup("aten::native_layer_norm.out")[0](x, [9], None, None, 1e-5, np.empty_like(x), *stats)
     got = {name for name in used if real(name) is not None}
-    assert got == ({"gelu", "softmax"} if tier else set())
+    assert got == ({"gelu", "softmax", "layer_norm"} if tier else set())
 
 
 class Attention(torch.nn.Module):

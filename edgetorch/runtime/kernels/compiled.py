@@ -64,7 +64,8 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 
 
 def kernel(name: str) -> Any:
-    """The compiled kernel ``name`` of this module (``gelu``, ``softmax``), or None without the tier."""
+    """The compiled kernel ``name`` of this module (``gelu``, ``softmax``, ``layer_norm``), or None without the
+    tier."""
     if not usable():
         return None
     _compile_helpers()
@@ -149,11 +150,41 @@ def _softmax(x, out):  # pragma: no cover - compiled
             o[j] *= r
 
 
+def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - compiled
+    """Each row of the 2-D float32 ``x`` normalised ((x - mean) / sqrt(var + eps), the biased variance, two
+    passes as on the NumPy path), times ``weight`` plus ``bias`` (each skipped when empty), into ``out``; the
+    rows' mean and 1 / sqrt(var + eps) into ``mean`` and ``rstd``."""
+    f = np.float32
+    rows, n = x.shape
+    with_weight, with_bias = weight.shape[0] > 0, bias.shape[0] > 0
+    for i in range(rows):
+        xr, o = x[i], out[i]
+        s = f(0)
+        for j in range(n):
+            s += xr[j]
+        m = s / f(n)
+        q = f(0)
+        for j in range(n):
+            d = xr[j] - m
+            q += d * d
+        r = f(1) / np.sqrt(q / f(n) + eps)
+        for j in range(n):
+            v = (xr[j] - m) * r
+            if with_weight:
+                v *= weight[j]
+            if with_bias:
+                v += bias[j]
+            o[j] = v
+        mean[i] = m
+        rstd[i] = r
+
+
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that
 # divides can be vectorised (7x on the GELU).
 _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "gelu": (_gelu, {"error_model": "numpy"}),
     "softmax": (_softmax, {"error_model": "numpy", "fastmath": {"reassoc"}}),
+    "layer_norm": (_layer_norm, {"error_model": "numpy", "fastmath": {"reassoc"}}),
 }
 
 
