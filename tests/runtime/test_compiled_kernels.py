@@ -1,5 +1,5 @@
-"""The compiled tier of the portable kernels (edgetorch/runtime/kernels/compiled.py, numba): GELU, softmax
-and layer norm in one pass each, equal to the NumPy tier within float32 rounding, with NaN and infinity kept as torch keeps
+"""The compiled tier of the portable kernels (edgetorch/runtime/kernels/compiled.py, numba): GELU (exact and
+tanh), softmax and layer norm in one pass each, equal to the NumPy tier within float32 rounding, with NaN and infinity kept as torch keeps
 them; the portable kernels and the XNNPACK runtime half take them when the tier is on, and not when it is off."""
 
 from __future__ import annotations
@@ -49,6 +49,21 @@ def test_compiled_gelu_special_values(monkeypatch):
 
 
 @needs_numba
+def test_compiled_tanh_gelu_matches_the_numpy_tier(monkeypatch):
+    x = np.concatenate([np.linspace(-12, 12, 20001), np.geomspace(1e-20, 1, 300), -np.geomspace(1e-20, 1, 300)])
+    x = x.astype(np.float32)
+    on, off = _both_tiers("aten::gelu.out", monkeypatch, x, "tanh", x)
+    np.testing.assert_allclose(on, off, rtol=2e-6, atol=2e-7)
+    x64 = x.astype(np.float64)  # x / (1 + e^(-2u)): torch's formula without its cancellation for x < 0
+    want = x64 / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    ulps = np.abs(on - want) / np.spacing(np.abs(want).astype(np.float32))
+    assert ulps[np.abs(x) <= 3].max() <= 16
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, 1e30, -1e30], np.float32)
+    got, _ = _both_tiers("aten::gelu.out", monkeypatch, special, "tanh", special)
+    np.testing.assert_array_equal(got, np.array([np.nan, np.inf, 0.0, 0.0, 1e30, 0.0], np.float32))
+
+
+@needs_numba
 def test_compiled_softmax_matches_the_numpy_tier(monkeypatch):
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((2, 3, 11, 37)) * 6).astype(np.float32)
@@ -95,11 +110,12 @@ def test_the_kernels_take_the_compiled_tier_only_when_it_is_on(tier, monkeypatch
     monkeypatch.setattr(compiled, "kernel", lambda name: used.append(name) or real(name))
     x = np.random.default_rng(1).standard_normal((4, 9)).astype(np.float32)
     lookup("aten::gelu.out")[0](x, "none", np.empty_like(x))
+    lookup("aten::gelu.out")[0](x, "tanh", np.empty_like(x))
     lookup("aten::_softmax.out")[0](x, -1, False, np.empty_like(x))
     stats = [np.empty((4, 1), np.float32) for _ in range(2)]
     lookup("aten::native_layer_norm.out")[0](x, [9], None, None, 1e-5, np.empty_like(x), *stats)
     got = {name for name in used if real(name) is not None}
-    assert got == ({"gelu", "softmax", "layer_norm"} if tier else set())
+    assert got == ({"gelu", "gelu_tanh", "softmax", "layer_norm"} if tier else set())
 
 
 class Attention(torch.nn.Module):

@@ -64,8 +64,8 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 
 
 def kernel(name: str) -> Any:
-    """The compiled kernel ``name`` of this module (``gelu``, ``softmax``, ``layer_norm``), or None without the
-    tier."""
+    """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``), or
+    None without the tier."""
     if not usable():
         return None
     _compile_helpers()
@@ -126,6 +126,17 @@ def _gelu(x, out):  # pragma: no cover - compiled
         out[i] = (v if v > f(0) else f(0)) - (f(0) if e < f(_EXP_MIN) else tail)
 
 
+def _gelu_tanh(x, out):  # pragma: no cover - compiled
+    """torch's tanh GELU over the 1-D float32 ``x`` (may be ``out``): 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)),
+    u = sqrt(2 / pi) (x + 0.044715 x^3), which does not cancel for negative x. A NaN stays NaN."""
+    f = np.float32
+    for i in range(x.shape[0]):
+        v = x[i]
+        w = f(-2 * math.sqrt(2 / math.pi)) * (v + f(0.044715) * v * v * v)
+        e = _exp(min(max(w, f(_EXP_MIN)), f(88)))
+        out[i] = f(-0.0) if w > f(88) else v / (f(1) + (f(0) if w < f(_EXP_MIN) else e))
+
+
 def _softmax(x, out):  # pragma: no cover - compiled
     """Softmax of each row of the 2-D float32 ``x`` into ``out`` (may be ``x``), shifted by the row's maximum.
     A row holding a NaN, or only -inf, gives NaNs (as torch and the NumPy path do): the NaN reaches the sum.
@@ -183,6 +194,7 @@ def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - co
 # divides can be vectorised (7x on the GELU).
 _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "gelu": (_gelu, {"error_model": "numpy"}),
+    "gelu_tanh": (_gelu_tanh, {"error_model": "numpy"}),
     "softmax": (_softmax, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "layer_norm": (_layer_norm, {"error_model": "numpy", "fastmath": {"reassoc"}}),
 }
