@@ -143,3 +143,12 @@ def test_programs_match_across_tiers(delegated, monkeypatch):
         outs.append(Runtime.get().load_program(pte).load_method("forward").execute([x.numpy()])[0])
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(outs[0], model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@needs_numba
+def test_the_compiled_exp_is_within_one_ulp():
+    assert compiled.kernel("softmax") is not None  # compiles the scalar helpers the kernels inline
+    x = np.linspace(-87.3, 88.3, 4001).astype(np.float32)  # the range its callers keep to
+    got = np.array([compiled._exp(v) for v in x], np.float64)
+    want = np.exp(x.astype(np.float64))
+    assert (np.abs(got - want) / np.spacing(want.astype(np.float32))).max() <= 1

@@ -81,18 +81,17 @@ _EXP_MIN = -87.33  # below this exp(v) is under float32's smallest normal: the k
 
 
 def _exp(v):  # pragma: no cover - compiled
-    """exp(v) for float32 ``v`` in [_EXP_MIN, 88.7]: e^v = 2^n * e^r with n = round(v / ln 2), |r| <= ln2 / 2,
-    e^r from its degree-6 Taylor-like fit (Cephes' expf coefficients), 2^n built in the exponent bits."""
+    """exp(v) for float32 ``v`` in [_EXP_MIN, 88.3] (where 2^n is a normal float): e^v = 2^n * e^r with
+    n = round(v / ln 2), |r| <= ln2 / 2, e^r = 1 + r + r^2 q(r) with q Cephes' expf fit (degree 5), 2^n built
+    in the exponent bits; within 1 ulp over the range (checked against float64 on 2M points)."""
     f = np.float32
     n = np.rint(v * f(_LOG2E))
     r = (v - n * f(_LN2_HI)) - n * f(_LN2_LO)
-    p = f(1.9875691500e-4)
-    p = p * r + f(1.3981999507e-3)
-    p = p * r + f(8.3334519073e-3)
-    p = p * r + f(4.1665795894e-2)
-    p = p * r + f(1.6666665459e-1)
-    p = p * r + f(5.0000001201e-1)
-    p = p * r * r + r + f(1)
+    r2 = r * r  # Estrin's scheme: a shorter dependency chain than Horner's, the same < 1 ulp
+    q = f(5.0000001201e-1) + f(1.6666665459e-1) * r
+    q += r2 * (f(4.1665795894e-2) + f(8.3334519073e-3) * r)
+    q += r2 * r2 * (f(1.3981999507e-3) + f(1.9875691500e-4) * r)
+    p = q * r2 + r + f(1)
     return p * np.int32((np.int32(n) + np.int32(127)) << np.int32(23)).view(np.float32)
 
 
