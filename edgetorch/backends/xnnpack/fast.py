@@ -10,8 +10,10 @@ both tiers give the same float32 results.
 The layer's activation (a clamp: ReLU, ReLU6, hardtanh) is applied in the same pass, and a GEMM's bias and
 clamp are one pass over its output (``bias_clamp``) instead of two.
 
-The tier is used when numba imports and ``EDGETORCH_FAST`` is not ``0``; without it (numba absent, or
-failing to import) every caller keeps its NumPy path. Imports only NumPy (and numba when present).
+GELU and softmax nodes take the portable kernels' compiled passes (``shared``). The tier is used when numba
+imports and ``EDGETORCH_FAST`` is not ``0``; without it (numba absent, or failing to import) every caller
+keeps its NumPy path. Imports only edgetorch/runtime/kernels/compiled.py, which detects, imports (on the first
+compile) and caches numba for both this module and the portable kernels.
 """
 
 from __future__ import annotations
