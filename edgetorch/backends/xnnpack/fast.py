@@ -25,6 +25,7 @@ from edgetorch.runtime.kernels import compiled as compiled_kernels
 # This tier's switch (tests turn it off to compare the two tiers); numba is found, and imported on the first
 # compile, by edgetorch/runtime/kernels/compiled.py, which also keeps the compiled kernels.
 AVAILABLE = compiled_kernels.AVAILABLE
+flat_float32 = compiled_kernels.flat_float32
 
 
 def _depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi):  # pragma: no cover - compiled

@@ -63,6 +63,12 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
     return got
 
 
+def flat_float32(*arrays: np.ndarray | None) -> bool:
+    """Whether the kernels here can take these arrays (None: absent) as they are: float32 and C-contiguous,
+    so that their reshapes are views."""
+    return all(a is None or (a.dtype == np.float32 and a.flags.c_contiguous) for a in arrays)
+
+
 def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``), or
     None without the tier."""
