@@ -13,8 +13,8 @@ from edgetorch.runtime.plan_analysis import PlanFacts
 
 
 def foldable(facts: PlanFacts, fn: Callable, params: list[int], rets: list[int], name: str, viewed: set[int]) -> bool:
-    """True when every tensor the kernel reads (none, for ``arange`` or ``full``) is a constant: its result is
-    then computed once, at load.
+    """True when every tensor the kernel reads (none, for ``arange`` or ``full``; only their shapes, for
+    ``full_like``) is a constant: its result is then computed once, at load.
 
     In-place ops (``aten::copy_``: they update state each call), impure kernels (random) and results a static
     view reads through (``viewed``) never fold.
@@ -22,7 +22,8 @@ def foldable(facts: PlanFacts, fn: Callable, params: list[int], rets: list[int],
     if getattr(fn, "impure", False) or not rets or name.split(".")[0].endswith("_"):
         return False
     slots = facts.slots
-    reads = [j for j in facts.items(params) if j not in rets and j in slots]
+    shape_only = getattr(fn, "shape_only", False)  # the caller folds only static plans: shapes are fixed
+    reads = [] if shape_only else [j for j in facts.items(params) if j not in rets and j in slots]
     if not (all(slots[j].constant for j in reads) and all(j in slots for j in rets)):
         return False
     return not any(j in viewed for j in rets)

@@ -691,6 +691,9 @@ def _gelu(x: np.ndarray, y: np.ndarray) -> list:
     x * Phi(x) = max(x, 0) - |x| * erfc(|x| / sqrt2) / 2 for either sign of x, which needs no copysign
     (the slowest ufunc here); the 1/2 is folded into the fit's coefficients.
     """
+    fused = fast.shared("gelu") if fast.flat_float32(x, y) else None
+    if fused is not None:  # the fast tier: one pass (0.22 ms against 0.48 ms on ViT-tiny's 197 x 768)
+        return [partial(fused, x.reshape(-1), y.reshape(-1))]
     a, t = np.empty_like(y), np.empty_like(y)
     f = y.dtype.type
     steps = [
@@ -832,6 +835,9 @@ def _softmax(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 def _softmax_steps(x: np.ndarray, y: np.ndarray) -> list:
     """Softmax over the last axis of x into y (x may be y)."""
+    fused = fast.shared("softmax") if fast.flat_float32(x, y) and x.ndim else None
+    if fused is not None:  # the fast tier: one pass a row
+        return [partial(fused, x.reshape(-1, x.shape[-1]), y.reshape(-1, x.shape[-1]))]
     red = np.empty(x.shape[:-1] + (1,), y.dtype)
     return [
         partial(np.maximum.reduce, x, axis=-1, keepdims=True, out=red),

@@ -47,7 +47,7 @@ def fill_tensor(self: np.ndarray, value: np.ndarray, out: np.ndarray) -> np.ndar
     return out
 
 
-@kernel("aten::full_like.out")
+@kernel("aten::full_like.out", shape_only=True)
 def full_like(self: np.ndarray, fill_value: Number, memory_format: int | None, out: np.ndarray) -> np.ndarray:
     """A tensor shaped like ``self``, every element ``fill_value``."""
     return _fill(out, self.shape, fill_value)
@@ -71,13 +71,13 @@ def ones(size: list[int], out: np.ndarray) -> np.ndarray:
     return _fill(out, size, 1)
 
 
-@kernel("aten::zeros_like.out")
+@kernel("aten::zeros_like.out", shape_only=True)
 def zeros_like(self: np.ndarray, memory_format: int | None, out: np.ndarray) -> np.ndarray:
     """Zeros shaped like ``self``."""
     return _fill(out, self.shape, 0)
 
 
-@kernel("aten::ones_like.out")
+@kernel("aten::ones_like.out", shape_only=True)
 def ones_like(self: np.ndarray, memory_format: int | None, out: np.ndarray) -> np.ndarray:
     """Ones shaped like ``self``."""
     return _fill(out, self.shape, 1)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from edgetorch.errors import InvalidArgumentError
+from edgetorch.runtime.kernels import compiled
 from edgetorch.runtime.kernels.promotion import (
     as_dtype,
     compute_dtype,
@@ -143,6 +144,11 @@ def select_into(out: np.ndarray, cond: np.ndarray, a: np.ndarray, b: np.ndarray)
     if out.size < 4096:  # below this np.where's fewer calls win (measured)
         np.copyto(out, np.where(cond, a, b))
         return out
+    if cond.size * 8 <= out.size:  # a broadcast condition (an attention row mask): if uniform, one copy
+        uniform = None if cond.any() and not cond.all() else a if cond.all() else b
+        if uniform is not None:  # a where over ViT-tiny's [1, 3, 197, 197] scores: 105 -> 25 us
+            np.copyto(out, uniform)
+            return out
     if np.may_share_memory(out, b):
         if np.may_share_memory(out, a):
             b = b.copy()
@@ -287,7 +293,33 @@ def _gelu_erf_block(x, out, e, a, s, r):
     out *= e
 
 
+def _gelu_erfc_block(x, out, a, t, e):
+    # x * Phi(x) = max(x, 0) - |x| * erfc(|x| / sqrt2) / 2 for either sign of x: no 1 + erf(x) that cancels
+    # for negative x, so small results keep their relative precision (float32 only: the fit is not float64's).
+    f = x.dtype.type
+    np.absolute(x, out=a)
+    np.multiply(a, f(0.5 / math.sqrt(2)), out=t)
+    t += f(1)
+    np.divide(f(1), t, out=t)
+    _horner((0.0, compiled.ERFC_EXPONENT), t, t, e)  # float32-precise erfc
+    np.square(x, out=out)
+    out *= f(-0.5)
+    e += out
+    np.exp(e, out=e)
+    e *= t
+    e *= a
+    e *= f(0.5)
+    np.maximum(x, f(0), out=out)
+    out -= e
+
+
 def _gelu_erf(x, out):
+    if x.dtype == _F32:  # 0.85 ms against 1.44 ms for the erf formula on ViT-tiny's 197 x 768 (1 thread)
+        fused = compiled.kernel("gelu") if compiled.flat_float32(x, out) else None
+        if fused is not None:  # one pass with the same erfc fit (compiled.py): 0.22 ms
+            fused(x.reshape(-1), out.reshape(-1))
+            return out
+        return blockwise(_gelu_erfc_block, 3, x, out)
     return blockwise(_gelu_erf_block, 4, x, out)
 
 
@@ -304,6 +336,10 @@ def _gelu_tanh_block(x, out, t):
 
 
 def _gelu_tanh(x, out):
+    fused = compiled.kernel("gelu_tanh") if compiled.flat_float32(x, out) else None
+    if fused is not None:  # one pass (compiled.py): 0.33 ms against 1.4 ms on GPT-2's 128 x 3072
+        fused(x.reshape(-1), out.reshape(-1))
+        return out
     return blockwise(_gelu_tanh_block, 1, x, out)
 
 

