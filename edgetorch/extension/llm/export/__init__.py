@@ -189,7 +189,10 @@ def export_llm(
         constant_methods=constants,
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
-    buffer = edge.to_executorch().buffer
+    from edgetorch.exir import ExecutorchBackendConfig
+
+    # The KV caches are updated in place (index_put_) rather than copied into a new tensor and back.
+    buffer = edge.to_executorch(ExecutorchBackendConfig(run_reinplace_pass=True)).buffer
     if output is not None:
         Path(output).write_bytes(buffer)
     return buffer
