@@ -41,6 +41,18 @@ class _MinTracer:
         pass
 
 
+def _timed(step, pc: int, tracer: _MinTracer):
+    clock = time.perf_counter_ns
+
+    def run():
+        t0 = clock()
+        result = step()
+        tracer.instruction(None, pc, t0, clock())
+        return result
+
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pte")
@@ -65,18 +77,28 @@ def main() -> None:
         token = int(runner._forward([token]).argmax())
         plain.append(time.perf_counter_ns() - start)
     tracer = _MinTracer()
-    executor.tracer = tracer
+    names: dict[int, str] = {}
+    if executor.fused is None:  # the tracer times each instruction
+        executor.tracer = tracer
+    else:  # time the fused steps the untraced runs take (a traced run takes the unfused ones)
+        saved = executor.fused
+        steps, pcs = saved
+        fused_names = {pc: step.__name__ for step, pc in zip(steps, pcs) if step not in executor.steps}
+        names.update({pc: f"fused {name}" for pc, name in fused_names.items()})
+        executor.fused = ([_timed(step, pc, tracer) for step, pc in zip(steps, pcs)], pcs)
     try:
         for _ in range(args.steps):
             token = int(runner._forward([token]).argmax())
     finally:
         executor.tracer = None
+        if names:
+            executor.fused = saved
     by_op: dict[str, list[int]] = collections.defaultdict(list)
     for pc, ns in tracer.best.items():
-        by_op[executor.describe(pc)].append(ns)
+        by_op[names.get(pc) or executor.describe(pc)].append(ns)
     total = sum(tracer.best.values())
     step = min(plain)
-    print(f"{args.pte}: {len(tracer.best)} instructions / token, best untraced step {step / 1e6:.2f} ms")
+    print(f"{args.pte}: {len(tracer.best)} steps / token, best untraced step {step / 1e6:.2f} ms")
     print(f"sum of per-instruction minima {total / 1e6:.2f} ms; loop and step overhead beyond it "
           f"{(step - total) / 1e6:.2f} ms")  # fmt: skip
     print("| operator | count | sum of minima ms | mean us |")

@@ -388,11 +388,13 @@ class MethodExecutor:
                 for pc, step in enumerate(self.steps):  # noqa: B007  (pc names the failing step below)
                     step()
                 return
-            # Traced runs and dynamic runs share this loop, so both follow jumps and both stop runaway loops.
-            steps = self.steps
-            if tracer is None and self.fused is not None:  # a method with fused steps has no jumps
+            if tracer is None and self.fused is not None:  # fused steps: a method with no jumps
                 steps, step_pcs = self.fused
-            n, count, jumps, clock = len(steps), 0, not self.static, time.perf_counter_ns
+                for pc, step in enumerate(steps):  # noqa: B007  (pc names the failing step below)
+                    step()
+                return
+            # Traced runs and dynamic runs share this loop, so both follow jumps and both stop runaway loops.
+            steps, n, count, jumps, clock = self.steps, len(self.steps), 0, not self.static, time.perf_counter_ns
             if tracer is not None:
                 tracer.begin_run(self)
                 start = clock()

@@ -252,4 +252,47 @@ def _swiglu(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Calla
     return 5, swiglu
 
 
-_PATTERNS = (_rms_norm, _rope, _swiglu)
+# ---------------------------------------------------------------------------------------------- single instructions
+# The commonest float32 kernels of a decode step, bound once: the same NumPy call as the kernel makes, without its
+# dtype promotion and scalar handling (which cost more than adding 576 floats).
+
+
+def _add(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callable]:
+    """``a + b`` (alpha 1) of two float32 tensors."""
+    ((a, b, alpha, y),) = _Chain(ex, pc, ["aten::add.out"]).args
+    if _int(ex, alpha) != 1:
+        raise _NoMatch
+    for j in (a, b, y):
+        _f32(ex, j)
+    vals, store = ex.vals, _store(ex, y)
+
+    def add() -> None:
+        av, bv = vals[a], vals[b]
+        np.add(av, bv, out=store(av.shape if av.shape == bv.shape else np.broadcast_shapes(av.shape, bv.shape)))
+
+    return 1, add
+
+
+def _mean(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callable]:
+    """The mean of a float32 tensor over its last dimension."""
+    ((x, dims, keep, dtype, y),) = _Chain(ex, pc, ["aten::mean.out"]).args
+    if _int_list(ex, dims) != [-1] or not isinstance(ex.bound[keep], bool) or keep in ex.fusion_written:
+        raise _NoMatch
+    _none(ex, dtype)
+    for j in (x, y):
+        _f32(ex, j)
+    vals, store, keepdim = ex.vals, _store(ex, y), ex.bound[keep]
+
+    def mean() -> None:
+        xv = vals[x]
+        if xv.ndim == 0:
+            raise ValueError("mean over dim -1 of a 0-d tensor")
+        o = store(xv.shape[:-1] + (1,) if keepdim else xv.shape[:-1])
+        np.add.reduce(xv, axis=(xv.ndim - 1,), dtype=_F32, keepdims=keepdim, out=o)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            np.divide(o, xv.shape[-1], out=o, casting="unsafe")
+
+    return 1, mean
+
+
+_PATTERNS = (_rms_norm, _rope, _swiglu, _add, _mean)

@@ -55,6 +55,10 @@ def test_fused_chains_give_the_same_bits_across_shape_changes(leak):
     steps, _ = ex.fused
     # The three chains are 6 + 4 + 5 instructions; with the rsqrt read outside, the RMSNorm stays unfused.
     assert len(ex.steps) - len(steps) == (3 + 4 if leak else 5 + 3 + 4)
+    names = {step.__name__ for step in steps}
+    assert {"rope", "swiglu"} <= names
+    # Unfused, the RMSNorm's mean and add run as single bound float32 steps.
+    assert ({"mean", "add"} if leak else {"rms_norm"}) <= names
     rng = np.random.default_rng(1)
     for seq in (3, 1, 16, 1, 5):
         x = rng.standard_normal((seq, 8)).astype(np.float32) * 3
