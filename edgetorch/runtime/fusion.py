@@ -168,10 +168,14 @@ def _rms_norm(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Cal
         _f32(ex, j)
     if not ex.slots[eps].constant or not ex.slots[w].constant:
         raise _NoMatch
-    vals, store, exponent = ex.vals, _store(ex, y), np.float32(power)
+    vals, store, exponent, unfused = ex.vals, _store(ex, y), np.float32(power), ex.steps[pc : pc + 6]
 
     def rms_norm() -> None:
         xv, wv, ev = vals[x], vals[w], vals[eps]
+        if xv.ndim == 0:  # a 0-d mean is the kernel's business
+            for step in unfused:
+                step()
+            return
         t = np.power(xv, exponent)
         total = np.add.reduce(t, axis=(xv.ndim - 1,), dtype=_F32, keepdims=True)
         with np.errstate(all="ignore"):
@@ -201,12 +205,14 @@ def _rope(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callabl
     perm_slot = ex.slots.get(perm)
     if perm_slot is None or perm_slot.dtype.kind not in "iu" or cos == y or sin == y:
         raise _NoMatch
-    vals, store = ex.vals, _store(ex, y)
+    vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc : pc + 4]
 
     def rope() -> None:
         xv, cv, sv, iv = vals[x], vals[cos], vals[sin], vals[perm]
-        if xv.ndim == 0:
-            raise ValueError("rotary embedding of a 0-d tensor")
+        if xv.ndim == 0:  # not a rotary embedding after all: run the instructions as they are
+            for step in unfused:
+                step()
+            return
         a = np.multiply(xv, cv)
         b = np.take(xv, iv.reshape(-1), axis=axis % xv.ndim)
         np.multiply(b, sv, out=b)
@@ -233,12 +239,14 @@ def _swiglu(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Calla
     _private(c, range(4), readers, protected)
     for j in (h, y):
         _f32(ex, j)
-    vals, store = ex.vals, _store(ex, y)
+    vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc : pc + 5]
 
     def swiglu() -> None:
         hv = vals[h]
-        if hv.ndim == 0:
-            raise ValueError("slice of a 0-d tensor")
+        if hv.ndim == 0:  # the slices will fail: let the instructions say so
+            for step in unfused:
+                step()
+            return
         ia, ib = dim_a % hv.ndim, dim_b % hv.ndim
         gate = hv[(slice(None),) * ia + (slice(bounds[0], bounds[1]),)]
         up = hv[(slice(None),) * ib + (slice(bounds[2], bounds[3]),)]
@@ -281,12 +289,13 @@ def _mean(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callabl
     _none(ex, dtype)
     for j in (x, y):
         _f32(ex, j)
-    vals, store, keepdim = ex.vals, _store(ex, y), ex.bound[keep]
+    vals, store, keepdim, unfused = ex.vals, _store(ex, y), ex.bound[keep], ex.steps[pc]
 
     def mean() -> None:
         xv = vals[x]
-        if xv.ndim == 0:
-            raise ValueError("mean over dim -1 of a 0-d tensor")
+        if xv.ndim == 0:  # a 0-d mean is the kernel's business
+            unfused()
+            return
         o = store(xv.shape[:-1] + (1,) if keepdim else xv.shape[:-1])
         np.add.reduce(xv, axis=(xv.ndim - 1,), dtype=_F32, keepdims=keepdim, out=o)
         with np.errstate(invalid="ignore", divide="ignore"):

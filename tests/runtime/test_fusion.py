@@ -91,3 +91,24 @@ def test_traced_runs_take_the_unfused_steps():
     method._executor.tracer = Tracer()
     method.execute([np.ones((2, 8), np.float32)])
     assert events == list(method._executor.step_pcs)
+
+
+class _ZeroD(torch.nn.Module):
+    def forward(self, x, s):
+        return x * 2, s.mean(-1), x.mean(-1, keepdim=True)
+
+
+def test_bound_mean_of_a_0d_tensor_runs_the_kernel():
+    seq = torch.export.Dim("seq", min=1, max=8)
+    args = (torch.ones(3, 4), torch.tensor(2.5))
+    ep = torch.export.export(_ZeroD(), args, dynamic_shapes=({0: seq}, None), strict=False)
+    pte = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch().buffer
+    method = Runtime.get().load_program(pte).load_method("forward")
+    assert method._executor.fused is not None
+    assert [s.__name__ for s in method._executor.fused[0]].count("mean") == 2
+    for n in (3, 1, 8):
+        x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+        got = method.execute([x, np.float32(-1.5)])
+        want = _ZeroD()(torch.from_numpy(x), torch.tensor(-1.5))
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b.numpy())
