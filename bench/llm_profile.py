@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--unfused", action="store_true", help="turn the executor's fusion off")
     args = parser.parse_args()
     reexec_with_clean_blas_env()
     _limit_threads(args.threads)
@@ -70,6 +71,8 @@ def main() -> None:
     tok = runner.tokenizer
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
     executor = runner._method._executor
+    if args.unfused:
+        executor.fused = None
     token = int(runner._forward(ids).argmax())
     plain = []
     for _ in range(args.steps):  # untraced steps first: the executor's own speed
