@@ -170,6 +170,8 @@ def export_llm(
         quantize_embeddings(model, embedding_quantize)
     if quantize == "none" and backend == "portable":
         pack_for_decode(model)
+    elif quantize in ("int8", "8da4w"):  # q/k/v and gate/up as one linear each: same per-row quantization
+        pack_for_decode(model, linears=True)
     # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.
     model.to(DTYPES[dtype])
     if quantize != "none":
