@@ -51,6 +51,20 @@ class _NoMatch(Exception):
     pass
 
 
+class _Plan:
+    """What the patterns ask about a method: its executor, each value's readers, the values a chain must not
+    keep to itself (inputs, outputs, bases of views), and the values some instruction writes."""
+
+    def __init__(self, ex: Any):
+        self.ex = ex
+        self.readers: dict[int, set[int]] = {}
+        for pc, ins in enumerate(ex.instructions):
+            for j in ex.facts.items(getattr(ins.instr_args, "args", ())):
+                self.readers.setdefault(j, set()).add(pc)
+        self.protected = set(ex.plan.outputs) | set(ex.plan.inputs) | ex.facts.view_bases()
+        self.written: set[int] = set().union(*(ex.facts.written(i.instr_args) for i in ex.instructions))
+
+
 def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:
     """The method's steps with every fusable chain replaced by one step, and each step's first instruction;
     None when nothing fuses (or the method is static, or has jumps)."""
@@ -58,16 +72,14 @@ def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:
         return None
     if len(ex.steps) != len(ex.instructions):
         return None
-    readers = _readers(ex)
-    ex.fusion_written = set().union(*(ex.facts.written(i.instr_args) for i in ex.instructions))
-    protected = set(ex.plan.outputs) | set(ex.plan.inputs) | ex.facts.view_bases()
+    plan = _Plan(ex)
     steps: list[Callable] = []
     pcs: list[int] = []
     pc, n, fused = 0, len(ex.instructions), 0
     while pc < n:
         for pattern in _PATTERNS:
             try:
-                length, step = pattern(ex, pc, readers, protected)
+                length, step = pattern(plan, pc)
             except _NoMatch:
                 continue
             steps.append(step)
@@ -82,21 +94,12 @@ def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:
     return (steps, pcs) if fused else None
 
 
-def _readers(ex: Any) -> dict[int, set[int]]:
-    """Value -> the instructions reading it (through lists too)."""
-    found: dict[int, set[int]] = {}
-    for pc, ins in enumerate(ex.instructions):
-        for j in ex.facts.items(getattr(ins.instr_args, "args", ())):
-            found.setdefault(j, set()).add(pc)
-    return found
-
-
-def _private(chain: _Chain, ks: Sequence[int], readers: dict, protected: set) -> None:
+def _private(plan: _Plan, chain: _Chain, ks: Sequence[int]) -> None:
     """Require the results of instructions ``ks`` to be float32 and read only inside the chain."""
     end = chain.pc + len(chain.args)
     for k in ks:
         j = chain.out(k)
-        if j in protected or any(not chain.pc <= r < end for r in readers.get(j, ())):
+        if j in plan.protected or any(not chain.pc <= r < end for r in plan.readers.get(j, ())):
             raise _NoMatch
         _f32(chain.ex, j)
 
@@ -107,21 +110,21 @@ def _f32(ex: Any, j: int) -> None:
         raise _NoMatch
 
 
-def _int(ex: Any, j: int) -> int:
+def _int(plan: _Plan, j: int) -> int:
     """A load-time integer argument (an Int value no instruction writes)."""
-    v = ex.bound[j]
-    if isinstance(v, bool) or not isinstance(v, int) or ex.facts.slots.get(j) is not None:
+    v = plan.ex.bound[j]
+    if isinstance(v, bool) or not isinstance(v, int) or j in plan.ex.slots:
         raise _NoMatch
-    if j in ex.fusion_written:
+    if j in plan.written:
         raise _NoMatch
     return v
 
 
-def _int_list(ex: Any, j: int) -> list[int]:
-    v = ex.bound[j]
+def _int_list(plan: _Plan, j: int) -> list[int]:
+    v = plan.ex.bound[j]
     if not isinstance(v, ListRef):
         raise _NoMatch
-    return [_int(ex, i) for i in v.items]
+    return [_int(plan, i) for i in v.items]
 
 
 def _none(ex: Any, j: int) -> None:
@@ -143,8 +146,9 @@ def _store(ex: Any, r: int) -> Callable[[tuple[int, ...]], np.ndarray]:
 # ---------------------------------------------------------------------------------------------- patterns
 
 
-def _rms_norm(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callable]:
+def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
     """``w * (x * rsqrt(mean(x ** 2, -1, keepdim) + eps))``: pow, mean, add, rsqrt, mul, mul."""
+    ex = plan.ex
     c = _Chain(
         ex,
         pc,
@@ -152,18 +156,18 @@ def _rms_norm(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Cal
          "aten::mul.out"],
     )  # fmt: skip
     (x, two, sq), (sq2, dims, keep, dtype, m), (m2, eps, alpha, a), (a2, r), (p, q, e), (u, v, y) = c.args
-    if sq2 != sq or m2 != m or a2 != a or _int(ex, alpha) != 1:
+    if sq2 != sq or m2 != m or a2 != a or _int(plan, alpha) != 1:
         raise _NoMatch
     power = ex.bound[two]
-    if isinstance(power, bool) or not isinstance(power, (int, float)) or two in ex.fusion_written:
+    if isinstance(power, bool) or not isinstance(power, (int, float)) or two in plan.written:
         raise _NoMatch
-    if _int_list(ex, dims) != [-1] or ex.bound[keep] is not True:
+    if _int_list(plan, dims) != [-1] or ex.bound[keep] is not True:
         raise _NoMatch
     _none(ex, dtype)
     if {p, q} != {x, r} or r not in (p, q) or e not in (u, v):
         raise _NoMatch
     w = v if u == e else u
-    _private(c, range(5), readers, protected)
+    _private(plan, c, range(5))
     for j in (x, w, eps, y):
         _f32(ex, j)
     if not ex.slots[eps].constant or not ex.slots[w].constant:
@@ -189,17 +193,18 @@ def _rms_norm(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Cal
     return 6, rms_norm
 
 
-def _rope(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callable]:
+def _rope(plan: _Plan, pc: int) -> tuple[int, Callable]:
     """``x * cos + index_select(x, -1, perm) * sin``: mul, index_select, mul, add."""
+    ex = plan.ex
     c = _Chain(ex, pc, ["aten::mul.out", "aten::index_select.out", "aten::mul.out", "aten::add.out"])
     (x, cos, t1), (x2, dim, perm, t2), (m1, m2, t3), (s1, s2, alpha, y) = c.args
-    if x2 not in (x, cos) or t2 not in (m1, m2) or {s1, s2} != {t1, t3} or _int(ex, alpha) != 1:
+    if x2 not in (x, cos) or t2 not in (m1, m2) or {s1, s2} != {t1, t3} or _int(plan, alpha) != 1:
         raise _NoMatch
     if x2 == cos:  # mul(cos, x)
         x, cos = cos, x
     sin = m2 if m1 == t2 else m1
-    axis = _int(ex, dim)
-    _private(c, range(3), readers, protected)
+    axis = _int(plan, dim)
+    _private(plan, c, range(3))
     for j in (x, cos, sin, y):
         _f32(ex, j)
     perm_slot = ex.slots.get(perm)
@@ -221,8 +226,9 @@ def _rope(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callabl
     return 4, rope
 
 
-def _swiglu(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callable]:
+def _swiglu(plan: _Plan, pc: int) -> tuple[int, Callable]:
     """``silu(h[..., :n]) * h[..., n:]`` of a packed gate/up product: slice, sigmoid, mul, slice, mul."""
+    ex = plan.ex
     c = _Chain(
         ex,
         pc,
@@ -232,11 +238,11 @@ def _swiglu(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Calla
     (h, d1, s1, e1, st1, g), (g2, s), (p, q, silu), (h2, d2, s2, e2, st2, u), (m1, m2, y) = c.args
     if g2 != g or {p, q} != {g, s} or h2 != h or {m1, m2} != {silu, u}:
         raise _NoMatch
-    if _int(ex, st1) != 1 or _int(ex, st2) != 1:
+    if _int(plan, st1) != 1 or _int(plan, st2) != 1:
         raise _NoMatch
-    dim_a, dim_b = _int(ex, d1), _int(ex, d2)
-    bounds = (_int(ex, s1), _int(ex, e1), _int(ex, s2), _int(ex, e2))
-    _private(c, range(4), readers, protected)
+    dim_a, dim_b = _int(plan, d1), _int(plan, d2)
+    bounds = (_int(plan, s1), _int(plan, e1), _int(plan, s2), _int(plan, e2))
+    _private(plan, c, range(4))
     for j in (h, y):
         _f32(ex, j)
     vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc : pc + 5]
@@ -265,10 +271,11 @@ def _swiglu(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Calla
 # dtype promotion and scalar handling (which cost more than adding 576 floats).
 
 
-def _add(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callable]:
+def _add(plan: _Plan, pc: int) -> tuple[int, Callable]:
     """``a + b`` (alpha 1) of two float32 tensors."""
+    ex = plan.ex
     ((a, b, alpha, y),) = _Chain(ex, pc, ["aten::add.out"]).args
-    if _int(ex, alpha) != 1:
+    if _int(plan, alpha) != 1:
         raise _NoMatch
     for j in (a, b, y):
         _f32(ex, j)
@@ -281,10 +288,11 @@ def _add(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callable
     return 1, add
 
 
-def _mean(ex: Any, pc: int, readers: dict, protected: set) -> tuple[int, Callable]:
+def _mean(plan: _Plan, pc: int) -> tuple[int, Callable]:
     """The mean of a float32 tensor over its last dimension."""
+    ex = plan.ex
     ((x, dims, keep, dtype, y),) = _Chain(ex, pc, ["aten::mean.out"]).args
-    if _int_list(ex, dims) != [-1] or not isinstance(ex.bound[keep], bool) or keep in ex.fusion_written:
+    if _int_list(plan, dims) != [-1] or not isinstance(ex.bound[keep], bool) or keep in plan.written:
         raise _NoMatch
     _none(ex, dtype)
     for j in (x, y):
