@@ -5,6 +5,9 @@ Each round resets every runner, prefills the ~47-token chat prompt of ``bench/ll
 median prefill rate and the median (and best) of each round's best decode step. Example::
 
     python bench/llm_ab.py --gguf SmolLM2.gguf before.pte after.pte --rounds 6
+
+``--unfused`` adds, for every program, a second runner with the executor's load-time fusion of element-wise
+chains turned off (``edgetorch.runtime.fusion``): the fusion's own A/B in the same process.
 """
 
 from __future__ import annotations
@@ -28,38 +31,57 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--unfused", action="store_true", help="also run each program with fusion off")
     args = parser.parse_args()
     reexec_with_clean_blas_env()
     _limit_threads(args.threads)
     from edgetorch.extension.llm.runner import TextLLMRunner
 
+    names = [Path(p).name for p in args.pte]
     runners = [TextLLMRunner(p, args.gguf) for p in args.pte]
+    if args.unfused:
+        names += [f"{Path(p).name} (unfused)" for p in args.pte]
+        runners += [TextLLMRunner(p, args.gguf) for p in args.pte]
     for r in runners:
         r.load()
+    for r in runners[len(args.pte) :]:
+        r._method._executor.fused = None
+    counts = {}
+    for name, r in zip(names, runners):
+        ex = r._method._executor
+        counts[name] = (len(ex.steps), len(ex.fused[0]) if ex.fused is not None else len(ex.steps))
     tok = runners[0].tokenizer
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
-    prefill: dict[str, list[float]] = {p: [] for p in args.pte}
-    decode: dict[str, list[float]] = {p: [] for p in args.pte}
+    prefill: dict[str, list[float]] = {p: [] for p in names}
+    decode: dict[str, list[float]] = {p: [] for p in names}
+    cpu: dict[str, list[float]] = {p: [] for p in names}  # the same steps in this thread's CPU time
     for _ in range(args.rounds):
-        for p, r in zip(args.pte, runners):
+        for p, r in zip(names, runners):
             r.reset()
             start = time.perf_counter()
             token = int(r._forward(ids).argmax())
             prefill[p].append(time.perf_counter() - start)
-            steps = []
+            steps, cpu_steps = [], []
             for _ in range(args.steps):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.thread_time()
                 token = int(r._forward([token]).argmax())
                 steps.append(time.perf_counter() - start)
+                cpu_steps.append(time.thread_time() - start_cpu)
             decode[p].append(min(steps))
+            cpu[p].append(min(cpu_steps))
     print(f"{len(ids)}-token prompt, {args.rounds} rounds x {args.steps} decode steps, {args.threads} BLAS thread(s)")
-    print("| program | prefill tok/s (median) | decode step ms (median of round bests) | decode tok/s | best step ms |")
-    print("|---|---|---|---|---|")
-    for p in args.pte:
+    print(
+        "| program | instructions | steps run | prefill tok/s (median) | decode step ms (median of round bests) "
+        "| decode tok/s | best step ms | decode step CPU ms (median of round bests) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for p in names:
         step = statistics.median(decode[p])
+        n, run = counts[p]
+        run = n if p.endswith("(unfused)") else run
         print(
-            f"| {Path(p).name} | {len(ids) / statistics.median(prefill[p]):.1f} | {step * 1e3:.1f} | {1 / step:.2f} | "
-            f"{min(decode[p]) * 1e3:.1f} |"
+            f"| {p} | {n} | {run} | {len(ids) / statistics.median(prefill[p]):.1f} | {step * 1e3:.1f} | "
+            f"{1 / step:.2f} | {min(decode[p]) * 1e3:.1f} | {statistics.median(cpu[p]) * 1e3:.1f} |"
         )
 
 

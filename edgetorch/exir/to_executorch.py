@@ -26,6 +26,7 @@ from edgetorch.exir.pass_base import PassManager
 from edgetorch.exir.passes.external_constants_pass import external_constants_pass
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.passes.out_variant import ToOutVarPass, insert_buffer_write_back
+from edgetorch.exir.passes.reinplace import reinplace_buffer_updates
 from edgetorch.exir.passes.replace_view_copy_with_view_pass import ReplaceViewCopyWithViewPass
 from edgetorch.exir.passes.spec_prop import SpecPropPass, mark_constants
 from edgetorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
@@ -58,6 +59,9 @@ class ExecutorchBackendConfig:
     """Store each instruction's Python stack trace in the program (for debugging tools)."""
     delegate_alignment: int | None = None
     """Alignment the delegate blobs need; segments are aligned to ``segment_alignment``, which must be a multiple."""
+    run_reinplace_pass: bool = False
+    """Write mutable buffers updated by ``index_put`` in place (``index_put_``, no copy and no write-back)
+    when nothing reads their old value afterwards: an LLM's KV caches (see ``passes.reinplace``)."""
     external_constants: bool | Callable[[torch.fx.Node], str | None] = False
     """Keep constants (weights) out of the ``.pte``: True puts all of them in ``_default_external_constant.ptd``;
     a function of the placeholder node names the file (without ``.ptd``) per constant, None keeping it inside.
@@ -177,6 +181,8 @@ class ExecutorchProgramManager:
         ep = copy.deepcopy(edge_program, memo=shared)
         weights_to_outputs(ep)
         insert_buffer_write_back(ep)
+        if self._config.run_reinplace_pass:
+            reinplace_buffer_updates(ep)
         if self._config.passes:
             _adopt(ep.graph_module, PassManager(self._config.passes)(ep.graph_module).graph_module)
         gm = ep.graph_module

@@ -35,6 +35,7 @@ from edgetorch.format.printer import format_instruction
 from edgetorch.runtime.backends import get_backend
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.folding import fold, foldable
+from edgetorch.runtime.fusion import fuse_steps
 from edgetorch.runtime.kernels.registry import lookup
 from edgetorch.runtime.memory import TensorResizeError, allocate_arenas, check_dim_order, resize, view_of
 from edgetorch.runtime.plan_analysis import PlanFacts, kernel_results, op_key
@@ -102,6 +103,8 @@ class MethodExecutor:
             if step is not None:
                 self.steps.append(step)
                 self.step_pcs.append(pc)
+        # Untraced runs of a dynamic method take the fused steps (short element-wise chains as one step each).
+        self.fused = fuse_steps(self)
         self.tracer: Any = None
 
     # ------------------------------------------------------------------ values
@@ -379,10 +382,15 @@ class MethodExecutor:
                 self.vals[j] = view
 
     def run(self) -> None:
-        pc, tracer = 0, self.tracer
+        pc, tracer, step_pcs = 0, self.tracer, self.step_pcs
         try:
             if self.static and tracer is None:
                 for pc, step in enumerate(self.steps):  # noqa: B007  (pc names the failing step below)
+                    step()
+                return
+            if tracer is None and self.fused is not None:  # fused steps: a method with no jumps
+                steps, step_pcs = self.fused
+                for pc, step in enumerate(steps):  # noqa: B007  (pc names the failing step below)
                     step()
                 return
             # Traced runs and dynamic runs share this loop, so both follow jumps and both stop runaway loops.
@@ -405,7 +413,7 @@ class MethodExecutor:
         except TensorResizeError as e:
             raise self._named(e) from e
         except Exception as e:
-            ipc = self.step_pcs[pc] if pc < len(self.step_pcs) else pc
+            ipc = step_pcs[pc] if pc < len(step_pcs) else pc
             what = self.describe(ipc)
             raise ExecutionError(
                 f"method {self.name!r} failed at instruction {ipc} ({what}): {type(e).__name__}: {e}"

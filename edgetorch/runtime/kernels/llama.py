@@ -54,7 +54,7 @@ def _attention(
     scores = scores.reshape(batch, kv_heads, group, seq_len, n_keys)
     if attn_mask is not None:
         scores += attn_mask.astype(dtype, copy=False)
-    elif is_causal:
+    elif is_causal and seq_len > 1:  # one query (a decode step) sees every row up to its own: nothing to mask
         rows = np.arange(start_pos, start_pos + seq_len)[:, None]
         scores[..., np.arange(n_keys)[None, :] > rows] = -np.inf
     scores -= scores.max(axis=-1, keepdims=True)

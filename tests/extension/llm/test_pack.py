@@ -53,3 +53,27 @@ def test_packing_keeps_a_quantized_embedding_and_fuses_projections():
     tokens = torch.tensor([[3, 14, 15, 92]])
     with torch.no_grad():
         torch.testing.assert_close(packed(tokens, torch.tensor([0])), original(tokens, torch.tensor([0])))
+
+
+@pytest.mark.parametrize(
+    "overrides", [dict(), dict(qk_norm=True, attention_bias=True, head_dim=24)], ids=["llama", "qwen3-like"]
+)
+def test_packing_as_linears_keeps_linears_and_quantizes_like_the_parts(overrides):
+    from edgetorch.extension.llm.export import quantize_model
+
+    checkpoint = random_checkpoint(seed=6, max_seq_len=8, max_context_len=16, hidden_dim=128, **overrides)
+    original, packed = build_model(checkpoint), pack_for_decode(build_model(checkpoint), linears=True)
+    attention = packed.layers[0].attention
+    assert type(attention.wqkv) is torch.nn.Linear and type(packed.layers[0].feed_forward.w13) is torch.nn.Linear
+    assert type(packed.output) is torch.nn.Linear and hasattr(packed, "tok_embeddings")
+    tokens = torch.randint(0, 100, (1, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(packed(tokens[:, :5], torch.tensor([0])), original(tokens[:, :5], torch.tensor([0])))
+    # 8da4w quantizes each row's groups on their own, so the stacked matrix gives what its parts give.
+    quantize_model(original, "8da4w", 32)
+    quantize_model(packed, "8da4w", 32)
+    with torch.no_grad():
+        for chunk, pos in ((tokens[:, :5], 0), (tokens[:, 5:6], 5), (tokens[:, 6:7], 6)):
+            torch.testing.assert_close(
+                packed(chunk, torch.tensor([pos])), original(chunk, torch.tensor([pos])), rtol=1e-5, atol=1e-5
+            )

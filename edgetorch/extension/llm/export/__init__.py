@@ -170,6 +170,8 @@ def export_llm(
         quantize_embeddings(model, embedding_quantize)
     if quantize == "none" and backend == "portable":
         pack_for_decode(model)
+    elif quantize in ("int8", "8da4w"):  # q/k/v and gate/up as one linear each: same per-row quantization
+        pack_for_decode(model, linears=True)
     # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.
     model.to(DTYPES[dtype])
     if quantize != "none":
@@ -189,7 +191,10 @@ def export_llm(
         constant_methods=constants,
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
-    buffer = edge.to_executorch().buffer
+    from edgetorch.exir import ExecutorchBackendConfig
+
+    # The KV caches are updated in place (index_put_) rather than copied into a new tensor and back.
+    buffer = edge.to_executorch(ExecutorchBackendConfig(run_reinplace_pass=True)).buffer
     if output is not None:
         Path(output).write_bytes(buffer)
     return buffer

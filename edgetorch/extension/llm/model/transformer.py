@@ -88,30 +88,50 @@ class PackedLinear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-def pack_for_decode(model: Transformer) -> Transformer:
+def merged_linear(*linears: nn.Linear) -> nn.Linear:
+    """One ``nn.Linear`` computing ``linears`` of the same input side by side (their rows stacked)."""
+    merged = nn.Linear(linears[0].in_features, sum(m.out_features for m in linears), bias=False)
+    merged.weight = nn.Parameter(torch.cat([m.weight.detach() for m in linears]), requires_grad=False)
+    if any(m.bias is not None for m in linears):
+        parts = [m.bias.detach() if m.bias is not None else torch.zeros(m.out_features) for m in linears]
+        merged.bias = nn.Parameter(torch.cat(parts), requires_grad=False)
+    return merged
+
+
+def pack_for_decode(model: Transformer, linears: bool = False) -> Transformer:
     """Rewrite ``model`` (in place) for a runtime that runs one kernel per graph node: activations stay 2-D
     ``[seq, dim]``, q/k/v and the SwiGLU gate/up projections become one :class:`PackedLinear` each, RoPE's
     half rotation is one ``index_select`` with the sign folded into the sine table. The numbers are the
     same sums (up to BLAS summation order); a SmolLM2-size decode step runs about half the instructions.
 
     With tied embeddings the transposed output matrix also serves the embedding lookup (one copy of it).
+
+    ``linears=True`` keeps every projection an ``nn.Linear`` (q/k/v and gate/up merged by stacking rows, see
+    :func:`merged_linear`), the output and the embedding as they are: the form to quantize (``quantize_``
+    replaces ``nn.Linear``; per-row weight groups quantize a stacked matrix exactly as its parts) and to
+    delegate, with three projections a layer fewer.
     """
     args = model.args
     for layer in model.layers:
         attention, ffn = layer.attention, layer.feed_forward
-        attention.wqkv = PackedLinear(attention.wq, attention.wk, attention.wv)
-        attention.wo = PackedLinear(attention.wo)
+        if linears:
+            attention.wqkv = merged_linear(attention.wq, attention.wk, attention.wv)
+        else:
+            attention.wqkv = PackedLinear(attention.wq, attention.wk, attention.wv)
+            attention.wo = PackedLinear(attention.wo)
         del attention.wq, attention.wk, attention.wv
         if ffn.gated:
-            ffn.w13 = PackedLinear(ffn.w1, ffn.w3)
+            ffn.w13 = merged_linear(ffn.w1, ffn.w3) if linears else PackedLinear(ffn.w1, ffn.w3)
             del ffn.w1, ffn.w3
-        else:
+        elif not linears:
             ffn.w1 = PackedLinear(ffn.w1)
-        ffn.w2 = PackedLinear(ffn.w2)
+        if not linears:
+            ffn.w2 = PackedLinear(ffn.w2)
         attention.packed = ffn.packed = True
     tied = isinstance(model.tok_embeddings, nn.Embedding) and model.tok_embeddings.weight is model.output.weight
-    model.output = PackedLinear(model.output)
-    if tied:  # a quantized embedding table (quantize_embeddings) stays
+    if not linears:
+        model.output = PackedLinear(model.output)
+    if tied and not linears:  # a quantized embedding table (quantize_embeddings) stays
         del model.tok_embeddings
     if args.arch != "gpt2":
         half = args.head_dim // 2

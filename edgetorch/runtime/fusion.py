@@ -1,0 +1,315 @@
+"""Load-time fusion of short element-wise instruction chains in dynamic methods: one step instead of several.
+
+An exported LLM spends much of a decode step in the Python around tiny kernels: an RMSNorm is six
+instructions (``pow, mean, add, rsqrt, mul, mul``), a rotary embedding four, a SwiGLU gate five, each
+costing 10-25 us of dispatch and argument handling for a few hundred floats of work. When such a chain's
+intermediate values are read by nothing outside it, :func:`fuse_steps` replaces the chain by one step
+that makes the same NumPy calls in the same order (so the result is bit-identical) with none of the
+per-kernel overhead, and writes only the chain's last value.
+
+Only dynamic methods (LLMs are) and only float32 chains are fused; traced runs use the unfused steps so
+every instruction still reports its own event and outputs. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from edgetorch.format import program as fbp
+from edgetorch.runtime.memory import resize
+from edgetorch.runtime.values import ListRef
+
+_F32 = np.dtype(np.float32)
+_ONE = np.float32(1)
+
+
+class _Chain:
+    """The instructions at ``pc..pc+len(names)-1`` with their operator names, arguments and results."""
+
+    def __init__(self, ex: Any, pc: int, names: Sequence[str]):
+        self.ex, self.pc = ex, pc
+        self.args: list[list[int]] = []
+        if pc + len(names) > len(ex.instructions):
+            raise _NoMatch
+        for k, name in enumerate(names):
+            a = ex.instructions[pc + k].instr_args
+            if not isinstance(a, fbp.KernelCall) or ex.operators[a.op_index] != name:
+                raise _NoMatch
+            nargs = ex.kernels[a.op_index][1]
+            if len(a.args) != nargs + 1 or a.args[-1] != a.args[nargs - 1]:
+                raise _NoMatch  # the out argument, then the same value as the result
+            self.args.append(list(a.args[:nargs]))
+
+    def out(self, k: int) -> int:
+        return self.args[k][-1]
+
+
+class _NoMatch(Exception):
+    pass
+
+
+class _Plan:
+    """What the patterns ask about a method: its executor, each value's readers, the values a chain must not
+    keep to itself (inputs, outputs, bases of views), and the values some instruction writes."""
+
+    def __init__(self, ex: Any):
+        self.ex = ex
+        self.readers: dict[int, set[int]] = {}
+        for pc, ins in enumerate(ex.instructions):
+            for j in ex.facts.items(getattr(ins.instr_args, "args", ())):
+                self.readers.setdefault(j, set()).add(pc)
+        self.protected = set(ex.plan.outputs) | set(ex.plan.inputs) | ex.facts.view_bases()
+        self.written: set[int] = set().union(*(ex.facts.written(i.instr_args) for i in ex.instructions))
+
+
+def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:
+    """The method's steps with every fusable chain replaced by one step, and each step's first instruction;
+    None when nothing fuses (or the method is static, or has jumps)."""
+    if ex.static or any(not isinstance(i.instr_args, (fbp.KernelCall, fbp.DelegateCall)) for i in ex.instructions):
+        return None
+    if len(ex.steps) != len(ex.instructions):
+        return None
+    plan = _Plan(ex)
+    steps: list[Callable] = []
+    pcs: list[int] = []
+    pc, n, fused = 0, len(ex.instructions), 0
+    while pc < n:
+        for pattern in _PATTERNS:
+            try:
+                length, step = pattern(plan, pc)
+            except _NoMatch:
+                continue
+            steps.append(step)
+            pcs.append(pc)
+            pc += length
+            fused += 1
+            break
+        else:
+            steps.append(ex.steps[pc])
+            pcs.append(pc)
+            pc += 1
+    return (steps, pcs) if fused else None
+
+
+def _private(plan: _Plan, chain: _Chain, ks: Sequence[int]) -> None:
+    """Require the results of instructions ``ks`` to be float32 and read only inside the chain."""
+    end = chain.pc + len(chain.args)
+    for k in ks:
+        j = chain.out(k)
+        if j in plan.protected or any(not chain.pc <= r < end for r in plan.readers.get(j, ())):
+            raise _NoMatch
+        _f32(chain.ex, j)
+
+
+def _f32(ex: Any, j: int) -> None:
+    slot = ex.slots.get(j)
+    if slot is None or slot.dtype != _F32:
+        raise _NoMatch
+
+
+def _int(plan: _Plan, j: int) -> int:
+    """A load-time integer argument (an Int value no instruction writes)."""
+    v = plan.ex.bound[j]
+    if isinstance(v, bool) or not isinstance(v, int) or j in plan.ex.slots:
+        raise _NoMatch
+    if j in plan.written:
+        raise _NoMatch
+    return v
+
+
+def _int_list(plan: _Plan, j: int) -> list[int]:
+    v = plan.ex.bound[j]
+    if not isinstance(v, ListRef):
+        raise _NoMatch
+    return [_int(plan, i) for i in v.items]
+
+
+def _none(ex: Any, j: int) -> None:
+    if ex.bound[j] is not None:
+        raise _NoMatch
+
+
+def _store(ex: Any, r: int) -> Callable[[tuple[int, ...]], np.ndarray]:
+    bound, vals = ex.bound, ex.vals
+
+    def out(shape: tuple[int, ...]) -> np.ndarray:
+        o = resize(bound[r], shape)
+        vals[r] = o
+        return o
+
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- patterns
+
+
+def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    """``w * (x * rsqrt(mean(x ** 2, -1, keepdim) + eps))``: pow, mean, add, rsqrt, mul, mul."""
+    ex = plan.ex
+    c = _Chain(
+        ex,
+        pc,
+        ["aten::pow.Tensor_Scalar_out", "aten::mean.out", "aten::add.out", "aten::rsqrt.out", "aten::mul.out",
+         "aten::mul.out"],
+    )  # fmt: skip
+    (x, two, sq), (sq2, dims, keep, dtype, m), (m2, eps, alpha, a), (a2, r), (p, q, e), (u, v, y) = c.args
+    if sq2 != sq or m2 != m or a2 != a or _int(plan, alpha) != 1:
+        raise _NoMatch
+    power = ex.bound[two]
+    if isinstance(power, bool) or not isinstance(power, (int, float)) or two in plan.written:
+        raise _NoMatch
+    if _int_list(plan, dims) != [-1] or ex.bound[keep] is not True:
+        raise _NoMatch
+    _none(ex, dtype)
+    if {p, q} != {x, r} or r not in (p, q) or e not in (u, v):
+        raise _NoMatch
+    w = v if u == e else u
+    _private(plan, c, range(5))
+    for j in (x, w, eps, y):
+        _f32(ex, j)
+    if not ex.slots[eps].constant or not ex.slots[w].constant:
+        raise _NoMatch
+    vals, store, exponent, unfused = ex.vals, _store(ex, y), np.float32(power), ex.steps[pc : pc + 6]
+
+    def rms_norm() -> None:
+        xv, wv, ev = vals[x], vals[w], vals[eps]
+        if xv.ndim == 0:  # a 0-d mean is the kernel's business
+            for step in unfused:
+                step()
+            return
+        t = np.power(xv, exponent)
+        total = np.add.reduce(t, axis=(xv.ndim - 1,), dtype=_F32, keepdims=True)
+        with np.errstate(all="ignore"):
+            np.divide(total, xv.shape[-1], out=total, casting="unsafe")
+            np.add(total, ev, out=total)
+            np.sqrt(total, out=total)
+            np.reciprocal(total, out=total)
+        np.multiply(xv, total, out=t)
+        np.multiply(wv, t, out=store(np.broadcast_shapes(wv.shape, t.shape)))
+
+    return 6, rms_norm
+
+
+def _rope(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    """``x * cos + index_select(x, -1, perm) * sin``: mul, index_select, mul, add."""
+    ex = plan.ex
+    c = _Chain(ex, pc, ["aten::mul.out", "aten::index_select.out", "aten::mul.out", "aten::add.out"])
+    (x, cos, t1), (x2, dim, perm, t2), (m1, m2, t3), (s1, s2, alpha, y) = c.args
+    if x2 not in (x, cos) or t2 not in (m1, m2) or {s1, s2} != {t1, t3} or _int(plan, alpha) != 1:
+        raise _NoMatch
+    if x2 == cos:  # mul(cos, x)
+        x, cos = cos, x
+    sin = m2 if m1 == t2 else m1
+    axis = _int(plan, dim)
+    _private(plan, c, range(3))
+    for j in (x, cos, sin, y):
+        _f32(ex, j)
+    perm_slot = ex.slots.get(perm)
+    if perm_slot is None or perm_slot.dtype.kind not in "iu" or cos == y or sin == y:
+        raise _NoMatch
+    vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc : pc + 4]
+
+    def rope() -> None:
+        xv, cv, sv, iv = vals[x], vals[cos], vals[sin], vals[perm]
+        if xv.ndim == 0:  # not a rotary embedding after all: run the instructions as they are
+            for step in unfused:
+                step()
+            return
+        a = np.multiply(xv, cv)
+        b = np.take(xv, iv.reshape(-1), axis=axis % xv.ndim)
+        np.multiply(b, sv, out=b)
+        np.add(a, b, out=store(np.broadcast_shapes(a.shape, b.shape)))
+
+    return 4, rope
+
+
+def _swiglu(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    """``silu(h[..., :n]) * h[..., n:]`` of a packed gate/up product: slice, sigmoid, mul, slice, mul."""
+    ex = plan.ex
+    c = _Chain(
+        ex,
+        pc,
+        ["aten::slice_copy.Tensor_out", "aten::sigmoid.out", "aten::mul.out", "aten::slice_copy.Tensor_out",
+         "aten::mul.out"],
+    )  # fmt: skip
+    (h, d1, s1, e1, st1, g), (g2, s), (p, q, silu), (h2, d2, s2, e2, st2, u), (m1, m2, y) = c.args
+    if g2 != g or {p, q} != {g, s} or h2 != h or {m1, m2} != {silu, u}:
+        raise _NoMatch
+    if _int(plan, st1) != 1 or _int(plan, st2) != 1:
+        raise _NoMatch
+    dim_a, dim_b = _int(plan, d1), _int(plan, d2)
+    bounds = (_int(plan, s1), _int(plan, e1), _int(plan, s2), _int(plan, e2))
+    _private(plan, c, range(4))
+    for j in (h, y):
+        _f32(ex, j)
+    vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc : pc + 5]
+
+    def swiglu() -> None:
+        hv = vals[h]
+        if hv.ndim == 0:  # the slices will fail: let the instructions say so
+            for step in unfused:
+                step()
+            return
+        ia, ib = dim_a % hv.ndim, dim_b % hv.ndim
+        gate = hv[(slice(None),) * ia + (slice(bounds[0], bounds[1]),)]
+        up = hv[(slice(None),) * ib + (slice(bounds[2], bounds[3]),)]
+        sig = np.negative(gate)
+        np.exp(sig, out=sig)
+        sig += _ONE
+        np.reciprocal(sig, out=sig)
+        np.multiply(gate, sig, out=sig)
+        np.multiply(sig, up, out=store(np.broadcast_shapes(sig.shape, up.shape)))
+
+    return 5, swiglu
+
+
+# ---------------------------------------------------------------------------------------------- single instructions
+# The commonest float32 kernels of a decode step, bound once: the same NumPy call as the kernel makes, without its
+# dtype promotion and scalar handling (which cost more than adding 576 floats).
+
+
+def _add(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    """``a + b`` (alpha 1) of two float32 tensors."""
+    ex = plan.ex
+    ((a, b, alpha, y),) = _Chain(ex, pc, ["aten::add.out"]).args
+    if _int(plan, alpha) != 1:
+        raise _NoMatch
+    for j in (a, b, y):
+        _f32(ex, j)
+    vals, store = ex.vals, _store(ex, y)
+
+    def add() -> None:
+        av, bv = vals[a], vals[b]
+        np.add(av, bv, out=store(av.shape if av.shape == bv.shape else np.broadcast_shapes(av.shape, bv.shape)))
+
+    return 1, add
+
+
+def _mean(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    """The mean of a float32 tensor over its last dimension."""
+    ex = plan.ex
+    ((x, dims, keep, dtype, y),) = _Chain(ex, pc, ["aten::mean.out"]).args
+    if _int_list(plan, dims) != [-1] or not isinstance(ex.bound[keep], bool) or keep in plan.written:
+        raise _NoMatch
+    _none(ex, dtype)
+    for j in (x, y):
+        _f32(ex, j)
+    vals, store, keepdim, unfused = ex.vals, _store(ex, y), ex.bound[keep], ex.steps[pc]
+
+    def mean() -> None:
+        xv = vals[x]
+        if xv.ndim == 0:  # a 0-d mean is the kernel's business
+            unfused()
+            return
+        o = store(xv.shape[:-1] + (1,) if keepdim else xv.shape[:-1])
+        np.add.reduce(xv, axis=(xv.ndim - 1,), dtype=_F32, keepdims=keepdim, out=o)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            np.divide(o, xv.shape[-1], out=o, casting="unsafe")
+
+    return 1, mean
+
+
+_PATTERNS = (_rms_norm, _rope, _swiglu, _add, _mean)
