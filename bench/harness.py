@@ -76,3 +76,29 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+KEEP_BELOW = "<!-- generated above; notes below this line are kept when the benchmark rewrites its section -->"
+
+
+def replace_section(path, heading: str, body: str) -> None:
+    """Replace the ``heading`` (``## ...``) section of the markdown file ``path`` with ``body``, keeping every
+    other section; appended if absent. ``body`` ends with :data:`KEEP_BELOW`, and whatever followed that
+    line in the old section (hand-written notes, ``###`` subsections) is kept after the new body."""
+    from pathlib import Path
+
+    path = Path(path)
+    text = path.read_text() if path.exists() else "# edgetorch benchmark results\n"
+    body = body.rstrip("\n")
+    if not body.endswith(KEEP_BELOW):
+        body += "\n\n" + KEEP_BELOW
+    start = text.find(heading + "\n")
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + body + "\n"
+    else:
+        end = text.find("\n## ", start + len(heading))
+        old = text[start:] if end < 0 else text[start:end]
+        mark = old.find(KEEP_BELOW)
+        notes = old[mark + len(KEEP_BELOW) :].strip("\n") if mark >= 0 else ""
+        text = text[:start] + body + ("\n\n" + notes if notes else "") + "\n" + ("" if end < 0 else text[end:])
+    path.write_text(text.rstrip("\n") + "\n")

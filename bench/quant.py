@@ -41,7 +41,7 @@ reexec_with_clean_blas_env()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench.harness import fmt_bytes, fmt_ms, median_time, set_threads, table  # noqa: E402
+from bench.harness import KEEP_BELOW, fmt_bytes, fmt_ms, median_time, replace_section, set_threads, table  # noqa: E402
 
 SCHEMES = {
     "mlp": ("int8-dynamic", "8da4w"),
@@ -326,18 +326,6 @@ def plot(results: dict, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-def write_section(results_md: pathlib.Path, body: str) -> None:
-    """Replace (or append) the quantization section of RESULTS.md, keeping every other section."""
-    text = results_md.read_text() if results_md.exists() else "# edgetorch benchmark results\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + body
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + body + ("" if end < 0 else text[end:])
-    results_md.write_text(text.rstrip("\n") + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(SCHEMES))
@@ -378,9 +366,9 @@ def report(results_md: pathlib.Path, results: dict, gemms: str, threads: int) ->
         f"{table(MODEL_HEADERS, model_rows(results))}\n\n![quantized latency](results/quant.png)\n\n"
         "The integer GEMM options (int8 [M, K] x int8 [K, N] -> int32; see "
         "`edgetorch/backends/xnnpack/qgemm.py`):\n\n"
-        f"{gemms}\n"
+        f"{gemms}\n\n{KEEP_BELOW}\n"
     )
-    write_section(results_md, body)
+    replace_section(results_md, SECTION, body)
     print(f"[quant] wrote {results_md} and {out_dir / 'quant.png'}", flush=True)
 
 
