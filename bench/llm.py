@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -66,44 +67,71 @@ def worker_ours(pte: str, tokenizer: str, new_tokens: int, threads: int) -> dict
     }
 
 
-def worker_hf(gguf: str, new_tokens: int, threads: int) -> dict:
-    _limit_threads(threads)
-    import torch
-    from transformers import AutoModelForCausalLM
-
+def _prompt_ids(gguf: str) -> list[int]:
+    """The chat prompt as our tokenizer encodes it: every contender but ours is fed these ids."""
     from edgetorch.extension.llm.runner import load_tokenizer
+
+    tok = load_tokenizer(gguf)
+    return tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+
+
+def _greedy(model_step: Callable[[list[int], int], int], ids: list[int]) -> Iterator[int]:
+    """Greedy tokens from ``model_step(tokens, start_pos) -> next token``: the prompt in one call, then one a call."""
+    token = model_step(ids, 0)
+    pos = len(ids)
+    while True:
+        yield token
+        token = model_step([token], pos)
+        pos += 1
+
+
+def _timed(load_s: float, ids: list[int], tokens: Iterator[int], new_tokens: int, file: str) -> dict:
+    """Take ``new_tokens`` tokens from ``tokens`` (whose first one ends the prefill) and report them as ours are."""
     from edgetorch.extension.llm.runner.stats import peak_rss_bytes
 
-    torch.set_num_threads(threads)
-    path = Path(gguf)
-    start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
-    load = time.perf_counter() - start
-    tok = load_tokenizer(gguf)
-    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
-    with torch.no_grad():
-        model(torch.tensor([ids[:4]]))  # warm-up
-        start = time.perf_counter()
-        result = model(torch.tensor([ids]), use_cache=True)
-        token = int(result.logits[0, -1].argmax())
-        first = time.perf_counter()
-        out = [token]
-        while len(out) < new_tokens:
-            result = model(torch.tensor([[token]]), past_key_values=result.past_key_values, use_cache=True)
-            token = int(result.logits[0, -1].argmax())
-            out.append(token)
-        end = time.perf_counter()
+    start = first = time.perf_counter()
+    out: list[int] = []
+    for token in tokens:
+        out.append(int(token))
+        if len(out) == 1:
+            first = time.perf_counter()
+        if len(out) == new_tokens:
+            break
+    end = time.perf_counter()
     return {
-        "load_s": load,
+        "load_s": load_s,
         "prompt_tokens": len(ids),
         "generated": len(out),
         "ttft_s": first - start,
         "prefill_tps": len(ids) / (first - start),
         "decode_tps": (len(out) - 1) / (end - first),
         "peak_rss": peak_rss_bytes(),
-        "file_bytes": path.stat().st_size,
+        "file_bytes": os.path.getsize(file),
         "tokens": out,
     }
+
+
+def worker_hf(gguf: str, new_tokens: int, threads: int) -> dict:
+    _limit_threads(threads)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(threads)
+    path = Path(gguf)
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    load = time.perf_counter() - start
+    ids = _prompt_ids(gguf)
+    cache: list = [None]
+
+    def step(tokens: list[int], pos: int) -> int:
+        result = model(torch.tensor([tokens]), past_key_values=cache[0] if pos else None, use_cache=True)
+        cache[0] = result.past_key_values
+        return int(result.logits[0, -1].argmax())
+
+    with torch.no_grad():
+        step(ids[:4], 0)  # warm-up (its cache is dropped: the prompt below starts at position 0)
+        return _timed(load, ids, _greedy(step, ids), new_tokens, gguf)
 
 
 def worker_executorch(pte: str, gguf: str, new_tokens: int, threads: int) -> dict:
@@ -115,39 +143,17 @@ def worker_executorch(pte: str, gguf: str, new_tokens: int, threads: int) -> dic
     import torch
     from executorch.runtime import Runtime
 
-    from edgetorch.extension.llm.runner import load_tokenizer
-    from edgetorch.extension.llm.runner.stats import peak_rss_bytes
-
     torch.set_num_threads(threads)
     method = Runtime.get().load_program(pte).load_method("forward")
     load = time.perf_counter() - start
-    tok = load_tokenizer(gguf)
-    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    ids = _prompt_ids(gguf)
 
     def step(tokens: list[int], pos: int) -> int:
         logits = method.execute([torch.tensor([tokens], dtype=torch.long), torch.tensor([pos], dtype=torch.long)])[0]
         return int(logits.reshape(-1, logits.shape[-1])[-1].argmax())
 
     step(ids[:4], 0)  # warm-up (the cache positions it wrote are overwritten below)
-    start = time.perf_counter()
-    token = step(ids, 0)
-    first = time.perf_counter()
-    out = [token]
-    while len(out) < new_tokens:
-        token = step([token], len(ids) + len(out) - 1)
-        out.append(token)
-    end = time.perf_counter()
-    return {
-        "load_s": load,
-        "prompt_tokens": len(ids),
-        "generated": len(out),
-        "ttft_s": first - start,
-        "prefill_tps": len(ids) / (first - start),
-        "decode_tps": (len(out) - 1) / (end - first),
-        "peak_rss": peak_rss_bytes(),
-        "file_bytes": os.path.getsize(pte),
-        "tokens": out,
-    }
+    return _timed(load, ids, _greedy(step, ids), new_tokens, pte)
 
 
 def worker_llama_cpp(gguf: str, new_tokens: int, threads: int) -> dict:
@@ -156,36 +162,13 @@ def worker_llama_cpp(gguf: str, new_tokens: int, threads: int) -> dict:
     start = time.perf_counter()
     from llama_cpp import Llama
 
-    from edgetorch.extension.llm.runner import load_tokenizer
-    from edgetorch.extension.llm.runner.stats import peak_rss_bytes
-
     llm = Llama(model_path=gguf, n_ctx=512, n_threads=threads, n_threads_batch=threads, verbose=False)
     load = time.perf_counter() - start
-    tok = load_tokenizer(gguf)
-    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    ids = _prompt_ids(gguf)
     llm.eval(ids[:4])  # warm-up
     llm.reset()
-    start = time.perf_counter()
-    first = end = start
-    out: list[int] = []
-    for token in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
-        out.append(int(token))
-        if len(out) == 1:
-            first = time.perf_counter()
-        if len(out) == new_tokens:
-            end = time.perf_counter()
-            break
-    return {
-        "load_s": load,
-        "prompt_tokens": len(ids),
-        "generated": len(out),
-        "ttft_s": first - start,
-        "prefill_tps": len(ids) / (first - start),
-        "decode_tps": (len(out) - 1) / (end - first),
-        "peak_rss": peak_rss_bytes(),
-        "file_bytes": os.path.getsize(gguf),
-        "tokens": out,
-    }
+    tokens = llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True)
+    return _timed(load, ids, tokens, new_tokens, gguf)
 
 
 def _spawn(args: list[str]) -> dict:
