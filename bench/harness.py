@@ -23,18 +23,21 @@ def reexec_with_clean_blas_env() -> None:
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
-def set_threads(n: int) -> None:
-    """Pin BLAS and torch to ``n`` threads so every contender runs on the same cores.
+def set_threads(n: int, with_torch: bool = True) -> None:
+    """Pin BLAS (and torch, unless ``with_torch`` is False: a torch-free contender such as our runtime must not
+    import it, or its peak memory would count torch) to ``n`` threads so every contender runs on the same cores.
 
     ``threadpool_limits`` only reaches libraries already loaded, so NumPy (OpenBLAS) and torch (its OpenMP
     and BLAS) are imported first; called before them, the limit silently missed NumPy's BLAS.
     """
     import numpy  # noqa: F401  loads OpenBLAS, so that the limit below reaches it
-    import torch
     from threadpoolctl import threadpool_limits
 
+    if with_torch:
+        import torch
+
+        torch.set_num_threads(n)
     threadpool_limits(n)
-    torch.set_num_threads(n)
 
 
 def median_time(fn: Callable[[], object], min_runs: int = 5, budget_s: float = 10.0, warmup: int = 1) -> float:

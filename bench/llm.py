@@ -27,22 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import fmt_bytes, reexec_with_clean_blas_env, table  # noqa: E402
+from bench.harness import fmt_bytes, reexec_with_clean_blas_env, set_threads, table  # noqa: E402
 
 PROMPT = "Explain in a few sentences how a transformer language model turns a prompt into an answer."
 
 
-def _limit_threads(n: int) -> None:
-    # threadpoolctl limits the BLAS libraries loaded so far: load NumPy's first (without this the limit
-    # silently did nothing, and OpenBLAS ran its default thread count on a machine shared with others).
-    import numpy  # noqa: F401
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(n)
-
-
 def worker_ours(pte: str, tokenizer: str, new_tokens: int, threads: int) -> dict:
-    _limit_threads(threads)
+    set_threads(threads, with_torch=False)
     from edgetorch.extension.llm.runner import GenerationConfig, TextLLMRunner
     from edgetorch.extension.llm.runner.stats import peak_rss_bytes
 
@@ -112,11 +103,10 @@ def _timed(load_s: float, ids: list[int], tokens: Iterator[int], new_tokens: int
 
 
 def worker_hf(gguf: str, new_tokens: int, threads: int) -> dict:
-    _limit_threads(threads)
+    set_threads(threads)
     import torch
     from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(threads)
     path = Path(gguf)
     start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
@@ -137,13 +127,12 @@ def worker_hf(gguf: str, new_tokens: int, threads: int) -> dict:
 def worker_executorch(pte: str, gguf: str, new_tokens: int, threads: int) -> dict:
     """ExecuTorch's runtime (pybindings, XNNPACK and its llama custom ops) on an ``export_llm`` program: the
     same prefill-then-decode loop as our runner, driven from Python, greedy."""
-    _limit_threads(threads)
+    set_threads(threads)
     start = time.perf_counter()
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  registers the llama::* kernels
     import torch
     from executorch.runtime import Runtime
 
-    torch.set_num_threads(threads)
     method = Runtime.get().load_program(pte).load_method("forward")
     load = time.perf_counter() - start
     ids = _prompt_ids(gguf)
@@ -158,7 +147,7 @@ def worker_executorch(pte: str, gguf: str, new_tokens: int, threads: int) -> dic
 
 def worker_llama_cpp(gguf: str, new_tokens: int, threads: int) -> dict:
     """llama.cpp through ``llama-cpp-python`` on the GGUF itself (Q4_1 weights, its own CPU kernels)."""
-    _limit_threads(threads)
+    set_threads(threads, with_torch=False)
     start = time.perf_counter()
     from llama_cpp import Llama
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import reexec_with_clean_blas_env  # noqa: E402
-from bench.llm import PROMPT, _limit_threads  # noqa: E402
+from bench.harness import reexec_with_clean_blas_env, set_threads  # noqa: E402
+from bench.llm import PROMPT  # noqa: E402
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--unfused", action="store_true", help="also run each program with fusion off")
     args = parser.parse_args()
     reexec_with_clean_blas_env()
-    _limit_threads(args.threads)
+    set_threads(args.threads, with_torch=False)
     from edgetorch.extension.llm.runner import TextLLMRunner
 
     names = [Path(p).name for p in args.pte]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import reexec_with_clean_blas_env  # noqa: E402
-from bench.llm import PROMPT, _limit_threads  # noqa: E402
+from bench.harness import reexec_with_clean_blas_env, set_threads  # noqa: E402
+from bench.llm import PROMPT  # noqa: E402
 
 
 class _MinTracer:
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--unfused", action="store_true", help="turn the executor's fusion off")
     args = parser.parse_args()
     reexec_with_clean_blas_env()
-    _limit_threads(args.threads)
+    set_threads(args.threads, with_torch=False)
     from edgetorch.extension.llm.runner import TextLLMRunner
 
     runner = TextLLMRunner(args.pte, args.gguf)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import reexec_with_clean_blas_env  # noqa: E402
-from bench.llm import PROMPT, _limit_threads  # noqa: E402
+from bench.harness import reexec_with_clean_blas_env, set_threads  # noqa: E402
+from bench.llm import PROMPT  # noqa: E402
 
 
 def _runner(pte: str, gguf: str, gemv: bool):
@@ -50,8 +50,9 @@ def _peak_rss(pte: str, gguf: str, gemv: bool, threads: int, steps: int) -> floa
     code = f"""
 import json, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
-from bench.llm import PROMPT, _limit_threads
-_limit_threads({threads})
+from bench.harness import set_threads
+from bench.llm import PROMPT
+set_threads({threads}, with_torch=False)
 from bench.qgemv_ab import _runner
 r = _runner({pte!r}, {gguf!r}, {gemv!r})
 tok = r.tokenizer
@@ -182,7 +183,7 @@ def main() -> None:
     parser.add_argument("--no-rss", action="store_true", help="skip the peak RSS processes")
     args = parser.parse_args()
     reexec_with_clean_blas_env()
-    _limit_threads(args.threads)
+    set_threads(args.threads, with_torch=False)
     if args.gemv or args.mlp:
         if args.gemv:
             gemv_table(args.rounds)
