@@ -1399,7 +1399,7 @@ def _dynamic_fully_connected(
         y2 = y.reshape(-1, oc)
         c = env.centred.get(n.input1_id)
         lo, hi = _min_max(node)
-        clamp = [] if (lo, hi) == (-math.inf, math.inf) else _clamp(y2, y2, lo, hi)
+        clamp = _clamp(y2, y2, lo, hi)  # no steps without a clamp
         if integer is not None and x2.shape[0] <= integer.max_rows:
             if c is not None and c.flags.c_contiguous:
                 return integer.steps(c.reshape(x2.shape), scale, y2, lo, hi)

@@ -32,7 +32,7 @@ def reinplace_buffer_updates(ep: ExportedProgram) -> int:
     the update and is not a view that could be read later. Returns how many updates were rewritten.
     """
     graph, signature = ep.graph, ep.graph_signature
-    buffers = {name for name in signature.inputs_to_buffers}
+    buffers = set(signature.inputs_to_buffers)
     output = graph.output_node()
     order = {node: i for i, node in enumerate(graph.nodes)}
     results = list(output.args[0])
