@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,33 +117,41 @@ class _ForkServer:
             [sys.executable, "-m", "tests.executorch_forkserver"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            text=True,
             cwd=_ROOT,
             env=_worker_env(),
         )
+        self._pending = b""
         atexit.register(self.close)
         if self._line(120) != "ready":
             self.close()
             raise ExecuTorchCrashed("the ExecuTorch fork server did not start")
 
     def _line(self, timeout: float) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            raise subprocess.TimeoutExpired("tests.executorch_forkserver", timeout)
-        line = self.proc.stdout.readline()
-        if not line:
-            raise ExecuTorchCrashed("the ExecuTorch fork server exited")
-        return line.strip()
+        """The server's next line. Read from the raw descriptor into our own buffer: a buffered reader could take
+        two lines in one read and leave ``select`` waiting on an empty pipe for a line it already holds."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(left, 0))
+            if not ready:
+                raise subprocess.TimeoutExpired("tests.executorch_forkserver", timeout)
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                raise ExecuTorchCrashed("the ExecuTorch fork server exited")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line.decode().strip()
 
     def run(self, module: str, folder: Path, timeout: float) -> int:
         """Run worker ``module`` on ``folder`` in a forked child; its exit code (negative: signal)."""
-        self.proc.stdin.write(f"{module} {folder}\n")
+        self.proc.stdin.write(f"{module} {folder}\n".encode())
         self.proc.stdin.flush()
         pid = int(self._line(60).split()[1])
         try:
             return int(self._line(timeout).split()[1])
         except subprocess.TimeoutExpired:
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
             self._line(60)
             raise
 
@@ -161,7 +171,13 @@ def _fork_run(module: str, folder: Path, timeout: float) -> tuple[int, str]:
     global _SERVER
     if _SERVER is None or not _SERVER.alive():
         _SERVER = _ForkServer()
-    code = _SERVER.run(module, folder, timeout)
+    try:
+        code = _SERVER.run(module, folder, timeout)
+    except BaseException:
+        # The server's state is unknown after a timeout or a broken line: the next program gets a fresh one.
+        _SERVER.proc.kill()
+        _SERVER = None
+        raise
     log = folder / "worker.log"
     return code, log.read_text(errors="replace") if log.exists() else ""
 
