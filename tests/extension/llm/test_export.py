@@ -127,3 +127,30 @@ def test_quantized_program_matches_quantized_eager(mode, backend):
 
         for got, want in zip(run_executorch_calls(pte, calls), expected):
             np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_8da4w_output_in_8_bits_and_a_tied_table_stored_once():
+    """8da4w quantizes the output projection too, with int8 per-channel weights (ExecuTorch's
+    8da4w_output_8da8w); a tied token table becomes those int8 values, which the XNNPACK program stores once."""
+    from edgetorch.extension.llm.export import quantize_model
+    from edgetorch.extension.llm.model.transformer import pack_for_decode
+
+    checkpoint = random_checkpoint(hidden_dim=128, max_seq_len=8, max_context_len=16)
+    pte = export_llm(checkpoint, max_seq_len=8, max_context_len=16, quantize="8da4w", backend="xnnpack")
+    model = pack_for_decode(build_model(checkpoint), linears=True)
+    quantize_model(model, "8da4w", 32)
+    table, head = model.tok_embeddings.weight, model.output.weight
+    assert table.dtype == torch.int8 and tuple(table.shape) == (100, 64)
+    assert torch.equal(head.qdata, table) and head.target_dtype == torch.int8
+    assert pte.count(table.numpy().tobytes()) == 1  # the delegate's weight and the embedding's table: one copy
+    untied = pack_for_decode(build_model(checkpoint), linears=True)
+    quantize_model(untied, "8da4w", 32, tie_embedding=False)
+    assert type(untied.tok_embeddings) is torch.nn.Embedding  # tie_embedding=False keeps the float table
+    tokens = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(4))
+    method = Runtime.get().load_program(pte).load_method("forward")
+    with torch.no_grad():
+        for tok, pos in ((tokens[:, :5], 0), (tokens[:, 5:], 5)):
+            want = model(tok, torch.tensor([pos])).numpy()
+            got = method.execute([tok.numpy(), np.array([pos])])[0]
+            # XNNPACK's 4-bit weights keep bfloat16 scales: close to the eager model, not equal
+            np.testing.assert_allclose(got, want, rtol=0.05, atol=0.05 * np.abs(want).max())

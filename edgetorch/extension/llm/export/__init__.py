@@ -86,9 +86,17 @@ def quantize_model(
     mode: str,
     group_size: int = 32,
     q4_1_blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    tie_embedding: bool = True,
 ) -> None:
-    """torchao's ``quantize_`` on every linear but the output: ``int8`` weight-only per channel, or ``8da4w``
-    (int8 dynamic activations, int4 weights in groups of ``group_size``).
+    """torchao's ``quantize_`` on the linears: ``int8`` weight-only per channel on every linear but the output,
+    or ``8da4w`` (int8 dynamic activations, int4 weights in groups of ``group_size``).
+
+    With 8da4w the output projection is quantized too, as ExecuTorch's 8da4w does, but with 8-bit
+    per-channel weights (8da8w, ExecuTorch's ``8da4w_output_8da8w``): the vocabulary projection is the
+    largest matrix of a small model (SmolLM2-135M: 28 M of 135 M weights) and read at every token, while its
+    4-bit form costs the most accuracy. When the model ties its embedding to that projection
+    (``tie_embedding`` and the same tensor), the table becomes the projection's int8 values and per-row
+    scales (``embedding_byte``), so the program stores them once (see :func:`tied_embedding`).
 
     ``8da4w-q41`` (a Q4_1 GGUF checkpoint, ``q4_1_blocks`` from :class:`Checkpoint`): the Q4_1 linears
     become 8da4w linears on the file's own blocks plus a per-block offset term
@@ -112,10 +120,45 @@ def quantize_model(
         return isinstance(module, torch.nn.Linear) and fqn != "output" and (plain is None or fqn in plain)
 
     if mode == "int8":
-        config = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
-    else:
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
+        quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)), filter_fn=wanted)
+        return
+    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
     quantize_(model, config, filter_fn=wanted)
+    output = getattr(model, "output", None)
+    if not isinstance(output, torch.nn.Linear):
+        return
+    tied = tie_embedding and getattr(model, "tok_embeddings", None) is not None
+    tied = tied and model.tok_embeddings.weight is output.weight
+    if tied:  # the output's own copy, which quantize_ replaces; the table follows it below
+        output.weight = torch.nn.Parameter(output.weight.detach().clone())
+    head = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    quantize_(model, head, filter_fn=lambda module, fqn: fqn == "output")
+    if tied:
+        from edgetorch.extension.llm.embedding_quant import tied_embedding
+
+        model.tok_embeddings = tied_embedding(output)
+
+
+_MERGED = {
+    "attention.wqkv": ("attention.wq", "attention.wk", "attention.wv"),
+    "feed_forward.w13": ("feed_forward.w1", "feed_forward.w3"),
+}
+
+
+def merged_blocks(
+    blocks: dict[str, tuple[torch.Tensor, torch.Tensor]], layers: int
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``blocks`` (a Q4_1 checkpoint's per-block scale and min, by linear) for the linears that
+    ``pack_for_decode(linears=True)`` stacks: the parts' rows stacked in the same order. Parts missing from
+    ``blocks`` leave the merged linear out (it gets plain 8da4w)."""
+    merged = dict(blocks)
+    for i in range(layers):
+        for into, parts in _MERGED.items():
+            names = [f"layers.{i}.{part}" for part in parts]
+            found = [merged.pop(name) for name in names if name in merged]
+            if len(found) == len(names):
+                merged[f"layers.{i}.{into}"] = (torch.cat([f[0] for f in found]), torch.cat([f[1] for f in found]))
+    return merged
 
 
 def export_llm(
@@ -168,14 +211,16 @@ def export_llm(
     model = build_model(checkpoint)
     if embedding_quantize:
         quantize_embeddings(model, embedding_quantize)
+    blocks = checkpoint.q4_1_blocks
     if quantize == "none" and backend == "portable":
         pack_for_decode(model)
-    elif quantize in ("int8", "8da4w"):  # q/k/v and gate/up as one linear each: same per-row quantization
+    elif quantize != "none":  # q/k/v and gate/up as one linear each: same per-row quantization
         pack_for_decode(model, linears=True)
+        blocks = merged_blocks(blocks, len(model.layers))
     # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.
     model.to(DTYPES[dtype])
     if quantize != "none":
-        quantize_model(model, quantize, group_size, checkpoint.q4_1_blocks)
+        quantize_model(model, quantize, group_size, blocks)
     program = export_program(model)
     constants = metadata_of(checkpoint.args, checkpoint.bos_id, checkpoint.eos_ids) | (metadata or {})
     from edgetorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
