@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -185,6 +186,49 @@ class _Graph:
         return c
 
 
+class _Scratch:
+    """The memory that every delegate's plans take their buffers from (all but persistent ones).
+
+    A delegate's intermediates, and the copies of its inputs and outputs, are only live while one of its
+    plans runs: the inputs are copied in at the start of ``execute`` and the outputs copied out at its end.
+    So every plan of every delegate lays its buffers out from the start of the same chunks, and a process
+    holds the largest plan's bytes, not their sum (a SmolLM2 program has 150 delegates with two plans
+    each, 0.6 GB apart). Calls run one at a time (``_RUN``), which is what makes the sharing safe.
+    """
+
+    CHUNK = 4 << 20
+
+    def __init__(self) -> None:
+        self.chunks: list[np.ndarray] = []
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self)
+
+
+class _Cursor:
+    """One plan's bump allocation over the shared chunks, from the first chunk's start."""
+
+    def __init__(self, scratch: _Scratch) -> None:
+        self.chunks = scratch.chunks
+        self.index = self.offset = 0
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        nbytes = -(-max(math.prod(shape) * dtype.itemsize, 1) // 64) * 64  # 64-byte aligned slots
+        while True:
+            if self.index == len(self.chunks):
+                self.chunks.append(np.empty(max(_Scratch.CHUNK, nbytes), np.uint8))
+            chunk = self.chunks[self.index]
+            if self.offset + nbytes <= chunk.nbytes:
+                view = chunk[self.offset : self.offset + nbytes]
+                self.offset += nbytes
+                return view[: math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+            self.index, self.offset = self.index + 1, 0
+
+
+_SCRATCH = _Scratch()
+_RUN = threading.Lock()  # one delegate call (or plan build) at a time: they share _SCRATCH
+
+
 class _Env:
     """Value id -> array while a plan is built: constants, external inputs and every intermediate.
 
@@ -207,6 +251,7 @@ class _Env:
         self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
         self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
         self.fc_input: dict[int, np.ndarray] = {}  # qdint8 value -> its dequantized [rows, K + 1] (qfast.py)
+        self.cursor = _SCRATCH.cursor()
 
     def __getitem__(self, vid: int) -> np.ndarray:
         a = self.arrays.get(vid)
@@ -218,10 +263,12 @@ class _Env:
         """A fresh or recycled C-contiguous array for value ``vid``; ``persistent`` keeps it out of the pool."""
         shape, dtype = tuple(int(d) for d in shape), self.graph.dtype(vid)
         pool = self.free.get(math.prod(shape) * dtype.itemsize)
-        if pool and not persistent:
+        if persistent:
+            a = np.empty(shape, dtype)
+        elif pool:
             a = pool.pop().view(dtype).reshape(shape)
         else:
-            a = np.empty(shape, dtype)
+            a = self.cursor.take(shape, dtype)
         if persistent:
             self.pinned.add(vid)
         self.arrays[vid], self.root[vid], self.end[vid] = a, vid, self.last_use.get(vid, -1)
@@ -232,10 +279,16 @@ class _Env:
         the pool with ``vid``'s own memory (so quantized graphs reuse memory as float ones do)."""
         shape = tuple(int(d) for d in shape)
         pool = self.free.get(4 * math.prod(shape))
-        a = pool.pop().view(np.float32).reshape(shape) if pool else np.empty(shape, np.float32)
+        a = pool.pop().view(np.float32).reshape(shape) if pool else self.cursor.take(shape, np.dtype(np.float32))
         self.extra.setdefault(vid, []).append(a)
         self.centred[vid] = a
         return a
+
+    def ones_column(self, rows: int, k: int) -> tuple[np.ndarray, Step]:
+        """A [rows, k + 1] float32 buffer and the step that sets its last column to 1 (the bias row's
+        multiplier), run at every call since the memory is shared."""
+        buf = self.cursor.take((rows, k + 1), np.dtype(np.float32))
+        return buf, partial(np.copyto, buf[:, k], np.float32(1))
 
     def hand_over(self, source: int, vid: int) -> None:
         """Value ``vid`` takes over ``source``'s centred buffer (``source`` has no other reader)."""
@@ -1164,11 +1217,11 @@ def _quantized_convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             c = env.centred_buffer(n.output_id, x.shape)
             deq = _NO_ROWS
             if qfast.available() and n.output_id in g.fc_inputs:
-                # The fully connected's input buffer, ones column included, filled in the same pass. Not
-                # pooled: the ones column is written once, here.
-                deq = env.fc_input[n.output_id] = qgemm.ones_column_buffer(rows, x.size // max(rows, 1))
+                # The fully connected's input buffer, filled in the same pass; not pooled.
+                deq, ones = env.ones_column(rows, x.size // max(rows, 1))
+                env.fc_input[n.output_id] = deq
             q = y if n.output_id in g.needs_int8 else None
-            return [partial(_dynamic_convert, x, c, q, scale, zp, deq)]
+            return [partial(_dynamic_convert, x, c, q, scale, zp, deq)] + ([ones] if deq.size else [])
         dest = (env, n.output_id)
         if qin is None:
             return _quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
@@ -1324,10 +1377,10 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         else:
             x = env[n.input1_id]
         x2 = x.reshape(-1, ic)
-        xa = qgemm.ones_column_buffer(x2.shape[0], ic)
+        xa, ones = env.ones_column(x2.shape[0], ic)
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
-        acc = np.empty((x2.shape[0], oc), np.float32)
-        steps = [partial(np.copyto, xa[:, :ic], x2)] + qgemm.matmul_steps(xa, w, acc, cuts)
+        acc = env.cursor.take((x2.shape[0], oc), np.dtype(np.float32))
+        steps = [ones, partial(np.copyto, xa[:, :ic], x2)] + qgemm.matmul_steps(xa, w, acc, cuts)
         return steps + _requantize_steps(acc, None, factor, y.reshape(-1, oc), yq, node, (env, n.output_id))
 
     return plan
@@ -1411,16 +1464,16 @@ def _dynamic_fully_connected(
                 return partial(np.matmul, xin, waug, out=y2)
             return partial(integer.matmul, xin, y2)
 
-        xa = qgemm.ones_column_buffer(x2.shape[0], ic)
-        xd = xa[:, :ic]
         ready = env.fc_input.get(n.input1_id)
-        if ready is not None and ready.shape == xa.shape:  # the convert wrote the scaled input (same bits)
+        if ready is not None and ready.shape == (x2.shape[0], ic + 1):  # the convert wrote the scaled input
             return [gemm(ready)] + clamp
+        xa, ones = env.ones_column(x2.shape[0], ic)
+        xd = xa[:, :ic]
         if c is None:
-            steps = [partial(np.copyto, xd, x2), partial(np.subtract, xd, zp, out=xd)]
+            steps = [ones, partial(np.copyto, xd, x2), partial(np.subtract, xd, zp, out=xd)]
             steps.append(partial(np.multiply, xd, scale, out=xd))
         else:
-            steps = [partial(np.multiply, c.reshape(x2.shape), scale, out=xd)]
+            steps = [ones, partial(np.multiply, c.reshape(x2.shape), scale, out=xd)]
         return steps + [gemm(xa)] + clamp
 
     return plan
@@ -1738,7 +1791,8 @@ class XnnpackDelegate:
         self.plans: OrderedDict[tuple, _Plan] = OrderedDict()
         declared = tuple(tuple(self.graph.value(vid).dims) for _, vid in self.graph.inputs)
         try:
-            self.plan(declared)
+            with _RUN:
+                self.plan(declared)
         except _PlanError as e:
             raise DelegateLoadError(str(e)) from None
 
@@ -1768,18 +1822,21 @@ class XnnpackDelegate:
             )
         ins = [args[ext] for ext, _ in self.graph.inputs]
         shapes = tuple(np.shape(a) for a in ins)
-        try:
-            plan = self.plan(shapes)
-        except _PlanError as e:
-            raise InvalidInputError(f"the XNNPACK delegate cannot run inputs of shapes {list(shapes)}: {e}") from None
-        for dst, src in zip(plan.inputs, ins):
-            np.copyto(dst, src)
-        if etdump.tracing():
-            self._traced(plan)
-        else:
-            for step in plan.steps:
-                step()
-        return self._write_outputs(plan, args)
+        with _RUN:
+            try:
+                plan = self.plan(shapes)
+            except _PlanError as e:
+                raise InvalidInputError(
+                    f"the XNNPACK delegate cannot run inputs of shapes {list(shapes)}: {e}"
+                ) from None
+            for dst, src in zip(plan.inputs, ins):
+                np.copyto(dst, src)
+            if etdump.tracing():
+                self._traced(plan)
+            else:
+                for step in plan.steps:
+                    step()
+            return self._write_outputs(plan, args)
 
     def _traced(self, plan: _Plan) -> None:
         """Run the steps node by node, logging each node as a delegate event keyed by its debug handle
