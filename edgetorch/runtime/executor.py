@@ -324,13 +324,16 @@ class MethodExecutor:
         processed = self._program.delegate_data(d.processed, f"delegate {index} ({d.id}) of method {self.name!r}")
         specs = {s.key: bytes(s.value) for s in d.compile_specs}
         try:
-            return backend, backend.init(processed, specs, self._program.named_data)
+            handle = backend.init(processed, specs, self._program.named_data)
         except EdgetorchError:
             raise
         except Exception as e:
             raise DelegateLoadError(
                 f"method {self.name!r}: backend {d.id!r} could not initialise delegate {index}: {type(e).__name__}: {e}"
             ) from e
+        # A backend that repacked its weights no longer needs the file's pages; ones it reads come back.
+        self._program.release_pages()
+        return backend, handle
 
     def _delegate_step(self, delegate: tuple[Any, Any], args: list[int], pc: int) -> Callable:
         backend, handle = delegate

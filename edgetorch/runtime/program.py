@@ -327,6 +327,15 @@ class Program:
         """Bytes of planned memory one method of this program may allocate (``load_program(max_memory=)``)."""
         self.etdump: ETDumpGen | None = None
 
+    def release_pages(self) -> None:
+        """Let the OS drop the mapped file's pages from this process (``MADV_DONTNEED``), e.g. after a
+        delegate has copied its weights into its own layout: pages read again later come back from the page
+        cache on first touch, so nothing changes but the resident set, which then holds only what runs
+        touch. No-op for programs loaded from bytes or where ``madvise`` is missing."""
+        for holder in (self._keepalive, *self._data_keepalive):
+            if isinstance(holder, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+                holder.madvise(mmap.MADV_DONTNEED)
+
     @property
     def method_names(self) -> set[str]:
         """The names of the program's methods, as a set (as ExecuTorch gives them)."""
