@@ -59,6 +59,8 @@ class ProgramData(Protocol):
 
     def external_tensor(self, key: str | None, what: str) -> memoryview: ...
 
+    def release_pages(self) -> None: ...
+
 
 class MethodExecutor:
     """The bound form of one ExecutionPlan."""
