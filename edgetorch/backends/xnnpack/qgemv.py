@@ -44,7 +44,7 @@ import numpy as np
 
 from edgetorch.backends.xnnpack import fast
 
-LANES = 32  # output channels per QB4W tile: 16 ran scalar (LLVM unrolled it instead), 32 vectorised
+LANES = 128  # output channels per QB4W tile
 
 
 def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover - compiled
@@ -80,53 +80,71 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover
             y[i, c] = v
 
 
-def _qb4w(xc, xe, xo, w, block, scales, xscale, bias, lo, hi, y, acc, total):  # pragma: no cover - compiled
+def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
     """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[n, b] + bias[n], lo, hi).
 
-    ``w`` [tiles, K / 2, LANES] uint8 (``tiles``), ``scales`` [tiles, K / block, LANES] float32, ``block`` the
-    inputs per scale (even, dividing K); ``xe``, ``xo`` int16 [M, K / 2] scratch for the even and odd inputs;
-    ``acc`` int32 and ``total`` float32 [LANES] scratch. Channels past N (the last tile's padding) are not
-    written."""
+    ``w`` [tiles, K / 2, LANES] uint8 (``tile_qb4w``), ``scales`` [tiles, K / block, LANES] float32, ``block``
+    the inputs per scale (a multiple of 16, dividing K); scratch: ``xe``, ``xd`` int16 [M, K / 2] for e = the
+    even inputs and d = odd - 16 * even, ``fix`` int16 [M, K / 16], ``part`` int16 and ``acc`` int32 and
+    ``total`` float32 [LANES]. Channels past N (the last tile's padding) are not written.
+
+    Byte b = lo + 16 hi of a channel times inputs (e, o) gives e (lo - 8) + o (hi - 8) = e b + d hi - 8 (e + o):
+    two 16-bit multiplies a byte, no nibble masks. Eight bytes' sum is within int16 (|.| <= 16 * 255 * 8), so
+    it is summed in wrapping 16-bit lanes (int64 in numba's types, but only stored as int16, so LLVM keeps it
+    16 bits wide: 16 lanes a vector) with ``fix`` = 8 sum(e + o) of those bytes taken off, then widened into
+    the block's int32 sum."""
     m, k = xc.shape
     n = y.shape[1]
     half = k // 2
     hb = block // 2
-    lanes = w.shape[2]
     for i in range(m):
         for j in range(half):
-            xe[i, j] = np.int16(xc[i, 2 * j])
-            xo[i, j] = np.int16(xc[i, 2 * j + 1])
+            ev = np.int32(xc[i, 2 * j])
+            ov = np.int32(xc[i, 2 * j + 1])
+            xe[i, j] = ev
+            xd[i, j] = ov - 16 * ev
+        for q in range(half // 8):
+            s = np.int32(0)
+            for j in range(8 * q, 8 * q + 8):
+                s += np.int32(xc[i, 2 * j]) + np.int32(xc[i, 2 * j + 1])
+            fix[i, q] = 8 * s
     with_bias = bias.shape[0] > 0
     for t in range(w.shape[0]):
         tile = w[t]
         tscale = scales[t]
         for i in range(m):
             e = xe[i]
-            o = xo[i]
-            for c in range(lanes):
+            d = xd[i]
+            for c in range(LANES):
                 total[c] = 0
             for b in range(half // hb):
-                for c in range(lanes):
+                for c in range(LANES):
                     acc[c] = 0
-                for j in range(b * hb, b * hb + hb):
-                    ej = np.int32(e[j])
-                    oj = np.int32(o[j])
-                    wj = tile[j]
-                    for c in range(lanes):
-                        byte = np.int32(wj[c])
-                        acc[c] += ej * ((byte & 15) - 8) + oj * ((byte >> 4) - 8)
-                s = tscale[b]
-                for c in range(lanes):
-                    total[c] += np.float32(acc[c]) * s[c]
-            for c in range(min(lanes, n - t * lanes)):
+                for j in range(b * hb, b * hb + hb, 8):
+                    e0, e1, e2, e3, e4, e5, e6, e7 = e[j], e[j + 1], e[j + 2], e[j + 3], e[j + 4], e[j + 5], e[j + 6], e[j + 7]
+                    d0, d1, d2, d3, d4, d5, d6, d7 = d[j], d[j + 1], d[j + 2], d[j + 3], d[j + 4], d[j + 5], d[j + 6], d[j + 7]
+                    f = fix[i, j // 8]
+                    for c in range(LANES):
+                        b0, b1, b2, b3 = tile[j, c], tile[j + 1, c], tile[j + 2, c], tile[j + 3, c]
+                        b4, b5, b6, b7 = tile[j + 4, c], tile[j + 5, c], tile[j + 6, c], tile[j + 7, c]
+                        s = e0 * b0 + d0 * (b0 >> 4) + e1 * b1 + d1 * (b1 >> 4) + e2 * b2 + d2 * (b2 >> 4)
+                        s += e3 * b3 + d3 * (b3 >> 4) + e4 * b4 + d4 * (b4 >> 4) + e5 * b5 + d5 * (b5 >> 4)
+                        s += e6 * b6 + d6 * (b6 >> 4) + e7 * b7 + d7 * (b7 >> 4)
+                        part[c] = s - f
+                    for c in range(LANES):
+                        acc[c] += np.int32(part[c])
+                scale = tscale[b]
+                for c in range(LANES):
+                    total[c] += np.float32(acc[c]) * scale[c]
+            for c in range(min(LANES, n - t * LANES)):
                 v = total[c] * xscale[i, 0]
                 if with_bias:
-                    v = v + bias[t * lanes + c]
+                    v = v + bias[t * LANES + c]
                 if v < lo:
                     v = lo
                 if v > hi:
                     v = hi
-                y[i, t * lanes + c] = v
+                y[i, t * LANES + c] = v
 
 
 def tile_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -148,7 +166,7 @@ def qc8w() -> Any:
 
 
 def qb4w() -> Any:
-    """The compiled ``f(xc, xe, xo, w, block, scales, xscale, bias, lo, hi, y, acc, total)`` of ``_qb4w``, or
+    """The compiled ``f(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)`` of ``_qb4w``, or
     None without the tier."""
     return fast.compiled("qb4w_gemv", _qb4w)
 
@@ -249,10 +267,11 @@ class IntegerLinear:
         bias: np.ndarray | None,
         keep: bool = False,
     ) -> IntegerLinear | None:
-        """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier or
-        when ``MAX_ROWS`` gives the case 0 rows."""
+        """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier, when
+        ``MAX_ROWS`` gives the case 0 rows, or for a block that is not a multiple of 16 inputs (the kernel sums
+        8 bytes at a time)."""
         rows = MAX_ROWS["qb4w", keep]
-        kernel = qb4w() if rows > 0 else None
+        kernel = qb4w() if rows > 0 and block % 16 == 0 else None
         if kernel is None:
             return None
         w, s = tile_qb4w(packed, scales, n, k)
@@ -268,9 +287,10 @@ class IntegerLinear:
             xi, dots = np.empty((m, self.k), np.int16), np.empty((m, self.n), np.int32)
             return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots)]
         w, block, s = self.weights
-        xe, xo = np.empty((m, self.k // 2), np.int16), np.empty((m, self.k // 2), np.int16)
-        acc, total = np.empty(LANES, np.int32), np.empty(LANES, np.float32)
-        return [partial(self.kernel, xc, xe, xo, w, block, s, xscale, self.bias, lo32, hi32, y, acc, total)]
+        xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
+        part, acc, total = np.empty(LANES, np.int16), np.empty(LANES, np.int32), np.empty(LANES, np.float32)
+        scratch = (part, acc, total)
+        return [partial(self.kernel, xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)]
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @
