@@ -44,9 +44,6 @@ import numpy as np
 
 from edgetorch.backends.xnnpack import fast
 
-LANES = 128  # output channels per QB4W tile
-
-
 def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover - compiled
     """y[m, n] = clamp(float(sum_k xc[m, k] * w[n, k]) * xscale[m] * wscale[n] + bias[n], lo, hi).
 
@@ -81,18 +78,18 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover
 
 
 def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
-    """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[n, b] + bias[n], lo, hi).
+    """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[b, n] + bias[n], lo, hi).
 
-    ``w`` [tiles, K / 2, LANES] uint8 (``tile_qb4w``), ``scales`` [tiles, K / block, LANES] float32, ``block``
-    the inputs per scale (a multiple of 16, dividing K); scratch: ``xe``, ``xd`` int16 [M, K / 2] for e = the
-    even inputs and d = odd - 16 * even, ``fix`` int16 [M, K / 16], ``part`` int16 and ``acc`` int32 and
-    ``total`` float32 [LANES]. Channels past N (the last tile's padding) are not written.
+    ``w`` [K / 2, N] uint8 and ``scales`` [K / block, N] float32 (``arrange_qb4w``), ``block`` the inputs per
+    scale (a multiple of 16, dividing K). Scratch: ``xe``, ``xd`` int16 [M, K / 2] for each row's e (its even
+    inputs) and d (odd - 16 even), ``fix`` int16 [M, K / 16]; ``part`` int16, ``acc`` int32, ``total`` float32
+    [N].
 
-    Byte b = lo + 16 hi of a channel times inputs (e, o) gives e (lo - 8) + o (hi - 8) = e b + d hi - 8 (e + o):
-    two 16-bit multiplies a byte, no nibble masks. Eight bytes' sum is within int16 (|.| <= 16 * 255 * 8), so
-    it is summed in wrapping 16-bit lanes (int64 in numba's types, but only stored as int16, so LLVM keeps it
-    16 bits wide: 16 lanes a vector) with ``fix`` = 8 sum(e + o) of those bytes taken off, then widened into
-    the block's int32 sum."""
+    Byte b = lo + 16 hi times inputs (e, o) is e (lo - 8) + o (hi - 8) = e b + d hi - 8 (e + o): two 16-bit
+    multiplies a byte and no mask. Eight bytes' sum is within int16 (at most 16 * 255 * 8), so it is summed
+    in wrapping 16-bit lanes, ``fix`` = 8 sum(e + o) of those bytes taken off, then widened into the block's
+    int32 sum. (numba types the products int64, but as they are only stored as int16 LLVM computes them 16
+    bits wide: 16 lanes a vector, vpmullw.)"""
     m, k = xc.shape
     n = y.shape[1]
     half = k // 2
@@ -100,64 +97,54 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
     for i in range(m):
         for j in range(half):
             ev = np.int32(xc[i, 2 * j])
-            ov = np.int32(xc[i, 2 * j + 1])
             xe[i, j] = ev
-            xd[i, j] = ov - 16 * ev
+            xd[i, j] = np.int32(xc[i, 2 * j + 1]) - 16 * ev
         for q in range(half // 8):
             s = np.int32(0)
-            for j in range(8 * q, 8 * q + 8):
-                s += np.int32(xc[i, 2 * j]) + np.int32(xc[i, 2 * j + 1])
+            for j in range(16 * q, 16 * q + 16):
+                s += np.int32(xc[i, j])
             fix[i, q] = 8 * s
     with_bias = bias.shape[0] > 0
-    for t in range(w.shape[0]):
-        tile = w[t]
-        tscale = scales[t]
-        for i in range(m):
-            e = xe[i]
-            d = xd[i]
-            for c in range(LANES):
-                total[c] = 0
-            for b in range(half // hb):
-                for c in range(LANES):
-                    acc[c] = 0
-                for j in range(b * hb, b * hb + hb, 8):
-                    e0, e1, e2, e3, e4, e5, e6, e7 = e[j], e[j + 1], e[j + 2], e[j + 3], e[j + 4], e[j + 5], e[j + 6], e[j + 7]
-                    d0, d1, d2, d3, d4, d5, d6, d7 = d[j], d[j + 1], d[j + 2], d[j + 3], d[j + 4], d[j + 5], d[j + 6], d[j + 7]
-                    f = fix[i, j // 8]
-                    for c in range(LANES):
-                        b0, b1, b2, b3 = tile[j, c], tile[j + 1, c], tile[j + 2, c], tile[j + 3, c]
-                        b4, b5, b6, b7 = tile[j + 4, c], tile[j + 5, c], tile[j + 6, c], tile[j + 7, c]
-                        s = e0 * b0 + d0 * (b0 >> 4) + e1 * b1 + d1 * (b1 >> 4) + e2 * b2 + d2 * (b2 >> 4)
-                        s += e3 * b3 + d3 * (b3 >> 4) + e4 * b4 + d4 * (b4 >> 4) + e5 * b5 + d5 * (b5 >> 4)
-                        s += e6 * b6 + d6 * (b6 >> 4) + e7 * b7 + d7 * (b7 >> 4)
-                        part[c] = s - f
-                    for c in range(LANES):
-                        acc[c] += np.int32(part[c])
-                scale = tscale[b]
-                for c in range(LANES):
-                    total[c] += np.float32(acc[c]) * scale[c]
-            for c in range(min(LANES, n - t * LANES)):
-                v = total[c] * xscale[i, 0]
-                if with_bias:
-                    v = v + bias[t * LANES + c]
-                if v < lo:
-                    v = lo
-                if v > hi:
-                    v = hi
-                y[i, t * LANES + c] = v
+    for i in range(m):
+        e = xe[i]
+        d = xd[i]
+        for c in range(n):
+            total[c] = 0
+        for b in range(half // hb):
+            for c in range(n):
+                acc[c] = 0
+            for j in range(b * hb, b * hb + hb, 8):
+                e0, e1, e2, e3, e4, e5, e6, e7 = e[j], e[j + 1], e[j + 2], e[j + 3], e[j + 4], e[j + 5], e[j + 6], e[j + 7]
+                d0, d1, d2, d3, d4, d5, d6, d7 = d[j], d[j + 1], d[j + 2], d[j + 3], d[j + 4], d[j + 5], d[j + 6], d[j + 7]
+                f = fix[i, j // 8]
+                for c in range(n):
+                    b0, b1, b2, b3 = w[j, c], w[j + 1, c], w[j + 2, c], w[j + 3, c]
+                    b4, b5, b6, b7 = w[j + 4, c], w[j + 5, c], w[j + 6, c], w[j + 7, c]
+                    s = e0 * b0 + d0 * (b0 >> 4) + e1 * b1 + d1 * (b1 >> 4) + e2 * b2 + d2 * (b2 >> 4)
+                    s += e3 * b3 + d3 * (b3 >> 4) + e4 * b4 + d4 * (b4 >> 4) + e5 * b5 + d5 * (b5 >> 4)
+                    s += e6 * b6 + d6 * (b6 >> 4) + e7 * b7 + d7 * (b7 >> 4)
+                    part[c] = s - f
+                for c in range(n):
+                    acc[c] += np.int32(part[c])
+            scale = scales[b]
+            for c in range(n):
+                total[c] += np.float32(acc[c]) * scale[c]
+        for c in range(n):
+            v = total[c] * xscale[i, 0]
+            if with_bias:
+                v = v + bias[c]
+            if v < lo:
+                v = lo
+            if v > hi:
+                v = hi
+            y[i, c] = v
 
 
-def tile_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def arrange_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """XNNPACK's QB4W weights ([N, K / 2] bytes, two inputs a byte, + 8) and block scales [N, K / block] as the
-    kernel's tiles: [tiles, K / 2, LANES] bytes and [tiles, K / block, LANES] float32; the padding channels
-    are zero weights (0x88) with zero scales."""
-    tiles = -(-n // LANES)
-    w = np.full((tiles * LANES, k // 2), 0x88, np.uint8)
-    w[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
-    s = np.zeros((tiles * LANES, scales.shape[1]), np.float32)
-    s[:n] = scales
-    w = np.ascontiguousarray(w.reshape(tiles, LANES, k // 2).transpose(0, 2, 1))
-    return w, np.ascontiguousarray(s.reshape(tiles, LANES, -1).transpose(0, 2, 1))
+    kernel reads them: transposed, [K / 2, N] bytes and [K / block, N] float32."""
+    w = np.ascontiguousarray(np.asarray(packed, np.uint8).reshape(n, k // 2).T)
+    return w, np.ascontiguousarray(np.asarray(scales, np.float32).T)
 
 
 def qc8w() -> Any:
@@ -173,30 +160,23 @@ def qb4w() -> Any:
 
 def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compiled
     """out[:K, n] = channel n's weights dequantized (nibble - 8 times its block scale), out[K, n] = bias[n] (0
-    without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s tiles. Row by row of
-    the tiles, so the bytes read and the floats written are contiguous runs of LANES channels; one loop per
-    output row (the even and odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
-    n = out.shape[1]
-    lanes = w.shape[2]
-    half = w.shape[1]
+    without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s [K / 2, N] bytes, row
+    by row, so the bytes read and the floats written are contiguous; one loop per output row (the even and
+    odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
+    half, n = w.shape
     hb = block // 2
-    for t in range(w.shape[0]):
-        tile = w[t]
-        tscale = scales[t]
-        first = t * lanes
-        width = min(lanes, n - first)
-        for j in range(half):
-            wj = tile[j]
-            s = tscale[j // hb]
-            even = out[2 * j, first : first + width]
-            for c in range(width):
-                even[c] = np.float32((np.int32(wj[c]) & 15) - 8) * s[c]
-            odd = out[2 * j + 1, first : first + width]
-            for c in range(width):
-                odd[c] = np.float32((np.int32(wj[c]) >> 4) - 8) * s[c]
-        last = out[2 * half]
-        for c in range(width):
-            last[first + c] = bias[first + c] if bias.shape[0] else np.float32(0)
+    for j in range(half):
+        wj = w[j]
+        s = scales[j // hb]
+        even = out[2 * j]
+        for c in range(n):
+            even[c] = np.float32((np.int32(wj[c]) & 15) - 8) * s[c]
+        odd = out[2 * j + 1]
+        for c in range(n):
+            odd[c] = np.float32((np.int32(wj[c]) >> 4) - 8) * s[c]
+    last = out[2 * half]
+    for c in range(n):
+        last[c] = bias[c] if bias.shape[0] else np.float32(0)
 
 
 def _dequantize_qc8w(w, wscale, bias, out):  # pragma: no cover - compiled
@@ -274,7 +254,7 @@ class IntegerLinear:
         kernel = qb4w() if rows > 0 and block % 16 == 0 else None
         if kernel is None:
             return None
-        w, s = tile_qb4w(packed, scales, n, k)
+        w, s = arrange_qb4w(packed, scales, n, k)
         return cls(kernel, (w, block, s), (n, k), bias, rows, keep)
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
@@ -288,8 +268,7 @@ class IntegerLinear:
             return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots)]
         w, block, s = self.weights
         xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
-        part, acc, total = np.empty(LANES, np.int16), np.empty(LANES, np.int32), np.empty(LANES, np.float32)
-        scratch = (part, acc, total)
+        scratch = (np.empty(self.n, np.int16), np.empty(self.n, np.int32), np.empty(self.n, np.float32))
         return [partial(self.kernel, xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)]
 
     def dequantized(self) -> np.ndarray:
