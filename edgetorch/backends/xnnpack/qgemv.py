@@ -10,10 +10,9 @@ product of the centred input (q - zero point, in [-255, 255], held as int16) wit
 * QC8W: ``float(dot) * input scale * channel scale + bias``, the weights as the program stores them
   ([N, K] int8, no copy).
 * QB4W: one int32 dot per block of ``block`` inputs, each times its block scale into a float32 sum (in block
-  order), then times the input scale, plus the bias. The weights stay 4-bit, two a byte, regrouped at load
-  into tiles of ``LANES`` output channels ([N / LANES, K / 2, LANES]; byte j of a channel holds inputs 2j and
-  2j + 1, low nibble first, + 8, as XNNPACK packs them), and the input row is split into its even and odd
-  entries once per call.
+  order), then times the input scale, plus the bias. The weights stay 4-bit, two a byte (byte j of a channel
+  holds inputs 2j and 2j + 1, low nibble first, + 8, as XNNPACK packs them), transposed at load to [K / 2, N]
+  so that the bytes of one input pair across all channels are contiguous; no copy beyond that, no padding.
 
 Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
 leaves the float32 sums in their written order). The loops are written in the shapes LLVM vectorises, checked
@@ -23,11 +22,28 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower):
 * QC8W: a long int16 x int8 reduction along K per output, 1.4-2x faster than sgemm on float32 weights at
   M = 1 with everything in cache. Its float epilogue is a separate loop: inside the dot product's loop it
   made LLVM vectorise the dot 2.4x worse. Blocking 2 or 4 input rows per weight row ran slower.
-* QB4W: a block's sum is 16 bytes, too short for the loop vectoriser (32-iteration loops with a constant trip
-  count were unrolled and left scalar, 8x slower), so the innermost loop runs across a tile's LANES output
-  channels with one int32 accumulator each. In cache it matches sgemm at M = 1; its gain is the bytes: 1/8 of
-  float32, where an LLM's weights do not fit in cache. Unpacking to int8 at load would double the memory and
-  did not vectorise better (measured: 32 lanes of int8 weights 6x slower than the packed tiles).
+* QB4W: the innermost loop runs across all N channels (a block's 16 bytes along K are too short for the loop
+  vectoriser: unrolled and left scalar). It used to multiply in int32 lanes (8 a vector, vpmulld), 11 GMAC/s
+  for 3072 x 576 at M = 1. Now it works in 16-bit lanes (16 a vector, vpmullw), 8 bytes of a channel at a
+  time: e b + d (b >> 4) per byte, with e the even input, d = odd - 16 even and b the byte, equals
+  e (lo - 8) + o (hi - 8) + 8 (e + o), so there is no nibble mask and the offset is one subtraction per 8
+  bytes; 8 bytes' true sum fits int16, so the wrapping 16-bit sums are exact; then widened into int32 per
+  block. numba types the products int64, but when only their int16 store is used LLVM narrows them (written
+  through a numba intrinsic that multiplies in int16 it ran 40% slower: it stopped vectorising well). At
+  M = 1, from bench/qgemv_ab.py --kernel-ab (same process, alternating, results bit-identical): 3072 x 576
+  (N x K) 155 -> 51 us, 576 x 1536 78 -> 29, 576 x 576 30 -> 11, 960 x 576 49 -> 18, 192 x 576 11 -> 5, the
+  output head 49152 x 576 2.5 -> 0.84 ms; blocks of 128: 2.9-3.4x. On the way there (3072 x 576, same
+  arithmetic): in tiles of 32 / 64 / 128 / 256 channels as before ([N / W, K / 2, W]) the 16-bit loop took
+  1.25x / 0.56x / 0.43x / 0.39x the int32 kernel's time (each 8 bytes' 16 inputs are broadcast and LLVM
+  checks the arrays for overlap once per tile, which wide tiles amortise), all N in one pass 0.33x; windows
+  of 512-1024 channels over the [K / 2, N] layout ran 4-16% slower than all N. Out of cache (64 MB of
+  layers cycled, as in an LLM's decode) the new kernel reads 10 GB/s for 3072 x 576 (the old one 5.5) but
+  only 5-6 GB/s for N = 576 (the same as the old one): it streams 8 rows of N bytes at once, which the
+  hardware prefetcher follows poorly for short rows (tiles of 128 channels: 7-8 GB/s there, but 15% slower
+  at N = 3072; software prefetch through ``llvm.prefetch`` won 10-15% at N = 576 and lost 12% at 3072).
+  SmolLM2-135M 8da4w decode (bench/llm_profile.py, 1 thread): 38.7 -> 36.4 ms a token. QB4W blocks must be
+  multiples of 16 inputs (8 bytes a partial sum); for other blocks the node dequantizes at load. Unpacking
+  to int8 at load would double the memory and did not vectorise better (int8 tiles: 6x slower than packed).
 * Single-threaded: a ``prange`` over output channels (numba's parallel workqueue) took 9 ms for a call the
   serial loop does in 0.04 ms on this shared 2-core machine (waking threads per call).
 
@@ -43,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.backends.xnnpack import fast
+
 
 def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover - compiled
     """y[m, n] = clamp(float(sum_k xc[m, k] * w[n, k]) * xscale[m] * wscale[n] + bias[n], lo, hi).
@@ -114,8 +131,10 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
             for c in range(n):
                 acc[c] = 0
             for j in range(b * hb, b * hb + hb, 8):
-                e0, e1, e2, e3, e4, e5, e6, e7 = e[j], e[j + 1], e[j + 2], e[j + 3], e[j + 4], e[j + 5], e[j + 6], e[j + 7]
-                d0, d1, d2, d3, d4, d5, d6, d7 = d[j], d[j + 1], d[j + 2], d[j + 3], d[j + 4], d[j + 5], d[j + 6], d[j + 7]
+                e0, e1, e2, e3 = e[j], e[j + 1], e[j + 2], e[j + 3]
+                e4, e5, e6, e7 = e[j + 4], e[j + 5], e[j + 6], e[j + 7]
+                d0, d1, d2, d3 = d[j], d[j + 1], d[j + 2], d[j + 3]
+                d4, d5, d6, d7 = d[j + 4], d[j + 5], d[j + 6], d[j + 7]
                 f = fix[i, j // 8]
                 for c in range(n):
                     b0, b1, b2, b3 = w[j, c], w[j + 1, c], w[j + 2, c], w[j + 3, c]
@@ -308,11 +327,12 @@ FLOAT_BUDGET = 16 << 20
 
 # The most input rows the integer kernels take, per weight kind and whether the program keeps float32 weights
 # (FLOAT_BUDGET); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
-# shapes, everything in cache, load 1.6): against dequantize + sgemm (a large program) the QC8W kernel wins
-# up to 8 rows (0.30 vs 0.42 ms for 576 x 1536) and ties at 16, QB4W wins up to 4 (0.31 vs 0.43) and loses at
-# 8; against float32 weights held (a small program) QC8W wins up to 4 rows (0.15 vs 0.22) and ties at 8 (the
-# MLP's 8 rows ran 4% slower on it), and QB4W loses already at 1 row (0.080 vs 0.066), so a small QB4W
-# program keeps dequantizing at load as before. In a large program the
-# GEMV's gain is the bytes it reads, which the in-cache table does not show (SmolLM2's decode: 1.33x faster).
+# shapes, everything in cache, load 1.6-1.8): against dequantize + sgemm (a large program) the QC8W kernel
+# wins up to 8 rows (0.30 vs 0.42 ms for 576 x 1536) and ties at 16; QB4W wins up to 16 on every shape (0.48
+# vs 0.55 ms for 1536 x 576, 0.79 vs 1.14 for 576 x 3072) and loses on some at 32 (0.94 vs 0.83). Against
+# float32 weights held (a small program) QC8W wins up to 4 rows (0.15 vs 0.22) and ties at 8 (the MLP's 8
+# rows ran 4% slower on it); QB4W wins up to 8 on every shape (0.24 vs 0.40 ms for 1024 x 1024, 0.19 vs 0.29
+# for 576 x 1536; at 1 row 0.011 vs 0.027 for 576 x 576) and loses on some at 16 (0.48 vs 0.44). In a large
+# program the GEMV also gains the bytes it reads, which the in-cache table does not show.
 # All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
-MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 4, ("qb4w", False): 4, ("qb4w", True): 0}
+MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 4, ("qb4w", False): 16, ("qb4w", True): 8}
