@@ -28,14 +28,14 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower):
   time: e b + d (b >> 4) per byte, with e the even input, d = odd - 16 even and b the byte, equals
   e (lo - 8) + o (hi - 8) + 8 (e + o), so there is no nibble mask and the offset is one subtraction per 8
   bytes; 8 bytes' true sum fits int16, so the wrapping 16-bit sums are exact; then widened into int32 per
-  block. numba types the products int64, but when only their int16 store is used LLVM narrows them (written
-  through a numba intrinsic that multiplies in int16 it ran 40% slower: it stopped vectorising well). At
+  block. numba types the products int64, but when only their int16 store is used LLVM narrows them (the
+  same loop through a numba intrinsic that multiplies in int16 ran 40% slower). At
   M = 1, from bench/qgemv_ab.py --kernel-ab (same process, alternating, results bit-identical): 3072 x 576
   (N x K) 155 -> 51 us, 576 x 1536 78 -> 29, 576 x 576 30 -> 11, 960 x 576 49 -> 18, 192 x 576 11 -> 5, the
-  output head 49152 x 576 2.5 -> 0.84 ms; blocks of 128: 2.9-3.4x. On the way there (3072 x 576, same
-  arithmetic): in tiles of 32 / 64 / 128 / 256 channels as before ([N / W, K / 2, W]) the 16-bit loop took
-  1.25x / 0.56x / 0.43x / 0.39x the int32 kernel's time (each 8 bytes' 16 inputs are broadcast and LLVM
-  checks the arrays for overlap once per tile, which wide tiles amortise), all N in one pass 0.33x; windows
+  output head 49152 x 576 2.5 -> 0.8-1.0 ms; blocks of 128: 2.0-3.4x. On the way there (3072 x 576, same
+  arithmetic): in tiles of 64 / 128 / 256 channels as before ([N / W, K / 2, W]) the 16-bit loop took 0.56x
+  / 0.43x / 0.39x the int32 kernel's time (the setup of each 8 bytes, 16 inputs broadcast, is paid per
+  tile), all N in one pass 0.33x; windows
   of 512-1024 channels over the [K / 2, N] layout ran 4-16% slower than all N. Out of cache (64 MB of
   layers cycled, as in an LLM's decode) the new kernel reads 10 GB/s for 3072 x 576 (the old one 5.5) but
   only 5-6 GB/s for N = 576 (the same as the old one): it streams 8 rows of N bytes at once, which the
