@@ -332,7 +332,8 @@ FLOAT_BUDGET = 16 << 20
 # vs 0.55 ms for 1536 x 576, 0.79 vs 1.14 for 576 x 3072) and loses on some at 32 (0.94 vs 0.83). Against
 # float32 weights held (a small program) QC8W wins up to 4 rows (0.15 vs 0.22) and ties at 8 (the MLP's 8
 # rows ran 4% slower on it); QB4W wins up to 8 on every shape (0.24 vs 0.40 ms for 1024 x 1024, 0.19 vs 0.29
-# for 576 x 1536; at 1 row 0.011 vs 0.027 for 576 x 576) and loses on some at 16 (0.48 vs 0.44). In a large
-# program the GEMV also gains the bytes it reads, which the in-cache table does not show.
+# for 576 x 1536; at 1 row 0.011 vs 0.027 for 576 x 576) and loses on some at 16 (0.48 vs 0.44); bench's MLP
+# as 8da4w (a small program, --mlp) then runs 8 rows in 0.72 ms instead of 0.89, 1 row in 0.16 instead of
+# 0.25. In a large program the GEMV also gains the bytes it reads, which the in-cache table does not show.
 # All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
 MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 4, ("qb4w", False): 16, ("qb4w", True): 8}
