@@ -60,7 +60,8 @@ import numpy as np
 
 from edgetorch.backends.xnnpack import fast
 
-GROUP = 64  # QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``)
+# QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``): GROUP, or all N from WIDE on.
+GROUP, WIDE = 64, 2048
 
 
 def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover - compiled
@@ -99,10 +100,10 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover
 def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
     """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[b, n] + bias[n], lo, hi).
 
-    ``w`` [K / 16, N / GROUP, 8, GROUP] uint8 and ``scales`` [K / block, N] float32 (``arrange_qb4w``; N
-    rounded up to GROUP), ``block`` the inputs per scale (a multiple of 16, dividing K). Scratch: ``xe``, ``xd``
+    ``w`` [K / 16, N / G, 8, G] uint8 and ``scales`` [K / block, N] float32 (``arrange_qb4w``; N rounded up to
+    the group size G), ``block`` the inputs per scale (a multiple of 16, dividing K). Scratch: ``xe``, ``xd``
     int16 [M, K / 2] for each row's e (its even inputs) and d (odd - 16 even), ``fix`` int16 [M, K / 16];
-    ``part`` int16 [N rounded up to GROUP], ``acc`` int32 and ``total`` float32 [N].
+    ``part`` int16 [N rounded up to G], ``acc`` int32 and ``total`` float32 [N].
 
     Byte b = lo + 16 hi times inputs (e, o) is e (lo - 8) + o (hi - 8) = e b + d hi - 8 (e + o): two 16-bit
     multiplies a byte and no mask. Eight bytes' sum is within int16 (at most 16 * 255 * 8), so it is summed
@@ -113,6 +114,7 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
     n = y.shape[1]
     half = k // 2
     hb = block // 2
+    group = w.shape[3]
     for i in range(m):
         for j in range(half):
             ev = np.int32(xc[i, 2 * j])
@@ -141,8 +143,8 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
                 eight = w[j // 8]
                 for g in range(eight.shape[0]):
                     rows = eight[g]
-                    first = g * GROUP
-                    for c in range(GROUP):
+                    first = g * group
+                    for c in range(group):
                         b0, b1, b2, b3 = rows[0, c], rows[1, c], rows[2, c], rows[3, c]
                         b4, b5, b6, b7 = rows[4, c], rows[5, c], rows[6, c], rows[7, c]
                         s = e0 * b0 + d0 * (b0 >> 4) + e1 * b1 + d1 * (b1 >> 4) + e2 * b2 + d2 * (b2 >> 4)
@@ -167,13 +169,14 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
 
 def arrange_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """XNNPACK's QB4W weights ([N, K / 2] bytes, two inputs a byte, + 8) and block scales [N, K / block] as the
-    kernel reads them: [K / 16, N / GROUP, 8, GROUP] bytes (N rounded up to GROUP with zero weights, 0x88), so
-    that the 8 bytes of GROUP channels it multiplies in one pass are one run of memory, and [K / block, N]
-    float32."""
-    groups = -(-n // GROUP)
-    w = np.full((groups * GROUP, k // 2), 0x88, np.uint8)
+    kernel reads them: [K / 16, N / G, 8, G] bytes, so that the 8 bytes of the G channels it multiplies in one
+    pass are one run of memory (G = GROUP, N rounded up to it with zero weights, 0x88; G = N from WIDE
+    channels on), and [K / block, N] float32."""
+    group = n if n >= WIDE else GROUP
+    groups = -(-n // group)
+    w = np.full((groups * group, k // 2), 0x88, np.uint8)
     w[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
-    w = np.ascontiguousarray(w.reshape(groups, GROUP, k // 16, 8).transpose(2, 0, 3, 1))
+    w = np.ascontiguousarray(w.reshape(groups, group, k // 16, 8).transpose(2, 0, 3, 1))
     return w, np.ascontiguousarray(np.asarray(scales, np.float32).T)
 
 
@@ -190,15 +193,16 @@ def qb4w() -> Any:
 
 def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compiled
     """out[:K, n] = channel n's weights dequantized (nibble - 8 times its block scale), out[K, n] = bias[n] (0
-    without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s bytes, a run of GROUP
+    without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s bytes, a group of
     channels at a time, so the bytes read and the floats written are contiguous; one loop per output row (the
     even and odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
     n = out.shape[1]
     hb = block // 2
+    group = w.shape[3]
     for q in range(w.shape[0]):
         for g in range(w.shape[1]):
-            first = g * GROUP
-            width = min(GROUP, n - first)
+            first = g * group
+            width = min(group, n - first)
             for r in range(8):
                 j = 8 * q + r
                 row = w[q, g, r]
@@ -303,7 +307,11 @@ class IntegerLinear:
             return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots)]
         w, block, s = self.weights
         xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
-        scratch = (np.empty(w.shape[1] * GROUP, np.int16), np.empty(self.n, np.int32), np.empty(self.n, np.float32))
+        scratch = (
+            np.empty(w.shape[1] * w.shape[3], np.int16),
+            np.empty(self.n, np.int32),
+            np.empty(self.n, np.float32),
+        )
         return [partial(self.kernel, xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)]
 
     def dequantized(self) -> np.ndarray:

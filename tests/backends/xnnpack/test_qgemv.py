@@ -123,6 +123,8 @@ def test_qb4w_kernel_rounds_bit_for_bit(seed, monkeypatch):
     scales = (rng.uniform(0.001, 0.02, (n, k // block)) * rng.choice([-1, 1], (n, k // block))).astype(np.float32)
     b = bias if seed % 2 else None
     lo, hi = (np.float32(-0.5), np.float32(0.25)) if seed % 3 == 0 else (-INF, INF)
+    if seed % 4 < 2:  # the bytes of all N channels in one group (the layout of wide layers), else groups of 64
+        monkeypatch.setattr(qgemv, "WIDE", n)
     layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, block, n, k, b)
     y = np.full((m, n), np.nan, np.float32)
     for step in layer.steps(xc, xscale, y, lo, hi):
@@ -144,7 +146,7 @@ def test_qb4w_blocks_the_kernel_does_not_take(monkeypatch):
 @pytest.mark.parametrize("kind", ["qc8w", "qb4w"])
 def test_dequantized_matmul_equals_reference(kind, monkeypatch):
     monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
-    m, k, n = 3, 64, 135
+    m, k, n = 3, 64, 135  # QB4W: 2 groups of 64 channels and a partial one
     rng = np.random.default_rng(7)
     xa = np.ones((m, k + 1), np.float32)
     xa[:, :k] = rng.standard_normal((m, k))
@@ -152,16 +154,19 @@ def test_dequantized_matmul_equals_reference(kind, monkeypatch):
     if kind == "qc8w":
         w = rng.integers(-127, 128, (n, k)).astype(np.int8)
         wscale = rng.uniform(0.001, 0.02, n).astype(np.float32)
-        layer = qgemv.IntegerLinear.qc8w(w, wscale, bias)
+        layers = [qgemv.IntegerLinear.qc8w(w, wscale, bias)]
         floats = w * wscale[:, None].astype(np.float64)
     else:
         w = rng.integers(-8, 8, (n, k)).astype(np.int8)
         scales = rng.uniform(0.001, 0.02, (n, k // 32)).astype(np.float32)
-        layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias)
+        layers = [qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias)]  # groups of 64, the last partial
+        monkeypatch.setattr(qgemv, "WIDE", n)
+        layers.append(qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias))  # all N in one group
         floats = (w.reshape(n, -1, 32) * scales[:, :, None].astype(np.float64)).reshape(n, k)
-    y = np.full((m, n), np.nan, np.float32)
-    layer.matmul(xa, y)
-    _close(y, xa[:, :k].astype(np.float64) @ floats.T + bias)
+    for layer in layers:
+        y = np.full((m, n), np.nan, np.float32)
+        layer.matmul(xa, y)
+        _close(y, xa[:, :k].astype(np.float64) @ floats.T + bias)
 
 
 def _executorch_written(model: str, scheme: str):
