@@ -11,8 +11,9 @@ product of the centred input (q - zero point, in [-255, 255], held as int16) wit
   ([N, K] int8, no copy).
 * QB4W: one int32 dot per block of ``block`` inputs, each times its block scale into a float32 sum (in block
   order), then times the input scale, plus the bias. The weights stay 4-bit, two a byte (byte j of a channel
-  holds inputs 2j and 2j + 1, low nibble first, + 8, as XNNPACK packs them), transposed at load to [K / 2, N]
-  so that the bytes of one input pair across all channels are contiguous; no copy beyond that, no padding.
+  holds inputs 2j and 2j + 1, low nibble first, + 8, as XNNPACK packs them), regrouped at load so that the 8
+  bytes (16 inputs) of a group of channels that the kernel takes in one pass are one run of memory
+  (``arrange_qb4w``); no other copy, and no padding when N is a multiple of 64.
 
 Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
 leaves the float32 sums in their written order). The loops are written in the shapes LLVM vectorises, checked
@@ -22,28 +23,32 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower):
 * QC8W: a long int16 x int8 reduction along K per output, 1.4-2x faster than sgemm on float32 weights at
   M = 1 with everything in cache. Its float epilogue is a separate loop: inside the dot product's loop it
   made LLVM vectorise the dot 2.4x worse. Blocking 2 or 4 input rows per weight row ran slower.
-* QB4W: the innermost loop runs across all N channels (a block's 16 bytes along K are too short for the loop
-  vectoriser: unrolled and left scalar). It used to multiply in int32 lanes (8 a vector, vpmulld), 11 GMAC/s
-  for 3072 x 576 at M = 1. Now it works in 16-bit lanes (16 a vector, vpmullw), 8 bytes of a channel at a
-  time: e b + d (b >> 4) per byte, with e the even input, d = odd - 16 even and b the byte, equals
-  e (lo - 8) + o (hi - 8) + 8 (e + o), so there is no nibble mask and the offset is one subtraction per 8
-  bytes; 8 bytes' true sum fits int16, so the wrapping 16-bit sums are exact; then widened into int32 per
-  block. numba types the products int64, but when only their int16 store is used LLVM narrows them (the
-  same loop through a numba intrinsic that multiplies in int16 ran 40% slower). At
-  M = 1, from bench/qgemv_ab.py --kernel-ab (same process, alternating, results bit-identical): 3072 x 576
-  (N x K) 155 -> 51 us, 576 x 1536 78 -> 29, 576 x 576 30 -> 11, 960 x 576 49 -> 18, 192 x 576 11 -> 5, the
-  output head 49152 x 576 2.5 -> 0.8-1.0 ms; blocks of 128: 2.0-3.4x. On the way there (3072 x 576, same
-  arithmetic): in tiles of 64 / 128 / 256 channels as before ([N / W, K / 2, W]) the 16-bit loop took 0.56x
-  / 0.43x / 0.39x the int32 kernel's time (the setup of each 8 bytes, 16 inputs broadcast, is paid per
-  tile), all N in one pass 0.33x; windows
-  of 512-1024 channels over the [K / 2, N] layout ran 4-16% slower than all N. Out of cache (64 MB of
-  layers cycled, as in an LLM's decode) the new kernel reads 10 GB/s for 3072 x 576 (the old one 5.5) but
-  only 5-6 GB/s for N = 576 (the same as the old one): it streams 8 rows of N bytes at once, which the
-  hardware prefetcher follows poorly for short rows (tiles of 128 channels: 7-8 GB/s there, but 15% slower
-  at N = 3072; software prefetch through ``llvm.prefetch`` won 10-15% at N = 576 and lost 12% at 3072).
-  SmolLM2-135M 8da4w decode (bench/llm_profile.py, 1 thread): 38.7 -> 36.4 ms a token. QB4W blocks must be
-  multiples of 16 inputs (8 bytes a partial sum); for other blocks the node dequantizes at load. Unpacking
-  to int8 at load would double the memory and did not vectorise better (int8 tiles: 6x slower than packed).
+* QB4W: the innermost loop runs across output channels (a block's 16 bytes along K are too short for the
+  loop vectoriser: unrolled and left scalar). It used to multiply in int32 lanes (8 a vector, vpmulld), 11
+  GMAC/s for 3072 x 576 (N x K) at M = 1. Now it works in 16-bit lanes (16 a vector, vpmullw), 8 bytes of a
+  channel at a time: e b + d (b >> 4) per byte, with e the even input, d = odd - 16 even and b the byte,
+  equals e (lo - 8) + o (hi - 8) + 8 (e + o), so there is no nibble mask and the offset is one subtraction
+  per 8 bytes; 8 bytes' true sum fits int16, so the wrapping 16-bit sums are exact; then widened into int32
+  per block. numba types the products int64, but when only their int16 store is used LLVM narrows them (the
+  same loop through a numba intrinsic that multiplies in int16 ran 40% slower).
+  Layout, measured for 3072 x 576 against the int32 kernel: the 16-bit loop over tiles of 64 / 128 / 256
+  channels ([N / W, K / 2, W], as before) took 0.56x / 0.43x / 0.39x its time (each 8 bytes' setup, 16
+  inputs broadcast, is paid per tile), over all N channels of [K / 2, N] 0.33x. Out of cache (64 MB of
+  layers cycled, as in an LLM's decode) that layout read 10 GB/s at N = 3072 but only 5 GB/s at N = 576,
+  the old kernel's rate: it streams 8 rows of N bytes at once, which the hardware prefetcher follows poorly
+  when rows are short (software prefetch through ``llvm.prefetch``: +10-15% at N = 576, -12% at 3072).
+  Storing each 8 bytes of GROUP = 64 channels together ([K / 16, N / 64, 8, 64]) makes every pass one
+  sequential run: 7.5-9 GB/s below N = 2048 at the same in-cache speed, but 10 vs 12.6 GB/s for the
+  49152-channel output head, so from WIDE = 2048 channels on the group is all N (the [K / 2, N] layout).
+  Now, bench/qgemv_ab.py --kernel-ab main (same process, alternating, outputs bit-identical), in cache,
+  blocks of 32 / 128: 3072 x 576 154 -> 57 / 133 -> 43 us, 960 x 576 49 -> 19 / 43 -> 15, 576 x 1536
+  77 -> 30 / 74 -> 26, 576 x 576 30 -> 12 / 26 -> 10, 192 x 576 11 -> 5.4 / 9.3 -> 4.7, 49152 x 576
+  2.5 -> 1.1 / 2.2 -> 0.74 ms; out of cache (block 32): 3072 x 576 161 -> 88 us, 960 x 576 55 -> 33,
+  576 x 1536 86 -> 49, 576 x 576 35 -> 22, 49152 x 576 2.5 -> 1.1 ms. SmolLM2-135M 8da4w decode (1
+  thread): the QB4W GEMV's share of a token 10.5 -> 6.4 ms, the token (bench/llm_profile.py) 40.5 -> 38.2
+  ms. QB4W blocks must be multiples of 16 inputs (8 bytes a partial sum); for other blocks the node
+  dequantizes at load. Unpacking to int8 at load would double the memory and did not vectorise better
+  (int8 tiles: 6x slower than packed).
 * Single-threaded: a ``prange`` over output channels (numba's parallel workqueue) took 9 ms for a call the
   serial loop does in 0.04 ms on this shared 2-core machine (waking threads per call).
 
