@@ -46,8 +46,10 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower):
   2.5 -> 1.1 / 2.2 -> 0.74 ms; out of cache (block 32): 3072 x 576 161 -> 88 us, 960 x 576 55 -> 33,
   576 x 1536 86 -> 49, 576 x 576 35 -> 22, 49152 x 576 2.5 -> 1.1 ms. SmolLM2-135M 8da4w decode (1
   thread): the QB4W GEMV's share of a token 10.5 -> 6.4 ms, the token (bench/llm_profile.py) 40.5 -> 38.2
-  ms. QB4W blocks must be multiples of 16 inputs (8 bytes a partial sum); for other blocks the node
-  dequantizes at load. Unpacking to int8 at load would double the memory and did not vectorise better
+  ms. Several rows (M = 2-16) take one pass over the weights each: passing once, each 8 bytes' run times
+  every row before the next, ran at the same speed in and out of cache (past one row the multiplies bound
+  it, not the bytes). QB4W blocks must be multiples of 16 inputs (8 bytes a partial sum); for other blocks
+  the node dequantizes at load. Unpacking to int8 at load would double the memory and did not vectorise better
   (int8 tiles: 6x slower than packed).
 * Single-threaded: a ``prange`` over output channels (numba's parallel workqueue) took 9 ms for a call the
   serial loop does in 0.04 ms on this shared 2-core machine (waking threads per call).
