@@ -8,6 +8,7 @@ single-threaded), the median of each round's best step. Example::
 
     python bench/qgemv_ab.py --gguf SmolLM2.gguf --fp32 fp32.pte q.pte --rounds 6
     python bench/qgemv_ab.py --gemv     # the kernel table: integer GEMV vs sgemm per shape and M
+    python bench/qgemv_ab.py --kernel-ab main --rounds 20 [--cold]     # the QB4W GEMV of main vs this tree's
     python bench/qgemv_ab.py --mlp --rounds 20     # bench/models.py's MLP, quantized / fp32
 """
 
@@ -67,7 +68,9 @@ print(json.dumps(int(hwm.split()[1]) / 1024))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-GEMV_SHAPES = [(576, 576), (576, 1536), (1536, 576), (1024, 1024), (784, 1024)]  # SmolLM2-135M's and the MLP's
+# (K, N): SmolLM2-135M's (q/o, k/v, gate/up, down, 960-wide layers, the output head) and the MLP's
+GEMV_SHAPES = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 960), (576, 3072), (576, 49152)]
+GEMV_SHAPES += [(1024, 1024), (784, 1024)]
 
 
 def gemv_table(rounds: int) -> None:
@@ -117,6 +120,65 @@ def gemv_table(rounds: int) -> None:
                 dequantizing = partial(layer.matmul, xa, y)
                 cells = [best(step), best(dequantizing), best(partial(np.matmul, xa, held, out=y))]
                 print(f"| {kind} | {k} x {n} | {m} | " + " | ".join(f"{c:.3f}" for c in cells) + " |", flush=True)
+
+
+def kernel_ab(rev: str, rounds: int, cold: bool) -> None:
+    """The QB4W GEMV of git revision ``rev`` against this tree's at M = 1, per shape and block size: both in this
+    process, taking turns, thread CPU time (best of ``rounds`` turns); their outputs checked bit for bit.
+    ``cold``: each turn calls as many layers of the shape as fill 64 MB, once each, so the weights come from
+    memory as in an LLM's decode (this machine's L3 is 32 MB); else one layer, repeatedly, in cache."""
+    import importlib.util
+    import tempfile
+
+    import numpy as np
+
+    from edgetorch.backends.xnnpack import qgemv
+
+    src = subprocess.run(
+        ["git", "show", f"{rev}:edgetorch/backends/xnnpack/qgemv.py"], capture_output=True, text=True, check=True
+    ).stdout
+    # Its kernels compiled under other names (fast.compiled keeps them by name), from a file (numba's cache).
+    src = src.replace('"qb4w_gemv"', '"qb4w_gemv_ab"').replace('"qb4w_dequantize"', '"qb4w_dequantize_ab"')
+    path = Path(tempfile.mkdtemp()) / "qgemv_ab_old.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("qgemv_ab_old", path)
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    rng = np.random.default_rng(0)
+    where = "out of cache (64 MB of layers)" if cold else "in cache"
+    print(f"QB4W GEMV, M = 1, {where}: {rev} vs this tree; us per call, best of {rounds} turns, 1 thread")
+    print("| N x K | block | before | after | speed-up |")
+    print("|---|---|---|---|---|")
+    for k, n in GEMV_SHAPES:
+        layers = max(1, (64 << 20) // (n * k // 2)) if cold else 1
+        reps = 1 if cold else max(2, 200_000 // (n * k // 64))
+        for block in (32, 128):
+            runs: dict[str, list] = {"before": [], "after": []}
+            for _ in range(layers):
+                w4 = rng.integers(0, 16, (n, k)).astype(np.uint8)
+                scales = rng.uniform(0.01, 0.02, (n, k // block)).astype(np.float32)
+                bias = rng.standard_normal(n).astype(np.float32)
+                xc = rng.integers(-255, 256, (1, k)).astype(np.float32)
+                xscale = np.full((1, 1), 0.01, np.float32)
+                outs = {}
+                for name, mod in (("before", old), ("after", qgemv)):
+                    layer = mod.IntegerLinear.qb4w(w4[:, 0::2] | (w4[:, 1::2] << 4), scales, block, n, k, bias)
+                    outs[name] = np.empty((1, n), np.float32)
+                    (step,) = layer.steps(xc, xscale, outs[name], -np.inf, np.inf)
+                    step()
+                    runs[name].append(step)
+                assert np.array_equal(outs["before"].view(np.int32), outs["after"].view(np.int32)), (n, k, block)
+            best = dict.fromkeys(runs, math.inf)
+            for _ in range(rounds):
+                for name, steps in runs.items():
+                    start = time.thread_time()
+                    for _ in range(reps):
+                        for step in steps:
+                            step()
+                    best[name] = min(best[name], (time.thread_time() - start) / (reps * layers) * 1e6)
+            ratio = best["before"] / best["after"]
+            print(f"| {n} x {k} | {block} | {best['before']:.1f} | {best['after']:.1f} | {ratio:.2f}x |", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 def mlp_table(rounds: int) -> None:
@@ -177,6 +239,8 @@ def main() -> None:
     parser.add_argument("--gguf", help="the tokenizer (the GGUF the programs came from)")
     parser.add_argument("--gemv", action="store_true", help="print the kernel table (integer GEMV vs sgemm) only")
     parser.add_argument("--mlp", action="store_true", help="print the MLP table (quantized / fp32) only")
+    parser.add_argument("--kernel-ab", metavar="REV", help="print the QB4W GEMV of git revision REV vs this tree's")
+    parser.add_argument("--cold", action="store_true", help="--kernel-ab with the weights out of cache")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
@@ -184,6 +248,9 @@ def main() -> None:
     args = parser.parse_args()
     reexec_with_clean_blas_env()
     set_threads(args.threads, with_torch=False)
+    if args.kernel_ab:
+        kernel_ab(args.kernel_ab, args.rounds, args.cold)
+        return
     if args.gemv or args.mlp:
         if args.gemv:
             gemv_table(args.rounds)

@@ -10,10 +10,10 @@ product of the centred input (q - zero point, in [-255, 255], held as int16) wit
 * QC8W: ``float(dot) * input scale * channel scale + bias``, the weights as the program stores them
   ([N, K] int8, no copy).
 * QB4W: one int32 dot per block of ``block`` inputs, each times its block scale into a float32 sum (in block
-  order), then times the input scale, plus the bias. The weights stay 4-bit, two a byte, regrouped at load
-  into tiles of ``LANES`` output channels ([N / LANES, K / 2, LANES]; byte j of a channel holds inputs 2j and
-  2j + 1, low nibble first, + 8, as XNNPACK packs them), and the input row is split into its even and odd
-  entries once per call.
+  order), then times the input scale, plus the bias. The weights stay 4-bit, two a byte (byte j of a channel
+  holds inputs 2j and 2j + 1, low nibble first, + 8, as XNNPACK packs them), regrouped at load so that the 8
+  bytes (16 inputs) of a group of channels that the kernel takes in one pass are one run of memory
+  (``arrange_qb4w``); no other copy, and no padding when N is a multiple of 64.
 
 Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
 leaves the float32 sums in their written order). The loops are written in the shapes LLVM vectorises, checked
@@ -23,11 +23,34 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower):
 * QC8W: a long int16 x int8 reduction along K per output, 1.4-2x faster than sgemm on float32 weights at
   M = 1 with everything in cache. Its float epilogue is a separate loop: inside the dot product's loop it
   made LLVM vectorise the dot 2.4x worse. Blocking 2 or 4 input rows per weight row ran slower.
-* QB4W: a block's sum is 16 bytes, too short for the loop vectoriser (32-iteration loops with a constant trip
-  count were unrolled and left scalar, 8x slower), so the innermost loop runs across a tile's LANES output
-  channels with one int32 accumulator each. In cache it matches sgemm at M = 1; its gain is the bytes: 1/8 of
-  float32, where an LLM's weights do not fit in cache. Unpacking to int8 at load would double the memory and
-  did not vectorise better (measured: 32 lanes of int8 weights 6x slower than the packed tiles).
+* QB4W: the innermost loop runs across output channels (a block's 16 bytes along K are too short for the
+  loop vectoriser: unrolled and left scalar). It used to multiply in int32 lanes (8 a vector, vpmulld), 11
+  GMAC/s for 3072 x 576 (N x K) at M = 1. Now it works in 16-bit lanes (16 a vector, vpmullw), 8 bytes of a
+  channel at a time: e b + d (b >> 4) per byte, with e the even input, d = odd - 16 even and b the byte,
+  equals e (lo - 8) + o (hi - 8) + 8 (e + o), so there is no nibble mask and the offset is one subtraction
+  per 8 bytes; 8 bytes' true sum fits int16, so the wrapping 16-bit sums are exact; then widened into int32
+  per block. numba types the products int64, but when only their int16 store is used LLVM narrows them (the
+  same loop through a numba intrinsic that multiplies in int16 ran 40% slower).
+  Layout, measured for 3072 x 576 against the int32 kernel: the 16-bit loop over tiles of 64 / 128 / 256
+  channels ([N / W, K / 2, W], as before) took 0.56x / 0.43x / 0.39x its time (each 8 bytes' setup, 16
+  inputs broadcast, is paid per tile), over all N channels of [K / 2, N] 0.33x. Out of cache (64 MB of
+  layers cycled, as in an LLM's decode) that layout read 10 GB/s at N = 3072 but only 5 GB/s at N = 576,
+  the old kernel's rate: it streams 8 rows of N bytes at once, which the hardware prefetcher follows poorly
+  when rows are short (software prefetch through ``llvm.prefetch``: +10-15% at N = 576, -12% at 3072).
+  Storing each 8 bytes of GROUP = 64 channels together ([K / 16, N / 64, 8, 64]) makes every pass one
+  sequential run: 7.5-9 GB/s below N = 2048 at the same in-cache speed, but 10 vs 12.6 GB/s for the
+  49152-channel output head, so from WIDE = 2048 channels on the group is all N (the [K / 2, N] layout).
+  Now, bench/qgemv_ab.py --kernel-ab main (same process, alternating, outputs bit-identical), in cache,
+  blocks of 32 / 128: 3072 x 576 154 -> 57 / 133 -> 43 us, 960 x 576 49 -> 19 / 43 -> 15, 576 x 1536
+  77 -> 30 / 74 -> 26, 576 x 576 30 -> 12 / 26 -> 10, 192 x 576 11 -> 5.4 / 9.3 -> 4.7, 49152 x 576
+  2.5 -> 1.1 / 2.2 -> 0.74 ms; out of cache (block 32): 3072 x 576 161 -> 88 us, 960 x 576 55 -> 33,
+  576 x 1536 86 -> 49, 576 x 576 35 -> 22, 49152 x 576 2.5 -> 1.1 ms. SmolLM2-135M 8da4w decode (1
+  thread): the QB4W GEMV's share of a token 10.5 -> 6.4 ms, the token (bench/llm_profile.py) 40.5 -> 38.2
+  ms. Several rows (M = 2-16) take one pass over the weights each: passing once, each 8 bytes' run times
+  every row before the next, ran at the same speed in and out of cache (past one row the multiplies bound
+  it, not the bytes). QB4W blocks must be multiples of 16 inputs (8 bytes a partial sum); for other blocks
+  the node dequantizes at load. Unpacking to int8 at load would double the memory and did not vectorise better
+  (int8 tiles: 6x slower than packed).
 * Single-threaded: a ``prange`` over output channels (numba's parallel workqueue) took 9 ms for a call the
   serial loop does in 0.04 ms on this shared 2-core machine (waking threads per call).
 
@@ -44,7 +67,8 @@ import numpy as np
 
 from edgetorch.backends.xnnpack import fast
 
-LANES = 32  # output channels per QB4W tile: 16 ran scalar (LLVM unrolled it instead), 32 vectorised
+# QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``): GROUP, or all N from WIDE on.
+GROUP, WIDE = 64, 2048
 
 
 def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover - compiled
@@ -80,66 +104,87 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover
             y[i, c] = v
 
 
-def _qb4w(xc, xe, xo, w, block, scales, xscale, bias, lo, hi, y, acc, total):  # pragma: no cover - compiled
-    """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[n, b] + bias[n], lo, hi).
+def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
+    """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[b, n] + bias[n], lo, hi).
 
-    ``w`` [tiles, K / 2, LANES] uint8 (``tiles``), ``scales`` [tiles, K / block, LANES] float32, ``block`` the
-    inputs per scale (even, dividing K); ``xe``, ``xo`` int16 [M, K / 2] scratch for the even and odd inputs;
-    ``acc`` int32 and ``total`` float32 [LANES] scratch. Channels past N (the last tile's padding) are not
-    written."""
+    ``w`` [K / 16, N / G, 8, G] uint8 and ``scales`` [K / block, N] float32 (``arrange_qb4w``; N rounded up to
+    the group size G), ``block`` the inputs per scale (a multiple of 16, dividing K). Scratch: ``xe``, ``xd``
+    int16 [M, K / 2] for each row's e (its even inputs) and d (odd - 16 even), ``fix`` int16 [M, K / 16];
+    ``part`` int16 [N rounded up to G], ``acc`` int32 and ``total`` float32 [N].
+
+    Byte b = lo + 16 hi times inputs (e, o) is e (lo - 8) + o (hi - 8) = e b + d hi - 8 (e + o): two 16-bit
+    multiplies a byte and no mask. Eight bytes' sum is within int16 (at most 16 * 255 * 8), so it is summed
+    in wrapping 16-bit lanes, ``fix`` = 8 sum(e + o) of those bytes taken off, then widened into the block's
+    int32 sum. (numba types the products int64, but as they are only stored as int16 LLVM computes them 16
+    bits wide: 16 lanes a vector, vpmullw.)"""
     m, k = xc.shape
     n = y.shape[1]
     half = k // 2
     hb = block // 2
-    lanes = w.shape[2]
+    group = w.shape[3]
     for i in range(m):
         for j in range(half):
-            xe[i, j] = np.int16(xc[i, 2 * j])
-            xo[i, j] = np.int16(xc[i, 2 * j + 1])
+            ev = np.int32(xc[i, 2 * j])
+            xe[i, j] = ev
+            xd[i, j] = np.int32(xc[i, 2 * j + 1]) - 16 * ev
+        for q in range(half // 8):
+            s = np.int32(0)
+            for j in range(16 * q, 16 * q + 16):
+                s += np.int32(xc[i, j])
+            fix[i, q] = 8 * s
     with_bias = bias.shape[0] > 0
-    for t in range(w.shape[0]):
-        tile = w[t]
-        tscale = scales[t]
-        for i in range(m):
-            e = xe[i]
-            o = xo[i]
-            for c in range(lanes):
-                total[c] = 0
-            for b in range(half // hb):
-                for c in range(lanes):
-                    acc[c] = 0
-                for j in range(b * hb, b * hb + hb):
-                    ej = np.int32(e[j])
-                    oj = np.int32(o[j])
-                    wj = tile[j]
-                    for c in range(lanes):
-                        byte = np.int32(wj[c])
-                        acc[c] += ej * ((byte & 15) - 8) + oj * ((byte >> 4) - 8)
-                s = tscale[b]
-                for c in range(lanes):
-                    total[c] += np.float32(acc[c]) * s[c]
-            for c in range(min(lanes, n - t * lanes)):
-                v = total[c] * xscale[i, 0]
-                if with_bias:
-                    v = v + bias[t * lanes + c]
-                if v < lo:
-                    v = lo
-                if v > hi:
-                    v = hi
-                y[i, t * lanes + c] = v
+    for i in range(m):
+        e = xe[i]
+        d = xd[i]
+        for c in range(n):
+            total[c] = 0
+        for b in range(half // hb):
+            for c in range(n):
+                acc[c] = 0
+            for j in range(b * hb, b * hb + hb, 8):
+                e0, e1, e2, e3 = e[j], e[j + 1], e[j + 2], e[j + 3]
+                e4, e5, e6, e7 = e[j + 4], e[j + 5], e[j + 6], e[j + 7]
+                d0, d1, d2, d3 = d[j], d[j + 1], d[j + 2], d[j + 3]
+                d4, d5, d6, d7 = d[j + 4], d[j + 5], d[j + 6], d[j + 7]
+                f = fix[i, j // 8]
+                eight = w[j // 8]
+                for g in range(eight.shape[0]):
+                    rows = eight[g]
+                    first = g * group
+                    for c in range(group):
+                        b0, b1, b2, b3 = rows[0, c], rows[1, c], rows[2, c], rows[3, c]
+                        b4, b5, b6, b7 = rows[4, c], rows[5, c], rows[6, c], rows[7, c]
+                        s = e0 * b0 + d0 * (b0 >> 4) + e1 * b1 + d1 * (b1 >> 4) + e2 * b2 + d2 * (b2 >> 4)
+                        s += e3 * b3 + d3 * (b3 >> 4) + e4 * b4 + d4 * (b4 >> 4) + e5 * b5 + d5 * (b5 >> 4)
+                        s += e6 * b6 + d6 * (b6 >> 4) + e7 * b7 + d7 * (b7 >> 4)
+                        part[first + c] = s - f
+                for c in range(n):
+                    acc[c] += np.int32(part[c])
+            scale = scales[b]
+            for c in range(n):
+                total[c] += np.float32(acc[c]) * scale[c]
+        for c in range(n):
+            v = total[c] * xscale[i, 0]
+            if with_bias:
+                v = v + bias[c]
+            if v < lo:
+                v = lo
+            if v > hi:
+                v = hi
+            y[i, c] = v
 
 
-def tile_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def arrange_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """XNNPACK's QB4W weights ([N, K / 2] bytes, two inputs a byte, + 8) and block scales [N, K / block] as the
-    kernel's tiles: [tiles, K / 2, LANES] bytes and [tiles, K / block, LANES] float32; the padding channels
-    are zero weights (0x88) with zero scales."""
-    tiles = -(-n // LANES)
-    w = np.full((tiles * LANES, k // 2), 0x88, np.uint8)
+    kernel reads them: [K / 16, N / G, 8, G] bytes, so that the 8 bytes of the G channels it multiplies in one
+    pass are one run of memory (G = GROUP, N rounded up to it with zero weights, 0x88; G = N from WIDE
+    channels on), and [K / block, N] float32."""
+    group = n if n >= WIDE else GROUP
+    groups = -(-n // group)
+    w = np.full((groups * group, k // 2), 0x88, np.uint8)
     w[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
-    s = np.zeros((tiles * LANES, scales.shape[1]), np.float32)
-    s[:n] = scales
-    w = np.ascontiguousarray(w.reshape(tiles, LANES, k // 2).transpose(0, 2, 1))
-    return w, np.ascontiguousarray(s.reshape(tiles, LANES, -1).transpose(0, 2, 1))
+    w = np.ascontiguousarray(w.reshape(groups, group, k // 16, 8).transpose(2, 0, 3, 1))
+    return w, np.ascontiguousarray(np.asarray(scales, np.float32).T)
 
 
 def qc8w() -> Any:
@@ -148,37 +193,36 @@ def qc8w() -> Any:
 
 
 def qb4w() -> Any:
-    """The compiled ``f(xc, xe, xo, w, block, scales, xscale, bias, lo, hi, y, acc, total)`` of ``_qb4w``, or
+    """The compiled ``f(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)`` of ``_qb4w``, or
     None without the tier."""
     return fast.compiled("qb4w_gemv", _qb4w)
 
 
 def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compiled
     """out[:K, n] = channel n's weights dequantized (nibble - 8 times its block scale), out[K, n] = bias[n] (0
-    without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s tiles. Row by row of
-    the tiles, so the bytes read and the floats written are contiguous runs of LANES channels; one loop per
-    output row (the even and odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
+    without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s bytes, a group of
+    channels at a time, so the bytes read and the floats written are contiguous; one loop per output row (the
+    even and odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
     n = out.shape[1]
-    lanes = w.shape[2]
-    half = w.shape[1]
     hb = block // 2
-    for t in range(w.shape[0]):
-        tile = w[t]
-        tscale = scales[t]
-        first = t * lanes
-        width = min(lanes, n - first)
-        for j in range(half):
-            wj = tile[j]
-            s = tscale[j // hb]
-            even = out[2 * j, first : first + width]
-            for c in range(width):
-                even[c] = np.float32((np.int32(wj[c]) & 15) - 8) * s[c]
-            odd = out[2 * j + 1, first : first + width]
-            for c in range(width):
-                odd[c] = np.float32((np.int32(wj[c]) >> 4) - 8) * s[c]
-        last = out[2 * half]
-        for c in range(width):
-            last[first + c] = bias[first + c] if bias.shape[0] else np.float32(0)
+    group = w.shape[3]
+    for q in range(w.shape[0]):
+        for g in range(w.shape[1]):
+            first = g * group
+            width = min(group, n - first)
+            for r in range(8):
+                j = 8 * q + r
+                row = w[q, g, r]
+                s = scales[j // hb, first : first + width]
+                even = out[2 * j, first : first + width]
+                for c in range(width):
+                    even[c] = np.float32((np.int32(row[c]) & 15) - 8) * s[c]
+                odd = out[2 * j + 1, first : first + width]
+                for c in range(width):
+                    odd[c] = np.float32((np.int32(row[c]) >> 4) - 8) * s[c]
+    last = out[out.shape[0] - 1]
+    for c in range(n):
+        last[c] = bias[c] if bias.shape[0] else np.float32(0)
 
 
 def _dequantize_qc8w(w, wscale, bias, out):  # pragma: no cover - compiled
@@ -249,13 +293,14 @@ class IntegerLinear:
         bias: np.ndarray | None,
         keep: bool = False,
     ) -> IntegerLinear | None:
-        """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier or
-        when ``MAX_ROWS`` gives the case 0 rows."""
+        """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier, when
+        ``MAX_ROWS`` gives the case 0 rows, or for a block that is not a multiple of 16 inputs (the kernel sums
+        8 bytes at a time)."""
         rows = MAX_ROWS["qb4w", keep]
-        kernel = qb4w() if rows > 0 else None
+        kernel = qb4w() if rows > 0 and block % 16 == 0 else None
         if kernel is None:
             return None
-        w, s = tile_qb4w(packed, scales, n, k)
+        w, s = arrange_qb4w(packed, scales, n, k)
         return cls(kernel, (w, block, s), (n, k), bias, rows, keep)
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
@@ -268,9 +313,13 @@ class IntegerLinear:
             xi, dots = np.empty((m, self.k), np.int16), np.empty((m, self.n), np.int32)
             return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots)]
         w, block, s = self.weights
-        xe, xo = np.empty((m, self.k // 2), np.int16), np.empty((m, self.k // 2), np.int16)
-        acc, total = np.empty(LANES, np.int32), np.empty(LANES, np.float32)
-        return [partial(self.kernel, xc, xe, xo, w, block, s, xscale, self.bias, lo32, hi32, y, acc, total)]
+        xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
+        scratch = (
+            np.empty(w.shape[1] * w.shape[3], np.int16),
+            np.empty(self.n, np.int32),
+            np.empty(self.n, np.float32),
+        )
+        return [partial(self.kernel, xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)]
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @
@@ -309,11 +358,13 @@ FLOAT_BUDGET = 16 << 20
 
 # The most input rows the integer kernels take, per weight kind and whether the program keeps float32 weights
 # (FLOAT_BUDGET); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
-# shapes, everything in cache, load 1.6): against dequantize + sgemm (a large program) the QC8W kernel wins
-# up to 8 rows (0.30 vs 0.42 ms for 576 x 1536) and ties at 16, QB4W wins up to 4 (0.31 vs 0.43) and loses at
-# 8; against float32 weights held (a small program) QC8W wins up to 4 rows (0.15 vs 0.22) and ties at 8 (the
-# MLP's 8 rows ran 4% slower on it), and QB4W loses already at 1 row (0.080 vs 0.066), so a small QB4W
-# program keeps dequantizing at load as before. In a large program the
-# GEMV's gain is the bytes it reads, which the in-cache table does not show (SmolLM2's decode: 1.33x faster).
+# shapes, everything in cache, load 1.6-1.8): against dequantize + sgemm (a large program) the QC8W kernel
+# wins up to 8 rows (0.30 vs 0.42 ms for 576 x 1536) and ties at 16; QB4W wins up to 16 on every shape (0.48
+# vs 0.55 ms for 1536 x 576, 0.79 vs 1.14 for 576 x 3072) and loses on some at 32 (0.94 vs 0.83). Against
+# float32 weights held (a small program) QC8W wins up to 4 rows (0.15 vs 0.22) and ties at 8 (the MLP's 8
+# rows ran 4% slower on it); QB4W wins up to 8 on every shape (0.24 vs 0.40 ms for 1024 x 1024, 0.19 vs 0.29
+# for 576 x 1536; at 1 row 0.011 vs 0.027 for 576 x 576) and loses on some at 16 (0.48 vs 0.44); bench's MLP
+# as 8da4w (a small program, --mlp) then runs 8 rows in 0.72 ms instead of 0.89, 1 row in 0.16 instead of
+# 0.25. In a large program the GEMV also gains the bytes it reads, which the in-cache table does not show.
 # All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
-MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 4, ("qb4w", False): 4, ("qb4w", True): 0}
+MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 4, ("qb4w", False): 16, ("qb4w", True): 8}

@@ -90,11 +90,63 @@ def test_qb4w_kernel_equals_reference(m, k, n, block, monkeypatch):
         assert (layer.dequantized() is deq) == keep
 
 
+def _qb4w_float32(xc, w, scales, block, xscale, bias, lo, hi):
+    """The QB4W node's float32 arithmetic, step by step as the kernel rounds it: each block's exact integer dot
+    as float32, times its scale, summed in block order; times the row's scale; plus the bias; clamped."""
+    m, k = xc.shape
+    n = w.shape[0]
+    dots = (xc.astype(np.int64).reshape(m, 1, -1, block) * w.reshape(1, n, -1, block).astype(np.int64)).sum(-1)
+    total = np.zeros((m, n), np.float32)
+    for b in range(k // block):
+        total = total + dots[:, :, b].astype(np.float32) * scales[:, b]
+    v = total * xscale
+    if bias is not None:
+        v = v + bias
+    return np.minimum(np.maximum(v, lo), hi)
+
+
+@needs_numba
+@pytest.mark.parametrize("seed", range(12))
+def test_qb4w_kernel_rounds_bit_for_bit(seed, monkeypatch):
+    # Random shapes (any N, blocks of 16 to 256 inputs), with and without bias and clamps, and the extreme
+    # 8-byte sums of the kernel's 16-bit lanes (+-255 inputs on -8 weights: +-16 * 2040): every float32 result
+    # identical to the arithmetic in its written order.
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 16))
+    rng = np.random.default_rng(seed)
+    block = int(rng.choice([16, 32, 64, 128, 256]))
+    m, k, n = int(rng.integers(1, 17)), block * int(rng.integers(1, 5)), int(rng.integers(1, 300))
+    xc, xscale, bias = _inputs(rng, m, k, n)
+    w = rng.integers(-8, 8, (n, k)).astype(np.int8)
+    w[: n // 2 + 1 : 2] = -8
+    w[1::3, ::2] = 7
+    xc[0, : k // 2], xc[0, k // 2 :] = 255, -255  # on channel 0's -8 weights: 8-byte sums of -32640 and 32640
+    scales = (rng.uniform(0.001, 0.02, (n, k // block)) * rng.choice([-1, 1], (n, k // block))).astype(np.float32)
+    b = bias if seed % 2 else None
+    lo, hi = (np.float32(-0.5), np.float32(0.25)) if seed % 3 == 0 else (-INF, INF)
+    if seed % 4 < 2:  # the bytes of all N channels in one group (the layout of wide layers), else groups of 64
+        monkeypatch.setattr(qgemv, "WIDE", n)
+    layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, block, n, k, b)
+    y = np.full((m, n), np.nan, np.float32)
+    for step in layer.steps(xc, xscale, y, lo, hi):
+        step()
+    want = _qb4w_float32(xc, w, scales, block, xscale, b, lo, hi)
+    np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32))
+
+
+@needs_numba
+def test_qb4w_blocks_the_kernel_does_not_take(monkeypatch):
+    # Blocks of a multiple of 16 inputs only (the kernel sums 8 bytes at a time): the node dequantizes others.
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+    w = np.zeros((4, 8), np.uint8)
+    assert qgemv.IntegerLinear.qb4w(w, np.ones((4, 2), np.float32), 8, 4, 16, None) is None
+    assert qgemv.IntegerLinear.qb4w(w, np.ones((4, 1), np.float32), 16, 4, 16, None) is not None
+
+
 @needs_numba
 @pytest.mark.parametrize("kind", ["qc8w", "qb4w"])
 def test_dequantized_matmul_equals_reference(kind, monkeypatch):
     monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
-    m, k, n = 3, 64, 4 * qgemv.LANES + 7  # QB4W: the last tile partial
+    m, k, n = 3, 64, 135  # QB4W: 2 groups of 64 channels and a partial one
     rng = np.random.default_rng(7)
     xa = np.ones((m, k + 1), np.float32)
     xa[:, :k] = rng.standard_normal((m, k))
@@ -102,16 +154,19 @@ def test_dequantized_matmul_equals_reference(kind, monkeypatch):
     if kind == "qc8w":
         w = rng.integers(-127, 128, (n, k)).astype(np.int8)
         wscale = rng.uniform(0.001, 0.02, n).astype(np.float32)
-        layer = qgemv.IntegerLinear.qc8w(w, wscale, bias)
+        layers = [qgemv.IntegerLinear.qc8w(w, wscale, bias)]
         floats = w * wscale[:, None].astype(np.float64)
     else:
         w = rng.integers(-8, 8, (n, k)).astype(np.int8)
         scales = rng.uniform(0.001, 0.02, (n, k // 32)).astype(np.float32)
-        layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias)
+        layers = [qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias)]  # groups of 64, the last partial
+        monkeypatch.setattr(qgemv, "WIDE", n)
+        layers.append(qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias))  # all N in one group
         floats = (w.reshape(n, -1, 32) * scales[:, :, None].astype(np.float64)).reshape(n, k)
-    y = np.full((m, n), np.nan, np.float32)
-    layer.matmul(xa, y)
-    _close(y, xa[:, :k].astype(np.float64) @ floats.T + bias)
+    for layer in layers:
+        y = np.full((m, n), np.nan, np.float32)
+        layer.matmul(xa, y)
+        _close(y, xa[:, :k].astype(np.float64) @ floats.T + bias)
 
 
 def _executorch_written(model: str, scheme: str):
