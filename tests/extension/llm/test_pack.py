@@ -77,3 +77,33 @@ def test_packing_as_linears_keeps_linears_and_quantizes_like_the_parts(overrides
             torch.testing.assert_close(
                 packed(chunk, torch.tensor([pos])), original(chunk, torch.tensor([pos])), rtol=1e-5, atol=1e-5
             )
+
+
+def test_delegated_packing_keeps_gate_and_up_apart_and_norms_as_linears():
+    """``pack_for_decode(linears=True, delegated=True)`` (the XNNPACK export): gate and up stay two linears,
+    each RMSNorm's mean is a linear, the model computes what it did; the exported program needs fewer
+    delegates and no ``mean``."""
+    from edgetorch.extension.llm.export import export_llm
+    from edgetorch.extension.llm.model.transformer import RMSNorm
+
+    checkpoint = random_checkpoint(seed=4, max_seq_len=8, max_context_len=16)
+    original = build_model(checkpoint)
+    packed = pack_for_decode(build_model(checkpoint), linears=True, delegated=True)
+    ffn = packed.layers[0].feed_forward
+    assert not hasattr(ffn, "w13") and isinstance(ffn.w1, torch.nn.Linear) and isinstance(ffn.w3, torch.nn.Linear)
+    assert all(m.mean_row is not None for m in packed.modules() if isinstance(m, RMSNorm))
+    tokens = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for step in ((tokens[:, :5], torch.tensor([0])), (tokens[:, 5:], torch.tensor([5]))):
+            torch.testing.assert_close(packed(*step), original(*step), rtol=1e-5, atol=1e-5)
+    from edgetorch.runtime import Runtime
+
+    def counts(pte: bytes) -> tuple[int, int]:
+        executor = Runtime.get().load_program(pte).load_method("forward")._executor
+        names = [executor.describe(pc) for pc in range(len(executor.instructions))]
+        return sum(n.startswith("delegate") for n in names), sum("mean" in n for n in names)
+
+    options = dict(max_seq_len=8, max_context_len=16, quantize="8da4w", use_sdpa_with_kv_cache=True)
+    delegated = counts(export_llm(checkpoint, backend="xnnpack", **options))
+    assert delegated[1] == 0, delegated
+    assert delegated[0] <= 3 * checkpoint.args.n_layers + 2, delegated

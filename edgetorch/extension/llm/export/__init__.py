@@ -146,14 +146,16 @@ _MERGED = {
 
 
 def merged_blocks(
-    blocks: dict[str, tuple[torch.Tensor, torch.Tensor]], layers: int
+    blocks: dict[str, tuple[torch.Tensor, torch.Tensor]], layers: int, gate_up: bool = True
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """``blocks`` (a Q4_1 checkpoint's per-block scale and min, by linear) for the linears that
-    ``pack_for_decode(linears=True)`` stacks: the parts' rows stacked in the same order. Parts missing from
-    ``blocks`` leave the merged linear out (it gets plain 8da4w)."""
+    ``pack_for_decode(linears=True)`` stacks (q/k/v, and gate/up unless ``gate_up`` is False): the parts' rows
+    stacked in the same order. Parts missing from ``blocks`` leave the merged linear out (it gets plain 8da4w)."""
     merged = dict(blocks)
     for i in range(layers):
         for into, parts in _MERGED.items():
+            if into == "feed_forward.w13" and not gate_up:
+                continue
             names = [f"layers.{i}.{part}" for part in parts]
             found = [merged.pop(name) for name in names if name in merged]
             if len(found) == len(names):
@@ -214,9 +216,10 @@ def export_llm(
     blocks = checkpoint.q4_1_blocks
     if quantize == "none" and backend == "portable":
         pack_for_decode(model)
-    elif quantize != "none":  # q/k/v and gate/up as one linear each: same per-row quantization
-        pack_for_decode(model, linears=True)
-        blocks = merged_blocks(blocks, len(model.layers))
+    elif quantize != "none" or backend == "xnnpack":  # q/k/v (and gate/up) as one linear each
+        delegated = backend == "xnnpack"  # gate and up stay apart (see pack_for_decode)
+        pack_for_decode(model, linears=True, delegated=delegated)
+        blocks = merged_blocks(blocks, len(model.layers), gate_up=not delegated)
     # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.
     model.to(DTYPES[dtype])
     if quantize != "none":

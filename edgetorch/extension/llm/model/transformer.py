@@ -24,10 +24,19 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.register_buffer("mean_row", None, persistent=False)
+
+    def mean_as_linear(self) -> None:
+        """Take the mean of squares as a linear with one output (weights 1 / dim), not as ``mean``: the
+        whole norm is then operators XNNPACK's partitioner takes, so it joins the linears around it in one
+        delegate. The sum runs in another order, so the result may differ in the last bit."""
+        self.mean_row = torch.full((1, self.weight.shape[0]), 1.0 / self.weight.shape[0])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        squares = h.pow(2)
+        mean = squares.mean(-1, keepdim=True) if self.mean_row is None else F.linear(squares, self.mean_row)
+        h = h * torch.rsqrt(mean + self.eps)
         return self.weight * h.to(x.dtype)
 
 
@@ -98,7 +107,7 @@ def merged_linear(*linears: nn.Linear) -> nn.Linear:
     return merged
 
 
-def pack_for_decode(model: Transformer, linears: bool = False) -> Transformer:
+def pack_for_decode(model: Transformer, linears: bool = False, delegated: bool = False) -> Transformer:
     """Rewrite ``model`` (in place) for a runtime that runs one kernel per graph node: activations stay 2-D
     ``[seq, dim]``, q/k/v and the SwiGLU gate/up projections become one :class:`PackedLinear` each, RoPE's
     half rotation is one ``index_select`` with the sign folded into the sine table. The numbers are the
@@ -110,6 +119,10 @@ def pack_for_decode(model: Transformer, linears: bool = False) -> Transformer:
     :func:`merged_linear`), the output and the embedding as they are: the form to quantize (``quantize_``
     replaces ``nn.Linear``; per-row weight groups quantize a stacked matrix exactly as its parts) and to
     delegate, with three projections a layer fewer.
+
+    ``delegated=True`` (with ``linears``; for XNNPACK) keeps gate and up apart and takes each RMSNorm's mean as
+    a linear (:meth:`RMSNorm.mean_as_linear`): then no slice or ``mean`` sits between the norm, the
+    projections and the SwiGLU, and each layer's feed-forward half is one delegate instead of three pieces.
     """
     args = model.args
     for layer in model.layers:
@@ -120,7 +133,7 @@ def pack_for_decode(model: Transformer, linears: bool = False) -> Transformer:
             attention.wqkv = PackedLinear(attention.wq, attention.wk, attention.wv)
             attention.wo = PackedLinear(attention.wo)
         del attention.wq, attention.wk, attention.wv
-        if ffn.gated:
+        if ffn.gated and not delegated:
             ffn.w13 = merged_linear(ffn.w1, ffn.w3) if linears else PackedLinear(ffn.w1, ffn.w3)
             del ffn.w1, ffn.w3
         elif not linears:
@@ -128,6 +141,10 @@ def pack_for_decode(model: Transformer, linears: bool = False) -> Transformer:
         if not linears:
             ffn.w2 = PackedLinear(ffn.w2)
         attention.packed = ffn.packed = True
+    if delegated:
+        for norm in model.modules():
+            if isinstance(norm, RMSNorm):
+                norm.mean_as_linear()
     tied = isinstance(model.tok_embeddings, nn.Embedding) and model.tok_embeddings.weight is model.output.weight
     if not linears:
         model.output = PackedLinear(model.output)
@@ -263,7 +280,7 @@ class FeedForward(nn.Module):
             self.w3 = nn.Linear(args.dim, args.hidden_dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed and self.gated:
+        if self.packed and self.gated and hasattr(self, "w13"):
             gate_up = self.w13(x)
             hidden = gate_up.shape[-1] // 2
             return self.w2(F.silu(gate_up[..., :hidden]) * gate_up[..., hidden:])
