@@ -125,11 +125,12 @@ def worker_hf(gguf: str, new_tokens: int, threads: int) -> dict:
 
 
 def worker_executorch(pte: str, gguf: str, new_tokens: int, threads: int) -> dict:
-    """ExecuTorch's runtime (pybindings, XNNPACK and its llama custom ops) on an ``export_llm`` program: the
+    """ExecuTorch's runtime (pybindings, XNNPACK, its llama custom ops and quantized kernels) on an LLM program: the
     same prefill-then-decode loop as our runner, driven from Python, greedy."""
     set_threads(threads)
     start = time.perf_counter()
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  registers the llama::* kernels
+    import executorch.kernels.quantized  # noqa: F401  quantized_decomposed::* (a quantized token table)
     import torch
     from executorch.runtime import Runtime
 
