@@ -152,3 +152,24 @@ def test_the_compiled_exp_is_within_one_ulp():
     got = np.array([compiled._exp(v) for v in x], np.float64)
     want = np.exp(x.astype(np.float64))
     assert (np.abs(got - want) / np.spacing(want.astype(np.float32))).max() <= 1
+
+
+@needs_numba
+@pytest.mark.parametrize(("heads", "kv_heads", "n"), [(9, 3, 1), (9, 3, 47), (4, 4, 200), (8, 2, 513)])
+def test_compiled_decode_attention_matches_the_numpy_tier_and_float64(heads, kv_heads, n, monkeypatch):
+    # llama::custom_sdpa for one query over a KV cache (a decode step), grouped-query heads included.
+    rng = np.random.default_rng(n)
+    length, dim = 600, 64
+    keys = rng.standard_normal((1, length, kv_heads, dim)).astype(np.float32)
+    values = rng.standard_normal((1, length, kv_heads, dim)).astype(np.float32)
+    query = (3 * rng.standard_normal((1, 1, heads, dim))).astype(np.float32)
+    on, off = _both_tiers(
+        "llama::custom_sdpa.out", monkeypatch, query, keys, values, n - 1, None, 0.0, True, None, query
+    )
+    np.testing.assert_allclose(on, off, rtol=2e-5, atol=2e-6)
+    q = query[0, 0].astype(np.float64).reshape(kv_heads, heads // kv_heads, dim)
+    k, v = keys[0, :n].astype(np.float64), values[0, :n].astype(np.float64)
+    scores = np.einsum("hgd,nhd->hgn", q, k) / math.sqrt(dim)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    want = np.einsum("hgn,nhd->hgd", weights / weights.sum(-1, keepdims=True), v).reshape(heads, dim)
+    np.testing.assert_allclose(on.reshape(heads, dim), want, rtol=1e-4, atol=1e-5)

@@ -70,8 +70,8 @@ def flat_float32(*arrays: np.ndarray | None) -> bool:
 
 
 def kernel(name: str) -> Any:
-    """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``), or
-    None without the tier."""
+    """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
+    ``decode_attention``), or None without the tier."""
     if not usable():
         return None
     _compile_helpers()
@@ -190,6 +190,44 @@ def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - co
         rstd[i] = r
 
 
+def _decode_attention(q, keys, values, n, scale, out, scores):  # pragma: no cover - compiled
+    """One query position's attention over the first ``n`` rows of a KV cache: ``q`` [heads, head_dim],
+    ``keys``/``values`` [length, kv_heads, head_dim] (query head h reads kv head h // (heads / kv_heads)),
+    ``out`` [heads, head_dim], ``scores`` an [n] float32 scratch. Softmax shifted by the maximum; the dot
+    products and sums may run in SIMD lanes (reassociation), so results equal the NumPy path's within float32
+    rounding. A decode step's whole attention in one pass instead of a dozen NumPy calls (30 -> 8 us)."""
+    f = np.float32
+    heads, dim = q.shape
+    group = heads // keys.shape[1]
+    for h in range(heads):
+        kh = h // group
+        qh = q[h]
+        m = f(-np.inf)
+        for j in range(n):
+            kj = keys[j, kh]
+            s = f(0)
+            for d in range(dim):
+                s += qh[d] * kj[d]
+            s *= scale
+            scores[j] = s
+            m = s if s > m else m
+        total = f(0)
+        for j in range(n):
+            v = scores[j] - m
+            e = f(0) if v < f(_EXP_MIN) else _exp(v)
+            scores[j] = e
+            total += e
+        r = f(1) / total
+        o = out[h]
+        for d in range(dim):
+            o[d] = f(0)
+        for j in range(n):
+            w = scores[j] * r
+            vj = values[j, kh]
+            for d in range(dim):
+                o[d] += w * vj[d]
+
+
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that
 # divides can be vectorised (7x on the GELU).
 _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -197,6 +235,7 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "gelu_tanh": (_gelu_tanh, {"error_model": "numpy"}),
     "softmax": (_softmax, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "layer_norm": (_layer_norm, {"error_model": "numpy", "fastmath": {"reassoc"}}),
+    "decode_attention": (_decode_attention, {"error_model": "numpy", "fastmath": {"reassoc"}}),
 }
 
 

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from edgetorch.errors import InvalidInputError, OutOfRangeError
+from edgetorch.runtime.kernels import compiled
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
 
@@ -43,6 +44,17 @@ def _attention(
             "keep start_pos + seq_len within the model's max context length"
         )
     group = heads // kv_heads
+    decode = batch == 1 and seq_len == 1 and attn_mask is None and n_keys > 0
+    fused = compiled.kernel("decode_attention") if decode and compiled.flat_float32(query, keys, values) else None
+    if fused is not None:  # a decode step (one query): one compiled pass (compiled.py)
+        out = resize(out, query.shape)
+        if out.dtype == np.float32 and out.flags.c_contiguous:
+            factor = np.float32(scale if scale is not None else 1.0 / math.sqrt(head_dim))
+            scores = np.empty(n_keys, np.float32)
+            fused(
+                query.reshape(heads, head_dim), keys[0], values[0], n_keys, factor, out.reshape(heads, head_dim), scores
+            )
+            return out
     dtype = np.float32 if query.dtype != np.float64 else np.float64
     # [batch, kv_heads, group * seq_len, head_dim]: one matmul per key/value head serves its whole group.
     q = query.astype(dtype, copy=False).reshape(batch, seq_len, kv_heads, group, head_dim)
