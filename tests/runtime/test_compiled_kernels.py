@@ -157,7 +157,10 @@ def test_the_compiled_exp_is_within_one_ulp():
 @needs_numba
 @pytest.mark.parametrize(("heads", "kv_heads", "n"), [(9, 3, 1), (9, 3, 47), (4, 4, 200), (8, 2, 513)])
 def test_compiled_decode_attention_matches_the_numpy_tier_and_float64(heads, kv_heads, n, monkeypatch):
-    # llama::custom_sdpa for one query over a KV cache (a decode step), grouped-query heads included.
+    # llama::custom_sdpa for one query over a KV cache (a decode step), grouped-query heads included. The kernel
+    # is taken only when numba is loaded anyway (compiled.kernel_if_loaded).
+    import numba  # noqa: F401
+
     rng = np.random.default_rng(n)
     length, dim = 600, 64
     keys = rng.standard_normal((1, length, kv_heads, dim)).astype(np.float32)
@@ -173,3 +176,21 @@ def test_compiled_decode_attention_matches_the_numpy_tier_and_float64(heads, kv_
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     want = np.einsum("hgn,nhd->hgd", weights / weights.sum(-1, keepdims=True), v).reshape(heads, dim)
     np.testing.assert_allclose(on.reshape(heads, dim), want, rtol=1e-4, atol=1e-5)
+
+
+def test_decode_attention_alone_does_not_import_numba():
+    # A program whose only compiled-tier kernel would be the decode attention (an fp32 LLM) keeps NumPy's path
+    # rather than paying numba's import (~150 MB resident).
+    code = (
+        "import sys, numpy as np\n"
+        "from edgetorch.runtime.kernels.registry import lookup\n"
+        "fn, _ = lookup('llama::custom_sdpa.out')\n"
+        "k = np.ones((1, 8, 2, 4), np.float32); q = np.ones((1, 1, 4, 4), np.float32)\n"
+        "fn(q, k, k, 3, None, 0.0, True, None, np.empty_like(q))\n"
+        "print('numba' in sys.modules)\n"
+    )
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr[-2000:]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,12 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 
         got = _compiled[name] = numba.njit(cache=True, nogil=True, **options)(fn)
     return got
+
+
+def kernel_if_loaded(name: str) -> Any:
+    """:func:`kernel` ``name`` when numba is already imported (another kernel of the program needed it), else
+    None: for a kernel whose gain is smaller than what importing numba costs a process (~150 MB resident)."""
+    return kernel(name) if AVAILABLE and "numba" in sys.modules else None
 
 
 def flat_float32(*arrays: np.ndarray | None) -> bool:

@@ -45,8 +45,9 @@ def _attention(
         )
     group = heads // kv_heads
     decode = batch == 1 and seq_len == 1 and attn_mask is None and n_keys > 0
-    fused = compiled.kernel("decode_attention") if decode and compiled.flat_float32(query, keys, values) else None
-    if fused is not None:  # a decode step (one query): one compiled pass (compiled.py)
+    flat = decode and compiled.flat_float32(query, keys, values)
+    fused = compiled.kernel_if_loaded("decode_attention") if flat else None
+    if fused is not None:  # a decode step (one query): one compiled pass (compiled.py), if numba is loaded anyway
         out = resize(out, query.shape)
         if out.dtype == np.float32 and out.flags.c_contiguous:
             factor = np.float32(scale if scale is not None else 1.0 / math.sqrt(head_dim))
