@@ -11,7 +11,7 @@ Greedy decoding of ``--new-tokens`` tokens after a chat prompt of ~40 tokens, BL
     python -m edgetorch llm export --checkpoint SmolLM2.gguf --output /tmp/smol.pte --max-context-len 512
     python bench/llm.py --gguf SmolLM2.gguf --pte /tmp/smol.pte --threads 1 --new-tokens 128
 
-Prints a markdown table and writes ``bench/results/llm.json``.
+Prints a markdown table and writes ``bench/results/llm.json`` and its chart ``llm.png`` (``bench/plots.py``).
 """
 
 from __future__ import annotations
@@ -227,7 +227,11 @@ def main() -> None:
     )
     out = Path(__file__).resolve().parent / "results" / "llm.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"threads": args.threads, "new_tokens": args.new_tokens, "results": results}, indent=1))
+    summary = {"threads": args.threads, "new_tokens": args.new_tokens, "results": results}
+    out.write_text(json.dumps(summary, indent=1))
+    from bench.plots import llm_plot
+
+    llm_plot(summary, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

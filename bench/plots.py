@@ -1,9 +1,9 @@
 """What the suite's numbers mean: contender names, the ratios we report, and the charts.
 
-Reads the dictionary ``bench/suite.py`` writes to ``suite.json``; imports only
-the standard library and matplotlib, so the charts can be redrawn without torch:
+Reads the dictionary ``bench/suite.py`` writes to ``suite.json`` (or ``bench/llm.py``'s ``llm.json``); imports
+only the standard library and matplotlib, so the charts can be redrawn without torch:
 
-    .venv/bin/python bench/plots.py [bench/results/suite.json]
+    .venv/bin/python bench/plots.py [bench/results/suite.json | bench/results/llm.json]
 """
 
 from __future__ import annotations
@@ -103,6 +103,32 @@ def ratio_plot(results: dict, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
+def llm_plot(results: dict, path: pathlib.Path) -> None:
+    """``bench/llm.py``'s contenders side by side: decode and prefill tokens/s, and peak RSS against file size."""
+    rows = {name: r for name, r in results["results"].items() if "error" not in r}
+    names = list(rows)
+    plt, fig, _ = _axes(max(9.0, 1.4 * len(names) + 3))
+    fig.set_size_inches(max(9.0, 1.4 * len(names) + 3), 7.5)
+    fig.clear()
+    speed, memory = fig.subplots(2, 1)
+    xs = range(len(names))
+    for offset, key, label in ((-0.2, "decode_tps", "decode tok/s"), (0.2, "prefill_tps", "prefill tok/s")):
+        bars = speed.bar([x + offset for x in xs], [rows[n][key] for n in names], 0.4, label=label)
+        speed.bar_label(bars, fmt="%.0f", fontsize=7)
+    speed.set_xticks(list(xs), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+    speed.set_ylabel("tokens / s")
+    speed.set_title(f"{results['new_tokens']} new tokens, {results['threads']} thread(s); higher is better")
+    speed.legend(fontsize=8)
+    for offset, key, label in ((-0.2, "peak_rss", "peak RSS"), (0.2, "file_bytes", "file")):
+        bars = memory.bar([x + offset for x in xs], [rows[n][key] / 2**20 for n in names], 0.4, label=label)
+        memory.bar_label(bars, fmt="%.0f", fontsize=7)
+    memory.set_xticks(list(xs), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+    memory.set_ylabel("MiB")
+    memory.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def draw(results: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
     """Write latency.png and ratios.png into ``out_dir``; returns their paths."""
     paths = [out_dir / "latency.png", out_dir / "ratios.png"]
@@ -115,5 +141,10 @@ if __name__ == "__main__":
     source = pathlib.Path(
         sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent / "results" / "suite.json"
     )
-    for p in draw(json.loads(source.read_text()), source.parent):
-        print(f"wrote {p}")
+    data = json.loads(source.read_text())
+    if "models" not in data:  # bench/llm.py's results
+        llm_plot(data, source.with_suffix(".png"))
+        print(f"wrote {source.with_suffix('.png')}")
+    else:
+        for p in draw(data, source.parent):
+            print(f"wrote {p}")
