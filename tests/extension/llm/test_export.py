@@ -154,3 +154,26 @@ def test_8da4w_output_in_8_bits_and_a_tied_table_stored_once():
             got = method.execute([tok.numpy(), np.array([pos])])[0]
             # XNNPACK's 4-bit weights keep bfloat16 scales: close to the eager model, not equal
             np.testing.assert_allclose(got, want, rtol=0.05, atol=0.05 * np.abs(want).max())
+
+
+def test_fp32_xnnpack_head_is_a_delegate_constant_stored_once():
+    """fp32 with XNNPACK: a tied output matrix gets its own copy, so the delegate holds it as a constant (a weight
+    shared with the embedding would be a delegate input, copied in at every call); the file keeps one copy."""
+    import gc
+
+    from edgetorch.backends.xnnpack.runtime import XnnpackDelegate
+
+    checkpoint = random_checkpoint(max_seq_len=8, max_context_len=16)
+    table = checkpoint.state_dict["tok_embeddings.weight"].numpy()
+    pte = export_llm(checkpoint, max_seq_len=8, max_context_len=16, backend="xnnpack")
+    assert pte.count(table.tobytes()) == 1
+    before = {id(o) for o in gc.get_objects() if isinstance(o, XnnpackDelegate)}
+    method = Runtime.get().load_program(pte).load_method("forward")
+    delegates = [o for o in gc.get_objects() if isinstance(o, XnnpackDelegate) and id(o) not in before]
+    shapes = [tuple(c.shape) for d in delegates for c in d.graph.constants.values()]
+    assert table.shape in shapes or table.T.shape in shapes, shapes
+    tokens = torch.randint(0, 100, (1, 5), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = build_model(checkpoint)(tokens, torch.tensor([0])).numpy()
+    got = method.execute([tokens.numpy(), np.array([0])])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

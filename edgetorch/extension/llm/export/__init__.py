@@ -220,6 +220,12 @@ def export_llm(
         delegated = backend == "xnnpack"  # gate and up stay apart (see pack_for_decode)
         pack_for_decode(model, linears=True, delegated=delegated)
         blocks = merged_blocks(blocks, len(model.layers), gate_up=not delegated)
+    if quantize == "none" and backend == "xnnpack" and getattr(model, "tok_embeddings", None) is not None:
+        if model.tok_embeddings.weight is model.output.weight:
+            # A weight shared with the embedding would reach the delegate as an input, copied in at every call
+            # (113 MB a token for SmolLM2); its own copy is a delegate constant, and the writer stores the
+            # identical bytes once (share_identical_data).
+            model.output.weight = torch.nn.Parameter(model.output.weight.detach().clone(), requires_grad=False)
     # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.
     model.to(DTYPES[dtype])
     if quantize != "none":
