@@ -115,6 +115,16 @@ class _Graph:
                 f"XNNPACK value {tv.id_out} has datatype {tv.datatype.name}; edgetorch's XNNPACK runtime supports "
                 f"{sorted(d.name for d in list(_DTYPES) + list(_QUANTIZED_DTYPES))}"
             )
+        q = self.quant.get(tv.id_out)
+        if q is not None and q.scale is not None and np.ndim(q.scale) == 0:
+            low, high = _qrange(dtype)
+            if not low <= q.zero_point <= high:
+                raise DelegateLoadError(
+                    f"XNNPACK value {tv.id_out} is {tv.datatype.name} with zero point {q.zero_point}, outside "
+                    f"[{low}, {high}]; XNNPACK refuses it (ExecuTorch's runtime fails to load it too). ExecuTorch's "
+                    "lowering writes activations quantized to uint8 this way: quantize activations as int8 (the "
+                    "XNNPACKQuantizer's get_symmetric_quantization_config) and export again"
+                )
         self.values[tv.id_out] = tv
         if tv.constant_buffer_idx:
             try:

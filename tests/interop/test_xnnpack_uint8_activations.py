@@ -1,0 +1,54 @@
+"""Activations quantized to uint8 (QU8) and lowered by ExecuTorch's XNNPACK partitioner: ExecuTorch 1.5.1 writes
+them as qint8 tensors with their uint8 zero points (here 141), which XNNPACK refuses, so its runtime fails to
+load the program. Ours refuses it at load too, with a message that says what to change, instead of failing
+at run time on a dtype cast."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from edgetorch.errors import DelegateLoadError
+from edgetorch.runtime import Runtime
+from tests.interop.quantized_models import float_model
+from tests.oracle import ExecuTorchCrashed, run_executorch
+
+
+def _uint8_program() -> tuple[bytes, tuple]:
+    import executorch.kernels.quantized  # noqa: F401  the out variants of the q/dq ops left outside the blob
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils import QuantizationConfig
+    from executorch.exir import to_edge_transform_and_lower
+    from torchao.quantization.pt2e.observer import HistogramObserver
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+
+    base = get_symmetric_quantization_config(is_per_channel=True)
+    act = QuantizationSpec(
+        dtype=torch.uint8, quant_min=0, quant_max=255, qscheme=torch.per_tensor_affine, is_dynamic=False,
+        observer_or_fake_quant_ctr=HistogramObserver.with_args(eps=2**-12),
+    )  # fmt: skip
+    model, args = float_model("mlp")
+    prepared = prepare_pt2e(
+        torch.export.export(copy.deepcopy(model), args).module(),
+        XNNPACKQuantizer().set_global(QuantizationConfig(act, act, base.weight, base.bias)),
+    )
+    for _ in range(4):
+        prepared(*args)
+        prepared(torch.randn_like(args[0]))
+    ep = torch.export.export(convert_pt2e(prepared), args)
+    return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer, args
+
+
+def test_a_uint8_activation_program_is_refused_at_load_by_both_runtimes():
+    pte, args = _uint8_program()
+    with pytest.raises(DelegateLoadError, match=r"zero point \d+, outside \[-128, 127\].*quantize activations as int8"):
+        Runtime.get().load_program(pte).load_method("forward")
+    with pytest.raises(ExecuTorchCrashed, match="Failed to define tensor"):
+        run_executorch(pte, list(args))
