@@ -27,6 +27,7 @@ from edgetorch.exir.backend.partition_utils import (
     TAG,
     PartitionCycleError,
     group_supported_nodes,
+    tag_constant_data,
     tag_partitions,
 )
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
@@ -229,6 +230,28 @@ def test_delegate_owns_constants_only_it_uses():
     first = delegated.graph_module.lowered_module_0
     assert b"const " in first.processed_bytes and "w" in first.original_module.state_dict
     manager = edge_manager_to_backend(to_edge(export(model, args)), {"forward": AddMulPartitionerDemo()})
+    assert_matches(run_pte(manager.to_executorch().buffer, args), model(*args))
+
+
+class CopySharedDemo(AddMulPartitionerDemo):
+    """The demo partitioner, with shared constants copied into each partition that reads them."""
+
+    def partition(self, exported_program):
+        result = super().partition(exported_program)
+        tag_constant_data(exported_program, copy_shared=True)
+        return result
+
+
+def test_a_shared_constant_is_copied_into_the_delegate_when_asked():
+    model, args = Affine(), (torch.randn(2, 4),)
+    delegated = to_backend(edge(model, args), CopySharedDemo())
+    # b is read by both delegates (mm + add, then mul): each owns a copy, and the program keeps none.
+    assert [s.target for s in delegated.graph_signature.input_specs if s.target] == []
+    first, second = delegated.graph_module.lowered_module_0, delegated.graph_module.lowered_module_1
+    assert set(first.original_module.state_dict) == {"w", "b"} and set(second.original_module.state_dict) == {"b"}
+    assert all(len(call.args) == 2 for call in delegate_call_nodes(delegated.graph_module))  # no constant inputs
+    torch.testing.assert_close(delegated.module()(*args), model(*args))
+    manager = edge_manager_to_backend(to_edge(export(model, args)), {"forward": CopySharedDemo()})
     assert_matches(run_pte(manager.to_executorch().buffer, args), model(*args))
 
 

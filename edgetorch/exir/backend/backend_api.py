@@ -34,7 +34,7 @@ from edgetorch.exir.backend.backend_details import PreprocessResult, find_backen
 from edgetorch.exir.backend.compile_spec_schema import CompileSpec
 from edgetorch.exir.backend.delegate import executorch_call_delegate, get_lowered_module_name
 from edgetorch.exir.backend.lowered_backend_module import LoweredBackendModule
-from edgetorch.exir.backend.partition_utils import TAG, check_partition, nodes_by_tag
+from edgetorch.exir.backend.partition_utils import COPIES, TAG, check_partition, nodes_by_tag
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner
 
 __all__ = ["LoweredBackendModule", "PartitionerError", "to_backend"]
@@ -134,9 +134,11 @@ class _Cutter:
             return
         check_partition(ops, tag)
         self._check_owned(owned, ops, tag)
-        sub, inputs, outputs = self._extract(owned, ops)
+        # Shared constants this partition takes its own copy of (tag_constant_data's copy_shared).
+        copied = [a for a in dict.fromkeys(a for n in ops for a in n.all_input_nodes) if tag in a.meta.get(COPIES, ())]
+        sub, inputs, outputs = self._extract(owned + copied, ops)
         lowered = lower_program(spec.backend_id, sub, spec.compile_specs)
-        self._replace(ops, owned, inputs, outputs, lowered)
+        self._replace(ops, owned + copied, inputs, outputs, lowered)
 
     def _is_constant(self, node: Node) -> bool:
         spec = self.input_specs.get(node.name)
@@ -196,7 +198,7 @@ class _Cutter:
             setattr(root, node.target, getattr(self.gm, node.target))
             return graph.node_copy(node)
         placeholder = graph.placeholder(node.name)
-        placeholder.meta = {k: v for k, v in node.meta.items() if k != TAG}
+        placeholder.meta = {k: v for k, v in node.meta.items() if k not in (TAG, COPIES)}
         return placeholder
 
     def _owned_spec(self, node: Node) -> InputSpec:
@@ -221,6 +223,8 @@ class _Cutter:
         for node in reversed(ops):
             graph.erase_node(node)
         for node in owned:
+            if node.users:  # a copied constant that the program still reads
+                continue
             spec = self.input_specs.pop(node.name)
             self.state_dict.pop(spec.target, None)
             self.constants.pop(spec.target, None)
@@ -235,6 +239,7 @@ class _Cutter:
         graph = self.gm.graph
         for node in graph.nodes:
             node.meta.pop(TAG, None)
+            node.meta.pop(COPIES, None)
         self.gm.recompile()
         placeholders = [n.name for n in graph.nodes if n.op == "placeholder"]
         outputs = graph.output_node().args[0]

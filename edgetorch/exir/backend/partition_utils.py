@@ -19,6 +19,7 @@ from torch.export.graph_signature import InputKind
 from edgetorch.errors import EdgetorchError
 
 __all__ = [
+    "COPIES",
     "TAG",
     "PartitionCycleError",
     "check_partition",
@@ -29,6 +30,8 @@ __all__ = [
 ]
 
 TAG = "delegation_tag"
+COPIES = "delegation_tag_copies"
+"""On a constant: the tags of the partitions that take their own copy of it (see ``tag_constant_data``)."""
 
 Node = torch.fx.Node
 
@@ -148,10 +151,13 @@ def tag_partitions(partitions: Iterable[list[Node]], prefix: str = "tag") -> lis
     return tags
 
 
-def tag_constant_data(program: ExportedProgram) -> None:
+def tag_constant_data(program: ExportedProgram, copy_shared: bool = False) -> None:
     """Tag each parameter, buffer and constant whose users all carry one tag, so that delegate owns it.
 
-    Buffers the program mutates stay with the program.
+    A constant that a partition shares with other users (a token table tied to the output projection) is an
+    input of the delegate, handed over at every call; with ``copy_shared`` each partition reading it owns a
+    copy instead (its tag goes into ``COPIES``), and a writer that stores identical bytes once
+    (``share_identical_data``) keeps the file the same size. Buffers the program mutates stay with the program.
     """
     signature = program.graph_signature
     owned_kinds = {InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR}
@@ -163,3 +169,5 @@ def tag_constant_data(program: ExportedProgram) -> None:
         tags = {user.meta.get(TAG) for user in node.users}
         if len(tags) == 1 and None not in tags:
             node.meta[TAG] = tags.pop()
+        elif copy_shared and tags - {None}:
+            node.meta[COPIES] = tags - {None}

@@ -58,7 +58,9 @@ class XnnpackPartitioner(Partitioner):
         groups = group_supported_nodes(exported_program.graph_module, support.supported)
         groups = [g for g in groups if not all(support.is_constant(n) for n in g)]
         tags = tag_partitions(groups, prefix="xnnpack_")
-        tag_constant_data(exported_program)
+        # A weight shared with the program (a tied token table) becomes the delegate's own constant: as an input
+        # it would be copied into the delegate at every call (113 MB a token for SmolLM2's output projection).
+        tag_constant_data(exported_program, copy_shared=True)
         return PartitionResult(exported_program, dict.fromkeys(tags, DelegationSpec(XnnpackBackend.__name__, [])))
 
     def ops_to_not_decompose(

@@ -127,10 +127,8 @@ def quantize_model(
     output = getattr(model, "output", None)
     if not isinstance(output, torch.nn.Linear):
         return
-    tied = tie_embedding and getattr(model, "tok_embeddings", None) is not None
-    tied = tied and model.tok_embeddings.weight is output.weight
-    if tied:  # the output's own copy, which quantize_ replaces; the table follows it below
-        output.weight = torch.nn.Parameter(output.weight.detach().clone())
+    # quantize_ gives the output a new weight; a tied table keeps the old one until it follows below.
+    tied = tie_embedding and getattr(getattr(model, "tok_embeddings", None), "weight", None) is output.weight
     head = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
     quantize_(model, head, filter_fn=lambda module, fqn: fqn == "output")
     if tied:
@@ -220,12 +218,6 @@ def export_llm(
         delegated = backend == "xnnpack"  # gate and up stay apart (see pack_for_decode)
         pack_for_decode(model, linears=True, delegated=delegated)
         blocks = merged_blocks(blocks, len(model.layers), gate_up=not delegated)
-    if quantize == "none" and backend == "xnnpack" and getattr(model, "tok_embeddings", None) is not None:
-        if model.tok_embeddings.weight is model.output.weight:
-            # A weight shared with the embedding would reach the delegate as an input, copied in at every call
-            # (113 MB a token for SmolLM2); its own copy is a delegate constant, and the writer stores the
-            # identical bytes once (share_identical_data).
-            model.output.weight = torch.nn.Parameter(model.output.weight.detach().clone(), requires_grad=False)
     # Weights, KV caches and RoPE tables in the export dtype; RMSNorm still reduces in float32.
     model.to(DTYPES[dtype])
     if quantize != "none":
