@@ -39,7 +39,7 @@ def worker_ours(pte: str, tokenizer: str, new_tokens: int, threads: int) -> dict
 
     runner = TextLLMRunner(pte, tokenizer)
     runner.load()
-    ids = runner.tokenizer.encode(runner.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    ids = prompt_ids(runner.tokenizer)
     runner.metadata["get_eos_ids"], runner.tokenizer.eos_ids = [], []  # always make new_tokens tokens
     runner.warmup("Hello", 4)
     runner.reset()
@@ -58,12 +58,15 @@ def worker_ours(pte: str, tokenizer: str, new_tokens: int, threads: int) -> dict
     }
 
 
+def prompt_ids(tokenizer) -> list[int]:
+    """``PROMPT`` as a chat turn, encoded by ``tokenizer`` (ours): the ids every contender and script is fed."""
+    return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}]))
+
+
 def _prompt_ids(gguf: str) -> list[int]:
-    """The chat prompt as our tokenizer encodes it: every contender but ours is fed these ids."""
     from edgetorch.extension.llm.runner import load_tokenizer
 
-    tok = load_tokenizer(gguf)
-    return tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    return prompt_ids(load_tokenizer(gguf))
 
 
 def _greedy(model_step: Callable[[list[int], int], int], ids: list[int]) -> Iterator[int]:

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import reexec_with_clean_blas_env, set_threads  # noqa: E402
-from bench.llm import PROMPT  # noqa: E402
+from bench.llm import prompt_ids  # noqa: E402
 
 
 def main() -> None:
@@ -50,8 +50,7 @@ def main() -> None:
     for name, r in zip(names, runners):
         ex = r._method._executor
         counts[name] = (len(ex.steps), len(ex.fused[0]) if ex.fused is not None else len(ex.steps))
-    tok = runners[0].tokenizer
-    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    ids = prompt_ids(runners[0].tokenizer)
     prefill: dict[str, list[float]] = {p: [] for p in names}
     decode: dict[str, list[float]] = {p: [] for p in names}
     cpu: dict[str, list[float]] = {p: [] for p in names}  # the same steps in this thread's CPU time

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import reexec_with_clean_blas_env, set_threads  # noqa: E402
-from bench.llm import PROMPT  # noqa: E402
+from bench.llm import prompt_ids  # noqa: E402
 
 
 class _MinTracer:
@@ -68,8 +68,7 @@ def main() -> None:
 
     runner = TextLLMRunner(args.pte, args.gguf)
     runner.load()
-    tok = runner.tokenizer
-    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    ids = prompt_ids(runner.tokenizer)
     executor = runner._method._executor
     if args.unfused:
         executor.fused = None

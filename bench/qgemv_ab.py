@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import reexec_with_clean_blas_env, set_threads  # noqa: E402
-from bench.llm import PROMPT  # noqa: E402
+from bench.llm import prompt_ids  # noqa: E402
 
 
 def _runner(pte: str, gguf: str, gemv: bool):
@@ -52,12 +52,11 @@ def _peak_rss(pte: str, gguf: str, gemv: bool, threads: int, steps: int) -> floa
 import json, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
 from bench.harness import set_threads
-from bench.llm import PROMPT
+from bench.llm import prompt_ids
 set_threads({threads}, with_torch=False)
 from bench.qgemv_ab import _runner
 r = _runner({pte!r}, {gguf!r}, {gemv!r})
-tok = r.tokenizer
-token = int(r._forward(tok.encode(tok.apply_chat_template([{{"role": "user", "content": PROMPT}}]))).argmax())
+token = int(r._forward(prompt_ids(r.tokenizer)).argmax())
 for _ in range({steps}):
     token = int(r._forward([token]).argmax())
 # VmHWM, not getrusage: Linux carries ru_maxrss over fork and exec, so a child of a big parent reports the parent's.
@@ -264,8 +263,7 @@ def main() -> None:
         "quantized, GEMV off (before)": _runner(args.pte, args.gguf, False),
         "quantized, GEMV on (after)": _runner(args.pte, args.gguf, True),
     }
-    tok = contenders["fp32"].tokenizer
-    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPT}]))
+    ids = prompt_ids(contenders["fp32"].tokenizer)
     prefill: dict[str, list[float]] = {name: [] for name in contenders}
     decode: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(args.rounds):

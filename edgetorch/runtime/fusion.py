@@ -143,6 +143,21 @@ def _store(ex: Any, r: int) -> Callable[[tuple[int, ...]], np.ndarray]:
     return out
 
 
+def _unless_0d(vals: Any, slot: int, unfused: Sequence[Callable], fused: Callable[[], None]) -> Callable[[], None]:
+    """``fused``, or the instructions it stands for when value ``slot`` is 0-d at run time: a shape the fused
+    formula does not cover, whose meaning (or error) is the kernels' business."""
+
+    def step() -> None:
+        if vals[slot].ndim == 0:
+            for instruction in unfused:
+                instruction()
+        else:
+            fused()
+
+    step.__name__ = fused.__name__  # what profiles name the step by
+    return step
+
+
 # ---------------------------------------------------------------------------------------------- patterns
 
 
@@ -176,10 +191,6 @@ def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
 
     def rms_norm() -> None:
         xv, wv, ev = vals[x], vals[w], vals[eps]
-        if xv.ndim == 0:  # a 0-d mean is the kernel's business
-            for step in unfused:
-                step()
-            return
         t = np.power(xv, exponent)
         total = np.add.reduce(t, axis=(xv.ndim - 1,), dtype=_F32, keepdims=True)
         with np.errstate(all="ignore"):
@@ -190,7 +201,7 @@ def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
         np.multiply(xv, total, out=t)
         np.multiply(wv, t, out=store(np.broadcast_shapes(wv.shape, t.shape)))
 
-    return 6, rms_norm
+    return 6, _unless_0d(vals, x, unfused, rms_norm)
 
 
 def _rope(plan: _Plan, pc: int) -> tuple[int, Callable]:
@@ -214,16 +225,12 @@ def _rope(plan: _Plan, pc: int) -> tuple[int, Callable]:
 
     def rope() -> None:
         xv, cv, sv, iv = vals[x], vals[cos], vals[sin], vals[perm]
-        if xv.ndim == 0:  # not a rotary embedding after all: run the instructions as they are
-            for step in unfused:
-                step()
-            return
         a = np.multiply(xv, cv)
         b = np.take(xv, iv.reshape(-1), axis=axis % xv.ndim)
         np.multiply(b, sv, out=b)
         np.add(a, b, out=store(np.broadcast_shapes(a.shape, b.shape)))
 
-    return 4, rope
+    return 4, _unless_0d(vals, x, unfused, rope)
 
 
 def _swiglu(plan: _Plan, pc: int) -> tuple[int, Callable]:
@@ -249,10 +256,6 @@ def _swiglu(plan: _Plan, pc: int) -> tuple[int, Callable]:
 
     def swiglu() -> None:
         hv = vals[h]
-        if hv.ndim == 0:  # the slices will fail: let the instructions say so
-            for step in unfused:
-                step()
-            return
         ia, ib = dim_a % hv.ndim, dim_b % hv.ndim
         gate = hv[(slice(None),) * ia + (slice(bounds[0], bounds[1]),)]
         up = hv[(slice(None),) * ib + (slice(bounds[2], bounds[3]),)]
@@ -263,7 +266,7 @@ def _swiglu(plan: _Plan, pc: int) -> tuple[int, Callable]:
         np.multiply(gate, sig, out=sig)
         np.multiply(sig, up, out=store(np.broadcast_shapes(sig.shape, up.shape)))
 
-    return 5, swiglu
+    return 5, _unless_0d(vals, h, unfused, swiglu)
 
 
 # ---------------------------------------------------------------------------------------------- single instructions
@@ -301,15 +304,12 @@ def _mean(plan: _Plan, pc: int) -> tuple[int, Callable]:
 
     def mean() -> None:
         xv = vals[x]
-        if xv.ndim == 0:  # a 0-d mean is the kernel's business
-            unfused()
-            return
         o = store(xv.shape[:-1] + (1,) if keepdim else xv.shape[:-1])
         np.add.reduce(xv, axis=(xv.ndim - 1,), dtype=_F32, keepdims=keepdim, out=o)
         with np.errstate(invalid="ignore", divide="ignore"):
             np.divide(o, xv.shape[-1], out=o, casting="unsafe")
 
-    return 1, mean
+    return 1, _unless_0d(vals, x, [unfused], mean)
 
 
 _PATTERNS = (_rms_norm, _rope, _swiglu, _add, _mean)

@@ -89,10 +89,3 @@ def with_bias_row(w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     """``w`` [K, N] with the bias appended as row K (zeros without a bias), C-contiguous float32."""
     row = np.zeros((1, w.shape[1]), np.float32) if bias is None else np.asarray(bias, np.float32).reshape(1, -1)
     return np.ascontiguousarray(np.concatenate([w.astype(np.float32), row]))
-
-
-def ones_column_buffer(rows: int, k: int) -> np.ndarray:
-    """A [rows, k + 1] float32 buffer whose last column is 1 (the bias row's multiplier)."""
-    buf = np.empty((rows, k + 1), np.float32)
-    buf[:, k] = 1
-    return buf

@@ -196,46 +196,36 @@ class _Graph:
         return c
 
 
-class _Scratch:
-    """The memory that every delegate's plans take their buffers from (all but persistent ones).
+_CHUNK = 4 << 20
+_SCRATCH: list[np.ndarray] = []
+"""The memory every delegate's plans take their buffers from (all but persistent ones), in chunks.
 
-    A delegate's intermediates, and the copies of its inputs and outputs, are only live while one of its
-    plans runs: the inputs are copied in at the start of ``execute`` and the outputs copied out at its end.
-    So every plan of every delegate lays its buffers out from the start of the same chunks, and a process
-    holds the largest plan's bytes, not their sum (a SmolLM2 program has 150 delegates with two plans
-    each, 0.6 GB apart). Calls run one at a time (``_RUN``), which is what makes the sharing safe.
-    """
-
-    CHUNK = 4 << 20
-
-    def __init__(self) -> None:
-        self.chunks: list[np.ndarray] = []
-
-    def cursor(self) -> _Cursor:
-        return _Cursor(self)
+A delegate's intermediates, and the copies of its inputs and outputs, are only live while one of its plans runs:
+the inputs are copied in at the start of ``execute`` and the outputs copied out at its end. So every plan of
+every delegate lays its buffers out from the start of the same chunks (``_Cursor``), and a process holds the
+largest plan's bytes, not their sum (a SmolLM2 program has 150 delegates with two plans each, 0.6 GB apart).
+Calls run one at a time (``_RUN``), which is what makes the sharing safe."""
 
 
 class _Cursor:
-    """One plan's bump allocation over the shared chunks, from the first chunk's start."""
+    """One plan's bump allocation over ``_SCRATCH``, from the first chunk's start."""
 
-    def __init__(self, scratch: _Scratch) -> None:
-        self.chunks = scratch.chunks
+    def __init__(self) -> None:
         self.index = self.offset = 0
 
     def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        nbytes = -(-max(math.prod(shape) * dtype.itemsize, 1) // 64) * 64  # 64-byte aligned slots
+        size = math.prod(shape) * dtype.itemsize
+        slot = -(-max(size, 1) // 64) * 64  # 64-byte aligned slots
         while True:
-            if self.index == len(self.chunks):
-                self.chunks.append(np.empty(max(_Scratch.CHUNK, nbytes), np.uint8))
-            chunk = self.chunks[self.index]
-            if self.offset + nbytes <= chunk.nbytes:
-                view = chunk[self.offset : self.offset + nbytes]
-                self.offset += nbytes
-                return view[: math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+            if self.index == len(_SCRATCH):
+                _SCRATCH.append(np.empty(max(_CHUNK, slot), np.uint8))
+            chunk, start = _SCRATCH[self.index], self.offset
+            if start + slot <= chunk.nbytes:
+                self.offset = start + slot
+                return chunk[start : start + size].view(dtype).reshape(shape)
             self.index, self.offset = self.index + 1, 0
 
 
-_SCRATCH = _Scratch()
 _RUN = threading.Lock()  # one delegate call (or plan build) at a time: they share _SCRATCH
 
 
@@ -261,7 +251,7 @@ class _Env:
         self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
         self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
         self.fc_input: dict[int, np.ndarray] = {}  # qdint8 value -> its dequantized [rows, K + 1] (qfast.py)
-        self.cursor = _SCRATCH.cursor()
+        self.cursor = _Cursor()
 
     def __getitem__(self, vid: int) -> np.ndarray:
         a = self.arrays.get(vid)
@@ -275,12 +265,11 @@ class _Env:
         pool = self.free.get(math.prod(shape) * dtype.itemsize)
         if persistent:
             a = np.empty(shape, dtype)
+            self.pinned.add(vid)
         elif pool:
             a = pool.pop().view(dtype).reshape(shape)
         else:
             a = self.cursor.take(shape, dtype)
-        if persistent:
-            self.pinned.add(vid)
         self.arrays[vid], self.root[vid], self.end[vid] = a, vid, self.last_use.get(vid, -1)
         return a
 
