@@ -7,21 +7,57 @@ median prefill rate and the median (and best) of each round's best decode step. 
     python bench/llm_ab.py --gguf SmolLM2.gguf before.pte after.pte --rounds 6
 
 ``--unfused`` adds, for every program, a second runner with the executor's load-time fusion of element-wise
-chains turned off (``edgetorch.runtime.fusion``): the fusion's own A/B in the same process.
+chains turned off (``edgetorch.runtime.fusion``): the fusion's own A/B in the same process. ``--before REV``
+adds a runner whose fusion (``edgetorch/runtime/fusion.py``) and LLM kernels (``kernels/llama.py``) are those of
+git revision REV: a change to either, A/B in one process.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import reexec_with_clean_blas_env, set_threads  # noqa: E402
 from bench.llm import prompt_ids  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _module_at(rev: str, path: str) -> types.ModuleType:
+    """The module at ``path`` as of git revision ``rev``, executed under a name of its own."""
+    source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True).stdout
+    module = types.ModuleType(f"{Path(path).stem}_at_{rev}")
+    sys.modules[module.__name__] = module
+    exec(compile(source, f"{path}@{rev}", "exec"), module.__dict__)
+    return module
+
+
+def _runner_before(pte: str, gguf: str, rev: str):
+    """A loaded runner whose executor binds the fusion and the ``llama`` kernels of revision ``rev``."""
+    from edgetorch.extension.llm.runner import TextLLMRunner
+    from edgetorch.runtime import executor
+    from edgetorch.runtime.kernels import llama  # noqa: F401  (registered now, restored below)
+    from edgetorch.runtime.kernels.registry import KERNELS
+
+    names = [name for name in KERNELS._kernels if name.startswith("llama::")]
+    current, fuse = {name: KERNELS[name] for name in names}, executor.fuse_steps
+    try:
+        executor.fuse_steps = _module_at(rev, "edgetorch/runtime/fusion.py").fuse_steps
+        _module_at(rev, "edgetorch/runtime/kernels/llama.py")  # registers its kernels over the current ones
+        runner = TextLLMRunner(pte, gguf)
+        runner.load()
+    finally:
+        executor.fuse_steps = fuse
+        for name, entry in current.items():
+            KERNELS[name] = entry
+    return runner
 
 
 def main() -> None:
@@ -32,6 +68,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--unfused", action="store_true", help="also run each program with fusion off")
+    parser.add_argument("--before", metavar="REV", help="also run each program with the fusion and kernels of REV")
     args = parser.parse_args()
     reexec_with_clean_blas_env()
     set_threads(args.threads, with_torch=False)
@@ -46,6 +83,9 @@ def main() -> None:
         r.load()
     for r in runners[len(args.pte) :]:
         r._method._executor.fused = None
+    if args.before:
+        names += [f"{Path(p).name} ({args.before})" for p in args.pte]
+        runners += [_runner_before(p, args.gguf, args.before) for p in args.pte]
     counts = {}
     for name, r in zip(names, runners):
         ex = r._method._executor

@@ -4,8 +4,10 @@ An exported LLM spends much of a decode step in the Python around tiny kernels: 
 instructions (``pow, mean, add, rsqrt, mul, mul``), a rotary embedding four, a SwiGLU gate five, each
 costing 10-25 us of dispatch and argument handling for a few hundred floats of work. When such a chain's
 intermediate values are read by nothing outside it, :func:`fuse_steps` replaces the chain by one step
-that makes the same NumPy calls in the same order (so the result is bit-identical) with none of the
-per-kernel overhead, and writes only the chain's last value.
+that computes the same float32 operations in the same order (so the result is bit-identical) with none of
+the per-kernel overhead, and writes only the chain's last value. It also elides copies: a ``slice_copy`` or
+``view_copy`` whose input memory nothing overwrites while the result is read becomes a NumPy view (see
+"copy elision" below).
 
 Only dynamic methods (LLMs are) and only float32 chains are fused; traced runs use the unfused steps so
 every instruction still reports its own event and outputs. Torch-free.
@@ -13,6 +15,7 @@ every instruction still reports its own event and outputs. Torch-free.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +23,7 @@ import numpy as np
 
 from edgetorch.format import program as fbp
 from edgetorch.runtime.memory import resize
+from edgetorch.runtime.plan_analysis import kernel_results
 from edgetorch.runtime.values import ListRef
 
 _F32 = np.dtype(np.float32)
@@ -62,7 +66,15 @@ class _Plan:
             for j in ex.facts.items(getattr(ins.instr_args, "args", ())):
                 self.readers.setdefault(j, set()).add(pc)
         self.protected = set(ex.plan.outputs) | set(ex.plan.inputs) | ex.facts.view_bases()
-        self.written: set[int] = set().union(*(ex.facts.written(i.instr_args) for i in ex.instructions))
+        self.writes = [ex.facts.written(i.instr_args) for i in ex.instructions]
+        self.written: set[int] = set().union(*self.writes)
+        self.root: dict[int, int] = {}  # a value made a view by copy elision -> the value whose memory it reads
+        self._ranges: dict[int, tuple[int, int, int] | None] = {}
+
+    def planned_range(self, j: int) -> tuple[int, int, int] | None:
+        if j not in self._ranges:
+            self._ranges[j] = self.ex.facts.planned_range(j) if j in self.ex.slots else None
+        return self._ranges[j]
 
 
 def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:
@@ -143,6 +155,14 @@ def _store(ex: Any, r: int) -> Callable[[tuple[int, ...]], np.ndarray]:
     return out
 
 
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast shape of ``a`` and ``b``; without NumPy's general (and slower) routine when ``a`` is a
+    trailing part of ``b`` (a weight against an activation)."""
+    if len(a) <= len(b) and b[len(b) - len(a) :] == a:
+        return b
+    return np.broadcast_shapes(a, b)
+
+
 def _unless_0d(vals: Any, slot: int, unfused: Sequence[Callable], fused: Callable[[], None]) -> Callable[[], None]:
     """``fused``, or the instructions it stands for when value ``slot`` is 0-d at run time: a shape the fused
     formula does not cover, whose meaning (or error) is the kernels' business."""
@@ -188,18 +208,29 @@ def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
     if not ex.slots[eps].constant or not ex.slots[w].constant:
         raise _NoMatch
     vals, store, exponent, unfused = ex.vals, _store(ex, y), np.float32(power), ex.steps[pc : pc + 6]
+    square = power == 2  # x * x: the same bits as NumPy's power(x, 2), one cheaper call
+    eps_value = np.asarray(ex.bound[eps])
+    one_eps = float(eps_value.reshape(-1)[0]) if eps_value.size == 1 else None
 
     def rms_norm() -> None:
-        xv, wv, ev = vals[x], vals[w], vals[eps]
-        t = np.power(xv, exponent)
-        total = np.add.reduce(t, axis=(xv.ndim - 1,), dtype=_F32, keepdims=True)
-        with np.errstate(all="ignore"):
-            np.divide(total, xv.shape[-1], out=total, casting="unsafe")
-            np.add(total, ev, out=total)
-            np.sqrt(total, out=total)
-            np.reciprocal(total, out=total)
-        np.multiply(xv, total, out=t)
-        np.multiply(wv, t, out=store(np.broadcast_shapes(wv.shape, t.shape)))
+        xv, wv = vals[x], vals[w]
+        t = np.multiply(xv, xv) if square else np.power(xv, exponent)
+        total = np.add.reduce(t, axis=-1, keepdims=True)
+        n = xv.shape[-1]
+        # One row (a decode step): its four float32 scalar operations in Python floats, each rounded back to
+        # float32, which gives float32's own results (binary64 carries more than twice float32's precision, so
+        # rounding twice is exact for +, /, sqrt), instead of four ufunc calls on a 1-element array.
+        a = np.float32(np.float32(total.item() / n) + one_eps) if total.size == 1 and one_eps is not None else _ONE
+        if total.size == 1 and one_eps is not None and 0 < a < np.inf:
+            np.multiply(xv, np.float32(1.0 / float(np.float32(math.sqrt(a)))), out=t)
+        else:
+            with np.errstate(all="ignore"):
+                np.divide(total, n, out=total, casting="unsafe")
+                np.add(total, vals[eps], out=total)
+                np.sqrt(total, out=total)
+                np.reciprocal(total, out=total)
+            np.multiply(xv, total, out=t)
+        np.multiply(wv, t, out=store(_broadcast(wv.shape, t.shape)))
 
     return 6, _unless_0d(vals, x, unfused, rms_norm)
 
@@ -228,7 +259,7 @@ def _rope(plan: _Plan, pc: int) -> tuple[int, Callable]:
         a = np.multiply(xv, cv)
         b = np.take(xv, iv.reshape(-1), axis=axis % xv.ndim)
         np.multiply(b, sv, out=b)
-        np.add(a, b, out=store(np.broadcast_shapes(a.shape, b.shape)))
+        np.add(a, b, out=store(_broadcast(a.shape, b.shape)))
 
     return 4, _unless_0d(vals, x, unfused, rope)
 
@@ -264,7 +295,7 @@ def _swiglu(plan: _Plan, pc: int) -> tuple[int, Callable]:
         sig += _ONE
         np.reciprocal(sig, out=sig)
         np.multiply(gate, sig, out=sig)
-        np.multiply(sig, up, out=store(np.broadcast_shapes(sig.shape, up.shape)))
+        np.multiply(sig, up, out=store(_broadcast(sig.shape, up.shape)))
 
     return 5, _unless_0d(vals, h, unfused, swiglu)
 
@@ -286,7 +317,7 @@ def _add(plan: _Plan, pc: int) -> tuple[int, Callable]:
 
     def add() -> None:
         av, bv = vals[a], vals[b]
-        np.add(av, bv, out=store(av.shape if av.shape == bv.shape else np.broadcast_shapes(av.shape, bv.shape)))
+        np.add(av, bv, out=store(_broadcast(av.shape, bv.shape)))
 
     return 1, add
 
@@ -312,4 +343,133 @@ def _mean(plan: _Plan, pc: int) -> tuple[int, Callable]:
     return 1, _unless_0d(vals, x, [unfused], mean)
 
 
-_PATTERNS = (_rms_norm, _rope, _swiglu, _add, _mean)
+# ---------------------------------------------------------------------------------------------- copy elision
+# A decode step copies a few hundred floats per ``view_copy`` and ``slice_copy`` (the fused q/k/v product cut
+# into heads), 180 of them a token, each costing more in dispatch than in bytes. Where nothing overwrites the
+# copied memory while the copy is read, the result can be a NumPy view of its input instead: same values,
+# no copy and no kernel call.
+
+
+def _elidable(plan: _Plan, pc: int, source: int, result: int) -> None:
+    """Require that ``result`` (written by instruction ``pc`` only) can be a view of ``source``.
+
+    The view reads ``source``'s memory (or, when ``source`` is a view itself, its root's) until the last
+    reader of ``result``; so no instruction from ``pc`` on up to that reader may write a value whose planned
+    memory overlaps it, nor the root itself (a cache written in place), and no reader may write ``result``.
+    A delegate counts as writing all its arguments, so a result a delegate reads stays a copy."""
+    ex = plan.ex
+    slot, src = ex.slots.get(result), ex.slots.get(plan.root.get(source, source))
+    if result in plan.protected or slot is None or src is None or ex.slots.get(source) is None:
+        raise _NoMatch
+    if slot.dtype != ex.slots[source].dtype:
+        raise _NoMatch
+    readers = plan.readers.get(result, set()) - {pc}  # its own out argument
+    if not readers or min(readers) < pc:
+        raise _NoMatch
+    root = plan.root.get(source, source)
+    memory = None if src.constant else plan.planned_range(root)
+    if memory is None and not src.constant:
+        raise _NoMatch  # memory we cannot see the writers of
+    for q in range(pc + 1, max(readers) + 1):
+        for w in plan.writes[q]:
+            if w == result or w == root:
+                raise _NoMatch
+            r = plan.planned_range(w) if memory is not None else None
+            if r is not None and memory is not None and r[0] == memory[0] and r[1] < memory[2] and memory[1] < r[2]:
+                raise _NoMatch
+    plan.root[result] = root
+
+
+def _reader(ex: Any, j: int) -> Callable[[], Any]:
+    """The value of argument ``j`` at run time: a load-time constant, or read from ``vals``."""
+    if j in ex.slots or isinstance(ex.bound[j], ListRef):
+        raise _NoMatch
+    vals = ex.vals
+    return lambda: vals[j]
+
+
+def _view_copy(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    """``view_copy(x, size)`` as ``x.reshape(size)`` (a copy only where NumPy cannot view, as the kernel's)."""
+    ex = plan.ex
+    ((x, size, y),) = _Chain(ex, pc, ["aten::view_copy.out"]).args
+    ref = ex.bound[size]
+    if not isinstance(ref, ListRef) or any(i in ex.slots for i in ref.items):
+        raise _NoMatch
+    _elidable(plan, pc, x, y)
+    vals = ex.vals
+
+    def view() -> None:
+        vals[y] = vals[x].reshape(ref.resolve(vals))
+
+    return 1, view
+
+
+def _slice_copy(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    """``slice_copy(x, dim, start, end, 1)`` as the view ``x[..., start:end]`` along ``dim``."""
+    ex = plan.ex
+    ((x, dim, start, end, step, y),) = _Chain(ex, pc, ["aten::slice_copy.Tensor_out"]).args
+    if _int(plan, step) != 1:
+        raise _NoMatch
+    axis, rank = _int(plan, dim), len(ex.slots[x].sizes) if x in ex.slots else 0
+    if not -rank <= axis < rank:
+        raise _NoMatch  # the kernel reports it
+    lo, hi = _reader(ex, start), _reader(ex, end)
+    _elidable(plan, pc, x, y)
+    vals, lead = ex.vals, (slice(None),) * (axis % rank)
+
+    def view_slice() -> None:
+        vals[y] = vals[x][lead + (slice(lo(), hi()),)]
+
+    return 1, view_slice
+
+
+def _into_view(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    """A kernel whose only reader is the ``view_copy`` after it, writing straight into the view's memory.
+
+    The planner often lets the view take the kernel's result's memory as soon as the copy has read it
+    (a matrix product's [rows, 960] cut into [1, rows, 15, 64] heads), so the view cannot read that memory
+    later; instead the kernel's ``out`` becomes the view's planned slot seen at the result's shape (the same
+    number of elements), and the view is then a reshape of it. The kernel's inputs must not lie in that
+    memory (the planner may have given it to a value that dies at the kernel)."""
+    ex = plan.ex
+    a, b = (ex.instructions[pc + k].instr_args if pc + k < len(ex.instructions) else None for k in (0, 1))
+    if not isinstance(a, fbp.KernelCall) or not isinstance(b, fbp.KernelCall):
+        raise _NoMatch
+    ((x, size, y),) = _Chain(ex, pc + 1, ["aten::view_copy.out"]).args
+    fn, nargs = ex.kernels[a.op_index]
+    params = list(a.args[:nargs])
+    if kernel_results(fn, a.args, nargs) != [x] or x not in params or plan.readers.get(x, set()) != {pc, pc + 1}:
+        raise _NoMatch
+    ref = ex.bound[size]
+    if not isinstance(ref, ListRef) or any(i in ex.slots for i in ref.items):
+        raise _NoMatch
+    into, planned = ex.bound[y], ex.bound[x]
+    if x in plan.protected or y in plan.protected or x not in ex.slots or y not in ex.slots:
+        raise _NoMatch
+    if into.dtype != planned.dtype or into.size != planned.size or not into.flags.c_contiguous:
+        raise _NoMatch
+    if any(y in plan.writes[q] for q in range(len(ex.instructions)) if q != pc + 1):
+        raise _NoMatch
+    memory = plan.planned_range(y)
+    if memory is None:
+        raise _NoMatch
+    for j in ex.facts.items(params):
+        r = plan.planned_range(plan.root.get(j, j)) if j != x else None
+        if r is not None and r[0] == memory[0] and r[1] < memory[2] and memory[1] < r[2]:
+            raise _NoMatch
+    ex.bound[x] = into.reshape(planned.shape)  # the slot the kernel's step binds as its out
+    try:
+        produce = ex._kernel_step(fn, params, [x], ex.operators[a.op_index])
+    finally:
+        ex.bound[x] = planned
+    vals = ex.vals
+
+    def into_view() -> None:
+        produce()
+        vals[y] = vals[x].reshape(ref.resolve(vals))
+
+    into_view.__name__ = f"{ex.operators[a.op_index]} into view"
+    return 2, into_view
+
+
+_PATTERNS = (_rms_norm, _rope, _swiglu, _add, _mean, _view_copy, _slice_copy, _into_view)

@@ -56,6 +56,8 @@ def _attention(
                 query.reshape(heads, head_dim), keys[0], values[0], n_keys, factor, out.reshape(heads, head_dim), scores
             )
             return out
+    if flat and out.dtype == np.float32:  # a decode step: the general path below without its batch and seq axes
+        return _decode_attention(query, keys, values, n_keys, kv_heads, group, scale, out)
     dtype = np.float32 if query.dtype != np.float64 else np.float64
     # [batch, kv_heads, group * seq_len, head_dim]: one matmul per key/value head serves its whole group.
     q = query.astype(dtype, copy=False).reshape(batch, seq_len, kv_heads, group, head_dim)
@@ -77,6 +79,32 @@ def _attention(
     result = result.reshape(batch, kv_heads, group, seq_len, head_dim).transpose(0, 3, 1, 2, 4)
     out = resize(out, query.shape)
     np.copyto(out, result.reshape(query.shape), casting="unsafe")
+    return out
+
+
+def _decode_attention(
+    query: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    n_keys: int,
+    kv_heads: int,
+    group: int,
+    scale: float | None,
+    out: np.ndarray,
+) -> np.ndarray:
+    """One float32 query row against ``n_keys`` cache rows: the same NumPy operations as the general path on
+    the same matrices (so the same bits), in half the calls; a decode step makes 30 of these a token."""
+    head_dim = query.shape[-1]
+    scores = np.matmul(query.reshape(kv_heads, group, head_dim), keys[0, :n_keys].transpose(1, 2, 0))
+    scores *= np.float32(scale if scale is not None else 1.0 / math.sqrt(head_dim))
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    out = resize(out, query.shape)
+    if not out.flags.c_contiguous:
+        np.copyto(out, np.matmul(scores, values[0, :n_keys].transpose(1, 0, 2)).reshape(query.shape))
+        return out
+    np.matmul(scores, values[0, :n_keys].transpose(1, 0, 2), out=out.reshape(kv_heads, group, head_dim))
     return out
 
 
