@@ -76,21 +76,33 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover
 
     ``xc`` [M, K] float32 centred input (integers in [-255, 255]), ``xi`` an int16 [M, K] scratch, ``w`` [N, K]
     int8, ``xscale`` [M, 1], ``wscale`` [N] float32, ``bias`` [N] float32 or empty, ``y`` [M, N] float32,
-    ``dots`` an int32 [M, N] scratch: the float epilogue is a second loop, as with it inside the dot product
-    loop LLVM vectorised the dot 2.4x worse (measured)."""
+    ``dots`` an int32 [M, N] scratch. Each channel's dot products come from ``_madd`` over the first 16 (K // 16)
+    inputs, 4, 2 then 1 rows a call (the weights read and widened once for the rows), plus the last K % 16 inputs
+    here. The float epilogue is a second loop: inside the dot product's loop it made LLVM vectorise the dot 2.4x
+    worse (measured)."""
     m, k = xc.shape
     n = w.shape[0]
     for i in range(m):
         for j in range(k):
             xi[i, j] = np.int16(xc[i, j])
+    chunks = k // 16
     for c in range(n):
-        row = w[c]
-        for i in range(m):
-            x = xi[i]
-            acc = np.int32(0)
-            for j in range(k):
-                acc += np.int32(x[j]) * np.int32(row[j])
-            dots[i, c] = acc
+        i = 0
+        while i + 4 <= m:
+            _madd(xi, i, w, c, dots, chunks, 4)
+            i += 4
+        if i + 2 <= m:
+            _madd(xi, i, w, c, dots, chunks, 2)
+            i += 2
+        if i < m:
+            _madd(xi, i, w, c, dots, chunks, 1)
+        if 16 * chunks < k:
+            row = w[c]
+            for i in range(m):
+                acc = dots[i, c]
+                for j in range(16 * chunks, k):
+                    acc += np.int32(xi[i, j]) * np.int32(row[j])
+                dots[i, c] = acc
     with_bias = bias.shape[0] > 0
     for i in range(m):
         for c in range(n):
@@ -102,6 +114,82 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover
             if v > hi:
                 v = hi
             y[i, c] = v
+
+
+# ``_qc8w``'s dot products (``_madd_intrinsic``): bound by ``qc8w`` before the kernel's first compile, as making
+# it imports numba, which importing this module must not.
+_madd: Any = None
+
+
+def _madd_intrinsic() -> Any:
+    """``madd(xi, i, w, c, dots, chunks, rows)``, a numba intrinsic: dots[i + r, c] = the int32 dot product of
+    xi[i + r, :16 chunks] (int16) and w[c, :16 chunks] (int8) for r < rows (a literal, at most 4 accumulators
+    and the widened weights in registers).
+
+    Written as LLVM vector IR because no loop numba compiles gives LLVM this shape: per 16 inputs the 16
+    products as int32 lanes, then the even lanes plus the odd ones, which the x86 backend turns into one 256-bit
+    vpmaddwd (16 products summed in pairs into 8 int32 lanes; the pairs' sums fit, at most 2 * 255 * 128) after
+    a vpmovsxbw of the 16 weight bytes, shared by the rows. The plain loop (``acc += x[j] * w[j]``) is
+    vectorised at 8 int32 lanes, the width of its widest type, so the backend only makes 128-bit vpmaddwd of it,
+    half of each 256-bit accumulator idle; the even/odd loop over pairs of inputs came out as 128-bit vpmaddwd
+    plus shuffles (2x slower still), and loops of explicit lanes need numba's SLP vectoriser, off by default
+    (``NUMBA_SLP_VECTORIZE``). The IR is generic (other targets pick their own instructions), exact in any
+    order, as every sum wraps modulo 2**32 like the loop it replaces."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    i32 = ir.IntType(32)
+    lanes, pairs = ir.VectorType(i32, 16), ir.VectorType(i32, 8)
+    even = ir.Constant(pairs, [ir.Constant(i32, 2 * t) for t in range(8)])
+    odd = ir.Constant(pairs, [ir.Constant(i32, 2 * t + 1) for t in range(8)])
+    zero = ir.Constant(pairs, [ir.Constant(i32, 0)] * 8)
+
+    @intrinsic(prefer_literal=True)
+    def madd(typingctx, xi, i, w, c, dots, chunks, rows):
+        if not isinstance(rows, types.IntegerLiteral) or any(a.layout != "C" for a in (xi, w, dots)):
+            return None
+        count = rows.literal_value
+        sig = types.void(xi, i, w, c, dots, chunks, rows)
+
+        def codegen(context, builder, signature, args):
+            intp = context.get_value_type(types.intp)
+            x, wt, d = (context.make_array(signature.args[a])(context, builder, args[a]) for a in (0, 2, 4))
+            first, channel, n16 = (context.cast(builder, args[a], signature.args[a], types.intp) for a in (1, 3, 5))
+
+            def row(arr, index, offset, item):
+                """A pointer to row ``index + offset`` of the 2-D ``arr``, as ``item`` elements."""
+                at = builder.mul(builder.add(index, ir.Constant(intp, offset)), builder.extract_value(arr.strides, 0))
+                start = builder.gep(builder.bitcast(arr.data, ir.IntType(8).as_pointer()), [at], inbounds=True)
+                return builder.bitcast(start, item.as_pointer())
+
+            def load16(start, j, item):
+                """Elements j .. j + 15 from ``start``, widened to 16 int32 lanes."""
+                at = builder.bitcast(builder.gep(start, [j], inbounds=True), ir.VectorType(item, 16).as_pointer())
+                return builder.sext(builder.load(at, align=item.width // 8), lanes)
+
+            xs = [row(x, first, r, ir.IntType(16)) for r in range(count)]
+            ws = row(wt, channel, 0, ir.IntType(8))
+            acc = [cgutils.alloca_once_value(builder, zero) for _ in range(count)]
+            with cgutils.for_range(builder, n16) as loop:
+                j = builder.mul(loop.index, ir.Constant(intp, 16))
+                wv = load16(ws, j, ir.IntType(8))
+                for r in range(count):
+                    p = builder.mul(load16(xs[r], j, ir.IntType(16)), wv, flags=["nsw"])
+                    s = builder.add(builder.shuffle_vector(p, p, even), builder.shuffle_vector(p, p, odd))
+                    builder.store(builder.add(builder.load(acc[r]), s), acc[r])
+            total = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(i32, [pairs]), "llvm.vector.reduce.add.v8i32"
+            )
+            for r in range(count):
+                out = builder.gep(row(d, first, r, i32), [channel], inbounds=True)
+                builder.store(builder.call(total, [builder.load(acc[r])]), out)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return madd
 
 
 def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
@@ -189,6 +277,9 @@ def arrange_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tupl
 
 def qc8w() -> Any:
     """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots)`` of ``_qc8w``, or None without the tier."""
+    global _madd
+    if _madd is None and fast.usable():
+        _madd = _madd_intrinsic()
     return fast.compiled("qc8w_gemv", _qc8w)
 
 
