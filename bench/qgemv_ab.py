@@ -198,8 +198,8 @@ def kernel_ab(rev: str, rounds: int, cold: bool, kind: str) -> None:
                 scales = rng.uniform(0.01, 0.02, (n, k // block)).astype(np.float32)
             outs = {}
             for name, mod in (("before", old), ("after", qgemv)):
-                if block is None:
-                    layer = mod.IntegerLinear.qc8w(w8, wscale, bias)
+                if block is None:  # in cache as in a small program (keeps float32 weights: no prefetch)
+                    layer = mod.IntegerLinear.qc8w(w8, wscale, bias, keep=not cold)
                 else:
                     layer = mod.IntegerLinear.qb4w(w4[:, 0::2] | (w4[:, 1::2] << 4), scales, block, n, k, bias)
                 outs[name] = np.empty((m, n), np.float32)

@@ -70,15 +70,21 @@ from edgetorch.backends.xnnpack import fast
 # QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``): GROUP, or all N from WIDE on.
 GROUP, WIDE = 64, 2048
 
+# How far ahead (bytes) the QC8W kernel prefetches its weights in a large program (one that does not keep
+# float32 weights, FLOAT_BUDGET: its layers come from memory, not cache). At M = 1, out of cache, 2 / 4 / 8 KB
+# read 1536 x 576 in 41 / 39 / 39 us instead of 51, the 49152 x 576 head in 1.10 / 1.06 / 1.05 ms instead of
+# 1.45; in cache the prefetches cost 10-13% (1536 x 576: 25 vs 23 us), so a small program makes none.
+AHEAD = 4096
 
-def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover - compiled
+
+def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: no cover - compiled
     """y[m, n] = clamp(float(sum_k xc[m, k] * w[n, k]) * xscale[m] * wscale[n] + bias[n], lo, hi).
 
     ``xc`` [M, K] float32 centred input (integers in [-255, 255]), ``xi`` an int16 [M, K] scratch, ``w`` [N, K]
     int8, ``xscale`` [M, 1], ``wscale`` [N] float32, ``bias`` [N] float32 or empty, ``y`` [M, N] float32,
-    ``dots`` an int32 [M, N] scratch. Each channel's dot products come from ``_madd`` over the first 16 (K // 16)
-    inputs, 4, 2 then 1 rows a call (the weights read and widened once for the rows), plus the last K % 16 inputs
-    here. The float epilogue is a second loop: inside the dot product's loop it made LLVM vectorise the dot 2.4x
+    ``dots`` an int32 [M, N] scratch, ``ahead`` the prefetch distance in bytes (0: none; ``_madd``). Each
+    channel's dot products come from ``_madd`` over the first 16 (K // 16) inputs, 4, 2 then 1 rows a call (the
+    weights read and widened once for the rows), plus the last K % 16 inputs here. The float epilogue is a second loop: inside the dot product's loop it made LLVM vectorise the dot 2.4x
     worse (measured)."""
     m, k = xc.shape
     n = w.shape[0]
@@ -89,13 +95,13 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover
     for c in range(n):
         i = 0
         while i + 4 <= m:
-            _madd(xi, i, w, c, dots, chunks, 4)
+            _madd(xi, i, w, c, dots, chunks, ahead, 4)
             i += 4
         if i + 2 <= m:
-            _madd(xi, i, w, c, dots, chunks, 2)
+            _madd(xi, i, w, c, dots, chunks, ahead, 2)
             i += 2
         if i < m:
-            _madd(xi, i, w, c, dots, chunks, 1)
+            _madd(xi, i, w, c, dots, chunks, ahead, 1)
         if 16 * chunks < k:
             row = w[c]
             for i in range(m):
@@ -122,9 +128,11 @@ _madd: Any = None
 
 
 def _madd_intrinsic() -> Any:
-    """``madd(xi, i, w, c, dots, chunks, rows)``, a numba intrinsic: dots[i + r, c] = the int32 dot product of
-    xi[i + r, :16 chunks] (int16) and w[c, :16 chunks] (int8) for r < rows (a literal, at most 4 accumulators
-    and the widened weights in registers).
+    """``madd(xi, i, w, c, dots, chunks, ahead, rows)``, a numba intrinsic: dots[i + r, c] = the int32 dot
+    product of xi[i + r, :16 chunks] (int16) and w[c, :16 chunks] (int8) for r < rows (a literal, at most 4
+    accumulators and the widened weights in registers); first, when ``ahead`` > 0, a prefetch of each 64-byte
+    line of the weights ``ahead`` bytes further on (a channel's length of them: with consecutive channels, every
+    line once).
 
     Written as LLVM vector IR because no loop numba compiles gives LLVM this shape: per 16 inputs the 16
     products as int32 lanes, then the even lanes plus the odd ones, which the x86 backend turns into one 256-bit
@@ -140,28 +148,30 @@ def _madd_intrinsic() -> Any:
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    i32 = ir.IntType(32)
+    i32, bytes_ = ir.IntType(32), ir.IntType(8).as_pointer()
     lanes, pairs = ir.VectorType(i32, 16), ir.VectorType(i32, 8)
     even = ir.Constant(pairs, [ir.Constant(i32, 2 * t) for t in range(8)])
     odd = ir.Constant(pairs, [ir.Constant(i32, 2 * t + 1) for t in range(8)])
     zero = ir.Constant(pairs, [ir.Constant(i32, 0)] * 8)
 
     @intrinsic(prefer_literal=True)
-    def madd(typingctx, xi, i, w, c, dots, chunks, rows):
+    def madd(typingctx, xi, i, w, c, dots, chunks, ahead, rows):
         if not isinstance(rows, types.IntegerLiteral) or any(a.layout != "C" for a in (xi, w, dots)):
             return None
         count = rows.literal_value
-        sig = types.void(xi, i, w, c, dots, chunks, rows)
+        sig = types.void(xi, i, w, c, dots, chunks, ahead, rows)
 
         def codegen(context, builder, signature, args):
             intp = context.get_value_type(types.intp)
             x, wt, d = (context.make_array(signature.args[a])(context, builder, args[a]) for a in (0, 2, 4))
-            first, channel, n16 = (context.cast(builder, args[a], signature.args[a], types.intp) for a in (1, 3, 5))
+            first, channel, n16, skip = (
+                context.cast(builder, args[a], signature.args[a], types.intp) for a in (1, 3, 5, 6)
+            )
 
             def row(arr, index, offset, item):
                 """A pointer to row ``index + offset`` of the 2-D ``arr``, as ``item`` elements."""
                 at = builder.mul(builder.add(index, ir.Constant(intp, offset)), builder.extract_value(arr.strides, 0))
-                start = builder.gep(builder.bitcast(arr.data, ir.IntType(8).as_pointer()), [at], inbounds=True)
+                start = builder.gep(builder.bitcast(arr.data, bytes_), [at], inbounds=True)
                 return builder.bitcast(start, item.as_pointer())
 
             def load16(start, j, item):
@@ -171,6 +181,16 @@ def _madd_intrinsic() -> Any:
 
             xs = [row(x, first, r, ir.IntType(16)) for r in range(count)]
             ws = row(wt, channel, 0, ir.IntType(8))
+            with builder.if_then(builder.icmp_signed(">", skip, ir.Constant(intp, 0))):
+                prefetch = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(ir.VoidType(), [bytes_, i32, i32, i32]), "llvm.prefetch.p0"
+                )
+                lines = builder.udiv(builder.add(n16, ir.Constant(intp, 3)), ir.Constant(intp, 4))
+                with cgutils.for_range(builder, lines) as line:
+                    at = builder.add(skip, builder.mul(line.index, ir.Constant(intp, 64)))
+                    # read, keep in every cache level, data; past the weights' end it is a no-op (never faults)
+                    flags = [ir.Constant(i32, v) for v in (0, 3, 1)]
+                    builder.call(prefetch, [builder.gep(builder.bitcast(ws, bytes_), [at]), *flags])
             acc = [cgutils.alloca_once_value(builder, zero) for _ in range(count)]
             with cgutils.for_range(builder, n16) as loop:
                 j = builder.mul(loop.index, ir.Constant(intp, 16))
@@ -276,7 +296,8 @@ def arrange_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tupl
 
 
 def qc8w() -> Any:
-    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots)`` of ``_qc8w``, or None without the tier."""
+    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead)`` of ``_qc8w``, or None without
+    the tier."""
     global _madd
     if _madd is None and fast.usable():
         _madd = _madd_intrinsic()
@@ -402,7 +423,8 @@ class IntegerLinear:
         if len(self.weights) == 2:
             w, wscale = self.weights
             xi, dots = np.empty((m, self.k), np.int16), np.empty((m, self.n), np.int32)
-            return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots)]
+            ahead = 0 if self.keep else AHEAD
+            return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots, ahead)]
         w, block, s = self.weights
         xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
         scratch = (
