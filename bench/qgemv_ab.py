@@ -8,7 +8,7 @@ single-threaded), the median of each round's best step. Example::
 
     python bench/qgemv_ab.py --gguf SmolLM2.gguf --fp32 fp32.pte q.pte --rounds 6
     python bench/qgemv_ab.py --gemv     # the kernel table: integer GEMV vs sgemm per shape and M
-    python bench/qgemv_ab.py --kernel-ab main --rounds 20 [--cold] [--qc8w]    # the QB4W (QC8W) GEMV of main vs this tree's
+    python bench/qgemv_ab.py --kernel-ab main --rounds 20 [--cold] [--qc8w]  # QB4W (QC8W) GEMV, main vs here
     python bench/qgemv_ab.py --mlp --rounds 20     # bench/models.py's MLP, quantized / fp32
 """
 
@@ -72,9 +72,10 @@ GEMV_SHAPES = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 960), (57
 GEMV_SHAPES += [(1024, 1024), (784, 1024)]
 
 
-def gemv_table(rounds: int) -> None:
-    """Per shape and input rows M: the integer kernel vs dequantize + sgemm (the path above the row limit) vs
-    sgemm on float32 weights held from load (the path before), thread CPU time, best of ``rounds`` x 20."""
+def gemv_table(rounds: int, kinds: tuple[str, ...]) -> None:
+    """Per shape and input rows M: the integer kernel (of a large program; QC8W's also of a small one, which
+    makes no prefetches) vs dequantize + sgemm (the path above the row limit) vs sgemm on float32 weights held
+    from load (the path before), thread CPU time, best of ``rounds`` x 20; ``kinds``: QC8W and / or QB4W/32."""
     import numpy as np
 
     from edgetorch.backends.xnnpack import qgemv
@@ -91,13 +92,15 @@ def gemv_table(rounds: int) -> None:
         return min(times) * 1e3
 
     print(f"load average {os.getloadavg()[0]:.1f}; ms per call, best of {rounds} x 20, 1 thread")
-    print("| weights | K x N | M | integer GEMV | dequantize + sgemm | sgemm, float32 held |")
-    print("|---|---|---|---|---|---|")
+    print("| weights | K x N | M | integer GEMV | GEMV, small program | dequantize + sgemm | sgemm, float32 held |")
+    print("|---|---|---|---|---|---|---|")
     for k, n in GEMV_SHAPES:
         w8 = rng.integers(-127, 128, (n, k)).astype(np.int8)
         w4 = rng.integers(-8, 8, (n, k)).astype(np.uint8) + 8
+        wscale = rng.uniform(0.01, 0.02, n).astype(np.float32)
+        small = qgemv.IntegerLinear.qc8w(w8, wscale, None, keep=True)
         layers = {
-            "QC8W": qgemv.IntegerLinear.qc8w(w8, rng.uniform(0.01, 0.02, n).astype(np.float32), None),
+            "QC8W": qgemv.IntegerLinear.qc8w(w8, wscale, None),
             "QB4W/32": qgemv.IntegerLinear.qb4w(
                 w4[:, 0::2] | (w4[:, 1::2] << 4),
                 rng.uniform(0.01, 0.02, (n, k // 32)).astype(np.float32),
@@ -108,6 +111,8 @@ def gemv_table(rounds: int) -> None:
             ),
         }
         for kind, layer in layers.items():
+            if kind not in kinds:
+                continue
             assert layer is not None, "the integer GEMV needs the [fast] tier (numba)"
             held = np.ascontiguousarray(layer.dequantized().T)
             for m in (1, 2, 4, 8, 16, 32):
@@ -117,8 +122,12 @@ def gemv_table(rounds: int) -> None:
                 y = np.empty((m, n), np.float32)
                 (step,) = layer.steps(xc, xscale, y, -np.inf, np.inf)
                 dequantizing = partial(layer.matmul, xa, y)
-                cells = [best(step), best(dequantizing), best(partial(np.matmul, xa, held, out=y))]
-                print(f"| {kind} | {k} x {n} | {m} | " + " | ".join(f"{c:.3f}" for c in cells) + " |", flush=True)
+                cells = [f"{best(step):.3f}", "-"]
+                if kind == "QC8W":
+                    (step,) = small.steps(xc, xscale, y, -np.inf, np.inf)
+                    cells[1] = f"{best(step):.3f}"
+                cells += [f"{best(dequantizing):.3f}", f"{best(partial(np.matmul, xa, held, out=y)):.3f}"]
+                print(f"| {kind} | {k} x {n} | {m} | " + " | ".join(cells) + " |", flush=True)
 
 
 # QC8W shapes for --kernel-ab --qc8w, (N, K, input rows): SmolLM2-135M's output head (int8 per channel in its
@@ -273,7 +282,9 @@ def main() -> None:
     parser.add_argument("--gemv", action="store_true", help="print the kernel table (integer GEMV vs sgemm) only")
     parser.add_argument("--mlp", action="store_true", help="print the MLP table (quantized / fp32) only")
     parser.add_argument("--kernel-ab", metavar="REV", help="print the QB4W GEMV of git revision REV vs this tree's")
-    parser.add_argument("--qc8w", action="store_true", help="--kernel-ab on the QC8W GEMV (QC8W_SHAPES)")
+    parser.add_argument(
+        "--qc8w", action="store_true", help="--kernel-ab on the QC8W GEMV (QC8W_SHAPES), --gemv QC8W only"
+    )
     parser.add_argument("--cold", action="store_true", help="--kernel-ab with the weights out of cache")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
@@ -287,7 +298,7 @@ def main() -> None:
         return
     if args.gemv or args.mlp:
         if args.gemv:
-            gemv_table(args.rounds)
+            gemv_table(args.rounds, ("QC8W",) if args.qc8w else ("QC8W", "QB4W/32"))
         if args.mlp:
             mlp_table(args.rounds)
         return

@@ -471,13 +471,15 @@ FLOAT_BUDGET = 16 << 20
 
 # The most input rows the integer kernels take, per weight kind and whether the program keeps float32 weights
 # (FLOAT_BUDGET); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
-# shapes, everything in cache, load 1.6-1.8): against dequantize + sgemm (a large program) the QC8W kernel
-# wins up to 8 rows (0.30 vs 0.42 ms for 576 x 1536) and ties at 16; QB4W wins up to 16 on every shape (0.48
-# vs 0.55 ms for 1536 x 576, 0.79 vs 1.14 for 576 x 3072) and loses on some at 32 (0.94 vs 0.83). Against
-# float32 weights held (a small program) QC8W wins up to 4 rows (0.15 vs 0.22) and ties at 8 (the MLP's 8
-# rows ran 4% slower on it); QB4W wins up to 8 on every shape (0.24 vs 0.40 ms for 1024 x 1024, 0.19 vs 0.29
-# for 576 x 1536; at 1 row 0.011 vs 0.027 for 576 x 576) and loses on some at 16 (0.48 vs 0.44); bench's MLP
-# as 8da4w (a small program, --mlp) then runs 8 rows in 0.72 ms instead of 0.89, 1 row in 0.16 instead of
-# 0.25. In a large program the GEMV also gains the bytes it reads, which the in-cache table does not show.
-# All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
-MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 4, ("qb4w", False): 16, ("qb4w", True): 8}
+# shapes, everything in cache, load 1.6-2.1): against dequantize + sgemm (a large program) the QC8W kernel
+# wins up to 32 rows on every shape (0.65-0.71 vs 0.83 ms for 576 x 1536, 0.77 vs 1.00 for 1024 x 1024, 23 vs
+# 36 for the 49152-channel head); QB4W wins up to 16 on every shape (0.48 vs 0.55 ms for 1536 x 576, 0.79 vs
+# 1.14 for 576 x 3072) and loses on some at 32 (0.94 vs 0.83). Against float32 weights held (a small program)
+# QC8W wins up to 16 rows on every shape (0.30 vs 0.49 ms for 1024 x 1024, 0.22-0.27 vs 0.37 for 784 x 1024,
+# 0.11 vs 0.15 for 576 x 576; at 8 rows 0.13 vs 0.32 and 0.10 vs 0.24) and ties at 32 (0.61-0.64 vs 0.69 for
+# 1536 x 576, 0.77-0.88 vs 0.84 for 1024 x 1024); QB4W wins up to 8 on every shape (0.24 vs 0.40 ms for 1024
+# x 1024, 0.19 vs 0.29 for 576 x 1536; at 1 row 0.011 vs 0.027 for 576 x 576) and loses on some at 16 (0.48 vs
+# 0.44); bench's MLP as 8da4w (a small program, --mlp) then runs 8 rows in 0.72 ms instead of 0.89, 1 row in
+# 0.16 instead of 0.25. In a large program the GEMV also gains the bytes it reads, which the in-cache table
+# does not show. All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
+MAX_ROWS = {("qc8w", False): 32, ("qc8w", True): 16, ("qb4w", False): 16, ("qb4w", True): 8}
