@@ -16,13 +16,22 @@ product of the centred input (q - zero point, in [-255, 255], held as int16) wit
   (``arrange_qb4w``); no other copy, and no padding when N is a multiple of 64.
 
 Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
-leaves the float32 sums in their written order). The loops are written in the shapes LLVM vectorises, checked
-by timing them against the same code compiled with vectorisation off (``NUMBA_LOOP_VECTORIZE=0
-NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower):
+leaves the float32 sums in their written order). The QB4W loops are written in the shapes LLVM vectorises,
+checked by timing them against the same code compiled with vectorisation off (``NUMBA_LOOP_VECTORIZE=0
+NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot products are LLVM vector IR
+(``_madd_intrinsic``), checked in the assembly (numba's ``inspect_asm``: 256-bit vpmaddwd, AVX2):
 
-* QC8W: a long int16 x int8 reduction along K per output, 1.4-2x faster than sgemm on float32 weights at
-  M = 1 with everything in cache. Its float epilogue is a separate loop: inside the dot product's loop it
-  made LLVM vectorise the dot 2.4x worse. Blocking 2 or 4 input rows per weight row ran slower.
+* QC8W: per output channel an int16 x int8 reduction along K, 16 inputs a step: the weights widened once
+  and multiplied with 4, 2 or 1 input rows, each summed in pairs into 8 int32 lanes (vpmaddwd); the loop it
+  replaced (``acc += x[j] * w[j]``) gave 128-bit vpmaddwd only (8 products an instruction, not 16) and one
+  row a pass over the weights. bench/qgemv_ab.py --kernel-ab --qc8w (same process, alternating, outputs
+  bit-identical), in cache: 49152 x 576 (N x K) 1.64 -> 1.35 ms, 1536 x 576 40 -> 27 us, 576 x 1536 39 -> 28,
+  1024 x 784 at M = 1 / 4 / 8 40 -> 29 / 150 -> 68 / 299 -> 140 us, 1024 x 1024 46 -> 34 / 173 -> 85 / 348 ->
+  168, 512 x 1024 23 -> 16 / 87 -> 34 / 175 -> 64; out of cache (64 MB of layers, prefetching AHEAD bytes
+  ahead): 49152 x 576 1.73 -> 1.08 ms, 1536 x 576 58 -> 40 us, 576 x 1536 59 -> 42, 1024 x 784 55 -> 36 /
+  154 -> 66 / 308 -> 123. SmolLM2-135M 8da4w decode (1 thread, bench/llm_profile.py): its int8 output head
+  1.75 -> 1.12 ms a token, the token 14.4 -> 13.8 ms. The float epilogue is a separate loop: inside the dot
+  product's loop it made LLVM vectorise the dot 2.4x worse.
 * QB4W: the innermost loop runs across output channels (a block's 16 bytes along K are too short for the
   loop vectoriser: unrolled and left scalar). It used to multiply in int32 lanes (8 a vector, vpmulld), 11
   GMAC/s for 3072 x 576 (N x K) at M = 1. Now it works in 16-bit lanes (16 a vector, vpmullw), 8 bytes of a
