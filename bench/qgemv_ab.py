@@ -124,6 +124,7 @@ def gemv_table(rounds: int, kinds: tuple[str, ...]) -> None:
                 dequantizing = partial(layer.matmul, xa, y)
                 cells = [f"{best(step):.3f}", "-"]
                 if kind == "QC8W":
+                    assert small is not None
                     (step,) = small.steps(xc, xscale, y, -np.inf, np.inf)
                     cells[1] = f"{best(step):.3f}"
                 cells += [f"{best(dequantizing):.3f}", f"{best(partial(np.matmul, xa, held, out=y)):.3f}"]
@@ -132,7 +133,7 @@ def gemv_table(rounds: int, kinds: tuple[str, ...]) -> None:
 
 # QC8W shapes for --kernel-ab --qc8w, (N, K, input rows): SmolLM2-135M's output head (int8 per channel in its
 # 8da4w export), gate/up and down at decode, and the MLP's layers (bench/models.py) at 1, 4 and 8 rows.
-QC8W_SHAPES = [(49152, 576, (1,)), (1536, 576, (1,)), (576, 1536, (1,))]
+QC8W_SHAPES: list[tuple[int, int, tuple[int, ...]]] = [(49152, 576, (1,)), (1536, 576, (1,)), (576, 1536, (1,))]
 QC8W_SHAPES += [(n, k, (1, 4, 8)) for n, k in ((1024, 784), (1024, 1024), (512, 1024))]
 
 
@@ -150,6 +151,7 @@ def _module_at(rev: str):
     path = Path(tempfile.mkdtemp()) / "qgemv_ab_old.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("qgemv_ab_old", path)
+    assert spec is not None and spec.loader is not None
     old = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(old)
     return old
@@ -182,7 +184,7 @@ def kernel_ab(rev: str, rounds: int, cold: bool, kind: str) -> None:
     rng = np.random.default_rng(0)
     where = "out of cache (64 MB of layers)" if cold else "in cache"
     if kind == "qc8w":
-        cases = [(n, k, m, None) for n, k, ms in QC8W_SHAPES for m in ms]
+        cases: list[tuple[int, int, int, int | None]] = [(n, k, m, None) for n, k, ms in QC8W_SHAPES for m in ms]
         print(f"QC8W GEMV, {where}: {rev} vs this tree; us per call, best of {rounds} turns, 1 thread")
         print("| N x K | M | before | after | speed-up |")
     else:
