@@ -81,8 +81,9 @@ GROUP, WIDE = 64, 2048
 
 # How far ahead (bytes) the QC8W kernel prefetches its weights in a large program (one that does not keep
 # float32 weights, FLOAT_BUDGET: its layers come from memory, not cache). At M = 1, out of cache, 2 / 4 / 8 KB
-# read 1536 x 576 in 41 / 39 / 39 us instead of 51, the 49152 x 576 head in 1.10 / 1.06 / 1.05 ms instead of
-# 1.45; in cache the prefetches cost 10-13% (1536 x 576: 25 vs 23 us), so a small program makes none.
+# ahead read 1536 x 576 in 45 / 44 / 44 us instead of 58, 576 x 1536 in 44 / 45 / 44 instead of 55, 1024 x 784
+# in 40 / 38 / 38 instead of 51, the 49152 x 576 head in 1.17 / 1.01 / 1.13 ms instead of 1.52; in cache they
+# cost up to 20% (1536 x 576: 27 -> 29-34 us, noisy), so a small program makes none.
 AHEAD = 4096
 
 
@@ -93,8 +94,8 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: n
     int8, ``xscale`` [M, 1], ``wscale`` [N] float32, ``bias`` [N] float32 or empty, ``y`` [M, N] float32,
     ``dots`` an int32 [M, N] scratch, ``ahead`` the prefetch distance in bytes (0: none; ``_madd``). Each
     channel's dot products come from ``_madd`` over the first 16 (K // 16) inputs, 4, 2 then 1 rows a call (the
-    weights read and widened once for the rows), plus the last K % 16 inputs here. The float epilogue is a second loop: inside the dot product's loop it made LLVM vectorise the dot 2.4x
-    worse (measured)."""
+    weights read and widened once for the rows), plus the last K % 16 inputs here. The float epilogue is a
+    second loop: inside the dot product's loop it made LLVM vectorise the dot 2.4x worse (measured)."""
     m, k = xc.shape
     n = w.shape[0]
     for i in range(m):
