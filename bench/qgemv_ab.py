@@ -8,7 +8,7 @@ single-threaded), the median of each round's best step. Example::
 
     python bench/qgemv_ab.py --gguf SmolLM2.gguf --fp32 fp32.pte q.pte --rounds 6
     python bench/qgemv_ab.py --gemv     # the kernel table: integer GEMV vs sgemm per shape and M
-    python bench/qgemv_ab.py --kernel-ab main --rounds 20 [--cold]     # the QB4W GEMV of main vs this tree's
+    python bench/qgemv_ab.py --kernel-ab main --rounds 20 [--cold] [--qc8w]  # QB4W (QC8W) GEMV, main vs here
     python bench/qgemv_ab.py --mlp --rounds 20     # bench/models.py's MLP, quantized / fp32
 """
 
@@ -72,9 +72,10 @@ GEMV_SHAPES = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 960), (57
 GEMV_SHAPES += [(1024, 1024), (784, 1024)]
 
 
-def gemv_table(rounds: int) -> None:
-    """Per shape and input rows M: the integer kernel vs dequantize + sgemm (the path above the row limit) vs
-    sgemm on float32 weights held from load (the path before), thread CPU time, best of ``rounds`` x 20."""
+def gemv_table(rounds: int, kinds: tuple[str, ...]) -> None:
+    """Per shape and input rows M: the integer kernel (of a large program; QC8W's also of a small one, which
+    makes no prefetches) vs dequantize + sgemm (the path above the row limit) vs sgemm on float32 weights held
+    from load (the path before), thread CPU time, best of ``rounds`` x 20; ``kinds``: QC8W and / or QB4W/32."""
     import numpy as np
 
     from edgetorch.backends.xnnpack import qgemv
@@ -91,13 +92,15 @@ def gemv_table(rounds: int) -> None:
         return min(times) * 1e3
 
     print(f"load average {os.getloadavg()[0]:.1f}; ms per call, best of {rounds} x 20, 1 thread")
-    print("| weights | K x N | M | integer GEMV | dequantize + sgemm | sgemm, float32 held |")
-    print("|---|---|---|---|---|---|")
+    print("| weights | K x N | M | integer GEMV | GEMV, small program | dequantize + sgemm | sgemm, float32 held |")
+    print("|---|---|---|---|---|---|---|")
     for k, n in GEMV_SHAPES:
         w8 = rng.integers(-127, 128, (n, k)).astype(np.int8)
         w4 = rng.integers(-8, 8, (n, k)).astype(np.uint8) + 8
+        wscale = rng.uniform(0.01, 0.02, n).astype(np.float32)
+        small = qgemv.IntegerLinear.qc8w(w8, wscale, None, keep=True)
         layers = {
-            "QC8W": qgemv.IntegerLinear.qc8w(w8, rng.uniform(0.01, 0.02, n).astype(np.float32), None),
+            "QC8W": qgemv.IntegerLinear.qc8w(w8, wscale, None),
             "QB4W/32": qgemv.IntegerLinear.qb4w(
                 w4[:, 0::2] | (w4[:, 1::2] << 4),
                 rng.uniform(0.01, 0.02, (n, k // 32)).astype(np.float32),
@@ -108,6 +111,8 @@ def gemv_table(rounds: int) -> None:
             ),
         }
         for kind, layer in layers.items():
+            if kind not in kinds:
+                continue
             assert layer is not None, "the integer GEMV needs the [fast] tier (numba)"
             held = np.ascontiguousarray(layer.dequantized().T)
             for m in (1, 2, 4, 8, 16, 32):
@@ -117,66 +122,106 @@ def gemv_table(rounds: int) -> None:
                 y = np.empty((m, n), np.float32)
                 (step,) = layer.steps(xc, xscale, y, -np.inf, np.inf)
                 dequantizing = partial(layer.matmul, xa, y)
-                cells = [best(step), best(dequantizing), best(partial(np.matmul, xa, held, out=y))]
-                print(f"| {kind} | {k} x {n} | {m} | " + " | ".join(f"{c:.3f}" for c in cells) + " |", flush=True)
+                cells = [f"{best(step):.3f}", "-"]
+                if kind == "QC8W":
+                    assert small is not None
+                    (step,) = small.steps(xc, xscale, y, -np.inf, np.inf)
+                    cells[1] = f"{best(step):.3f}"
+                cells += [f"{best(dequantizing):.3f}", f"{best(partial(np.matmul, xa, held, out=y)):.3f}"]
+                print(f"| {kind} | {k} x {n} | {m} | " + " | ".join(cells) + " |", flush=True)
 
 
-def kernel_ab(rev: str, rounds: int, cold: bool) -> None:
-    """The QB4W GEMV of git revision ``rev`` against this tree's at M = 1, per shape and block size: both in this
-    process, taking turns, thread CPU time (best of ``rounds`` turns); their outputs checked bit for bit.
-    ``cold``: each turn calls as many layers of the shape as fill 64 MB, once each, so the weights come from
-    memory as in an LLM's decode (this machine's L3 is 32 MB); else one layer, repeatedly, in cache."""
+# QC8W shapes for --kernel-ab --qc8w, (N, K, input rows): SmolLM2-135M's output head (int8 per channel in its
+# 8da4w export), gate/up and down at decode, and the MLP's layers (bench/models.py) at 1, 4 and 8 rows.
+QC8W_SHAPES: list[tuple[int, int, tuple[int, ...]]] = [(49152, 576, (1,)), (1536, 576, (1,)), (576, 1536, (1,))]
+QC8W_SHAPES += [(n, k, (1, 4, 8)) for n, k in ((1024, 784), (1024, 1024), (512, 1024))]
+
+
+def _module_at(rev: str):
+    """edgetorch/backends/xnnpack/qgemv.py as of git revision ``rev``, imported from a file (numba's cache), its
+    kernels compiled under other names (fast.compiled keeps them by name)."""
     import importlib.util
     import tempfile
-
-    import numpy as np
-
-    from edgetorch.backends.xnnpack import qgemv
 
     src = subprocess.run(
         ["git", "show", f"{rev}:edgetorch/backends/xnnpack/qgemv.py"], capture_output=True, text=True, check=True
     ).stdout
-    # Its kernels compiled under other names (fast.compiled keeps them by name), from a file (numba's cache).
-    src = src.replace('"qb4w_gemv"', '"qb4w_gemv_ab"').replace('"qb4w_dequantize"', '"qb4w_dequantize_ab"')
+    for name in ("qb4w_gemv", "qb4w_dequantize", "qc8w_gemv", "qc8w_dequantize"):
+        src = src.replace(f'"{name}"', f'"{name}_ab"')
     path = Path(tempfile.mkdtemp()) / "qgemv_ab_old.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("qgemv_ab_old", path)
+    assert spec is not None and spec.loader is not None
     old = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(old)
+    return old
+
+
+def _turns(runs: dict[str, list], rounds: int, reps: int) -> dict[str, float]:
+    """Best us per call of each contender's steps, over ``rounds`` turns taken in order (thread CPU time)."""
+    best = dict.fromkeys(runs, math.inf)
+    for _ in range(rounds):
+        for name, steps in runs.items():
+            start = time.thread_time()
+            for _ in range(reps):
+                for step in steps:
+                    step()
+            best[name] = min(best[name], (time.thread_time() - start) / (reps * len(steps)) * 1e6)
+    return best
+
+
+def kernel_ab(rev: str, rounds: int, cold: bool, kind: str) -> None:
+    """The GEMV of ``kind`` (qb4w: at M = 1, per shape and block size; qc8w: QC8W_SHAPES) of git revision
+    ``rev`` against this tree's: both in this process, taking turns, thread CPU time (best of ``rounds`` turns);
+    their outputs checked bit for bit. ``cold``: each turn calls as many layers of the shape as fill 64 MB, once
+    each, so the weights come from memory as in an LLM's decode (this machine's L3 is 32 MB); else one layer,
+    repeatedly, in cache."""
+    import numpy as np
+
+    from edgetorch.backends.xnnpack import qgemv
+
+    old = _module_at(rev)
     rng = np.random.default_rng(0)
     where = "out of cache (64 MB of layers)" if cold else "in cache"
-    print(f"QB4W GEMV, M = 1, {where}: {rev} vs this tree; us per call, best of {rounds} turns, 1 thread")
-    print("| N x K | block | before | after | speed-up |")
+    if kind == "qc8w":
+        cases: list[tuple[int, int, int, int | None]] = [(n, k, m, None) for n, k, ms in QC8W_SHAPES for m in ms]
+        print(f"QC8W GEMV, {where}: {rev} vs this tree; us per call, best of {rounds} turns, 1 thread")
+        print("| N x K | M | before | after | speed-up |")
+    else:
+        cases = [(n, k, 1, block) for k, n in GEMV_SHAPES for block in (32, 128)]
+        print(f"QB4W GEMV, M = 1, {where}: {rev} vs this tree; us per call, best of {rounds} turns, 1 thread")
+        print("| N x K | block | before | after | speed-up |")
     print("|---|---|---|---|---|")
-    for k, n in GEMV_SHAPES:
-        layers = max(1, (64 << 20) // (n * k // 2)) if cold else 1
-        reps = 1 if cold else max(2, 200_000 // (n * k // 64))
-        for block in (32, 128):
-            runs: dict[str, list] = {"before": [], "after": []}
-            for _ in range(layers):
+    for n, k, m, block in cases:
+        size = n * k if block is None else n * k // 2
+        layers = max(1, (64 << 20) // size) if cold else 1
+        reps = 1 if cold else max(2, 100_000 // (m * n * k // 128))
+        runs: dict[str, list] = {"before": [], "after": []}
+        for _ in range(layers):
+            bias = rng.standard_normal(n).astype(np.float32)
+            xc = rng.integers(-255, 256, (m, k)).astype(np.float32)
+            xscale = rng.uniform(0.01, 0.02, (m, 1)).astype(np.float32)
+            if block is None:
+                w8 = rng.integers(-128, 128, (n, k)).astype(np.int8)
+                wscale = rng.uniform(0.01, 0.02, n).astype(np.float32)
+            else:
                 w4 = rng.integers(0, 16, (n, k)).astype(np.uint8)
                 scales = rng.uniform(0.01, 0.02, (n, k // block)).astype(np.float32)
-                bias = rng.standard_normal(n).astype(np.float32)
-                xc = rng.integers(-255, 256, (1, k)).astype(np.float32)
-                xscale = np.full((1, 1), 0.01, np.float32)
-                outs = {}
-                for name, mod in (("before", old), ("after", qgemv)):
+            outs = {}
+            for name, mod in (("before", old), ("after", qgemv)):
+                if block is None:  # in cache as in a small program (keeps float32 weights: no prefetch)
+                    layer = mod.IntegerLinear.qc8w(w8, wscale, bias, keep=not cold)
+                else:
                     layer = mod.IntegerLinear.qb4w(w4[:, 0::2] | (w4[:, 1::2] << 4), scales, block, n, k, bias)
-                    outs[name] = np.empty((1, n), np.float32)
-                    (step,) = layer.steps(xc, xscale, outs[name], -np.inf, np.inf)
-                    step()
-                    runs[name].append(step)
-                assert np.array_equal(outs["before"].view(np.int32), outs["after"].view(np.int32)), (n, k, block)
-            best = dict.fromkeys(runs, math.inf)
-            for _ in range(rounds):
-                for name, steps in runs.items():
-                    start = time.thread_time()
-                    for _ in range(reps):
-                        for step in steps:
-                            step()
-                    best[name] = min(best[name], (time.thread_time() - start) / (reps * layers) * 1e6)
-            ratio = best["before"] / best["after"]
-            print(f"| {n} x {k} | {block} | {best['before']:.1f} | {best['after']:.1f} | {ratio:.2f}x |", flush=True)
+                outs[name] = np.empty((m, n), np.float32)
+                (step,) = layer.steps(xc, xscale, outs[name], -np.inf, np.inf)
+                step()
+                runs[name].append(step)
+            assert np.array_equal(outs["before"].view(np.int32), outs["after"].view(np.int32)), (n, k, m, block)
+        best = _turns(runs, rounds, reps)
+        ratio = best["before"] / best["after"]
+        column = m if block is None else block
+        print(f"| {n} x {k} | {column} | {best['before']:.1f} | {best['after']:.1f} | {ratio:.2f}x |", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 
@@ -239,6 +284,9 @@ def main() -> None:
     parser.add_argument("--gemv", action="store_true", help="print the kernel table (integer GEMV vs sgemm) only")
     parser.add_argument("--mlp", action="store_true", help="print the MLP table (quantized / fp32) only")
     parser.add_argument("--kernel-ab", metavar="REV", help="print the QB4W GEMV of git revision REV vs this tree's")
+    parser.add_argument(
+        "--qc8w", action="store_true", help="--kernel-ab on the QC8W GEMV (QC8W_SHAPES), --gemv QC8W only"
+    )
     parser.add_argument("--cold", action="store_true", help="--kernel-ab with the weights out of cache")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
@@ -248,11 +296,11 @@ def main() -> None:
     reexec_with_clean_blas_env()
     set_threads(args.threads, with_torch=False)
     if args.kernel_ab:
-        kernel_ab(args.kernel_ab, args.rounds, args.cold)
+        kernel_ab(args.kernel_ab, args.rounds, args.cold, "qc8w" if args.qc8w else "qb4w")
         return
     if args.gemv or args.mlp:
         if args.gemv:
-            gemv_table(args.rounds)
+            gemv_table(args.rounds, ("QC8W",) if args.qc8w else ("QC8W", "QB4W/32"))
         if args.mlp:
             mlp_table(args.rounds)
         return

@@ -16,13 +16,22 @@ product of the centred input (q - zero point, in [-255, 255], held as int16) wit
   (``arrange_qb4w``); no other copy, and no padding when N is a multiple of 64.
 
 Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
-leaves the float32 sums in their written order). The loops are written in the shapes LLVM vectorises, checked
-by timing them against the same code compiled with vectorisation off (``NUMBA_LOOP_VECTORIZE=0
-NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower):
+leaves the float32 sums in their written order). The QB4W loops are written in the shapes LLVM vectorises,
+checked by timing them against the same code compiled with vectorisation off (``NUMBA_LOOP_VECTORIZE=0
+NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot products are LLVM vector IR
+(``_madd_intrinsic``), checked in the assembly (numba's ``inspect_asm``: 256-bit vpmaddwd, AVX2):
 
-* QC8W: a long int16 x int8 reduction along K per output, 1.4-2x faster than sgemm on float32 weights at
-  M = 1 with everything in cache. Its float epilogue is a separate loop: inside the dot product's loop it
-  made LLVM vectorise the dot 2.4x worse. Blocking 2 or 4 input rows per weight row ran slower.
+* QC8W: per output channel an int16 x int8 reduction along K, 16 inputs a step: the weights widened once
+  and multiplied with 4, 2 or 1 input rows, each summed in pairs into 8 int32 lanes (vpmaddwd); the loop it
+  replaced (``acc += x[j] * w[j]``) gave 128-bit vpmaddwd only (8 products an instruction, not 16) and one
+  row a pass over the weights. bench/qgemv_ab.py --kernel-ab --qc8w (same process, alternating, outputs
+  bit-identical), in cache: 49152 x 576 (N x K) 1.64 -> 1.35 ms, 1536 x 576 40 -> 27 us, 576 x 1536 39 -> 28,
+  1024 x 784 at M = 1 / 4 / 8 40 -> 29 / 150 -> 68 / 299 -> 140 us, 1024 x 1024 46 -> 34 / 173 -> 85 / 348 ->
+  168, 512 x 1024 23 -> 16 / 87 -> 34 / 175 -> 64; out of cache (64 MB of layers, prefetching AHEAD bytes
+  ahead): 49152 x 576 1.73 -> 1.08 ms, 1536 x 576 58 -> 40 us, 576 x 1536 59 -> 42, 1024 x 784 55 -> 36 /
+  154 -> 66 / 308 -> 123. SmolLM2-135M 8da4w decode (1 thread, bench/llm_profile.py): its int8 output head
+  1.75 -> 1.12 ms a token, the token 14.4 -> 13.8 ms. The float epilogue is a separate loop: inside the dot
+  product's loop it made LLVM vectorise the dot 2.4x worse.
 * QB4W: the innermost loop runs across output channels (a block's 16 bytes along K are too short for the
   loop vectoriser: unrolled and left scalar). It used to multiply in int32 lanes (8 a vector, vpmulld), 11
   GMAC/s for 3072 x 576 (N x K) at M = 1. Now it works in 16-bit lanes (16 a vector, vpmullw), 8 bytes of a
@@ -70,27 +79,46 @@ from edgetorch.backends.xnnpack import fast
 # QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``): GROUP, or all N from WIDE on.
 GROUP, WIDE = 64, 2048
 
+# How far ahead (bytes) the QC8W kernel prefetches its weights in a large program (one that does not keep
+# float32 weights, FLOAT_BUDGET: its layers come from memory, not cache). At M = 1, out of cache, 2 / 4 / 8 KB
+# ahead read 1536 x 576 in 45 / 44 / 44 us instead of 58, 576 x 1536 in 44 / 45 / 44 instead of 55, 1024 x 784
+# in 40 / 38 / 38 instead of 51, the 49152 x 576 head in 1.17 / 1.01 / 1.13 ms instead of 1.52; in cache they
+# cost up to 20% (1536 x 576: 27 -> 29-34 us, noisy), so a small program makes none.
+AHEAD = 4096
 
-def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover - compiled
+
+def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: no cover - compiled
     """y[m, n] = clamp(float(sum_k xc[m, k] * w[n, k]) * xscale[m] * wscale[n] + bias[n], lo, hi).
 
     ``xc`` [M, K] float32 centred input (integers in [-255, 255]), ``xi`` an int16 [M, K] scratch, ``w`` [N, K]
     int8, ``xscale`` [M, 1], ``wscale`` [N] float32, ``bias`` [N] float32 or empty, ``y`` [M, N] float32,
-    ``dots`` an int32 [M, N] scratch: the float epilogue is a second loop, as with it inside the dot product
-    loop LLVM vectorised the dot 2.4x worse (measured)."""
+    ``dots`` an int32 [M, N] scratch, ``ahead`` the prefetch distance in bytes (0: none; ``_madd``). Each
+    channel's dot products come from ``_madd`` over the first 16 (K // 16) inputs, 4, 2 then 1 rows a call (the
+    weights read and widened once for the rows), plus the last K % 16 inputs here. The float epilogue is a
+    second loop: inside the dot product's loop it made LLVM vectorise the dot 2.4x worse (measured)."""
     m, k = xc.shape
     n = w.shape[0]
     for i in range(m):
         for j in range(k):
             xi[i, j] = np.int16(xc[i, j])
+    chunks = k // 16
     for c in range(n):
-        row = w[c]
-        for i in range(m):
-            x = xi[i]
-            acc = np.int32(0)
-            for j in range(k):
-                acc += np.int32(x[j]) * np.int32(row[j])
-            dots[i, c] = acc
+        i = 0
+        while i + 4 <= m:
+            _madd(xi, i, w, c, dots, chunks, ahead, 4)
+            i += 4
+        if i + 2 <= m:
+            _madd(xi, i, w, c, dots, chunks, ahead, 2)
+            i += 2
+        if i < m:
+            _madd(xi, i, w, c, dots, chunks, ahead, 1)
+        if 16 * chunks < k:
+            row = w[c]
+            for i in range(m):
+                acc = dots[i, c]
+                for j in range(16 * chunks, k):
+                    acc += np.int32(xi[i, j]) * np.int32(row[j])
+                dots[i, c] = acc
     with_bias = bias.shape[0] > 0
     for i in range(m):
         for c in range(n):
@@ -102,6 +130,96 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots):  # pragma: no cover
             if v > hi:
                 v = hi
             y[i, c] = v
+
+
+# ``_qc8w``'s dot products (``_madd_intrinsic``): bound by ``qc8w`` before the kernel's first compile, as making
+# it imports numba, which importing this module must not.
+_madd: Any = None
+
+
+def _madd_intrinsic() -> Any:
+    """``madd(xi, i, w, c, dots, chunks, ahead, rows)``, a numba intrinsic: dots[i + r, c] = the int32 dot
+    product of xi[i + r, :16 chunks] (int16) and w[c, :16 chunks] (int8) for r < rows (a literal, at most 4
+    accumulators and the widened weights in registers); first, when ``ahead`` > 0, a prefetch of each 64-byte
+    line of the weights ``ahead`` bytes further on (a channel's length of them: with consecutive channels, every
+    line once).
+
+    Written as LLVM vector IR because no loop numba compiles gives LLVM this shape: per 16 inputs the 16
+    products as int32 lanes, then the even lanes plus the odd ones, which the x86 backend turns into one 256-bit
+    vpmaddwd (16 products summed in pairs into 8 int32 lanes; the pairs' sums fit, at most 2 * 255 * 128) after
+    a vpmovsxbw of the 16 weight bytes, shared by the rows. The plain loop (``acc += x[j] * w[j]``) is
+    vectorised at 8 int32 lanes, the width of its widest type, so the backend only makes 128-bit vpmaddwd of it,
+    half of each 256-bit accumulator idle; the even/odd loop over pairs of inputs came out as 128-bit vpmaddwd
+    plus shuffles (2x slower still), and loops of explicit lanes need numba's SLP vectoriser, off by default
+    (``NUMBA_SLP_VECTORIZE``). The IR is generic (other targets pick their own instructions), exact in any
+    order, as every sum wraps modulo 2**32 like the loop it replaces."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    i32, bytes_ = ir.IntType(32), ir.IntType(8).as_pointer()
+    lanes, pairs = ir.VectorType(i32, 16), ir.VectorType(i32, 8)
+    even = ir.Constant(pairs, [ir.Constant(i32, 2 * t) for t in range(8)])
+    odd = ir.Constant(pairs, [ir.Constant(i32, 2 * t + 1) for t in range(8)])
+    zero = ir.Constant(pairs, [ir.Constant(i32, 0)] * 8)
+
+    @intrinsic(prefer_literal=True)
+    def madd(typingctx, xi, i, w, c, dots, chunks, ahead, rows):
+        if not isinstance(rows, types.IntegerLiteral) or any(a.layout != "C" for a in (xi, w, dots)):
+            return None
+        count = rows.literal_value
+        sig = types.void(xi, i, w, c, dots, chunks, ahead, rows)
+
+        def codegen(context, builder, signature, args):
+            intp = context.get_value_type(types.intp)
+            x, wt, d = (context.make_array(signature.args[a])(context, builder, args[a]) for a in (0, 2, 4))
+            first, channel, n16, skip = (
+                context.cast(builder, args[a], signature.args[a], types.intp) for a in (1, 3, 5, 6)
+            )
+
+            def row(arr, index, offset, item):
+                """A pointer to row ``index + offset`` of the 2-D ``arr``, as ``item`` elements."""
+                at = builder.mul(builder.add(index, ir.Constant(intp, offset)), builder.extract_value(arr.strides, 0))
+                start = builder.gep(builder.bitcast(arr.data, bytes_), [at], inbounds=True)
+                return builder.bitcast(start, item.as_pointer())
+
+            def load16(start, j, item):
+                """Elements j .. j + 15 from ``start``, widened to 16 int32 lanes."""
+                at = builder.bitcast(builder.gep(start, [j], inbounds=True), ir.VectorType(item, 16).as_pointer())
+                return builder.sext(builder.load(at, align=item.width // 8), lanes)
+
+            xs = [row(x, first, r, ir.IntType(16)) for r in range(count)]
+            ws = row(wt, channel, 0, ir.IntType(8))
+            with builder.if_then(builder.icmp_signed(">", skip, ir.Constant(intp, 0))):
+                prefetch = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(ir.VoidType(), [bytes_, i32, i32, i32]), "llvm.prefetch.p0"
+                )
+                lines = builder.udiv(builder.add(n16, ir.Constant(intp, 3)), ir.Constant(intp, 4))
+                with cgutils.for_range(builder, lines) as line:
+                    at = builder.add(skip, builder.mul(line.index, ir.Constant(intp, 64)))
+                    # read, keep in every cache level, data; past the weights' end it is a no-op (never faults)
+                    flags = [ir.Constant(i32, v) for v in (0, 3, 1)]
+                    builder.call(prefetch, [builder.gep(builder.bitcast(ws, bytes_), [at]), *flags])
+            acc = [cgutils.alloca_once_value(builder, zero) for _ in range(count)]
+            with cgutils.for_range(builder, n16) as loop:
+                j = builder.mul(loop.index, ir.Constant(intp, 16))
+                wv = load16(ws, j, ir.IntType(8))
+                for r in range(count):
+                    p = builder.mul(load16(xs[r], j, ir.IntType(16)), wv, flags=["nsw"])
+                    s = builder.add(builder.shuffle_vector(p, p, even), builder.shuffle_vector(p, p, odd))
+                    builder.store(builder.add(builder.load(acc[r]), s), acc[r])
+            total = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(i32, [pairs]), "llvm.vector.reduce.add.v8i32"
+            )
+            for r in range(count):
+                out = builder.gep(row(d, first, r, i32), [channel], inbounds=True)
+                builder.store(builder.call(total, [builder.load(acc[r])]), out)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return madd
 
 
 def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
@@ -188,7 +306,11 @@ def arrange_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tupl
 
 
 def qc8w() -> Any:
-    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots)`` of ``_qc8w``, or None without the tier."""
+    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead)`` of ``_qc8w``, or None without
+    the tier."""
+    global _madd
+    if _madd is None and fast.usable():
+        _madd = _madd_intrinsic()
     return fast.compiled("qc8w_gemv", _qc8w)
 
 
@@ -311,7 +433,8 @@ class IntegerLinear:
         if len(self.weights) == 2:
             w, wscale = self.weights
             xi, dots = np.empty((m, self.k), np.int16), np.empty((m, self.n), np.int32)
-            return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots)]
+            ahead = 0 if self.keep else AHEAD
+            return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots, ahead)]
         w, block, s = self.weights
         xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
         scratch = (
@@ -358,13 +481,15 @@ FLOAT_BUDGET = 16 << 20
 
 # The most input rows the integer kernels take, per weight kind and whether the program keeps float32 weights
 # (FLOAT_BUDGET); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
-# shapes, everything in cache, load 1.6-1.8): against dequantize + sgemm (a large program) the QC8W kernel
-# wins up to 8 rows (0.30 vs 0.42 ms for 576 x 1536) and ties at 16; QB4W wins up to 16 on every shape (0.48
-# vs 0.55 ms for 1536 x 576, 0.79 vs 1.14 for 576 x 3072) and loses on some at 32 (0.94 vs 0.83). Against
-# float32 weights held (a small program) QC8W wins up to 4 rows (0.15 vs 0.22) and ties at 8 (the MLP's 8
-# rows ran 4% slower on it); QB4W wins up to 8 on every shape (0.24 vs 0.40 ms for 1024 x 1024, 0.19 vs 0.29
-# for 576 x 1536; at 1 row 0.011 vs 0.027 for 576 x 576) and loses on some at 16 (0.48 vs 0.44); bench's MLP
-# as 8da4w (a small program, --mlp) then runs 8 rows in 0.72 ms instead of 0.89, 1 row in 0.16 instead of
-# 0.25. In a large program the GEMV also gains the bytes it reads, which the in-cache table does not show.
-# All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
-MAX_ROWS = {("qc8w", False): 8, ("qc8w", True): 4, ("qb4w", False): 16, ("qb4w", True): 8}
+# shapes, everything in cache, load 1.6-2.1): against dequantize + sgemm (a large program) the QC8W kernel
+# wins up to 32 rows on every shape (0.65-0.71 vs 0.83 ms for 576 x 1536, 0.77 vs 1.00 for 1024 x 1024, 23 vs
+# 36 for the 49152-channel head); QB4W wins up to 16 on every shape (0.48 vs 0.55 ms for 1536 x 576, 0.79 vs
+# 1.14 for 576 x 3072) and loses on some at 32 (0.94 vs 0.83). Against float32 weights held (a small program)
+# QC8W wins up to 16 rows on every shape (0.30 vs 0.49 ms for 1024 x 1024, 0.22-0.27 vs 0.37 for 784 x 1024,
+# 0.11 vs 0.15 for 576 x 576; at 8 rows 0.13 vs 0.32 and 0.10 vs 0.24) and ties at 32 (0.61-0.64 vs 0.69 for
+# 1536 x 576, 0.77-0.88 vs 0.84 for 1024 x 1024); QB4W wins up to 8 on every shape (0.24 vs 0.40 ms for 1024
+# x 1024, 0.19 vs 0.29 for 576 x 1536; at 1 row 0.011 vs 0.027 for 576 x 576) and loses on some at 16 (0.48 vs
+# 0.44); bench's MLP as 8da4w (a small program, --mlp) then runs 8 rows in 0.72 ms instead of 0.89, 1 row in
+# 0.16 instead of 0.25. In a large program the GEMV also gains the bytes it reads, which the in-cache table
+# does not show. All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
+MAX_ROWS = {("qc8w", False): 32, ("qc8w", True): 16, ("qb4w", False): 16, ("qb4w", True): 8}

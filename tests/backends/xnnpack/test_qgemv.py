@@ -57,6 +57,35 @@ def test_qc8w_kernel_equals_reference(m, k, n, monkeypatch):
         assert (layer.dequantized() is deq) == keep
 
 
+@needs_numba
+@pytest.mark.parametrize("seed", range(12))
+def test_qc8w_kernel_rounds_bit_for_bit(seed, monkeypatch):
+    # 1 to 8 rows (the kernel's blocks of 4, 2 and 1 rows), K below, at and off its 16-input chunks, with and
+    # without the prefetch (a small program makes none), bias and clamps, and the extreme products (+-255
+    # inputs on -128 / 127 weights): every float32 result identical to the arithmetic in its written order.
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+    rng = np.random.default_rng(seed)
+    m, k, n = seed % 8 + 1, [1, 15, 16, 17, 31, 48, 100, 576, 784, 333, 1024, 1000][seed], int(rng.integers(1, 300))
+    xc, xscale, bias = _inputs(rng, m, k, n)
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    w[0], w[n // 2], w[n - 1, ::2] = -128, 127, -128
+    xc[0] = 255
+    xc[m - 1, ::3] = -255
+    wscale = (rng.uniform(0.001, 0.02, n) * rng.choice([-1, 1], n)).astype(np.float32)
+    b = bias if seed % 2 else None
+    lo, hi = (np.float32(-0.5), np.float32(0.25)) if seed % 3 == 0 else (-INF, INF)
+    layer = qgemv.IntegerLinear.qc8w(w, wscale, b, keep=seed % 4 < 2)
+    y = np.full((m, n), np.nan, np.float32)
+    for step in layer.steps(xc, xscale, y, lo, hi):
+        step()
+    dots = xc.astype(np.int64) @ w.T.astype(np.int64)  # exact, and within int32
+    want = dots.astype(np.float32) * xscale * wscale
+    if b is not None:
+        want = want + b
+    want = np.minimum(np.maximum(want, lo), hi)
+    np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32))
+
+
 def _pack(w):
     """XNNPACK's QB4W packing: inputs 2j and 2j + 1 in the low and high nibble of byte j, + 8."""
     u = (w + 8).astype(np.uint8)
