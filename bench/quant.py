@@ -15,6 +15,10 @@ A second table times the integer-GEMM options (see edgetorch/backends/xnnpack/qg
 
     python bench/quant.py [--models mlp,mobilenet_v2,resnet18,vit_tiny,gpt2] [--quick] [--threads 1]
         [--results bench/RESULTS.md]
+    python bench/quant.py --versus-fp32 [--models ...] [--rounds 40]
+
+``--versus-fp32`` prints only quantized time / fp32 time on our runtime, the programs taking turns in one
+process (this thread's CPU time, the median of ``--rounds``), which a loaded machine does not skew.
 """
 
 from __future__ import annotations
@@ -332,10 +336,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one timed run per contender")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--results", help="write the tables and plot into this RESULTS.md (and results/quant.*)")
+    parser.add_argument("--versus-fp32", action="store_true", help="only our quantized / fp32 time, interleaved")
+    parser.add_argument("--rounds", type=int, default=40)
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
     set_threads(args.threads)
+    if args.versus_fp32:
+        for name in args.models.split(","):
+            print(f"[quant] {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in versus_fp32(name, args.rounds).items()))
+        return
     gemms = table(["M x K x N", "GEMM", "ms", "exact int32 result"], gemm_rows(args.quick))
     print(gemms, flush=True)
     results: dict = {}
@@ -348,6 +358,25 @@ def main() -> None:
         if args.results:  # after every model, so a long run leaves what it measured
             report(pathlib.Path(args.results), results, gemms, args.threads)
     print(table(MODEL_HEADERS, model_rows(results)))
+
+
+def versus_fp32(name: str, rounds: int) -> dict[str, float]:
+    """Each scheme's time over the fp32 program's on our runtime, the programs run in turns in this process
+    (thread CPU time, median of ``rounds``)."""
+    from functools import partial
+
+    from bench.models import MODELS
+    from bench.profile_xnnpack import interleaved
+    from edgetorch.runtime import Runtime
+
+    model, args = MODELS[name]()
+    programs = {"fp32": lower(torch.export.export(model, args), "ours")}
+    programs.update((scheme, lower(quantize(model, args, scheme), "ours")) for scheme in SCHEMES[name])
+    inputs = [a.numpy() for a in args]
+    methods = {k: Runtime.get().load_program(pte).load_method("forward") for k, pte in programs.items()}
+    runs = {k: partial(m.execute, inputs) for k, m in methods.items()}
+    times = interleaved(runs, rounds, budget_s=120.0, clock=time.thread_time)
+    return {k: t / times["fp32"] for k, t in times.items() if k != "fp32"}
 
 
 def report(results_md: pathlib.Path, results: dict, gemms: str, threads: int) -> None:
