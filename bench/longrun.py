@@ -9,7 +9,10 @@ descriptors:
 3. ``--decode-steps`` steps of a KV-cache decoder (mutable cache buffers written at the step's position, as
    an LLM's decode loop does), one token per call;
 4. ``--llm-tokens`` greedy tokens from ``TextLLMRunner`` on a small random-weight Llama exported by
-   ``export_llm`` (KV cache, ``llama::custom_sdpa``), one ``generate_ids`` call.
+   ``export_llm`` (KV cache, ``llama::custom_sdpa``), one ``generate_ids`` call; with ``--llm-pte PATH
+   --llm-tokenizer PATH`` on that program instead (a real model exported with a context long enough; its KV
+   caches, whose size is reported, are planned memory, resident from the load on), and then a prompt longer
+   than what is left of the context, which must stop with a clear error.
 RSS is sampled after a warm-up tenth of each run; "flat" means the last sample is within 5% of the first.
 Results go to ``bench/results/longrun.json``.
 """
@@ -129,6 +132,48 @@ def llm_run(tokens: int) -> dict:
     return {"tokens": len(out), "rss_mb": samples, "flat": flat(samples), "seconds": round(seconds, 1)}
 
 
+def real_llm_run(pte: str, tokenizer: str, tokens: int) -> dict:
+    """``tokens`` greedy tokens from a real exported LLM, RSS sampled every tenth of the run, then one
+    ``generate_ids`` call past the end of the context, which must stop with a clear error, not crash."""
+    from edgetorch.errors import EdgetorchError
+    from edgetorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    runner = TextLLMRunner(pte, tokenizer)
+    runner.load()
+    ex = runner._method._executor
+    caches = [ex.bound[j] for j, slot in ex.slots.items() if not slot.constant and len(slot.sizes) == 4]
+    kv_mb = sum(c.nbytes for c in caches if c.shape[1] >= tokens) / 2**20  # [batch, positions, heads, dim]
+    prompt = runner.tokenizer.encode("Write a long story about a lighthouse keeper and the sea.")
+    samples: list[float] = []
+    every = max(1, tokens // 10)
+
+    def watch(token: int) -> None:
+        watch.count += 1
+        if watch.count % every == 0:
+            samples.append(rss_mb())
+
+    watch.count = 0
+    config = GenerationConfig(max_new_tokens=tokens, temperature=0.0)
+    runner.metadata["get_eos_ids"], runner.tokenizer.eos_ids = [], []  # run to the budget: a story may end early
+    t0 = time.perf_counter()
+    out = runner.generate_ids(prompt, config, watch)
+    seconds = time.perf_counter() - t0
+    samples.append(rss_mb())
+    try:
+        runner.generate_ids(list(range(10, 10 + int(runner.metadata["get_max_context_len"]))), config)
+        past_end = "no error"
+    except EdgetorchError as e:
+        past_end = f"{type(e).__name__}: {e}"
+    return {
+        "tokens": len(out),
+        "rss_mb": samples,
+        "kv_cache_mb": round(kv_mb, 1),
+        "flat": flat(samples),
+        "seconds": round(seconds, 1),
+        "past_the_context": past_end,
+    }
+
+
 def flat(samples: list[float]) -> bool:
     return abs(samples[-1] - samples[0]) <= 0.05 * samples[0]
 
@@ -139,6 +184,8 @@ def main() -> int:
     ap.add_argument("--loads", type=int, default=10_000)
     ap.add_argument("--decode-steps", type=int, default=4000)
     ap.add_argument("--llm-tokens", type=int, default=4000)
+    ap.add_argument("--llm-pte", help="a real exported LLM (its context must hold the prompt and --llm-tokens)")
+    ap.add_argument("--llm-tokenizer", help="its tokenizer (e.g. the GGUF it came from)")
     args = ap.parse_args()
     reexec_with_clean_blas_env()
     import numpy as np
@@ -201,7 +248,9 @@ def main() -> int:
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
-    if args.llm_tokens:
+    if args.llm_tokens and args.llm_pte:
+        report["llm"] = real_llm_run(args.llm_pte, args.llm_tokenizer, args.llm_tokens)
+    elif args.llm_tokens:
         report["llm"] = llm_run(args.llm_tokens)
 
     report["command"] = "bench/longrun.py " + " ".join(sys.argv[1:])
