@@ -75,6 +75,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.backends.xnnpack import fast
+from edgetorch.runtime.kernels import compiled as compiled_kernels
 
 # QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``): GROUP, or all N from WIDE on.
 GROUP, WIDE = 64, 2048
@@ -86,21 +87,56 @@ GROUP, WIDE = 64, 2048
 # cost up to 20% (1536 x 576: 27 -> 29-34 us, noisy), so a small program makes none.
 AHEAD = 4096
 
+# The fewest multiply-adds (M N K) a GEMV call splits across threads at; below it the call stays on the calling
+# thread (waking the other costs more than it saves).
+SPLIT_MACS = 300_000
 
-def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: no cover - compiled
+
+def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts):  # pragma: no cover - compiled
     """y[m, n] = clamp(float(sum_k xc[m, k] * w[n, k]) * xscale[m] * wscale[n] + bias[n], lo, hi).
 
     ``xc`` [M, K] float32 centred input (integers in [-255, 255]), ``xi`` an int16 [M, K] scratch, ``w`` [N, K]
     int8, ``xscale`` [M, 1], ``wscale`` [N] float32, ``bias`` [N] float32 or empty, ``y`` [M, N] float32,
-    ``dots`` an int32 [M, N] scratch, ``ahead`` the prefetch distance in bytes (0: none; ``_madd``). Each
-    channel's dot products come from ``_madd`` over the first 16 (K // 16) inputs, 4, 2 then 1 rows a call (the
-    weights read and widened once for the rows), plus the last K % 16 inputs here. The float epilogue is a
-    second loop: inside the dot product's loop it made LLVM vectorise the dot 2.4x worse (measured)."""
+    ``dots`` an int32 [M * N] scratch, ``ahead`` the prefetch distance in bytes (0: none; ``_madd``), ``parts``
+    how many runs of channels the work is cut into (``_qc8w_run``), here one after another."""
+    _qc8w_input(xc, xi)
+    for p in range(parts):
+        _qc8w_run(p, parts, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead)
+
+
+def _qc8w_threaded(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts):  # pragma: no cover - compiled
+    """``_qc8w`` with its parts run on numba's threads (``prange``, compiled with ``parallel=True``)."""
+    _qc8w_input(xc, xi)
+    for p in prange(parts):
+        _qc8w_run(p, parts, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead)
+
+
+def _qc8w_input(xc, xi):  # pragma: no cover - compiled
+    """xi = xc as int16."""
     m, k = xc.shape
-    n = w.shape[0]
     for i in range(m):
         for j in range(k):
             xi[i, j] = np.int16(xc[i, j])
+
+
+def _qc8w_run(p, parts, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: no cover - compiled
+    """Part ``p`` of ``parts``: channels p N // parts up to (p + 1) N // parts, through ``_qc8w_part``."""
+    m, n = xi.shape[0], w.shape[0]
+    first, last = p * n // parts, (p + 1) * n // parts
+    out = dots[m * first : m * last].reshape((m, last - first))
+    _qc8w_part(xi, w[first:last], xscale, wscale[first:last], bias[first:last], lo, hi, y, first, out, ahead)
+
+
+def _qc8w_part(xi, w, xscale, wscale, bias, lo, hi, y, first, dots, ahead):  # pragma: no cover - compiled
+    """``_qc8w`` for the channels first .. first + len(w) - 1: ``w``, ``wscale``, ``bias`` (or empty) and the
+    int32 [M, len(w)] scratch ``dots`` are theirs, ``y`` is all [M, N]. Each channel's dot products come from
+    ``_madd`` over the first 16 (K // 16) inputs, 4, 2 then 1 rows a call (the weights read and widened once for
+    the rows), plus the last K % 16 inputs here. The float epilogue is a second loop: inside the dot product's
+    loop it made LLVM vectorise the dot 2.4x worse (measured). Every loop indexes from 0 (views, not offsets):
+    an index LLVM cannot prove non-negative keeps numba's negative-index wraparound in the loop, which then
+    vectorises worse (measured: 20% slower)."""
+    m, k = xi.shape
+    n = w.shape[0]
     chunks = k // 16
     for c in range(n):
         i = 0
@@ -121,6 +157,7 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: n
                 dots[i, c] = acc
     with_bias = bias.shape[0] > 0
     for i in range(m):
+        out = y[i, first : first + n]
         for c in range(n):
             v = np.float32(dots[i, c]) * xscale[i, 0] * wscale[c]
             if with_bias:
@@ -129,11 +166,9 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: n
                 v = lo
             if v > hi:
                 v = hi
-            y[i, c] = v
+            out[c] = v
 
 
-# ``_qc8w``'s dot products (``_madd_intrinsic``): bound by ``qc8w`` before the kernel's first compile, as making
-# it imports numba, which importing this module must not.
 _madd: Any = None
 
 
@@ -222,24 +257,40 @@ def _madd_intrinsic() -> Any:
     return madd
 
 
-def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
+def _qb4w(
+    xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total, parts
+):  # pragma: no cover - compiled
     """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[b, n] + bias[n], lo, hi).
 
-    ``w`` [K / 16, N / G, 8, G] uint8 and ``scales`` [K / block, N] float32 (``arrange_qb4w``; N rounded up to
-    the group size G), ``block`` the inputs per scale (a multiple of 16, dividing K). Scratch: ``xe``, ``xd``
+    ``w`` [T, K / 16, P / G, 8, G] uint8 and ``scales`` [T, K / block, P] float32: T tiles of P channels
+    (``arrange_qb4w``; N rounded up to T P), ``block`` the inputs per scale (a multiple of 16, dividing K). Scratch: ``xe``, ``xd``
     int16 [M, K / 2] for each row's e (its even inputs) and d (odd - 16 even), ``fix`` int16 [M, K / 16];
-    ``part`` int16 [N rounded up to G], ``acc`` int32 and ``total`` float32 [N].
+    ``part`` int16, ``acc`` int32 and ``total`` float32 [T P]. ``parts``: how many runs of
+    whole tiles the work is cut into (``_qb4w_run``), here one after another.
 
     Byte b = lo + 16 hi times inputs (e, o) is e (lo - 8) + o (hi - 8) = e b + d hi - 8 (e + o): two 16-bit
     multiplies a byte and no mask. Eight bytes' sum is within int16 (at most 16 * 255 * 8), so it is summed
     in wrapping 16-bit lanes, ``fix`` = 8 sum(e + o) of those bytes taken off, then widened into the block's
     int32 sum. (numba types the products int64, but as they are only stored as int16 LLVM computes them 16
     bits wide: 16 lanes a vector, vpmullw.)"""
+    _qb4w_input(xc, xe, xd, fix)
+    for p in range(parts):
+        _qb4w_run(p, parts, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)
+
+
+def _qb4w_threaded(
+    xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total, parts
+):  # pragma: no cover - compiled
+    """``_qb4w`` with its parts run on numba's threads (``prange``, compiled with ``parallel=True``)."""
+    _qb4w_input(xc, xe, xd, fix)
+    for p in prange(parts):
+        _qb4w_run(p, parts, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)
+
+
+def _qb4w_input(xc, xe, xd, fix):  # pragma: no cover - compiled
+    """Each row's even inputs ``xe``, odd - 16 even ``xd`` and 8 times each 16 inputs' sum ``fix``."""
     m, k = xc.shape
-    n = y.shape[1]
     half = k // 2
-    hb = block // 2
-    group = w.shape[3]
     for i in range(m):
         for j in range(half):
             ev = np.int32(xc[i, 2 * j])
@@ -250,6 +301,27 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
             for j in range(16 * q, 16 * q + 16):
                 s += np.int32(xc[i, j])
             fix[i, q] = 8 * s
+
+
+def _qb4w_run(
+    p, parts, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total
+):  # pragma: no cover - compiled
+    """Part ``p`` of ``parts``: tiles p T // parts up to (p + 1) T // parts, each through ``_qb4w_tile``."""
+    tiles, per, n = w.shape[0], w.shape[2] * w.shape[4], y.shape[1]
+    for t in range(p * tiles // parts, (p + 1) * tiles // parts):
+        a, b = t * per, min(t * per + per, n)
+        _qb4w_tile(xe, xd, fix, w[t], block, scales[t], xscale, bias[a:b], lo, hi, y[:, a:b], part[t], acc[t], total[t])
+
+
+def _qb4w_tile(xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
+    """``_qb4w`` for one tile, its channels' ``w`` [K / 16, P / G, 8, G] and ``scales`` [K / block, P], the
+    tile's share of ``bias`` (or empty), ``y`` (N' <= P columns: the last tile's padding is not computed),
+    ``part``, ``acc`` and ``total`` given as views; each loop indexes from 0 (an offset index LLVM cannot prove
+    non-negative keeps numba's negative-index wraparound in the loop, which then vectorises worse: 20%)."""
+    m, half = xe.shape
+    n = y.shape[1]
+    hb = block // 2
+    group = w.shape[3]
     with_bias = bias.shape[0] > 0
     for i in range(m):
         e = xe[i]
@@ -266,7 +338,7 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
                 d4, d5, d6, d7 = d[j + 4], d[j + 5], d[j + 6], d[j + 7]
                 f = fix[i, j // 8]
                 eight = w[j // 8]
-                for g in range(eight.shape[0]):
+                for g in range(-(-n // group)):
                     rows = eight[g]
                     first = g * group
                     for c in range(group):
@@ -292,31 +364,64 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
             y[i, c] = v
 
 
-def arrange_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def arrange_qb4w(
+    packed: np.ndarray, scales: np.ndarray, n: int, k: int, tiles: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """XNNPACK's QB4W weights ([N, K / 2] bytes, two inputs a byte, + 8) and block scales [N, K / block] as the
-    kernel reads them: [K / 16, N / G, 8, G] bytes, so that the 8 bytes of the G channels it multiplies in one
-    pass are one run of memory (G = GROUP, N rounded up to it with zero weights, 0x88; G = N from WIDE
-    channels on), and [K / block, N] float32."""
-    group = n if n >= WIDE else GROUP
-    groups = -(-n // group)
-    w = np.full((groups * group, k // 2), 0x88, np.uint8)
+    kernel reads them: ``tiles`` runs of channels (threads take whole tiles), each [K / 16, P / G, 8, G] bytes,
+    so that the 8 bytes of the G channels it multiplies in one pass are one run of memory (G = GROUP, P the
+    tile's channels rounded up to it with zero weights, 0x88; G = P from WIDE channels on), and [tiles, K /
+    block, P] float32."""
+    per = -(-n // tiles)
+    if tiles > 1 or n < WIDE:
+        per = -(-per // GROUP) * GROUP
+    group = per if n >= WIDE else GROUP
+    w = np.full((tiles * per, k // 2), 0x88, np.uint8)
     w[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
-    w = np.ascontiguousarray(w.reshape(groups, group, k // 16, 8).transpose(2, 0, 3, 1))
-    return w, np.ascontiguousarray(np.asarray(scales, np.float32).T)
+    w = np.ascontiguousarray(w.reshape(tiles, per // group, group, k // 16, 8).transpose(0, 3, 1, 4, 2))
+    s = np.zeros((tiles * per, scales.shape[1]), np.float32)
+    s[:n] = scales
+    return w, np.ascontiguousarray(s.reshape(tiles, per, -1).transpose(0, 2, 1))
 
 
-def qc8w() -> Any:
-    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead)`` of ``_qc8w``, or None without
-    the tier."""
-    global _madd
-    if _madd is None and fast.usable():
+# Bound by ``_bind`` before the kernels' first compile (making them imports numba, which importing this module
+# must not): numba's ``prange`` (a plain ``range`` when a kernel is compiled without ``parallel=True``), the
+# dot products of ``_qc8w`` (``_madd_intrinsic``) and the compiled parts the drivers call.
+prange: Any = range
+
+
+def _bind() -> bool:
+    """Whether the tier is usable; on the first call, binds the helpers the kernels call."""
+    global prange, _madd
+    if not fast.usable():
+        return False
+    if _madd is None:
+        import numba
+
+        prange = numba.prange
         _madd = _madd_intrinsic()
+        for name in ("_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"):
+            globals()[name] = fast.compiled("qgemv" + name, globals()[name])
+    return True
+
+
+def qc8w(parallel: bool = False) -> Any:
+    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts)`` of ``_qc8w``, its parts
+    run on numba's threads when ``parallel``, or None without the tier."""
+    if not _bind():
+        return None
+    if parallel:  # a function of its own: numba's disk cache keys compiled code by function, not by options
+        return fast.compiled("qc8w_gemv_threaded", _qc8w_threaded, parallel=True)
     return fast.compiled("qc8w_gemv", _qc8w)
 
 
-def qb4w() -> Any:
-    """The compiled ``f(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)`` of ``_qb4w``, or
-    None without the tier."""
+def qb4w(parallel: bool = False) -> Any:
+    """The compiled ``f(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total, parts)`` of
+    ``_qb4w``, its parts run on numba's threads when ``parallel``, or None without the tier."""
+    if not _bind():
+        return None
+    if parallel:
+        return fast.compiled("qb4w_gemv_threaded", _qb4w_threaded, parallel=True)
     return fast.compiled("qb4w_gemv", _qb4w)
 
 
@@ -327,21 +432,22 @@ def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compile
     even and odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
     n = out.shape[1]
     hb = block // 2
-    group = w.shape[3]
-    for q in range(w.shape[0]):
-        for g in range(w.shape[1]):
-            first = g * group
-            width = min(group, n - first)
-            for r in range(8):
-                j = 8 * q + r
-                row = w[q, g, r]
-                s = scales[j // hb, first : first + width]
-                even = out[2 * j, first : first + width]
-                for c in range(width):
-                    even[c] = np.float32((np.int32(row[c]) & 15) - 8) * s[c]
-                odd = out[2 * j + 1, first : first + width]
-                for c in range(width):
-                    odd[c] = np.float32((np.int32(row[c]) >> 4) - 8) * s[c]
+    per, group = w.shape[2] * w.shape[4], w.shape[4]
+    for t in range(w.shape[0]):
+        for q in range(w.shape[1]):
+            for g in range(w.shape[2]):
+                first = t * per + g * group
+                width = max(min(group, n - first), 0)
+                for r in range(8):
+                    j = 8 * q + r
+                    row = w[t, q, g, r]
+                    s = scales[t, j // hb, g * group : g * group + width]
+                    even = out[2 * j, first : first + width]
+                    for c in range(width):
+                        even[c] = np.float32((np.int32(row[c]) & 15) - 8) * s[c]
+                    odd = out[2 * j + 1, first : first + width]
+                    for c in range(width):
+                        odd[c] = np.float32((np.int32(row[c]) >> 4) - 8) * s[c]
     last = out[out.shape[0] - 1]
     for c in range(n):
         last[c] = bias[c] if bias.shape[0] else np.float32(0)
@@ -358,6 +464,15 @@ def _dequantize_qc8w(w, wscale, bias, out):  # pragma: no cover - compiled
         for j in range(k):
             o[j] = np.float32(row[j]) * s
         o[k] = bias[c] if bias.shape[0] else np.float32(0)
+
+
+def _split(serial: Any, parallel: Any, limit: int) -> None:
+    """Run ``parallel(parts)`` with a part a thread (at most ``limit``), or ``serial()`` with one thread."""
+    threads = compiled_kernels.get_num_threads()
+    if threads > 1:
+        parallel(min(threads, limit))
+    else:
+        serial()
 
 
 _scratch = threading.local()
@@ -385,6 +500,7 @@ class IntegerLinear:
     def __init__(
         self, kernel: Any, weights: tuple, shape: tuple[int, int], bias: np.ndarray | None, max_rows: int, keep: bool
     ):
+        # ``kernel(parallel)``: the serial or the threaded compiled kernel (``qc8w`` or ``qb4w``)
         self.kernel, self.weights, self.max_rows, self.keep = kernel, weights, max_rows, keep
         self.n, self.k = shape
         self.floats: np.ndarray | None = None  # the dequantized weights, once made, when ``keep``
@@ -398,11 +514,10 @@ class IntegerLinear:
         their per-channel scales [N]; ``keep``: see ``dequantized``. None without the tier or when ``MAX_ROWS``
         gives the case 0 rows (the node then dequantizes its weights at load)."""
         rows = MAX_ROWS["qc8w", keep]
-        kernel = qc8w() if rows > 0 else None
-        if kernel is None:
+        if rows <= 0 or qc8w() is None:
             return None
         w = np.ascontiguousarray(w, np.int8)
-        return cls(kernel, (w, np.ascontiguousarray(wscale, np.float32)), w.shape, bias, rows, keep)
+        return cls(qc8w, (w, np.ascontiguousarray(wscale, np.float32)), w.shape, bias, rows, keep)
 
     @classmethod
     def qb4w(
@@ -419,30 +534,38 @@ class IntegerLinear:
         ``MAX_ROWS`` gives the case 0 rows, or for a block that is not a multiple of 16 inputs (the kernel sums
         8 bytes at a time)."""
         rows = MAX_ROWS["qb4w", keep]
-        kernel = qb4w() if rows > 0 and block % 16 == 0 else None
-        if kernel is None:
+        if rows <= 0 or block % 16 or qb4w() is None:
             return None
-        w, s = arrange_qb4w(packed, scales, n, k)
-        return cls(kernel, (w, block, s), (n, k), bias, rows, keep)
+        # a tile a thread (get_num_threads() now), when a call of one row would be split (SPLIT_MACS)
+        tiles = min(compiled_kernels.get_num_threads(), -(-n // GROUP)) if n * k >= SPLIT_MACS else 1
+        w, s = arrange_qb4w(packed, scales, n, k, tiles)
+        return cls(qb4w, (w, block, s), (n, k), bias, rows, keep)
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
         """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
-        [M, 1]), M <= ``max_rows``."""
+        [M, 1]), M <= ``max_rows``. Split across threads (``get_num_threads()`` when called) from SPLIT_MACS
+        multiply-adds on; results identical either way (each output's arithmetic is the same)."""
         m = xc.shape[0]
         lo32, hi32 = np.float32(lo), np.float32(hi)
         if len(self.weights) == 2:
             w, wscale = self.weights
-            xi, dots = np.empty((m, self.k), np.int16), np.empty((m, self.n), np.int32)
+            xi, dots = np.empty((m, self.k), np.int16), np.empty(m * self.n, np.int32)
             ahead = 0 if self.keep else AHEAD
-            return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots, ahead)]
-        w, block, s = self.weights
-        xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
-        scratch = (
-            np.empty(w.shape[1] * w.shape[3], np.int16),
-            np.empty(self.n, np.int32),
-            np.empty(self.n, np.float32),
-        )
-        return [partial(self.kernel, xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)]
+            args: tuple = (xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots, ahead)
+            limit = self.n // GROUP  # parts of at least GROUP channels
+        else:
+            w, block, s = self.weights
+            xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
+            # a row a tile, 64 bytes longer than its channels: two threads' tiles never write one cache line (sharing
+            # one made the split of 576 x 1536 at M = 16 1.4x slower than one thread)
+            tiles, per = w.shape[0], w.shape[2] * w.shape[4]
+            scratch = tuple(np.empty((tiles, per + 64 // t.itemsize), t) for t in map(np.dtype, "i2 i4 f4".split()))
+            args = (xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)
+            limit = w.shape[0]  # whole tiles
+        serial = partial(self.kernel(), *args, 1)
+        if limit < 2 or m * self.n * self.k < SPLIT_MACS:
+            return [serial]
+        return [partial(_split, serial, partial(self.kernel(parallel=True), *args), limit)]
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @
