@@ -111,6 +111,12 @@ def _qc8w_threaded(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, part
         _qc8w_run(p, parts, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead)
 
 
+def _share(p, parts, count):  # pragma: no cover - compiled
+    """Part ``p``'s share of ``count`` items cut into ``parts``: items first .. last - 1, (first, last). The
+    shares of p = 0 .. parts - 1 take every item once, in order, their sizes at most one apart."""
+    return p * count // parts, (p + 1) * count // parts
+
+
 def _qc8w_input(xc, xi):  # pragma: no cover - compiled
     """xi = xc as int16."""
     m, k = xc.shape
@@ -121,8 +127,8 @@ def _qc8w_input(xc, xi):  # pragma: no cover - compiled
 
 def _qc8w_run(p, parts, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: no cover - compiled
     """Part ``p`` of ``parts``: channels p N // parts up to (p + 1) N // parts, through ``_qc8w_part``."""
-    m, n = xi.shape[0], w.shape[0]
-    first, last = p * n // parts, (p + 1) * n // parts
+    m = xi.shape[0]
+    first, last = _share(p, parts, w.shape[0])
     out = dots[m * first : m * last].reshape((m, last - first))
     _qc8w_part(xi, w[first:last], xscale, wscale[first:last], bias[first:last], lo, hi, y, first, out, ahead)
 
@@ -307,8 +313,9 @@ def _qb4w_run(
     p, parts, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total
 ):  # pragma: no cover - compiled
     """Part ``p`` of ``parts``: tiles p T // parts up to (p + 1) T // parts, each through ``_qb4w_tile``."""
-    tiles, per, n = w.shape[0], w.shape[2] * w.shape[4], y.shape[1]
-    for t in range(p * tiles // parts, (p + 1) * tiles // parts):
+    per, n = w.shape[2] * w.shape[4], y.shape[1]
+    first, last = _share(p, parts, w.shape[0])
+    for t in range(first, last):
         a, b = t * per, min(t * per + per, n)
         _qb4w_tile(xe, xd, fix, w[t], block, scales[t], xscale, bias[a:b], lo, hi, y[:, a:b], part[t], acc[t], total[t])
 
@@ -400,7 +407,7 @@ def _bind() -> bool:
 
         prange = numba.prange
         _madd = _madd_intrinsic()
-        for name in ("_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"):
+        for name in ("_share", "_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"):
             globals()[name] = fast.compiled("qgemv" + name, globals()[name])
     return True
 
