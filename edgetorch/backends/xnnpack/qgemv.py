@@ -13,7 +13,8 @@ product of the centred input (q - zero point, in [-255, 255], held as int16) wit
   order), then times the input scale, plus the bias. The weights stay 4-bit, two a byte (byte j of a channel
   holds inputs 2j and 2j + 1, low nibble first, + 8, as XNNPACK packs them), regrouped at load so that the 8
   bytes (16 inputs) of a group of channels that the kernel takes in one pass are one run of memory
-  (``arrange_qb4w``); no other copy, and no padding when N is a multiple of 64.
+  (``arrange_qb4w``), in a tile of channels a thread; no other copy, and no padding when N is a multiple
+  of 64 a tile.
 
 Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
 leaves the float32 sums in their written order). The QB4W loops are written in the shapes LLVM vectorises,
@@ -60,8 +61,29 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot pro
   it, not the bytes). QB4W blocks must be multiples of 16 inputs (8 bytes a partial sum); for other blocks
   the node dequantizes at load. Unpacking to int8 at load would double the memory and did not vectorise better
   (int8 tiles: 6x slower than packed).
-* Single-threaded: a ``prange`` over output channels (numba's parallel workqueue) took 9 ms for a call the
-  serial loop does in 0.04 ms on this shared 2-core machine (waking threads per call).
+* Threads (``edgetorch.runtime.set_num_threads``, read at each call): from SPLIT_MACS multiply-adds a call
+  is cut into runs of output channels, one a thread, run by a ``prange`` over the runs (numba's OpenMP
+  layer, its default here; its threads spin a while after a loop, so the next call wakes them cheaply), each
+  run through the serial code on views of its channels, so every output is computed exactly as on one
+  thread (bit-identical). QB4W runs are whole tiles of the load-time layout (one a thread as
+  ``get_num_threads()`` was at load), each with its own scratch rows: with scratch shared, the two threads'
+  stores to one cache line made 576 x 1536 at M = 16 1.4x slower than one thread. A Python-level split (the
+  calling thread runs half, a persistent worker thread the other half, woken through a lock) lost 20-30 us a
+  call to the hand-off, more than a decode GEMV takes (960 x 576 at M = 1: 19 us serial, 45 us split; the
+  ``prange``: 15.6). bench/qgemv_ab.py --split main --threads 2 (main, here at 1 and 2 threads, alternating,
+  outputs bit-identical, wall us, median), at M = 1 / 4 / 16, in cache: QB4W 960 x 576 20 -> 19 -> 14 / 76
+  -> 71 -> 41 / 294 -> 264 -> 145, 576 x 576 13 -> 13 -> 11 / 49 -> 45 -> 29 / 177 -> 168 -> 98, 1536 x 576
+  30 -> 31 -> 20 / 117 -> 116 -> 66 / 462 -> 444 -> 239, 576 x 1536 34 -> 31 -> 21 / 117 -> 115 -> 69 /
+  482 -> 437 -> 258; QC8W at M = 1: 49152 x 576 1380 -> 1293 -> 715, 1536 x 576 28 -> 28 -> 20, 576 x 576
+  11 -> 11 -> 9.3. Out of cache (--cold, 64 MB of layers), M = 1 / 4 / 16: QB4W 960 x 576 33 -> 37 -> 27
+  / 89 -> 93 -> 57 / 312 -> 307 -> 179, 576 x 576 21 -> 26 -> 20 / 56 -> 62 -> 39 / 196 -> 200 -> 119,
+  1536 x 576 49 -> 50 -> 33 / 143 -> 139 -> 85 / 491 -> 482 -> 283, 576 x 1536 48 -> 60 -> 43 / 143 ->
+  150 -> 90 / 513 -> 507 -> 293 (the 1-thread column runs 2 tiles, two streams from memory: a program
+  loaded at 1 thread has one, as before); QC8W at M = 1: 49152 x 576 1213 -> 1176 -> 684, 1536 x 576 43 ->
+  43 -> 29, 576 x 576 18 -> 18 -> 14. SmolLM2-135M 8da4w decode at 2 threads, bench/llm.py --threads 2
+  --new-tokens 128: 66.3 / 67.3 tok/s before, 74.2 / 74.3 / 75.8 after (bench/llm_ab.py --threads 2
+  --one-kernel-thread, same process: 69.9 -> 78.2); at 1 thread unchanged (llm_ab --threads 1: 70.9 main,
+  71.9 / 69.5 here).
 
 Imports only NumPy (and numba on first compile, through fast.py).
 """
@@ -88,7 +110,10 @@ GROUP, WIDE = 64, 2048
 AHEAD = 4096
 
 # The fewest multiply-adds (M N K) a GEMV call splits across threads at; below it the call stays on the calling
-# thread (waking the other costs more than it saves).
+# thread: waking the other cost more than it saved (bench/qgemv_ab.py --split main --threads 2, M = 1, main ->
+# 2 threads, us: QB4W 192 x 576 (110 K) 5.5 -> 7.9 in cache, 9.1 -> 12.5 out of cache; 320 x 576 (184 K) 7.9
+# -> 9.0, 13.1 -> 14.8; 384 x 576 (221 K) 9.0 -> 8.6, 14.6 -> 13.5; 576 x 576 (332 K) 13.0 -> 10.6, 20.8 ->
+# 20.4; QC8W 384 x 576 7.3 -> 7.4, 13.3 -> 12.7; 576 x 576 10.5 -> 9.3, 17.6 -> 14.4).
 SPLIT_MACS = 300_000
 
 
@@ -140,7 +165,7 @@ def _qc8w_part(xi, w, xscale, wscale, bias, lo, hi, y, first, dots, ahead):  # p
     the rows), plus the last K % 16 inputs here. The float epilogue is a second loop: inside the dot product's
     loop it made LLVM vectorise the dot 2.4x worse (measured). Every loop indexes from 0 (views, not offsets):
     an index LLVM cannot prove non-negative keeps numba's negative-index wraparound in the loop, which then
-    vectorises worse (measured: 20% slower)."""
+    vectorises worse (``_qb4w_tile``)."""
     m, k = xi.shape
     n = w.shape[0]
     chunks = k // 16
@@ -269,10 +294,10 @@ def _qb4w(
     """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[b, n] + bias[n], lo, hi).
 
     ``w`` [T, K / 16, P / G, 8, G] uint8 and ``scales`` [T, K / block, P] float32: T tiles of P channels
-    (``arrange_qb4w``; N rounded up to T P), ``block`` the inputs per scale (a multiple of 16, dividing K). Scratch: ``xe``, ``xd``
-    int16 [M, K / 2] for each row's e (its even inputs) and d (odd - 16 even), ``fix`` int16 [M, K / 16];
-    ``part`` int16, ``acc`` int32 and ``total`` float32 [T P]. ``parts``: how many runs of
-    whole tiles the work is cut into (``_qb4w_run``), here one after another.
+    (``arrange_qb4w``; N rounded up to T P), ``block`` the inputs per scale (a multiple of 16, dividing K).
+    Scratch: ``xe``, ``xd`` int16 [M, K / 2] for each row's e (its even inputs) and d (odd - 16 even), ``fix``
+    int16 [M, K / 16]; ``part`` int16, ``acc`` int32 and ``total`` float32 [T, at least P], a row a tile.
+    ``parts``: how many runs of whole tiles the work is cut into (``_qb4w_run``), here one after another.
 
     Byte b = lo + 16 hi times inputs (e, o) is e (lo - 8) + o (hi - 8) = e b + d hi - 8 (e + o): two 16-bit
     multiplies a byte and no mask. Eight bytes' sum is within int16 (at most 16 * 255 * 8), so it is summed
@@ -321,10 +346,12 @@ def _qb4w_run(
 
 
 def _qb4w_tile(xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
-    """``_qb4w`` for one tile, its channels' ``w`` [K / 16, P / G, 8, G] and ``scales`` [K / block, P], the
-    tile's share of ``bias`` (or empty), ``y`` (N' <= P columns: the last tile's padding is not computed),
-    ``part``, ``acc`` and ``total`` given as views; each loop indexes from 0 (an offset index LLVM cannot prove
-    non-negative keeps numba's negative-index wraparound in the loop, which then vectorises worse: 20%)."""
+    """``_qb4w`` for one tile: its channels' ``w`` [K / 16, P / G, 8, G] and ``scales`` [K / block, P], the
+    tile's share of ``bias`` (or empty) and ``y`` (N' <= P columns: the last tile's padding is not computed),
+    its scratch rows ``part``, ``acc`` and ``total``, all given as views. The loops are those of the kernel
+    before it was tiled; each indexes from 0: in a loop over first + c (an index LLVM cannot prove
+    non-negative, so numba's negative-index wraparound stays in the loop) it vectorised worse (1.2-9x slower).
+    """
     m, half = xe.shape
     n = y.shape[1]
     hb = block // 2
@@ -392,8 +419,8 @@ def arrange_qb4w(
 
 
 # Bound by ``_bind`` before the kernels' first compile (making them imports numba, which importing this module
-# must not): numba's ``prange`` (a plain ``range`` when a kernel is compiled without ``parallel=True``), the
-# dot products of ``_qc8w`` (``_madd_intrinsic``) and the compiled parts the drivers call.
+# must not): numba's ``prange`` for the threaded drivers, the dot products of ``_qc8w`` (``_madd_intrinsic``)
+# and the compiled parts the drivers call.
 prange: Any = range
 _set_team: Any = None  # numba.set_num_threads
 _pool = 1  # the threads numba starts (NUMBA_NUM_THREADS), read when binding

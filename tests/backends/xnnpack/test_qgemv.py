@@ -285,23 +285,32 @@ def test_split_across_threads_is_bit_identical(kind, m, k, n, tiles, threads, mo
     xc, xscale, bias = _inputs(rng, m, k, n)
     lo, hi = np.float32(-0.5), np.float32(0.25)
     set_num_threads(tiles)  # QB4W's tiles are laid out at load, one a thread
+    layers = []
     if kind == "qc8w":
         w = rng.integers(-128, 128, (n, k)).astype(np.int8)
         wscale = rng.uniform(0.001, 0.02, n).astype(np.float32)
-        layer = qgemv.IntegerLinear.qc8w(w, wscale, bias)
+        layers.append(qgemv.IntegerLinear.qc8w(w, wscale, bias))
         want = (xc.astype(np.int64) @ w.T.astype(np.int64)).astype(np.float32) * xscale * wscale + bias
         want = np.minimum(np.maximum(want, lo), hi)
+        floats = w * wscale[:, None].astype(np.float64)
     else:
         w = rng.integers(-8, 8, (n, k)).astype(np.int8)
         scales = rng.uniform(0.001, 0.02, (n, k // 16)).astype(np.float32)
-        layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, 16, n, k, bias)
-        assert layer.weights[0].shape[0] == min(tiles, -(-n // qgemv.GROUP))
+        for wide in (qgemv.WIDE, n):  # tiles of groups of 64 channels, and tiles of one group each
+            monkeypatch.setattr(qgemv, "WIDE", wide)
+            layers.append(qgemv.IntegerLinear.qb4w(_pack(w), scales, 16, n, k, bias))
+            assert layers[-1].weights[0].shape[0] == min(tiles, -(-n // qgemv.GROUP))
         want = _qb4w_float32(xc, w, scales, 16, xscale, bias, lo, hi)
-    for count in (1, 2, 3, 4):
-        set_num_threads(count)
-        y = np.full((m, n), np.nan, np.float32)
-        _run(layer, xc, xscale, y, lo, hi)
-        np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32), err_msg=f"{count} threads")
+        floats = (w.reshape(n, -1, 16) * scales[:, :, None].astype(np.float64)).reshape(n, k)
+    for layer in layers:
+        for count in (1, 2, 3, 4):
+            set_num_threads(count)
+            y = np.full((m, n), np.nan, np.float32)
+            _run(layer, xc, xscale, y, lo, hi)
+            np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32), err_msg=f"{count} threads")
+        deq = layer.dequantized()  # the sgemm path's weights, from the same tiles
+        _close(deq[:, :k], floats)
+        np.testing.assert_array_equal(deq[:, k], bias)
 
 
 @needs_numba
