@@ -266,11 +266,6 @@ def threads():
     compiled_kernels._threads = saved
 
 
-def _run(layer, xc, xscale, y, lo, hi):
-    for step in layer.steps(xc, xscale, y, lo, hi):
-        step()
-
-
 @needs_numba
 @pytest.mark.parametrize("kind", ["qc8w", "qb4w"])
 @pytest.mark.parametrize(("m", "k", "n", "tiles"), [(1, 64, 200, 2), (3, 96, 333, 3), (16, 32, 64, 2), (2, 48, 5, 2)])
@@ -306,8 +301,15 @@ def test_split_across_threads_is_bit_identical(kind, m, k, n, tiles, threads, mo
         for count in (1, 2, 3, 4):
             set_num_threads(count)
             y = np.full((m, n), np.nan, np.float32)
-            _run(layer, xc, xscale, y, lo, hi)
+            (step,) = layer.steps(xc, xscale, y, lo, hi)
+            step()  # as the program runs it: split unless numba's threading layer is its workqueue
             np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32), err_msg=f"{count} threads")
+            if step.func is not qgemv._split:  # one part only: QC8W below 2 GROUPs of channels, QB4W in one tile
+                assert (kind == "qc8w" and n < 2 * qgemv.GROUP) or layer.weights[0].shape[0] == 1
+                continue
+            y[:] = np.nan
+            step.args[1](count)  # the threaded kernel itself, in count parts
+            np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32), err_msg=f"{count} parts")
         deq = layer.dequantized()  # the sgemm path's weights, from the same tiles
         _close(deq[:, :k], floats)
         np.testing.assert_array_equal(deq[:, k], bias)
@@ -332,6 +334,14 @@ def test_small_calls_and_one_thread_are_not_split(threads, monkeypatch):
     assert step.func is qgemv._split
     step()
     np.testing.assert_array_equal(y, k)
+    # On numba's workqueue layer the first split is the last: later calls run the serial kernel.
+    calls = []
+    serial, threaded = step.args[0], step.args[1]
+    monkeypatch.setattr(qgemv, "SPLITS", None)
+    monkeypatch.setattr(qgemv, "_threading_layer", lambda: "workqueue")
+    for _ in range(2):
+        qgemv._split(lambda: calls.append("serial") or serial(), lambda p: calls.append(p) or threaded(p), 4)
+    assert calls == [2, "serial"] and qgemv.SPLITS is False
 
 
 @needs_numba
