@@ -422,21 +422,18 @@ def arrange_qb4w(
 # must not): numba's ``prange`` for the threaded drivers, the dot products of ``_qc8w`` (``_madd_intrinsic``)
 # and the compiled parts the drivers call.
 prange: Any = range
-_set_team: Any = None  # numba.set_num_threads
 _threading_layer: Any = None  # numba.threading_layer
-_pool = 1  # the threads numba starts (NUMBA_NUM_THREADS), read when binding
 
 
 def _bind() -> bool:
     """Whether the tier is usable; on the first call, binds the helpers the kernels call."""
-    global prange, _set_team, _threading_layer, _pool, _madd
+    global prange, _threading_layer, _madd
     if not fast.usable():
         return False
     if _madd is None:
         import numba
 
-        prange, _set_team, _threading_layer = numba.prange, numba.set_num_threads, numba.threading_layer
-        _pool = numba.config.NUMBA_NUM_THREADS
+        prange, _threading_layer = numba.prange, numba.threading_layer
         _madd = _madd_intrinsic()
         for name in ("_share", "_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"):
             globals()[name] = fast.compiled("qgemv" + name, globals()[name])
@@ -508,20 +505,16 @@ def _split(serial: Any, parallel: Any, limit: int) -> None:
     """Run ``parallel(parts)`` with a part a thread (at most ``limit`` parts), or ``serial()`` with one thread
     (``get_num_threads()``) or when numba's threading layer is its workqueue (``SPLITS``).
 
-    A parallel loop wakes as many of numba's threads as numba's own setting for the calling thread says (all
-    it started, by default): set to the parts (at most those it started), so that 2 parts on a machine of many
-    cores wake 2 threads, not all."""
+    numba's own thread count is left alone: calling ``numba.set_num_threads`` with the parts (to wake no more of
+    its threads than there are parts, on a machine of many cores) made SmolLM2's decode slower on this 2-core
+    one, though it set the count numba had (bench/llm.py --threads 2: 69.5 / 69.5 / 68.8 tok/s, 74.9 / 75.9
+    without it)."""
     global SPLITS
     threads = compiled_kernels.get_num_threads()
     if threads < 2 or SPLITS is False:
         serial()
         return
-    parts = min(threads, limit)
-    team = min(parts, _pool)
-    if getattr(_team, "size", 0) != team:  # numba's setting is per thread
-        _set_team(team)
-        _team.size = team
-    parallel(parts)
+    parallel(min(threads, limit))
     if SPLITS is None:  # the first parallel loop of the process chose numba's layer
         SPLITS = _threading_layer() != "workqueue"
 
@@ -530,8 +523,6 @@ def _split(serial: Any, parallel: Any, limit: int) -> None:
 # fallback without OpenMP or TBB), which aborts the process when two threads launch parallel loops at once
 # and woke its threads far slower (a call of 0.04 ms took 9 ms, measured before OpenMP was used).
 SPLITS: bool | None = None
-
-_team = threading.local()
 
 
 _scratch = threading.local()
