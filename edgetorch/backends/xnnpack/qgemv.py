@@ -80,12 +80,13 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot pro
   1536 x 576 49 -> 50 -> 33 / 143 -> 139 -> 85 / 491 -> 482 -> 283, 576 x 1536 48 -> 60 -> 43 / 143 ->
   150 -> 90 / 513 -> 507 -> 293 (the 1-thread column runs 2 tiles, two streams from memory: a program
   loaded at 1 thread has one, as before); QC8W at M = 1: 49152 x 576 1213 -> 1176 -> 684, 1536 x 576 43 ->
-  43 -> 29, 576 x 576 18 -> 18 -> 14. SmolLM2-135M 8da4w decode at 2 threads, bench/llm.py --threads 2
-  --new-tokens 128: 66.3 / 67.3 tok/s before, 74.2 / 74.3 / 75.8 after (bench/llm_ab.py --threads 2
-  --one-kernel-thread, same process: 69.9 -> 78.2); at 1 thread unchanged (llm_ab --threads 1: 70.9 main,
-  71.9 / 69.5 here).
+  43 -> 29, 576 x 576 18 -> 18 -> 14. SmolLM2-135M 8da4w (bench/llm.py --no-hf --new-tokens 128, main and
+  here taking turns, 3 runs each): at 2 threads decode 71.3 / 70.3 / 70.5 -> 75.9 / 76.8 / 78.2 tok/s,
+  prefill 296 / 296 / 292 -> 288 / 286 (not explained yet; a suspect: OpenMP's threads, spinning for a
+  while after the warm-up's last GEMV, next to BLAS's second thread); at 1 thread decode 70.5 / 69.8 / 69.9 -> 70.6 / 69.5 / 69.6, prefill
+  unchanged. bench/llm_ab.py --threads 2 --one-kernel-thread (one process): decode 73.7 -> 84.5 tok/s.
 
-Imports only NumPy (and numba on first compile, through fast.py).
+Imports only NumPy and edgetorch.runtime's compiled tier (numba on first compile, through fast.py).
 """
 
 from __future__ import annotations
