@@ -82,8 +82,12 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot pro
   loaded at 1 thread has one, as before); QC8W at M = 1: 49152 x 576 1213 -> 1176 -> 684, 1536 x 576 43 ->
   43 -> 29, 576 x 576 18 -> 18 -> 14. SmolLM2-135M 8da4w (bench/llm.py --no-hf --new-tokens 128, main and
   here taking turns, 3 runs each): at 2 threads decode 71.3 / 70.3 / 70.5 -> 75.9 / 76.8 / 78.2 tok/s,
-  prefill 296 / 296 / 292 -> 288 / 286 (not explained yet; a suspect: OpenMP's threads, spinning for a
-  while after the warm-up's last GEMV, next to BLAS's second thread); at 1 thread decode 70.5 / 69.8 / 69.9 -> 70.6 / 69.5 / 69.6, prefill
+  prefill 296 / 296 / 292 -> 288 / 286: OpenMP's worker spins for 8-10 ms of CPU after each parallel loop
+  (process CPU time over a sleep after one), next to BLAS's second thread, and bench/llm.py's prefill comes
+  right after its warm-up's decode steps (one process, the prompt's prefill after 4 decode steps: 357 tok/s
+  with no split ever launched, 309 with the split, 345 with the split and a 50 ms pause before the prefill;
+  GOMP_SPINCOUNT=30000 / 3000 gave back prefill but cut the decode gain, llm_ab 84.5 -> 78.5 / 67.3 tok/s,
+  so the default stays); at 1 thread decode 70.5 / 69.8 / 69.9 -> 70.6 / 69.5 / 69.6, prefill
   unchanged. bench/llm_ab.py --threads 2 --one-kernel-thread (one process): decode 73.7 -> 84.5 tok/s.
 
 Imports only NumPy and edgetorch.runtime's compiled tier (numba on first compile, through fast.py).
