@@ -86,8 +86,8 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot pro
   (process CPU time over a sleep after one), next to BLAS's second thread, and bench/llm.py's prefill comes
   right after its warm-up's decode steps (one process, the prompt's prefill after 4 decode steps: 357 tok/s
   with no split ever launched, 309 with the split, 345 with the split and a 50 ms pause before the prefill;
-  GOMP_SPINCOUNT=30000 / 3000 gave back prefill but cut the decode gain, llm_ab 84.5 -> 78.5 / 67.3 tok/s,
-  so the default stays); at 1 thread decode 70.5 / 69.8 / 69.9 -> 70.6 / 69.5 / 69.6, prefill
+  GOMP_SPINCOUNT=30000 / 3000 cut the decode gain, bench/llm_ab.py 84.5 -> 78.5 / 67.3 tok/s, and its
+  prefill fell too, 341 -> 244 / 242, so the default stays); at 1 thread decode 70.5 / 69.8 / 69.9 -> 70.6 / 69.5 / 69.6, prefill
   unchanged. bench/llm_ab.py --threads 2 --one-kernel-thread (one process): decode 73.7 -> 84.5 tok/s.
 
 Imports only NumPy and edgetorch.runtime's compiled tier (numba on first compile, through fast.py).
