@@ -11,7 +11,8 @@ chains turned off (``edgetorch.runtime.fusion``): the fusion's own A/B in the sa
 adds a runner whose fusion (``edgetorch/runtime/fusion.py``) and LLM kernels (``kernels/llama.py``) are those of
 git revision REV: a change to either, A/B in one process. ``--one-kernel-thread`` adds, for every program, a
 runner loaded and run with ``edgetorch.runtime.set_num_threads(1)`` (BLAS keeps ``--threads``): the integer
-GEMVs unsplit, as before they took threads, in the same process.
+GEMVs unsplit, as before they took threads, in the same process (its decode; not its prefill, which follows the
+other runner's decode steps while OpenMP's worker still spins: compare prefill across processes, bench/llm.py).
 """
 
 from __future__ import annotations
