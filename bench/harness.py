@@ -24,8 +24,9 @@ def reexec_with_clean_blas_env() -> None:
 
 
 def set_threads(n: int, with_torch: bool = True) -> None:
-    """Pin BLAS (and torch, unless ``with_torch`` is False: a torch-free contender such as our runtime must not
-    import it, or its peak memory would count torch) to ``n`` threads so every contender runs on the same cores.
+    """Pin BLAS, our runtime's threaded kernels (``edgetorch.runtime.set_num_threads``) and torch (unless
+    ``with_torch`` is False: a torch-free contender such as our runtime must not import it, or its peak memory
+    would count torch) to ``n`` threads so every contender runs on the same cores.
 
     ``threadpool_limits`` only reaches libraries already loaded, so NumPy (OpenBLAS) and torch (its OpenMP
     and BLAS) are imported first; called before them, the limit silently missed NumPy's BLAS.
@@ -38,6 +39,9 @@ def set_threads(n: int, with_torch: bool = True) -> None:
 
         torch.set_num_threads(n)
     threadpool_limits(n)
+    from edgetorch.runtime import set_num_threads
+
+    set_num_threads(n)
 
 
 def median_time(fn: Callable[[], object], min_runs: int = 5, budget_s: float = 10.0, warmup: int = 1) -> float:

@@ -9,7 +9,10 @@ median prefill rate and the median (and best) of each round's best decode step. 
 ``--unfused`` adds, for every program, a second runner with the executor's load-time fusion of element-wise
 chains turned off (``edgetorch.runtime.fusion``): the fusion's own A/B in the same process. ``--before REV``
 adds a runner whose fusion (``edgetorch/runtime/fusion.py``) and LLM kernels (``kernels/llama.py``) are those of
-git revision REV: a change to either, A/B in one process.
+git revision REV: a change to either, A/B in one process. ``--one-kernel-thread`` adds, for every program, a
+runner loaded and run with ``edgetorch.runtime.set_num_threads(1)`` (BLAS keeps ``--threads``): the integer
+GEMVs unsplit, as before they took threads, in the same process (its decode; not its prefill, which follows the
+other runner's decode steps while OpenMP's worker still spins: compare prefill across processes, bench/llm.py).
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--unfused", action="store_true", help="also run each program with fusion off")
+    parser.add_argument(
+        "--one-kernel-thread", action="store_true", help="also run each program with set_num_threads(1)"
+    )
     parser.add_argument("--before", metavar="REV", help="also run each program with the fusion and kernels of REV")
     args = parser.parse_args()
     reexec_with_clean_blas_env()
@@ -86,6 +92,17 @@ def main() -> None:
     if args.before:
         names += [f"{Path(p).name} ({args.before})" for p in args.pte]
         runners += [_runner_before(p, args.gguf, args.before) for p in args.pte]
+    one_thread = set()
+    if args.one_kernel_thread:
+        from edgetorch.runtime import set_num_threads
+
+        set_num_threads(1)  # read at load too: QB4W weights are laid out in a tile a thread
+        for p in args.pte:
+            one_thread.add(f"{Path(p).name} (1 kernel thread)")
+            names.append(f"{Path(p).name} (1 kernel thread)")
+            runners.append(TextLLMRunner(p, args.gguf))
+            runners[-1].load()
+        set_num_threads(args.threads)
     counts = {}
     for name, r in zip(names, runners):
         ex = r._method._executor
@@ -96,6 +113,8 @@ def main() -> None:
     cpu: dict[str, list[float]] = {p: [] for p in names}  # the same steps in this thread's CPU time
     for _ in range(args.rounds):
         for p, r in zip(names, runners):
+            if one_thread:
+                set_num_threads(1 if p in one_thread else args.threads)
             r.reset()
             start = time.perf_counter()
             token = int(r._forward(ids).argmax())

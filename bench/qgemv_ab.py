@@ -9,6 +9,7 @@ single-threaded), the median of each round's best step. Example::
     python bench/qgemv_ab.py --gguf SmolLM2.gguf --fp32 fp32.pte q.pte --rounds 6
     python bench/qgemv_ab.py --gemv     # the kernel table: integer GEMV vs sgemm per shape and M
     python bench/qgemv_ab.py --kernel-ab main --rounds 20 [--cold] [--qc8w]  # QB4W (QC8W) GEMV, main vs here
+    python bench/qgemv_ab.py --split main --threads 2 --rounds 15 [--cold]  # the GEMVs at 1 and 2 threads
     python bench/qgemv_ab.py --mlp --rounds 20     # bench/models.py's MLP, quantized / fp32
 """
 
@@ -225,6 +226,76 @@ def kernel_ab(rev: str, rounds: int, cold: bool, kind: str) -> None:
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 
+# (kind, N, K, input rows) for --split: SmolLM2-135M 8da4w's linears (q/k/v, o, gate/up, down: QB4W, blocks of
+# 32; the output head: QC8W) at decode and prefill-sized M, and small layers (where the split stops paying).
+SPLIT_CASES = [("qb4w", n, k, m) for n, k in ((960, 576), (576, 576), (1536, 576), (576, 1536)) for m in (1, 4, 16)]
+SPLIT_CASES += [("qb4w", 192, 576, m) for m in (1, 4)] + [("qb4w", 320, 576, 1), ("qb4w", 384, 576, 1)]
+SPLIT_CASES += [("qc8w", 49152, 576, 1), ("qc8w", 49152, 576, 4), ("qc8w", 1536, 576, 1), ("qc8w", 576, 576, 1)]
+SPLIT_CASES += [("qc8w", 384, 576, 1)]
+
+
+def split_table(rev: str, rounds: int, cold: bool) -> None:
+    """The GEMVs of SPLIT_CASES split across threads: git revision ``rev``'s kernel against this tree's with
+    ``set_num_threads(1)`` and ``(2)``, every split taken (SPLIT_MACS 0), taking turns in this process; median
+    wall-clock us a call over ``rounds`` turns, outputs checked bit for bit. ``cold``: as in ``kernel_ab``."""
+    import numpy as np
+
+    from edgetorch.backends.xnnpack import qgemv
+    from edgetorch.runtime import get_num_threads, set_num_threads
+
+    old = _module_at(rev)
+    qgemv.SPLIT_MACS = 0
+    set_num_threads(2)  # loaded as for 2 threads: QB4W weights in 2 tiles
+    rng = np.random.default_rng(0)
+    where = "out of cache (64 MB of layers)" if cold else "in cache"
+    print(f"Integer GEMV, {where}: {rev} vs this tree at 1 and 2 threads; wall us a call, median of {rounds} turns")
+    print("| kind | N x K | M | before | 1 thread | 2 threads | 2 threads vs before |")
+    print("|---|---|---|---|---|---|---|")
+    for kind, n, k, m in SPLIT_CASES:
+        size = n * k // 2 if kind == "qb4w" else n * k
+        layers = max(1, (64 << 20) // size) if cold else 1
+        reps = 1 if cold else max(2, 200_000 // (m * n * k // 128))
+        runs: dict[str, list] = {"before": [], "1": [], "2": []}
+        for _ in range(layers):
+            bias = rng.standard_normal(n).astype(np.float32)
+            xc = rng.integers(-255, 256, (m, k)).astype(np.float32)
+            xscale = rng.uniform(0.01, 0.02, (m, 1)).astype(np.float32)
+            if kind == "qc8w":
+                w8 = rng.integers(-128, 128, (n, k)).astype(np.int8)
+                wscale = rng.uniform(0.01, 0.02, n).astype(np.float32)
+            else:
+                w4 = rng.integers(0, 16, (n, k)).astype(np.uint8)
+                scales = rng.uniform(0.01, 0.02, (n, k // 32)).astype(np.float32)
+            outs = {}
+            for name, mod in (("before", old), ("1", qgemv), ("2", qgemv)):
+                if kind == "qc8w":
+                    layer = mod.IntegerLinear.qc8w(w8, wscale, bias, keep=not cold)
+                else:
+                    layer = mod.IntegerLinear.qb4w(w4[:, 0::2] | (w4[:, 1::2] << 4), scales, 32, n, k, bias)
+                outs[name] = np.full((m, n), np.nan, np.float32)
+                (step,) = layer.steps(xc, xscale, outs[name], -np.inf, np.inf)
+                step()
+                runs[name].append(step)
+            for name in ("1", "2"):
+                assert np.array_equal(outs["before"].view(np.int32), outs[name].view(np.int32)), (kind, n, k, m)
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(rounds):
+            for name, steps in runs.items():
+                set_num_threads(2 if name == "2" else 1)
+                start = time.perf_counter()
+                for _ in range(reps):
+                    for step in steps:
+                        step()
+                times[name].append((time.perf_counter() - start) / (reps * len(steps)) * 1e6)
+        t = {name: statistics.median(v) for name, v in times.items()}
+        print(
+            f"| {kind.upper()} | {n} x {k} | {m} | {t['before']:.1f} | {t['1']:.1f} | {t['2']:.1f} | "
+            f"{t['before'] / t['2']:.2f}x |",
+            flush=True,
+        )
+    print(f"load average {os.getloadavg()[0]:.1f}, threads now {get_num_threads()}")
+
+
 def mlp_table(rounds: int) -> None:
     """bench/models.py's MLP (8 rows; bench/quant.py's int8-dynamic and 8da4w, our lowering): the quantized
     program with the GEMV off and on, and the fp32 program, alternating in this process; per-thread CPU time."""
@@ -287,7 +358,8 @@ def main() -> None:
     parser.add_argument(
         "--qc8w", action="store_true", help="--kernel-ab on the QC8W GEMV (QC8W_SHAPES), --gemv QC8W only"
     )
-    parser.add_argument("--cold", action="store_true", help="--kernel-ab with the weights out of cache")
+    parser.add_argument("--split", metavar="REV", help="print the GEMVs of REV vs this tree's at 1 and 2 threads")
+    parser.add_argument("--cold", action="store_true", help="--kernel-ab / --split with the weights out of cache")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
@@ -295,6 +367,9 @@ def main() -> None:
     args = parser.parse_args()
     reexec_with_clean_blas_env()
     set_threads(args.threads, with_torch=False)
+    if args.split:
+        split_table(args.split, args.rounds, args.cold)
+        return
     if args.kernel_ab:
         kernel_ab(args.kernel_ab, args.rounds, args.cold, "qc8w" if args.qc8w else "qb4w")
         return

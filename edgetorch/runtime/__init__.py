@@ -13,6 +13,7 @@ from edgetorch.errors import (
     UnsupportedOperatorError,
 )
 from edgetorch.runtime.backends import BackendInterface, BackendRegistry, register_backend
+from edgetorch.runtime.kernels.compiled import get_num_threads, set_num_threads
 from edgetorch.runtime.kernels.registry import register_kernel
 from edgetorch.runtime.program import (
     EventTracer,
@@ -44,6 +45,8 @@ __all__ = [
     "UnsupportedBackendError",
     "UnsupportedOperatorError",
     "Verification",
+    "get_num_threads",
     "register_backend",
     "register_kernel",
+    "set_num_threads",
 ]

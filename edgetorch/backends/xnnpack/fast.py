@@ -113,10 +113,10 @@ def usable() -> bool:
     return AVAILABLE and compiled_kernels.usable()
 
 
-def compiled(name: str, fn: Any) -> Any:
-    """``fn`` compiled with numba (cached on disk, see compiled_kernels.compiled) and kept under ``name``, or
-    None when the tier is not usable."""
-    return compiled_kernels.compiled(name, fn) if usable() else None
+def compiled(name: str, fn: Any, **options: Any) -> Any:
+    """``fn`` compiled with numba (cached on disk, see compiled_kernels.compiled; ``options`` go to
+    ``numba.njit``) and kept under ``name``, or None when the tier is not usable."""
+    return compiled_kernels.compiled(name, fn, **options) if usable() else None
 
 
 def kernel(name: str) -> Any:

@@ -13,7 +13,8 @@ product of the centred input (q - zero point, in [-255, 255], held as int16) wit
   order), then times the input scale, plus the bias. The weights stay 4-bit, two a byte (byte j of a channel
   holds inputs 2j and 2j + 1, low nibble first, + 8, as XNNPACK packs them), regrouped at load so that the 8
   bytes (16 inputs) of a group of channels that the kernel takes in one pass are one run of memory
-  (``arrange_qb4w``); no other copy, and no padding when N is a multiple of 64.
+  (``arrange_qb4w``), in a tile of channels a thread; no other copy, and no padding when N is a multiple
+  of 64 a tile.
 
 Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
 leaves the float32 sums in their written order). The QB4W loops are written in the shapes LLVM vectorises,
@@ -60,10 +61,36 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot pro
   it, not the bytes). QB4W blocks must be multiples of 16 inputs (8 bytes a partial sum); for other blocks
   the node dequantizes at load. Unpacking to int8 at load would double the memory and did not vectorise better
   (int8 tiles: 6x slower than packed).
-* Single-threaded: a ``prange`` over output channels (numba's parallel workqueue) took 9 ms for a call the
-  serial loop does in 0.04 ms on this shared 2-core machine (waking threads per call).
+* Threads (``edgetorch.runtime.set_num_threads``, read at each call): from SPLIT_MACS multiply-adds a call
+  is cut into runs of output channels, one a thread, run by a ``prange`` over the runs (numba's OpenMP
+  layer, its default here; its threads spin a while after a loop, so the next call wakes them cheaply), each
+  run through the serial code on views of its channels, so every output is computed exactly as on one
+  thread (bit-identical). QB4W runs are whole tiles of the load-time layout (one a thread as
+  ``get_num_threads()`` was at load), each with its own scratch rows: with scratch shared, the two threads'
+  stores to one cache line made 576 x 1536 at M = 16 1.4x slower than one thread. A Python-level split (the
+  calling thread runs half, a persistent worker thread the other half, woken through a lock) lost 20-30 us a
+  call to the hand-off, more than a decode GEMV takes (960 x 576 at M = 1: 19 us serial, 45 us split; the
+  ``prange``: 15.6). bench/qgemv_ab.py --split main --threads 2 (main, here at 1 and 2 threads, alternating,
+  outputs bit-identical, wall us, median), at M = 1 / 4 / 16, in cache: QB4W 960 x 576 20 -> 19 -> 14 / 76
+  -> 71 -> 41 / 294 -> 264 -> 145, 576 x 576 13 -> 13 -> 11 / 49 -> 45 -> 29 / 177 -> 168 -> 98, 1536 x 576
+  30 -> 31 -> 20 / 117 -> 116 -> 66 / 462 -> 444 -> 239, 576 x 1536 34 -> 31 -> 21 / 117 -> 115 -> 69 /
+  482 -> 437 -> 258; QC8W at M = 1: 49152 x 576 1380 -> 1293 -> 715, 1536 x 576 28 -> 28 -> 20, 576 x 576
+  11 -> 11 -> 9.3. Out of cache (--cold, 64 MB of layers), M = 1 / 4 / 16: QB4W 960 x 576 33 -> 37 -> 27
+  / 89 -> 93 -> 57 / 312 -> 307 -> 179, 576 x 576 21 -> 26 -> 20 / 56 -> 62 -> 39 / 196 -> 200 -> 119,
+  1536 x 576 49 -> 50 -> 33 / 143 -> 139 -> 85 / 491 -> 482 -> 283, 576 x 1536 48 -> 60 -> 43 / 143 ->
+  150 -> 90 / 513 -> 507 -> 293 (the 1-thread column runs 2 tiles, two streams from memory: a program
+  loaded at 1 thread has one, as before); QC8W at M = 1: 49152 x 576 1213 -> 1176 -> 684, 1536 x 576 43 ->
+  43 -> 29, 576 x 576 18 -> 18 -> 14. SmolLM2-135M 8da4w (bench/llm.py --no-hf --new-tokens 128, main and
+  here taking turns, 3 runs each): at 2 threads decode 71.3 / 70.3 / 70.5 -> 75.9 / 76.8 / 78.2 tok/s,
+  prefill 296 / 296 / 292 -> 288 / 286: OpenMP's worker spins for 8-10 ms of CPU after each parallel loop
+  (process CPU time over a sleep after one), next to BLAS's second thread, and bench/llm.py's prefill comes
+  right after its warm-up's decode steps (one process, the prompt's prefill after 4 decode steps: 357 tok/s
+  with no split ever launched, 309 with the split, 345 with the split and a 50 ms pause before the prefill;
+  GOMP_SPINCOUNT=30000 / 3000 cut the decode gain, bench/llm_ab.py 84.5 -> 78.5 / 67.3 tok/s, and its
+  prefill fell too, 341 -> 244 / 242, so the default stays); at 1 thread decode 70.5 / 69.8 / 69.9 -> 70.6 / 69.5 / 69.6, prefill
+  unchanged. bench/llm_ab.py --threads 2 --one-kernel-thread (one process): decode 73.7 -> 84.5 tok/s.
 
-Imports only NumPy (and numba on first compile, through fast.py).
+Imports only NumPy and edgetorch.runtime's compiled tier (numba on first compile, through fast.py).
 """
 
 from __future__ import annotations
@@ -75,6 +102,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.backends.xnnpack import fast
+from edgetorch.runtime.kernels import compiled as compiled_kernels
 
 # QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``): GROUP, or all N from WIDE on.
 GROUP, WIDE = 64, 2048
@@ -86,21 +114,65 @@ GROUP, WIDE = 64, 2048
 # cost up to 20% (1536 x 576: 27 -> 29-34 us, noisy), so a small program makes none.
 AHEAD = 4096
 
+# The fewest multiply-adds (M N K) a GEMV call splits across threads at; below it the call stays on the calling
+# thread: waking the other cost more than it saved (bench/qgemv_ab.py --split main --threads 2, M = 1, main ->
+# 2 threads, us: QB4W 192 x 576 (110 K) 5.5 -> 7.9 in cache, 9.1 -> 12.5 out of cache; 320 x 576 (184 K) 7.9
+# -> 9.0, 13.1 -> 14.8; 384 x 576 (221 K) 9.0 -> 8.6, 14.6 -> 13.5; 576 x 576 (332 K) 13.0 -> 10.6, 20.8 ->
+# 20.4; QC8W 384 x 576 7.3 -> 7.4, 13.3 -> 12.7; 576 x 576 10.5 -> 9.3, 17.6 -> 14.4).
+SPLIT_MACS = 300_000
 
-def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: no cover - compiled
+
+def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts):  # pragma: no cover - compiled
     """y[m, n] = clamp(float(sum_k xc[m, k] * w[n, k]) * xscale[m] * wscale[n] + bias[n], lo, hi).
 
     ``xc`` [M, K] float32 centred input (integers in [-255, 255]), ``xi`` an int16 [M, K] scratch, ``w`` [N, K]
     int8, ``xscale`` [M, 1], ``wscale`` [N] float32, ``bias`` [N] float32 or empty, ``y`` [M, N] float32,
-    ``dots`` an int32 [M, N] scratch, ``ahead`` the prefetch distance in bytes (0: none; ``_madd``). Each
-    channel's dot products come from ``_madd`` over the first 16 (K // 16) inputs, 4, 2 then 1 rows a call (the
-    weights read and widened once for the rows), plus the last K % 16 inputs here. The float epilogue is a
-    second loop: inside the dot product's loop it made LLVM vectorise the dot 2.4x worse (measured)."""
+    ``dots`` an int32 [M * N] scratch, ``ahead`` the prefetch distance in bytes (0: none; ``_madd``), ``parts``
+    how many runs of channels the work is cut into (``_qc8w_run``), here one after another."""
+    _qc8w_input(xc, xi)
+    for p in range(parts):
+        _qc8w_run(p, parts, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead)
+
+
+def _qc8w_threaded(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts):  # pragma: no cover - compiled
+    """``_qc8w`` with its parts run on numba's threads (``prange``, compiled with ``parallel=True``)."""
+    _qc8w_input(xc, xi)
+    for p in prange(parts):
+        _qc8w_run(p, parts, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead)
+
+
+def _share(p, parts, count):  # pragma: no cover - compiled
+    """Part ``p``'s share of ``count`` items cut into ``parts``: items first .. last - 1, (first, last). The
+    shares of p = 0 .. parts - 1 take every item once, in order, their sizes at most one apart."""
+    return p * count // parts, (p + 1) * count // parts
+
+
+def _qc8w_input(xc, xi):  # pragma: no cover - compiled
+    """xi = xc as int16."""
     m, k = xc.shape
-    n = w.shape[0]
     for i in range(m):
         for j in range(k):
             xi[i, j] = np.int16(xc[i, j])
+
+
+def _qc8w_run(p, parts, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: no cover - compiled
+    """Part ``p`` of ``parts``: channels p N // parts up to (p + 1) N // parts, through ``_qc8w_part``."""
+    m = xi.shape[0]
+    first, last = _share(p, parts, w.shape[0])
+    out = dots[m * first : m * last].reshape((m, last - first))
+    _qc8w_part(xi, w[first:last], xscale, wscale[first:last], bias[first:last], lo, hi, y, first, out, ahead)
+
+
+def _qc8w_part(xi, w, xscale, wscale, bias, lo, hi, y, first, dots, ahead):  # pragma: no cover - compiled
+    """``_qc8w`` for the channels first .. first + len(w) - 1: ``w``, ``wscale``, ``bias`` (or empty) and the
+    int32 [M, len(w)] scratch ``dots`` are theirs, ``y`` is all [M, N]. Each channel's dot products come from
+    ``_madd`` over the first 16 (K // 16) inputs, 4, 2 then 1 rows a call (the weights read and widened once for
+    the rows), plus the last K % 16 inputs here. The float epilogue is a second loop: inside the dot product's
+    loop it made LLVM vectorise the dot 2.4x worse (measured). Every loop indexes from 0 (views, not offsets):
+    an index LLVM cannot prove non-negative keeps numba's negative-index wraparound in the loop, which then
+    vectorises worse (``_qb4w_tile``)."""
+    m, k = xi.shape
+    n = w.shape[0]
     chunks = k // 16
     for c in range(n):
         i = 0
@@ -121,6 +193,7 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: n
                 dots[i, c] = acc
     with_bias = bias.shape[0] > 0
     for i in range(m):
+        out = y[i, first : first + n]
         for c in range(n):
             v = np.float32(dots[i, c]) * xscale[i, 0] * wscale[c]
             if with_bias:
@@ -129,11 +202,9 @@ def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead):  # pragma: n
                 v = lo
             if v > hi:
                 v = hi
-            y[i, c] = v
+            out[c] = v
 
 
-# ``_qc8w``'s dot products (``_madd_intrinsic``): bound by ``qc8w`` before the kernel's first compile, as making
-# it imports numba, which importing this module must not.
 _madd: Any = None
 
 
@@ -222,24 +293,40 @@ def _madd_intrinsic() -> Any:
     return madd
 
 
-def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
+def _qb4w(
+    xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total, parts
+):  # pragma: no cover - compiled
     """y[m, n] = clamp(xscale[m] * sum over blocks b of float(int dot of block b) * scale[b, n] + bias[n], lo, hi).
 
-    ``w`` [K / 16, N / G, 8, G] uint8 and ``scales`` [K / block, N] float32 (``arrange_qb4w``; N rounded up to
-    the group size G), ``block`` the inputs per scale (a multiple of 16, dividing K). Scratch: ``xe``, ``xd``
-    int16 [M, K / 2] for each row's e (its even inputs) and d (odd - 16 even), ``fix`` int16 [M, K / 16];
-    ``part`` int16 [N rounded up to G], ``acc`` int32 and ``total`` float32 [N].
+    ``w`` [T, K / 16, P / G, 8, G] uint8 and ``scales`` [T, K / block, P] float32: T tiles of P channels
+    (``arrange_qb4w``; N rounded up to T P), ``block`` the inputs per scale (a multiple of 16, dividing K).
+    Scratch: ``xe``, ``xd`` int16 [M, K / 2] for each row's e (its even inputs) and d (odd - 16 even), ``fix``
+    int16 [M, K / 16]; ``part`` int16, ``acc`` int32 and ``total`` float32 [T, at least P], a row a tile.
+    ``parts``: how many runs of whole tiles the work is cut into (``_qb4w_run``), here one after another.
 
     Byte b = lo + 16 hi times inputs (e, o) is e (lo - 8) + o (hi - 8) = e b + d hi - 8 (e + o): two 16-bit
     multiplies a byte and no mask. Eight bytes' sum is within int16 (at most 16 * 255 * 8), so it is summed
     in wrapping 16-bit lanes, ``fix`` = 8 sum(e + o) of those bytes taken off, then widened into the block's
     int32 sum. (numba types the products int64, but as they are only stored as int16 LLVM computes them 16
     bits wide: 16 lanes a vector, vpmullw.)"""
+    _qb4w_input(xc, xe, xd, fix)
+    for p in range(parts):
+        _qb4w_run(p, parts, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)
+
+
+def _qb4w_threaded(
+    xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total, parts
+):  # pragma: no cover - compiled
+    """``_qb4w`` with its parts run on numba's threads (``prange``, compiled with ``parallel=True``)."""
+    _qb4w_input(xc, xe, xd, fix)
+    for p in prange(parts):
+        _qb4w_run(p, parts, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)
+
+
+def _qb4w_input(xc, xe, xd, fix):  # pragma: no cover - compiled
+    """Each row's even inputs ``xe``, odd - 16 even ``xd`` and 8 times each 16 inputs' sum ``fix``."""
     m, k = xc.shape
-    n = y.shape[1]
     half = k // 2
-    hb = block // 2
-    group = w.shape[3]
     for i in range(m):
         for j in range(half):
             ev = np.int32(xc[i, 2 * j])
@@ -250,6 +337,30 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
             for j in range(16 * q, 16 * q + 16):
                 s += np.int32(xc[i, j])
             fix[i, q] = 8 * s
+
+
+def _qb4w_run(
+    p, parts, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total
+):  # pragma: no cover - compiled
+    """Part ``p`` of ``parts``: tiles p T // parts up to (p + 1) T // parts, each through ``_qb4w_tile``."""
+    per, n = w.shape[2] * w.shape[4], y.shape[1]
+    first, last = _share(p, parts, w.shape[0])
+    for t in range(first, last):
+        a, b = t * per, min(t * per + per, n)
+        _qb4w_tile(xe, xd, fix, w[t], block, scales[t], xscale, bias[a:b], lo, hi, y[:, a:b], part[t], acc[t], total[t])
+
+
+def _qb4w_tile(xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total):  # pragma: no cover - compiled
+    """``_qb4w`` for one tile: its channels' ``w`` [K / 16, P / G, 8, G] and ``scales`` [K / block, P], the
+    tile's share of ``bias`` (or empty) and ``y`` (N' <= P columns: the last tile's padding is not computed),
+    its scratch rows ``part``, ``acc`` and ``total``, all given as views. The loops are those of the kernel
+    before it was tiled; each indexes from 0: in a loop over first + c (an index LLVM cannot prove
+    non-negative, so numba's negative-index wraparound stays in the loop) it vectorised worse (1.2-9x slower).
+    """
+    m, half = xe.shape
+    n = y.shape[1]
+    hb = block // 2
+    group = w.shape[3]
     with_bias = bias.shape[0] > 0
     for i in range(m):
         e = xe[i]
@@ -266,7 +377,7 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
                 d4, d5, d6, d7 = d[j + 4], d[j + 5], d[j + 6], d[j + 7]
                 f = fix[i, j // 8]
                 eight = w[j // 8]
-                for g in range(eight.shape[0]):
+                for g in range(-(-n // group)):
                     rows = eight[g]
                     first = g * group
                     for c in range(group):
@@ -292,31 +403,65 @@ def _qb4w(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc,
             y[i, c] = v
 
 
-def arrange_qb4w(packed: np.ndarray, scales: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def arrange_qb4w(
+    packed: np.ndarray, scales: np.ndarray, n: int, k: int, tiles: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """XNNPACK's QB4W weights ([N, K / 2] bytes, two inputs a byte, + 8) and block scales [N, K / block] as the
-    kernel reads them: [K / 16, N / G, 8, G] bytes, so that the 8 bytes of the G channels it multiplies in one
-    pass are one run of memory (G = GROUP, N rounded up to it with zero weights, 0x88; G = N from WIDE
-    channels on), and [K / block, N] float32."""
-    group = n if n >= WIDE else GROUP
-    groups = -(-n // group)
-    w = np.full((groups * group, k // 2), 0x88, np.uint8)
+    kernel reads them: ``tiles`` runs of channels (threads take whole tiles), each [K / 16, P / G, 8, G] bytes,
+    so that the 8 bytes of the G channels it multiplies in one pass are one run of memory (G = GROUP, P the
+    tile's channels rounded up to it with zero weights, 0x88; G = P from WIDE channels on), and [tiles, K /
+    block, P] float32."""
+    per = -(-n // tiles)
+    if tiles > 1 or n < WIDE:
+        per = -(-per // GROUP) * GROUP
+    group = per if n >= WIDE else GROUP
+    w = np.full((tiles * per, k // 2), 0x88, np.uint8)
     w[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
-    w = np.ascontiguousarray(w.reshape(groups, group, k // 16, 8).transpose(2, 0, 3, 1))
-    return w, np.ascontiguousarray(np.asarray(scales, np.float32).T)
+    w = np.ascontiguousarray(w.reshape(tiles, per // group, group, k // 16, 8).transpose(0, 3, 1, 4, 2))
+    s = np.zeros((tiles * per, scales.shape[1]), np.float32)
+    s[:n] = scales
+    return w, np.ascontiguousarray(s.reshape(tiles, per, -1).transpose(0, 2, 1))
 
 
-def qc8w() -> Any:
-    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead)`` of ``_qc8w``, or None without
-    the tier."""
-    global _madd
-    if _madd is None and fast.usable():
+# Bound by ``_bind`` before the kernels' first compile (making them imports numba, which importing this module
+# must not): numba's ``prange`` for the threaded drivers, the dot products of ``_qc8w`` (``_madd_intrinsic``)
+# and the compiled parts the drivers call.
+prange: Any = range
+_threading_layer: Any = None  # numba.threading_layer
+
+
+def _bind() -> bool:
+    """Whether the tier is usable; on the first call, binds the helpers the kernels call."""
+    global prange, _threading_layer, _madd
+    if not fast.usable():
+        return False
+    if _madd is None:
+        import numba
+
+        prange, _threading_layer = numba.prange, numba.threading_layer
         _madd = _madd_intrinsic()
+        for name in ("_share", "_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"):
+            globals()[name] = fast.compiled("qgemv" + name, globals()[name])
+    return True
+
+
+def qc8w(parallel: bool = False) -> Any:
+    """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts)`` of ``_qc8w``, its parts
+    run on numba's threads when ``parallel``, or None without the tier."""
+    if not _bind():
+        return None
+    if parallel:  # a function of its own: numba's disk cache keys compiled code by function, not by options
+        return fast.compiled("qc8w_gemv_threaded", _qc8w_threaded, parallel=True)
     return fast.compiled("qc8w_gemv", _qc8w)
 
 
-def qb4w() -> Any:
-    """The compiled ``f(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)`` of ``_qb4w``, or
-    None without the tier."""
+def qb4w(parallel: bool = False) -> Any:
+    """The compiled ``f(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total, parts)`` of
+    ``_qb4w``, its parts run on numba's threads when ``parallel``, or None without the tier."""
+    if not _bind():
+        return None
+    if parallel:
+        return fast.compiled("qb4w_gemv_threaded", _qb4w_threaded, parallel=True)
     return fast.compiled("qb4w_gemv", _qb4w)
 
 
@@ -327,21 +472,23 @@ def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compile
     even and odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
     n = out.shape[1]
     hb = block // 2
-    group = w.shape[3]
-    for q in range(w.shape[0]):
-        for g in range(w.shape[1]):
-            first = g * group
-            width = min(group, n - first)
-            for r in range(8):
-                j = 8 * q + r
-                row = w[q, g, r]
-                s = scales[j // hb, first : first + width]
-                even = out[2 * j, first : first + width]
-                for c in range(width):
-                    even[c] = np.float32((np.int32(row[c]) & 15) - 8) * s[c]
-                odd = out[2 * j + 1, first : first + width]
-                for c in range(width):
-                    odd[c] = np.float32((np.int32(row[c]) >> 4) - 8) * s[c]
+    per, group = w.shape[2] * w.shape[4], w.shape[4]
+    for q in range(w.shape[1]):  # 16 inputs (rows of out) at a time, all tiles: each row written in one pass
+        for t in range(w.shape[0]):
+            wt, st = w[t], scales[t]  # (views of the tile: indexing w[t, q, g, r] below ran 5% slower)
+            for g in range(w.shape[2]):
+                first = t * per + g * group
+                width = min(group, n - first)
+                for r in range(8):
+                    j = 8 * q + r
+                    row = wt[q, g, r]
+                    s = st[j // hb, g * group : g * group + width]
+                    even = out[2 * j, first : first + width]
+                    for c in range(width):
+                        even[c] = np.float32((np.int32(row[c]) & 15) - 8) * s[c]
+                    odd = out[2 * j + 1, first : first + width]
+                    for c in range(width):
+                        odd[c] = np.float32((np.int32(row[c]) >> 4) - 8) * s[c]
     last = out[out.shape[0] - 1]
     for c in range(n):
         last[c] = bias[c] if bias.shape[0] else np.float32(0)
@@ -358,6 +505,30 @@ def _dequantize_qc8w(w, wscale, bias, out):  # pragma: no cover - compiled
         for j in range(k):
             o[j] = np.float32(row[j]) * s
         o[k] = bias[c] if bias.shape[0] else np.float32(0)
+
+
+def _split(serial: Any, parallel: Any, limit: int) -> None:
+    """Run ``parallel(parts)`` with a part a thread (at most ``limit`` parts), or ``serial()`` with one thread
+    (``get_num_threads()``) or when numba's threading layer is its workqueue (``SPLITS``).
+
+    numba's own thread count is left alone: calling ``numba.set_num_threads`` with the parts (to wake no more of
+    its threads than there are parts, on a machine of many cores) made SmolLM2's decode slower on this 2-core
+    one, though it set the count numba had (bench/llm.py --threads 2: 69.5 / 69.5 / 68.8 tok/s, 74.9 / 75.9
+    without it)."""
+    global SPLITS
+    threads = compiled_kernels.get_num_threads()
+    if threads < 2 or SPLITS is False:
+        serial()
+        return
+    parallel(min(threads, limit))
+    if SPLITS is None:  # the first parallel loop of the process chose numba's layer
+        SPLITS = _threading_layer() != "workqueue"
+
+
+# Whether calls split: None until the first split, then False if numba's threading layer is its workqueue (its
+# fallback without OpenMP or TBB), which aborts the process when two threads launch parallel loops at once
+# and woke its threads far slower (a call of 0.04 ms took 9 ms, measured before OpenMP was used).
+SPLITS: bool | None = None
 
 
 _scratch = threading.local()
@@ -385,6 +556,7 @@ class IntegerLinear:
     def __init__(
         self, kernel: Any, weights: tuple, shape: tuple[int, int], bias: np.ndarray | None, max_rows: int, keep: bool
     ):
+        # ``kernel(parallel)``: the serial or the threaded compiled kernel (``qc8w`` or ``qb4w``)
         self.kernel, self.weights, self.max_rows, self.keep = kernel, weights, max_rows, keep
         self.n, self.k = shape
         self.floats: np.ndarray | None = None  # the dequantized weights, once made, when ``keep``
@@ -398,11 +570,10 @@ class IntegerLinear:
         their per-channel scales [N]; ``keep``: see ``dequantized``. None without the tier or when ``MAX_ROWS``
         gives the case 0 rows (the node then dequantizes its weights at load)."""
         rows = MAX_ROWS["qc8w", keep]
-        kernel = qc8w() if rows > 0 else None
-        if kernel is None:
+        if rows <= 0 or qc8w() is None:
             return None
         w = np.ascontiguousarray(w, np.int8)
-        return cls(kernel, (w, np.ascontiguousarray(wscale, np.float32)), w.shape, bias, rows, keep)
+        return cls(qc8w, (w, np.ascontiguousarray(wscale, np.float32)), w.shape, bias, rows, keep)
 
     @classmethod
     def qb4w(
@@ -419,30 +590,38 @@ class IntegerLinear:
         ``MAX_ROWS`` gives the case 0 rows, or for a block that is not a multiple of 16 inputs (the kernel sums
         8 bytes at a time)."""
         rows = MAX_ROWS["qb4w", keep]
-        kernel = qb4w() if rows > 0 and block % 16 == 0 else None
-        if kernel is None:
+        if rows <= 0 or block % 16 or qb4w() is None:
             return None
-        w, s = arrange_qb4w(packed, scales, n, k)
-        return cls(kernel, (w, block, s), (n, k), bias, rows, keep)
+        # a tile a thread (get_num_threads() now), when a call of one row would be split (SPLIT_MACS)
+        tiles = min(compiled_kernels.get_num_threads(), -(-n // GROUP)) if n * k >= SPLIT_MACS else 1
+        w, s = arrange_qb4w(packed, scales, n, k, tiles)
+        return cls(qb4w, (w, block, s), (n, k), bias, rows, keep)
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
         """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
-        [M, 1]), M <= ``max_rows``."""
+        [M, 1]), M <= ``max_rows``. Split across threads (``get_num_threads()`` when called) from SPLIT_MACS
+        multiply-adds on; results identical either way (each output's arithmetic is the same)."""
         m = xc.shape[0]
         lo32, hi32 = np.float32(lo), np.float32(hi)
         if len(self.weights) == 2:
             w, wscale = self.weights
-            xi, dots = np.empty((m, self.k), np.int16), np.empty((m, self.n), np.int32)
+            xi, dots = np.empty((m, self.k), np.int16), np.empty(m * self.n, np.int32)
             ahead = 0 if self.keep else AHEAD
-            return [partial(self.kernel, xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots, ahead)]
-        w, block, s = self.weights
-        xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
-        scratch = (
-            np.empty(w.shape[1] * w.shape[3], np.int16),
-            np.empty(self.n, np.int32),
-            np.empty(self.n, np.float32),
-        )
-        return [partial(self.kernel, xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)]
+            args: tuple = (xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots, ahead)
+            limit = self.n // GROUP  # parts of at least GROUP channels
+        else:
+            w, block, s = self.weights
+            xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
+            # a row a tile, 64 bytes longer than its channels: two threads' tiles never write one cache line (sharing
+            # one made the split of 576 x 1536 at M = 16 1.4x slower than one thread)
+            tiles, per = w.shape[0], w.shape[2] * w.shape[4]
+            scratch = tuple(np.empty((tiles, per + 64 // t.itemsize), t) for t in map(np.dtype, "i2 i4 f4".split()))
+            args = (xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)
+            limit = w.shape[0]  # whole tiles
+        serial = partial(self.kernel(), *args, 1)
+        if limit < 2 or m * self.n * self.k < SPLIT_MACS:
+            return [serial]
+        return [partial(_split, serial, partial(self.kernel(parallel=True), *args), limit)]
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from edgetorch.errors import InvalidArgumentError
+
 
 def _found() -> bool:
     try:
@@ -48,12 +50,55 @@ def usable() -> bool:
     return AVAILABLE
 
 
+def _default_threads() -> int:
+    """``EDGETORCH_NUM_THREADS`` when set (a positive integer), else the CPUs this process may run on."""
+    value = os.environ.get("EDGETORCH_NUM_THREADS", "").strip()
+    if value:
+        return _checked_threads(value, "EDGETORCH_NUM_THREADS")
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def _checked_threads(value: object, source: str) -> int:
+    n = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InvalidArgumentError(
+            f"{source}: expected a positive whole number of threads, got {value!r}; pass 1 to run every kernel "
+            "on the calling thread, or the number of cores to use"
+        )
+    return int(n)
+
+
+_threads: int | None = None  # None: not set or read yet
+
+
+def set_num_threads(n: int) -> None:
+    """Use up to ``n`` threads in the kernels that split their work (the XNNPACK delegate's integer GEMVs, with
+    the [fast] tier), as ``torch.set_num_threads`` does for PyTorch. Takes effect at the next call of such a
+    kernel, in every loaded method; 1 runs everything on the calling thread. Raises
+    :class:`~edgetorch.errors.InvalidArgumentError` for anything but a positive integer."""
+    global _threads
+    _threads = _checked_threads(n, "set_num_threads")
+
+
+def get_num_threads() -> int:
+    """The threads kernels may use: the last :func:`set_num_threads`, else ``EDGETORCH_NUM_THREADS``, else the
+    CPUs this process may run on (``os.sched_getaffinity``)."""
+    global _threads
+    if _threads is None:
+        _threads = _default_threads()
+    return _threads
+
+
 def compiled(name: str, fn: Any, **options: Any) -> Any:
     """``fn`` compiled with numba and kept under ``name``, or None when the tier is not usable.
 
-    Compiled on first use (about a second a kernel), then loaded from numba's on-disk cache. Single-threaded:
-    on the shared 2-core machine numba's parallel loops lost more to waking threads than they gained.
-    ``options`` go to ``numba.njit``."""
+    Compiled on first use (about a second a kernel), then loaded from numba's on-disk cache. ``options`` go to
+    ``numba.njit``; with ``parallel=True`` its ``prange`` loops run on numba's threads (the OpenMP layer here),
+    which paid off from some 10 us of work a call: the XNNPACK integer GEMVs split for :func:`get_num_threads`
+    threads from a size on (edgetorch/backends/xnnpack/qgemv.py, SPLIT_MACS: 13 -> 10.6 us for a 576 x 576 GEMV,
+    but 5.5 -> 7.9 us for 192 x 576). The kernels here stay single-threaded: splitting them is not measured.
+    """
     if not usable():
         return None
     got = _compiled.get(name)

@@ -6,11 +6,18 @@ quantization step of ExecuTorch's runtime."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from edgetorch.backends.xnnpack import fast, qgemv
-from edgetorch.runtime import Runtime
+from edgetorch.errors import InvalidArgumentError
+from edgetorch.runtime import Runtime, get_num_threads, set_num_threads
+from edgetorch.runtime.kernels import compiled as compiled_kernels
 from tests.interop.quantized_models import output_step, quantized
 from tests.oracle import run_executorch
 
@@ -249,3 +256,142 @@ def test_programs_on_every_path_within_one_step_of_executorch(writer, scheme, mo
             ours = method.execute(inputs)[0]
             np.testing.assert_allclose(ours, theirs, rtol=0, atol=step, err_msg=f"rows {rows}, budget {budget}")
         assert bool(used) == tier, used
+
+
+@pytest.fixture
+def threads():
+    """Restores the thread-count setting a test changes."""
+    saved = compiled_kernels._threads
+    yield
+    compiled_kernels._threads = saved
+
+
+@needs_numba
+@pytest.mark.parametrize("kind", ["qc8w", "qb4w"])
+@pytest.mark.parametrize(("m", "k", "n", "tiles"), [(1, 64, 200, 2), (3, 96, 333, 3), (16, 32, 64, 2), (2, 48, 5, 2)])
+def test_split_across_threads_is_bit_identical(kind, m, k, n, tiles, threads, monkeypatch):
+    # Every call split (SPLIT_MACS 0), QB4W weights laid out in ``tiles`` tiles (the last one partial, a channel
+    # count off GROUP): run on 1, 2, 3 and 4 threads (more threads than parts, or than this machine's cores, is
+    # allowed), every output equal bit for bit to the arithmetic in its written order. A part dropped leaves
+    # NaN behind; a part run on the wrong channels gives other numbers.
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 16))
+    monkeypatch.setattr(qgemv, "SPLIT_MACS", 0)
+    rng = np.random.default_rng(m * 1000 + k + n)
+    xc, xscale, bias = _inputs(rng, m, k, n)
+    lo, hi = np.float32(-0.5), np.float32(0.25)
+    set_num_threads(tiles)  # QB4W's tiles are laid out at load, one a thread
+    layers = []
+    if kind == "qc8w":
+        w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+        wscale = rng.uniform(0.001, 0.02, n).astype(np.float32)
+        layers.append(qgemv.IntegerLinear.qc8w(w, wscale, bias))
+        want = (xc.astype(np.int64) @ w.T.astype(np.int64)).astype(np.float32) * xscale * wscale + bias
+        want = np.minimum(np.maximum(want, lo), hi)
+        floats = w * wscale[:, None].astype(np.float64)
+    else:
+        w = rng.integers(-8, 8, (n, k)).astype(np.int8)
+        scales = rng.uniform(0.001, 0.02, (n, k // 16)).astype(np.float32)
+        for wide in (qgemv.WIDE, n):  # tiles of groups of 64 channels, and tiles of one group each
+            monkeypatch.setattr(qgemv, "WIDE", wide)
+            layers.append(qgemv.IntegerLinear.qb4w(_pack(w), scales, 16, n, k, bias))
+            assert layers[-1].weights[0].shape[0] == min(tiles, -(-n // qgemv.GROUP))
+        want = _qb4w_float32(xc, w, scales, 16, xscale, bias, lo, hi)
+        floats = (w.reshape(n, -1, 16) * scales[:, :, None].astype(np.float64)).reshape(n, k)
+    for layer in layers:
+        for count in (1, 2, 3, 4):
+            set_num_threads(count)
+            y = np.full((m, n), np.nan, np.float32)
+            (step,) = layer.steps(xc, xscale, y, lo, hi)
+            step()  # as the program runs it: split unless numba's threading layer is its workqueue
+            np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32), err_msg=f"{count} threads")
+            if step.func is not qgemv._split:  # one part only: QC8W below 2 GROUPs of channels, QB4W in one tile
+                assert (kind == "qc8w" and n < 2 * qgemv.GROUP) or layer.weights[0].shape[0] == 1
+                continue
+            y[:] = np.nan
+            step.args[1](count)  # the threaded kernel itself, in count parts
+            np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32), err_msg=f"{count} parts")
+        deq = layer.dequantized()  # the sgemm path's weights, from the same tiles
+        _close(deq[:, :k], floats)
+        np.testing.assert_array_equal(deq[:, k], bias)
+
+
+@needs_numba
+def test_small_calls_and_one_thread_are_not_split(threads, monkeypatch):
+    # Below SPLIT_MACS multiply-adds a call runs the serial kernel itself, with no thread-count check; above it,
+    # a step that picks the serial or the threaded kernel when it runs.
+    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 16))
+    set_num_threads(2)
+    n, k = 256, 64
+    w = np.ones((n, k), np.int8)
+    layer = qgemv.IntegerLinear.qc8w(w, np.ones(n, np.float32), None)
+    x, xs = np.ones((1, k), np.float32), np.ones((1, 1), np.float32)
+    y = np.empty((1, n), np.float32)
+    monkeypatch.setattr(qgemv, "SPLIT_MACS", n * k + 1)
+    (step,) = layer.steps(x, xs, y, -np.inf, np.inf)
+    assert step.func is qgemv.qc8w() and step.args[-1] == 1
+    monkeypatch.setattr(qgemv, "SPLIT_MACS", n * k)
+    (step,) = layer.steps(x, xs, y, -np.inf, np.inf)
+    assert step.func is qgemv._split
+    step()
+    np.testing.assert_array_equal(y, k)
+    # On numba's workqueue layer the first split is the last: later calls run the serial kernel.
+    calls = []
+    serial, threaded = step.args[0], step.args[1]
+    monkeypatch.setattr(qgemv, "SPLITS", None)
+    monkeypatch.setattr(qgemv, "_threading_layer", lambda: "workqueue")
+    for _ in range(2):
+        qgemv._split(lambda: calls.append("serial") or serial(), lambda p: calls.append(p) or threaded(p), 4)
+    assert calls == [2, "serial"] and qgemv.SPLITS is False
+
+
+@needs_numba
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 7, 64, 1000])
+def test_parts_share_the_channels_once(count):
+    # Each part's share of the channels (or tiles): together every one exactly once (a channel run twice would
+    # not change the output), in order, sizes at most one apart.
+    qgemv.qb4w()  # binds the compiled helpers
+    for parts in range(1, 9):
+        shares = [qgemv._share(p, parts, count) for p in range(parts)]
+        taken = [c for first, last in shares for c in range(first, last)]
+        assert taken == list(range(count)), (parts, shares)
+        sizes = [last - first for first, last in shares]
+        assert max(sizes) - min(sizes) <= 1
+
+
+def test_thread_count_setting(threads, monkeypatch):
+    set_num_threads(3)
+    assert get_num_threads() == 3
+    set_num_threads(np.int64(1))
+    assert get_num_threads() == 1
+    for bad in (0, -2, 1.5, True, "two", None):
+        with pytest.raises(InvalidArgumentError, match="expected a positive whole number of threads, got .*; pass 1"):
+            set_num_threads(bad)
+    assert get_num_threads() == 1
+    monkeypatch.setattr(compiled_kernels, "_threads", None)  # not set: the environment, else the CPUs
+    monkeypatch.delenv("EDGETORCH_NUM_THREADS", raising=False)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert get_num_threads() == cpus
+    monkeypatch.setattr(compiled_kernels, "_threads", None)
+    monkeypatch.setenv("EDGETORCH_NUM_THREADS", "5")
+    assert get_num_threads() == 5
+    monkeypatch.setattr(compiled_kernels, "_threads", None)
+    monkeypatch.setenv("EDGETORCH_NUM_THREADS", "0")
+    with pytest.raises(InvalidArgumentError, match="EDGETORCH_NUM_THREADS: expected a positive whole number"):
+        get_num_threads()
+
+
+def test_thread_count_setting_without_numba():
+    # The setting is part of the runtime, not of the [fast] tier: it works, and imports no numba, on the NumPy
+    # tier; a program's quantized linears then run sgemm whatever the count.
+    code = (
+        "import sys\n"
+        "import edgetorch.runtime as rt\n"
+        "from edgetorch.backends.xnnpack import qgemv\n"
+        "rt.set_num_threads(2)\n"
+        "assert rt.get_num_threads() == 2\n"
+        "assert qgemv.IntegerLinear.qc8w(__import__('numpy').ones((64, 64), 'int8'), "
+        "__import__('numpy').ones(64, 'float32'), None) is None\n"
+        "assert 'numba' not in sys.modules\n"
+    )
+    env = {**os.environ, "EDGETORCH_FAST": "0", "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
