@@ -10,9 +10,10 @@ descriptors:
    an LLM's decode loop does), one token per call;
 4. ``--llm-tokens`` greedy tokens from ``TextLLMRunner`` on a small random-weight Llama exported by
    ``export_llm`` (KV cache, ``llama::custom_sdpa``), one ``generate_ids`` call; with ``--llm-pte PATH
-   --llm-tokenizer PATH`` on that program instead (a real model exported with a context long enough; its KV
-   caches, whose size is reported, are planned memory, resident from the load on), and then a prompt longer
-   than what is left of the context, which must stop with a clear error.
+   --llm-tokenizer PATH`` on that program instead (a real model exported with a context long enough), then a
+   prompt longer than what is left of the context, which must stop with a clear error. Its KV caches' pages
+   become resident as positions are first written, so RSS may grow by up to the caches' size (reported) and
+   must be flat over the second half of the run.
 RSS is sampled after a warm-up tenth of each run; "flat" means the last sample is within 5% of the first.
 Results go to ``bench/results/longrun.json``.
 """
@@ -168,7 +169,10 @@ def real_llm_run(pte: str, tokenizer: str, tokens: int) -> dict:
         "tokens": len(out),
         "rss_mb": samples,
         "kv_cache_mb": round(kv_mb, 1),
-        "flat": flat(samples),
+        # The caches' pages become resident as positions are first written: RSS may grow by up to their size,
+        # then must stay flat.
+        "growth_within_kv_cache": samples[-1] - samples[0] <= kv_mb,
+        "flat": flat(samples[len(samples) // 2 :]),
         "seconds": round(seconds, 1),
         "past_the_context": past_end,
     }
