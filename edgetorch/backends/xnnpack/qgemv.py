@@ -61,8 +61,9 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot pro
   it, not the bytes). QB4W blocks must be multiples of 16 inputs (8 bytes a partial sum); for other blocks
   the node dequantizes at load. Unpacking to int8 at load would double the memory and did not vectorise better
   (int8 tiles: 6x slower than packed).
-* Threads (``edgetorch.runtime.set_num_threads``, read at each call): from SPLIT_MACS multiply-adds a call
-  is cut into runs of output channels, one a thread, run by a ``prange`` over the runs (numba's OpenMP
+* Threads (``edgetorch.runtime.set_num_threads``, read at each call): in a large program (one that does not
+  keep float32 weights, FLOAT_BUDGET: an LLM's decode), from SPLIT_MACS multiply-adds a call is cut into runs
+  of output channels, one a thread, run by a ``prange`` over the runs (numba's OpenMP
   layer, its default here; its threads spin a while after a loop, so the next call wakes them cheaply), each
   run through the serial code on views of its channels, so every output is computed exactly as on one
   thread (bit-identical). QB4W runs are whole tiles of the load-time layout (one a thread as
@@ -592,8 +593,10 @@ class IntegerLinear:
         rows = MAX_ROWS["qb4w", keep]
         if rows <= 0 or block % 16 or qb4w() is None:
             return None
-        # a tile a thread (get_num_threads() now), when a call of one row would be split (SPLIT_MACS)
-        tiles = min(compiled_kernels.get_num_threads(), -(-n // GROUP)) if n * k >= SPLIT_MACS else 1
+        # a tile a thread (get_num_threads() now), when a call of one row would be split (SPLIT_MACS; never in a
+        # small program, see steps)
+        split = n * k >= SPLIT_MACS and not keep
+        tiles = min(compiled_kernels.get_num_threads(), -(-n // GROUP)) if split else 1
         w, s = arrange_qb4w(packed, scales, n, k, tiles)
         return cls(qb4w, (w, block, s), (n, k), bias, rows, keep)
 
@@ -619,7 +622,11 @@ class IntegerLinear:
             args = (xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)
             limit = w.shape[0]  # whole tiles
         serial = partial(self.kernel(), *args, 1)
-        if limit < 2 or m * self.n * self.k < SPLIT_MACS:
+        # Not in a small program (``keep``: one that holds float32 weights), whose float layers run sgemm on BLAS's
+        # threads between its GEMVs: OpenMP's worker spins some 10 ms after each split and takes the core BLAS's
+        # second thread needs. bench/models.py's MLP as 8da4w (a float first layer, then split GEMVs) ran 8.0 ms
+        # at 2 threads instead of 0.72 at 1, and its fp32 program run in turns with it 4.5 instead of 0.82.
+        if self.keep or limit < 2 or m * self.n * self.k < SPLIT_MACS:
             return [serial]
         return [partial(_split, serial, partial(self.kernel(parallel=True), *args), limit)]
 

@@ -334,6 +334,11 @@ def test_small_calls_and_one_thread_are_not_split(threads, monkeypatch):
     assert step.func is qgemv._split
     step()
     np.testing.assert_array_equal(y, k)
+    # A small program's layer (one that keeps float32 weights, whose float layers run on BLAS's threads) never
+    # splits, whatever its size.
+    small = qgemv.IntegerLinear.qc8w(w, np.ones(n, np.float32), None, keep=True)
+    (small_step,) = small.steps(x, xs, y, -np.inf, np.inf)
+    assert small_step.func is qgemv.qc8w() and small_step.args[-1] == 1
     # On numba's workqueue layer the first split is the last: later calls run the serial kernel.
     calls = []
     serial, threaded = step.args[0], step.args[1]
