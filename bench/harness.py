@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 _SLOW_BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
@@ -109,3 +115,21 @@ def replace_section(path, heading: str, body: str) -> None:
         notes = old[mark + len(KEEP_BELOW) :].strip("\n") if mark >= 0 else ""
         text = text[:start] + body + ("\n\n" + notes if notes else "") + "\n" + ("" if end < 0 else text[end:])
     path.write_text(text.rstrip("\n") + "\n")
+
+
+def module_at(rev: str, path: str, replace: Mapping[str, str] | None = None) -> types.ModuleType:
+    """The module at ``path`` (from the repository root) as of git revision ``rev``, for same-run A/B timing:
+    executed under a name of its own from a file of its own (so that numba caches its kernels apart from the
+    current ones), after the textual ``replace`` edits of its source."""
+    source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True)
+    text = source.stdout
+    for old, new in (replace or {}).items():
+        text = text.replace(old, new)
+    copy = Path(tempfile.gettempdir()) / "edgetorch_bench_revisions" / rev / path
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(text)
+    module = types.ModuleType(f"{Path(path).stem}_at_{rev}")
+    module.__file__ = str(copy)
+    sys.modules[module.__name__] = module
+    exec(compile(text, str(copy), "exec"), module.__dict__)
+    return module

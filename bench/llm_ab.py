@@ -19,27 +19,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import reexec_with_clean_blas_env, set_threads  # noqa: E402
+from bench.harness import module_at, reexec_with_clean_blas_env, set_threads  # noqa: E402
 from bench.llm import prompt_ids  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _module_at(rev: str, path: str) -> types.ModuleType:
-    """The module at ``path`` as of git revision ``rev``, executed under a name of its own."""
-    source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True).stdout
-    module = types.ModuleType(f"{Path(path).stem}_at_{rev}")
-    sys.modules[module.__name__] = module
-    exec(compile(source, f"{path}@{rev}", "exec"), module.__dict__)
-    return module
 
 
 def _runner_before(pte: str, gguf: str, rev: str):
@@ -52,8 +39,8 @@ def _runner_before(pte: str, gguf: str, rev: str):
     names = [name for name in KERNELS._kernels if name.startswith("llama::")]
     current, fuse = {name: KERNELS[name] for name in names}, executor.fuse_steps
     try:
-        executor.fuse_steps = _module_at(rev, "edgetorch/runtime/fusion.py").fuse_steps
-        _module_at(rev, "edgetorch/runtime/kernels/llama.py")  # registers its kernels over the current ones
+        executor.fuse_steps = module_at(rev, "edgetorch/runtime/fusion.py").fuse_steps
+        module_at(rev, "edgetorch/runtime/kernels/llama.py")  # registers its kernels over the current ones
         runner = TextLLMRunner(pte, gguf)
         runner.load()
     finally:

@@ -118,19 +118,25 @@ def llm_run(tokens: int) -> dict:
         pte = pathlib.Path(folder) / "tiny_llm.pte"
         export_llm(checkpoint, pte, max_seq_len=16, max_context_len=tokens + 32, use_sdpa_with_kv_cache=True)
         runner = TextLLMRunner(pte, IdTokenizer())
-        every = max(1, tokens // 10)
-
-        def watch(token: int) -> None:
-            watch.count += 1
-            if watch.count >= every and watch.count % every == 0:
-                samples.append(rss_mb())
-
-        watch.count = 0
         t0 = time.perf_counter()
-        out = runner.generate_ids([1, 5, 7, 9], GenerationConfig(max_new_tokens=tokens, temperature=0.0), watch)
+        config = GenerationConfig(max_new_tokens=tokens, temperature=0.0)
+        out = runner.generate_ids([1, 5, 7, 9], config, _rss_every(samples, max(1, tokens // 10)))
         seconds = time.perf_counter() - t0
     samples.append(rss_mb())
     return {"tokens": len(out), "rss_mb": samples, "flat": flat(samples), "seconds": round(seconds, 1)}
+
+
+def _rss_every(samples: list[float], every: int):
+    """A token callback that appends the RSS to ``samples`` at every ``every``-th token."""
+    count = 0
+
+    def watch(token: int) -> None:
+        nonlocal count
+        count += 1
+        if count % every == 0:
+            samples.append(rss_mb())
+
+    return watch
 
 
 def real_llm_run(pte: str, tokenizer: str, tokens: int) -> dict:
@@ -146,18 +152,10 @@ def real_llm_run(pte: str, tokenizer: str, tokens: int) -> dict:
     kv_mb = sum(c.nbytes for c in caches if c.shape[1] >= tokens) / 2**20  # [batch, positions, heads, dim]
     prompt = runner.tokenizer.encode("Write a long story about a lighthouse keeper and the sea.")
     samples: list[float] = []
-    every = max(1, tokens // 10)
-
-    def watch(token: int) -> None:
-        watch.count += 1
-        if watch.count % every == 0:
-            samples.append(rss_mb())
-
-    watch.count = 0
     config = GenerationConfig(max_new_tokens=tokens, temperature=0.0)
     runner.metadata["get_eos_ids"], runner.tokenizer.eos_ids = [], []  # run to the budget: a story may end early
     t0 = time.perf_counter()
-    out = runner.generate_ids(prompt, config, watch)
+    out = runner.generate_ids(prompt, config, _rss_every(samples, max(1, tokens // 10)))
     seconds = time.perf_counter() - t0
     samples.append(rss_mb())
     try:

@@ -30,7 +30,7 @@ reexec_with_clean_blas_env()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench.harness import fmt_ms, set_threads, table  # noqa: E402
+from bench.harness import fmt_ms, module_at, set_threads, table  # noqa: E402
 from bench.models import MODELS  # noqa: E402
 
 _CACHE = pathlib.Path("/tmp/edgetorch_xnnpack_bench")
@@ -101,25 +101,15 @@ def load_before(pte: bytes, rev: str):
     from edgetorch.runtime import Runtime
     from edgetorch.runtime.backends import register_backend
 
-    root = pathlib.Path(__file__).resolve().parents[1]
-
-    def module_at(name: str) -> types.ModuleType:
-        path = f"edgetorch/backends/xnnpack/{name}.py"
-        source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, check=True, capture_output=True).stdout
-        copy = _CACHE / rev / f"{name}.py"  # a real file, so that numba can cache the old kernels
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_bytes(source)
-        module = types.ModuleType(f"xnnpack_{name}_{rev}")
-        sys.modules[module.__name__] = module
-        exec(compile(source, str(copy), "exec"), module.__dict__)
-        return module
+    def old(name: str) -> types.ModuleType:
+        return module_at(rev, f"edgetorch/backends/xnnpack/{name}.py")
 
     current = {name: getattr(xnnpack, name) for name in ("fast", "qgemm")}
     try:
         for name in current:  # the old runtime binds the helper modules of its own revision
-            setattr(xnnpack, name, module_at(name))
+            setattr(xnnpack, name, old(name))
             sys.modules[f"edgetorch.backends.xnnpack.{name}"] = getattr(xnnpack, name)
-        module_at("runtime")  # registers the old backend
+        old("runtime")  # registers the old backend
         return Runtime.get().load_program(pte).load_method("forward")
     finally:
         for name, module in current.items():

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import reexec_with_clean_blas_env, set_threads  # noqa: E402
+from bench.harness import module_at, reexec_with_clean_blas_env, set_threads  # noqa: E402
 from bench.llm import prompt_ids  # noqa: E402
 
 
@@ -139,23 +139,9 @@ QC8W_SHAPES += [(n, k, (1, 4, 8)) for n, k in ((1024, 784), (1024, 1024), (512, 
 
 
 def _module_at(rev: str):
-    """edgetorch/backends/xnnpack/qgemv.py as of git revision ``rev``, imported from a file (numba's cache), its
-    kernels compiled under other names (fast.compiled keeps them by name)."""
-    import importlib.util
-    import tempfile
-
-    src = subprocess.run(
-        ["git", "show", f"{rev}:edgetorch/backends/xnnpack/qgemv.py"], capture_output=True, text=True, check=True
-    ).stdout
-    for name in ("qb4w_gemv", "qb4w_dequantize", "qc8w_gemv", "qc8w_dequantize"):
-        src = src.replace(f'"{name}"', f'"{name}_ab"')
-    path = Path(tempfile.mkdtemp()) / "qgemv_ab_old.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("qgemv_ab_old", path)
-    assert spec is not None and spec.loader is not None
-    old = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(old)
-    return old
+    """edgetorch/backends/xnnpack/qgemv.py as of git revision ``rev``, its kernels compiled under other names
+    (fast.compiled keeps them by name, so the current ones would otherwise be handed back)."""
+    return module_at(rev, "edgetorch/backends/xnnpack/qgemv.py", {'fast.compiled("': 'fast.compiled("ab_'})
 
 
 def _turns(runs: dict[str, list], rounds: int, reps: int) -> dict[str, float]:

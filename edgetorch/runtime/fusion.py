@@ -67,7 +67,10 @@ class _Plan:
                 self.readers.setdefault(j, set()).add(pc)
         self.protected = set(ex.plan.outputs) | set(ex.plan.inputs) | ex.facts.view_bases()
         self.writes = [ex.facts.written(i.instr_args) for i in ex.instructions]
-        self.written: set[int] = set().union(*self.writes)
+        self.writers: dict[int, set[int]] = {}  # value -> the instructions that write it
+        for pc, values in enumerate(self.writes):
+            for j in values:
+                self.writers.setdefault(j, set()).add(pc)
         self.root: dict[int, int] = {}  # a value made a view by copy elision -> the value whose memory it reads
         self._ranges: dict[int, tuple[int, int, int] | None] = {}
 
@@ -75,6 +78,11 @@ class _Plan:
         if j not in self._ranges:
             self._ranges[j] = self.ex.facts.planned_range(j) if j in self.ex.slots else None
         return self._ranges[j]
+
+    def overlaps(self, j: int, memory: tuple[int, int, int]) -> bool:
+        """Whether value ``j``'s planned bytes share any byte with ``memory`` (memory id, first, end)."""
+        r = self.planned_range(j)
+        return r is not None and r[0] == memory[0] and r[1] < memory[2] and memory[1] < r[2]
 
 
 def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:
@@ -127,7 +135,7 @@ def _int(plan: _Plan, j: int) -> int:
     v = plan.ex.bound[j]
     if isinstance(v, bool) or not isinstance(v, int) or j in plan.ex.slots:
         raise _NoMatch
-    if j in plan.written:
+    if j in plan.writers:
         raise _NoMatch
     return v
 
@@ -194,7 +202,7 @@ def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
     if sq2 != sq or m2 != m or a2 != a or _int(plan, alpha) != 1:
         raise _NoMatch
     power = ex.bound[two]
-    if isinstance(power, bool) or not isinstance(power, (int, float)) or two in plan.written:
+    if isinstance(power, bool) or not isinstance(power, (int, float)) or two in plan.writers:
         raise _NoMatch
     if _int_list(plan, dims) != [-1] or ex.bound[keep] is not True:
         raise _NoMatch
@@ -220,8 +228,8 @@ def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
         # One row (a decode step): its four float32 scalar operations in Python floats, each rounded back to
         # float32, which gives float32's own results (binary64 carries more than twice float32's precision, so
         # rounding twice is exact for +, /, sqrt), instead of four ufunc calls on a 1-element array.
-        a = np.float32(np.float32(total.item() / n) + one_eps) if total.size == 1 and one_eps is not None else _ONE
-        if total.size == 1 and one_eps is not None and 0 < a < np.inf:
+        a = np.float32(np.float32(total.item() / n) + one_eps) if total.size == 1 and one_eps is not None else None
+        if a is not None and 0 < a < np.inf:
             np.multiply(xv, np.float32(1.0 / float(np.float32(math.sqrt(a)))), out=t)
         else:
             with np.errstate(all="ignore"):
@@ -326,7 +334,7 @@ def _mean(plan: _Plan, pc: int) -> tuple[int, Callable]:
     """The mean of a float32 tensor over its last dimension."""
     ex = plan.ex
     ((x, dims, keep, dtype, y),) = _Chain(ex, pc, ["aten::mean.out"]).args
-    if _int_list(plan, dims) != [-1] or not isinstance(ex.bound[keep], bool) or keep in plan.written:
+    if _int_list(plan, dims) != [-1] or not isinstance(ex.bound[keep], bool) or keep in plan.writers:
         raise _NoMatch
     _none(ex, dtype)
     for j in (x, y):
@@ -358,24 +366,21 @@ def _elidable(plan: _Plan, pc: int, source: int, result: int) -> None:
     memory overlaps it, nor the root itself (a cache written in place), and no reader may write ``result``.
     A delegate counts as writing all its arguments, so a result a delegate reads stays a copy."""
     ex = plan.ex
-    slot, src = ex.slots.get(result), ex.slots.get(plan.root.get(source, source))
-    if result in plan.protected or slot is None or src is None or ex.slots.get(source) is None:
+    root = plan.root.get(source, source)
+    slot, src = ex.slots.get(result), ex.slots.get(root)
+    if result in plan.protected or slot is None or src is None or source not in ex.slots:
         raise _NoMatch
-    if slot.dtype != ex.slots[source].dtype:
+    if slot.dtype != ex.slots[source].dtype or plan.writers.get(result) != {pc}:
         raise _NoMatch
     readers = plan.readers.get(result, set()) - {pc}  # its own out argument
     if not readers or min(readers) < pc:
         raise _NoMatch
-    root = plan.root.get(source, source)
     memory = None if src.constant else plan.planned_range(root)
     if memory is None and not src.constant:
         raise _NoMatch  # memory we cannot see the writers of
     for q in range(pc + 1, max(readers) + 1):
         for w in plan.writes[q]:
-            if w == result or w == root:
-                raise _NoMatch
-            r = plan.planned_range(w) if memory is not None else None
-            if r is not None and memory is not None and r[0] == memory[0] and r[1] < memory[2] and memory[1] < r[2]:
+            if w == root or (memory is not None and plan.overlaps(w, memory)):
                 raise _NoMatch
     plan.root[result] = root
 
@@ -388,13 +393,19 @@ def _reader(ex: Any, j: int) -> Callable[[], Any]:
     return lambda: vals[j]
 
 
+def _sizes(ex: Any, j: int) -> ListRef:
+    """A ``view_copy`` size argument: a list of integers, fixed at load or symbolic (read at run time)."""
+    ref = ex.bound[j]
+    if not isinstance(ref, ListRef) or any(i in ex.slots for i in ref.items):
+        raise _NoMatch
+    return ref
+
+
 def _view_copy(plan: _Plan, pc: int) -> tuple[int, Callable]:
     """``view_copy(x, size)`` as ``x.reshape(size)`` (a copy only where NumPy cannot view, as the kernel's)."""
     ex = plan.ex
     ((x, size, y),) = _Chain(ex, pc, ["aten::view_copy.out"]).args
-    ref = ex.bound[size]
-    if not isinstance(ref, ListRef) or any(i in ex.slots for i in ref.items):
-        raise _NoMatch
+    ref = _sizes(ex, size)
     _elidable(plan, pc, x, y)
     vals = ex.vals
 
@@ -440,23 +451,17 @@ def _into_view(plan: _Plan, pc: int) -> tuple[int, Callable]:
     params = list(a.args[:nargs])
     if kernel_results(fn, a.args, nargs) != [x] or x not in params or plan.readers.get(x, set()) != {pc, pc + 1}:
         raise _NoMatch
-    ref = ex.bound[size]
-    if not isinstance(ref, ListRef) or any(i in ex.slots for i in ref.items):
-        raise _NoMatch
+    ref = _sizes(ex, size)
     into, planned = ex.bound[y], ex.bound[x]
     if x in plan.protected or y in plan.protected or x not in ex.slots or y not in ex.slots:
         raise _NoMatch
     if into.dtype != planned.dtype or into.size != planned.size or not into.flags.c_contiguous:
         raise _NoMatch
-    if any(y in plan.writes[q] for q in range(len(ex.instructions)) if q != pc + 1):
-        raise _NoMatch
     memory = plan.planned_range(y)
-    if memory is None:
+    if plan.writers.get(y) != {pc + 1} or memory is None:
         raise _NoMatch
-    for j in ex.facts.items(params):
-        r = plan.planned_range(plan.root.get(j, j)) if j != x else None
-        if r is not None and r[0] == memory[0] and r[1] < memory[2] and memory[1] < r[2]:
-            raise _NoMatch
+    if any(j != x and plan.overlaps(plan.root.get(j, j), memory) for j in ex.facts.items(params)):
+        raise _NoMatch
     ex.bound[x] = into.reshape(planned.shape)  # the slot the kernel's step binds as its out
     try:
         produce = ex._kernel_step(fn, params, [x], ex.operators[a.op_index])

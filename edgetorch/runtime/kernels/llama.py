@@ -45,19 +45,18 @@ def _attention(
         )
     group = heads // kv_heads
     decode = batch == 1 and seq_len == 1 and attn_mask is None and n_keys > 0
-    flat = decode and compiled.flat_float32(query, keys, values)
-    fused = compiled.kernel_if_loaded("decode_attention") if flat else None
-    if fused is not None:  # a decode step (one query): one compiled pass (compiled.py), if numba is loaded anyway
+    if decode and compiled.flat_float32(query, keys, values):
         out = resize(out, query.shape)
-        if out.dtype == np.float32 and out.flags.c_contiguous:
+        if out.dtype == np.float32 and out.flags.c_contiguous:  # a decode step (one query) into a flat out
             factor = np.float32(scale if scale is not None else 1.0 / math.sqrt(head_dim))
-            scores = np.empty(n_keys, np.float32)
+            fused = compiled.kernel_if_loaded("decode_attention")
+            if fused is None:  # the general path below without its batch and sequence axes
+                return _decode_attention(query, keys, values, n_keys, kv_heads, group, factor, out)
+            scores = np.empty(n_keys, np.float32)  # one compiled pass (compiled.py), if numba is loaded anyway
             fused(
                 query.reshape(heads, head_dim), keys[0], values[0], n_keys, factor, out.reshape(heads, head_dim), scores
             )
             return out
-    if flat and out.dtype == np.float32:  # a decode step: the general path below without its batch and seq axes
-        return _decode_attention(query, keys, values, n_keys, kv_heads, group, scale, out)
     dtype = np.float32 if query.dtype != np.float64 else np.float64
     # [batch, kv_heads, group * seq_len, head_dim]: one matmul per key/value head serves its whole group.
     q = query.astype(dtype, copy=False).reshape(batch, seq_len, kv_heads, group, head_dim)
@@ -89,21 +88,18 @@ def _decode_attention(
     n_keys: int,
     kv_heads: int,
     group: int,
-    scale: float | None,
+    factor: np.float32,
     out: np.ndarray,
 ) -> np.ndarray:
-    """One float32 query row against ``n_keys`` cache rows: the same NumPy operations as the general path on
-    the same matrices (so the same bits), in half the calls; a decode step makes 30 of these a token."""
+    """One float32 query row against ``n_keys`` cache rows into the flat ``out`` (already at the query's shape):
+    the same NumPy operations as the general path on the same matrices (so the same bits), in half the calls;
+    a decode step makes 30 of these a token."""
     head_dim = query.shape[-1]
     scores = np.matmul(query.reshape(kv_heads, group, head_dim), keys[0, :n_keys].transpose(1, 2, 0))
-    scores *= np.float32(scale if scale is not None else 1.0 / math.sqrt(head_dim))
+    scores *= factor
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
-    out = resize(out, query.shape)
-    if not out.flags.c_contiguous:
-        np.copyto(out, np.matmul(scores, values[0, :n_keys].transpose(1, 0, 2)).reshape(query.shape))
-        return out
     np.matmul(scores, values[0, :n_keys].transpose(1, 0, 2), out=out.reshape(kv_heads, group, head_dim))
     return out
 
