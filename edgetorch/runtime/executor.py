@@ -39,6 +39,7 @@ from edgetorch.runtime.fusion import fuse_steps
 from edgetorch.runtime.kernels.registry import lookup
 from edgetorch.runtime.memory import TensorResizeError, allocate_arenas, check_dim_order, resize, view_of
 from edgetorch.runtime.plan_analysis import PlanFacts, kernel_results, op_key
+from edgetorch.runtime.static_fusion import fuse_static
 from edgetorch.runtime.values import ListRef, TensorSlot
 
 # A program may jump backwards (loops); a run that takes more steps than this is stopped, never hangs.
@@ -105,8 +106,9 @@ class MethodExecutor:
             if step is not None:
                 self.steps.append(step)
                 self.step_pcs.append(pc)
-        # Untraced runs of a dynamic method take the fused steps (short element-wise chains as one step each).
-        self.fused = fuse_steps(self)
+        # Untraced runs take the fused steps: short element-wise chains as one step each (dynamic methods), batch
+        # norms with their clamps and safe softmaxes (static ones).
+        self.fused = fuse_static(self) if self.static else fuse_steps(self)
         self.tracer: Any = None
 
     # ------------------------------------------------------------------ values
@@ -389,7 +391,7 @@ class MethodExecutor:
     def run(self) -> None:
         pc, tracer, step_pcs = 0, self.tracer, self.step_pcs
         try:
-            if self.static and tracer is None:
+            if self.static and tracer is None and self.fused is None:
                 for pc, step in enumerate(self.steps):  # noqa: B007  (pc names the failing step below)
                     step()
                 return

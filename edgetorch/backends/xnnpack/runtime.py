@@ -889,7 +889,7 @@ def _softmax_steps(x: np.ndarray, y: np.ndarray) -> list:
     """Softmax over the last axis of x into y (x may be y)."""
     fused = fast.shared("softmax") if fast.flat_float32(x, y) and x.ndim else None
     if fused is not None:  # the fast tier: one pass a row
-        return [partial(fused, x.reshape(-1, x.shape[-1]), y.reshape(-1, x.shape[-1]))]
+        return [partial(fused, x.reshape(-1, x.shape[-1]), y.reshape(-1, x.shape[-1]), False)]
     red = np.empty(x.shape[:-1] + (1,), y.dtype)
     return [
         partial(np.maximum.reduce, x, axis=-1, keepdims=True, out=red),

@@ -123,7 +123,7 @@ def flat_float32(*arrays: np.ndarray | None) -> bool:
 
 def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
-    ``decode_attention``), or None without the tier."""
+    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``), or None without the tier."""
     if not usable():
         return None
     _compile_helpers()
@@ -189,10 +189,12 @@ def _gelu_tanh(x, out):  # pragma: no cover - compiled
         out[i] = f(-0.0) if w > f(88) else v / (f(1) + (f(0) if w < f(_EXP_MIN) else e))
 
 
-def _softmax(x, out):  # pragma: no cover - compiled
+def _softmax(x, out, safe):  # pragma: no cover - compiled
     """Softmax of each row of the 2-D float32 ``x`` into ``out`` (may be ``x``), shifted by the row's maximum.
-    A row holding a NaN, or only -inf, gives NaNs (as torch and the NumPy path do): the NaN reaches the sum.
-    Compiled with reassociation allowed, so the maximum and the sum run in SIMD lanes (1.5x)."""
+    A row holding a NaN, or only -inf, gives NaNs (as torch and the NumPy path do): the NaN reaches the sum;
+    with ``safe``, a row of only -inf gives zeros instead (torch's ``_safe_softmax``, which scaled dot-product
+    attention decomposes into: a fully masked query attends to nothing). Compiled with reassociation allowed,
+    so the maximum and the sum run in SIMD lanes (1.5x)."""
     f = np.float32
     rows, n = x.shape
     for i in range(rows):
@@ -201,6 +203,14 @@ def _softmax(x, out):  # pragma: no cover - compiled
         for j in range(1, n):
             v = xr[j]
             m = v if v > m else m
+        if safe and m == -np.inf:
+            masked = True
+            for j in range(n):
+                masked = masked and xr[j] == -np.inf
+            if masked:
+                for j in range(n):
+                    o[j] = f(0)
+                continue
         for j in range(n):
             d = xr[j] - m
             e = _exp(max(d, f(_EXP_MIN)))
@@ -280,6 +290,133 @@ def _decode_attention(q, keys, values, n, scale, out, scores):  # pragma: no cov
                 o[d] += w * vj[d]
 
 
+def _depthwise3x3(xp, w, stride, out, tmp, lo, hi):  # pragma: no cover - compiled
+    """Channel planes ``lo`` to ``hi`` (of the N*C) of a 3x3 depthwise convolution, dilation 1, channel
+    multiplier 1, the same ``stride`` (1 or 2) on both axes: out[n, c, i, j] = sum over taps (ki, kj) of
+    xp[n, c, i*stride + ki, j*stride + kj] * w[c, ki, kj], with ``xp`` the padded float32 input and ``tmp``
+    a float32 scratch of at least H*(W+1) of ``xp``'s planes.
+
+    Every output element is one expression of nine loads, each from a contiguous run so that the loop over a
+    row's outputs runs in SIMD lanes (taps summed in the same order everywhere, no fused multiply-add):
+    - stride 1, wide rows: the nine runs are the three input rows at column offsets 0, 1, 2;
+    - stride 1, narrow rows (32 columns or fewer): the whole plane as one flat run of the padded width, so the
+      loop is long; the two columns past each row's end are computed and dropped;
+    - stride 2: each input row is first split into its even and odd columns (in ``tmp``), after which the
+      taps are runs at offsets 0 (even), 0 (odd) and 1 (even).
+    On MobileNetV2's layers 5-10x faster than the NumPy path's columns and batched matmuls."""
+    c = w.shape[0]
+    oh, ow = out.shape[2], out.shape[3]
+    hp, wp = xp.shape[2], xp.shape[3]
+    for plane in range(lo, hi):
+        n = plane // c
+        ch = plane % c
+        t0, t1, t2 = w[ch, 0, 0], w[ch, 0, 1], w[ch, 0, 2]
+        t3, t4, t5 = w[ch, 1, 0], w[ch, 1, 1], w[ch, 1, 2]
+        t6, t7, t8 = w[ch, 2, 0], w[ch, 2, 1], w[ch, 2, 2]
+        src = xp[n, ch]
+        o = out[n, ch]
+        if stride == 1 and ow > 32:
+            for i in range(oh):
+                r0, r1, r2 = src[i], src[i + 1], src[i + 2]
+                a0, a1, a2 = r0[0:ow], r0[1 : 1 + ow], r0[2 : 2 + ow]
+                b0, b1, b2 = r1[0:ow], r1[1 : 1 + ow], r1[2 : 2 + ow]
+                c0, c1, c2 = r2[0:ow], r2[1 : 1 + ow], r2[2 : 2 + ow]
+                oi = o[i]
+                for j in range(ow):
+                    v = a0[j] * t0
+                    v += a1[j] * t1
+                    v += a2[j] * t2
+                    v += b0[j] * t3
+                    v += b1[j] * t4
+                    v += b2[j] * t5
+                    v += c0[j] * t6
+                    v += c1[j] * t7
+                    v += c2[j] * t8
+                    oi[j] = v
+        elif stride == 1:
+            flat = src.reshape(hp * wp)
+            size = (oh - 1) * wp + ow
+            a0, a1, a2 = flat[0:size], flat[1 : 1 + size], flat[2 : 2 + size]
+            b0, b1, b2 = flat[wp : wp + size], flat[wp + 1 : wp + 1 + size], flat[wp + 2 : wp + 2 + size]
+            c0, c1, c2 = flat[2 * wp : 2 * wp + size], flat[2 * wp + 1 : 2 * wp + 1 + size], flat[2 * wp + 2 :]
+            acc = tmp[0:size]
+            for p in range(size):
+                v = a0[p] * t0
+                v += a1[p] * t1
+                v += a2[p] * t2
+                v += b0[p] * t3
+                v += b1[p] * t4
+                v += b2[p] * t5
+                v += c0[p] * t6
+                v += c1[p] * t7
+                v += c2[p] * t8
+                acc[p] = v
+            for i in range(oh):
+                oi = o[i]
+                row = acc[i * wp : i * wp + ow]
+                for j in range(ow):
+                    oi[j] = row[j]
+        else:
+            half = (wp + 1) // 2
+            split = tmp[0 : hp * 2 * half].reshape(hp, 2 * half)
+            for r in range(hp):
+                srow, drow = src[r], split[r]
+                for j in range(half):
+                    drow[j] = srow[2 * j]
+                for j in range(wp // 2):
+                    drow[half + j] = srow[2 * j + 1]
+            for i in range(oh):
+                r0, r1, r2 = split[2 * i], split[2 * i + 1], split[2 * i + 2]
+                a0, a1, a2 = r0[0:ow], r0[half : half + ow], r0[1 : 1 + ow]
+                b0, b1, b2 = r1[0:ow], r1[half : half + ow], r1[1 : 1 + ow]
+                c0, c1, c2 = r2[0:ow], r2[half : half + ow], r2[1 : 1 + ow]
+                oi = o[i]
+                for j in range(ow):
+                    v = a0[j] * t0
+                    v += a1[j] * t1
+                    v += a2[j] * t2
+                    v += b0[j] * t3
+                    v += b1[j] * t4
+                    v += b2[j] * t5
+                    v += c0[j] * t6
+                    v += c1[j] * t7
+                    v += c2[j] * t8
+                    oi[j] = v
+
+
+def _scale_shift_clamp(x, scale, shift, lo, hi, out):  # pragma: no cover - compiled
+    """out[n, c, k] = clamp(x[n, c, k] * scale[c] + shift[c], lo, hi) over [N, C, K] float32 arrays (``out`` may
+    be ``x``): inference batch norm and the clamp after it in one pass. The same float32 multiply, add and
+    comparisons as NumPy's multiply, add and clip (no fused multiply-add), so the results are the same bit for
+    bit; a NaN stays NaN. In place, the loop names one array: two that may overlap keep the compiler from
+    vectorising it (5x slower)."""
+    nb, c, k = x.shape
+    inplace = x.ctypes.data == out.ctypes.data
+    for n in range(nb):
+        for ch in range(c):
+            s, t = scale[ch], shift[ch]
+            o = out[n, ch]
+            xr = o if inplace else x[n, ch]
+            if inplace:
+                for i in range(k):
+                    v = o[i] * s
+                    v = v + t
+                    if v < lo:
+                        v = lo
+                    elif v > hi:
+                        v = hi
+                    o[i] = v
+            else:
+                for i in range(k):
+                    v = xr[i] * s
+                    v = v + t
+                    if v < lo:
+                        v = lo
+                    elif v > hi:
+                        v = hi
+                    o[i] = v
+
+
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that
 # divides can be vectorised (7x on the GELU).
 _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -288,6 +425,8 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "softmax": (_softmax, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "layer_norm": (_layer_norm, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "decode_attention": (_decode_attention, {"error_model": "numpy", "fastmath": {"reassoc"}}),
+    "depthwise3x3": (_depthwise3x3, {}),
+    "scale_shift_clamp": (_scale_shift_clamp, {}),
 }
 
 

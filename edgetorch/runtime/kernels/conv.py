@@ -3,7 +3,7 @@
 A convolution is im2col + one batched ``np.matmul``: the input (zero-padded once) is seen through a strided
 window view, copied into a column matrix and multiplied by the weight for every group at once. Pointwise
 convolutions skip the column matrix; depthwise ones multiply each channel's columns by its taps, a cache-sized
-block of channels per batched matmul. Padded inputs and columns are scratch arrays reused from call to call.
+block of channels per batched matmul (with the fast tier, a 3x3 one is a compiled pass: compiled.py). Padded inputs and columns are scratch arrays reused from call to call.
 Transposed convolution is the matmul followed by col2im (one strided add per tap). The window helpers here are
 shared with the pooling kernels. Imports only NumPy and the runtime's own modules.
 """
@@ -18,6 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from edgetorch.errors import InvalidArgumentError
+from edgetorch.runtime.kernels import compiled
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.kernels.scratch import scratch
@@ -221,6 +222,22 @@ def _depthwise(
         np.matmul(wm[start:stop], cols.reshape(n, stop - start, taps, positions), out=result[:, start:stop])
 
 
+def _depthwise3x3(xp: np.ndarray, w: np.ndarray, stride: list[int], dilation: list[int], target: np.ndarray) -> bool:
+    """The fast tier's 3x3 depthwise kernel (compiled.py) on the padded input, when it applies (float32, square
+    stride 1 or 2, no dilation, channel multiplier 1); False otherwise, and the caller takes the NumPy path."""
+    n, c = xp.shape[:2]
+    if w.shape[1:] != (1, 3, 3) or w.shape[0] != c or list(dilation) != [1, 1] or stride[0] != stride[1]:
+        return False
+    if stride[0] not in (1, 2) or not compiled.flat_float32(xp, w, target):
+        return False
+    fused = compiled.kernel("depthwise3x3")
+    if fused is None:
+        return False
+    tmp = scratch("conv.depthwise3x3", (xp.shape[2] * (xp.shape[3] + 1),), np.dtype(np.float32))
+    fused(xp, w.reshape(c, 3, 3), stride[0], target, tmp, 0, n * c)
+    return True
+
+
 def _conv_forward(
     x: np.ndarray,
     w: np.ndarray,
@@ -236,6 +253,8 @@ def _conv_forward(
     extent = [(o - 1) * s + dl * (k - 1) + 1 for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
     xp = padded(x, padding, extent, 0, _compute_dtype(x), "conv.input")
     if groups > 1 and groups == c and w.shape[1] == 1:
+        if _depthwise3x3(xp, w, stride, dilation, target):
+            return
         _depthwise(xp, w, stride, dilation, target)
         return
     cg, og, taps = c // groups, w.shape[0] // groups, math.prod(kernel)

@@ -51,7 +51,7 @@ def _softmax(x: np.ndarray, dim: int, out: np.ndarray, log: bool) -> np.ndarray:
     if last and not log and compiled.flat_float32(xs, ws):
         fused = compiled.kernel("softmax")  # one pass a row (compiled.py): 150 us against 280 us on [3, 197, 197]
         if fused is not None:
-            fused(xs.reshape(-1, xs.shape[-1]), ws.reshape(-1, xs.shape[-1]))
+            fused(xs.reshape(-1, xs.shape[-1]), ws.reshape(-1, xs.shape[-1]), False)
             return _finish(work, out)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         shift = extreme_last_axis(np.argmax, xs) if last else np.maximum.reduce(xs, axis=axis, keepdims=True)
@@ -192,8 +192,7 @@ def _batch_norm_apply(
 ) -> np.ndarray:
     """out = (x - mean) * invstd * weight + bias with per-channel (C,) statistics, folded into one scale/shift."""
     out = resize(out, x.shape)
-    scale = invstd if weight is None else invstd * weight
-    shift = -mean * scale if bias is None else bias - mean * scale
+    scale, shift = _scale_shift(weight, bias, mean, invstd)
     work = _workspace(out, scale.dtype)
     w3 = _channels(work)
     np.multiply(_channels(x), scale[:, None], out=w3, casting="unsafe")
@@ -205,10 +204,34 @@ def _empty_stats(*outs: np.ndarray) -> tuple[np.ndarray, ...]:
     return tuple(resize(o, (0,)) for o in outs)
 
 
+def _scale_shift(
+    weight: np.ndarray | None, bias: np.ndarray | None, mean: np.ndarray, invstd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    scale = invstd if weight is None else invstd * weight
+    return scale, (-mean * scale if bias is None else bias - mean * scale)
+
+
+def _eval_stats(running_mean: np.ndarray, running_var: np.ndarray, eps: float, dtype: np.dtype) -> tuple:
+    acc = acc_dtype(dtype)
+    return running_mean.astype(acc, copy=False), np.reciprocal(np.sqrt(running_var.astype(acc) + acc.type(eps)))
+
+
+def batch_norm_scale_shift(
+    weight: np.ndarray | None,
+    bias: np.ndarray | None,
+    running_mean: np.ndarray,
+    running_var: np.ndarray,
+    eps: float,
+    dtype: np.dtype,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The per-channel scale and shift inference batch norm applies to an input of ``dtype`` (out = x * scale +
+    shift), computed as the kernel computes them: for a load-time fusion whose results must match it bit for
+    bit (edgetorch/runtime/static_fusion.py)."""
+    return _scale_shift(weight, bias, *_eval_stats(running_mean, running_var, eps, dtype))
+
+
 def _eval_batch_norm(x, weight, bias, running_mean, running_var, eps, out, save_mean, save_invstd):
-    acc = acc_dtype(out.dtype)
-    mean = running_mean.astype(acc, copy=False)
-    invstd = np.reciprocal(np.sqrt(running_var.astype(acc) + acc.type(eps)))
+    mean, invstd = _eval_stats(running_mean, running_var, eps, out.dtype)
     return (_batch_norm_apply(x, weight, bias, mean, invstd, out), *_empty_stats(save_mean, save_invstd))
 
 

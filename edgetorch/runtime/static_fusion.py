@@ -1,0 +1,213 @@
+"""Load-time fusion in static methods: instruction chains an exported vision or attention model repeats, each
+replaced by one step that computes the same float32 results with fewer passes over memory.
+
+- **Batch norm, then a clamp** (``_native_batch_norm_legit_no_training``, then ``hardtanh`` or ``relu``; the
+  clamp is optional): a convolutional network that was not folded by a backend runs both after every
+  convolution, three passes (scale, shift, clamp) and two kernel calls. The fused step makes one pass with the
+  scale and shift computed once, at load, exactly as the batch-norm kernel computes them each call, and the
+  same float32 multiply, add and comparisons, so the result is the same bit for bit. The fast tier compiles the
+  pass (``scale_shift_clamp``); the NumPy tier runs its three passes in one step.
+- **Safe softmax** (``_softmax``, ``eq(-inf)``, ``logical_not``, ``any``, ``logical_not``, ``full_like(0)``,
+  ``where``): torch's decomposition of scaled dot-product attention zeroes the rows whose scores are all
+  ``-inf``. The compiled softmax does that in its own pass (``softmax`` with ``safe``), instead of five more
+  passes over the scores; fast tier only (the NumPy tier keeps the instructions).
+
+Only intermediate values read by nothing outside a chain are dropped; traced runs use the unfused steps, so
+every instruction still reports its own event. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from edgetorch.format import program as fbp
+from edgetorch.runtime.fusion import _F32, _Chain, _int, _NoMatch, _Plan
+from edgetorch.runtime.kernels import compiled
+from edgetorch.runtime.kernels.normalization import batch_norm_scale_shift
+
+_BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
+_SAFE_SOFTMAX = (
+    "aten::_softmax.out",
+    "aten::eq.Scalar_out",
+    "aten::logical_not.out",
+    "aten::any.out",
+    "aten::logical_not.out",
+    "aten::full_like.out",
+    "aten::where.self_out",
+)
+
+
+def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
+    """The static method's steps with every fusable chain replaced by one step, and each step's first
+    instruction; None when nothing fuses (or the method is not static)."""
+    if not ex.static:
+        return None
+    plan = _Plan(ex)
+    by_pc = dict(zip(ex.step_pcs, ex.steps))
+    steps: list[Callable] = []
+    pcs: list[int] = []
+    pc, n, fused = 0, len(ex.instructions), 0
+    while pc < n:
+        for pattern in (_batch_norm, _safe_softmax):
+            try:
+                length, step = pattern(plan, pc)
+            except _NoMatch:
+                continue
+            steps.append(step)
+            pcs.append(pc)
+            pc += length
+            fused += 1
+            break
+        else:
+            if pc in by_pc:  # folded instructions have no step
+                steps.append(by_pc[pc])
+                pcs.append(pc)
+            pc += 1
+    return (steps, pcs) if fused else None
+
+
+def _call(ex: Any, pc: int, name: str) -> list[int]:
+    """The arguments (then the results) of instruction ``pc`` when it calls ``name``."""
+    if pc >= len(ex.instructions):
+        raise _NoMatch
+    a = ex.instructions[pc].instr_args
+    if not isinstance(a, fbp.KernelCall) or ex.operators[a.op_index] != name:
+        raise _NoMatch
+    return list(a.args)
+
+
+def _flat_f32(ex: Any, *values: int) -> list[np.ndarray]:
+    """The planned float32, C-contiguous arrays of ``values``."""
+    arrays = [ex.bound[j] for j in values]
+    if not all(j in ex.slots for j in values) or not compiled.flat_float32(*arrays):
+        raise _NoMatch
+    if any(a is None or a.dtype != _F32 for a in arrays):
+        raise _NoMatch
+    return arrays
+
+
+def _same_or_apart(a: np.ndarray, b: np.ndarray) -> None:
+    """Require the input and output of a fused pass to be the same memory or to share none: the planner may
+    give a chain's last value memory its first value had (dead by then, unfused), and a pass that reads one
+    while writing the other is right only when they coincide or are apart."""
+    if a.ctypes.data != b.ctypes.data and np.shares_memory(a, b):
+        raise _NoMatch
+
+
+def _constant(ex: Any, j: int) -> np.ndarray | None:
+    """A constant tensor argument (None when the argument is None)."""
+    v = ex.bound[j]
+    if v is None:
+        return None
+    slot = ex.slots.get(j)
+    if slot is None or not slot.constant or not isinstance(v, np.ndarray):
+        raise _NoMatch
+    return v
+
+
+def _scalar(plan: _Plan, j: int) -> float:
+    """A load-time number argument (no instruction writes it)."""
+    v = plan.ex.bound[j]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or j in plan.ex.slots or j in plan.writers:
+        raise _NoMatch
+    return float(v)
+
+
+def _only_readers(plan: _Plan, j: int, first: int, end: int) -> None:
+    """Require value ``j`` to be named by instructions ``first..end-1`` alone (which includes its writer) and
+    kept by nothing else."""
+    if j in plan.protected or any(not first <= r < end for r in plan.readers.get(j, ())):
+        raise _NoMatch
+
+
+def _batch_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    ex = plan.ex
+    args = _call(ex, pc, _BATCH_NORM)
+    if len(args) < 10:
+        raise _NoMatch
+    x, weight, bias, mean, var, _momentum, eps, out, save_mean, save_invstd = args[:10]
+    for j in (save_mean, save_invstd):
+        _only_readers(plan, j, pc, pc + 1)
+    xa, oa = _flat_f32(ex, x, out)
+    if xa.shape != oa.shape or xa.ndim < 2:
+        raise _NoMatch
+    w, b, m, v = (_constant(ex, j) for j in (weight, bias, mean, var))
+    if m is None or v is None:
+        raise _NoMatch
+    scale, shift = batch_norm_scale_shift(w, b, m, v, _scalar(plan, eps), oa.dtype)
+    if scale.dtype != _F32 or scale.shape != (xa.shape[1],):
+        raise _NoMatch
+    lo, hi, length, final = -np.inf, np.inf, 1, oa
+    try:
+        lo, hi, final = _clamp_after(plan, pc + 1, out)
+        length = 2
+    except _NoMatch:
+        pass
+    if final.shape != xa.shape:
+        raise _NoMatch
+    _same_or_apart(xa, final)
+    nb, c = xa.shape[:2]
+    x3, y3 = xa.reshape(nb, c, -1), final.reshape(nb, c, -1)
+    lo32, hi32 = np.float32(lo), np.float32(hi)
+    kernel = compiled.kernel("scale_shift_clamp")
+    if kernel is not None:
+        return length, partial(kernel, x3, scale, shift, lo32, hi32, y3)
+    scale3, shift3 = scale[:, None], shift[:, None]
+    clamped = length == 2
+
+    def batch_norm() -> None:
+        np.multiply(x3, scale3, out=y3)
+        np.add(y3, shift3, out=y3)
+        if clamped:
+            np.clip(y3, lo32, hi32, out=y3)
+
+    return length, batch_norm
+
+
+def _clamp_after(plan: _Plan, pc: int, source: int) -> tuple[float, float, np.ndarray]:
+    """The bounds and output of a ``hardtanh`` or ``relu`` at ``pc`` that is the only reader of ``source``."""
+    ex = plan.ex
+    _only_readers(plan, source, pc - 1, pc + 1)
+    try:
+        args = _call(ex, pc, "aten::hardtanh.out")
+        if len(args) != 5 or args[0] != source or args[3] != args[4]:
+            raise _NoMatch
+        lo, hi, out = _scalar(plan, args[1]), _scalar(plan, args[2]), args[3]
+    except _NoMatch:
+        args = _call(ex, pc, "aten::relu.out")
+        if len(args) != 3 or args[0] != source or args[1] != args[2]:
+            raise _NoMatch from None
+        lo, hi, out = 0.0, np.inf, args[1]
+    if not lo <= hi:
+        raise _NoMatch  # an empty range: the kernel's own business
+    (final,) = _flat_f32(ex, out)
+    return lo, hi, final
+
+
+def _safe_softmax(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    ex = plan.ex
+    kernel = compiled.kernel("softmax")
+    if kernel is None:
+        raise _NoMatch
+    c = _Chain(ex, pc, _SAFE_SOFTMAX)
+    (x, dim, half, s), (x2, inf, e), (e2, ne), (ne2, dim2, keep, a), (a2, m), z_args, (m2, z, s2, r) = c.args
+    if (x2, e2, ne2, a2, m2, s2) != (x, e, ne, a, m, s) or z != z_args[-1] or ex.bound[half] not in (False, 0):
+        raise _NoMatch
+    if ex.bound[inf] != -np.inf or ex.bound[keep] is not True:
+        raise _NoMatch
+    xa, ra = _flat_f32(ex, x, r)
+    _same_or_apart(xa, ra)
+    last = xa.ndim - 1
+    if xa.shape != ra.shape or xa.ndim < 1 or _int(plan, dim) % xa.ndim != last or _int(plan, dim2) % xa.ndim != last:
+        raise _NoMatch
+    zeros = ex.bound[z]
+    if not isinstance(zeros, np.ndarray) or zeros.shape != xa.shape or np.any(zeros):
+        raise _NoMatch  # full_like(0) folded to a constant at load
+    for k in range(6):  # the scores' softmax, the masks and the zeros: read only inside the chain
+        _only_readers(plan, c.out(k), pc, pc + len(_SAFE_SOFTMAX))
+    rows = xa.reshape(-1, xa.shape[-1]), ra.reshape(-1, xa.shape[-1])
+    return len(_SAFE_SOFTMAX), partial(kernel, *rows, True)

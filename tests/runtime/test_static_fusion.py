@@ -1,0 +1,120 @@
+"""Load-time fusion in static methods (edgetorch.runtime.static_fusion) and the fast tier's 3x3 depthwise
+convolution: batch norm with its clamp and the safe softmax give the same bits as the unfused instructions; the
+depthwise kernel matches PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edgetorch.exir import to_edge
+from edgetorch.runtime import Runtime
+from edgetorch.runtime import static_fusion as sf
+from edgetorch.runtime.kernels import compiled
+from edgetorch.runtime.kernels.registry import lookup
+
+needs_numba = pytest.mark.skipif(not compiled.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+
+
+class _ConvBn(torch.nn.Module):
+    """Convolutions with batch norms: followed by ReLU6, by ReLU, by nothing (an add reads the norm)."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.c1, self.c2, self.c3 = (torch.nn.Conv2d(4, 4, 3, padding=1, groups=g_) for g_ in (1, 4, 1))
+        self.b1, self.b2, self.b3 = (torch.nn.BatchNorm2d(4) for _ in range(3))
+        for bn in (self.b1, self.b2, self.b3):
+            bn.running_mean.copy_(torch.randn(4, generator=g))
+            bn.running_var.copy_(torch.rand(4, generator=g) + 0.5)
+            bn.weight.data.copy_(torch.randn(4, generator=g))
+            bn.bias.data.copy_(torch.randn(4, generator=g))
+        self.eval()
+
+    def forward(self, x):
+        h = torch.nn.functional.relu6(self.b1(self.c1(x)))
+        h = torch.relu(self.b2(self.c2(h)))
+        return self.b3(self.c3(h)) + h
+
+
+class _Attention(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _methods(module: torch.nn.Module, args: tuple):
+    pte = to_edge(torch.export.export(module, args)).to_executorch().buffer
+    fused = Runtime.get().load_program(pte).load_method("forward")
+    plain = Runtime.get().load_program(pte).load_method("forward")
+    plain._executor.fused = None
+    return fused, plain
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["compiled", "numpy"])
+def test_batch_norm_and_its_clamp_fuse_to_the_same_bits(tier, monkeypatch):
+    if tier and not compiled.AVAILABLE:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(compiled, "AVAILABLE", tier)
+    module = _ConvBn()
+    x = torch.randn(2, 4, 9, 7, generator=torch.Generator().manual_seed(1)) * 3
+    fused, plain = _methods(module, (x,))
+    ex = fused._executor
+    assert ex.fused is not None
+    steps, _ = ex.fused
+    # Three batch norms, each one step; two of them take their clamp along.
+    assert len(ex.steps) - len(steps) == 2
+    xs = [x.numpy(), np.where(x.numpy() > 0, np.nan, x.numpy()).astype(np.float32)]
+    for inp in xs:
+        got, want = fused.execute([inp])[0], plain.execute([inp])[0]
+        np.testing.assert_array_equal(got, want)  # same bits, NaN where NaN
+    with torch.no_grad():
+        np.testing.assert_allclose(fused.execute([xs[0]])[0], module(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@needs_numba
+def test_safe_softmax_fuses_and_zeroes_fully_masked_rows():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=g) for _ in range(3))
+    mask = torch.ones(6, 6, dtype=torch.bool)
+    fused, plain = _methods(_Attention(), (q, k, v, mask))
+    ex = fused._executor
+    assert ex.fused is not None
+    assert len(ex.fused[0]) < len(ex.steps)
+    masks = [np.ones((6, 6), bool), np.tril(np.ones((6, 6), bool)), np.zeros((6, 6), bool)]
+    masks[1][2] = False  # query 2 attends to nothing: the safe softmax gives zeros, not NaN
+    for m in masks:
+        inputs = [q.numpy(), k.numpy(), v.numpy(), m]
+        got, want = fused.execute(inputs)[0], plain.execute(inputs)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=torch.from_numpy(m)).numpy()
+        np.testing.assert_allclose(got, np.nan_to_num(ref, nan=0.0), rtol=1e-5, atol=1e-6)
+        assert not np.isnan(got).any()
+
+
+def test_a_fused_pass_never_reads_memory_it_has_partly_overwritten():
+    a = np.zeros(64, np.float32)
+    sf._same_or_apart(a[:32], a[:32])  # in place: fine
+    sf._same_or_apart(a[:32], a[32:])  # apart: fine
+    with pytest.raises(sf._NoMatch):
+        sf._same_or_apart(a[8:40], a[:32])
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    "n, c, h, w, stride, padding",
+    [(1, 3, 5, 5, 1, 1), (2, 5, 9, 40, 1, 1), (1, 4, 33, 34, 1, 1), (1, 6, 10, 11, 2, 1), (2, 3, 9, 9, 2, 1),
+     (1, 2, 8, 8, 2, 0), (1, 7, 6, 5, 1, 0), (1, 3, 64, 64, 2, 1)],
+)  # fmt: skip
+def test_depthwise3x3_matches_torch_and_the_numpy_tier(n, c, h, w, stride, padding, monkeypatch):
+    g = torch.Generator().manual_seed(3)
+    x, weight = torch.randn(n, c, h, w, generator=g), torch.randn(c, 1, 3, 3, generator=g)
+    bias = torch.randn(c, generator=g)
+    want = torch.nn.functional.conv2d(x, weight, bias, stride, padding, 1, c).numpy()
+    fn, _ = lookup("aten::convolution.out")
+    args = (x.numpy(), weight.numpy(), bias.numpy(), [stride] * 2, [padding] * 2, [1, 1], False, [0, 0], c)
+    got = fn(*args, np.empty(want.shape, np.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(compiled, "AVAILABLE", False)
+    off = fn(*args, np.empty(want.shape, np.float32))
+    np.testing.assert_allclose(got, off, rtol=1e-5, atol=1e-5)
