@@ -33,6 +33,7 @@ from edgetorch.errors import (
 from edgetorch.format import program as fbp
 from edgetorch.format.printer import format_instruction
 from edgetorch.runtime.backends import get_backend
+from edgetorch.runtime.copy_elision import elide_copies
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.folding import fold, foldable
 from edgetorch.runtime.fusion import fuse_steps
@@ -99,13 +100,13 @@ class MethodExecutor:
         self.delegates = [self._init_delegate(i, d) for i, d in enumerate(plan.delegates)]
         self.folded = 0
         self._viewed = self.facts.view_bases() if self.static else set()
-        self.step_pcs: list[int] = []
-        self.steps: list[Callable] = []
-        for pc, ins in enumerate(self.instructions):
-            step = self._bind(pc, ins)
-            if step is not None:
-                self.steps.append(step)
-                self.step_pcs.append(pc)
+        self.steps, self.step_pcs = self._bind_all(set())
+        # Static copies that keep their input's element order become views of it (copy_elision.py), after folding
+        # (a folded copy has no step; a folded value is never computed, so no view may read its planned memory):
+        # the steps are bound again to read the views.
+        self.elided = elide_copies(self, set(self.step_pcs))
+        if self.elided:
+            self.steps, self.step_pcs = self._bind_all(self.elided, set(self.step_pcs))
         # Untraced runs take the fused steps: short element-wise chains as one step each (dynamic methods), batch
         # norms with their clamps and safe softmaxes (static ones).
         self.fused = fuse_static(self) if self.static else fuse_steps(self)
@@ -218,6 +219,20 @@ class MethodExecutor:
         return True
 
     # ------------------------------------------------------------------ steps
+
+    def _bind_all(self, skip: set[int], only: set[int] | None = None) -> tuple[list[Callable], list[int]]:
+        """A step for every instruction but those in ``skip`` (and outside ``only``, when given), and each one's
+        instruction index; folded instructions bind no step."""
+        steps: list[Callable] = []
+        pcs: list[int] = []
+        for pc, ins in enumerate(self.instructions):
+            if pc in skip or (only is not None and pc not in only):
+                continue
+            step = self._bind(pc, ins)
+            if step is not None:
+                steps.append(step)
+                pcs.append(pc)
+        return steps, pcs
 
     def _arg(self, j: int) -> Any:
         v = self.bound[j]

@@ -69,7 +69,12 @@ class PlanFacts:
         return a.memory_id, a.memory_offset, a.memory_offset + nbytes
 
     def view_bases(self) -> set[int]:
-        """Computed tensors whose planned memory a view reads: their results must keep landing in that memory.
+        """Computed tensors whose planned memory a view reads: their results must keep landing in that memory."""
+        return set().union(*self.view_map().values())
+
+    def view_map(self) -> dict[int, set[int]]:
+        """Each static view (a tensor no instruction writes, read by some instruction or output) and the computed
+        tensors whose planned memory it reads.
 
         ExecuTorch emits a static ``view`` as a second tensor planned over its base's bytes, with no
         instruction. Its base is the last result overlapping those bytes before the view's first reader (the
@@ -84,14 +89,14 @@ class PlanFacts:
                 views[j] = r
         ranges = [[(j, self.planned_range(j)) for j in w] for w in writes]
         readers = [self.items(getattr(ins.instr_args, "args", ())) for ins in self.instructions]
-        bases: set[int] = set()
+        bases: dict[int, set[int]] = {}
         for pc, reads in enumerate([*readers, list(self.plan.outputs)]):
             for v in views.keys() & set(reads):
                 mem_id, lo, hi = views.pop(v)
                 for before in reversed(ranges[:pc]):
                     hits = [j for j, r in before if r and r[0] == mem_id and r[1] < hi and lo < r[2]]
                     if hits:
-                        bases.update(hits)
+                        bases[v] = set(hits)
                         break
         return bases
 

@@ -118,3 +118,60 @@ def test_depthwise3x3_matches_torch_and_the_numpy_tier(n, c, h, w, stride, paddi
     monkeypatch.setattr(compiled, "AVAILABLE", False)
     off = fn(*args, np.empty(want.shape, np.float32))
     np.testing.assert_allclose(got, off, rtol=1e-5, atol=1e-5)
+
+
+class _Block(torch.nn.Module):
+    """A ViT attention block: one qkv projection split by index, scaled dot-product attention, a projection."""
+
+    def __init__(self, dim: int = 32, heads: int = 4):
+        super().__init__()
+        torch.manual_seed(4)
+        self.qkv, self.proj, self.heads = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim), heads
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)  # unpacked
+        h = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(h.transpose(1, 2).reshape(b, n, c)) + x
+
+
+def _loaded(module: torch.nn.Module, args: tuple, monkeypatch=None, elide=None):
+    import edgetorch.runtime.executor as executor
+
+    if elide is not None:
+        monkeypatch.setattr(executor, "elide_copies", elide)
+    pte = to_edge(torch.export.export(module, args)).to_executorch().buffer
+    return Runtime.get().load_program(pte).load_method("forward")
+
+
+def test_static_copies_become_views_with_the_same_bits(monkeypatch):
+    x = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(5))
+    elided = _loaded(_Block(), (x,))
+    names = [
+        elided._executor.operators[elided._executor.instructions[pc].instr_args.op_index]
+        for pc in elided._executor.elided
+    ]
+    assert {"aten::slice_copy.Tensor_out", "aten::expand_copy.out"} <= set(names)
+    plain = _loaded(_Block(), (x,), monkeypatch, lambda ex, live: set())
+    assert not plain._executor.elided and len(plain._executor.steps) - len(elided._executor.steps) == len(names)
+    for seed in range(3):
+        inp = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(seed)).numpy()
+        np.testing.assert_array_equal(elided.execute([inp])[0], plain.execute([inp])[0])
+    with torch.no_grad():
+        np.testing.assert_allclose(elided.execute([x.numpy()])[0], _Block()(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_copy_whose_input_memory_is_reused_stays_a_copy(monkeypatch):
+    """The memory plan reuses the qkv tensor's bytes once its three slices are copied out (the scores land
+    there); a view of it would read the scores. Without the overwrite check the block's result is wrong."""
+    from edgetorch.runtime import copy_elision
+
+    x = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want = _Block()(x).numpy()
+    checked = _loaded(_Block(), (x,))
+    np.testing.assert_allclose(checked.execute([x.numpy()])[0], want, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(copy_elision, "_overlaps", lambda r, memory: False)
+    reckless = _loaded(_Block(), (x,))
+    assert len(reckless._executor.elided) > len(checked._executor.elided)
+    assert not np.allclose(reckless.execute([x.numpy()])[0], want, rtol=1e-5, atol=1e-5)

@@ -160,33 +160,60 @@ ERFC_EXPONENT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
 _C = tuple(np.float32(c) for c in ERFC_EXPONENT)
 
 
-def _gelu(x, out):  # pragma: no cover - compiled
-    """out = x * Phi(x) = max(x, 0) - |x| * erfc(|x| / sqrt2) / 2 over the 1-D float32 ``x`` (may be ``out``).
-    A NaN stays NaN; +-inf give inf and 0."""
+def _gelu_one(v):  # pragma: no cover - compiled
+    """x * Phi(x) = max(x, 0) - |x| * erfc(|x| / sqrt2) / 2 for one float32 ``v``."""
     f = np.float32
-    for i in range(x.shape[0]):
-        v = x[i]
-        a = abs(v)
-        t = f(1) / (f(1) + a * f(0.5 / math.sqrt(2)))
-        t2 = t * t  # the fit by Estrin's scheme: a chain 4 deep instead of Horner's 9 (18% faster)
-        t4 = t2 * t2
-        low = (_C[0] + _C[1] * t) + t2 * (_C[2] + _C[3] * t)
-        high = (_C[4] + _C[5] * t) + t2 * (_C[6] + _C[7] * t)
-        p = low + t4 * high + t4 * t4 * (_C[8] + _C[9] * t)
-        e = p - v * v * f(0.5)
-        tail = a * f(0.5) * t * _exp(max(e, f(_EXP_MIN)))
-        out[i] = (v if v > f(0) else f(0)) - (f(0) if e < f(_EXP_MIN) else tail)
+    a = abs(v)
+    t = f(1) / (f(1) + a * f(0.5 / math.sqrt(2)))
+    t2 = t * t  # the fit by Estrin's scheme: a chain 4 deep instead of Horner's 9 (18% faster)
+    t4 = t2 * t2
+    low = (_C[0] + _C[1] * t) + t2 * (_C[2] + _C[3] * t)
+    high = (_C[4] + _C[5] * t) + t2 * (_C[6] + _C[7] * t)
+    p = low + t4 * high + t4 * t4 * (_C[8] + _C[9] * t)
+    e = p - v * v * f(0.5)
+    tail = a * f(0.5) * t * _exp(max(e, f(_EXP_MIN)))
+    return (v if v > f(0) else f(0)) - (f(0) if e < f(_EXP_MIN) else tail)
+
+
+def _gelu(x, out):  # pragma: no cover - compiled
+    """out = x * Phi(x) over the 1-D float32 ``x`` (may be ``out``). A NaN stays NaN; +-inf give inf and 0.
+
+    In place, the loop names one array: a loop over two arrays that may overlap is not vectorised (the compiler
+    checks at run time that they are apart, and falls back to one element at a time when they are the same:
+    7x slower). The same holds for every kernel here that may run in place."""
+    if x.ctypes.data == out.ctypes.data:
+        for i in range(out.shape[0]):
+            out[i] = _gelu_one(out[i])
+    else:
+        for i in range(x.shape[0]):
+            out[i] = _gelu_one(x[i])
+
+
+def _gelu_tanh_one(v):  # pragma: no cover - compiled
+    """torch's tanh GELU of one float32 ``v``: 0.5 v (1 + tanh(u)) = v / (1 + e^(-2u)), u = sqrt(2 / pi)
+    (v + 0.044715 v^3), which does not cancel for negative v."""
+    f = np.float32
+    w = f(-2 * math.sqrt(2 / math.pi)) * (v + f(0.044715) * v * v * v)
+    e = _exp(min(max(w, f(_EXP_MIN)), f(88)))
+    return f(-0.0) if w > f(88) else v / (f(1) + (f(0) if w < f(_EXP_MIN) else e))
 
 
 def _gelu_tanh(x, out):  # pragma: no cover - compiled
-    """torch's tanh GELU over the 1-D float32 ``x`` (may be ``out``): 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)),
-    u = sqrt(2 / pi) (x + 0.044715 x^3), which does not cancel for negative x. A NaN stays NaN."""
+    """torch's tanh GELU over the 1-D float32 ``x`` (may be ``out``; one array in place, see _gelu). A NaN
+    stays NaN."""
+    if x.ctypes.data == out.ctypes.data:
+        for i in range(out.shape[0]):
+            out[i] = _gelu_tanh_one(out[i])
+    else:
+        for i in range(x.shape[0]):
+            out[i] = _gelu_tanh_one(x[i])
+
+
+def _shifted_exp(d):  # pragma: no cover - compiled
+    """e^d for a softmax's shifted score ``d`` <= 0 (0 below float32's normal range)."""
     f = np.float32
-    for i in range(x.shape[0]):
-        v = x[i]
-        w = f(-2 * math.sqrt(2 / math.pi)) * (v + f(0.044715) * v * v * v)
-        e = _exp(min(max(w, f(_EXP_MIN)), f(88)))
-        out[i] = f(-0.0) if w > f(88) else v / (f(1) + (f(0) if w < f(_EXP_MIN) else e))
+    e = _exp(max(d, f(_EXP_MIN)))
+    return f(0) if d < f(_EXP_MIN) else e
 
 
 def _softmax(x, out, safe):  # pragma: no cover - compiled
@@ -197,6 +224,7 @@ def _softmax(x, out, safe):  # pragma: no cover - compiled
     so the maximum and the sum run in SIMD lanes (1.5x)."""
     f = np.float32
     rows, n = x.shape
+    inplace = x.ctypes.data == out.ctypes.data
     for i in range(rows):
         xr, o = x[i], out[i]
         m = xr[0]
@@ -211,16 +239,28 @@ def _softmax(x, out, safe):  # pragma: no cover - compiled
                 for j in range(n):
                     o[j] = f(0)
                 continue
-        for j in range(n):
-            d = xr[j] - m
-            e = _exp(max(d, f(_EXP_MIN)))
-            o[j] = f(0) if d < f(_EXP_MIN) else e
+        if inplace:  # one array in the loop (see _gelu)
+            for j in range(n):
+                o[j] = _shifted_exp(o[j] - m)
+        else:
+            for j in range(n):
+                o[j] = _shifted_exp(xr[j] - m)
         s = f(0)
         for j in range(n):
             s += o[j]
         r = f(1) / s
         for j in range(n):
             o[j] *= r
+
+
+def _affine(v, m, r, weight, bias, j, with_weight, with_bias):  # pragma: no cover - compiled
+    """(v - m) * r, times weight[j], plus bias[j] (each when present): one normalised element."""
+    v = (v - m) * r
+    if with_weight:
+        v *= weight[j]
+    if with_bias:
+        v += bias[j]
+    return v
 
 
 def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - compiled
@@ -230,6 +270,7 @@ def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - co
     f = np.float32
     rows, n = x.shape
     with_weight, with_bias = weight.shape[0] > 0, bias.shape[0] > 0
+    inplace = x.ctypes.data == out.ctypes.data
     for i in range(rows):
         xr, o = x[i], out[i]
         s = f(0)
@@ -241,13 +282,12 @@ def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - co
             d = xr[j] - m
             q += d * d
         r = f(1) / np.sqrt(q / f(n) + eps)
-        for j in range(n):
-            v = (xr[j] - m) * r
-            if with_weight:
-                v *= weight[j]
-            if with_bias:
-                v += bias[j]
-            o[j] = v
+        if inplace:  # one activation array in the loop (see _gelu)
+            for j in range(n):
+                o[j] = _affine(o[j], m, r, weight, bias, j, with_weight, with_bias)
+        else:
+            for j in range(n):
+                o[j] = _affine(xr[j], m, r, weight, bias, j, with_weight, with_bias)
         mean[i] = m
         rstd[i] = r
 
@@ -433,8 +473,12 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
 def _compile_helpers() -> None:
     """Replace the scalar helpers the kernels call with their compiled, inlined form (numba resolves a
     kernel's globals when it compiles it)."""
-    global _exp
+    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp, _affine
     if not hasattr(_exp, "py_func"):
         import numba
 
-        _exp = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")(_exp)
+        inline = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
+        _exp = inline(_exp)  # first: the helpers below call it
+        _gelu_one, _gelu_tanh_one, _shifted_exp, _affine = (
+            inline(fn) for fn in (_gelu_one, _gelu_tanh_one, _shifted_exp, _affine)
+        )
