@@ -253,16 +253,6 @@ def _softmax(x, out, safe):  # pragma: no cover - compiled
             o[j] *= r
 
 
-def _affine(v, m, r, weight, bias, j, with_weight, with_bias):  # pragma: no cover - compiled
-    """(v - m) * r, times weight[j], plus bias[j] (each when present): one normalised element."""
-    v = (v - m) * r
-    if with_weight:
-        v *= weight[j]
-    if with_bias:
-        v += bias[j]
-    return v
-
-
 def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - compiled
     """Each row of the 2-D float32 ``x`` normalised ((x - mean) / sqrt(var + eps), the biased variance, two
     passes as on the NumPy path), times ``weight`` plus ``bias`` (each skipped when empty), into ``out``; the
@@ -284,10 +274,20 @@ def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - co
         r = f(1) / np.sqrt(q / f(n) + eps)
         if inplace:  # one activation array in the loop (see _gelu)
             for j in range(n):
-                o[j] = _affine(o[j], m, r, weight, bias, j, with_weight, with_bias)
+                v = (o[j] - m) * r
+                if with_weight:
+                    v *= weight[j]
+                if with_bias:
+                    v += bias[j]
+                o[j] = v
         else:
             for j in range(n):
-                o[j] = _affine(xr[j], m, r, weight, bias, j, with_weight, with_bias)
+                v = (xr[j] - m) * r
+                if with_weight:
+                    v *= weight[j]
+                if with_bias:
+                    v += bias[j]
+                o[j] = v
         mean[i] = m
         rstd[i] = r
 
@@ -473,12 +473,10 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
 def _compile_helpers() -> None:
     """Replace the scalar helpers the kernels call with their compiled, inlined form (numba resolves a
     kernel's globals when it compiles it)."""
-    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp, _affine
+    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp
     if not hasattr(_exp, "py_func"):
         import numba
 
         inline = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
         _exp = inline(_exp)  # first: the helpers below call it
-        _gelu_one, _gelu_tanh_one, _shifted_exp, _affine = (
-            inline(fn) for fn in (_gelu_one, _gelu_tanh_one, _shifted_exp, _affine)
-        )
+        _gelu_one, _gelu_tanh_one, _shifted_exp = (inline(fn) for fn in (_gelu_one, _gelu_tanh_one, _shifted_exp))
