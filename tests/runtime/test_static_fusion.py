@@ -92,6 +92,33 @@ def test_safe_softmax_fuses_and_zeroes_fully_masked_rows():
         assert not np.isnan(got).any()
 
 
+@needs_numba
+def test_the_zeroing_tail_after_a_delegated_softmax_fuses():
+    from edgetorch.backends.xnnpack import XnnpackPartitioner
+    from edgetorch.exir import to_edge_transform_and_lower
+
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=g) for _ in range(3))
+    mask = torch.ones(6, 6, dtype=torch.bool)
+    ep = torch.export.export(_Attention(), (q, k, v, mask))
+    pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    fused = Runtime.get().load_program(pte).load_method("forward")
+    plain = Runtime.get().load_program(pte).load_method("forward")
+    plain._executor.fused = None
+    ex = fused._executor
+    assert ex.fused is not None and len(ex.fused[0]) == len(ex.steps) - 4  # six instructions, full_like folded
+    kernels = [getattr(step, "func", step) for step in ex.fused[0]]
+    assert "_masked_rows" in {getattr(getattr(k, "py_func", k), "__name__", "") for k in kernels}
+    m = np.tril(np.ones((6, 6), bool))
+    m[3] = False
+    inputs = [q.numpy(), k.numpy(), v.numpy(), m]
+    got = fused.execute(inputs)[0]
+    np.testing.assert_array_equal(got, plain.execute(inputs)[0])
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=torch.from_numpy(m)).numpy()
+    np.testing.assert_allclose(got, np.nan_to_num(ref, nan=0.0), rtol=1e-5, atol=1e-6)
+    assert not got[0, :, 3].any()
+
+
 def test_a_fused_pass_never_reads_memory_it_has_partly_overwritten():
     a = np.zeros(64, np.float32)
     sf._same_or_apart(a[:32], a[:32])  # in place: fine

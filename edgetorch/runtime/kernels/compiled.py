@@ -123,7 +123,7 @@ def flat_float32(*arrays: np.ndarray | None) -> bool:
 
 def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
-    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``), or None without the tier."""
+    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``masked_rows``), or None without the tier."""
     if not usable():
         return None
     _compile_helpers()
@@ -457,6 +457,27 @@ def _scale_shift_clamp(x, scale, shift, lo, hi, out):  # pragma: no cover - comp
                     o[i] = v
 
 
+def _masked_rows(x, s, out):  # pragma: no cover - compiled
+    """out = s, with every row whose ``x`` is all -inf set to zeros (the tail of torch's safe softmax, when the
+    softmax ran elsewhere); [rows, n] float32, ``out`` may be ``s`` or ``x``."""
+    rows, n = x.shape
+    copy = s.ctypes.data != out.ctypes.data
+    for i in range(rows):
+        xr, o = x[i], out[i]
+        masked = True
+        for j in range(n):
+            if xr[j] != -np.inf:
+                masked = False
+                break
+        if masked:
+            for j in range(n):
+                o[j] = np.float32(0)
+        elif copy:
+            sr = s[i]
+            for j in range(n):
+                o[j] = sr[j]
+
+
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that
 # divides can be vectorised (7x on the GELU).
 _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -467,6 +488,7 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "decode_attention": (_decode_attention, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "depthwise3x3": (_depthwise3x3, {}),
     "scale_shift_clamp": (_scale_shift_clamp, {}),
+    "masked_rows": (_masked_rows, {}),
 }
 
 
