@@ -15,6 +15,10 @@ replaced by one step that computes the same float32 results with fewer passes ov
   ``any``), the tail alone is one compiled pass (``masked_rows``): MiniLM's six layers, 1.2 ms of five kernels
   each.
 
+- **A linear layer, then its GELU or residual add** (``addmm`` then ``gelu`` or ``add``): the matrix product
+  into the layer's memory, then one compiled pass adds the bias and applies the GELU or the residual
+  (``bias_gelu``, ``bias_add``) instead of a bias pass and a second pass; same float32 operations, same bits.
+
 Only intermediate values read by nothing outside a chain are dropped; traced runs use the unfused steps, so
 every instruction still reports its own event. Torch-free.
 """
@@ -45,18 +49,29 @@ _MASK_TAIL = {
 _TAIL_LENGTH = sum(_MASK_TAIL.values())
 
 
+class _StaticPlan(_Plan):
+    """The method's facts the patterns ask about, and the static views planned over each computed tensor."""
+
+    def __init__(self, ex: Any):
+        super().__init__(ex)
+        self.views: dict[int, set[int]] = {}
+        for v, bases in ex.facts.view_map().items():
+            for base in bases:
+                self.views.setdefault(base, set()).add(v)
+
+
 def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
     """The static method's steps with every fusable chain replaced by one step, and each step's first
     instruction; None when nothing fuses (or the method is not static)."""
     if not ex.static:
         return None
-    plan = _Plan(ex)
+    plan = _StaticPlan(ex)
     by_pc = dict(zip(ex.step_pcs, ex.steps))
     steps: list[Callable] = []
     pcs: list[int] = []
     pc, n, fused = 0, len(ex.instructions), 0
     while pc < n:
-        for pattern in (_batch_norm, _safe_softmax, _masked_rows):
+        for pattern in (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue):
             try:
                 length, step = pattern(plan, pc)
             except _NoMatch:
@@ -251,3 +266,59 @@ def _masked_rows(plan: _Plan, pc: int) -> tuple[int, Callable]:
         raise _NoMatch
     _, _, rows = _mask_tail(plan, pc)
     return _TAIL_LENGTH, partial(kernel, *rows)
+
+
+def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
+    """``addmm(bias, x, w)`` then a GELU or a residual add of its result: the matrix product into the
+    addmm's memory, then one compiled pass adds the bias and applies the GELU (``bias_gelu``) or the residual
+    (``bias_add``), with the same float32 operations in the same order as the two kernels."""
+    ex = plan.ex
+    args = _call(ex, pc, "aten::addmm.out")
+    if len(args) != 7:
+        raise _NoMatch
+    bias, a, w, beta, alpha, out = args[:6]
+    if _scalar(plan, beta) != 1 or _scalar(plan, alpha) != 1:
+        raise _NoMatch
+    (product,) = _flat_f32(ex, out)
+    lhs, rhs, b = ex.bound[a], ex.bound[w], _constant(ex, bias)
+    if b is None or not all(isinstance(t, np.ndarray) and t.dtype == _F32 for t in (lhs, rhs, b)):
+        raise _NoMatch
+    if product.ndim != 2 or b.shape != (product.shape[1],) or lhs.ndim != 2 or rhs.ndim != 2:
+        raise _NoMatch
+    seen = {out} | plan.views.get(out, set())  # the product as the next instruction may name it
+    outside = set(ex.plan.inputs) | set(ex.plan.outputs)  # the product is a view base: that is accounted for
+    if seen & outside or any(not pc <= r < pc + 2 for j in seen for r in plan.readers.get(j, ())):
+        raise _NoMatch
+    nxt = pc + 1
+    following = ex.instructions[nxt].instr_args if nxt < len(ex.instructions) else None
+    name = ex.operators[following.op_index] if isinstance(following, fbp.KernelCall) else ""
+    matmul = partial(np.matmul, lhs, rhs, out=product)
+    if name == "aten::gelu.out":
+        x, approximate, result = _call(ex, nxt, name)[:3]
+        kernel = compiled.kernel("bias_gelu")
+        if x not in seen or ex.bound[approximate] not in ("none", "tanh") or kernel is None:
+            raise _NoMatch
+        (y,) = _flat_f32(ex, result)
+        if y.size != product.size:
+            raise _NoMatch
+        _same_or_apart(product, y)
+        epilogue = partial(kernel, product, b, y.reshape(product.shape), ex.bound[approximate] == "tanh")
+    elif name == "aten::add.out":
+        first, second, add_alpha, result = _call(ex, nxt, name)[:4]
+        kernel = compiled.kernel("bias_add")
+        if kernel is None or _scalar(plan, add_alpha) != 1 or (first in seen) == (second in seen):
+            raise _NoMatch
+        residual, y = _flat_f32(ex, second if first in seen else first, result)
+        if not residual.size == y.size == product.size:
+            raise _NoMatch
+        _same_or_apart(product, y)
+        _same_or_apart(residual, y)
+        epilogue = partial(kernel, product, b, residual.reshape(product.shape), y.reshape(product.shape))
+    else:
+        raise _NoMatch
+
+    def linear() -> None:
+        matmul()
+        epilogue()
+
+    return 2, linear

@@ -202,3 +202,32 @@ def test_a_copy_whose_input_memory_is_reused_stays_a_copy(monkeypatch):
     reckless = _loaded(_Block(), (x,))
     assert len(reckless._executor.elided) > len(checked._executor.elided)
     assert not np.allclose(reckless.execute([x.numpy()])[0], want, rtol=1e-5, atol=1e-5)
+
+
+class _Mlp(torch.nn.Module):
+    """Linear layers followed by GELU (exact, tanh) and by residual adds with the residual on either side."""
+
+    def __init__(self, dim: int = 16):
+        super().__init__()
+        torch.manual_seed(9)
+        self.a, self.b, self.c, self.d = (torch.nn.Linear(dim, dim) for _ in range(4))
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.a(x))
+        h = torch.nn.functional.gelu(self.b(h), approximate="tanh")
+        h = x + self.c(h)
+        return self.d(h) + h
+
+
+@needs_numba
+def test_a_linear_layer_takes_its_gelu_or_residual_add_along_with_the_same_bits():
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(10)) * 3
+    fused, plain = _methods(_Mlp(), (x,))
+    ex = fused._executor
+    assert ex.fused is not None
+    assert len(ex.steps) - len(ex.fused[0]) == 4  # four linear layers, each with the instruction after it
+    for seed in range(3):
+        inp = (torch.randn(5, 16, generator=torch.Generator().manual_seed(seed)) * 4).numpy()
+        np.testing.assert_array_equal(fused.execute([inp])[0], plain.execute([inp])[0])
+    with torch.no_grad():
+        np.testing.assert_allclose(fused.execute([x.numpy()])[0], _Mlp()(x).numpy(), rtol=1e-5, atol=1e-5)

@@ -123,7 +123,8 @@ def flat_float32(*arrays: np.ndarray | None) -> bool:
 
 def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
-    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``masked_rows``), or None without the tier."""
+    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``masked_rows``, ``bias_gelu``,
+    ``bias_add``), or None without the tier."""
     if not usable():
         return None
     _compile_helpers()
@@ -481,6 +482,52 @@ def _masked_rows(x, s, out):  # pragma: no cover - compiled
                 o[j] = sr[j]
 
 
+def _bias_gelu(x, bias, out, tanh):  # pragma: no cover - compiled
+    """out[i, j] = gelu(x[i, j] + bias[j]) over [M, N] float32 (exact, or torch's tanh form with ``tanh``): a
+    linear layer's bias and the GELU after it in one pass; ``out`` may be ``x`` (one array in place, see
+    _gelu)."""
+    rows, n = x.shape
+    inplace = x.ctypes.data == out.ctypes.data
+    for i in range(rows):
+        o = out[i]
+        if inplace and tanh:
+            for j in range(n):
+                o[j] = _gelu_tanh_one(o[j] + bias[j])
+        elif inplace:
+            for j in range(n):
+                o[j] = _gelu_one(o[j] + bias[j])
+        elif tanh:
+            xr = x[i]
+            for j in range(n):
+                o[j] = _gelu_tanh_one(xr[j] + bias[j])
+        else:
+            xr = x[i]
+            for j in range(n):
+                o[j] = _gelu_one(xr[j] + bias[j])
+
+
+def _bias_add(x, bias, r, out):  # pragma: no cover - compiled
+    """out[i, j] = r[i, j] + (x[i, j] + bias[j]) over [M, N] float32: a linear layer's bias and the residual
+    add after it in one pass (the same two float32 adds; addition commutes exactly). ``out`` may be ``x`` or
+    ``r``."""
+    rows, n = x.shape
+    on_x, on_r = x.ctypes.data == out.ctypes.data, r.ctypes.data == out.ctypes.data
+    for i in range(rows):
+        o = out[i]
+        if on_x:
+            rr = r[i]
+            for j in range(n):
+                o[j] = rr[j] + (o[j] + bias[j])
+        elif on_r:
+            xr = x[i]
+            for j in range(n):
+                o[j] = o[j] + (xr[j] + bias[j])
+        else:
+            xr, rr = x[i], r[i]
+            for j in range(n):
+                o[j] = rr[j] + (xr[j] + bias[j])
+
+
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that
 # divides can be vectorised (7x on the GELU).
 _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -492,6 +539,8 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "depthwise3x3": (_depthwise3x3, {}),
     "scale_shift_clamp": (_scale_shift_clamp, {}),
     "masked_rows": (_masked_rows, {}),
+    "bias_gelu": (_bias_gelu, {"error_model": "numpy", "fastmath": {"contract"}}),
+    "bias_add": (_bias_add, {}),
 }
 
 
