@@ -35,6 +35,7 @@ from edgetorch.format import program as fbp
 from edgetorch.runtime.fusion import _F32, _int, _NoMatch, _Plan
 from edgetorch.runtime.kernels import compiled
 from edgetorch.runtime.kernels.normalization import batch_norm_scale_shift
+from edgetorch.runtime.kernels.pool import max_pool_values
 
 _BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 # The instructions after a softmax that zero the rows whose scores are all -inf, in any order their data flow
@@ -71,7 +72,7 @@ def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
     pcs: list[int] = []
     pc, n, fused = 0, len(ex.instructions), 0
     while pc < n:
-        for pattern in (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue):
+        for pattern in (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue, _max_pool_values):
             try:
                 length, step = pattern(plan, pc)
             except _NoMatch:
@@ -322,3 +323,20 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         epilogue()
 
     return 2, linear
+
+
+def _max_pool_values(plan: _Plan, pc: int) -> tuple[int, Callable]:
+    """``max_pool2d_with_indices`` whose indices nothing reads: the maxima alone (both tiers; same values)."""
+    ex = plan.ex
+    args = _call(ex, pc, "aten::max_pool2d_with_indices.out")
+    if len(args) < 9:  # the arguments, then the results (one list value, or the two tensors)
+        raise _NoMatch
+    x, kernel_size, stride, padding, dilation, ceil_mode, out, indices = args[:8]
+    _only_readers(plan, indices, pc, pc + 1)
+    xa, oa = ex.bound[x], ex.bound[out]
+    if not isinstance(xa, np.ndarray) or not isinstance(oa, np.ndarray) or xa.dtype != oa.dtype:
+        raise _NoMatch
+    if xa.dtype.kind != "f" or np.shares_memory(xa, oa):
+        raise _NoMatch
+    lists = [ex._arg(j) for j in (kernel_size, stride, padding, dilation)]
+    return 1, partial(max_pool_values, xa, 2, *lists, ex.bound[ceil_mode], oa)

@@ -231,3 +231,28 @@ def test_a_linear_layer_takes_its_gelu_or_residual_add_along_with_the_same_bits(
         np.testing.assert_array_equal(fused.execute([inp])[0], plain.execute([inp])[0])
     with torch.no_grad():
         np.testing.assert_allclose(fused.execute([x.numpy()])[0], _Mlp()(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+class _Pool(torch.nn.Module):
+    def __init__(self, with_indices: bool):
+        super().__init__()
+        self.with_indices = with_indices
+
+    def forward(self, x):
+        y, i = torch.ops.aten.max_pool2d_with_indices(x * 2, [3, 3], [2, 2], [1, 1])
+        return (y, i) if self.with_indices else y + 1
+
+
+@pytest.mark.parametrize("with_indices", [False, True], ids=["values", "indices-read"])
+def test_max_pooling_whose_indices_nothing_reads_computes_only_the_maxima(with_indices):
+    x = torch.randn(2, 3, 9, 8, generator=torch.Generator().manual_seed(11))
+    fused, plain = _methods(_Pool(with_indices), (x,))
+    ex = fused._executor
+    assert (ex.fused is None) == with_indices
+    nan = x.clone()
+    nan[0, 1, 2, 3] = float("nan")
+    for inp in (x, nan):
+        got, want = fused.execute([inp.numpy()]), plain.execute([inp.numpy()])
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(got[0], _Pool(with_indices)(inp)[0 if with_indices else ...].numpy())
