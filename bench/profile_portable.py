@@ -17,6 +17,7 @@ import collections
 import pathlib
 import sys
 import time
+from functools import partial
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.harness import reexec_with_clean_blas_env  # noqa: E402
@@ -80,7 +81,7 @@ def main() -> None:
         xs = [x.numpy() for x in inputs]
         same = np.array_equal(planned.execute(xs)[0], plain.execute(xs)[0])
         time.sleep(1.0)
-        t = interleaved({"planned": lambda: planned.execute(xs), "plain": lambda: plain.execute(xs)}, args.runs, 60)
+        t = interleaved({"planned": partial(planned.execute, xs), "plain": partial(plain.execute, xs)}, args.runs, 60)
         ex = planned._executor
         rows.append(
             [name, f"{t['planned'] * 1e3:.2f}", f"{t['plain'] * 1e3:.2f}", f"{t['plain'] / t['planned']:.2f}x",

@@ -19,6 +19,9 @@ replaced by one step that computes the same float32 results with fewer passes ov
   into the layer's memory, then one compiled pass adds the bias and applies the GELU or the residual
   (``bias_gelu``, ``bias_add``) instead of a bias pass and a second pass; same float32 operations, same bits.
 
+- **Max pooling whose indices nothing reads** (``max_pool2d_with_indices``; ResNet's stem): the maxima alone,
+  without the dozen passes that find each window's winning index (ResNet-18: 7.7 -> 1.1 ms); both tiers.
+
 Only intermediate values read by nothing outside a chain are dropped; traced runs use the unfused steps, so
 every instruction still reports its own event. Torch-free.
 """
