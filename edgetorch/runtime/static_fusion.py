@@ -341,5 +341,5 @@ def _max_pool_values(plan: _Plan, pc: int) -> tuple[int, Callable]:
         raise _NoMatch
     if xa.dtype.kind != "f" or np.shares_memory(xa, oa):
         raise _NoMatch
-    lists = [ex._arg(j) for j in (kernel_size, stride, padding, dilation)]
-    return 1, partial(max_pool_values, xa, 2, *lists, ex.bound[ceil_mode], oa)
+    window = [ex._arg(j) for j in (kernel_size, stride, padding, dilation)]
+    return 1, partial(max_pool_values, xa, 2, window[0], window[1], window[2], window[3], ex.bound[ceil_mode], oa)
