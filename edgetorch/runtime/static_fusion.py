@@ -42,8 +42,6 @@ import numpy as np
 from edgetorch.format import program as fbp
 from edgetorch.runtime.fusion import _F32, _int, _NoMatch, _Plan
 from edgetorch.runtime.kernels import compiled
-from edgetorch.runtime.kernels.normalization import batch_norm_scale_shift
-from edgetorch.runtime.kernels.pool import max_pool_values
 
 _BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 # The instructions after a softmax that zero the rows whose scores are all -inf, in any order their data flow
@@ -166,6 +164,8 @@ def _batch_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
     w, b, m, v = (_constant(ex, j) for j in (weight, bias, mean, var))
     if m is None or v is None:
         raise _NoMatch
+    from edgetorch.runtime.kernels.normalization import batch_norm_scale_shift  # its family, only when used
+
     scale, shift = batch_norm_scale_shift(w, b, m, v, _scalar(plan, eps), oa.dtype)
     if scale.dtype != _F32 or scale.shape != (xa.shape[1],):
         raise _NoMatch
@@ -346,6 +346,8 @@ def _max_pool_values(plan: _Plan, pc: int) -> tuple[int, Callable]:
         raise _NoMatch
     if xa.dtype.kind != "f" or np.shares_memory(xa, oa):
         raise _NoMatch
+    from edgetorch.runtime.kernels.pool import max_pool_values  # its family, only when used
+
     window = [ex._arg(j) for j in (kernel_size, stride, padding, dilation)]
     return 1, partial(max_pool_values, xa, 2, window[0], window[1], window[2], window[3], ex.bound[ceil_mode], oa)
 
