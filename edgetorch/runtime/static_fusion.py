@@ -59,8 +59,9 @@ _TAIL_LENGTH = sum(_MASK_TAIL.values())
 class _StaticPlan(_Plan):
     """The method's facts the patterns ask about, and the static views planned over each computed tensor."""
 
-    def __init__(self, ex: Any):
+    def __init__(self, ex: Any, live: set[int]):
         super().__init__(ex)
+        self.live = live  # the instructions that run (not folded, not elided)
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():
             for base in bases:
@@ -72,13 +73,14 @@ def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
     instruction; None when nothing fuses (or the method is not static)."""
     if not ex.static:
         return None
-    plan = _StaticPlan(ex)
     by_pc = dict(zip(ex.step_pcs, ex.steps))
+    plan = _StaticPlan(ex, set(by_pc))
     steps: list[Callable] = []
     pcs: list[int] = []
     pc, n, fused = 0, len(ex.instructions), 0
     while pc < n:
-        for pattern in (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue, _max_pool_values, _direct):
+        patterns = (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue, _max_pool_values, _direct)
+        for pattern in patterns if pc in by_pc else ():  # a folded or elided instruction starts no chain
             try:
                 length, step = pattern(plan, pc)
             except _NoMatch:
@@ -135,7 +137,7 @@ def _constant(ex: Any, j: int) -> np.ndarray | None:
     return v
 
 
-def _scalar(plan: _Plan, j: int) -> float:
+def _scalar(plan: _StaticPlan, j: int) -> float:
     """A load-time number argument (no instruction writes it)."""
     v = plan.ex.bound[j]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or j in plan.ex.slots or j in plan.writers:
@@ -143,14 +145,14 @@ def _scalar(plan: _Plan, j: int) -> float:
     return float(v)
 
 
-def _only_readers(plan: _Plan, j: int, first: int, end: int) -> None:
+def _only_readers(plan: _StaticPlan, j: int, first: int, end: int) -> None:
     """Require value ``j`` to be named by instructions ``first..end-1`` alone (which includes its writer) and
     kept by nothing else."""
     if j in plan.protected or any(not first <= r < end for r in plan.readers.get(j, ())):
         raise _NoMatch
 
 
-def _batch_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _batch_norm(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     ex = plan.ex
     args = _call(ex, pc, _BATCH_NORM)
     if len(args) < 10:
@@ -196,10 +198,12 @@ def _batch_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
     return length, batch_norm
 
 
-def _clamp_after(plan: _Plan, pc: int, source: int) -> tuple[float, float, np.ndarray]:
+def _clamp_after(plan: _StaticPlan, pc: int, source: int) -> tuple[float, float, np.ndarray]:
     """The bounds and output of a ``hardtanh`` or ``relu`` at ``pc`` that is the only reader of ``source``."""
     ex = plan.ex
     _only_readers(plan, source, pc - 1, pc + 1)
+    if pc not in plan.live:
+        raise _NoMatch
     try:
         args = _call(ex, pc, "aten::hardtanh.out")
         if len(args) != 5 or args[0] != source or args[3] != args[4]:
@@ -216,7 +220,7 @@ def _clamp_after(plan: _Plan, pc: int, source: int) -> tuple[float, float, np.nd
     return lo, hi, final
 
 
-def _mask_tail(plan: _Plan, pc: int) -> tuple[int, int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _mask_tail(plan: _StaticPlan, pc: int) -> tuple[int, int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The scores and softmax values the zeroing tail at ``pc`` reads (see _MASK_TAIL), and the scores, the
     softmax and the result as [rows, n] float32 arrays; its intermediate values are read only inside it."""
     ex = plan.ex
@@ -233,6 +237,9 @@ def _mask_tail(plan: _Plan, pc: int) -> tuple[int, int, tuple[np.ndarray, np.nda
         calls.setdefault(ex.operators[a.op_index], []).append(list(a.args[:nargs]))
     if {name: len(c) for name, c in calls.items()} != _MASK_TAIL:
         raise _NoMatch
+    if not all(p in plan.live or ex.operators[ex.instructions[p].instr_args.op_index] == "aten::full_like.out"
+               for p in range(pc, pc + _TAIL_LENGTH)):  # fmt: skip
+        raise _NoMatch  # only the zeros may have been folded
     ((x, inf, e),) = calls["aten::eq.Scalar_out"]
     ((ne, dim, keep, a),) = calls["aten::any.out"]
     ((m, z, s, r),) = calls["aten::where.self_out"]
@@ -254,7 +261,7 @@ def _mask_tail(plan: _Plan, pc: int) -> tuple[int, int, tuple[np.ndarray, np.nda
     return x, s, (xa.reshape(-1, n), sa.reshape(-1, n), ra.reshape(-1, n))
 
 
-def _safe_softmax(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _safe_softmax(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     """softmax(x) then the zeroing tail: the compiled softmax with ``safe``, straight into the tail's result."""
     ex = plan.ex
     x, dim, half, s = _call(ex, pc, "aten::_softmax.out")[:4]
@@ -268,7 +275,7 @@ def _safe_softmax(plan: _Plan, pc: int) -> tuple[int, Callable]:
     return 1 + _TAIL_LENGTH, partial(kernel, scores, result, True)
 
 
-def _masked_rows(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _masked_rows(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     """The zeroing tail alone (the softmax ran elsewhere, e.g. in a delegate): one compiled pass."""
     kernel = compiled.kernel("masked_rows")
     if kernel is None:
@@ -299,7 +306,7 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     if seen & outside or any(not pc <= r < pc + 2 for j in seen for r in plan.readers.get(j, ())):
         raise _NoMatch
     nxt = pc + 1
-    following = ex.instructions[nxt].instr_args if nxt < len(ex.instructions) else None
+    following = ex.instructions[nxt].instr_args if nxt in plan.live else None
     name = ex.operators[following.op_index] if isinstance(following, fbp.KernelCall) else ""
     matmul = partial(np.matmul, lhs, rhs, out=product)
     if name == "aten::gelu.out":
@@ -333,7 +340,7 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     return 2, linear
 
 
-def _max_pool_values(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _max_pool_values(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     """``max_pool2d_with_indices`` whose indices nothing reads: the maxima alone (both tiers; same values)."""
     ex = plan.ex
     args = _call(ex, pc, "aten::max_pool2d_with_indices.out")
@@ -362,7 +369,7 @@ _UFUNCS = {
 }
 
 
-def _direct(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     """A float32 kernel call whose shapes the plan fixes, bound straight to the NumPy ufunc, matmul or compiled
     kernel the portable kernel would reach after its checks, shape and dtype work (8-13 us a call: an add on
     ViT-tiny's 197x192 took 19 us through the kernel, 6 us bound); the same call, so the same bits."""
@@ -407,7 +414,7 @@ def _f32_arrays(ex: Any, *values: int) -> list[np.ndarray]:
     return arrays
 
 
-def _layer_norm(plan: _Plan, args: list[int]) -> Callable:
+def _layer_norm(plan: _StaticPlan, args: list[int]) -> Callable:
     """native_layer_norm straight to the compiled kernel, its mean and rstd written into their outs."""
     ex = plan.ex
     kernel = compiled.kernel("layer_norm")
