@@ -16,8 +16,10 @@ A copy is elided when:
 - no instruction from the copy to the last reader of the result (or of its views) writes a byte of the input's
   memory, judged on the memory plan (the input may itself be an elided copy: then its input's bytes count).
 
-Traced runs use the same steps: an elided copy, like a folded instruction, reports no event, and its result
-reads the same values. Torch-free.
+A method loaded with an event tracer (``enable_etdump=True``, or ``load_method(event_tracer=...)``) elides
+nothing, so that every instruction reports its own event and output; a tracer set later
+(``set_event_tracer``) finds the copies already elided: they report no event, like folded instructions.
+Torch-free.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class ProgramData(Protocol):
 class MethodExecutor:
     """The bound form of one ExecutionPlan."""
 
-    def __init__(self, plan: fbp.ExecutionPlan, program: ProgramData, limit: int):
+    def __init__(self, plan: fbp.ExecutionPlan, program: ProgramData, limit: int, elide: bool = True):
         self.plan = plan
         self.name = plan.name
         self._program = program
@@ -104,7 +104,7 @@ class MethodExecutor:
         # Static copies that keep their input's element order become views of it (copy_elision.py), after folding
         # (a folded copy has no step; a folded value is never computed, so no view may read its planned memory):
         # the steps are bound again to read the views.
-        self.elided = elide_copies(self, set(self.step_pcs))
+        self.elided = elide_copies(self, set(self.step_pcs)) if elide else set()
         if self.elided:
             self.steps, self.step_pcs = self._bind_all(self.elided, set(self.step_pcs))
         # Untraced runs take the fused steps: short element-wise chains as one step each (dynamic methods), batch

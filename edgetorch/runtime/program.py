@@ -375,13 +375,15 @@ class Program:
         ``seed`` seeds the method's random-number generator (see :meth:`Method.set_seed`).
         ``event_tracer`` (an :class:`~edgetorch.runtime.etdump.ETDumpGen`, as in ExecuTorch's
         ``load_method(name, memory_manager, event_tracer)``) records the load and every run;
-        by default the program's own ETDumpGen when it was loaded with ``enable_etdump=True``.
+        by default the program's own ETDumpGen when it was loaded with ``enable_etdump=True``. A traced method
+        keeps every copy instruction (no copy elision), so that each instruction reports its own event and
+        output.
         """
         plan = self._plan(name)
         tracer = event_tracer if event_tracer is not None else self.etdump
         start = clock_ns()
         try:
-            executor = MethodExecutor(plan, self, self.max_memory)
+            executor = MethodExecutor(plan, self, self.max_memory, elide=tracer is None)
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
         method = Method(executor, self.metadata(name), seed)

@@ -286,3 +286,12 @@ def test_fixed_shape_float_kernels_bind_straight_to_numpy_with_the_same_bits():
     with torch.no_grad():
         for got, want in zip(fused.execute([x.numpy(), y.numpy()]), _Ops()(x, y)):
             np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_traced_method_keeps_every_copy():
+    x = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(13))
+    pte = to_edge(torch.export.export(_Block(), (x,))).to_executorch().buffer
+    untraced = Runtime.get().load_program(pte).load_method("forward")
+    traced = Runtime.get().load_program(pte, enable_etdump=True).load_method("forward")
+    assert untraced._executor.elided and not traced._executor.elided
+    np.testing.assert_array_equal(traced.execute([x.numpy()])[0], untraced.execute([x.numpy()])[0])
