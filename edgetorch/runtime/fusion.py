@@ -92,12 +92,23 @@ def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:
         return None
     if len(ex.steps) != len(ex.instructions):
         return None
-    plan = _Plan(ex)
+    return apply_patterns(_Plan(ex), _PATTERNS, dict(enumerate(ex.steps)))
+
+
+Pattern = Callable[[Any, int], tuple[int, Callable]]
+
+
+def apply_patterns(
+    plan: _Plan, patterns: Sequence[Pattern], by_pc: dict[int, Callable]
+) -> tuple[list[Callable], list[int]] | None:
+    """The method's steps (``by_pc``: each instruction's step; a folded or elided instruction has none) with
+    every chain a pattern matches replaced by the pattern's one step, and each step's first instruction; None
+    when nothing matches. A chain starts only at an instruction that has a step."""
     steps: list[Callable] = []
     pcs: list[int] = []
-    pc, n, fused = 0, len(ex.instructions), 0
+    pc, n, fused = 0, len(plan.ex.instructions), 0
     while pc < n:
-        for pattern in _PATTERNS:
+        for pattern in patterns if pc in by_pc else ():
             try:
                 length, step = pattern(plan, pc)
             except _NoMatch:
@@ -108,8 +119,9 @@ def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:
             fused += 1
             break
         else:
-            steps.append(ex.steps[pc])
-            pcs.append(pc)
+            if pc in by_pc:
+                steps.append(by_pc[pc])
+                pcs.append(pc)
             pc += 1
     return (steps, pcs) if fused else None
 

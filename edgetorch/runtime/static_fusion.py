@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.format import program as fbp
-from edgetorch.runtime.fusion import _F32, _int, _NoMatch, _Plan
+from edgetorch.runtime.fusion import _F32, _int, _NoMatch, _Plan, apply_patterns
 from edgetorch.runtime.kernels import compiled
 
 _BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
@@ -74,28 +74,8 @@ def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
     if not ex.static:
         return None
     by_pc = dict(zip(ex.step_pcs, ex.steps))
-    plan = _StaticPlan(ex, set(by_pc))
-    steps: list[Callable] = []
-    pcs: list[int] = []
-    pc, n, fused = 0, len(ex.instructions), 0
-    while pc < n:
-        patterns = (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue, _max_pool_values, _direct)
-        for pattern in patterns if pc in by_pc else ():  # a folded or elided instruction starts no chain
-            try:
-                length, step = pattern(plan, pc)
-            except _NoMatch:
-                continue
-            steps.append(step)
-            pcs.append(pc)
-            pc += length
-            fused += 1
-            break
-        else:
-            if pc in by_pc:  # folded instructions have no step
-                steps.append(by_pc[pc])
-                pcs.append(pc)
-            pc += 1
-    return (steps, pcs) if fused else None
+    patterns = (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue, _max_pool_values, _direct)
+    return apply_patterns(_StaticPlan(ex, set(by_pc)), patterns, by_pc)
 
 
 def _call(ex: Any, pc: int, name: str) -> list[int]:
@@ -111,10 +91,8 @@ def _call(ex: Any, pc: int, name: str) -> list[int]:
 def _flat_f32(ex: Any, *values: int) -> list[np.ndarray]:
     """The planned float32, C-contiguous arrays of ``values``."""
     arrays = [ex.bound[j] for j in values]
-    if not all(j in ex.slots for j in values) or not compiled.flat_float32(*arrays):
-        raise _NoMatch
-    if any(a is None or a.dtype != _F32 for a in arrays):
-        raise _NoMatch
+    if not all(j in ex.slots and a is not None for j, a in zip(values, arrays)) or not compiled.flat_float32(*arrays):
+        raise _NoMatch  # flat_float32 takes None for an absent array
     return arrays
 
 

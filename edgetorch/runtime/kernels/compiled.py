@@ -351,9 +351,8 @@ def _depthwise3x3(xp, w, stride, out, tmp, lo, hi):  # pragma: no cover - compil
     for plane in range(lo, hi):
         n = plane // c
         ch = plane % c
-        t0, t1, t2 = w[ch, 0, 0], w[ch, 0, 1], w[ch, 0, 2]
-        t3, t4, t5 = w[ch, 1, 0], w[ch, 1, 1], w[ch, 1, 2]
-        t6, t7, t8 = w[ch, 2, 0], w[ch, 2, 1], w[ch, 2, 2]
+        k = w[ch]
+        taps = (k[0, 0], k[0, 1], k[0, 2], k[1, 0], k[1, 1], k[1, 2], k[2, 0], k[2, 1], k[2, 2])
         src = xp[n, ch]
         o = out[n, ch]
         if stride == 1 and ow > 32:
@@ -364,16 +363,7 @@ def _depthwise3x3(xp, w, stride, out, tmp, lo, hi):  # pragma: no cover - compil
                 c0, c1, c2 = r2[0:ow], r2[1 : 1 + ow], r2[2 : 2 + ow]
                 oi = o[i]
                 for j in range(ow):
-                    v = a0[j] * t0
-                    v += a1[j] * t1
-                    v += a2[j] * t2
-                    v += b0[j] * t3
-                    v += b1[j] * t4
-                    v += b2[j] * t5
-                    v += c0[j] * t6
-                    v += c1[j] * t7
-                    v += c2[j] * t8
-                    oi[j] = v
+                    oi[j] = _nine_taps(a0[j], a1[j], a2[j], b0[j], b1[j], b2[j], c0[j], c1[j], c2[j], taps)
         elif stride == 1:
             flat = src.reshape(hp * wp)
             size = (oh - 1) * wp + ow
@@ -382,16 +372,7 @@ def _depthwise3x3(xp, w, stride, out, tmp, lo, hi):  # pragma: no cover - compil
             c0, c1, c2 = flat[2 * wp : 2 * wp + size], flat[2 * wp + 1 : 2 * wp + 1 + size], flat[2 * wp + 2 :]
             acc = tmp[0:size]
             for p in range(size):
-                v = a0[p] * t0
-                v += a1[p] * t1
-                v += a2[p] * t2
-                v += b0[p] * t3
-                v += b1[p] * t4
-                v += b2[p] * t5
-                v += c0[p] * t6
-                v += c1[p] * t7
-                v += c2[p] * t8
-                acc[p] = v
+                acc[p] = _nine_taps(a0[p], a1[p], a2[p], b0[p], b1[p], b2[p], c0[p], c1[p], c2[p], taps)
             for i in range(oh):
                 oi = o[i]
                 row = acc[i * wp : i * wp + ow]
@@ -416,16 +397,22 @@ def _depthwise3x3(xp, w, stride, out, tmp, lo, hi):  # pragma: no cover - compil
                 c0, c1, c2 = r2[0:ow], r2[half : half + ow], r2[1 : 1 + ow]
                 oi = o[i]
                 for j in range(ow):
-                    v = a0[j] * t0
-                    v += a1[j] * t1
-                    v += a2[j] * t2
-                    v += b0[j] * t3
-                    v += b1[j] * t4
-                    v += b2[j] * t5
-                    v += c0[j] * t6
-                    v += c1[j] * t7
-                    v += c2[j] * t8
-                    oi[j] = v
+                    oi[j] = _nine_taps(a0[j], a1[j], a2[j], b0[j], b1[j], b2[j], c0[j], c1[j], c2[j], taps)
+
+
+def _nine_taps(a0, a1, a2, b0, b1, b2, c0, c1, c2, t):  # pragma: no cover - compiled
+    """One 3x3 window's sum, the taps in row order: a0 * t[0] + a1 * t[1] + ... + c2 * t[8], each product and
+    sum rounded to float32 (no fused multiply-add)."""
+    v = a0 * t[0]
+    v += a1 * t[1]
+    v += a2 * t[2]
+    v += b0 * t[3]
+    v += b1 * t[4]
+    v += b2 * t[5]
+    v += c0 * t[6]
+    v += c1 * t[7]
+    v += c2 * t[8]
+    return v
 
 
 def _scale_shift_clamp(x, scale, shift, lo, hi, out):  # pragma: no cover - compiled
@@ -440,25 +427,24 @@ def _scale_shift_clamp(x, scale, shift, lo, hi, out):  # pragma: no cover - comp
         for ch in range(c):
             s, t = scale[ch], shift[ch]
             o = out[n, ch]
-            xr = o if inplace else x[n, ch]
             if inplace:
                 for i in range(k):
-                    v = o[i] * s
-                    v = v + t
-                    if v < lo:
-                        v = lo
-                    elif v > hi:
-                        v = hi
-                    o[i] = v
+                    o[i] = _scaled_clamped(o[i], s, t, lo, hi)
             else:
+                xr = x[n, ch]
                 for i in range(k):
-                    v = xr[i] * s
-                    v = v + t
-                    if v < lo:
-                        v = lo
-                    elif v > hi:
-                        v = hi
-                    o[i] = v
+                    o[i] = _scaled_clamped(xr[i], s, t, lo, hi)
+
+
+def _scaled_clamped(v, s, t, lo, hi):  # pragma: no cover - compiled
+    """clamp(v * s + t, lo, hi) for float32 scalars: two roundings (no fused multiply-add), NaN stays NaN."""
+    v = v * s
+    v = v + t
+    if v < lo:
+        return lo
+    if v > hi:
+        return hi
+    return v
 
 
 def _masked_rows(x, s, out):  # pragma: no cover - compiled
@@ -547,10 +533,11 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
 def _compile_helpers() -> None:
     """Replace the scalar helpers the kernels call with their compiled, inlined form (numba resolves a
     kernel's globals when it compiles it)."""
-    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp
+    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps
     if not hasattr(_exp, "py_func"):
         import numba
 
         inline = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
         _exp = inline(_exp)  # first: the helpers below call it
-        _gelu_one, _gelu_tanh_one, _shifted_exp = (inline(fn) for fn in (_gelu_one, _gelu_tanh_one, _shifted_exp))
+        helpers = (_gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps)
+        _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps = (inline(fn) for fn in helpers)

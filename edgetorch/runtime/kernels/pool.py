@@ -63,16 +63,11 @@ def _max_pool(
     """Max over each window and the flat (per-plane) input index of the first maximum; NaN wins, as in torch."""
     g = _Windows(x, d, kernel_size, stride, padding, dilation, ceil_mode)
     out, indices = resize(out, g.out_shape), resize(indices, g.out_shape)
-    sweep = g.sweep(x, _lowest(x.dtype), x.dtype)
-    best, best_view = sweep.virtual(g.lead, x.dtype)
+    sweep, taps, best, best_view = _maxima(g, x)
     index, index_view = sweep.virtual(g.lead, np.dtype(np.int64))
     plane = _spatial_strides(g.sizes)
     starts = [np.arange(m) * s - p for m, s, p in zip(sweep.plane, g.stride, g.padding)]
     first_valid = [np.where(a < 0, a + (-a + dl - 1) // dl * dl, a) for a, dl in zip(starts, g.dilation)]
-    taps = list(sweep.taps())
-    np.copyto(best, sweep.tap(taps[0]))
-    for tap in taps[1:]:
-        np.maximum(best, sweep.tap(tap), out=best)
     # Masked copies are ~50x slower than plain ufuncs, so the winning tap is found arithmetically: the first tap
     # equal to the max is the minimum over taps of (t if equal else T).
     n = len(taps)
@@ -105,14 +100,20 @@ def max_pool_values(
     112x112x64 pooling: 7.7 ms with the indices). Load-time fusion picks it (static_fusion.py)."""
     g = _Windows(x, d, kernel_size, stride, padding, dilation, ceil_mode)
     out = resize(out, g.out_shape)
+    np.copyto(out, _maxima(g, x)[3])
+    return out
+
+
+def _maxima(g: _Windows, x: np.ndarray) -> tuple:
+    """The sweep over ``x``'s windows, its taps, and each window's maximum (NaN wins): as the sweep's array and
+    as its view in the output's layout."""
     sweep = g.sweep(x, _lowest(x.dtype), x.dtype)
     best, best_view = sweep.virtual(g.lead, x.dtype)
     taps = list(sweep.taps())
     np.copyto(best, sweep.tap(taps[0]))
     for tap in taps[1:]:
         np.maximum(best, sweep.tap(tap), out=best)
-    np.copyto(out, best_view)
-    return out
+    return sweep, taps, best, best_view
 
 
 @kernel("aten::max_pool2d_with_indices.out")
