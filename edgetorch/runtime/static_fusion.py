@@ -123,10 +123,10 @@ def _scalar(plan: _StaticPlan, j: int) -> float:
     return float(v)
 
 
-def _only_readers(plan: _StaticPlan, j: int, first: int, end: int) -> None:
+def _only_readers(plan: _StaticPlan, j: int, first: int, end: int, kept: set[int] | None = None) -> None:
     """Require value ``j`` to be named by instructions ``first..end-1`` alone (which includes its writer) and
-    kept by nothing else."""
-    if j in plan.protected or any(not first <= r < end for r in plan.readers.get(j, ())):
+    not be in ``kept`` (default: the plan's inputs, outputs and view bases)."""
+    if j in (plan.protected if kept is None else kept) or any(not first <= r < end for r in plan.readers.get(j, ())):
         raise _NoMatch
 
 
@@ -280,9 +280,9 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     if product.ndim != 2 or b.shape != (product.shape[1],) or lhs.ndim != 2 or rhs.ndim != 2:
         raise _NoMatch
     seen = {out} | plan.views.get(out, set())  # the product as the next instruction may name it
-    outside = set(ex.plan.inputs) | set(ex.plan.outputs)  # the product is a view base: that is accounted for
-    if seen & outside or any(not pc <= r < pc + 2 for j in seen for r in plan.readers.get(j, ())):
-        raise _NoMatch
+    outside = set(ex.plan.inputs) | set(ex.plan.outputs)  # the product is a view base: its views are in seen
+    for j in seen:
+        _only_readers(plan, j, pc, pc + 2, outside)
     nxt = pc + 1
     following = ex.instructions[nxt].instr_args if nxt in plan.live else None
     name = ex.operators[following.op_index] if isinstance(following, fbp.KernelCall) else ""
