@@ -16,6 +16,7 @@ as ``XnnpackBackend`` at import.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
@@ -34,6 +35,8 @@ from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
 from edgetorch.runtime import etdump
 from edgetorch.runtime.backends import BackendInterface, register_backend
+from edgetorch.runtime.kernels import blas_threads, gemm
+from edgetorch.runtime.kernels import compiled as compiled_kernels
 from edgetorch.runtime.memory import resize
 
 Step = Callable[[], Any]
@@ -91,6 +94,8 @@ class _Graph:
         self.fc_inputs: set[int] = set()  # values a fully connected reads (set by the delegate)
         # Value -> integer bounds of the clamp that is its only reader: its producer applies them (see _fuse_clamps).
         self.narrow: dict[int, tuple[int, int]] = {}
+        # Whether a node runs the packed GEMM, whose threads need BLAS on one thread (blas_threads.py).
+        self.own_threads = False
         self.named_bytes = sum(memoryview(v).nbytes for v in named_data.values())  # the program's, not only ours
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
@@ -462,6 +467,21 @@ def _bias_act_steps(y2: np.ndarray, env: _Env, bias_id: int, act: tuple[float, f
     return _bias_steps(y2, env, bias_id) + _clamp(y2, y2, *act)
 
 
+def _packed_gemm(w: np.ndarray, g: _Graph, bias_id: int, act: tuple[float, float]) -> gemm.PackedGemm | None:
+    """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
+    constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier or when the
+    weights or bias are not float32 constants (those keep sgemm)."""
+    if w.dtype != np.float32 or not fast.usable():
+        return None
+    bias = None
+    if bias_id != xs.INVALID_VALUE_ID:
+        bias = g.constants.get(bias_id)
+        if bias is None or bias.dtype != np.float32 or bias.size != w.shape[1]:
+            return None
+    g.own_threads = True
+    return gemm.PackedGemm(w, bias, *act)
+
+
 def _add_to_rows(y2: np.ndarray, row: np.ndarray) -> Step:
     """The step y2 += row on every row of the C-contiguous [M, C] ``y2``.
 
@@ -491,19 +511,26 @@ def _compiles(*kinds: type) -> Callable:
 @_compiles(xs.XNNFullyConnected)
 def _fully_connected(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
     transposed = bool(n.flags & xs.FLAG_TRANSPOSE_WEIGHTS)
-    packed = None
+    packed = gemm = None
     if n.filter_id in g.constants:
         w = g.constants[n.filter_id]
-        packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
+        gemm = _packed_gemm(w if transposed else w.T, g, n.bias_id, act)
+        if gemm is None:
+            packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
-        w = packed if packed is not None else (env[n.filter_id] if transposed else env[n.filter_id].T)
-        ic, oc = w.shape
+        if gemm is not None:
+            ic, oc = gemm.k, gemm.n
+        else:
+            w = packed if packed is not None else (env[n.filter_id] if transposed else env[n.filter_id].T)
+            ic, oc = w.shape
         if x.shape[-1] != ic:
             raise ValueError(f"fully connected expects {ic} input features, found input shape {x.shape}")
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         y2 = y.reshape(-1, oc)
+        if gemm is not None:
+            return [gemm.step(x.reshape(-1, ic), y2)]
         return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + _bias_act_steps(y2, env, n.bias_id, act)
 
     return plan
@@ -516,6 +543,7 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
     # [OC, KH, KW, ICg] -> per group [K, OCg], so that columns @ w is the convolution.
     w = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(groups, ocg, k).transpose(0, 2, 1))
     pointwise = win.kh == win.kw == win.sh == win.sw == 1 and not win.padded
+    gemm = _packed_gemm(w[0], g, n.bias_id, act) if groups == 1 else None
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
@@ -526,6 +554,13 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
         y = env.empty(n.output_id, (nb, oh, ow, groups * ocg))
         m = nb * oh * ow
         y2 = y.reshape(m, groups * ocg)
+        if gemm is not None and pointwise:
+            return [gemm.step(x.reshape(m, c), y2)]
+        if gemm is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
+            xp, steps = win.pad(x, 0.0)
+            cols = np.empty((m, k), x.dtype)
+            fill = partial(np.copyto, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win.im2col(xp, oh, ow))
+            return [*steps, fill, gemm.step(cols, y2)]
         if pointwise and groups == 1:
             steps = [partial(np.matmul, x.reshape(m, c), w[0], out=y2)]
         elif groups == 1:
@@ -588,7 +623,7 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, 
             raise ValueError(f"depthwise convolution expects {channels} channels, found input shape {x.shape}")
         oh, ow = win.out_hw(h, wd)
         y = env.empty(n.output_id, (nb, oh, ow, c * mult))
-        compiled = fast.kernel("depthwise") if mult == 1 and x.dtype == y.dtype == np.float32 else None
+        compiled = fast.depthwise() if mult == 1 and x.dtype == y.dtype == np.float32 else None
         if compiled is not None:  # one pass with the bias and the clamp (fast.py)
             bias = env[n.bias_id].reshape(-1) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(0, np.float32)
             window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
@@ -1830,11 +1865,13 @@ class XnnpackDelegate:
                 ) from None
             for dst, src in zip(plan.inputs, ins):
                 np.copyto(dst, src)
-            if etdump.tracing():
-                self._traced(plan)
-            else:
-                for step in plan.steps:
-                    step()
+            ours = self.graph.own_threads and compiled_kernels.get_num_threads() > 1
+            with blas_threads.ONE_THREAD if ours else contextlib.nullcontext():
+                if etdump.tracing():
+                    self._traced(plan)
+                else:
+                    for step in plan.steps:
+                        step()
             return self._write_outputs(plan, args)
 
     def _traced(self, plan: _Plan) -> None:

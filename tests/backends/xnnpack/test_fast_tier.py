@@ -52,6 +52,23 @@ def test_compiled_depthwise_equals_the_numpy_path(stride, padding, dilation, bia
     np.testing.assert_allclose(compiled, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
+@needs_numba
+def test_the_depthwise_rows_split_over_threads_give_the_bits_of_one(monkeypatch):
+    from edgetorch.runtime.kernels import compiled
+
+    torch.manual_seed(2)
+    module, x = Depthwise(16, 2, 1, 1, True), torch.randn(3, 16, 13, 11)
+    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
+    try:
+        compiled.set_num_threads(2)
+        split = outputs(module, x, True, monkeypatch)
+        compiled.set_num_threads(1)
+        serial = outputs(module, x, True, monkeypatch)
+    finally:
+        compiled._threads = None
+    np.testing.assert_array_equal(split, serial)
+
+
 def test_the_numpy_tier_runs_when_the_fast_tier_is_off(tmp_path):
     torch.manual_seed(1)
     module = Depthwise(8, 1, 1, 1, True).eval()

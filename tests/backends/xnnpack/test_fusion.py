@@ -90,12 +90,14 @@ def test_clamps_fuse_into_their_layers(tier, monkeypatch):
 
 
 @pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
-def test_both_tiers_give_the_same_floats(monkeypatch):
+def test_both_tiers_give_the_same_floats_within_rounding(monkeypatch):
+    # The fast tier's packed GEMM sums each output's products in its own order (as two BLAS libraries do); the
+    # passes around it (bias, clamp, depthwise) compute what the NumPy tier computes.
     torch.manual_seed(1)
     module, x = Layers().eval(), torch.randn(1, 4, 12, 10)
     compiled, _ = run(module, x, True, monkeypatch)
     numpy_tier, _ = run(module, x, False, monkeypatch)
-    np.testing.assert_array_equal(compiled[0], numpy_tier[0])
+    np.testing.assert_allclose(compiled[0], numpy_tier[0], rtol=1e-6, atol=1e-6)
 
 
 def test_a_clamp_with_a_shared_input_leaves_the_input_alone(monkeypatch):

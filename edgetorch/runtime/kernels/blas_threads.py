@@ -1,0 +1,69 @@
+"""NumPy's BLAS thread count, lowered to one while kernels that run their own threads (gemm.py's split GEMM,
+on numba's OpenMP threads) take the cores.
+
+Both pools keep their idle threads spinning for a while after each call, so that the next call starts at
+once. When a program alternates between them (ViT-tiny's delegate: packed GEMMs for the linear layers, BLAS
+for the attention's batch matmuls), each pool's spinning thread takes the core the other pool's thread
+needs, and every call waits for a thread the OS has descheduled: ViT-tiny's delegate ran 204 ms instead of
+24 (bench/profile_xnnpack.py, 2 threads, 2 cores). With BLAS on one thread for the run, only numba's pool
+spins. The count is set through OpenBLAS's C API (``openblas_set_num_threads``, found in the library NumPy
+loaded, under the names its builds export), about a microsecond a call; with another BLAS (MKL, Accelerate)
+nothing is found and nothing changes.
+
+Imports only the standard library and NumPy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from typing import Any
+
+import numpy as np
+
+_api: Any = None  # (get, set) once looked up; False when NumPy's BLAS is not an OpenBLAS found here
+
+
+def _lookup() -> Any:
+    """NumPy's OpenBLAS ``(get_num_threads, set_num_threads)``, or False."""
+    root = os.path.dirname(os.path.dirname(np.__file__))
+    candidates = []
+    for folder in ("numpy.libs", os.path.join("numpy", ".dylibs")):
+        candidates += sorted(glob.glob(os.path.join(root, folder, "*openblas*")))
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix in ("scipy_", ""):
+            for suffix in ("64_", "_64", ""):
+                get = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+                put = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
+                if get is not None and put is not None:
+                    get.restype, get.argtypes = ctypes.c_int, []
+                    put.restype, put.argtypes = None, [ctypes.c_int]
+                    return get, put
+    return False
+
+
+class OneThread:
+    """``with ONE_THREAD:`` runs its body with NumPy's OpenBLAS on one thread, then restores the count it
+    found. Not reentrant across Python threads (the count is process-wide): callers hold a lock."""
+
+    def __enter__(self) -> None:
+        global _api
+        if _api is None:
+            _api = _lookup()
+        self.before = 0
+        if _api:
+            self.before = _api[0]()
+            if self.before != 1:
+                _api[1](1)
+
+    def __exit__(self, *exc: object) -> None:
+        if _api and self.before not in (0, 1):
+            _api[1](self.before)
+
+
+ONE_THREAD = OneThread()

@@ -1,0 +1,95 @@
+"""The packed-weight float32 GEMM of the [fast] tier (edgetorch/runtime/kernels/gemm.py) and the BLAS thread
+limit that runs beside it (blas_threads.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgetorch.runtime.kernels import blas_threads, compiled, gemm
+
+needs_tier = pytest.mark.skipif(not compiled.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+
+
+def _case(m, k, n, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    b = rng.standard_normal(n, dtype=np.float32)
+    return x, w, b
+
+
+@needs_tier
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 8, 13, 49])
+@pytest.mark.parametrize("k,n", [(1, 1), (3, 16), (16, 10), (32, 33), (100, 64), (784, 24)])
+def test_matches_a_float64_product_with_bias_and_clamp(m, k, n):
+    x, w, b = _case(m, k, n)
+    y = np.full((m, n), np.nan, np.float32)
+    gemm.PackedGemm(w, b, -1.0, 2.0).step(x, y)()
+    want = np.clip(x.astype(np.float64) @ w.astype(np.float64) + b, -1.0, 2.0)
+    # each output is K products summed in order, one rounding each: within K float32 roundings of the exact sum
+    bound = (k + 2) * np.finfo(np.float32).eps * (np.abs(x).astype(np.float64) @ np.abs(w) + np.abs(b)) + 1e-30
+    assert np.all(np.abs(y - want) <= bound)
+
+
+@needs_tier
+def test_no_bias_no_clamp_and_a_strided_input():
+    x, w, _ = _case(20, 40, 30, seed=1)
+    wide = np.zeros((20, 80), np.float32)
+    wide[:, ::2] = x
+    y = np.empty((20, 30), np.float32)
+    gemm.PackedGemm(w, None).step(wide[:, ::2], y)()  # not C-contiguous: copied before the call
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+
+
+@needs_tier
+def test_the_clamp_keeps_nan_and_infinities_as_a_clip_does():
+    x, w, b = _case(6, 4, 16, seed=2)
+    x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -np.inf
+    y = np.empty((6, 16), np.float32)
+    gemm.PackedGemm(w, b, 0.0, 6.0).step(x, y)()
+    with np.errstate(invalid="ignore"):
+        want = x @ w + b
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(y[finite], np.clip(want, 0.0, 6.0)[finite], rtol=1e-5, atol=1e-5)
+
+
+@needs_tier
+@pytest.mark.parametrize("m,k,n", [(8, 300, 200), (300, 40, 24)])  # split by panels, then by rows
+def test_two_threads_give_the_bits_of_one(m, k, n, monkeypatch):
+    x, w, b = _case(m, k, n, seed=3)
+    packed = gemm.PackedGemm(w, b)
+    one, two = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+    monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
+    compiled.set_num_threads(1)
+    try:
+        packed.step(x, one)()
+        compiled.set_num_threads(2)
+        packed.step(x, two)()
+    finally:
+        compiled._threads = None
+    np.testing.assert_array_equal(one, two)
+
+
+@needs_tier
+def test_wrong_shapes_are_refused():
+    x, w, b = _case(4, 8, 16)
+    with pytest.raises(ValueError, match=r"packed GEMM of \[M, 8\] x \[8, 16\]"):
+        gemm.PackedGemm(w, b).step(x[:, :7], np.empty((4, 16), np.float32))
+
+
+def test_numpys_blas_runs_on_one_thread_inside_and_as_before_after():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def numpys() -> list[int]:  # SciPy, when loaded, brings an OpenBLAS of its own, which is not touched
+        found = threadpoolctl.ThreadpoolController().select(internal_api="openblas").lib_controllers
+        return [c.num_threads for c in found if "numpy" in c.filepath]
+
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        before = numpys()
+        if not before:
+            pytest.skip("NumPy's BLAS here is not OpenBLAS")
+        with blas_threads.ONE_THREAD:
+            assert numpys() == [1]
+        assert numpys() == before == [2]
