@@ -9,6 +9,11 @@ cost as much as the arithmetic, and the bias and clamp are two more passes over 
 are packed at load into panels of ``WIDTH`` = 16 output channels, [N / 16, K, 16] (the last panel padded with
 zeros), so that a micro-kernel reads one panel front to back; the input rows are read where they are.
 
+Reading the [K, N] weights in place instead (panel p as columns 16p .. 16p + 15 of each row, no copy) ran
+1.5-3x slower wherever the weights are larger than the input (the MLP's layers: 299 against 98 us; 256 x 1536
+x 384: 2.9 against 1.6 ms, bench/gemm.py at 2 threads): each k then touches another cache line and, past
+N = 1024, another page.
+
 The micro-kernel (``_tile_intrinsic``) is LLVM vector IR, since no loop numba compiles keeps a tile of
 accumulators in registers (local arrays stay in memory: 9 ms for the MLP's layers, against OpenBLAS's 0.8):
 up to 6 rows by 16 columns, 12 ``<8 x float>`` accumulators, per input k two vector loads of the panel, six
@@ -56,10 +61,11 @@ def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray
 
 
 def _tile_intrinsic() -> Any:
-    """``tile(a, i, wp, p, bias, lo, hi, y, rows)``, a numba intrinsic: for r < rows (a literal, 1-6),
-    y[i + r, 16 p : 16 p + 16] = clamp(a[i + r] @ wp[p] + bias[16 p : 16 p + 16], lo, hi), the columns past
-    y's last one left out. ``a`` [M, K] and ``y`` [M, N] float32 with contiguous rows, ``wp`` [P, K, 16] and
-    ``bias`` [16 P] from :func:`pack`. The clamp keeps NaN (a compare and a select, as ``if v < lo: v = lo``)."""
+    """``tile(a, i, w, start, step, p, bias, lo, hi, y, rows)``, a numba intrinsic: for r < rows (a literal,
+    1-6), y[i + r, 16 p : 16 p + 16] = clamp(sum over k of a[i + r, k] * panel[k] + bias[16 p : 16 p + 16], lo,
+    hi), the columns past y's last one left out, where panel[k] is the 16 floats of ``w`` (flat) from
+    ``start + k * step``. ``a`` [M, K] and ``y`` [M, N] float32 with contiguous rows; ``bias`` [16 P] (padded).
+    The clamp keeps NaN (a compare and a select, as ``if v < lo: v = lo``)."""
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -72,18 +78,20 @@ def _tile_intrinsic() -> Any:
     lane0 = ir.Constant(ir.VectorType(i32, 8), [ir.Constant(i32, 0)] * 8)
 
     @intrinsic(prefer_literal=True)
-    def tile(typingctx, a, i, wp, p, bias, lo, hi, y, rows):
+    def tile(typingctx, a, i, w, start, step, p, bias, lo, hi, y, rows):
         if not isinstance(rows, types.IntegerLiteral) or not 1 <= rows.literal_value <= ROWS:
             return None
-        if any(t.layout != "C" or t.dtype != types.float32 for t in (a, wp, bias, y)):
+        if any(t.layout != "C" or t.dtype != types.float32 for t in (a, w, bias, y)):
             return None
         count = rows.literal_value
-        sig = types.void(a, i, wp, p, bias, lo, hi, y, rows)
+        sig = types.void(a, i, w, start, step, p, bias, lo, hi, y, rows)
 
         def codegen(context, builder, signature, args):
             intp = context.get_value_type(types.intp)
-            x, w, b, out = (context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 2, 4, 7))
-            first, panel = (context.cast(builder, args[n], signature.args[n], types.intp) for n in (1, 3))
+            x, w, b, out = (context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 2, 6, 9))
+            first, offset, stride, panel = (
+                context.cast(builder, args[n], signature.args[n], types.intp) for n in (1, 3, 4, 5)
+            )
             k = builder.extract_value(x.shape, 1)
             n = builder.extract_value(out.shape, 1)
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v8, [v8, v8, v8]), "llvm.fma.v8f32")
@@ -104,10 +112,10 @@ def _tile_intrinsic() -> Any:
                 return builder.bitcast(builder.gep(ptr, [at], inbounds=True), v8.as_pointer())
 
             xs = [row(x, r) for r in range(count)]
-            base = builder.gep(w.data, [builder.mul(panel, builder.mul(k, const(WIDTH)))], inbounds=True)
+            base = builder.gep(w.data, [offset], inbounds=True)
             acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(count)]
             with cgutils.for_range(builder, k) as loop:
-                at = builder.mul(loop.index, const(WIDTH))
+                at = builder.mul(loop.index, stride)
                 halves = [builder.load(vector(base, builder.add(at, const(8 * h))), align=4) for h in range(2)]
                 for r in range(count):
                     xb = splat(builder.load(builder.gep(xs[r], [loop.index], inbounds=True)))
@@ -117,7 +125,7 @@ def _tile_intrinsic() -> Any:
             col = builder.mul(panel, const(WIDTH))
             bb = builder.gep(b.data, [col], inbounds=True)
             biases = [builder.load(vector(bb, const(8 * h)), align=4) for h in range(2)]
-            low, high = splat(args[5]), splat(args[6])
+            low, high = splat(args[7]), splat(args[8])
             results = []
             for r in range(count):
                 for h in range(2):
@@ -150,8 +158,9 @@ _tile: Any = None
 prange: Any = range
 
 
-def _gemm_part(a, wp, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - compiled
-    """Rows r0 .. r1 and panels p0 .. p1 of the product, blocked for the caches (module docstring)."""
+def _gemm_part(a, w, span, step, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - compiled
+    """Rows r0 .. r1 and panels p0 .. p1 of the product (panel p's row k at ``p * span + k * step`` of ``w``),
+    blocked for the caches (module docstring)."""
     k = a.shape[1]
     group = max(1, GROUP_BYTES // (k * 4 * WIDTH))
     block = max(ROWS, ROW_BYTES // (4 * k) // ROWS * ROWS)
@@ -160,45 +169,46 @@ def _gemm_part(a, wp, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - co
         for i0 in range(r0, r1, block):
             i1 = min(r1, i0 + block)
             for p in range(g0, g1):
+                at = p * span
                 i = i0
                 while i + ROWS <= i1:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 6)
+                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 6)
                     i += ROWS
                 left = i1 - i
                 if left == 1:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 1)
+                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 1)
                 elif left == 2:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 2)
+                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 2)
                 elif left == 3:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 3)
+                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 3)
                 elif left == 4:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 4)
+                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 4)
                 elif left == 5:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 5)
+                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 5)
 
 
-def _gemm(a, wp, bias, lo, hi, y):  # pragma: no cover - compiled
+def _gemm(a, w, span, step, bias, lo, hi, y):  # pragma: no cover - compiled
     """y = clamp(a @ w + bias, lo, hi) on the calling thread."""
-    _gemm_part(a, wp, bias, lo, hi, y, 0, a.shape[0], 0, wp.shape[0])
+    _gemm_part(a, w, span, step, bias, lo, hi, y, 0, a.shape[0], 0, bias.shape[0] // WIDTH)
 
 
-def _gemm_split(a, wp, bias, lo, hi, y, parts):  # pragma: no cover - compiled
+def _gemm_split(a, w, span, step, bias, lo, hi, y, parts):  # pragma: no cover - compiled
     """``_gemm`` cut into ``parts`` runs of panels (weights larger than the input) or of rows (in whole
     tiles), run on numba's threads."""
-    m, panels = a.shape[0], wp.shape[0]
+    m, panels = a.shape[0], bias.shape[0] // WIDTH
     by_panels = y.shape[1] >= m or m < 2 * ROWS * parts
     if by_panels:
-        step = -(-panels // parts)
+        run = -(-panels // parts)
     else:
         share = -(-m // parts)
-        step = -(-share // ROWS) * ROWS  # whole tiles a thread
+        run = -(-share // ROWS) * ROWS  # whole tiles a thread
     for t in prange(parts):
         if by_panels:
-            p0 = min(panels, t * step)
-            _gemm_part(a, wp, bias, lo, hi, y, 0, m, p0, min(panels, p0 + step))
+            p0 = min(panels, t * run)
+            _gemm_part(a, w, span, step, bias, lo, hi, y, 0, m, p0, min(panels, p0 + run))
         else:
-            r0 = min(m, t * step)
-            _gemm_part(a, wp, bias, lo, hi, y, r0, min(m, r0 + step), 0, panels)
+            r0 = min(m, t * run)
+            _gemm_part(a, w, span, step, bias, lo, hi, y, r0, min(m, r0 + run), 0, panels)
 
 
 def _bind() -> bool:
@@ -223,6 +233,7 @@ class PackedGemm:
             raise RuntimeError("the packed GEMM needs the [fast] tier (numba); check gemm.usable() first")
         self.k, self.n = w.shape
         self.wp, self.bias = pack(w, bias)
+        self.span, self.row_step = self.k * WIDTH, WIDTH  # where panel p and its row k start in wp
         self.lo, self.hi = np.float32(lo), np.float32(hi)
         self.serial = compiled.compiled("gemm", _gemm)
         self.split = compiled.compiled("gemm_split", _gemm_split, parallel=True)
@@ -239,9 +250,9 @@ class PackedGemm:
     def run(self, x2: np.ndarray, out: np.ndarray) -> None:
         threads = compiled.get_num_threads()
         if threads > 1 and x2.shape[0] * self.k * self.n >= SPLIT_MACS:
-            self.split(x2, self.wp, self.bias, self.lo, self.hi, out, threads)
+            self.split(x2, self.wp, self.span, self.row_step, self.bias, self.lo, self.hi, out, threads)
         else:
-            self.serial(x2, self.wp, self.bias, self.lo, self.hi, out)
+            self.serial(x2, self.wp, self.span, self.row_step, self.bias, self.lo, self.hi, out)
 
     def run_copy(self, x2: np.ndarray, flat: np.ndarray, out: np.ndarray) -> None:
         np.copyto(flat, x2)
