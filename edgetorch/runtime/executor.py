@@ -15,6 +15,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
@@ -37,6 +38,8 @@ from edgetorch.runtime.copy_elision import elide_copies
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.folding import fold, foldable
 from edgetorch.runtime.fusion import fuse_steps
+from edgetorch.runtime.kernels import blas_threads
+from edgetorch.runtime.kernels import compiled as compiled_kernels
 from edgetorch.runtime.kernels.registry import lookup
 from edgetorch.runtime.memory import TensorResizeError, allocate_arenas, check_dim_order, resize, view_of
 from edgetorch.runtime.plan_analysis import PlanFacts, kernel_results, op_key
@@ -109,6 +112,7 @@ class MethodExecutor:
             self.steps, self.step_pcs = self._bind_all(self.elided, set(self.step_pcs))
         # Untraced runs take the fused steps: short element-wise chains as one step each (dynamic methods), batch
         # norms with their clamps and safe softmaxes (static ones).
+        self.own_threads = False  # whether a fused step runs the packed GEMM (set by fuse_static)
         self.fused = fuse_static(self) if self.static else fuse_steps(self)
         self.tracer: Any = None
 
@@ -412,8 +416,11 @@ class MethodExecutor:
                 return
             if tracer is None and self.fused is not None:  # fused steps: a method with no jumps
                 steps, step_pcs = self.fused
-                for pc, step in enumerate(steps):  # noqa: B007  (pc names the failing step below)
-                    step()
+                # the packed GEMM's threads and BLAS's would take each other's cores (blas_threads.py)
+                ours = self.own_threads and compiled_kernels.get_num_threads() > 1
+                with blas_threads.ONE_THREAD if ours else contextlib.nullcontext():
+                    for pc, step in enumerate(steps):  # noqa: B007  (pc names the failing step below)
+                        step()
                 return
             # Traced runs and dynamic runs share this loop, so both follow jumps and both stop runaway loops.
             steps, n, count, jumps, clock = self.steps, len(self.steps), 0, not self.static, time.perf_counter_ns

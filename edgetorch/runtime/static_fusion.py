@@ -19,6 +19,12 @@ replaced by one step that computes the same float32 results with fewer passes ov
   into the layer's memory, then one compiled pass adds the bias and applies the GELU or the residual
   (``bias_gelu``, ``bias_add``) instead of a bias pass and a second pass; same float32 operations, same bits.
 
+- **A linear layer on constant weights** (``addmm`` or ``mm`` whose right operand is a constant, e.g. the
+  layer's weight transposed by constant folding): the fast tier's packed GEMM (kernels/gemm.py) with the bias
+  in the same pass; also the matrix product of the GELU/residual chains above. It sums in its own order (within float32 rounding of sgemm), and
+  holds a packed copy of the weights beside the method's own, so a method packs at most PACK_BUDGET bytes
+  (a small model's layers, not an LLM's); while it runs, NumPy's BLAS is held to one thread (blas_threads.py).
+
 - **Max pooling whose indices nothing reads** (``max_pool2d_with_indices``; ResNet's stem): the maxima alone,
   without the dozen passes that find each window's winning index (ResNet-18: 7.7 -> 1.1 ms); both tiers.
 
@@ -41,7 +47,7 @@ import numpy as np
 
 from edgetorch.format import program as fbp
 from edgetorch.runtime.fusion import _F32, _int, _NoMatch, _Plan, apply_patterns
-from edgetorch.runtime.kernels import compiled
+from edgetorch.runtime.kernels import compiled, gemm
 
 _BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 # The instructions after a softmax that zero the rows whose scores are all -inf, in any order their data flow
@@ -55,6 +61,10 @@ _MASK_TAIL = {
 }
 _TAIL_LENGTH = sum(_MASK_TAIL.values())
 
+# The most bytes of packed weights one method keeps beside its own (``_packed``): ViT-tiny's and MiniLM's
+# linear layers take about 21 and 42 MB; GPT-2's, 500 MB, stay on sgemm.
+PACK_BUDGET = 128 * 1024 * 1024
+
 
 class _StaticPlan(_Plan):
     """The method's facts the patterns ask about, and the static views planned over each computed tensor."""
@@ -62,6 +72,7 @@ class _StaticPlan(_Plan):
     def __init__(self, ex: Any, live: set[int]):
         super().__init__(ex)
         self.live = live  # the instructions that run (not folded, not elided)
+        self.packed = 0  # bytes of packed weights so far
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():
             for base in bases:
@@ -74,8 +85,11 @@ def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
     if not ex.static:
         return None
     by_pc = dict(zip(ex.step_pcs, ex.steps))
-    patterns = (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue, _max_pool_values, _direct)
-    return apply_patterns(_StaticPlan(ex, set(by_pc)), patterns, by_pc)
+    patterns = (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue, _packed_linear, _max_pool_values, _direct)
+    plan = _StaticPlan(ex, set(by_pc))
+    fused = apply_patterns(plan, patterns, by_pc)
+    ex.own_threads = plan.packed > 0
+    return fused
 
 
 def _call(ex: Any, pc: int, name: str) -> list[int]:
@@ -286,7 +300,6 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     nxt = pc + 1
     following = ex.instructions[nxt].instr_args if nxt in plan.live else None
     name = ex.operators[following.op_index] if isinstance(following, fbp.KernelCall) else ""
-    matmul = partial(np.matmul, lhs, rhs, out=product)
     if name == "aten::gelu.out":
         x, approximate, result = _call(ex, nxt, name)[:3]
         kernel = compiled.kernel("bias_gelu")
@@ -310,12 +323,64 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         epilogue = partial(kernel, product, b, residual.reshape(product.shape), y.reshape(product.shape))
     else:
         raise _NoMatch
+    matmul = _packed(plan, lhs, w, product) or partial(np.matmul, lhs, rhs, out=product)
 
     def linear() -> None:
         matmul()
         epilogue()
 
     return 2, linear
+
+
+def _packed(
+    plan: _StaticPlan, lhs: np.ndarray, w: int, out: np.ndarray, bias: np.ndarray | None = None
+) -> Callable | None:
+    """The packed GEMM's step ``out = lhs @ w + bias`` when value ``w`` is a 2-D float32 constant and the
+    method's packing budget allows; else None (the caller keeps sgemm)."""
+    try:
+        rhs = _constant(plan.ex, w)
+    except _NoMatch:
+        return None
+    if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not gemm.usable() or np.shares_memory(lhs, out):
+        return None
+    if lhs.ndim != 2 or out.shape != (lhs.shape[0], rhs.shape[1]) or lhs.shape[1] != rhs.shape[0]:
+        return None
+    if not compiled.flat_float32(out) or plan.packed + rhs.nbytes > PACK_BUDGET:
+        return None
+    plan.packed += rhs.nbytes
+    return gemm.PackedGemm(rhs, bias).step(lhs, out)
+
+
+def _packed_linear(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
+    """``addmm(bias, x, w)`` or ``mm(x, w)`` on a constant ``w`` (and a constant bias of one row): one packed-GEMM
+    step with the bias in its pass (``_packed``). A ReLU after it stays a step: the plan gives the ReLU's output
+    the memory of the layer's input, which the GEMM reads while it writes."""
+    ex = plan.ex
+    try:
+        args = _call(ex, pc, "aten::addmm.out")
+        if len(args) != 7:
+            raise _NoMatch
+        bias, a, w, beta, alpha, out = args[:6]
+        if _scalar(plan, beta) != 1 or _scalar(plan, alpha) != 1:
+            raise _NoMatch
+        b = _constant(ex, bias)
+        if b is None or b.dtype != _F32 or b.ndim > 2 or b.size != b.shape[-1]:
+            raise _NoMatch
+    except _NoMatch:
+        args = _call(ex, pc, "aten::mm.out")
+        if len(args) != 4:
+            raise _NoMatch from None
+        a, w, out, b = args[0], args[1], args[2], None
+    lhs = ex.bound[a]
+    if not isinstance(lhs, np.ndarray) or lhs.dtype != _F32:
+        raise _NoMatch
+    (product,) = _flat_f32(ex, out)
+    if b is not None and b.size != product.shape[-1]:
+        raise _NoMatch
+    step = _packed(plan, lhs, w, product, b)
+    if step is None:
+        raise _NoMatch
+    return 1, step
 
 
 def _max_pool_values(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:

@@ -220,7 +220,8 @@ class _Mlp(torch.nn.Module):
 
 
 @needs_numba
-def test_a_linear_layer_takes_its_gelu_or_residual_add_along_with_the_same_bits():
+def test_a_linear_layer_takes_its_gelu_or_residual_add_along_with_the_same_bits(monkeypatch):
+    monkeypatch.setattr(sf, "PACK_BUDGET", 0)  # sgemm, as the unfused addmm: the packed GEMM rounds its own way
     x = torch.randn(5, 16, generator=torch.Generator().manual_seed(10)) * 3
     fused, plain = _methods(_Mlp(), (x,))
     ex = fused._executor
@@ -231,6 +232,46 @@ def test_a_linear_layer_takes_its_gelu_or_residual_add_along_with_the_same_bits(
         np.testing.assert_array_equal(fused.execute([inp])[0], plain.execute([inp])[0])
     with torch.no_grad():
         np.testing.assert_allclose(fused.execute([x.numpy()])[0], _Mlp()(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+class _Relus(torch.nn.Module):
+    """Linear layers (addmm) with a ReLU, a residual add and nothing after them, and one without a bias (mm)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(13)
+        self.a, self.b, self.c = torch.nn.Linear(20, 40), torch.nn.Linear(40, 24), torch.nn.Linear(24, 24)
+        self.d = torch.nn.Linear(24, 7, bias=False)
+
+    def forward(self, x):
+        h = torch.nn.functional.relu6(torch.relu(self.b(torch.relu(self.a(x)))))
+        return self.d(self.c(h) + h)
+
+
+@needs_numba
+def test_linear_layers_on_constant_weights_run_the_packed_gemm(monkeypatch):
+    x = torch.randn(9, 20, generator=torch.Generator().manual_seed(14))
+    fused, plain = _methods(_Relus(), (x,))
+    ex = fused._executor
+    packed = [
+        s for s in ex.fused[0] if type(getattr(getattr(s, "func", None), "__self__", None)).__name__ == "PackedGemm"
+    ]
+    # a, b and d; c's runs inside its residual add's step. The ReLUs stay steps of their own: the plan gives each
+    # ReLU's output the memory of its layer's input, which the GEMM still reads while it writes.
+    assert len(packed) == 3 and ex.own_threads
+    for seed in range(3):
+        inp = (torch.randn(9, 20, generator=torch.Generator().manual_seed(seed)) * 3).numpy()
+        np.testing.assert_allclose(fused.execute([inp])[0], plain.execute([inp])[0], rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        np.testing.assert_allclose(fused.execute([x.numpy()])[0], _Relus()(x).numpy(), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(sf, "PACK_BUDGET", 20 * 40 * 4)  # room for the first layer's weights only
+    budgeted, _ = _methods(_Relus(), (x,))
+    kept = [
+        s
+        for s in budgeted._executor.fused[0]
+        if type(getattr(getattr(s, "func", None), "__self__", None)).__name__ == "PackedGemm"
+    ]
+    assert len(kept) == 1
 
 
 class _Pool(torch.nn.Module):
@@ -288,7 +329,8 @@ def test_fixed_shape_float_kernels_bind_straight_to_numpy_with_the_same_bits():
             np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_traced_method_keeps_every_copy():
+def test_a_traced_method_keeps_every_copy(monkeypatch):
+    monkeypatch.setattr(sf, "PACK_BUDGET", 0)  # sgemm in both, for the same bits
     x = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(13))
     pte = to_edge(torch.export.export(_Block(), (x,))).to_executorch().buffer
     untraced = Runtime.get().load_program(pte).load_method("forward")

@@ -73,8 +73,8 @@ _threads: int | None = None  # None: not set or read yet
 
 
 def set_num_threads(n: int) -> None:
-    """Use up to ``n`` threads in the kernels that split their work (the XNNPACK delegate's integer GEMVs, with
-    the [fast] tier), as ``torch.set_num_threads`` does for PyTorch. Takes effect at the next call of such a
+    """Use up to ``n`` threads in the kernels that split their work (with the [fast] tier: the packed float32
+    GEMM, the XNNPACK delegate's depthwise convolutions and integer GEMVs), as ``torch.set_num_threads`` does for PyTorch. Takes effect at the next call of such a
     kernel, in every loaded method; 1 runs everything on the calling thread. Raises
     :class:`~edgetorch.errors.InvalidArgumentError` for anything but a positive integer."""
     global _threads
@@ -97,7 +97,8 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
     ``numba.njit``; with ``parallel=True`` its ``prange`` loops run on numba's threads (the OpenMP layer here),
     which paid off from some 10 us of work a call: the XNNPACK integer GEMVs split for :func:`get_num_threads`
     threads from a size on (edgetorch/backends/xnnpack/qgemv.py, SPLIT_MACS: 13 -> 10.6 us for a 576 x 576 GEMV,
-    but 5.5 -> 7.9 us for 192 x 576). The kernels here stay single-threaded: splitting them is not measured.
+    but 5.5 -> 7.9 us for 192 x 576); gemm.py's packed GEMM splits from 200,000 multiply-adds. The kernels
+    here stay single-threaded.
     """
     if not usable():
         return None
