@@ -22,7 +22,7 @@ replaced by one step that computes the same float32 results with fewer passes ov
 - **A linear layer on constant weights** (``addmm`` or ``mm`` whose right operand is a constant, e.g. the
   layer's weight transposed by constant folding): the fast tier's packed GEMM (kernels/gemm.py) with the bias
   in the same pass; also the matrix product of the GELU/residual chains above. It sums in its own order (within float32 rounding of sgemm), and
-  holds a packed copy of the weights beside the method's own, so a method packs at most PACK_BUDGET bytes
+  holds a packed copy of the weights beside the method's own, so a method packs at most gemm.PACK_BUDGET bytes
   (a small model's layers, not an LLM's); while it runs, NumPy's BLAS is held to one thread (blas_threads.py).
 
 - **Max pooling whose indices nothing reads** (``max_pool2d_with_indices``; ResNet's stem): the maxima alone,
@@ -60,10 +60,6 @@ _MASK_TAIL = {
     "aten::where.self_out": 1,
 }
 _TAIL_LENGTH = sum(_MASK_TAIL.values())
-
-# The most bytes of packed weights one method keeps beside its own (``_packed``): ViT-tiny's and MiniLM's
-# linear layers take about 21 and 42 MB; GPT-2's, 500 MB, stay on sgemm.
-PACK_BUDGET = 128 * 1024 * 1024
 
 
 class _StaticPlan(_Plan):
@@ -345,7 +341,7 @@ def _packed(
         return None
     if lhs.ndim != 2 or out.shape != (lhs.shape[0], rhs.shape[1]) or lhs.shape[1] != rhs.shape[0]:
         return None
-    if not compiled.flat_float32(out) or plan.packed + rhs.nbytes > PACK_BUDGET:
+    if not compiled.flat_float32(out) or plan.packed + rhs.nbytes > gemm.PACK_BUDGET:
         return None
     plan.packed += rhs.nbytes
     return gemm.PackedGemm(rhs, bias).step(lhs, out)

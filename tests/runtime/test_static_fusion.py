@@ -11,7 +11,7 @@ import torch
 from edgetorch.exir import to_edge
 from edgetorch.runtime import Runtime
 from edgetorch.runtime import static_fusion as sf
-from edgetorch.runtime.kernels import compiled
+from edgetorch.runtime.kernels import compiled, gemm
 from edgetorch.runtime.kernels.registry import lookup
 
 needs_numba = pytest.mark.skipif(not compiled.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
@@ -221,7 +221,7 @@ class _Mlp(torch.nn.Module):
 
 @needs_numba
 def test_a_linear_layer_takes_its_gelu_or_residual_add_along_with_the_same_bits(monkeypatch):
-    monkeypatch.setattr(sf, "PACK_BUDGET", 0)  # sgemm, as the unfused addmm: the packed GEMM rounds its own way
+    monkeypatch.setattr(gemm, "PACK_BUDGET", 0)  # sgemm, as the unfused addmm: the packed GEMM rounds its own way
     x = torch.randn(5, 16, generator=torch.Generator().manual_seed(10)) * 3
     fused, plain = _methods(_Mlp(), (x,))
     ex = fused._executor
@@ -264,7 +264,7 @@ def test_linear_layers_on_constant_weights_run_the_packed_gemm(monkeypatch):
         np.testing.assert_allclose(fused.execute([inp])[0], plain.execute([inp])[0], rtol=1e-5, atol=1e-5)
     with torch.no_grad():
         np.testing.assert_allclose(fused.execute([x.numpy()])[0], _Relus()(x).numpy(), rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(sf, "PACK_BUDGET", 20 * 40 * 4)  # room for the first layer's weights only
+    monkeypatch.setattr(gemm, "PACK_BUDGET", 20 * 40 * 4)  # room for the first layer's weights only
     budgeted, _ = _methods(_Relus(), (x,))
     kept = [
         s
@@ -330,7 +330,7 @@ def test_fixed_shape_float_kernels_bind_straight_to_numpy_with_the_same_bits():
 
 
 def test_a_traced_method_keeps_every_copy(monkeypatch):
-    monkeypatch.setattr(sf, "PACK_BUDGET", 0)  # sgemm in both, for the same bits
+    monkeypatch.setattr(gemm, "PACK_BUDGET", 0)  # sgemm in both, for the same bits
     x = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(13))
     pte = to_edge(torch.export.export(_Block(), (x,))).to_executorch().buffer
     untraced = Runtime.get().load_program(pte).load_method("forward")

@@ -96,6 +96,7 @@ class _Graph:
         self.narrow: dict[int, tuple[int, int]] = {}
         # Whether a node runs the packed GEMM, whose threads need BLAS on one thread (blas_threads.py).
         self.own_threads = False
+        self.packed_bytes = 0  # packed copies of weights sgemm would read in place (_packed_gemm)
         self.named_bytes = sum(memoryview(v).nbytes for v in named_data.values())  # the program's, not only ours
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
@@ -467,12 +468,19 @@ def _bias_act_steps(y2: np.ndarray, env: _Env, bias_id: int, act: tuple[float, f
     return _bias_steps(y2, env, bias_id) + _clamp(y2, y2, *act)
 
 
-def _packed_gemm(w: np.ndarray, g: _Graph, bias_id: int, act: tuple[float, float]) -> gemm.PackedGemm | None:
+def _packed_gemm(
+    w: np.ndarray, g: _Graph, bias_id: int, act: tuple[float, float], in_place: bool = False
+) -> gemm.PackedGemm | None:
     """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
-    constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier or when the
-    weights or bias are not float32 constants (those keep sgemm)."""
+    constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier, when the
+    weights or bias are not float32 constants, or when ``w`` could be read in place (a [K, N] constant, no copy
+    made for sgemm) and packing it would pass the delegate's gemm.PACK_BUDGET (those keep sgemm)."""
     if w.dtype != np.float32 or not fast.usable():
         return None
+    if in_place:
+        if g.packed_bytes + w.nbytes > gemm.PACK_BUDGET:
+            return None
+        g.packed_bytes += w.nbytes
     bias = None
     if bias_id != xs.INVALID_VALUE_ID:
         bias = g.constants.get(bias_id)
@@ -511,17 +519,17 @@ def _compiles(*kinds: type) -> Callable:
 @_compiles(xs.XNNFullyConnected)
 def _fully_connected(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
     transposed = bool(n.flags & xs.FLAG_TRANSPOSE_WEIGHTS)
-    packed = gemm = None
+    packed = fused = None
     if n.filter_id in g.constants:
         w = g.constants[n.filter_id]
-        gemm = _packed_gemm(w if transposed else w.T, g, n.bias_id, act)
-        if gemm is None:
+        fused = _packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed)
+        if fused is None:
             packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
-        if gemm is not None:
-            ic, oc = gemm.k, gemm.n
+        if fused is not None:
+            ic, oc = fused.k, fused.n
         else:
             w = packed if packed is not None else (env[n.filter_id] if transposed else env[n.filter_id].T)
             ic, oc = w.shape
@@ -529,8 +537,8 @@ def _fully_connected(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float]
             raise ValueError(f"fully connected expects {ic} input features, found input shape {x.shape}")
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         y2 = y.reshape(-1, oc)
-        if gemm is not None:
-            return [gemm.step(x.reshape(-1, ic), y2)]
+        if fused is not None:
+            return [fused.step(x.reshape(-1, ic), y2)]
         return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + _bias_act_steps(y2, env, n.bias_id, act)
 
     return plan
@@ -543,7 +551,7 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
     # [OC, KH, KW, ICg] -> per group [K, OCg], so that columns @ w is the convolution.
     w = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(groups, ocg, k).transpose(0, 2, 1))
     pointwise = win.kh == win.kw == win.sh == win.sw == 1 and not win.padded
-    gemm = _packed_gemm(w[0], g, n.bias_id, act) if groups == 1 else None
+    fused = _packed_gemm(w[0], g, n.bias_id, act) if groups == 1 else None
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
@@ -554,13 +562,13 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
         y = env.empty(n.output_id, (nb, oh, ow, groups * ocg))
         m = nb * oh * ow
         y2 = y.reshape(m, groups * ocg)
-        if gemm is not None and pointwise:
-            return [gemm.step(x.reshape(m, c), y2)]
-        if gemm is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
+        if fused is not None and pointwise:
+            return [fused.step(x.reshape(m, c), y2)]
+        if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
             xp, steps = win.pad(x, 0.0)
             cols = np.empty((m, k), x.dtype)
             fill = partial(np.copyto, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win.im2col(xp, oh, ow))
-            return [*steps, fill, gemm.step(cols, y2)]
+            return [*steps, fill, fused.step(cols, y2)]
         if pointwise and groups == 1:
             steps = [partial(np.matmul, x.reshape(m, c), w[0], out=y2)]
         elif groups == 1:

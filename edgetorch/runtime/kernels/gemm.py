@@ -46,6 +46,11 @@ GROUP_BYTES = 256 * 1024
 ROW_BYTES = 16 * 1024
 SPLIT_MACS = 200_000
 
+# The most bytes of packed weights a method (or an XNNPACK delegate) keeps beside weights it would otherwise
+# read in place (a packed copy of a weight it would have copied anyway is free): ViT-tiny's and MiniLM's
+# linear layers take about 21 and 42 MB; GPT-2's, 500 MB, and an LLM's stay on sgemm.
+PACK_BUDGET = 128 * 1024 * 1024
+
 
 def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """``w`` [K, N] (so that ``x @ w`` is the layer) and ``bias`` [N] or None as the kernel reads them: panels
