@@ -21,9 +21,11 @@ replaced by one step that computes the same float32 results with fewer passes ov
 
 - **A linear layer on constant weights** (``addmm`` or ``mm`` whose right operand is a constant, e.g. the
   layer's weight transposed by constant folding): the fast tier's packed GEMM (kernels/gemm.py) with the bias
-  in the same pass; also the matrix product of the GELU/residual chains above. It sums in its own order (within float32 rounding of sgemm), and
-  holds a packed copy of the weights beside the method's own, so a method packs at most gemm.PACK_BUDGET bytes
-  (a small model's layers, not an LLM's); while it runs, NumPy's BLAS is held to one thread (blas_threads.py).
+  in the same pass; also the matrix product of the GELU/residual chains above. It sums in its own order
+  (within float32 rounding of sgemm) and holds a packed copy of the weights beside the method's own, so a
+  method packs at most gemm.PACK_BUDGET bytes (a small model's layers, not an LLM's). While such a method
+  runs, NumPy's BLAS is held to one thread (blas_threads.py), so a method with convolutions (BLAS's work in
+  this runtime) packs nothing.
 
 - **Max pooling whose indices nothing reads** (``max_pool2d_with_indices``; ResNet's stem): the maxima alone,
   without the dozen passes that find each window's winning index (ResNet-18: 7.7 -> 1.1 ms); both tiers.
@@ -69,6 +71,10 @@ class _StaticPlan(_Plan):
         super().__init__(ex)
         self.live = live  # the instructions that run (not folded, not elided)
         self.packed = 0  # bytes of packed weights so far
+        # A method with convolutions keeps sgemm: its convolutions run on BLAS, which the packed GEMM's threads
+        # would hold to one thread (ResNet-18 portable, whose one linear layer is its classifier, ran 35 -> 107 ms
+        # in one suite run on a noisy machine).
+        self.convolutions = any(name.startswith("aten::convolution") for name in ex.operators)
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():
             for base in bases:
@@ -338,6 +344,8 @@ def _packed(
     except _NoMatch:
         return None
     if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not gemm.usable() or np.shares_memory(lhs, out):
+        return None
+    if plan.convolutions:
         return None
     if lhs.ndim != 2 or out.shape != (lhs.shape[0], rhs.shape[1]) or lhs.shape[1] != rhs.shape[0]:
         return None

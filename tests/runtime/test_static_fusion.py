@@ -337,3 +337,22 @@ def test_a_traced_method_keeps_every_copy(monkeypatch):
     traced = Runtime.get().load_program(pte, enable_etdump=True).load_method("forward")
     assert untraced._executor.elided and not traced._executor.elided
     np.testing.assert_array_equal(traced.execute([x.numpy()])[0], untraced.execute([x.numpy()])[0])
+
+
+class _ConvHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(15)
+        self.conv, self.head = torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.head(self.conv(x).mean((2, 3)))
+
+
+@needs_numba
+def test_a_method_with_convolutions_keeps_sgemm_and_blas_threads():
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(16))
+    fused, _ = _methods(_ConvHead(), (x,))
+    assert not fused._executor.own_threads
+    with torch.no_grad():
+        np.testing.assert_allclose(fused.execute([x.numpy()])[0], _ConvHead()(x).numpy(), rtol=1e-5, atol=1e-5)
