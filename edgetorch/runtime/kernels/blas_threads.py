@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -48,22 +49,32 @@ def _lookup() -> Any:
 
 
 class OneThread:
-    """``with ONE_THREAD:`` runs its body with NumPy's OpenBLAS on one thread, then restores the count it
-    found. Not reentrant across Python threads (the count is process-wide): callers hold a lock."""
+    """``with ONE_THREAD:`` runs its body with NumPy's OpenBLAS on one thread and restores the count it found
+    when the outermost such body ends. Nests (a fused method that calls an XNNPACK delegate enters it twice)
+    and counts its entries under a lock; the count itself is process-wide, so a thread that calls BLAS while
+    another runs such a body gets one thread too."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.before = 0  # the count found at the outermost entry; 0 when NumPy's BLAS is not OpenBLAS
 
     def __enter__(self) -> None:
         global _api
-        if _api is None:
-            _api = _lookup()
-        self.before = 0
-        if _api:
-            self.before = _api[0]()
-            if self.before != 1:
-                _api[1](1)
+        with self.lock:
+            if self.depth == 0:
+                if _api is None:
+                    _api = _lookup()
+                self.before = _api[0]() if _api else 0
+                if self.before > 1:
+                    _api[1](1)
+            self.depth += 1
 
     def __exit__(self, *exc: object) -> None:
-        if _api and self.before not in (0, 1):
-            _api[1](self.before)
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.before > 1:
+                _api[1](self.before)
 
 
 ONE_THREAD = OneThread()

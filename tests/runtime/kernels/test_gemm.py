@@ -92,4 +92,7 @@ def test_numpys_blas_runs_on_one_thread_inside_and_as_before_after():
             pytest.skip("NumPy's BLAS here is not OpenBLAS")
         with blas_threads.ONE_THREAD:
             assert numpys() == [1]
+            with blas_threads.ONE_THREAD:  # nested, as a fused method calling an XNNPACK delegate
+                assert numpys() == [1]
+            assert numpys() == [1]
         assert numpys() == before == [2]
