@@ -23,9 +23,9 @@ replaced by one step that computes the same float32 results with fewer passes ov
   layer's weight transposed by constant folding): the fast tier's packed GEMM (kernels/gemm.py) with the bias
   in the same pass; also the matrix product of the GELU/residual chains above. It sums in its own order
   (within float32 rounding of sgemm) and holds a packed copy of the weights beside the method's own, so a
-  method packs at most gemm.PACK_BUDGET bytes (a small model's layers, not an LLM's). While such a method
-  runs, NumPy's BLAS is held to one thread (blas_threads.py), so a method with convolutions (BLAS's work in
-  this runtime) packs nothing.
+  method packs all such layers when they come to at most gemm.PACK_BUDGET bytes (a small model's, not an
+  LLM's), else none. While such a method runs, NumPy's BLAS is held to one thread (blas_threads.py), so a
+  method with convolutions (BLAS's work in this runtime) packs nothing.
 
 - **Max pooling whose indices nothing reads** (``max_pool2d_with_indices``; ResNet's stem): the maxima alone,
   without the dozen passes that find each window's winning index (ResNet-18: 7.7 -> 1.1 ms); both tiers.
@@ -74,7 +74,10 @@ class _StaticPlan(_Plan):
         # A method with convolutions keeps sgemm: its convolutions run on BLAS, which the packed GEMM's threads
         # would hold to one thread (ResNet-18 portable, whose one linear layer is its classifier, ran 35 -> 107 ms
         # in one suite run on a noisy machine).
-        self.convolutions = any(name.startswith("aten::convolution") for name in ex.operators)
+        convolutions = any(name.startswith("aten::convolution") for name in ex.operators)
+        # All or nothing: a method that packs some layers holds BLAS to one thread for the others too (GPT-2
+        # portable, 500 MB of layers, packed its first 128 MB and ran the rest on one thread: 232 -> 341 ms).
+        self.packing = not convolutions and _constant_products(ex) <= gemm.PACK_BUDGET
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():
             for base in bases:
@@ -345,14 +348,31 @@ def _packed(
         return None
     if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not gemm.usable() or np.shares_memory(lhs, out):
         return None
-    if plan.convolutions:
+    if not plan.packing:
         return None
     if lhs.ndim != 2 or out.shape != (lhs.shape[0], rhs.shape[1]) or lhs.shape[1] != rhs.shape[0]:
         return None
-    if not compiled.flat_float32(out) or plan.packed + rhs.nbytes > gemm.PACK_BUDGET:
+    if not compiled.flat_float32(out):
         return None
     plan.packed += rhs.nbytes
     return gemm.PackedGemm(rhs, bias).step(lhs, out)
+
+
+def _constant_products(ex: Any) -> int:
+    """Bytes of the constant float32 right operands of the method's ``addmm``/``mm`` calls: what packing them
+    all would copy."""
+    total = 0
+    for pc in ex.step_pcs:
+        a = ex.instructions[pc].instr_args
+        name = ex.operators[a.op_index] if isinstance(a, fbp.KernelCall) else ""
+        if name in ("aten::addmm.out", "aten::mm.out"):
+            if len(a.args) < 3:
+                continue
+            j = a.args[2 if name == "aten::addmm.out" else 1]
+            slot, v = ex.slots.get(j), ex.bound[j]
+            if slot is not None and slot.constant and isinstance(v, np.ndarray) and v.dtype == _F32:
+                total += v.nbytes
+    return total
 
 
 def _packed_linear(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
