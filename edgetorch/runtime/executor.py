@@ -15,7 +15,6 @@ Torch-free.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import time
@@ -39,7 +38,6 @@ from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.folding import fold, foldable
 from edgetorch.runtime.fusion import fuse_steps
 from edgetorch.runtime.kernels import blas_threads
-from edgetorch.runtime.kernels import compiled as compiled_kernels
 from edgetorch.runtime.kernels.registry import lookup
 from edgetorch.runtime.memory import TensorResizeError, allocate_arenas, check_dim_order, resize, view_of
 from edgetorch.runtime.plan_analysis import PlanFacts, kernel_results, op_key
@@ -417,8 +415,7 @@ class MethodExecutor:
             if tracer is None and self.fused is not None:  # fused steps: a method with no jumps
                 steps, step_pcs = self.fused
                 # the packed GEMM's threads and BLAS's would take each other's cores (blas_threads.py)
-                ours = self.own_threads and compiled_kernels.get_num_threads() > 1
-                with blas_threads.ONE_THREAD if ours else contextlib.nullcontext():
+                with blas_threads.held(self.own_threads):
                     for pc, step in enumerate(steps):  # noqa: B007  (pc names the failing step below)
                         step()
                 return

@@ -281,17 +281,24 @@ def _masked_rows(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     return _TAIL_LENGTH, partial(kernel, *rows)
 
 
-def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
-    """``addmm(bias, x, w)`` then a GELU or a residual add of its result: the matrix product into the
-    addmm's memory, then one compiled pass adds the bias and applies the GELU (``bias_gelu``) or the residual
-    (``bias_add``), with the same float32 operations in the same order as the two kernels."""
-    ex = plan.ex
-    args = _call(ex, pc, "aten::addmm.out")
+def _addmm(plan: _StaticPlan, pc: int) -> tuple[int, int, int, int]:
+    """The bias, input, weight and result of ``addmm.out`` at ``pc`` when it is ``bias + input @ weight``
+    (beta and alpha 1)."""
+    args = _call(plan.ex, pc, "aten::addmm.out")
     if len(args) != 7:
         raise _NoMatch
     bias, a, w, beta, alpha, out = args[:6]
     if _scalar(plan, beta) != 1 or _scalar(plan, alpha) != 1:
         raise _NoMatch
+    return bias, a, w, out
+
+
+def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
+    """``addmm(bias, x, w)`` then a GELU or a residual add of its result: the matrix product into the
+    addmm's memory, then one compiled pass adds the bias and applies the GELU (``bias_gelu``) or the residual
+    (``bias_add``), with the same float32 operations in the same order as the two kernels."""
+    ex = plan.ex
+    bias, a, w, out = _addmm(plan, pc)
     (product,) = _flat_f32(ex, out)
     lhs, rhs, b = ex.bound[a], ex.bound[w], _constant(ex, bias)
     if b is None or not all(isinstance(t, np.ndarray) and t.dtype == _F32 for t in (lhs, rhs, b)):
@@ -346,7 +353,7 @@ def _packed(
         rhs = _constant(plan.ex, w)
     except _NoMatch:
         return None
-    if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not gemm.usable() or np.shares_memory(lhs, out):
+    if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not compiled.usable() or np.shares_memory(lhs, out):
         return None
     if not plan.packing:
         return None
@@ -381,12 +388,7 @@ def _packed_linear(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     the memory of the layer's input, which the GEMM reads while it writes."""
     ex = plan.ex
     try:
-        args = _call(ex, pc, "aten::addmm.out")
-        if len(args) != 7:
-            raise _NoMatch
-        bias, a, w, beta, alpha, out = args[:6]
-        if _scalar(plan, beta) != 1 or _scalar(plan, alpha) != 1:
-            raise _NoMatch
+        bias, a, w, out = _addmm(plan, pc)
         b = _constant(ex, bias)
         if b is None or b.dtype != _F32 or b.ndim > 2 or b.size != b.shape[-1]:
             raise _NoMatch

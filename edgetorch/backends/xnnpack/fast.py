@@ -25,6 +25,7 @@ compile) and caches numba for both this module and the portable kernels.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from edgetorch.runtime.kernels import compiled as compiled_kernels
@@ -134,9 +135,9 @@ prange: Any = range  # numba's, bound before the first compile (importing this m
 
 
 def depthwise() -> Any:
-    """``f(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``: the compiled depthwise convolution,
-    its rows split over ``compiled_kernels.get_num_threads()`` threads (read at each call) from SPLIT_OUTPUTS
-    outputs on; None when the tier is not usable."""
+    """``f(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``, giving the step of the compiled
+    depthwise convolution on those arrays: from SPLIT_OUTPUTS outputs on, its rows split over the threads
+    ``compiled_kernels.split`` gives it at each call; None when the tier is not usable."""
     global prange, _depthwise_rows
     if not usable():
         return None
@@ -148,14 +149,13 @@ def depthwise() -> Any:
     serial = compiled("depthwise", _depthwise_nhwc)
     split = compiled("depthwise_split", _depthwise_split, parallel=True)
 
-    def run(x, taps, bias, y, *window):  # type: ignore[no-untyped-def]
-        threads = compiled_kernels.get_num_threads()
-        if threads > 1 and y.size >= SPLIT_OUTPUTS:
-            split(x, taps, bias, y, *window, threads)
-        else:
-            serial(x, taps, bias, y, *window)
+    def step(x, taps, bias, y, *window):  # type: ignore[no-untyped-def]
+        one = partial(serial, x, taps, bias, y, *window)
+        if y.size < SPLIT_OUTPUTS:
+            return one
+        return partial(compiled_kernels.split, one, partial(split, x, taps, bias, y, *window), y.shape[0] * y.shape[1])
 
-    return run
+    return step
 
 
 def usable() -> bool:

@@ -428,18 +428,17 @@ def arrange_qb4w(
 # must not): numba's ``prange`` for the threaded drivers, the dot products of ``_qc8w`` (``_madd_intrinsic``)
 # and the compiled parts the drivers call.
 prange: Any = range
-_threading_layer: Any = None  # numba.threading_layer
 
 
 def _bind() -> bool:
     """Whether the tier is usable; on the first call, binds the helpers the kernels call."""
-    global prange, _threading_layer, _madd
+    global prange, _madd
     if not fast.usable():
         return False
     if _madd is None:
         import numba
 
-        prange, _threading_layer = numba.prange, numba.threading_layer
+        prange = numba.prange
         _madd = _madd_intrinsic()
         for name in ("_share", "_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"):
             globals()[name] = fast.compiled("qgemv" + name, globals()[name])
@@ -506,30 +505,6 @@ def _dequantize_qc8w(w, wscale, bias, out):  # pragma: no cover - compiled
         for j in range(k):
             o[j] = np.float32(row[j]) * s
         o[k] = bias[c] if bias.shape[0] else np.float32(0)
-
-
-def _split(serial: Any, parallel: Any, limit: int) -> None:
-    """Run ``parallel(parts)`` with a part a thread (at most ``limit`` parts), or ``serial()`` with one thread
-    (``get_num_threads()``) or when numba's threading layer is its workqueue (``SPLITS``).
-
-    numba's own thread count is left alone: calling ``numba.set_num_threads`` with the parts (to wake no more of
-    its threads than there are parts, on a machine of many cores) made SmolLM2's decode slower on this 2-core
-    one, though it set the count numba had (bench/llm.py --threads 2: 69.5 / 69.5 / 68.8 tok/s, 74.9 / 75.9
-    without it)."""
-    global SPLITS
-    threads = compiled_kernels.get_num_threads()
-    if threads < 2 or SPLITS is False:
-        serial()
-        return
-    parallel(min(threads, limit))
-    if SPLITS is None:  # the first parallel loop of the process chose numba's layer
-        SPLITS = _threading_layer() != "workqueue"
-
-
-# Whether calls split: None until the first split, then False if numba's threading layer is its workqueue (its
-# fallback without OpenMP or TBB), which aborts the process when two threads launch parallel loops at once
-# and woke its threads far slower (a call of 0.04 ms took 9 ms, measured before OpenMP was used).
-SPLITS: bool | None = None
 
 
 _scratch = threading.local()
@@ -628,7 +603,7 @@ class IntegerLinear:
         # at 2 threads instead of 0.72 at 1, and its fp32 program run in turns with it 4.5 instead of 0.82.
         if self.keep or limit < 2 or m * self.n * self.k < SPLIT_MACS:
             return [serial]
-        return [partial(_split, serial, partial(self.kernel(parallel=True), *args), limit)]
+        return [partial(compiled_kernels.split, serial, partial(self.kernel(parallel=True), *args), limit)]
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @

@@ -16,7 +16,6 @@ as ``XnnpackBackend`` at import.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import threading
@@ -36,7 +35,6 @@ from edgetorch.errors import DelegateLoadError, InvalidInputError
 from edgetorch.runtime import etdump
 from edgetorch.runtime.backends import BackendInterface, register_backend
 from edgetorch.runtime.kernels import blas_threads, gemm
-from edgetorch.runtime.kernels import compiled as compiled_kernels
 from edgetorch.runtime.memory import resize
 
 Step = Callable[[], Any]
@@ -635,7 +633,7 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, 
         if compiled is not None:  # one pass with the bias and the clamp (fast.py)
             bias = env[n.bias_id].reshape(-1) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(0, np.float32)
             window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
-            return [partial(compiled, x, first_column, bias, y, *window, np.float32(act[0]), np.float32(act[1]))]
+            return [compiled(x, first_column, bias, y, *window, np.float32(act[0]), np.float32(act[1]))]
         views, steps = win.tap_views(x, 0.0)
         acc = y if mult == 1 else y.reshape(nb, oh, ow, c, mult)
         tmp = np.empty_like(acc)
@@ -1873,8 +1871,7 @@ class XnnpackDelegate:
                 ) from None
             for dst, src in zip(plan.inputs, ins):
                 np.copyto(dst, src)
-            ours = self.graph.own_threads and compiled_kernels.get_num_threads() > 1
-            with blas_threads.ONE_THREAD if ours else contextlib.nullcontext():
+            with blas_threads.held(self.graph.own_threads):
                 if etdump.tracing():
                     self._traced(plan)
                 else:

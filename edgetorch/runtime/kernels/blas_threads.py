@@ -10,11 +10,12 @@ spins. The count is set through OpenBLAS's C API (``openblas_set_num_threads``, 
 loaded, under the names its builds export), about a microsecond a call; with another BLAS (MKL, Accelerate)
 nothing is found and nothing changes.
 
-Imports only the standard library and NumPy.
+Imports only the standard library, NumPy and compiled.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
@@ -22,6 +23,8 @@ import threading
 from typing import Any
 
 import numpy as np
+
+from edgetorch.runtime.kernels import compiled
 
 _api: Any = None  # (get, set) once looked up; False when NumPy's BLAS is not an OpenBLAS found here
 
@@ -78,3 +81,10 @@ class OneThread:
 
 
 ONE_THREAD = OneThread()
+_FREE = contextlib.nullcontext()
+
+
+def held(active: bool) -> Any:
+    """``ONE_THREAD`` when ``active`` (the code about to run splits kernels over numba's threads) and the runtime
+    may use more than one thread (``compiled.get_num_threads``), else a context that changes nothing."""
+    return ONE_THREAD if active and compiled.get_num_threads() > 1 else _FREE

@@ -90,6 +90,38 @@ def get_num_threads() -> int:
     return _threads
 
 
+# Whether kernels split across threads: None until the first split, then False if numba's threading layer is its
+# workqueue (its fallback without OpenMP or TBB), which aborts the process when two threads launch parallel loops
+# at once and woke its threads far slower (a call of 0.04 ms took 9 ms, measured before OpenMP was used).
+SPLITS: bool | None = None
+
+
+def _threading_layer() -> str:
+    import numba
+
+    return str(numba.threading_layer())
+
+
+def split(serial: Any, parallel: Any, limit: int) -> None:
+    """Run ``parallel(parts)`` with a part a thread (at most ``limit`` parts), or ``serial()`` with one thread
+    (:func:`get_num_threads`) or when numba's threading layer is its workqueue (``SPLITS``): the one way the
+    kernels that split their work (gemm.py, the XNNPACK delegate's depthwise convolution and integer GEMVs)
+    decide at each call.
+
+    numba's own thread count is left alone: calling ``numba.set_num_threads`` with the parts (to wake no more of
+    its threads than there are parts, on a machine of many cores) made SmolLM2's decode slower on this 2-core
+    one, though it set the count numba had (bench/llm.py --threads 2: 69.5 / 69.5 / 68.8 tok/s, 74.9 / 75.9
+    without it)."""
+    global SPLITS
+    threads = get_num_threads()
+    if threads < 2 or SPLITS is False:
+        serial()
+        return
+    parallel(min(threads, limit))
+    if SPLITS is None:  # the first parallel loop of the process chose numba's layer
+        SPLITS = _threading_layer() != "workqueue"
+
+
 def compiled(name: str, fn: Any, **options: Any) -> Any:
     """``fn`` compiled with numba and kept under ``name``, or None when the tier is not usable.
 

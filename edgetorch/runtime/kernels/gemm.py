@@ -66,11 +66,10 @@ def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray
 
 
 def _tile_intrinsic() -> Any:
-    """``tile(a, i, w, start, step, p, bias, lo, hi, y, rows)``, a numba intrinsic: for r < rows (a literal,
-    1-6), y[i + r, 16 p : 16 p + 16] = clamp(sum over k of a[i + r, k] * panel[k] + bias[16 p : 16 p + 16], lo,
-    hi), the columns past y's last one left out, where panel[k] is the 16 floats of ``w`` (flat) from
-    ``start + k * step``. ``a`` [M, K] and ``y`` [M, N] float32 with contiguous rows; ``bias`` [16 P] (padded).
-    The clamp keeps NaN (a compare and a select, as ``if v < lo: v = lo``)."""
+    """``tile(a, i, wp, p, bias, lo, hi, y, rows)``, a numba intrinsic: for r < rows (a literal, 1-6),
+    y[i + r, 16 p : 16 p + 16] = clamp(a[i + r] @ wp[p] + bias[16 p : 16 p + 16], lo, hi), the columns past
+    y's last one left out. ``a`` [M, K] and ``y`` [M, N] float32 with contiguous rows, ``wp`` [P, K, 16] and
+    ``bias`` [16 P] from :func:`pack`. The clamp keeps NaN (a compare and a select, as ``if v < lo: v = lo``)."""
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -83,20 +82,18 @@ def _tile_intrinsic() -> Any:
     lane0 = ir.Constant(ir.VectorType(i32, 8), [ir.Constant(i32, 0)] * 8)
 
     @intrinsic(prefer_literal=True)
-    def tile(typingctx, a, i, w, start, step, p, bias, lo, hi, y, rows):
+    def tile(typingctx, a, i, wp, p, bias, lo, hi, y, rows):
         if not isinstance(rows, types.IntegerLiteral) or not 1 <= rows.literal_value <= ROWS:
             return None
-        if any(t.layout != "C" or t.dtype != types.float32 for t in (a, w, bias, y)):
+        if any(t.layout != "C" or t.dtype != types.float32 for t in (a, wp, bias, y)):
             return None
         count = rows.literal_value
-        sig = types.void(a, i, w, start, step, p, bias, lo, hi, y, rows)
+        sig = types.void(a, i, wp, p, bias, lo, hi, y, rows)
 
         def codegen(context, builder, signature, args):
             intp = context.get_value_type(types.intp)
-            x, w, b, out = (context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 2, 6, 9))
-            first, offset, stride, panel = (
-                context.cast(builder, args[n], signature.args[n], types.intp) for n in (1, 3, 4, 5)
-            )
+            x, w, b, out = (context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 2, 4, 7))
+            first, panel = (context.cast(builder, args[n], signature.args[n], types.intp) for n in (1, 3))
             k = builder.extract_value(x.shape, 1)
             n = builder.extract_value(out.shape, 1)
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v8, [v8, v8, v8]), "llvm.fma.v8f32")
@@ -117,10 +114,10 @@ def _tile_intrinsic() -> Any:
                 return builder.bitcast(builder.gep(ptr, [at], inbounds=True), v8.as_pointer())
 
             xs = [row(x, r) for r in range(count)]
-            base = builder.gep(w.data, [offset], inbounds=True)
+            base = builder.gep(w.data, [builder.mul(panel, builder.mul(k, const(WIDTH)))], inbounds=True)
             acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(count)]
             with cgutils.for_range(builder, k) as loop:
-                at = builder.mul(loop.index, stride)
+                at = builder.mul(loop.index, const(WIDTH))
                 halves = [builder.load(vector(base, builder.add(at, const(8 * h))), align=4) for h in range(2)]
                 for r in range(count):
                     xb = splat(builder.load(builder.gep(xs[r], [loop.index], inbounds=True)))
@@ -130,7 +127,7 @@ def _tile_intrinsic() -> Any:
             col = builder.mul(panel, const(WIDTH))
             bb = builder.gep(b.data, [col], inbounds=True)
             biases = [builder.load(vector(bb, const(8 * h)), align=4) for h in range(2)]
-            low, high = splat(args[7]), splat(args[8])
+            low, high = splat(args[5]), splat(args[6])
             results = []
             for r in range(count):
                 for h in range(2):
@@ -163,9 +160,8 @@ _tile: Any = None
 prange: Any = range
 
 
-def _gemm_part(a, w, span, step, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - compiled
-    """Rows r0 .. r1 and panels p0 .. p1 of the product (panel p's row k at ``p * span + k * step`` of ``w``),
-    blocked for the caches (module docstring)."""
+def _gemm_part(a, wp, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - compiled
+    """Rows r0 .. r1 and panels p0 .. p1 of the product, blocked for the caches (module docstring)."""
     k = a.shape[1]
     group = max(1, GROUP_BYTES // (k * 4 * WIDTH))
     block = max(ROWS, ROW_BYTES // (4 * k) // ROWS * ROWS)
@@ -174,34 +170,33 @@ def _gemm_part(a, w, span, step, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no
         for i0 in range(r0, r1, block):
             i1 = min(r1, i0 + block)
             for p in range(g0, g1):
-                at = p * span
                 i = i0
                 while i + ROWS <= i1:
-                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 6)
+                    _tile(a, i, wp, p, bias, lo, hi, y, 6)
                     i += ROWS
                 left = i1 - i
                 if left == 1:
-                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 1)
+                    _tile(a, i, wp, p, bias, lo, hi, y, 1)
                 elif left == 2:
-                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 2)
+                    _tile(a, i, wp, p, bias, lo, hi, y, 2)
                 elif left == 3:
-                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 3)
+                    _tile(a, i, wp, p, bias, lo, hi, y, 3)
                 elif left == 4:
-                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 4)
+                    _tile(a, i, wp, p, bias, lo, hi, y, 4)
                 elif left == 5:
-                    _tile(a, i, w, at, step, p, bias, lo, hi, y, 5)
+                    _tile(a, i, wp, p, bias, lo, hi, y, 5)
 
 
-def _gemm(a, w, span, step, bias, lo, hi, y):  # pragma: no cover - compiled
-    """y = clamp(a @ w + bias, lo, hi) on the calling thread."""
-    _gemm_part(a, w, span, step, bias, lo, hi, y, 0, a.shape[0], 0, bias.shape[0] // WIDTH)
+def _gemm(out, a, wp, bias, lo, hi):  # pragma: no cover - compiled
+    """out = clamp(a @ w + bias, lo, hi) on the calling thread (``out`` first, as the other kernels' steps)."""
+    _gemm_part(a, wp, bias, lo, hi, out, 0, a.shape[0], 0, wp.shape[0])
 
 
-def _gemm_split(a, w, span, step, bias, lo, hi, y, parts):  # pragma: no cover - compiled
+def _gemm_split(out, a, wp, bias, lo, hi, parts):  # pragma: no cover - compiled
     """``_gemm`` cut into ``parts`` runs of panels (weights larger than the input) or of rows (in whole
     tiles), run on numba's threads."""
-    m, panels = a.shape[0], bias.shape[0] // WIDTH
-    by_panels = y.shape[1] >= m or m < 2 * ROWS * parts
+    m, panels = a.shape[0], wp.shape[0]
+    by_panels = out.shape[1] >= m or m < 2 * ROWS * parts
     if by_panels:
         run = -(-panels // parts)
     else:
@@ -210,10 +205,10 @@ def _gemm_split(a, w, span, step, bias, lo, hi, y, parts):  # pragma: no cover -
     for t in prange(parts):
         if by_panels:
             p0 = min(panels, t * run)
-            _gemm_part(a, w, span, step, bias, lo, hi, y, 0, m, p0, min(panels, p0 + run))
+            _gemm_part(a, wp, bias, lo, hi, out, 0, m, p0, min(panels, p0 + run))
         else:
             r0 = min(m, t * run)
-            _gemm_part(a, w, span, step, bias, lo, hi, y, r0, min(m, r0 + run), 0, panels)
+            _gemm_part(a, wp, bias, lo, hi, out, r0, min(m, r0 + run), 0, panels)
 
 
 def _bind() -> bool:
@@ -231,39 +226,32 @@ def _bind() -> bool:
 
 class PackedGemm:
     """``y = clamp(x @ w + bias, lo, hi)`` for a constant ``w`` [K, N], packed once at construction (which
-    requires the tier: :func:`usable`); :meth:`step` binds it to an input and an output."""
+    requires the tier: ``compiled.usable()``); :meth:`step` binds it to an input and an output."""
 
     def __init__(self, w: np.ndarray, bias: np.ndarray | None, lo: float = -np.inf, hi: float = np.inf) -> None:
         if not _bind():
-            raise RuntimeError("the packed GEMM needs the [fast] tier (numba); check gemm.usable() first")
+            raise RuntimeError("the packed GEMM needs the [fast] tier (numba); check compiled.usable() first")
         self.k, self.n = w.shape
         self.wp, self.bias = pack(w, bias)
-        self.span, self.row_step = self.k * WIDTH, WIDTH  # where panel p and its row k start in wp
         self.lo, self.hi = np.float32(lo), np.float32(hi)
-        self.serial = compiled.compiled("gemm", _gemm)
-        self.split = compiled.compiled("gemm_split", _gemm_split, parallel=True)
 
     def step(self, x2: np.ndarray, y2: np.ndarray) -> Callable[[], None]:
         """The call that computes ``y2`` [M, N] (float32, C-contiguous) from ``x2`` [M, K] (copied first when
-        it is not float32 and C-contiguous), on up to ``compiled.get_num_threads()`` threads at that call."""
+        it is not float32 and C-contiguous); from SPLIT_MACS multiply-adds on, split over the threads
+        ``compiled.split`` gives it at each call."""
         if y2.shape != (x2.shape[0], self.n) or x2.shape[1] != self.k or not compiled.flat_float32(y2):
             raise ValueError(f"packed GEMM of [M, {self.k}] x [{self.k}, {self.n}]: got {x2.shape} -> {y2.shape}")
-        if compiled.flat_float32(x2):
-            return partial(self.run, x2, out=y2)
-        return partial(self.run_copy, x2, np.empty(x2.shape, np.float32), out=y2)
-
-    def run(self, x2: np.ndarray, out: np.ndarray) -> None:
-        threads = compiled.get_num_threads()
-        if threads > 1 and x2.shape[0] * self.k * self.n >= SPLIT_MACS:
-            self.split(x2, self.wp, self.span, self.row_step, self.bias, self.lo, self.hi, out, threads)
-        else:
-            self.serial(x2, self.wp, self.span, self.row_step, self.bias, self.lo, self.hi, out)
-
-    def run_copy(self, x2: np.ndarray, flat: np.ndarray, out: np.ndarray) -> None:
-        np.copyto(flat, x2)
-        self.run(flat, out)
+        if not compiled.flat_float32(x2):
+            flat = np.empty(x2.shape, np.float32)
+            return partial(_in_turn, partial(np.copyto, flat, x2), self.step(flat, y2))
+        args = (y2, x2, self.wp, self.bias, self.lo, self.hi)
+        serial = partial(compiled.compiled("gemm", _gemm), *args)
+        if x2.shape[0] * self.k * self.n < SPLIT_MACS:
+            return serial
+        parallel = partial(compiled.compiled("gemm_split", _gemm_split, parallel=True), *args)
+        return partial(compiled.split, serial, parallel, max(self.wp.shape[0], -(-x2.shape[0] // ROWS)))
 
 
-def usable() -> bool:
-    """Whether the packed GEMM can be built here (the [fast] tier is on and numba imports)."""
-    return compiled.usable()
+def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:
+    first()
+    then()

@@ -304,7 +304,9 @@ def test_split_across_threads_is_bit_identical(kind, m, k, n, tiles, threads, mo
             (step,) = layer.steps(xc, xscale, y, lo, hi)
             step()  # as the program runs it: split unless numba's threading layer is its workqueue
             np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32), err_msg=f"{count} threads")
-            if step.func is not qgemv._split:  # one part only: QC8W below 2 GROUPs of channels, QB4W in one tile
+            if (
+                step.func is not compiled_kernels.split
+            ):  # one part only: QC8W below 2 GROUPs of channels, QB4W in one tile
                 assert (kind == "qc8w" and n < 2 * qgemv.GROUP) or layer.weights[0].shape[0] == 1
                 continue
             y[:] = np.nan
@@ -331,7 +333,7 @@ def test_small_calls_and_one_thread_are_not_split(threads, monkeypatch):
     assert step.func is qgemv.qc8w() and step.args[-1] == 1
     monkeypatch.setattr(qgemv, "SPLIT_MACS", n * k)
     (step,) = layer.steps(x, xs, y, -np.inf, np.inf)
-    assert step.func is qgemv._split
+    assert step.func is compiled_kernels.split
     step()
     np.testing.assert_array_equal(y, k)
     # A small program's layer (one that keeps float32 weights, whose float layers run on BLAS's threads) never
@@ -342,11 +344,11 @@ def test_small_calls_and_one_thread_are_not_split(threads, monkeypatch):
     # On numba's workqueue layer the first split is the last: later calls run the serial kernel.
     calls = []
     serial, threaded = step.args[0], step.args[1]
-    monkeypatch.setattr(qgemv, "SPLITS", None)
-    monkeypatch.setattr(qgemv, "_threading_layer", lambda: "workqueue")
+    monkeypatch.setattr(compiled_kernels, "SPLITS", None)
+    monkeypatch.setattr(compiled_kernels, "_threading_layer", lambda: "workqueue")
     for _ in range(2):
-        qgemv._split(lambda: calls.append("serial") or serial(), lambda p: calls.append(p) or threaded(p), 4)
-    assert calls == [2, "serial"] and qgemv.SPLITS is False
+        compiled_kernels.split(lambda: calls.append("serial") or serial(), lambda p: calls.append(p) or threaded(p), 4)
+    assert calls == [2, "serial"] and compiled_kernels.SPLITS is False
 
 
 @needs_numba
