@@ -30,6 +30,7 @@ import torch  # noqa: E402
 from bench.harness import set_threads, table  # noqa: E402
 from bench.models import MODELS  # noqa: E402
 from bench.profile_xnnpack import interleaved  # noqa: E402
+from edgetorch.runtime.kernels import blas_threads  # noqa: E402
 
 
 def _step_name(ex, step, pc: int) -> str:
@@ -46,12 +47,13 @@ def step_profile(method, inputs: list, runs: int) -> tuple[collections.Counter, 
     names = [_step_name(ex, s, pc) for s, pc in zip(steps, pcs)]
     seconds, counts = collections.Counter(), collections.Counter(names)
     clock = time.perf_counter
-    for _ in range(runs):
-        ex.set_inputs(inputs)  # the plan may reuse the inputs' memory once they are read
-        for name, step in zip(names, steps):
-            t0 = clock()
-            step()
-            seconds[name] += clock() - t0
+    with blas_threads.held(ex.own_threads):  # as the executor runs them: one thread pool at a time
+        for _ in range(runs):
+            ex.set_inputs(inputs)  # the plan may reuse the inputs' memory once they are read
+            for name, step in zip(names, steps):
+                t0 = clock()
+                step()
+                seconds[name] += clock() - t0
     return collections.Counter({k: v / runs for k, v in seconds.items()}), counts, len(steps)
 
 
@@ -82,7 +84,11 @@ def main() -> None:
         xs = [x.numpy() for x in inputs]
         same = np.array_equal(planned.execute(xs)[0], plain.execute(xs)[0])
         time.sleep(1.0)
-        t = interleaved({"planned": partial(planned.execute, xs), "plain": partial(plain.execute, xs)}, args.runs, 60)
+        # Each in its own window, not interleaved: a planned method that runs numba's threads leaves them spinning
+        # for a while after each run, which would slow the plain method's BLAS between its runs.
+        t = interleaved({"planned": partial(planned.execute, xs)}, args.runs, 30)
+        time.sleep(1.0)
+        t |= interleaved({"plain": partial(plain.execute, xs)}, args.runs, 30)
         ex = planned._executor
         rows.append(
             [name, f"{t['planned'] * 1e3:.2f}", f"{t['plain'] * 1e3:.2f}", f"{t['plain'] / t['planned']:.2f}x",

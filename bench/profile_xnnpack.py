@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from bench.harness import fmt_ms, module_at, set_threads, table  # noqa: E402
 from bench.models import MODELS  # noqa: E402
+from edgetorch.runtime.kernels import blas_threads  # noqa: E402
 
 _CACHE = pathlib.Path("/tmp/edgetorch_xnnpack_bench")
 _clock = time.perf_counter
@@ -147,11 +148,12 @@ def node_profile(delegates: list, runs: int) -> tuple[collections.Counter, int]:
             for dst, src in zip(plan.inputs, old.inputs):  # the last run's inputs, so the steps see real data
                 np.copyto(dst, src)
             per_step = [[] for _ in plan.steps]
-            for _ in range(runs):
-                for i, step in enumerate(plan.steps):
-                    t0 = _clock()
-                    step()
-                    per_step[i].append(_clock() - t0)
+            with blas_threads.held(d.graph.own_threads):  # as the delegate's execute: one thread pool at a time
+                for _ in range(runs):
+                    for i, step in enumerate(plan.steps):
+                        t0 = _clock()
+                        step()
+                        per_step[i].append(_clock() - t0)
             for kind, times in zip(kinds, per_step):
                 totals[kind] += statistics.median(times)
             count += len(plan.steps)

@@ -71,13 +71,16 @@ class _StaticPlan(_Plan):
         super().__init__(ex)
         self.live = live  # the instructions that run (not folded, not elided)
         self.packed = 0  # bytes of packed weights so far
-        # A method with convolutions keeps sgemm: its convolutions run on BLAS, which the packed GEMM's threads
-        # would hold to one thread (ResNet-18 portable, whose one linear layer is its classifier, ran 35 -> 107 ms
-        # in one suite run on a noisy machine).
-        convolutions = any(name.startswith("aten::convolution") for name in ex.operators)
-        # All or nothing: a method that packs some layers holds BLAS to one thread for the others too (GPT-2
-        # portable, 500 MB of layers, packed its first 128 MB and ran the rest on one thread: 232 -> 341 ms).
-        self.packing = not convolutions and _constant_products(ex) <= gemm.PACK_BUDGET
+        self.threaded = False  # whether a step runs numba's threads (then BLAS is held to one thread)
+        # Whether the method's products run on the fast tier's kernels, over numba's threads: its linear layers
+        # on packed weights, its batch matmuls, its row kernels split. While it runs, NumPy's BLAS is held to
+        # one thread, so a method whose convolutions (BLAS's work in this runtime) outweigh its linear layers
+        # keeps sgemm (ResNet-18 portable, whose one linear layer is its classifier, ran 35 -> 107 ms in one
+        # suite run); ViT-tiny's one convolution, its patch embedding, is 3% of its multiply-adds. All or
+        # nothing: a method that packs some layers holds BLAS for the others too (GPT-2 portable, 500 MB of
+        # layers, packed its first 128 MB and ran the rest on one thread: 232 -> 341 ms).
+        linear, convolutions, constant_bytes = _products(ex)
+        self.packing = compiled.usable() and convolutions < linear and constant_bytes <= gemm.PACK_BUDGET
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():
             for base in bases:
@@ -93,7 +96,7 @@ def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
     patterns = (_batch_norm, _safe_softmax, _masked_rows, _linear_epilogue, _packed_linear, _max_pool_values, _direct)
     plan = _StaticPlan(ex, set(by_pc))
     fused = apply_patterns(plan, patterns, by_pc)
-    ex.own_threads = plan.packed > 0
+    ex.own_threads = plan.threaded
     return fused
 
 
@@ -262,14 +265,15 @@ def _safe_softmax(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     """softmax(x) then the zeroing tail: the compiled softmax with ``safe``, straight into the tail's result."""
     ex = plan.ex
     x, dim, half, s = _call(ex, pc, "aten::_softmax.out")[:4]
-    kernel = compiled.kernel("softmax")
-    if kernel is None or ex.bound[half] not in (False, 0):
+    if not compiled.usable() or ex.bound[half] not in (False, 0):
         raise _NoMatch
     tail_x, tail_s, (scores, _, result) = _mask_tail(plan, pc + 1)
     if (tail_x, tail_s) != (x, s) or _int(plan, dim) % ex.bound[x].ndim != ex.bound[x].ndim - 1:
         raise _NoMatch
     _only_readers(plan, s, pc, pc + 1 + _TAIL_LENGTH)
-    return 1 + _TAIL_LENGTH, partial(kernel, scores, result, True)
+    step = _rows(plan, "softmax", scores, result, True)
+    assert step is not None  # the tier is usable (checked above)
+    return 1 + _TAIL_LENGTH, step
 
 
 def _masked_rows(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
@@ -314,28 +318,27 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     name = ex.operators[following.op_index] if isinstance(following, fbp.KernelCall) else ""
     if name == "aten::gelu.out":
         x, approximate, result = _call(ex, nxt, name)[:3]
-        kernel = compiled.kernel("bias_gelu")
-        if x not in seen or ex.bound[approximate] not in ("none", "tanh") or kernel is None:
+        if x not in seen or ex.bound[approximate] not in ("none", "tanh") or not compiled.usable():
             raise _NoMatch
         (y,) = _flat_f32(ex, result)
         if y.size != product.size:
             raise _NoMatch
         _same_or_apart(product, y)
-        epilogue = partial(kernel, product, b, y.reshape(product.shape), ex.bound[approximate] == "tanh")
+        epilogue = _rows(plan, "bias_gelu", product, b, y.reshape(product.shape), ex.bound[approximate] == "tanh")
     elif name == "aten::add.out":
         first, second, add_alpha, result = _call(ex, nxt, name)[:4]
-        kernel = compiled.kernel("bias_add")
-        if kernel is None or _scalar(plan, add_alpha) != 1 or (first in seen) == (second in seen):
+        if not compiled.usable() or _scalar(plan, add_alpha) != 1 or (first in seen) == (second in seen):
             raise _NoMatch
         residual, y = _flat_f32(ex, second if first in seen else first, result)
         if not residual.size == y.size == product.size:
             raise _NoMatch
         _same_or_apart(product, y)
         _same_or_apart(residual, y)
-        epilogue = partial(kernel, product, b, residual.reshape(product.shape), y.reshape(product.shape))
+        epilogue = _rows(plan, "bias_add", product, b, residual.reshape(product.shape), y.reshape(product.shape))
     else:
         raise _NoMatch
     matmul = _packed(plan, lhs, w, product) or partial(np.matmul, lhs, rhs, out=product)
+    assert epilogue is not None  # the tier is usable (checked above)
 
     def linear() -> None:
         matmul()
@@ -362,24 +365,39 @@ def _packed(
     if not compiled.flat_float32(out):
         return None
     plan.packed += rhs.nbytes
+    plan.threaded = True
     return gemm.PackedGemm(rhs, bias).step(lhs, out)
 
 
-def _constant_products(ex: Any) -> int:
-    """Bytes of the constant float32 right operands of the method's ``addmm``/``mm`` calls: what packing them
-    all would copy."""
-    total = 0
+def _rows(plan: _StaticPlan, name: str, *args: Any) -> Callable | None:
+    """The compiled row kernel ``name`` bound to ``args`` (None without the tier): split over numba's threads
+    (compiled.rows_step) in a method whose products run there (``plan.packing``), else on the calling thread."""
+    if plan.packing:
+        step = compiled.rows_step(name, *args)
+        plan.threaded = plan.threaded or compiled.splits(step)
+        return step
+    kernel = compiled.kernel(name)
+    return None if kernel is None else partial(kernel, *args)
+
+
+def _products(ex: Any) -> tuple[int, int, int]:
+    """Multiply-adds of the method's ``addmm``/``mm`` calls on constant float32 weights and of its convolutions,
+    at the planned shapes, and the bytes of those weights (what packing them all would copy)."""
+    linear = convolutions = constant_bytes = 0
     for pc in ex.step_pcs:
         a = ex.instructions[pc].instr_args
         name = ex.operators[a.op_index] if isinstance(a, fbp.KernelCall) else ""
-        if name in ("aten::addmm.out", "aten::mm.out"):
-            if len(a.args) < 3:
-                continue
-            j = a.args[2 if name == "aten::addmm.out" else 1]
-            slot, v = ex.slots.get(j), ex.bound[j]
-            if slot is not None and slot.constant and isinstance(v, np.ndarray) and v.dtype == _F32:
-                total += v.nbytes
-    return total
+        if name in ("aten::addmm.out", "aten::mm.out") and len(a.args) >= (6 if name == "aten::addmm.out" else 3):
+            w, out = (a.args[2], a.args[5]) if name == "aten::addmm.out" else (a.args[1], a.args[2])
+            slot, wv, ov = ex.slots.get(w), ex.bound[w], ex.bound[out]
+            if slot is not None and slot.constant and isinstance(wv, np.ndarray) and wv.dtype == _F32 and wv.ndim:
+                linear += (ov.size if isinstance(ov, np.ndarray) else 0) * wv.shape[0]
+                constant_bytes += wv.nbytes
+        elif name == "aten::convolution.out" and len(a.args) >= 10:
+            wv, ov = ex.bound[a.args[1]], ex.bound[a.args[9]]
+            if isinstance(wv, np.ndarray) and isinstance(ov, np.ndarray) and wv.ndim:
+                convolutions += ov.size * (wv.size // max(1, wv.shape[0]))
+    return linear, convolutions, constant_bytes
 
 
 def _packed_linear(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
@@ -469,7 +487,9 @@ def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         xa, ya, oa = _f32_arrays(ex, args[0], args[1], args[2])
         if xa.ndim != oa.ndim or xa.shape[:-1] != oa.shape[:-1] or ya.shape[-1] != oa.shape[-1]:
             raise _NoMatch
-        return 1, partial(np.matmul, xa, ya, out=oa)
+        batched = gemm.BatchMatmul.step(xa, ya, oa) if plan.packing and name == "aten::bmm.out" else None
+        plan.threaded = plan.threaded or compiled.splits(batched)
+        return 1, batched or partial(np.matmul, xa, ya, out=oa)
     if name == "aten::native_layer_norm.out":
         return 1, _layer_norm(plan, args)
     raise _NoMatch
@@ -486,8 +506,7 @@ def _f32_arrays(ex: Any, *values: int) -> list[np.ndarray]:
 def _layer_norm(plan: _StaticPlan, args: list[int]) -> Callable:
     """native_layer_norm straight to the compiled kernel, its mean and rstd written into their outs."""
     ex = plan.ex
-    kernel = compiled.kernel("layer_norm")
-    if kernel is None or len(args) < 9:
+    if not compiled.usable() or len(args) < 9:
         raise _NoMatch
     x, shape, weight, bias, eps, out, mean, rstd = args[:8]
     xa, oa, ma, ra = _flat_f32(ex, x, out, mean, rstd)
@@ -499,7 +518,9 @@ def _layer_norm(plan: _StaticPlan, args: list[int]) -> Callable:
     if w.size not in (0, inner) or b.size not in (0, inner) or not compiled.flat_float32(w, b):
         raise _NoMatch
     rows = xa.size // inner
-    return partial(
-        kernel, xa.reshape(rows, inner), w, b, _F32.type(_scalar(plan, eps)), oa.reshape(rows, inner),
+    step = _rows(
+        plan, "layer_norm", xa.reshape(rows, inner), w, b, _F32.type(_scalar(plan, eps)), oa.reshape(rows, inner),
         ma.reshape(-1), ra.reshape(-1),
     )  # fmt: skip
+    assert step is not None  # the tier is usable (checked above)
+    return step

@@ -194,3 +194,56 @@ def test_decode_attention_alone_does_not_import_numba():
 
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "False", result.stderr[-2000:]
+
+
+def _row_case(name: str, rows: int, n: int) -> tuple:
+    """The arguments of row kernel ``name`` over [rows, n] float32 (the GELUs over rows * n elements)."""
+    rng = np.random.default_rng(21)
+    x = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    bias = rng.standard_normal(n).astype(np.float32)
+    if name in ("gelu", "gelu_tanh"):
+        return x.reshape(-1), out.reshape(-1)
+    if name == "softmax":
+        x[1] = -np.inf  # a fully masked row, zeros with ``safe``
+        return x, out, True
+    if name == "layer_norm":
+        return x, bias, bias * 2, np.float32(1e-5), out, np.empty(rows, np.float32), np.empty(rows, np.float32)
+    if name == "bias_gelu":
+        return x, bias, out, False
+    return x, bias, x * 2, out  # bias_add
+
+
+@needs_numba
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "softmax", "layer_norm", "bias_gelu", "bias_add"])
+def test_row_kernels_split_over_threads_give_the_bits_of_one_thread(name):
+    one, two = _row_case(name, 37, 1024), _row_case(name, 37, 1024)
+    compiled.set_num_threads(1)
+    try:
+        step = compiled.rows_step(name, *one)
+        assert compiled.splits(step)  # 37 x 1024 elements: past SPLIT_ELEMENTS
+        step()
+        compiled.set_num_threads(2)
+        compiled.rows_step(name, *two)()
+    finally:
+        compiled._threads = None
+    for a, b in zip(one, two):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+    output = {"gelu": 1, "gelu_tanh": 1, "softmax": 1, "layer_norm": 4, "bias_gelu": 2, "bias_add": 3}[name]
+    assert not np.isnan(one[output]).any()  # every row written
+    serial = _row_case(name, 37, 1024)
+    compiled.kernel(name)(*serial)
+    for a, b in zip(one, serial):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+
+
+@needs_numba
+def test_small_row_kernels_stay_on_the_calling_thread():
+    args = _row_case("softmax", 4, 64)
+    step = compiled.rows_step("softmax", *args)
+    assert not compiled.splits(step) and not compiled.splits(None)
+    step()
+    np.testing.assert_allclose(args[1][0].sum(), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(args[1][1], 0.0)

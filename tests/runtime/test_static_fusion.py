@@ -353,9 +353,50 @@ class _ConvHead(torch.nn.Module):
 
 
 @needs_numba
-def test_a_method_with_convolutions_keeps_sgemm_and_blas_threads():
+def test_a_method_whose_convolutions_outweigh_its_linear_layers_keeps_sgemm_and_blas_threads():
     x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(16))
     fused, _ = _methods(_ConvHead(), (x,))
     assert not fused._executor.own_threads
     with torch.no_grad():
         np.testing.assert_allclose(fused.execute([x.numpy()])[0], _ConvHead()(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+class _PatchAttention(torch.nn.Module):
+    """A ViT in small: a patch convolution (a few multiply-adds), then attention and linear layers (most)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(17)
+        self.patch = torch.nn.Conv2d(3, 48, 4, 4)
+        self.qkv, self.proj = torch.nn.Linear(48, 144), torch.nn.Linear(48, 48)
+        self.fc1, self.fc2 = torch.nn.Linear(48, 192), torch.nn.Linear(192, 48)
+
+    def forward(self, x):
+        t = self.patch(x).flatten(2).transpose(1, 2).contiguous()  # [1, 64, 48]
+        q, k, v = self.qkv(t).view(1, 64, 3, 2, 24).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        t = t + self.proj(y.transpose(1, 2).reshape(1, 64, 48))
+        return t + self.fc2(torch.nn.functional.gelu(self.fc1(t)))
+
+
+def _runs(step, name: str, fn) -> bool:
+    """Whether a fused step is compiled kernel ``name`` (serial, or split over threads)."""
+    if getattr(step, "func", None) is compiled.split:
+        step = step.args[0]
+    return getattr(step, "func", None) is compiled.compiled(name, fn)
+
+
+@needs_numba
+def test_a_method_of_linear_layers_and_one_small_convolution_runs_its_products_on_the_fast_tier():
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(18))
+    fused, plain = _methods(_PatchAttention(), (x,))
+    ex = fused._executor
+    assert ex.own_threads
+    steps = ex.fused[0]
+    assert sum(_runs(s, "bmm", gemm._bmm) for s in steps) == 2  # scores and weighted values
+    assert any(_runs(s, "gemm", gemm._gemm) for s in steps)
+    for seed in range(2):
+        inp = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(seed)).numpy()
+        np.testing.assert_allclose(fused.execute([inp])[0], plain.execute([inp])[0], rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        np.testing.assert_allclose(fused.execute([x.numpy()])[0], _PatchAttention()(x).numpy(), rtol=1e-4, atol=1e-5)

@@ -176,7 +176,8 @@ def kernel(name: str) -> Any:
     return compiled(name, _KERNELS[name])
 
 
-def shared(name: str) -> Any:
+def rows_step(name: str, *args: Any) -> Any:
     """The portable kernels' compiled ``name`` (edgetorch/runtime/kernels/compiled.py: ``gelu``, ``softmax``)
-    when this tier is usable, else None: one pass each instead of NumPy's 22 (GELU) and 5 (softmax)."""
-    return compiled_kernels.kernel(name) if usable() else None
+    bound to ``args`` and split over the threads from a size on (compiled.rows_step), when this tier is usable,
+    else None: one pass each instead of NumPy's 22 (GELU) and 5 (softmax)."""
+    return compiled_kernels.rows_step(name, *args) if usable() else None

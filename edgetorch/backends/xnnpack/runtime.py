@@ -35,6 +35,7 @@ from edgetorch.errors import DelegateLoadError, InvalidInputError
 from edgetorch.runtime import etdump
 from edgetorch.runtime.backends import BackendInterface, register_backend
 from edgetorch.runtime.kernels import blas_threads, gemm
+from edgetorch.runtime.kernels import compiled as compiled_kernels
 from edgetorch.runtime.memory import resize
 
 Step = Callable[[], Any]
@@ -784,9 +785,9 @@ def _gelu(x: np.ndarray, y: np.ndarray) -> list:
     x * Phi(x) = max(x, 0) - |x| * erfc(|x| / sqrt2) / 2 for either sign of x, which needs no copysign
     (the slowest ufunc here); the 1/2 is folded into the fit's coefficients.
     """
-    fused = fast.shared("gelu") if fast.flat_float32(x, y) else None
+    fused = fast.rows_step("gelu", x.reshape(-1), y.reshape(-1)) if fast.flat_float32(x, y) else None
     if fused is not None:  # the fast tier: one pass (0.22 ms against 0.48 ms on ViT-tiny's 197 x 768)
-        return [partial(fused, x.reshape(-1), y.reshape(-1))]
+        return [fused]
     a, t = np.empty_like(y), np.empty_like(y)
     f = y.dtype.type
     steps = [
@@ -928,9 +929,10 @@ def _softmax(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 def _softmax_steps(x: np.ndarray, y: np.ndarray) -> list:
     """Softmax over the last axis of x into y (x may be y)."""
-    fused = fast.shared("softmax") if fast.flat_float32(x, y) and x.ndim else None
-    if fused is not None:  # the fast tier: one pass a row
-        return [partial(fused, x.reshape(-1, x.shape[-1]), y.reshape(-1, x.shape[-1]), False)]
+    if fast.flat_float32(x, y) and x.ndim:
+        fused = fast.rows_step("softmax", x.reshape(-1, x.shape[-1]), y.reshape(-1, x.shape[-1]), False)
+        if fused is not None:  # the fast tier: one pass a row
+            return [fused]
     red = np.empty(x.shape[:-1] + (1,), y.dtype)
     return [
         partial(np.maximum.reduce, x, axis=-1, keepdims=True, out=red),
@@ -1031,7 +1033,8 @@ def _batch_matmul(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             raise ValueError(f"batch matmul of shapes {a.shape} and {b.shape} does not line up")
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         y = env.empty(n.output_id, batch + (a.shape[-2], b.shape[-1]))
-        return [partial(np.matmul, a, b, out=y)]
+        packed = gemm.BatchMatmul.step(a, b, y) if fast.usable() else None
+        return [partial(np.matmul, a, b, out=y) if packed is None else packed]
 
     return plan
 
@@ -1849,6 +1852,8 @@ class XnnpackDelegate:
             ends.append(len(steps))
             env.release(index, reads)
         plan = _Plan(inputs, steps, [env[vid] for _, vid in self.graph.outputs], ends)
+        if any(compiled_kernels.splits(step) for step in steps):  # numba's threads run: BLAS's pool waits
+            self.graph.own_threads = True
         self.plans[shapes] = plan
         if len(self.plans) > _MAX_PLANS:
             self.plans.popitem(last=False)

@@ -17,6 +17,7 @@ import importlib.util
 import math
 import os
 import sys
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -120,6 +121,11 @@ def split(serial: Any, parallel: Any, limit: int) -> None:
     parallel(min(threads, limit))
     if SPLITS is None:  # the first parallel loop of the process chose numba's layer
         SPLITS = _threading_layer() != "workqueue"
+
+
+def splits(step: Any) -> bool:
+    """Whether ``step`` is a call of :func:`split` (it may run numba's threads)."""
+    return isinstance(step, partial) and step.func is split
 
 
 def compiled(name: str, fn: Any, **options: Any) -> Any:
@@ -547,6 +553,93 @@ def _bias_add(x, bias, r, out):  # pragma: no cover - compiled
                 o[j] = rr[j] + (xr[j] + bias[j])
 
 
+# The row kernels over numba's threads: each part a run of rows (elements for the GELUs), each row computed as on
+# one thread (same bits). ``_ROWS`` names the serial kernel each calls; _compile_helpers binds them.
+def _gelu_split(x, out, parts):  # pragma: no cover - compiled
+    n = x.shape[0]
+    run = -(-n // parts)
+    for t in _prange(parts):
+        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        _row_gelu(x[lo:hi], out[lo:hi])
+
+
+def _gelu_tanh_split(x, out, parts):  # pragma: no cover - compiled
+    n = x.shape[0]
+    run = -(-n // parts)
+    for t in _prange(parts):
+        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        _row_gelu_tanh(x[lo:hi], out[lo:hi])
+
+
+def _softmax_split(x, out, safe, parts):  # pragma: no cover - compiled
+    n = x.shape[0]
+    run = -(-n // parts)
+    for t in _prange(parts):
+        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        _row_softmax(x[lo:hi], out[lo:hi], safe)
+
+
+def _layer_norm_split(x, weight, bias, eps, out, mean, rstd, parts):  # pragma: no cover - compiled
+    n = x.shape[0]
+    run = -(-n // parts)
+    for t in _prange(parts):
+        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        _row_layer_norm(x[lo:hi], weight, bias, eps, out[lo:hi], mean[lo:hi], rstd[lo:hi])
+
+
+def _bias_gelu_split(x, bias, out, tanh, parts):  # pragma: no cover - compiled
+    n = x.shape[0]
+    run = -(-n // parts)
+    for t in _prange(parts):
+        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        _row_bias_gelu(x[lo:hi], bias, out[lo:hi], tanh)
+
+
+def _bias_add_split(x, bias, r, out, parts):  # pragma: no cover - compiled
+    n = x.shape[0]
+    run = -(-n // parts)
+    for t in _prange(parts):
+        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        _row_bias_add(x[lo:hi], bias, r[lo:hi], out[lo:hi])
+
+
+_row_gelu: Any = _gelu
+_row_gelu_tanh: Any = _gelu_tanh
+_row_softmax: Any = _softmax
+_row_layer_norm: Any = _layer_norm
+_row_bias_gelu: Any = None  # bound with the others (the kernels are defined below)
+_row_bias_add: Any = None
+_prange: Any = range
+SPLIT_ELEMENTS = 32_768  # from here a row kernel's pass (about 1 ns an element) outweighs waking a thread
+_SPLIT_FORMS = {
+    "gelu": _gelu_split, "gelu_tanh": _gelu_tanh_split, "softmax": _softmax_split, "layer_norm": _layer_norm_split,
+    "bias_gelu": _bias_gelu_split, "bias_add": _bias_add_split,
+}  # fmt: skip
+
+
+def rows_step(name: str, *args: Any) -> Any:
+    """The call of kernel ``name`` (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``, ``bias_gelu``,
+    ``bias_add``) on ``args`` as the
+    kernel takes them, or None without the tier. From SPLIT_ELEMENTS elements in its first argument, the rows
+    are cut over :func:`get_num_threads` threads at each call (:func:`split`); the caller then runs numba's
+    threads, and must keep BLAS's pool quiet meanwhile (blas_threads.held), as the packed GEMM's callers do.
+    :func:`splits_at` says whether a call of that size would split."""
+    serial = kernel(name)
+    if serial is None:
+        return None
+    step = partial(serial, *args)
+    if not splits_at(args[0].size):
+        return step
+    parallel = compiled(f"{name}_split", _SPLIT_FORMS[name], parallel=True, **_KERNELS[name][1])
+    return partial(split, step, partial(parallel, *args), args[0].shape[0])
+
+
+def splits_at(size: int) -> bool:
+    """Whether :func:`rows_step` splits a kernel over ``size`` elements (it may still run serially on one
+    thread)."""
+    return size >= SPLIT_ELEMENTS
+
+
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that
 # divides can be vectorised (7x on the GELU).
 _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -566,10 +659,16 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
 def _compile_helpers() -> None:
     """Replace the scalar helpers the kernels call with their compiled, inlined form (numba resolves a
     kernel's globals when it compiles it)."""
-    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps
+    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps, _prange
+    global _row_gelu, _row_gelu_tanh, _row_softmax, _row_layer_norm, _row_bias_gelu, _row_bias_add
     if not hasattr(_exp, "py_func"):
         import numba
 
+        _prange = numba.prange
+        rows = ("gelu", "gelu_tanh", "softmax", "layer_norm", "bias_gelu", "bias_add")
+        _row_gelu, _row_gelu_tanh, _row_softmax, _row_layer_norm, _row_bias_gelu, _row_bias_add = (
+            compiled(name, _KERNELS[name][0], **_KERNELS[name][1]) for name in rows
+        )
         inline = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
         _exp = inline(_exp)  # first: the helpers below call it
         helpers = (_gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps)

@@ -45,6 +45,7 @@ ROWS = 6  # rows a tile: 12 accumulators, 2 panel vectors and a broadcast fill 1
 GROUP_BYTES = 256 * 1024
 ROW_BYTES = 16 * 1024
 SPLIT_MACS = 200_000
+BATCH_MACS = 20_000  # below this a batched product's call overhead outweighs its gain: np.matmul keeps it
 
 # The most bytes of packed weights a method (or an XNNPACK delegate) keeps beside weights it would otherwise
 # read in place (a packed copy of a weight it would have copied anyway is free): ViT-tiny's and MiniLM's
@@ -211,9 +212,39 @@ def _gemm_split(out, a, wp, bias, lo, hi, parts):  # pragma: no cover - compiled
             _gemm_part(a, wp, bias, lo, hi, out, r0, min(m, r0 + run), 0, panels)
 
 
+def _pack_batch(b, wp, bi):  # pragma: no cover - compiled
+    """wp[bi] = batch ``bi`` of ``b`` [B, K, N] (any strides) in panels, as :func:`pack` lays them out."""
+    k, n = b.shape[1], b.shape[2]
+    for p in range(wp.shape[1]):
+        for kk in range(k):
+            for j in range(WIDTH):
+                c = p * WIDTH + j
+                wp[bi, p, kk, j] = b[bi, kk, c] if c < n else 0.0
+
+
+def _bmm(out, a, b, wp, bias, parts):  # pragma: no cover - compiled
+    """out[i] = a[i] @ b[i] for every batch i: ``b`` [B, K, N] packed into the scratch ``wp`` [B, P, K, 16],
+    then the tiles of all batches (batch by batch, rows in whole tiles) cut into ``parts`` runs. Compiled
+    twice: serially (``prange`` runs as ``range``) and with numba's threads."""
+    batches, m = a.shape[0], a.shape[1]
+    for bi in prange(batches):
+        _pack_batch(b, wp, bi)
+    tiles = -(-m // ROWS)
+    run = -(-(batches * tiles) // parts)
+    inf = np.float32(np.inf)
+    for t in prange(parts):
+        first, last = t * run, min(batches * tiles, (t + 1) * run)
+        while first < last:
+            bi = first // tiles
+            upto = min(last, (bi + 1) * tiles)
+            r0, r1 = (first - bi * tiles) * ROWS, min(m, (upto - bi * tiles) * ROWS)
+            _gemm_part(a[bi], wp[bi], bias, -inf, inf, out[bi], r0, r1, 0, wp.shape[1])
+            first = upto
+
+
 def _bind() -> bool:
     """Whether the tier is usable; on the first call, binds the micro-kernel and compiles the helpers."""
-    global _tile, prange, _gemm_part
+    global _tile, prange, _gemm_part, _pack_batch
     if not compiled.usable():
         return False
     if _tile is None:
@@ -221,6 +252,7 @@ def _bind() -> bool:
 
         prange, _tile = numba.prange, _tile_intrinsic()
         _gemm_part = compiled.compiled("gemm_part", _gemm_part)
+        _pack_batch = compiled.compiled("pack_batch", _pack_batch)
     return True
 
 
@@ -250,6 +282,39 @@ class PackedGemm:
             return serial
         parallel = partial(compiled.compiled("gemm_split", _gemm_split, parallel=True), *args)
         return partial(compiled.split, serial, parallel, max(self.wp.shape[0], -(-x2.shape[0] // ROWS)))
+
+
+class BatchMatmul:
+    """``out[i] = a[i] @ b[i]`` over the leading dimensions of two float32 operands that change at every call
+    (attention's scores and weighted values): each batch of ``b`` packed into a scratch buffer per call (K x N
+    floats against M x K x N multiply-adds), then the packed GEMM's tiles, over the threads from SPLIT_MACS
+    multiply-adds. :meth:`step` returns None where the operands do not suit it (the caller keeps
+    ``np.matmul``)."""
+
+    @staticmethod
+    def step(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
+        """The call computing ``out`` from ``a`` [..., M, K] and ``b`` [..., K, N] (the same leading
+        dimensions, ``b`` at any strides, e.g. a transposed view), or None: without the tier, for other dtypes
+        or shapes, or where ``a`` or ``out`` would need copying to be read as [B, M, K] and [B, M, N]."""
+        if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or out.shape != a.shape[:-1] + b.shape[-1:]:
+            return None
+        if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out) or not _bind():
+            return None
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        if out.size * k < BATCH_MACS:
+            return None
+        a3, out3 = a.reshape(-1, m, k), out.reshape(-1, m, n)
+        try:
+            b3 = np.reshape(b, (a3.shape[0], k, n), copy=False)
+        except ValueError:  # only a copy could merge its leading axes
+            return None
+        wp = np.empty((a3.shape[0], -(-n // WIDTH), k, WIDTH), np.float32)
+        args = (out3, a3, b3, wp, np.zeros(wp.shape[1] * WIDTH, np.float32))
+        serial = partial(compiled.compiled("bmm", _bmm), *args, 1)
+        if a3.shape[0] * m * k * n < SPLIT_MACS:
+            return serial
+        parallel = partial(compiled.compiled("bmm_split", _bmm, parallel=True), *args)
+        return partial(compiled.split, serial, parallel, a3.shape[0] * -(-m // ROWS))
 
 
 def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:

@@ -108,3 +108,48 @@ def test_weights_read_in_place_are_packed_only_within_the_budget(monkeypatch):
     assert runtime._packed_gemm(w, graph, none, runtime._NO_CLAMP, in_place=True) is None
     # a weight sgemm would copy anyway ([N, K] stored) is packed whatever the budget
     assert runtime._packed_gemm(w, graph, none, runtime._NO_CLAMP) is not None
+
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.qkv, self.proj = torch.nn.Linear(64, 192), torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(1, 80, 3, 2, 32).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return torch.nn.functional.gelu(self.proj(y.transpose(1, 2).reshape(1, 80, 64)))
+
+
+@needs_numba
+def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monkeypatch):
+    """Attention's two batch matmuls take the batched packed GEMM, the softmax and GELU split over the threads
+    (sizes past their thresholds), and the delegate then holds BLAS to one thread while it runs."""
+    from edgetorch.backends.xnnpack.runtime import XnnpackBackend
+    from edgetorch.runtime.kernels import compiled, gemm
+
+    monkeypatch.setattr(compiled, "SPLIT_ELEMENTS", 1)
+    monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
+    x = torch.randn(1, 80, 64, generator=torch.Generator().manual_seed(4))
+    handles, init = [], XnnpackBackend.init
+
+    def capture(self, *args):
+        handles.append(init(self, *args))
+        return handles[-1]
+
+    monkeypatch.setattr(XnnpackBackend, "init", capture)
+    try:
+        compiled.set_num_threads(2)
+        got = outputs(Attention(), x, True, monkeypatch)
+    finally:
+        compiled._threads = None
+    (delegate,) = handles
+    steps = [s for plan in delegate.plans.values() for s in plan.steps]
+    kernels = [s.args[0].func for s in steps if compiled.splits(s)]
+    assert kernels.count(compiled.compiled("bmm", gemm._bmm)) == 2
+    assert compiled.kernel("softmax") in kernels and compiled.kernel("gelu") in kernels
+    assert delegate.graph.own_threads
+    with torch.no_grad():
+        np.testing.assert_allclose(got, Attention()(x).numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, outputs(Attention(), x, False, monkeypatch), rtol=1e-4, atol=1e-5)

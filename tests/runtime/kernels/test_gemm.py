@@ -96,3 +96,64 @@ def test_numpys_blas_runs_on_one_thread_inside_and_as_before_after():
                 assert numpys() == [1]
             assert numpys() == [1]
         assert numpys() == before == [2]
+
+
+def _batched(shape_a, shape_b, transposed=False, seed=5):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape_a, dtype=np.float32)
+    if transposed:  # b given as a transposed view, as attention's keys
+        b = rng.standard_normal(shape_b[:-2] + shape_b[-2:][::-1], dtype=np.float32).swapaxes(-1, -2)
+    else:
+        b = rng.standard_normal(shape_b, dtype=np.float32)
+    return a, b, np.full(shape_a[:-1] + shape_b[-1:], np.nan, np.float32)
+
+
+@needs_tier
+@pytest.mark.parametrize(
+    "shape_a,shape_b,transposed",
+    [((3, 197, 64), (3, 64, 197), True), ((1, 3, 197, 197), (1, 3, 197, 64), False), ((96, 32, 32), (96, 32, 32), True),
+     ((2, 7, 50), (2, 50, 33), False), ((4, 1, 300), (4, 300, 17), True)],
+)  # fmt: skip
+def test_batch_matmul_matches_a_float64_product(shape_a, shape_b, transposed):
+    a, b, out = _batched(shape_a, shape_b, transposed)
+    step = gemm.BatchMatmul.step(a, b, out)
+    assert step is not None
+    step()
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    k = a.shape[-1]
+    bound = (k + 2) * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(b)) + 1e-30
+    assert np.all(np.abs(out - want) <= bound)
+    b[...] = 0  # read at each call, not kept from the first
+    step()
+    np.testing.assert_array_equal(out, 0.0)
+
+
+@needs_tier
+def test_batch_matmul_on_two_threads_gives_the_bits_of_one(monkeypatch):
+    a, b, one = _batched((3, 50, 40), (3, 40, 30), transposed=True, seed=6)
+    two = np.empty_like(one)
+    monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
+    compiled.set_num_threads(1)
+    try:
+        gemm.BatchMatmul.step(a, b, one)()
+        compiled.set_num_threads(2)
+        step = gemm.BatchMatmul.step(a, b, two)
+        assert compiled.splits(step)
+        step()
+    finally:
+        compiled._threads = None
+    np.testing.assert_array_equal(one, two)
+
+
+@needs_tier
+def test_batch_matmul_declines_what_it_does_not_take():
+    a, b, out = _batched((3, 20, 40), (3, 40, 30))
+    assert gemm.BatchMatmul.step(a, b, out) is not None
+    assert gemm.BatchMatmul.step(a[:1], b, out[:1]) is None  # broadcast batch
+    assert gemm.BatchMatmul.step(a.astype(np.float64), b.astype(np.float64), out.astype(np.float64)) is None
+    assert gemm.BatchMatmul.step(a[:, :, :8], b[:, :8, :4], out[:, :, :4].copy()) is None  # too small to pay
+    assert gemm.BatchMatmul.step(a[:, ::2], b, out[:, ::2]) is None  # strided rows: np.matmul keeps it
+    wide = np.zeros((2, 3, 40, 30), np.float32)
+    odd = wide.transpose(1, 0, 2, 3)  # leading axes that only a copy could merge
+    a4, o4 = np.zeros((3, 2, 20, 40), np.float32), np.zeros((3, 2, 20, 30), np.float32)
+    assert gemm.BatchMatmul.step(a4, odd, o4) is None
