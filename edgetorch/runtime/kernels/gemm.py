@@ -301,7 +301,7 @@ class BatchMatmul:
         if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out) or not _bind():
             return None
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-        if out.size * k < BATCH_MACS:
+        if out.size * k < BATCH_MACS or m < ROWS:  # packing B costs K x N: a decode step's one row would not repay it
             return None
         a3, out3 = a.reshape(-1, m, k), out.reshape(-1, m, n)
         try:
