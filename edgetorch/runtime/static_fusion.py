@@ -79,8 +79,9 @@ class _StaticPlan(_Plan):
         # suite run); ViT-tiny's one convolution, its patch embedding, is 3% of its multiply-adds. All or
         # nothing: a method that packs some layers holds BLAS for the others too (GPT-2 portable, 500 MB of
         # layers, packed its first 128 MB and ran the rest on one thread: 232 -> 341 ms).
+        # A method with neither (its products delegated) runs its row kernels on the threads too.
         linear, convolutions, constant_bytes = _products(ex)
-        self.packing = compiled.usable() and convolutions < linear and constant_bytes <= gemm.PACK_BUDGET
+        self.packing = compiled.usable() and convolutions < max(linear, 1) and constant_bytes <= gemm.PACK_BUDGET
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():
             for base in bases:
@@ -492,6 +493,15 @@ def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         return 1, batched or partial(np.matmul, xa, ya, out=oa)
     if name == "aten::native_layer_norm.out":
         return 1, _layer_norm(plan, args)
+    if name == "aten::gelu.out" and len(args) == 4 and compiled.usable():
+        approximate = ex.bound[args[1]]
+        xa, oa = _flat_f32(ex, args[0], args[2])
+        if approximate not in ("none", "tanh") or xa.shape != oa.shape:
+            raise _NoMatch
+        _same_or_apart(xa, oa)
+        step = _rows(plan, "gelu" if approximate == "none" else "gelu_tanh", xa.reshape(-1), oa.reshape(-1))
+        assert step is not None  # the tier is usable (checked above)
+        return 1, step
     raise _NoMatch
 
 

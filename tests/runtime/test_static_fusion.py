@@ -400,3 +400,26 @@ def test_a_method_of_linear_layers_and_one_small_convolution_runs_its_products_o
         np.testing.assert_allclose(fused.execute([inp])[0], plain.execute([inp])[0], rtol=1e-4, atol=1e-5)
     with torch.no_grad():
         np.testing.assert_allclose(fused.execute([x.numpy()])[0], _PatchAttention()(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+class _Gelus(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x * 2), torch.nn.functional.gelu(x - 1, approximate="tanh")
+
+
+@needs_numba
+def test_a_lone_gelu_binds_to_the_compiled_kernel_with_the_same_bits(monkeypatch):
+    monkeypatch.setattr(compiled, "SPLIT_ELEMENTS", 64)  # split too (a method with no products holds BLAS)
+    x = torch.randn(40, 50, generator=torch.Generator().manual_seed(19)) * 3
+    fused, plain = _methods(_Gelus(), (x,))
+    steps = fused._executor.fused[0]
+    assert (
+        sum(
+            _runs(s, name, fn)
+            for s in steps
+            for name, fn in (("gelu", compiled._gelu), ("gelu_tanh", compiled._gelu_tanh))
+        )
+        == 2
+    )
+    for got, want in zip(fused.execute([x.numpy()]), plain.execute([x.numpy()])):
+        np.testing.assert_array_equal(got, want)

@@ -112,7 +112,7 @@ def _batched(shape_a, shape_b, transposed=False, seed=5):
 @pytest.mark.parametrize(
     "shape_a,shape_b,transposed",
     [((3, 197, 64), (3, 64, 197), True), ((1, 3, 197, 197), (1, 3, 197, 64), False), ((96, 32, 32), (96, 32, 32), True),
-     ((2, 7, 50), (2, 50, 33), False), ((4, 1, 300), (4, 300, 17), True)],
+     ((2, 7, 50), (2, 50, 33), False), ((4, 6, 300), (4, 300, 17), True)],
 )  # fmt: skip
 def test_batch_matmul_matches_a_float64_product(shape_a, shape_b, transposed):
     a, b, out = _batched(shape_a, shape_b, transposed)
@@ -153,6 +153,8 @@ def test_batch_matmul_declines_what_it_does_not_take():
     assert gemm.BatchMatmul.step(a.astype(np.float64), b.astype(np.float64), out.astype(np.float64)) is None
     assert gemm.BatchMatmul.step(a[:, :, :8], b[:, :8, :4], out[:, :, :4].copy()) is None  # too small to pay
     assert gemm.BatchMatmul.step(a[:, ::2], b, out[:, ::2]) is None  # strided rows: np.matmul keeps it
+    row, one = a[:, :1].copy(), out[:, :1].copy()  # one row (a decode step): packing B would cost more than the product
+    assert gemm.BatchMatmul.step(row, b, one) is None
     wide = np.zeros((2, 3, 40, 30), np.float32)
     odd = wide.transpose(1, 0, 2, 3)  # leading axes that only a copy could merge
     a4, o4 = np.zeros((3, 2, 20, 40), np.float32), np.zeros((3, 2, 20, 30), np.float32)
