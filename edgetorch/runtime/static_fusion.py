@@ -25,7 +25,11 @@ replaced by one step that computes the same float32 results with fewer passes ov
   (within float32 rounding of sgemm) and holds a packed copy of the weights beside the method's own, so a
   method packs all such layers when they come to at most gemm.PACK_BUDGET bytes (a small model's, not an
   LLM's), else none. While such a method runs, NumPy's BLAS is held to one thread (blas_threads.py), so a
-  method with convolutions (BLAS's work in this runtime) packs nothing.
+  method whose convolutions (BLAS's work in this runtime) outweigh its linear layers packs nothing.
+- **The rest of such a method on the threads too**: in a method that packs (or has no linear or convolution
+  products of its own), ``bmm`` runs the batched packed GEMM (gemm.BatchMatmul) and the row kernels (softmax,
+  layer norm, GELU, the linear epilogues) split their rows over numba's threads (compiled.rows_step); the
+  same bits as on one thread.
 
 - **Max pooling whose indices nothing reads** (``max_pool2d_with_indices``; ResNet's stem): the maxima alone,
   without the dozen passes that find each window's winning index (ResNet-18: 7.7 -> 1.1 ms); both tiers.

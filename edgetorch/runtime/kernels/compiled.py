@@ -135,8 +135,8 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
     ``numba.njit``; with ``parallel=True`` its ``prange`` loops run on numba's threads (the OpenMP layer here),
     which paid off from some 10 us of work a call: the XNNPACK integer GEMVs split for :func:`get_num_threads`
     threads from a size on (edgetorch/backends/xnnpack/qgemv.py, SPLIT_MACS: 13 -> 10.6 us for a 576 x 576 GEMV,
-    but 5.5 -> 7.9 us for 192 x 576); gemm.py's packed GEMM splits from 200,000 multiply-adds. The kernels
-    here stay single-threaded.
+    but 5.5 -> 7.9 us for 192 x 576); gemm.py's packed GEMM splits from 200,000 multiply-adds, the row kernels
+    here from SPLIT_ELEMENTS elements (:func:`rows_step`).
     """
     if not usable():
         return None

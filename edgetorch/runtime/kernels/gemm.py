@@ -27,6 +27,12 @@ while the tiles run. With more than one thread (``compiled.get_num_threads``, re
 SPLIT_MACS multiply-adds, the work is cut in two: by panels when the weights are the larger operand, by rows
 otherwise, run by numba's ``prange``; each output is computed as on one thread (same bits).
 
+:class:`BatchMatmul` runs the same tiles on products whose right operand changes at every call (attention's
+scores and weighted values): each batch's [K, N] operand is packed into a scratch buffer per call, which costs
+K x N copies against M x K x N multiply-adds, so it is taken from 6 rows on. On ViT-tiny's [3, 197, 64] x
+[3, 64, 197] it runs in 124 us at 2 threads, where OpenBLAS took 199 us on the one thread it has beside
+numba's (231 on two).
+
 Imports only NumPy and compiled.py (numba and llvmlite on the first compile).
 """
 
