@@ -564,8 +564,12 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
         if fused is not None and pointwise:
             return [fused.step(x.reshape(m, c), y2)]
         if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
-            xp, steps = win.pad(x, 0.0)
             cols = np.empty((m, k), x.dtype)
+            columns = fast.im2col() if fast.flat_float32(x) else None
+            if columns is not None:
+                window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
+                return [columns(x, cols, oh, ow, *window), fused.step(cols, y2)]
+            xp, steps = win.pad(x, 0.0)
             fill = partial(np.copyto, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win.im2col(xp, oh, ow))
             return [*steps, fill, fused.step(cols, y2)]
         if pointwise and groups == 1:
@@ -950,9 +954,17 @@ def _transpose(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     def plan(env: _Env) -> list:
         x = env[n.input_id]
         view = x.transpose(perm)
-        return [partial(np.copyto, env.empty(n.output_id, view.shape), view)]
+        y = env.empty(n.output_id, view.shape)
+        if 1 < view.shape[-1] <= _SHORT_LAST_AXIS and view.ndim > 1 and view.strides[-1] != view.itemsize:
+            # NCHW -> NHWC of an image (C = 3): one copy per channel, each reading a plane in order (57 us for
+            # 224 x 224 x 3), instead of NumPy's loop over C-long rows gathered from three planes (241 us)
+            return [partial(np.copyto, y[..., i], view[..., i]) for i in range(view.shape[-1])]
+        return [partial(np.copyto, y, view)]
 
     return plan
+
+
+_SHORT_LAST_AXIS = 8
 
 
 @_compiles(xs.XNNStaticReshape)

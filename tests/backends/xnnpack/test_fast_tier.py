@@ -153,3 +153,63 @@ def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monk
     with torch.no_grad():
         np.testing.assert_allclose(got, Attention()(x).numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got, outputs(Attention(), x, False, monkeypatch), rtol=1e-4, atol=1e-5)
+
+
+def _reference_columns(x, kh, kw, sh, sw, dh, dw, top, left, bottom, right):
+    """im2col by NumPy: the padded input's windows, [N * OH * OW, KH * KW * C] in (ki, kj, c) order."""
+    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    n, hp, wp, c = xp.shape
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
+    taps = [
+        xp[:, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
+        for i in range(kh)
+        for j in range(kw)
+    ]
+    return np.stack(taps, axis=3).reshape(n * oh * ow, kh * kw * c), oh, ow
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("shape", "kernel", "stride", "dilation", "padding"),
+    [((1, 9, 11, 3), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)), ((2, 12, 10, 16), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+     ((1, 20, 20, 3), (7, 7), (2, 2), (1, 1), (3, 3, 2, 3)), ((1, 8, 9, 5), (3, 2), (1, 2), (2, 2), (2, 0, 1, 1)),
+     ((1, 6, 6, 4), (2, 2), (2, 2), (1, 1), (0, 0, 0, 0))],
+)  # fmt: skip
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_im2col_copies_the_windows_and_zeros_the_padding(
+    shape, kernel, stride, dilation, padding, threads, monkeypatch
+):
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    top, left, bottom, right = padding
+    want, oh, ow = _reference_columns(x, *kernel, *stride, *dilation, top, left, bottom, right)
+    got = np.full_like(want, np.nan)
+    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
+    from edgetorch.runtime.kernels import compiled
+
+    try:
+        compiled.set_num_threads(threads)
+        fast.im2col()(x, got, oh, ow, *kernel, *stride, *dilation, top, left)()
+    finally:
+        compiled._threads = None
+    np.testing.assert_array_equal(got, want)
+
+
+class Stem(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv = torch.nn.Conv2d(3, 16, 7, 2, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+@needs_numba
+def test_an_image_input_and_a_strided_stem_give_eager_results_on_both_tiers(monkeypatch):
+    """The NCHW -> NHWC transpose of a 3-channel image copies channel by channel, and the stem's columns come
+    from the compiled im2col: the same outputs as eager (and the NumPy tier) within float32 rounding."""
+    x = torch.randn(2, 3, 40, 36, generator=torch.Generator().manual_seed(6))
+    compiled_tier = outputs(Stem(), x, True, monkeypatch)
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled_tier, Stem()(x).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compiled_tier, outputs(Stem(), x, False, monkeypatch), rtol=1e-5, atol=1e-5)
