@@ -74,7 +74,6 @@ class _StaticPlan(_Plan):
     def __init__(self, ex: Any, live: set[int]):
         super().__init__(ex)
         self.live = live  # the instructions that run (not folded, not elided)
-        self.packed = 0  # bytes of packed weights so far
         self.threaded = False  # whether a step runs numba's threads (then BLAS is held to one thread)
         # Whether the method's products run on the fast tier's kernels, over numba's threads: its linear layers
         # on packed weights, its batch matmuls, its row kernels split. While it runs, NumPy's BLAS is held to
@@ -369,7 +368,6 @@ def _packed(
         return None
     if not compiled.flat_float32(out):
         return None
-    plan.packed += rhs.nbytes
     plan.threaded = True
     return gemm.PackedGemm(rhs, bias).step(lhs, out)
 

@@ -554,7 +554,8 @@ def _bias_add(x, bias, r, out):  # pragma: no cover - compiled
 
 
 # The row kernels over numba's threads: each part a run of rows (elements for the GELUs), each row computed as on
-# one thread (same bits). ``_ROWS`` names the serial kernel each calls; _compile_helpers binds them.
+# one thread (same bits). One function a kernel, since numba binds the serial kernel a function calls (the
+# ``_row_*`` globals, set by _compile_helpers) when it compiles it.
 def _gelu_split(x, out, parts):  # pragma: no cover - compiled
     n = x.shape[0]
     run = -(-n // parts)
@@ -603,11 +604,11 @@ def _bias_add_split(x, bias, r, out, parts):  # pragma: no cover - compiled
         _row_bias_add(x[lo:hi], bias, r[lo:hi], out[lo:hi])
 
 
-_row_gelu: Any = _gelu
-_row_gelu_tanh: Any = _gelu_tanh
-_row_softmax: Any = _softmax
-_row_layer_norm: Any = _layer_norm
-_row_bias_gelu: Any = None  # bound with the others (the kernels are defined below)
+_row_gelu: Any = None
+_row_gelu_tanh: Any = None
+_row_softmax: Any = None
+_row_layer_norm: Any = None
+_row_bias_gelu: Any = None
 _row_bias_add: Any = None
 _prange: Any = range
 SPLIT_ELEMENTS = 32_768  # from here a row kernel's pass (about 1 ns an element) outweighs waking a thread
@@ -619,25 +620,18 @@ _SPLIT_FORMS = {
 
 def rows_step(name: str, *args: Any) -> Any:
     """The call of kernel ``name`` (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``, ``bias_gelu``,
-    ``bias_add``) on ``args`` as the
-    kernel takes them, or None without the tier. From SPLIT_ELEMENTS elements in its first argument, the rows
-    are cut over :func:`get_num_threads` threads at each call (:func:`split`); the caller then runs numba's
-    threads, and must keep BLAS's pool quiet meanwhile (blas_threads.held), as the packed GEMM's callers do.
-    :func:`splits_at` says whether a call of that size would split."""
+    ``bias_add``) on ``args`` as the kernel takes them, or None without the tier. From SPLIT_ELEMENTS elements
+    in its first argument, the rows are cut over :func:`get_num_threads` threads at each call (:func:`split`);
+    the caller then runs numba's threads, and must keep BLAS's pool quiet meanwhile (blas_threads.held, as the
+    packed GEMM's callers do; :func:`splits` tells such a step)."""
     serial = kernel(name)
     if serial is None:
         return None
     step = partial(serial, *args)
-    if not splits_at(args[0].size):
+    if args[0].size < SPLIT_ELEMENTS:
         return step
     parallel = compiled(f"{name}_split", _SPLIT_FORMS[name], parallel=True, **_KERNELS[name][1])
     return partial(split, step, partial(parallel, *args), args[0].shape[0])
-
-
-def splits_at(size: int) -> bool:
-    """Whether :func:`rows_step` splits a kernel over ``size`` elements (it may still run serially on one
-    thread)."""
-    return size >= SPLIT_ELEMENTS
 
 
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that

@@ -38,6 +38,8 @@ Imports only NumPy and compiled.py (numba and llvmlite on the first compile).
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -314,13 +316,29 @@ class BatchMatmul:
             b3 = np.reshape(b, (a3.shape[0], k, n), copy=False)
         except ValueError:  # only a copy could merge its leading axes
             return None
-        wp = np.empty((a3.shape[0], -(-n // WIDTH), k, WIDTH), np.float32)
-        args = (out3, a3, b3, wp, np.zeros(wp.shape[1] * WIDTH, np.float32))
-        serial = partial(compiled.compiled("bmm", _bmm), *args, 1)
+        panels = (a3.shape[0], -(-n // WIDTH), k, WIDTH)
+        args = (out3, a3, b3, panels, np.zeros(panels[1] * WIDTH, np.float32))
+        serial = partial(_batched, compiled.compiled("bmm", _bmm), *args, 1)
         if a3.shape[0] * m * k * n < SPLIT_MACS:
             return serial
-        parallel = partial(compiled.compiled("bmm_split", _bmm, parallel=True), *args)
+        parallel = partial(_batched, compiled.compiled("bmm_split", _bmm, parallel=True), *args)
         return partial(compiled.split, serial, parallel, a3.shape[0] * -(-m // ROWS))
+
+
+_SCRATCH = threading.local()
+
+
+def _batched(
+    kernel: Any, out: np.ndarray, a: np.ndarray, b: np.ndarray, panels: tuple, bias: np.ndarray, parts: int
+) -> None:
+    """``kernel`` (``_bmm``) with ``b``'s panels packed into the calling thread's scratch buffer, which every
+    batched product shares (grown to the largest): an LLM prefill's attention, one product per layer, would
+    otherwise hold a buffer each."""
+    size = math.prod(panels)
+    buffer = getattr(_SCRATCH, "buffer", None)
+    if buffer is None or buffer.size < size:
+        buffer = _SCRATCH.buffer = np.empty(size, np.float32)
+    kernel(out, a, b, buffer[:size].reshape(panels), bias, parts)
 
 
 def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:

@@ -159,3 +159,17 @@ def test_batch_matmul_declines_what_it_does_not_take():
     odd = wide.transpose(1, 0, 2, 3)  # leading axes that only a copy could merge
     a4, o4 = np.zeros((3, 2, 20, 40), np.float32), np.zeros((3, 2, 20, 30), np.float32)
     assert gemm.BatchMatmul.step(a4, odd, o4) is None
+
+
+@needs_tier
+def test_batched_products_share_one_scratch_buffer_and_stay_right():
+    """Every batched product packs into the calling thread's one scratch buffer (an LLM prefill's attention would
+    otherwise hold a buffer a layer); interleaved calls of different sizes still give each its product."""
+    small, large = _batched((2, 12, 40), (2, 40, 30), seed=8), _batched((3, 40, 50), (3, 50, 70), True, seed=9)
+    steps = [gemm.BatchMatmul.step(*small), gemm.BatchMatmul.step(*large)]
+    for _ in range(2):
+        for step, (a, b, out) in zip(steps, (small, large)):
+            out[...] = np.nan
+            step()
+            np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-4)
+    assert gemm._SCRATCH.buffer.size >= 3 * 5 * 50 * 16  # at least the larger one's panels, [3, ceil(70 / 16), 50, 16]
