@@ -380,9 +380,12 @@ class _PatchAttention(torch.nn.Module):
 
 
 def _runs(step, name: str, fn) -> bool:
-    """Whether a fused step is compiled kernel ``name`` (serial, or split over threads)."""
+    """Whether a fused step is compiled kernel ``name`` (serial, or split over threads); for the batched GEMM
+    (``fn`` gemm._batched), its call of that kernel with the scratch buffer."""
     if getattr(step, "func", None) is compiled.split:
         step = step.args[0]
+    if fn is gemm._batched:
+        return getattr(step, "func", None) is fn and step.args[0] is compiled.compiled(name, gemm._bmm)
     return getattr(step, "func", None) is compiled.compiled(name, fn)
 
 
@@ -393,7 +396,7 @@ def test_a_method_of_linear_layers_and_one_small_convolution_runs_its_products_o
     ex = fused._executor
     assert ex.own_threads
     steps = ex.fused[0]
-    assert sum(_runs(s, "bmm", gemm._bmm) for s in steps) == 2  # scores and weighted values
+    assert sum(_runs(s, "bmm", gemm._batched) for s in steps) == 2  # scores and weighted values
     assert any(_runs(s, "gemm", gemm._gemm) for s in steps)
     for seed in range(2):
         inp = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(seed)).numpy()
@@ -423,3 +426,33 @@ def test_a_lone_gelu_binds_to_the_compiled_kernel_with_the_same_bits(monkeypatch
     )
     for got, want in zip(fused.execute([x.numpy()]), plain.execute([x.numpy()])):
         np.testing.assert_array_equal(got, want)
+
+
+class _StridedLinear(torch.nn.Module):
+    """A linear layer on a transposed 3-D input, which torch decomposes into its weight expanded to the batch,
+    then bmm."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(20)
+        self.fc = torch.nn.Linear(24, 40)
+
+    def forward(self, x):
+        return self.fc(x.transpose(1, 2)) * 2
+
+
+@needs_numba
+def test_an_expanded_constant_weight_and_its_bmm_run_one_packed_gemm():
+    x = torch.randn(3, 24, 10, generator=torch.Generator().manual_seed(21))
+    fused, plain = _methods(_StridedLinear(), (x,))
+    ex = fused._executor
+    names = [ex.operators[ex.instructions[pc].instr_args.op_index] for pc in ex.step_pcs]
+    assert "aten::expand_copy.out" in names and "aten::bmm.out" in names  # the decomposition this is about
+    steps, pcs = ex.fused
+    gemms = [pc for s, pc in zip(steps, pcs) if _runs(s, "gemm", gemm._gemm)]
+    assert [ex.operators[ex.instructions[pc].instr_args.op_index] for pc in gemms] == ["aten::expand_copy.out"]
+    for seed in range(2):
+        inp = torch.randn(3, 24, 10, generator=torch.Generator().manual_seed(seed)).numpy()
+        np.testing.assert_allclose(fused.execute([inp])[0], plain.execute([inp])[0], rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        np.testing.assert_allclose(fused.execute([x.numpy()])[0], _StridedLinear()(x).numpy(), rtol=1e-5, atol=1e-5)
