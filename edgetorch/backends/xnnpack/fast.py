@@ -17,7 +17,10 @@ Fully connected and convolution layers with constant float32 weights run the tie
 products in its own order, so those layers agree with the NumPy tier's sgemm within float32 rounding, not
 bit for bit.
 
-GELU and softmax nodes take the portable kernels' compiled passes (``shared``). The tier is used when numba
+Convolutions that need im2col fill their columns in one compiled pass (``im2col``, the padding read in place),
+and transposes that keep the last axis last copy runs of it (``permute``), both over the threads.
+
+GELU and softmax nodes take the portable kernels' compiled passes (``rows_step``). The tier is used when numba
 imports and ``EDGETORCH_FAST`` is not ``0``; without it (numba absent, or failing to import) every caller
 keeps its NumPy path. Imports only edgetorch/runtime/kernels/compiled.py, which detects, imports (on the first
 compile) and caches numba for both this module and the portable kernels.
@@ -182,6 +185,34 @@ def _im2col_split(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, parts):  #
         _im2col_rows(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first, min(rows, first + step))
 
 
+def _permute_rows(x, y, s0, s1, s2, first, last):  # pragma: no cover - compiled
+    """Rows ``first`` .. ``last`` (of D0 x D1) of y [D0, D1, D2, L] = the permuted view of ``x`` whose element
+    (a, b, c, q) sits at flat offset a*s0 + b*s1 + c*s2 + q of ``x``: runs of L contiguous values, indexed flat
+    with unsigned offsets (see _im2col_rows)."""
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    d1, d2, run = y.shape[1], y.shape[2], y.shape[3]
+    for r in range(first, last):
+        a = r // d1
+        b = r % d1
+        for c in range(d2):
+            src = np.uint64(a * s0 + b * s1 + c * s2)
+            dst = np.uint64((r * d2 + c) * run)
+            for q in range(np.uint64(run)):
+                yf[dst + q] = xf[src + q]
+
+
+def _permute(x, y, s0, s1, s2):  # pragma: no cover - compiled
+    _permute_rows(x, y, s0, s1, s2, 0, y.shape[0] * y.shape[1])
+
+
+def _permute_split(x, y, s0, s1, s2, parts):  # pragma: no cover - compiled
+    rows = y.shape[0] * y.shape[1]
+    step = -(-rows // parts)
+    for p in prange(parts):
+        first = min(rows, p * step)
+        _permute_rows(x, y, s0, s1, s2, first, min(rows, first + step))
+
+
 _KERNELS = {"bias_clamp": _bias_clamp}
 
 # The fewest output values (rows x columns x channels) a depthwise layer splits across threads at.
@@ -226,10 +257,30 @@ def im2col() -> Any:
     return step
 
 
+def permute(x: Any, view: Any, y: Any) -> Any:
+    """The step copying ``view``, a permutation of the float32 C-contiguous ``x`` that keeps x's last axis last,
+    into the C-contiguous ``y`` (attention's head transposes), in runs of that axis and over the threads from
+    SPLIT_OUTPUTS values; None when the tier is not usable or the permutation has more than four axes longer
+    than 1 or moves the last axis."""
+    if not flat_float32(x, y) or view.ndim == 0 or view.strides[-1] != view.itemsize or not _bind():
+        return None
+    kept = [(d, st // view.itemsize) for d, st in zip(view.shape[:-1], view.strides[:-1]) if d != 1]
+    if len(kept) > 3:
+        return None
+    kept = [(1, 0)] * (3 - len(kept)) + kept
+    rows = y.reshape(*(d for d, _ in kept), view.shape[-1])
+    strides = tuple(st for _, st in kept)
+    one = partial(compiled("permute", _permute), x, rows, *strides)
+    if y.size < SPLIT_OUTPUTS:
+        return one
+    split = partial(compiled("permute_split", _permute_split, parallel=True), x, rows, *strides)
+    return partial(compiled_kernels.split, one, split, kept[0][0] * kept[1][0])
+
+
 def _bind() -> bool:
     """Whether the tier is usable; on the first call, binds numba's ``prange`` and compiles the row helpers the
     split kernels call (numba resolves a kernel's globals when it compiles it)."""
-    global prange, _depthwise_rows, _im2col_rows
+    global prange, _depthwise_rows, _im2col_rows, _permute_rows
     if not usable():
         return False
     if prange is range:
@@ -238,6 +289,7 @@ def _bind() -> bool:
         prange = numba.prange
         _depthwise_rows = compiled("depthwise_rows", _depthwise_rows)
         _im2col_rows = compiled("im2col_rows", _im2col_rows)
+        _permute_rows = compiled("permute_rows", _permute_rows)
     return True
 
 

@@ -213,3 +213,36 @@ def test_an_image_input_and_a_strided_stem_give_eager_results_on_both_tiers(monk
     with torch.no_grad():
         np.testing.assert_allclose(compiled_tier, Stem()(x).numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(compiled_tier, outputs(Stem(), x, False, monkeypatch), rtol=1e-5, atol=1e-5)
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("shape", "perm"),
+    [((8, 32, 12, 32), (0, 2, 1, 3)), ((1, 128, 3, 12, 64), (2, 0, 3, 1, 4)), ((5, 7, 16), (1, 0, 2)),
+     ((2, 3, 4, 5, 16), (0, 2, 1, 3, 4))],
+)  # fmt: skip
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_permute_copies_runs_of_the_last_axis_exactly(shape, perm, threads, monkeypatch):
+    from edgetorch.runtime.kernels import compiled
+
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    view = x.transpose(perm)
+    y = np.full(view.shape, np.nan, np.float32)
+    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
+    step = fast.permute(x, view, y)
+    if sum(d != 1 for d in view.shape[:-1]) > 3:
+        assert step is None  # four leading axes longer than 1: np.copyto keeps it
+        return
+    try:
+        compiled.set_num_threads(threads)
+        step()
+    finally:
+        compiled._threads = None
+    np.testing.assert_array_equal(y, view)
+
+
+@needs_numba
+def test_compiled_permute_declines_a_moved_last_axis():
+    x = np.zeros((4, 8, 16), np.float32)
+    view = x.transpose(0, 2, 1)
+    assert fast.permute(x, view, np.empty(view.shape, np.float32)) is None
