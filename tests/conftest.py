@@ -25,3 +25,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def kernel_threads():
+    """``compiled.set_num_threads`` for one test; the default count (read again on next use) comes back after."""
+    from edgetorch.runtime.kernels import compiled
+
+    yield compiled.set_num_threads
+    compiled._threads = None

@@ -27,7 +27,7 @@ replaced by one step that computes the same float32 results with fewer passes ov
   LLM's), else none. While such a method runs, NumPy's BLAS is held to one thread (blas_threads.py), so a
   method whose convolutions (BLAS's work in this runtime) outweigh its linear layers packs nothing.
 - **The rest of such a method on the threads too**: in a method that packs (or has no linear or convolution
-  products of its own), ``bmm`` runs the batched packed GEMM (gemm.BatchMatmul) and the row kernels (softmax,
+  products of its own), ``bmm`` runs the batched packed GEMM (gemm.batch_matmul) and the row kernels (softmax,
   layer norm, GELU, the linear epilogues) split their rows over numba's threads (compiled.rows_step); the
   same bits as on one thread.
 
@@ -527,7 +527,7 @@ def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         xa, ya, oa = _f32_arrays(ex, args[0], args[1], args[2])
         if xa.ndim != oa.ndim or xa.shape[:-1] != oa.shape[:-1] or ya.shape[-1] != oa.shape[-1]:
             raise _NoMatch
-        batched = gemm.BatchMatmul.step(xa, ya, oa) if plan.packing and name == "aten::bmm.out" else None
+        batched = gemm.batch_matmul(xa, ya, oa) if plan.packing and name == "aten::bmm.out" else None
         plan.threaded = plan.threaded or compiled.splits(batched)
         return 1, batched or partial(np.matmul, xa, ya, out=oa)
     if name == "aten::native_layer_norm.out":

@@ -216,17 +216,14 @@ def _row_case(name: str, rows: int, n: int) -> tuple:
 
 @needs_numba
 @pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "softmax", "layer_norm", "bias_gelu", "bias_add"])
-def test_row_kernels_split_over_threads_give_the_bits_of_one_thread(name):
+def test_row_kernels_split_over_threads_give_the_bits_of_one_thread(name, kernel_threads):
     one, two = _row_case(name, 37, 1024), _row_case(name, 37, 1024)
-    compiled.set_num_threads(1)
-    try:
-        step = compiled.rows_step(name, *one)
-        assert compiled.splits(step)  # 37 x 1024 elements: past SPLIT_ELEMENTS
-        step()
-        compiled.set_num_threads(2)
-        compiled.rows_step(name, *two)()
-    finally:
-        compiled._threads = None
+    kernel_threads(1)
+    step = compiled.rows_step(name, *one)
+    assert compiled.splits(step)  # 37 x 1024 elements: past SPLIT_ELEMENTS
+    step()
+    kernel_threads(2)
+    compiled.rows_step(name, *two)()
     for a, b in zip(one, two):
         if isinstance(a, np.ndarray):
             np.testing.assert_array_equal(a, b)

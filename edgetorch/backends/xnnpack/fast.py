@@ -220,41 +220,30 @@ SPLIT_OUTPUTS = 16_384
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
 
 
-def depthwise() -> Any:
-    """``f(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``, giving the step of the compiled
-    depthwise convolution on those arrays: from SPLIT_OUTPUTS outputs on, its rows split over the threads
-    ``compiled_kernels.split`` gives it at each call; None when the tier is not usable."""
+def depthwise(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
+    """The step of the compiled depthwise convolution ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh,
+    dw, top, left, lo, hi)`` (``window`` is kh .. hi): from SPLIT_OUTPUTS outputs on, its rows split over the
+    threads ``compiled_kernels.split`` gives it at each call; None when the tier is not usable."""
     if not _bind():
         return None
-    serial = compiled("depthwise", _depthwise_nhwc)
-    split = compiled("depthwise_split", _depthwise_split, parallel=True)
-
-    def step(x, taps, bias, y, *window):  # type: ignore[no-untyped-def]
-        one = partial(serial, x, taps, bias, y, *window)
-        if y.size < SPLIT_OUTPUTS:
-            return one
-        return partial(compiled_kernels.split, one, partial(split, x, taps, bias, y, *window), y.shape[0] * y.shape[1])
-
-    return step
+    args = (x, taps, bias, y, *window)
+    serial = partial(compiled("depthwise", _depthwise_nhwc), *args)
+    parallel = compiled("depthwise_split", _depthwise_split, parallel=True)
+    return compiled_kernels.split_step(serial, parallel, args, y.shape[0] * y.shape[1], y.size >= SPLIT_OUTPUTS)
 
 
-def im2col() -> Any:
-    """``f(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left)``, giving the step that fills the [N * OH * OW,
-    KH * KW * C] float32 ``cols`` from the NHWC float32 ``x`` (C-contiguous both), padding included: one pass
-    instead of a padded copy and a strided copy with C-long inner loops (ResNet-18's 7x7 stem, C = 3: 723 ->
-    276 us; its 3x3 layers on 56 x 56 x 64: 180 -> 96 us at 2 threads); from SPLIT_OUTPUTS values on, split over the threads. None when the tier is not usable."""
+def im2col(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
+    """The step that fills the [N * OH * OW, KH * KW * C] float32 ``cols`` from the NHWC float32 ``x``
+    (C-contiguous both; ``window`` is kh, kw, sh, sw, dh, dw, top, left), padding included: one pass instead of
+    a padded copy and a strided copy with C-long inner loops (ResNet-18's 7x7 stem, C = 3: 723 -> 276 us; its
+    3x3 layers on 56 x 56 x 64: 180 -> 96 us at 2 threads); from SPLIT_OUTPUTS values on, split over the
+    threads. None when the tier is not usable."""
     if not _bind():
         return None
-    serial = compiled("im2col", _im2col)
-    split = compiled("im2col_split", _im2col_split, parallel=True)
-
-    def step(x, cols, oh, ow, *window):  # type: ignore[no-untyped-def]
-        one = partial(serial, x, cols, oh, ow, *window)
-        if cols.size < SPLIT_OUTPUTS:
-            return one
-        return partial(compiled_kernels.split, one, partial(split, x, cols, oh, ow, *window), x.shape[0] * oh)
-
-    return step
+    args = (x, cols, oh, ow, *window)
+    serial = partial(compiled("im2col", _im2col), *args)
+    parallel = compiled("im2col_split", _im2col_split, parallel=True)
+    return compiled_kernels.split_step(serial, parallel, args, x.shape[0] * oh, cols.size >= SPLIT_OUTPUTS)
 
 
 def permute(x: Any, view: Any, y: Any) -> Any:
@@ -268,13 +257,10 @@ def permute(x: Any, view: Any, y: Any) -> Any:
     if len(kept) > 3:
         return None
     kept = [(1, 0)] * (3 - len(kept)) + kept
-    rows = y.reshape(*(d for d, _ in kept), view.shape[-1])
-    strides = tuple(st for _, st in kept)
-    one = partial(compiled("permute", _permute), x, rows, *strides)
-    if y.size < SPLIT_OUTPUTS:
-        return one
-    split = partial(compiled("permute_split", _permute_split, parallel=True), x, rows, *strides)
-    return partial(compiled_kernels.split, one, split, kept[0][0] * kept[1][0])
+    args = (x, y.reshape(*(d for d, _ in kept), view.shape[-1]), *(st for _, st in kept))
+    serial = partial(compiled("permute", _permute), *args)
+    parallel = compiled("permute_split", _permute_split, parallel=True)
+    return compiled_kernels.split_step(serial, parallel, args, kept[0][0] * kept[1][0], y.size >= SPLIT_OUTPUTS)
 
 
 def _bind() -> bool:

@@ -565,10 +565,10 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
             return [fused.step(x.reshape(m, c), y2)]
         if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
             cols = np.empty((m, k), x.dtype)
-            columns = fast.im2col() if fast.flat_float32(x) else None
+            window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
+            columns = fast.im2col(x, cols, oh, ow, *window) if fast.flat_float32(x) else None
             if columns is not None:
-                window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
-                return [columns(x, cols, oh, ow, *window), fused.step(cols, y2)]
+                return [columns, fused.step(cols, y2)]
             xp, steps = win.pad(x, 0.0)
             fill = partial(np.copyto, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win.im2col(xp, oh, ow))
             return [*steps, fill, fused.step(cols, y2)]
@@ -634,11 +634,12 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, 
             raise ValueError(f"depthwise convolution expects {channels} channels, found input shape {x.shape}")
         oh, ow = win.out_hw(h, wd)
         y = env.empty(n.output_id, (nb, oh, ow, c * mult))
-        compiled = fast.depthwise() if mult == 1 and x.dtype == y.dtype == np.float32 else None
-        if compiled is not None:  # one pass with the bias and the clamp (fast.py)
+        if mult == 1 and x.dtype == y.dtype == np.float32:  # one pass with the bias and the clamp (fast.py)
             bias = env[n.bias_id].reshape(-1) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(0, np.float32)
             window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
-            return [compiled(x, first_column, bias, y, *window, np.float32(act[0]), np.float32(act[1]))]
+            compiled = fast.depthwise(x, first_column, bias, y, *window, np.float32(act[0]), np.float32(act[1]))
+            if compiled is not None:
+                return [compiled]
         views, steps = win.tap_views(x, 0.0)
         acc = y if mult == 1 else y.reshape(nb, oh, ow, c, mult)
         tmp = np.empty_like(acc)
@@ -955,7 +956,7 @@ def _transpose(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         x = env[n.input_id]
         view = x.transpose(perm)
         y = env.empty(n.output_id, view.shape)
-        runs = fast.permute(x, view, y) if perm and perm[-1] == x.ndim - 1 and view.shape[-1] >= 8 else None
+        runs = fast.permute(x, view, y) if view.ndim and view.shape[-1] >= 8 else None  # runs of 8 or more
         if runs is not None:  # the fast tier: runs of the last axis, over the threads
             return [runs]
         if 1 < view.shape[-1] <= _SHORT_LAST_AXIS and view.ndim > 1 and view.strides[-1] != view.itemsize:
@@ -1048,7 +1049,7 @@ def _batch_matmul(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             raise ValueError(f"batch matmul of shapes {a.shape} and {b.shape} does not line up")
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         y = env.empty(n.output_id, batch + (a.shape[-2], b.shape[-1]))
-        packed = gemm.BatchMatmul.step(a, b, y) if fast.usable() else None
+        packed = gemm.batch_matmul(a, b, y) if fast.usable() else None
         return [partial(np.matmul, a, b, out=y) if packed is None else packed]
 
     return plan

@@ -123,6 +123,13 @@ def split(serial: Any, parallel: Any, limit: int) -> None:
         SPLITS = _threading_layer() != "workqueue"
 
 
+def split_step(serial: Any, parallel: Any, args: tuple, limit: int, worth: bool) -> Any:
+    """The step of a kernel that may split: ``serial`` (a bound call) where splitting is not ``worth`` it (too
+    little work), else the call of :func:`split` choosing at each call between it and ``parallel`` bound to
+    ``args`` (the parts come last), over at most ``limit`` parts."""
+    return partial(split, serial, partial(parallel, *args), limit) if worth else serial
+
+
 def splits(step: Any) -> bool:
     """Whether ``step`` is a call of :func:`split` (it may run numba's threads)."""
     return isinstance(step, partial) and step.func is split
@@ -627,11 +634,8 @@ def rows_step(name: str, *args: Any) -> Any:
     serial = kernel(name)
     if serial is None:
         return None
-    step = partial(serial, *args)
-    if args[0].size < SPLIT_ELEMENTS:
-        return step
     parallel = compiled(f"{name}_split", _SPLIT_FORMS[name], parallel=True, **_KERNELS[name][1])
-    return partial(split, step, partial(parallel, *args), args[0].shape[0])
+    return split_step(partial(serial, *args), parallel, args, args[0].shape[0], args[0].size >= SPLIT_ELEMENTS)
 
 
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that

@@ -27,7 +27,7 @@ while the tiles run. With more than one thread (``compiled.get_num_threads``, re
 SPLIT_MACS multiply-adds, the work is cut in two: by panels when the weights are the larger operand, by rows
 otherwise, run by numba's ``prange``; each output is computed as on one thread (same bits).
 
-:class:`BatchMatmul` runs the same tiles on products whose right operand changes at every call (attention's
+:func:`batch_matmul` runs the same tiles on products whose right operand changes at every call (attention's
 scores and weighted values): each batch's [K, N] operand is packed into a scratch buffer per call, which costs
 K x N copies against M x K x N multiply-adds, so it is taken from 6 rows on. On ViT-tiny's [3, 197, 64] x
 [3, 64, 197] it runs in 124 us at 2 threads, where OpenBLAS took 199 us on the one thread it has beside
@@ -286,55 +286,48 @@ class PackedGemm:
             return partial(_in_turn, partial(np.copyto, flat, x2), self.step(flat, y2))
         args = (y2, x2, self.wp, self.bias, self.lo, self.hi)
         serial = partial(compiled.compiled("gemm", _gemm), *args)
-        if x2.shape[0] * self.k * self.n < SPLIT_MACS:
-            return serial
-        parallel = partial(compiled.compiled("gemm_split", _gemm_split, parallel=True), *args)
-        return partial(compiled.split, serial, parallel, max(self.wp.shape[0], -(-x2.shape[0] // ROWS)))
+        parallel = compiled.compiled("gemm_split", _gemm_split, parallel=True)
+        limit = max(self.wp.shape[0], -(-x2.shape[0] // ROWS))
+        return compiled.split_step(serial, parallel, args, limit, x2.shape[0] * self.k * self.n >= SPLIT_MACS)
 
 
-class BatchMatmul:
-    """``out[i] = a[i] @ b[i]`` over the leading dimensions of two float32 operands that change at every call
-    (attention's scores and weighted values): each batch of ``b`` packed into a scratch buffer per call (K x N
-    floats against M x K x N multiply-adds), then the packed GEMM's tiles, over the threads from SPLIT_MACS
-    multiply-adds. :meth:`step` returns None where the operands do not suit it (the caller keeps
-    ``np.matmul``)."""
-
-    @staticmethod
-    def step(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
-        """The call computing ``out`` from ``a`` [..., M, K] and ``b`` [..., K, N] (the same leading
-        dimensions, ``b`` at any strides, e.g. a transposed view), or None: without the tier, for other dtypes
-        or shapes, or where ``a`` or ``out`` would need copying to be read as [B, M, K] and [B, M, N]."""
-        if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or out.shape != a.shape[:-1] + b.shape[-1:]:
-            return None
-        if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out) or not _bind():
-            return None
-        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-        if out.size * k < BATCH_MACS or m < ROWS:  # packing B costs K x N: a decode step's one row would not repay it
-            return None
-        a3, out3 = a.reshape(-1, m, k), out.reshape(-1, m, n)
-        try:
-            b3 = np.reshape(b, (a3.shape[0], k, n), copy=False)
-        except ValueError:  # only a copy could merge its leading axes
-            return None
-        panels = (a3.shape[0], -(-n // WIDTH), k, WIDTH)
-        args = (out3, a3, b3, panels, np.zeros(panels[1] * WIDTH, np.float32))
-        serial = partial(_batched, compiled.compiled("bmm", _bmm), *args, 1)
-        if a3.shape[0] * m * k * n < SPLIT_MACS:
-            return serial
-        parallel = partial(_batched, compiled.compiled("bmm_split", _bmm, parallel=True), *args)
-        return partial(compiled.split, serial, parallel, a3.shape[0] * -(-m // ROWS))
+def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
+    """The step ``out[i] = a[i] @ b[i]`` over the leading dimensions of float32 operands that change at every
+    call (attention's scores and weighted values): each batch of ``b`` packed into a scratch buffer per call
+    (K x N floats against M x K x N multiply-adds), then the packed GEMM's tiles, over the threads from
+    SPLIT_MACS multiply-adds. ``a`` [..., M, K] and ``b`` [..., K, N] have the same leading dimensions, ``b``
+    at any strides (e.g. a transposed view). None (the caller keeps ``np.matmul``) without the tier, for other
+    dtypes or shapes, for fewer than 6 rows, or where ``a`` or ``out`` would need copying to be read as
+    [B, M, K] and [B, M, N]."""
+    if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or out.shape != a.shape[:-1] + b.shape[-1:]:
+        return None
+    if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out) or not _bind():
+        return None
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if out.size * k < BATCH_MACS or m < ROWS:  # packing B costs K x N: a decode step's one row would not repay it
+        return None
+    a3, out3 = a.reshape(-1, m, k), out.reshape(-1, m, n)
+    try:
+        b3 = np.reshape(b, (a3.shape[0], k, n), copy=False)
+    except ValueError:  # only a copy could merge its leading axes
+        return None
+    panels = (a3.shape[0], -(-n // WIDTH), k, WIDTH)
+    args = (out3, a3, b3, panels, math.prod(panels), np.zeros(panels[1] * WIDTH, np.float32))
+    serial = partial(_batched, compiled.compiled("bmm", _bmm), *args, 1)
+    parallel = partial(_batched, compiled.compiled("bmm_split", _bmm, parallel=True))
+    limit = a3.shape[0] * -(-m // ROWS)
+    return compiled.split_step(serial, parallel, args, limit, a3.shape[0] * m * k * n >= SPLIT_MACS)
 
 
 _SCRATCH = threading.local()
 
 
 def _batched(
-    kernel: Any, out: np.ndarray, a: np.ndarray, b: np.ndarray, panels: tuple, bias: np.ndarray, parts: int
+    kernel: Any, out: np.ndarray, a: np.ndarray, b: np.ndarray, panels: tuple, size: int, bias: np.ndarray, parts: int
 ) -> None:
     """``kernel`` (``_bmm``) with ``b``'s panels packed into the calling thread's scratch buffer, which every
     batched product shares (grown to the largest): an LLM prefill's attention, one product per layer, would
-    otherwise hold a buffer each."""
-    size = math.prod(panels)
+    otherwise hold a buffer each. ``size`` is the panels' element count (computed at load)."""
     buffer = getattr(_SCRATCH, "buffer", None)
     if buffer is None or buffer.size < size:
         buffer = _SCRATCH.buffer = np.empty(size, np.float32)

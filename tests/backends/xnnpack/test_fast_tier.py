@@ -53,19 +53,15 @@ def test_compiled_depthwise_equals_the_numpy_path(stride, padding, dilation, bia
 
 
 @needs_numba
-def test_the_depthwise_rows_split_over_threads_give_the_bits_of_one(monkeypatch):
-    from edgetorch.runtime.kernels import compiled
+def test_the_depthwise_rows_split_over_threads_give_the_bits_of_one(monkeypatch, kernel_threads):
 
     torch.manual_seed(2)
     module, x = Depthwise(16, 2, 1, 1, True), torch.randn(3, 16, 13, 11)
     monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
-    try:
-        compiled.set_num_threads(2)
-        split = outputs(module, x, True, monkeypatch)
-        compiled.set_num_threads(1)
-        serial = outputs(module, x, True, monkeypatch)
-    finally:
-        compiled._threads = None
+    kernel_threads(2)
+    split = outputs(module, x, True, monkeypatch)
+    kernel_threads(1)
+    serial = outputs(module, x, True, monkeypatch)
     np.testing.assert_array_equal(split, serial)
 
 
@@ -123,7 +119,7 @@ class Attention(torch.nn.Module):
 
 
 @needs_numba
-def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monkeypatch):
+def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monkeypatch, kernel_threads):
     """Attention's two batch matmuls take the batched packed GEMM, the softmax and GELU split over the threads
     (sizes past their thresholds), and the delegate then holds BLAS to one thread while it runs."""
     from edgetorch.backends.xnnpack.runtime import XnnpackBackend
@@ -139,11 +135,8 @@ def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monk
         return handles[-1]
 
     monkeypatch.setattr(XnnpackBackend, "init", capture)
-    try:
-        compiled.set_num_threads(2)
-        got = outputs(Attention(), x, True, monkeypatch)
-    finally:
-        compiled._threads = None
+    kernel_threads(2)
+    got = outputs(Attention(), x, True, monkeypatch)
     (delegate,) = handles
     steps = [s for plan in delegate.plans.values() for s in plan.steps]
     kernels = [s.args[0].func for s in steps if compiled.splits(s)]
@@ -177,20 +170,16 @@ def _reference_columns(x, kh, kw, sh, sw, dh, dw, top, left, bottom, right):
 )  # fmt: skip
 @pytest.mark.parametrize("threads", [1, 2])
 def test_compiled_im2col_copies_the_windows_and_zeros_the_padding(
-    shape, kernel, stride, dilation, padding, threads, monkeypatch
+    shape, kernel, stride, dilation, padding, threads, monkeypatch, kernel_threads
 ):
     x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
     top, left, bottom, right = padding
     want, oh, ow = _reference_columns(x, *kernel, *stride, *dilation, top, left, bottom, right)
     got = np.full_like(want, np.nan)
     monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
-    from edgetorch.runtime.kernels import compiled
 
-    try:
-        compiled.set_num_threads(threads)
-        fast.im2col()(x, got, oh, ow, *kernel, *stride, *dilation, top, left)()
-    finally:
-        compiled._threads = None
+    kernel_threads(threads)
+    fast.im2col(x, got, oh, ow, *kernel, *stride, *dilation, top, left)()
     np.testing.assert_array_equal(got, want)
 
 
@@ -222,8 +211,7 @@ def test_an_image_input_and_a_strided_stem_give_eager_results_on_both_tiers(monk
      ((2, 3, 4, 5, 16), (0, 2, 1, 3, 4))],
 )  # fmt: skip
 @pytest.mark.parametrize("threads", [1, 2])
-def test_compiled_permute_copies_runs_of_the_last_axis_exactly(shape, perm, threads, monkeypatch):
-    from edgetorch.runtime.kernels import compiled
+def test_compiled_permute_copies_runs_of_the_last_axis_exactly(shape, perm, threads, monkeypatch, kernel_threads):
 
     x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
     view = x.transpose(perm)
@@ -233,11 +221,8 @@ def test_compiled_permute_copies_runs_of_the_last_axis_exactly(shape, perm, thre
     if sum(d != 1 for d in view.shape[:-1]) > 3:
         assert step is None  # four leading axes longer than 1: np.copyto keeps it
         return
-    try:
-        compiled.set_num_threads(threads)
-        step()
-    finally:
-        compiled._threads = None
+    kernel_threads(threads)
+    step()
     np.testing.assert_array_equal(y, view)
 
 

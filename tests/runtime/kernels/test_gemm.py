@@ -57,18 +57,15 @@ def test_the_clamp_keeps_nan_and_infinities_as_a_clip_does():
 
 @needs_tier
 @pytest.mark.parametrize("m,k,n", [(8, 300, 200), (300, 40, 24)])  # split by panels, then by rows
-def test_two_threads_give_the_bits_of_one(m, k, n, monkeypatch):
+def test_two_threads_give_the_bits_of_one(m, k, n, monkeypatch, kernel_threads):
     x, w, b = _case(m, k, n, seed=3)
     packed = gemm.PackedGemm(w, b)
     one, two = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
     monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
-    compiled.set_num_threads(1)
-    try:
-        packed.step(x, one)()
-        compiled.set_num_threads(2)
-        packed.step(x, two)()
-    finally:
-        compiled._threads = None
+    kernel_threads(1)
+    packed.step(x, one)()
+    kernel_threads(2)
+    packed.step(x, two)()
     np.testing.assert_array_equal(one, two)
 
 
@@ -116,7 +113,7 @@ def _batched(shape_a, shape_b, transposed=False, seed=5):
 )  # fmt: skip
 def test_batch_matmul_matches_a_float64_product(shape_a, shape_b, transposed):
     a, b, out = _batched(shape_a, shape_b, transposed)
-    step = gemm.BatchMatmul.step(a, b, out)
+    step = gemm.batch_matmul(a, b, out)
     assert step is not None
     step()
     want = a.astype(np.float64) @ b.astype(np.float64)
@@ -129,36 +126,33 @@ def test_batch_matmul_matches_a_float64_product(shape_a, shape_b, transposed):
 
 
 @needs_tier
-def test_batch_matmul_on_two_threads_gives_the_bits_of_one(monkeypatch):
+def test_batch_matmul_on_two_threads_gives_the_bits_of_one(monkeypatch, kernel_threads):
     a, b, one = _batched((3, 50, 40), (3, 40, 30), transposed=True, seed=6)
     two = np.empty_like(one)
     monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
-    compiled.set_num_threads(1)
-    try:
-        gemm.BatchMatmul.step(a, b, one)()
-        compiled.set_num_threads(2)
-        step = gemm.BatchMatmul.step(a, b, two)
-        assert compiled.splits(step)
-        step()
-    finally:
-        compiled._threads = None
+    kernel_threads(1)
+    gemm.batch_matmul(a, b, one)()
+    kernel_threads(2)
+    step = gemm.batch_matmul(a, b, two)
+    assert compiled.splits(step)
+    step()
     np.testing.assert_array_equal(one, two)
 
 
 @needs_tier
 def test_batch_matmul_declines_what_it_does_not_take():
     a, b, out = _batched((3, 20, 40), (3, 40, 30))
-    assert gemm.BatchMatmul.step(a, b, out) is not None
-    assert gemm.BatchMatmul.step(a[:1], b, out[:1]) is None  # broadcast batch
-    assert gemm.BatchMatmul.step(a.astype(np.float64), b.astype(np.float64), out.astype(np.float64)) is None
-    assert gemm.BatchMatmul.step(a[:, :, :8], b[:, :8, :4], out[:, :, :4].copy()) is None  # too small to pay
-    assert gemm.BatchMatmul.step(a[:, ::2], b, out[:, ::2]) is None  # strided rows: np.matmul keeps it
+    assert gemm.batch_matmul(a, b, out) is not None
+    assert gemm.batch_matmul(a[:1], b, out[:1]) is None  # broadcast batch
+    assert gemm.batch_matmul(a.astype(np.float64), b.astype(np.float64), out.astype(np.float64)) is None
+    assert gemm.batch_matmul(a[:, :, :8], b[:, :8, :4], out[:, :, :4].copy()) is None  # too small to pay
+    assert gemm.batch_matmul(a[:, ::2], b, out[:, ::2]) is None  # strided rows: np.matmul keeps it
     row, one = a[:, :1].copy(), out[:, :1].copy()  # one row (a decode step): packing B would cost more than the product
-    assert gemm.BatchMatmul.step(row, b, one) is None
+    assert gemm.batch_matmul(row, b, one) is None
     wide = np.zeros((2, 3, 40, 30), np.float32)
     odd = wide.transpose(1, 0, 2, 3)  # leading axes that only a copy could merge
     a4, o4 = np.zeros((3, 2, 20, 40), np.float32), np.zeros((3, 2, 20, 30), np.float32)
-    assert gemm.BatchMatmul.step(a4, odd, o4) is None
+    assert gemm.batch_matmul(a4, odd, o4) is None
 
 
 @needs_tier
@@ -166,7 +160,7 @@ def test_batched_products_share_one_scratch_buffer_and_stay_right():
     """Every batched product packs into the calling thread's one scratch buffer (an LLM prefill's attention would
     otherwise hold a buffer a layer); interleaved calls of different sizes still give each its product."""
     small, large = _batched((2, 12, 40), (2, 40, 30), seed=8), _batched((3, 40, 50), (3, 50, 70), True, seed=9)
-    steps = [gemm.BatchMatmul.step(*small), gemm.BatchMatmul.step(*large)]
+    steps = [gemm.batch_matmul(*small), gemm.batch_matmul(*large)]
     for _ in range(2):
         for step, (a, b, out) in zip(steps, (small, large)):
             out[...] = np.nan
