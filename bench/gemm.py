@@ -7,6 +7,10 @@ both; best of five timings of a loop sized to ~0.2 GFLOP, microseconds a call. U
 processes (bench/harness.py).
 
     python bench/gemm.py --threads 2
+
+``--winograd`` times ResNet-18's 3x3 stride-1 layers instead: Winograd's F(2x2, 3x3)
+(edgetorch/runtime/kernels/winograd.py) against the compiled im2col and the packed GEMM (what they ran
+before), both in one process; GFLOP/s counted as the direct convolution's 2 x 9 x C x OC a pixel.
 """
 
 from __future__ import annotations
@@ -65,11 +69,66 @@ def _time(contender: str, threads: int) -> list[float]:
     return times
 
 
+# (H, W, C, OC): ResNet-18's 3x3 stride-1 layers at 224 x 224, one image (the last, 7 x 7 x 512, stays direct)
+CONVOLUTIONS = [(56, 56, 64, 64), (28, 28, 128, 128), (14, 14, 256, 256), (7, 7, 512, 512)]
+
+
+def _winograd(threads: int) -> None:
+    """Print a table: each of CONVOLUTIONS by Winograd and by im2col + packed GEMM, with the bias, us a call."""
+    from edgetorch.backends.xnnpack import fast
+    from edgetorch.runtime.kernels import compiled, gemm, winograd
+
+    compiled.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    print(f"threads {threads}; us a call (direct-equivalent GFLOP/s)")
+    print("| H x W | C -> OC | Winograd F(2x2, 3x3) | im2col + packed GEMM | ratio |")
+    print("|---|---|---|---|---|")
+    for h, w, c, oc in CONVOLUTIONS:
+        x = rng.standard_normal((1, h, w, c), dtype=np.float32)
+        filt = rng.standard_normal((oc, 3, 3, c), dtype=np.float32)
+        b = rng.standard_normal(oc, dtype=np.float32)
+        y = np.empty((1, h, w, oc), np.float32)
+        minimal = winograd.step(x, winograd.prepare(filt), b, y, 1, 1, -np.inf, np.inf)
+        cols = np.empty((h * w, 9 * c), np.float32)
+        fill = fast.im2col(x, cols, h, w, 3, 3, 1, 1, 1, 1, 1, 1)
+        product = gemm.PackedGemm(np.ascontiguousarray(filt.transpose(1, 2, 3, 0).reshape(9 * c, oc)), b).step(
+            cols, y.reshape(h * w, oc)
+        )
+
+        def direct(fill=fill, product=product):
+            fill()
+            product()
+
+        times = []
+        for run in (minimal, direct):
+            run()
+            best = np.inf
+            for _ in range(5):
+                t = time.perf_counter()
+                for _ in range(20):
+                    run()
+                best = min(best, (time.perf_counter() - t) / 20)
+            times.append(best)
+        flops = 2 * 9 * h * w * c * oc
+        cells = " | ".join(f"{t * 1e6:.0f} ({flops / t / 1e9:.0f})" for t in times)
+        print(f"| {h} x {w} | {c} -> {oc} | {cells} | {times[0] / times[1]:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", choices=("edgetorch", "numpy"), help=argparse.SUPPRESS)
+    parser.add_argument("--winograd", action="store_true", help="ResNet-18's 3x3 layers: Winograd against direct")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.winograd and not args.child:  # re-run with OPENBLAS_* unset, as the GEMM table is
+        env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+        env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        cmd = [sys.executable, __file__, "--threads", str(args.threads), "--winograd", "--child"]
+        sys.exit(subprocess.run(cmd, env=env).returncode)
+    if args.winograd:
+        _winograd(args.threads)
+        return
     if args.only:
         print(json.dumps(_time(args.only, args.threads)))
         return

@@ -34,7 +34,7 @@ from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
 from edgetorch.runtime import etdump
 from edgetorch.runtime.backends import BackendInterface, register_backend
-from edgetorch.runtime.kernels import blas_threads, gemm
+from edgetorch.runtime.kernels import blas_threads, gemm, winograd
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 from edgetorch.runtime.memory import resize
 
@@ -551,6 +551,9 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
     w = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(groups, ocg, k).transpose(0, 2, 1))
     pointwise = win.kh == win.kw == win.sh == win.sw == 1 and not win.padded
     fused = _packed_gemm(w[0], g, n.bias_id, act) if groups == 1 else None
+    shape = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, groups, icg, ocg)
+    minimal = fused is not None and winograd.eligible(*shape)
+    transformed: list[np.ndarray] = []  # Winograd's weights, made by the first plan that takes them
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
@@ -563,6 +566,13 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
         y2 = y.reshape(m, groups * ocg)
         if fused is not None and pointwise:
             return [fused.step(x.reshape(m, c), y2)]
+        if minimal and winograd.worth(nb, oh, ow):  # 3x3, stride 1: 2.25x fewer multiply-adds
+            if not transformed:
+                transformed.append(winograd.prepare(g.constant(n.filter_id, "filter").reshape(ocg, 3, 3, icg)))
+            bias = g.constants.get(n.bias_id) if n.bias_id != xs.INVALID_VALUE_ID else None
+            step = winograd.step(x, transformed[0], bias, y, win.top, win.left, *act)
+            if step is not None:
+                return [step]
         if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
             cols = np.empty((m, k), x.dtype)
             window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)

@@ -14,6 +14,7 @@ import torch
 from edgetorch.backends.xnnpack import XnnpackPartitioner, fast
 from edgetorch.exir import to_edge_transform_and_lower
 from edgetorch.runtime import Runtime
+from edgetorch.runtime.kernels import winograd
 
 needs_numba = pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
 
@@ -202,6 +203,39 @@ def test_an_image_input_and_a_strided_stem_give_eager_results_on_both_tiers(monk
     with torch.no_grad():
         np.testing.assert_allclose(compiled_tier, Stem()(x).numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(compiled_tier, outputs(Stem(), x, False, monkeypatch), rtol=1e-5, atol=1e-5)
+
+
+class Block(torch.nn.Module):
+    """A ResNet basic block: two 3x3 stride-1 convolutions (the first followed by batch norm and ReLU) and the
+    residual."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        torch.manual_seed(7)
+        self.conv1 = torch.nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(channels)
+        self.conv2 = torch.nn.Conv2d(channels, channels, 3, 1, 1)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        return torch.relu(self.conv2(torch.relu(self.bn(self.conv1(x)))) + x)
+
+
+@needs_numba
+def test_3x3_convolutions_run_winograd_and_give_eager_results_on_both_tiers(monkeypatch):
+    """Both convolutions of the block (16 channels, 7 x 6 output tiles) take winograd.py's F(2x2, 3x3):
+    eager's results within float32 rounding, as on the NumPy tier."""
+    taken = []
+    step = winograd.step
+    monkeypatch.setattr(winograd, "step", lambda *args: taken.append(step(*args)) or taken[-1])
+    x = torch.randn(1, 16, 14, 12, generator=torch.Generator().manual_seed(8))
+    compiled_tier = outputs(Block(16), x, True, monkeypatch)
+    assert len(taken) == 2 and all(s is not None for s in taken)
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled_tier, Block(16).eval()(x).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compiled_tier, outputs(Block(16), x, False, monkeypatch), rtol=1e-5, atol=1e-5)
 
 
 @needs_numba
