@@ -489,6 +489,19 @@ def _packed_gemm(
     return gemm.PackedGemm(w, bias, *act)
 
 
+def _winograd_weights(n: Any, g: _Graph, ocg: int, icg: int) -> np.ndarray | None:
+    """A 3x3 convolution's weights in Winograd's form (runtime/kernels/winograd.py) when the fast tier is
+    usable and its filter and bias (if any) are float32 constants, else None."""
+    filt = g.constants.get(n.filter_id)
+    bias = g.constants.get(n.bias_id) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(ocg, np.float32)
+    if not fast.usable() or filt is None or bias is None or bias.size != ocg:
+        return None
+    if filt.dtype != np.float32 or bias.dtype != np.float32:
+        return None
+    g.own_threads = True
+    return winograd.prepare(filt.reshape(ocg, 3, 3, icg))
+
+
 def _add_to_rows(y2: np.ndarray, row: np.ndarray) -> Step:
     """The step y2 += row on every row of the C-contiguous [M, C] ``y2``.
 
@@ -550,10 +563,20 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
     # [OC, KH, KW, ICg] -> per group [K, OCg], so that columns @ w is the convolution.
     w = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(groups, ocg, k).transpose(0, 2, 1))
     pointwise = win.kh == win.kw == win.sh == win.sw == 1 and not win.padded
-    fused = _packed_gemm(w[0], g, n.bias_id, act) if groups == 1 else None
-    shape = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, groups, icg, ocg)
-    minimal = fused is not None and winograd.eligible(*shape)
-    transformed: list[np.ndarray] = []  # Winograd's weights, made by the first plan that takes them
+    minimal = winograd.eligible(win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, groups, icg, ocg)
+    # The packed weights: a 3x3 stride-1 layer makes the form its first plan takes (Winograd's, or the
+    # direct GEMM's for an output of few tiles), so that it does not hold both.
+    forms: dict[str, Any] = {}
+
+    def packed(form: str) -> Any:
+        if form not in forms:
+            forms[form] = (
+                _winograd_weights(n, g, ocg, icg) if form == "winograd" else _packed_gemm(w[0], g, n.bias_id, act)
+            )
+        return forms[form]
+
+    if groups == 1 and not minimal:
+        packed("direct")
 
     def plan(env: _Env) -> list:
         x = env[n.input1_id]
@@ -564,15 +587,14 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
         y = env.empty(n.output_id, (nb, oh, ow, groups * ocg))
         m = nb * oh * ow
         y2 = y.reshape(m, groups * ocg)
-        if fused is not None and pointwise:
-            return [fused.step(x.reshape(m, c), y2)]
-        if minimal and winograd.worth(nb, oh, ow):  # 3x3, stride 1: 2.25x fewer multiply-adds
-            if not transformed:
-                transformed.append(winograd.prepare(g.constant(n.filter_id, "filter").reshape(ocg, 3, 3, icg)))
+        if minimal and winograd.worth(nb, oh, ow) and packed("winograd") is not None:  # 2.25x fewer products
             bias = g.constants.get(n.bias_id) if n.bias_id != xs.INVALID_VALUE_ID else None
-            step = winograd.step(x, transformed[0], bias, y, win.top, win.left, *act)
+            step = winograd.step(x, packed("winograd"), bias, y, win.top, win.left, *act)
             if step is not None:
                 return [step]
+        fused = packed("direct") if groups == 1 else None
+        if fused is not None and pointwise:
+            return [fused.step(x.reshape(m, c), y2)]
         if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
             cols = np.empty((m, k), x.dtype)
             window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
@@ -700,13 +722,19 @@ def _deconvolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     return plan
 
 
-def _pooling(n: Any, what: str, fill: float, combine: np.ufunc, env: _Env) -> tuple[np.ndarray, list, tuple]:
-    """Allocate the pooled output and the steps that fold every window tap into it with ``combine``."""
+def _pooling(
+    n: Any, what: str, fill: float, combine: np.ufunc, env: _Env, compiled: Callable | None = None
+) -> tuple[np.ndarray, list, tuple]:
+    """Allocate the pooled output and the steps that fold every window tap into it with ``combine``, or the
+    fast tier's one pass (``compiled``, as fast.max_pool) when it takes the arrays."""
     win = _pool_window(n)
     x = env[n.input_id]
     nb, h, wd, c = _nhwc(x, what)
     oh, ow = win.out_hw(h, wd)
     y = env.empty(n.output_id, (nb, oh, ow, c))
+    one_pass = compiled and compiled(x, y, win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
+    if one_pass:
+        return y, [one_pass], (win, h, wd, oh, ow)
     views, steps = win.tap_views(x, fill)
     for t, view in enumerate(views):
         steps.append(partial(np.copyto, y, view) if t == 0 else partial(combine, y, view, out=y))
@@ -715,7 +743,7 @@ def _pooling(n: Any, what: str, fill: float, combine: np.ufunc, env: _Env) -> tu
 
 @_compiles(xs.XNNMaxPooling2d)
 def _max_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    return lambda env: _pooling(n, "max pooling", -np.inf, np.maximum, env)[1]
+    return lambda env: _pooling(n, "max pooling", -np.inf, np.maximum, env, fast.max_pool)[1]
 
 
 @_compiles(xs.XNNAvgPooling2d)

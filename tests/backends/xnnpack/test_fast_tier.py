@@ -184,6 +184,56 @@ def test_compiled_im2col_copies_the_windows_and_zeros_the_padding(
     np.testing.assert_array_equal(got, want)
 
 
+def _reference_max_pool(x, kh, kw, sh, sw, dh, dw, top, left, bottom, right):
+    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=-np.inf)
+    oh = (xp.shape[1] - dh * (kh - 1) - 1) // sh + 1
+    ow = (xp.shape[2] - dw * (kw - 1) - 1) // sw + 1
+    y = np.full((x.shape[0], oh, ow, x.shape[3]), -np.inf, np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            np.maximum(y, xp[:, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw], y)
+    return y
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("shape", "kernel", "stride", "dilation", "padding"),
+    [((1, 12, 12, 64), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)), ((2, 9, 7, 5), (2, 2), (2, 2), (1, 1), (0, 0, 0, 0)),
+     ((1, 10, 11, 8), (3, 2), (1, 2), (2, 1), (2, 1, 2, 0)), ((1, 11, 13, 8), (3, 3), (1, 1), (2, 2), (2, 2, 2, 2))],
+)  # fmt: skip
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_max_pool_equals_numpys_taps_and_keeps_nan(
+    shape, kernel, stride, dilation, padding, threads, monkeypatch, kernel_threads
+):
+    x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    x[0, 1, 2, :3] = np.nan
+    top, left, bottom, right = padding
+    want = _reference_max_pool(x, *kernel, *stride, *dilation, top, left, bottom, right)
+    got = np.full_like(want, 7.0)
+    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
+    kernel_threads(threads)
+    fast.max_pool(x, got, *kernel, *stride, *dilation, top, left)()
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got).any()
+
+
+class Pool(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.max_pool2d(x, 3, 2, 1)
+
+
+@needs_numba
+def test_a_lowered_max_pooling_gives_the_numpy_tiers_bits(monkeypatch):
+    taken = []
+    max_pool = fast.max_pool
+    monkeypatch.setattr(fast, "max_pool", lambda *args: taken.append(max_pool(*args)) or taken[-1])
+    x = torch.randn(2, 16, 15, 14, generator=torch.Generator().manual_seed(10))
+    compiled_tier = outputs(Pool(), x, True, monkeypatch)
+    assert len(taken) == 1 and taken[0] is not None
+    np.testing.assert_array_equal(compiled_tier, outputs(Pool(), x, False, monkeypatch))
+    np.testing.assert_array_equal(compiled_tier, Pool()(x).numpy())
+
+
 class Stem(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -78,6 +78,21 @@ def test_blocks_split_over_threads_give_the_bits_of_one(monkeypatch, kernel_thre
     np.testing.assert_allclose(split, _conv64(x, w, b, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
 
 
+@needs_tier
+def test_output_panels_split_over_threads_give_the_bits_of_one(monkeypatch, kernel_threads):
+    """With more transformed weights than transformed inputs, each thread takes a run of output channels and
+    transforms every tile's input itself."""
+    monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
+    x, w, b = _case(1, 5, 7, 16, 56, seed=3)  # 12 tiles, 4 panels (the last one half full)
+    kernel_threads(2)
+    split = _run(x, w, b, (1, 1, 1, 1), lo=-2.0, hi=3.0)
+    kernel_threads(1)
+    serial = _run(x, w, b, (1, 1, 1, 1), lo=-2.0, hi=3.0)
+    np.testing.assert_array_equal(split, serial)
+    want = np.clip(_conv64(x, w, b, (1, 1, 1, 1)), -2.0, 3.0)
+    np.testing.assert_allclose(split, want, rtol=1e-4, atol=1e-4)
+
+
 def test_eligible_shapes_and_enough_tiles():
     assert winograd.eligible(3, 3, 1, 1, 1, 1, 1, 64, 64)
     assert not winograd.eligible(3, 3, 2, 2, 1, 1, 1, 64, 64)  # stride 2
@@ -85,8 +100,8 @@ def test_eligible_shapes_and_enough_tiles():
     assert not winograd.eligible(5, 5, 1, 1, 1, 1, 1, 64, 64)
     assert not winograd.eligible(3, 3, 1, 1, 1, 1, 2, 64, 64)  # grouped
     assert not winograd.eligible(3, 3, 1, 1, 1, 1, 1, 3, 64)  # an image's 3 channels: not in vectors of 8
-    assert winograd.worth(1, 14, 14) and winograd.worth(2, 8, 8)
-    assert not winograd.worth(1, 7, 7)  # ResNet-18's last stage: 16 tiles
+    assert winograd.worth(1, 7, 7) and winograd.worth(2, 6, 6)  # ResNet-18's last stage: 16 tiles
+    assert not winograd.worth(1, 6, 6)
 
 
 @needs_tier
