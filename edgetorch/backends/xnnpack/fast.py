@@ -132,6 +132,30 @@ def _bias_clamp(y, bias, lo, hi):  # pragma: no cover - compiled
             row[ch] = v
 
 
+def _add_clamp_part(a, b, y, lo, hi, first, last):  # pragma: no cover - compiled
+    """Elements ``first`` .. ``last`` of the flat y = clamp(a + b, lo, hi): NumPy's add then clip, so the same
+    bits (NaN kept)."""
+    af, bf, yf = a.reshape(-1), b.reshape(-1), y.reshape(-1)
+    for q in range(np.uint64(first), np.uint64(last)):
+        v = af[q] + bf[q]
+        if v < lo:
+            v = lo
+        elif v > hi:
+            v = hi
+        yf[q] = v
+
+
+def _add_clamp(a, b, y, lo, hi):  # pragma: no cover - compiled
+    _add_clamp_part(a, b, y, lo, hi, 0, y.size)
+
+
+def _add_clamp_split(a, b, y, lo, hi, parts):  # pragma: no cover - compiled
+    step = -(-y.size // parts)
+    for p in prange(parts):
+        first = min(y.size, p * step)
+        _add_clamp_part(a, b, y, lo, hi, first, min(y.size, first + step))
+
+
 def _im2col_rows(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first, last):  # pragma: no cover
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the im2col buffer: cols[pixel,
     (ki, kj, c)] = x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c], zero outside the input (the padding, read
@@ -301,6 +325,19 @@ def im2col(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
     return compiled_kernels.split_step(serial, parallel, args, x.shape[0] * oh, cols.size >= SPLIT_OUTPUTS)
 
 
+def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
+    """The step y = clamp(a + b, lo, hi) in one pass for float32 C-contiguous arrays of one shape (a residual
+    add and its ReLU: ResNet-18's 56 x 56 x 64 ones 47 + 37 -> 31 us), from SPLIT_OUTPUTS values on over the
+    threads; the bits of NumPy's add then clip. None when the tier is not usable or for other arrays."""
+    if not flat_float32(a, b, y) or not a.shape == b.shape == y.shape or not _bind():
+        return None
+    args = (a, b, y, np.float32(lo), np.float32(hi))
+    serial = partial(compiled("add_clamp", _add_clamp), *args)
+    parallel = compiled("add_clamp_split", _add_clamp_split, parallel=True)
+    limit = -(-y.size // SPLIT_OUTPUTS)
+    return compiled_kernels.split_step(serial, parallel, args, limit, y.size >= 2 * SPLIT_OUTPUTS)
+
+
 def max_pool(x: Any, y: Any, *window: Any) -> Any:
     """The step of the max pooling of the NHWC float32 ``x`` into ``y`` (C-contiguous both; ``window`` is kh,
     kw, sh, sw, dh, dw, top, left) in one pass, the padding read in place, instead of a padded copy per
@@ -335,7 +372,7 @@ def permute(x: Any, view: Any, y: Any) -> Any:
 def _bind() -> bool:
     """Whether the tier is usable; on the first call, binds numba's ``prange`` and compiles the row helpers the
     split kernels call (numba resolves a kernel's globals when it compiles it)."""
-    global prange, _depthwise_rows, _im2col_rows, _permute_rows, _max_pool_rows, _larger
+    global prange, _depthwise_rows, _im2col_rows, _permute_rows, _max_pool_rows, _larger, _add_clamp_part
     if not usable():
         return False
     if prange is range:
@@ -347,6 +384,7 @@ def _bind() -> bool:
         _permute_rows = compiled("permute_rows", _permute_rows)
         _larger = numba.njit(cache=True, nogil=True, inline="always")(_larger)  # first: the row kernel calls it
         _max_pool_rows = compiled("max_pool_rows", _max_pool_rows)
+        _add_clamp_part = compiled("add_clamp_part", _add_clamp_part)
     return True
 
 

@@ -792,13 +792,17 @@ _BINARY = {
 
 
 @_compiles(*_BINARY)
-def _binary(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _binary(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
     ufunc = _BINARY[type(n)]
 
     def plan(env: _Env) -> list:
         a, b = env[n.input1_id], env[n.input2_id]
         y = env.empty(n.output_id, np.broadcast_shapes(a.shape, b.shape))
-        return [partial(ufunc, a, b, out=y)]
+        if ufunc is np.add and act != _NO_CLAMP:  # a residual add and its ReLU: one pass in the fast tier
+            fused = fast.add_clamp(a, b, y, *act)
+            if fused is not None:
+                return [fused]
+        return [partial(ufunc, a, b, out=y), *_clamp(y, y, *act)]
 
     return plan
 
@@ -1779,9 +1783,9 @@ def _compile_node(index: int, node: xs.XNode, g: _Graph) -> Planner:
     return _named_planner(index, kind, with_activation)
 
 
-_APPLY_ACTIVATION = (xs.XNNFullyConnected, xs.XNNConv2d, xs.XNNDepthwiseConv2d)
+_APPLY_ACTIVATION = (xs.XNNFullyConnected, xs.XNNConv2d, xs.XNNDepthwiseConv2d, *_BINARY)
 # Float nodes that write a fresh output buffer, so that a clamp reading only them can clamp it in place.
-_CLAMP_FUSABLE = (*_APPLY_ACTIVATION, xs.XNNConvTranspose2d, xs.XNNBatchMatrixMultiply, *_BINARY)
+_CLAMP_FUSABLE = (*_APPLY_ACTIVATION, xs.XNNConvTranspose2d, xs.XNNBatchMatrixMultiply)
 
 
 def _fuse_float_clamps(g: _Graph, xnodes: list, reads: list) -> list:

@@ -217,6 +217,21 @@ def test_compiled_max_pool_equals_numpys_taps_and_keeps_nan(
     assert np.isnan(got).any()
 
 
+@needs_numba
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_add_clamp_gives_numpys_add_then_clip(threads, monkeypatch, kernel_threads):
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((2, 9, 7, 40), dtype=np.float32), rng.standard_normal((2, 9, 7, 40), dtype=np.float32)
+    a[0, 0, 0, :2] = np.nan
+    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 64)
+    kernel_threads(threads)
+    got = np.empty_like(a)
+    fast.add_clamp(a, b, got, 0.0, 6.0)()
+    np.testing.assert_array_equal(got, np.clip(a + b, np.float32(0), np.float32(6)))
+    assert np.isnan(got[0, 0, 0, :2]).all()
+    assert fast.add_clamp(a, b[:, :1], got, 0.0, 6.0) is None  # a broadcast: NumPy's add and clip
+
+
 class Pool(torch.nn.Module):
     def forward(self, x):
         return torch.nn.functional.max_pool2d(x, 3, 2, 1)
