@@ -96,6 +96,9 @@ class _Graph:
         # Whether a node runs the packed GEMM, whose threads need BLAS on one thread (blas_threads.py).
         self.own_threads = False
         self.packed_bytes = 0  # packed copies of weights sgemm would read in place (_packed_gemm)
+        # Filters of centred integers (a quantized convolution's, run by the float planner), whose products
+        # must be summed exactly: never by Winograd's transforms, which round.
+        self.exact: set[int] = set()
         self.named_bytes = sum(memoryview(v).nbytes for v in named_data.values())  # the program's, not only ours
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
@@ -563,7 +566,8 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
     # [OC, KH, KW, ICg] -> per group [K, OCg], so that columns @ w is the convolution.
     w = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(groups, ocg, k).transpose(0, 2, 1))
     pointwise = win.kh == win.kw == win.sh == win.sw == 1 and not win.padded
-    minimal = winograd.eligible(win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, groups, icg, ocg)
+    shape = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, groups, icg, ocg)
+    minimal = winograd.eligible(*shape) and n.filter_id not in g.exact
     # The packed weights: a 3x3 stride-1 layer makes the form its first plan takes (Winograd's, or the
     # direct GEMM's for an output of few tiles), so that it does not hold both.
     forms: dict[str, Any] = {}
@@ -1603,6 +1607,8 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     if bias is not None and not dynamic and not fused_bias:
         bid = g.shadow(n.bias_id)
         g.constants[bid] = bias
+    if not dynamic:
+        g.exact.add(wid)
     inner = _COMPILERS[type(n)](
         dataclasses.replace(n, input1_id=xid, filter_id=wid, output_id=yid, bias_id=bid), node, g
     )

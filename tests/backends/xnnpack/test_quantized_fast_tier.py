@@ -125,3 +125,17 @@ def test_dynamically_quantized_patch_embedding_runs_as_on_executorch():
     # Float outputs of the same integer products: equal up to float32 rounding of the scales' products.
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * float(np.abs(theirs).max()))
     assert float(np.linalg.norm(want - ours) / np.linalg.norm(want)) < 0.05
+
+
+@needs_numba
+def test_static_int8_convolutions_never_take_winograd(monkeypatch):
+    """A static int8 convolution runs the float planner on centred integers, whose sums must be exact:
+    ResBlock's 8 -> 8 3x3 layer on 16 tiles would take Winograd's transforms (which round) as a float layer."""
+    from edgetorch.runtime.kernels import winograd
+
+    calls = []
+    monkeypatch.setattr(winograd, "step", lambda *args: calls.append(args))
+    pte, args = _edgetorch_pte("res", "static")
+    Runtime.get().load_program(pte).load_method("forward").execute([a.numpy() for a in args])
+    assert calls == []
+    assert winograd.eligible(3, 3, 1, 1, 1, 1, 1, 8, 8) and winograd.worth(1, 8, 8)
