@@ -19,10 +19,11 @@ The two transforms are LLVM vector IR (``_transforms``), eight channels a vector
 ran 5x slower than the GEMMs it feeds. So the convolutions taken have channels in multiples of 8.
 
 Numerics: the transforms add and subtract (and G halves), so the result differs from the direct sum by
-rounding only, about 1e-6 of the output's scale on ResNet-18's layers (tests/test_winograd.py compares it
-with float64). Where it pays (:func:`worth`): ResNet-18's 56x56x64 layers 1283 -> 770 us, 28x28x128
-1246 -> 700, 14x14x256 1331 -> 800 at 2 threads (bench/gemm.py --winograd); at 7x7x512 the 16 transformed
-weight matrices (16.8 MB, 1.8x the filter) are read for 16 tiles only, and the direct GEMM stays ahead.
+rounding only, about 1e-6 of the output's scale on ResNet-18's layers (tests/runtime/kernels/test_winograd.py
+compares it with float64). ResNet-18's layers at 2 threads (``bench/gemm.py --winograd``): 56x56x64
+1385 -> 692 us, 28x28x128 1263 -> 657, 14x14x256 1252 -> 659, 7x7x512 1301 -> 877 (where the 16 transformed
+weight matrices, 16.8 MB, 1.8x the filter, are read for 16 tiles: split by output channels, so each thread
+reads half). Fewer than MIN_TILES tiles keep the direct GEMM.
 
 Imports only NumPy, compiled.py and gemm.py (numba and llvmlite on the first compile).
 """
@@ -173,11 +174,11 @@ def _winograd_split(y, x, wp, bias, lo, hi, th, tw, top, left, block, parts):  #
 
 
 def _transforms() -> tuple[Any, Any]:
-    """The two transforms as numba intrinsics over ``count`` channels, eight a vector (``count`` a multiple of
-    8); offsets in floats:
+    """The two transforms as numba intrinsics over a run of channels, eight a vector (the run a multiple of 8);
+    offsets in floats:
 
-    ``input_tile(src, a, rs, cs, v, o, plane, count)``: d[i][j] = src[a + i rs + j cs + q], and
-    v[o + k plane + q] = (Bt d B)[k // 4][k % 4] for the 16 k, for q < count.
+    ``input_tile(src, a, rs, cs, v, o, plane)``: d[i][j] = src[a + i rs + j cs + q], and
+    v[o + k plane + q] = (Bt d B)[k // 4][k % 4] for the 16 k, for q < cs (a pixel's channels).
 
     ``output_tile(m, p, mp, bias, lo, hi, y, y00, y01, y10, y11, count)``: with M[k] = m[p + k mp + q], the
     2x2 outputs At M A plus bias[q], clamped to [lo, hi] (NaN kept, as the GEMM's clamp), stored at
