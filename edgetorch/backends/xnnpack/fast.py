@@ -18,7 +18,9 @@ products in its own order, so those layers agree with the NumPy tier's sgemm wit
 bit for bit.
 
 Convolutions that need im2col fill their columns in one compiled pass (``im2col``, the padding read in place),
-and transposes that keep the last axis last copy runs of it (``permute``), both over the threads.
+and transposes that keep the last axis last copy runs of it (``permute``), both over the threads; so do max
+pooling (``max_pool``) and a residual add with its clamp (``add_clamp``), each with NumPy's bits. (3x3
+stride-1 convolutions take Winograd's form: edgetorch/runtime/kernels/winograd.py.)
 
 GELU and softmax nodes take the portable kernels' compiled passes (``rows_step``). The tier is used when numba
 imports and ``EDGETORCH_FAST`` is not ``0``; without it (numba absent, or failing to import) every caller
@@ -327,7 +329,7 @@ def im2col(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
 
 def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
     """The step y = clamp(a + b, lo, hi) in one pass for float32 C-contiguous arrays of one shape (a residual
-    add and its ReLU: ResNet-18's 56 x 56 x 64 ones 47 + 37 -> 31 us), from SPLIT_OUTPUTS values on over the
+    add and its ReLU: ResNet-18's on 56 x 56 x 64, an add of 47-70 us and a clip of 37 -> 56-62 us), from SPLIT_OUTPUTS values on over the
     threads; the bits of NumPy's add then clip. None when the tier is not usable or for other arrays."""
     if not flat_float32(a, b, y) or not a.shape == b.shape == y.shape or not _bind():
         return None
