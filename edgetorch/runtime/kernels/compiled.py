@@ -563,51 +563,45 @@ def _bias_add(x, bias, r, out):  # pragma: no cover - compiled
 # The row kernels over numba's threads: each part a run of rows (elements for the GELUs), each row computed as on
 # one thread (same bits). One function a kernel, since numba binds the serial kernel a function calls (the
 # ``_row_*`` globals, set by _compile_helpers) when it compiles it.
-def _gelu_split(x, out, parts):  # pragma: no cover - compiled
-    n = x.shape[0]
+def _share(n, parts, t):  # pragma: no cover - compiled (inlined)
+    """Rows ``lo`` .. ``hi`` of ``n``: part ``t`` of ``parts`` runs of ceil(n / parts)."""
     run = -(-n // parts)
+    return min(n, t * run), min(n, (t + 1) * run)
+
+
+def _gelu_split(x, out, parts):  # pragma: no cover - compiled
     for t in _prange(parts):
-        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        lo, hi = _share(x.shape[0], parts, t)
         _row_gelu(x[lo:hi], out[lo:hi])
 
 
 def _gelu_tanh_split(x, out, parts):  # pragma: no cover - compiled
-    n = x.shape[0]
-    run = -(-n // parts)
     for t in _prange(parts):
-        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        lo, hi = _share(x.shape[0], parts, t)
         _row_gelu_tanh(x[lo:hi], out[lo:hi])
 
 
 def _softmax_split(x, out, safe, parts):  # pragma: no cover - compiled
-    n = x.shape[0]
-    run = -(-n // parts)
     for t in _prange(parts):
-        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        lo, hi = _share(x.shape[0], parts, t)
         _row_softmax(x[lo:hi], out[lo:hi], safe)
 
 
 def _layer_norm_split(x, weight, bias, eps, out, mean, rstd, parts):  # pragma: no cover - compiled
-    n = x.shape[0]
-    run = -(-n // parts)
     for t in _prange(parts):
-        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        lo, hi = _share(x.shape[0], parts, t)
         _row_layer_norm(x[lo:hi], weight, bias, eps, out[lo:hi], mean[lo:hi], rstd[lo:hi])
 
 
 def _bias_gelu_split(x, bias, out, tanh, parts):  # pragma: no cover - compiled
-    n = x.shape[0]
-    run = -(-n // parts)
     for t in _prange(parts):
-        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        lo, hi = _share(x.shape[0], parts, t)
         _row_bias_gelu(x[lo:hi], bias, out[lo:hi], tanh)
 
 
 def _bias_add_split(x, bias, r, out, parts):  # pragma: no cover - compiled
-    n = x.shape[0]
-    run = -(-n // parts)
     for t in _prange(parts):
-        lo, hi = min(n, t * run), min(n, (t + 1) * run)
+        lo, hi = _share(x.shape[0], parts, t)
         _row_bias_add(x[lo:hi], bias, r[lo:hi], out[lo:hi])
 
 
@@ -657,7 +651,7 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
 def _compile_helpers() -> None:
     """Replace the scalar helpers the kernels call with their compiled, inlined form (numba resolves a
     kernel's globals when it compiles it)."""
-    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps, _prange
+    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps, _prange, _share
     global _row_gelu, _row_gelu_tanh, _row_softmax, _row_layer_norm, _row_bias_gelu, _row_bias_add
     if not hasattr(_exp, "py_func"):
         import numba
@@ -669,5 +663,5 @@ def _compile_helpers() -> None:
         )
         inline = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
         _exp = inline(_exp)  # first: the helpers below call it
-        helpers = (_gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps)
-        _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps = (inline(fn) for fn in helpers)
+        helpers = (_gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps, _share)
+        _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps, _share = (inline(fn) for fn in helpers)

@@ -84,7 +84,8 @@ def step(
     full_bias = np.zeros(wp.shape[1] * gemm.WIDTH, np.float32)
     if bias is not None:
         full_bias[:oc] = bias.reshape(-1)
-    args = (y, x, wp, full_bias, np.float32(lo), np.float32(hi), th, tw, top, left, block)
+    zero = np.zeros_like(full_bias)  # the GEMMs' bias: the output transform adds the layer's
+    args = (y, x, wp, full_bias, zero, np.float32(lo), np.float32(hi), th, tw, top, left, block)
     serial = partial(compiled.compiled("winograd", _winograd), *args)
     parallel = compiled.compiled("winograd_split", _winograd_split, parallel=True)
     macs = tiles * 16 * c * oc
@@ -100,17 +101,16 @@ _gemm_part: Any = None
 prange: Any = range
 
 
-def _blocks(y, x, wp, bias, lo, hi, th, tw, top, left, block, first, last, p0, p1):  # pragma: no cover
+def _blocks(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, first, last, p0, p1):  # pragma: no cover
     """Tiles ``first`` .. ``last`` (t = (n * TH + i) * TW + j, the tile of outputs 2i, 2j of image n) in blocks
     of ``block``, output channels 16 p0 .. 16 p1 (panels p0 .. p1): the input transform into V [16, block, C],
-    16 GEMMs into M [16, block, OC], the output transform."""
+    16 GEMMs into M [16, block, OC] (their bias ``zero``), the output transform adding ``bias``."""
     nb, h, wd, c = x.shape
     oh, ow, oc = y.shape[1], y.shape[2], y.shape[3]
     xf, yf = x.reshape(-1), y.reshape(-1)
     v = np.empty(16 * block * c, np.float32)
     m = np.empty(16 * block * oc, np.float32)
     patch = np.zeros(16 * c, np.float32)
-    zero = np.zeros(wp.shape[1] * wp.shape[3], np.float32)
     inf = np.float32(np.inf)
     per_image = th * tw
     c0, channels = p0 * wp.shape[3], min(oc, p1 * wp.shape[3]) - p0 * wp.shape[3]
@@ -151,11 +151,11 @@ def _blocks(y, x, wp, bias, lo, hi, th, tw, top, left, block, first, last, p0, p
             _output_tile(mf, (t - b0) * oc + c0, rows * oc, bias[c0:], lo, hi, yf, y00, y01, y10, y11, channels)
 
 
-def _winograd(y, x, wp, bias, lo, hi, th, tw, top, left, block):  # pragma: no cover - compiled
-    _blocks(y, x, wp, bias, lo, hi, th, tw, top, left, block, 0, x.shape[0] * th * tw, 0, wp.shape[1])
+def _winograd(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block):  # pragma: no cover - compiled
+    _blocks(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, 0, x.shape[0] * th * tw, 0, wp.shape[1])
 
 
-def _winograd_split(y, x, wp, bias, lo, hi, th, tw, top, left, block, parts):  # pragma: no cover - compiled
+def _winograd_split(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, parts):  # pragma: no cover - compiled
     """``_winograd`` cut into ``parts`` runs on numba's threads (same bits): runs of blocks of tiles, or, when
     the transformed weights outnumber the transformed inputs, runs of output panels, each part transforming
     every tile's input, so that a thread reads only its share of the weights (as gemm's split: ResNet-18's
@@ -167,10 +167,10 @@ def _winograd_split(y, x, wp, bias, lo, hi, th, tw, top, left, block, parts):  #
     for p in prange(parts):
         if by_panels:
             p0 = min(panels, p * run)
-            _blocks(y, x, wp, bias, lo, hi, th, tw, top, left, block, 0, tiles, p0, min(panels, p0 + run))
+            _blocks(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, 0, tiles, p0, min(panels, p0 + run))
         else:
             first = min(tiles, p * run)
-            _blocks(y, x, wp, bias, lo, hi, th, tw, top, left, block, first, min(tiles, first + run), 0, panels)
+            _blocks(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, first, min(tiles, first + run), 0, panels)
 
 
 def _transforms() -> tuple[Any, Any]:
