@@ -517,7 +517,10 @@ def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
             shape = xa.shape
         else:
             (operand,) = _f32_arrays(ex, y)
-            shape = np.broadcast_shapes(xa.shape, operand.shape)
+            try:
+                shape = np.broadcast_shapes(xa.shape, operand.shape)
+            except ValueError:
+                raise _NoMatch from None  # the kernel's own check reports the mismatch, typed
         if shape != oa.shape or oa.ndim == 0:
             raise _NoMatch
         return 1, partial(_UFUNCS[name], xa, operand, out=oa)

@@ -154,3 +154,24 @@ def test_wrong_inputs(real_program):
     with pytest.raises(InvalidInputError, match="dimensions"):
         method.execute([inputs[0][0]])
     assert torch.is_tensor(torch.as_tensor(method.execute([torch.as_tensor(inputs[0])])[0]))
+
+
+def test_a_fused_add_whose_operands_do_not_broadcast():
+    """Static fusion binds a fixed-shape add straight to ``np.add``; a damaged file whose operand sizes cannot
+    broadcast must reach the add kernel's own typed check, not escape as NumPy's ValueError at load."""
+    from edgetorch.errors import ExecutionError
+    from tests.runtime.edit_program import edgetorch_pte, patched
+
+    class AddRow(torch.nn.Module):
+        def forward(self, x, y):
+            return x * 2 + y
+
+    data = edgetorch_pte(AddRow(), (torch.randn(2, 3), torch.randn(3)))
+
+    def shrink_row(program):
+        plan = program.execution_plan[0]
+        plan.values[plan.inputs[1]].val.sizes = [2]
+
+    method = Runtime.get().load_program(patched(data, shrink_row)).load_method("forward")
+    with pytest.raises(ExecutionError, match=r"aten::add\.out.*cannot be broadcast"):
+        method.execute([np.ones((2, 3), np.float32), np.ones(2, np.float32)])
