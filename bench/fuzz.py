@@ -226,6 +226,9 @@ from edgetorch.runtime import Runtime
 from edgetorch.format.ptd import load_ptd
 from edgetorch.backends.xnnpack.blob import parse_blob
 
+if sys.argv[4] == "torch":  # imported before the first case, so that no case's alarm pays for importing torch
+    from edgetorch.exir.etrecord import parse_etrecord  # noqa: F401
+
 PKG = os.path.dirname(os.path.dirname(sys.modules["edgetorch.errors"].__file__)) + os.sep + "edgetorch"
 lines = set()
 
@@ -257,11 +260,17 @@ def zeros_for(meta):
             out.append(np.zeros(tuple(info.sizes()), info.numpy_dtype))
     return out
 
+stage = "parse"
+
 def run(kind, data):
+    global stage
     if kind == "pte":
+        stage = "load"
         program = Runtime.get().load_program(data, max_memory=256 << 20)
         for name in sorted(program.method_names):
+            stage = "load_method"
             method = program.load_method(name)
+            stage = "execute"
             method.execute(zeros_for(method.metadata))
     elif kind == "ptd":
         ptd = load_ptd(data)
@@ -276,7 +285,9 @@ def run(kind, data):
 
         deserialize_etdump(data)
     elif kind == "bpte":
+        stage = "load"
         program = Runtime.get().load_program(data, max_memory=256 << 20)
+        stage = "load_method"
         program.load_method("forward")
     elif kind in ("gguf", "tokenizer"):
         from edgetorch.extension.llm.runner.gguf_reader import GGUFFile
@@ -297,6 +308,7 @@ for line in sys.stdin:
     name, kind = line.split()
     data = open(os.path.join(folder, name), "rb").read()
     lines.clear()
+    stage = "parse"
     sys.settrace(tracer)
     threading.settrace(tracer)
     signal.alarm(seconds)
@@ -314,7 +326,7 @@ for line in sys.stdin:
     finally:
         signal.alarm(0)
         sys.settrace(None)
-    print(json.dumps({"name": name, "outcome": outcome, "detail": detail,
+    print(json.dumps({"name": name, "outcome": outcome, "detail": detail, "stage": stage,
                       "lines": sorted(f"{os.path.basename(f)}:{n}" for f, n in lines)}), flush=True)
 """
 
@@ -374,7 +386,16 @@ def main() -> int:
     ap.add_argument("--seconds-per-case", type=int, default=10)
     ap.add_argument("--memory-mb", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--structure",
+        type=float,
+        default=0.5,
+        help="share of cases mutated in their decoded structure (bench/structure_mutation.py) rather than bytes",
+    )
     args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from bench.structure_mutation import mutate_structure
+
     rng = random.Random(args.seed)
     t0 = time.perf_counter()
     seeds = make_seeds()
@@ -383,6 +404,8 @@ def main() -> int:
     covered: set[str] = set()
     counts: collections.Counter = collections.Counter()
     by_kind: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    # mode ("bytes" / "structure") -> outcome and stage counts; a case "reached execution" when it got to execute
+    by_mode: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     failures: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="edgetorch-fuzz-") as folder_name:
         folder = pathlib.Path(folder_name)
@@ -401,15 +424,22 @@ def main() -> int:
             for j in range(min(args.batch, args.cases - done)):
                 kind, data, origin = rng.choice(corpus)
                 _, other, _ = rng.choice(corpus)
-                case = mutate(data, other, rng)
+                structured = mutate_structure(kind, data, rng) if rng.random() < args.structure else None
+                case = structured if structured is not None else mutate(data, other, rng)
+                mode = "bytes" if structured is None else "structure"
                 name = f"c{done + j}"
                 folder.joinpath(name).write_bytes(case)
-                batch.append((name, kind, case, origin))
-            results = run_batch(folder, [(n, k) for n, k, _, _ in batch], args.seconds_per_case, args.memory_mb)
-            for name, kind, case, origin in batch:
+                batch.append((name, kind, case, origin, mode))
+            results = run_batch(folder, [(n, k) for n, k, _, _, _ in batch], args.seconds_per_case, args.memory_mb)
+            for name, kind, case, origin, mode in batch:
                 record = results.get(name, {"outcome": "crash", "detail": "no answer", "lines": []})
                 counts[record["outcome"]] += 1
                 by_kind[kind][record["outcome"]] += 1
+                by_mode[mode][record["outcome"]] += 1
+                by_mode[mode]["cases"] += 1
+                if kind in ("pte", "bpte"):
+                    by_mode[mode][f"{kind} programs"] += 1
+                    by_mode[mode][f"{kind} reached {record.get('stage', 'crash')}"] += 1
                 new = set(record["lines"]) - covered
                 if new:
                     covered |= new
@@ -418,6 +448,7 @@ def main() -> int:
                     failures.append(
                         {
                             "kind": kind,
+                            "mode": mode,
                             "from": origin,
                             "sha256": hashlib.sha256(case).hexdigest(),
                             "outcome": record["outcome"],
@@ -437,6 +468,7 @@ def main() -> int:
         "cases": sum(counts.values()),
         "outcomes": dict(counts),
         "by_kind": {k: dict(v) for k, v in by_kind.items()},
+        "by_mode": {k: dict(v) for k, v in by_mode.items()},
         "seeds": sorted(seeds),
         "corpus_size": len(corpus),
         "lines_covered": len(covered),
