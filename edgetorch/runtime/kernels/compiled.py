@@ -38,6 +38,22 @@ AVAILABLE = os.environ.get("EDGETORCH_FAST", "1") != "0" and _found()
 
 _compiled: dict[str, Any] = {}
 
+# How long (in spin iterations) an idle thread of numba's OpenMP layer (libgomp) spins before it sleeps. libgomp
+# reads this once, when it loads, and spins 300,000 iterations by default: on a busy machine a thread that
+# waits at a barrier for a descheduled peer burns its time slice spinning, and a 2-thread run fell far below
+# the 1-thread one (docs/benchmarks.md, "Threads under load"). Set here unless the user chose a policy
+# (``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``); it holds where this module is imported before anything loads
+# libgomp (torch bundles its own copy under the same name).
+SPIN_COUNT = 0
+
+
+def _give_cores_back() -> None:
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+
+
+_give_cores_back()
+
 
 def usable() -> bool:
     """Whether the tier is on and numba imports. The first call imports numba; if that fails (installed but

@@ -1,0 +1,30 @@
+"""The runtime asks numba's OpenMP threads to sleep rather than spin while they wait (a spinning thread waiting
+for a descheduled peer made 2-thread runs far slower than 1-thread ones on a busy machine), unless the user set
+an OpenMP wait policy of their own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+_READ = "import edgetorch.runtime, os; print(os.environ.get('GOMP_SPINCOUNT'))"
+
+
+def _spin_count(**env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-c", _READ], env={**base, **env}, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_set_when_the_user_chose_nothing():
+    from edgetorch.runtime.kernels import compiled
+
+    assert _spin_count() == str(compiled.SPIN_COUNT)
+
+
+@pytest.mark.parametrize("env", [{"GOMP_SPINCOUNT": "12345"}, {"OMP_WAIT_POLICY": "active"}])
+def test_the_users_policy_is_kept(env):
+    assert _spin_count(**env) == env.get("GOMP_SPINCOUNT", "None")
