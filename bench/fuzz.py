@@ -445,6 +445,7 @@ def main() -> int:
                     covered |= new
                     corpus.append((kind, case, f"{origin}+"))
                 if record["outcome"] in BAD:
+                    print(f"[fuzz] {record['outcome']} ({mode}, {kind} from {origin}): {record['detail']}", flush=True)
                     failures.append(
                         {
                             "kind": kind,
