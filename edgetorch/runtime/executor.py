@@ -94,6 +94,12 @@ class MethodExecutor:
         self.vals: list[Any] = [None] * nvals
         for i, ev in enumerate(plan.values):
             self.vals[i] = self.bound[i] = self._make_value(i, ev.val, limit)
+        for n, j in enumerate(plan.inputs):
+            if isinstance(self.bound[j], np.ndarray) and not self.bound[j].flags.writeable:
+                raise ProgramLoadError(
+                    f"method {self.name!r}: input {n} is value {j}, a constant tensor; an input must be a planned "
+                    "or unplanned tensor or a scalar. The file is damaged or was not written by an ExecuTorch emitter"
+                )
         self.facts = PlanFacts(plan, self.instructions, self.slots, self.bound)
         self.static = self._is_static()
         self.operators = [op_key(op) for op in plan.operators]

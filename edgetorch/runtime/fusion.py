@@ -113,6 +113,10 @@ def apply_patterns(
                 length, step = pattern(plan, pc)
             except _NoMatch:
                 continue
+            except (ValueError, TypeError, IndexError, KeyError):
+                # A damaged program whose arguments are not of the kinds the pattern reads (a tensor where a
+                # scalar flag belongs): the instructions' own steps, bound and checked by their kernels, stay.
+                continue
             steps.append(step)
             pcs.append(pc)
             pc += length

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from edgetorch.errors import EdgetorchError, ProgramLoadError
+from edgetorch.format import program as fbp
 from edgetorch.format.pte import load_pte, save_pte
 from edgetorch.runtime import Runtime, Verification
 from tests.interop.models import MODELS
@@ -175,3 +176,54 @@ def test_a_fused_add_whose_operands_do_not_broadcast():
     method = Runtime.get().load_program(patched(data, shrink_row)).load_method("forward")
     with pytest.raises(ExecutionError, match=r"aten::add\.out.*cannot be broadcast"):
         method.execute([np.ones((2, 3), np.float32), np.ones(2, np.float32)])
+
+
+def _softmax_program() -> bytes:
+    from tests.runtime.edit_program import edgetorch_pte
+
+    class Softmax(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("scale", torch.full((2, 3), 2.0))
+
+        def forward(self, x):
+            return (x * self.scale).softmax(-1)
+
+    return edgetorch_pte(Softmax(), (torch.randn(2, 3),))
+
+
+def test_an_input_that_names_a_constant_is_refused_at_load():
+    """Found by structure-aware fuzzing: an input index pointing at a constant tensor (read-only file memory)
+    made set_inputs fail with NumPy's 'assignment destination is read-only'."""
+    from tests.runtime.edit_program import patched
+
+    def input_is_constant(program):
+        plan = program.execution_plan[0]
+        constant = next(
+            i for i, v in enumerate(plan.values) if isinstance(v.val, fbp.Tensor) and v.val.data_buffer_idx > 0
+        )
+        plan.inputs[0] = constant
+
+    with pytest.raises(ProgramLoadError, match="input 0 is value .*a constant tensor"):
+        Runtime.get().load_program(patched(_softmax_program(), input_is_constant)).load_method("forward")
+
+
+def test_a_fusion_pattern_reading_a_tensor_where_a_flag_belongs_declines():
+    """Found by structure-aware fuzzing: softmax's half_to_float flag replaced by a tensor made the static
+    softmax pattern raise NumPy's 'truth value of an array is ambiguous' at load. The pattern now declines and
+    the instruction runs as its kernel does, which takes the result dtype from the planned output and so
+    ignores the flag: the same result as the undamaged program."""
+    from tests.runtime.edit_program import patched
+
+    def flag_is_tensor(program):
+        plan = program.execution_plan[0]
+        for instruction in plan.chains[0].instructions:
+            call = instruction.instr_args
+            if isinstance(call, fbp.KernelCall) and "softmax" in plan.operators[call.op_index].name:
+                call.args[2] = call.args[0]
+
+    data = _softmax_program()
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    want = Runtime.get().load_program(data).load_method("forward").execute([x])[0]
+    method = Runtime.get().load_program(patched(data, flag_is_tensor)).load_method("forward")
+    np.testing.assert_array_equal(method.execute([x])[0], want)
