@@ -392,6 +392,9 @@ def main() -> int:
         default=0.5,
         help="share of cases mutated in their decoded structure (bench/structure_mutation.py) rather than bytes",
     )
+    ap.add_argument(
+        "--findings", type=pathlib.Path, default=None, help="folder to keep each failing case in, named by its hash"
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from bench.structure_mutation import mutate_structure
@@ -446,6 +449,9 @@ def main() -> int:
                     corpus.append((kind, case, f"{origin}+"))
                 if record["outcome"] in BAD:
                     print(f"[fuzz] {record['outcome']} ({mode}, {kind} from {origin}): {record['detail']}", flush=True)
+                    if args.findings is not None:
+                        args.findings.mkdir(parents=True, exist_ok=True)
+                        args.findings.joinpath(f"{hashlib.sha256(case).hexdigest()[:16]}.{kind}").write_bytes(case)
                     failures.append(
                         {
                             "kind": kind,
