@@ -17,6 +17,7 @@ import importlib.util
 import math
 import os
 import sys
+import time
 from functools import partial
 from typing import Any
 
@@ -59,12 +60,60 @@ def usable() -> bool:
     """Whether the tier is on and numba imports. The first call imports numba; if that fails (installed but
     broken, e.g. a llvmlite that does not match), the tier turns off and every caller keeps its NumPy path."""
     global AVAILABLE
-    if AVAILABLE:
+    if AVAILABLE and not COMPILING.listening:
         try:
-            import numba  # noqa: F401
+            import numba.core.event
         except ImportError:
             AVAILABLE = False
+        else:
+            COMPILING.listen(numba.core.event)
     return AVAILABLE
+
+
+class _Compiling:
+    """Counts numba's compilations in this process (cache misses: a kernel loaded from numba's on-disk cache is
+    not one) and says so on standard error when the first begins, so that a first run's pause of several
+    seconds is explained."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds = 0.0
+        self.listening = False
+        self._open: list[float] = []
+
+    def listen(self, event_module: Any) -> None:
+        """Register with numba's event API (``numba:compile`` events, begin and end of each compilation)."""
+        compiling = self
+
+        class Listener(event_module.Listener):
+            def on_start(self, event: Any) -> None:
+                compiling.begin()
+
+            def on_end(self, event: Any) -> None:
+                compiling.end()
+
+        event_module.register("numba:compile", Listener())
+        self.listening = True
+
+    def begin(self) -> None:
+        if self.count == 0 and not self._open:
+            print(
+                "edgetorch: compiling the fast tier's kernels for this machine; this happens once, numba keeps "
+                "them on disk (`edgetorch warmup PROGRAM` does it ahead of time)",
+                file=sys.stderr,
+                flush=True,
+            )
+        self._open.append(time.perf_counter())
+
+    def end(self) -> None:
+        if self._open:
+            begun = self._open.pop()
+            if not self._open:  # a kernel's helpers compile inside it: the outermost counts once
+                self.count += 1
+                self.seconds += time.perf_counter() - begun
+
+
+COMPILING = _Compiling()
 
 
 def _default_threads() -> int:
