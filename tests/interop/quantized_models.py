@@ -1,8 +1,9 @@
 """Quantized models shared by the interop and XNNPACK quantization tests and bench/quant.py.
 
 ``quantized(name, scheme)`` returns the float model, example inputs and the quantized
-``torch.export`` program: PT2E with our ``XNNPACKQuantizer`` (``static``, ``dynamic``)
-or torchao's ``quantize_`` (``8da4w``, ``8da8w``, ``embedding4``, ``embedding8``).
+``torch.export`` program: PT2E with our ``XNNPACKQuantizer`` (``static``, ``dynamic``, with
+per-channel weights; ``static_per_tensor``, one scale per weight tensor) or torchao's
+``quantize_`` (``8da4w``, ``8da8w``, ``embedding4``, ``embedding8``).
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ def quantized(
         return model, args, torch.export.export(q, args)
     dynamic = scheme == "dynamic"
     gm = torch.export.export(copy.deepcopy(model), args).module()
-    quantizer = quantizer_cls().set_global(config_fn(is_per_channel=True, is_dynamic=dynamic))
+    per_channel = scheme != "static_per_tensor"
+    quantizer = quantizer_cls().set_global(config_fn(is_per_channel=per_channel, is_dynamic=dynamic))
     prepared = prepare_pt2e(gm, quantizer)
     torch.manual_seed(2)
     for _ in range(4):  # calibration: the example inputs and a few more of the same distribution

@@ -49,6 +49,7 @@ _DTYPES = {
 _QUANTIZED_DTYPES = {
     xs.XNNDatatype.xnn_datatype_qint8: np.dtype(np.int8),
     xs.XNNDatatype.xnn_datatype_quint8: np.dtype(np.uint8),
+    xs.XNNDatatype.xnn_datatype_qint32: np.dtype(np.int32),  # a bias quantized per tensor
     xs.XNNDatatype.xnn_datatype_qcint8: np.dtype(np.int8),
     xs.XNNDatatype.xnn_datatype_qcint32: np.dtype(np.int32),
     xs.XNNDatatype.xnn_datatype_qdint8: np.dtype(np.int8),

@@ -225,7 +225,7 @@ class XnnpackGraphBuilder:
         self,
         data: torch.Tensor,
         datatype: xs.XNNDatatype,
-        scale: torch.Tensor,
+        scale: torch.Tensor | float,
         channel_dim: int,
         external_tag: str | None = None,
         group_size: int = 0,
@@ -233,10 +233,14 @@ class XnnpackGraphBuilder:
     ) -> int:
         """A new static value holding the integers ``data`` quantized per channel along ``channel_dim`` with
         ``scale``: the integers as named data keyed by their SHA-256, the float32 scales under ``scale_`` and the
-        SHA-256 of theirs, each with its own ``constant_data`` entry (the scales' named by ``scale_buffer_idx``)."""
-        if not bool(torch.isfinite(scale).all() and (scale > 0).all()):
+        SHA-256 of theirs, each with its own ``constant_data`` entry (the scales' named by ``scale_buffer_idx``).
+        A float ``scale`` quantizes the whole tensor (zero point 0): it is stored in the value itself."""
+        if not bool(torch.isfinite(torch.as_tensor(scale)).all() and (torch.as_tensor(scale) > 0).all()):
             raise XnnpackLoweringError(f"quantization scales must be finite and positive; found {scale}")
         index = self._named_constant(data.contiguous().numpy().tobytes(), external_tag)
+        if isinstance(scale, float):
+            quant = QuantSpec(datatype, xs.PerTensorQuant(scale=scale, zero_point=0))
+            return self._define(list(data.shape) if dims is None else list(dims), constant_index=index, quant=quant)
         if group_size:
             # Blockwise scales are bfloat16 in XNNPACK, as ExecuTorch stores them (rounded to nearest even).
             raw = scale.detach().to(torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes()

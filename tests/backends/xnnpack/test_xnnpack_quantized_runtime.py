@@ -28,7 +28,7 @@ def executorch_xnnpack_pte(model: str, scheme: str):
     from executorch.exir import to_edge_transform_and_lower
 
     pt2e = {"quantizer_cls": theirs.XNNPACKQuantizer, "config_fn": theirs.get_symmetric_quantization_config}
-    fp32, args, ep = quantized(model, scheme, **(pt2e if scheme in ("static", "dynamic") else {}))
+    fp32, args, ep = quantized(model, scheme, **(pt2e if scheme in ("static", "static_per_tensor", "dynamic") else {}))
     lowered = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
     delegated = {str(n.target) for n in lowered.exported_program().graph.nodes if n.op == "call_function"}
     assert "executorch_call_delegate" in delegated and not any("quantize" in t for t in delegated)

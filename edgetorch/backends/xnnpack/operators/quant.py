@@ -10,7 +10,9 @@ ExecuTorch's XNNPACK lowering does:
   (a delegate input or output, an op with no QS8 kernel such as average pooling) is
   explicit: an ``XNNConvert`` between float32 and QS8. Linear and convolution
   weights are the integers of their ``dequantize_per_channel`` with per-channel
-  scales (QC8); their bias becomes int32 with scale ``input_scale * weight_scale``.
+  scales (QC8), or of a constant's ``dequantize_per_tensor`` with one scale (QS8,
+  ``get_symmetric_quantization_config(is_per_channel=False)``); their bias becomes
+  int32 with scale ``input_scale * weight_scale`` (QC32 per channel, QS32 per tensor).
 * dynamic int8 (PT2E ``choose_qparams`` -> ``quantize`` -> ``dequantize``, or
   torchao's per-token affine ops of 8da4w/8da8w) before a linear or convolution:
   one ``XNNConvert`` into a QD8 value whose per-row parameters XNNPACK computes at
@@ -74,6 +76,11 @@ def is_dequantize(node: Any) -> bool:
     return op_of(node) == DEQUANTIZE or is_dynamic_dequantize(node)
 
 
+def is_activation_dequantize(node: Any) -> bool:
+    """A static per-tensor dequantize of a value the graph computes (not of a constant weight)."""
+    return op_of(node) == DEQUANTIZE and not is_quantized_weight(node)
+
+
 def is_dynamic_dequantize(node: Any) -> bool:
     """A dequantize of a dynamically quantized activation (PT2E's per-tensor one, or torchao's per-token)."""
     op = op_of(node)
@@ -129,10 +136,10 @@ def quantized_output(node: Node) -> Node | None:
     if op in (aten.linear.default, aten.convolution.default):
         x, weight = node.args[:2]
         conv2d = op == aten.linear.default or (weight.meta["val"].dim() == 4 and not node.args[6])
-        per_channel = is_quantized_weight(weight) and (weight_kind(weight) or (None, 1))[1] == 0
-        if op_of(x) != DEQUANTIZE or not per_channel or not conv2d:
+        int8_weight = is_quantized_weight(weight) and (weight_kind(weight) or (None, 1))[1] == 0
+        if not is_activation_dequantize(x) or not int8_weight or not conv2d:
             return None
-    elif not all(op_of(a) == DEQUANTIZE for a in node.all_input_nodes):
+    elif not all(is_activation_dequantize(a) for a in node.all_input_nodes):
         return None
     (user,) = node.users
     if op_of(user) in STATIC_QUANTIZED_OPS[op] and len(user.users) == 1:
@@ -151,7 +158,7 @@ def plan_quantization(b: XnnpackGraphBuilder) -> None:
     for node in b.program.graph.nodes:
         q = quantized_output(node)
         if q is not None:
-            implicit.update(a for a in node.all_input_nodes if op_of(a) == DEQUANTIZE)
+            implicit.update(a for a in node.all_input_nodes if is_activation_dequantize(a))
             implicit.add(q)
             b.qspec[node] = static_spec(q)
     for node in b.program.graph.nodes:
@@ -226,17 +233,27 @@ def _no_node(b: XnnpackGraphBuilder, node: Node) -> None:
 
 
 def is_quantized_weight(node: Any) -> bool:
-    """A weight's dequantize: PT2E's per-channel one, or torchao's affine one of constant integers."""
+    """A weight's dequantize: PT2E's per-channel one, its per-tensor one of a tensor the graph does not compute
+    (a placeholder; the partitioner also requires it constant), or torchao's affine one of constant integers."""
     op = op_of(node)
+    if op == DEQUANTIZE:
+        return isinstance(node.args[0], Node) and node.args[0].op != "call_function"
     return op == WEIGHT_DEQUANTIZE or (op == AFFINE_DEQUANTIZE and op_of(node.args[0]) != AFFINE_QUANTIZE)
+
+
+INT8_WEIGHT_RANGES = ((-127, 127, torch.int8), (-128, 127, torch.int8))
 
 
 def weight_kind(node: Node) -> tuple[xs.XNNDatatype, int] | None:
     """(XNNPACK datatype, group size) of a 2-d+ weight's dequantize XNNPACK takes, or None: int8 per output
-    channel (QC8, group 0), or 4-bit in groups of a multiple of 32 along the input channels (QB4)."""
+    channel (QC8, group 0), int8 per tensor with zero point 0 (QS8, group 0), or 4-bit in groups of a
+    multiple of 32 along the input channels (QB4)."""
     if op_of(node) == WEIGHT_DEQUANTIZE:
-        per_channel = node.args[3] == 0 and tuple(node.args[4:7]) in ((-127, 127, torch.int8), (-128, 127, torch.int8))
+        per_channel = node.args[3] == 0 and tuple(node.args[4:7]) in INT8_WEIGHT_RANGES
         return (xs.XNNDatatype.xnn_datatype_qcint8, 0) if per_channel else None
+    if op_of(node) == DEQUANTIZE:
+        symmetric = node.args[2] == 0 and tuple(node.args[3:6]) in INT8_WEIGHT_RANGES
+        return (xs.XNNDatatype.xnn_datatype_qint8, 0) if symmetric else None
     dims = list(node.meta["val"].shape)
     block, qmin, qmax = list(node.args[1]), node.args[5], node.args[6]
     if len(dims) != 2 or len(block) != 2 or block[0] != 1 or node.args[4] != torch.int8:
@@ -248,9 +265,11 @@ def weight_kind(node: Node) -> tuple[xs.XNNDatatype, int] | None:
     return None
 
 
-def weight_parts(b: XnnpackGraphBuilder, node: Node) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The integer weight, its scales (float32; per channel, or [channels, groups]) and the channel axis of a
-    weight's dequantize."""
+def weight_parts(b: XnnpackGraphBuilder, node: Node) -> tuple[torch.Tensor, torch.Tensor | float, int]:
+    """The integer weight, its scales (float32; per channel, or [channels, groups]; one float per tensor) and
+    the channel axis of a weight's dequantize."""
+    if op_of(node) == DEQUANTIZE:
+        return b.tensor(node.args[0]).to(torch.int8), float(node.args[1]), 0
     if op_of(node) == WEIGHT_DEQUANTIZE:
         data, scale, zero_point = (b.tensor(a) for a in node.args[:3])
         axis = int(node.args[3])
@@ -264,8 +283,8 @@ def weight_parts(b: XnnpackGraphBuilder, node: Node) -> tuple[torch.Tensor, torc
     return data.to(torch.int8), scale.to(torch.float32), axis
 
 
-def quantized_weight(b: XnnpackGraphBuilder, node: Node) -> tuple[int, torch.Tensor]:
-    """The static value of a linear's quantized weight [out, in], and its float32 scales."""
+def quantized_weight(b: XnnpackGraphBuilder, node: Node) -> tuple[int, torch.Tensor | float]:
+    """The static value of a linear's quantized weight [out, in], and its scales (float32, or one float)."""
     kind = weight_kind(node)
     if kind is None:
         raise XnnpackLoweringError(f"{node.name}: XNNPACK takes int8 per-channel or 4-bit grouped weights")
@@ -288,18 +307,21 @@ def weight_datatype(node: Node) -> xs.XNNDatatype:
     return kind[0]
 
 
-def quantized_bias(b: XnnpackGraphBuilder, bias: Node | None, x: Node, w_scale: torch.Tensor) -> int:
-    """The bias of a quantized linear/convolution: int32 with scale input_scale * weight_scale[c] for a static
-    input, float32 for a dynamic one."""
+def quantized_bias(b: XnnpackGraphBuilder, bias: Node | None, x: Node, w_scale: torch.Tensor | float) -> int:
+    """The bias of a quantized linear/convolution: int32 with scale input_scale * weight_scale[c] (QC32), or
+    input_scale * weight_scale for per-tensor weights (QS32), for a static input; float32 for a dynamic one."""
     if bias is None:
         return xs.INVALID_VALUE_ID
     if is_dynamic_dequantize(x):
         return b.value(bias)
-    scale = w_scale * float(x.args[1])
     values = b.tensor(bias).to(torch.float32)
+    tag = b.external_tag(bias)
+    if isinstance(w_scale, float):
+        product = w_scale * float(x.args[1])
+        data = qd.quantize_per_tensor.default(values, product, 0, *INT32_RANGE, torch.int32)
+        return b.quantized_constant(data, xs.XNNDatatype.xnn_datatype_qint32, product, 0, tag)
+    scale = w_scale * float(x.args[1])
     data = qd.quantize_per_channel.default(
         values, scale, torch.zeros_like(scale).to(torch.int32), 0, *INT32_RANGE, torch.int32
     )
-    return b.quantized_constant(
-        data, xs.XNNDatatype.xnn_datatype_qcint32, scale, channel_dim=0, external_tag=b.external_tag(bias)
-    )
+    return b.quantized_constant(data, xs.XNNDatatype.xnn_datatype_qcint32, scale, channel_dim=0, external_tag=tag)

@@ -335,6 +335,8 @@ def _quantize(s: Support, node: Node) -> bool:
 
 
 def _dequantize(s: Support, node: Node) -> bool:
+    if q.is_quantized_weight(node):  # a constant weight quantized per tensor
+        return _weight_dequantize(s, node)
     return _int8(node, 3) and q.op_of(node.args[0]) == q.QUANTIZE and s.supported(node.args[0])
 
 
@@ -427,7 +429,9 @@ def _quantized_op(s: Support, node: Node, op: Any) -> bool:
     if not dynamic:
         return True
     weight = node.args[1]
-    kind = q.weight_kind(weight) if q.is_quantized_weight(weight) else None
+    # Weights quantized per tensor (a dequantize_per_tensor) stay portable under a dynamic input, as in ExecuTorch.
+    per_tensor = q.op_of(weight) == q.DEQUANTIZE
+    kind = q.weight_kind(weight) if q.is_quantized_weight(weight) and not per_tensor else None
     grouped_ok = op == aten.linear.default or (kind is not None and kind[1] == 0)
     return op in DYNAMIC_QUANTIZED_OPS and dynamic == [node.args[0]] and kind is not None and grouped_ok
 
