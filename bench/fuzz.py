@@ -6,7 +6,10 @@ Seeds are real files written by edgetorch and by ExecuTorch 1.5.1: portable prog
 with dynamic shapes, one with ``cond`` control flow), XNNPACK programs, ``.ptd`` data files, raw XNNPACK blobs,
 a static-int8 quantized program, an ETRecord, an ETDump, a BundledProgram, a small GGUF file and a Hugging Face
 ``tokenizer.json``. Each case is a mutation of a corpus entry (bit flips, byte runs set to extremes, 32-bit
-little-endian fields replaced by boundary values, truncation, duplication and splicing of two files). A worker
+little-endian fields replaced by boundary values, truncation, duplication and splicing of two files) or, for a
+share of the cases (``--structure``), a change to one field of the file's decoded schema re-encoded as a valid
+file (bench/structure_mutation.py), which gets past the readers' structural checks to the executor, kernels and
+delegates; each .pte case records the stage it reached (load, load_method, execute). A worker
 process, with torch blocked, an address-space limit (``RLIMIT_AS``) and a per-case alarm, feeds the case to its
 reader: ``.pte`` -> ``Runtime.load_program`` + ``load_method`` + ``execute`` on zero inputs of the declared shapes,
 ``.ptd`` -> ``load_ptd`` and every named tensor, blob -> ``parse_blob``, ETDump -> ``deserialize_etdump``,
