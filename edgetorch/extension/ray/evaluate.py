@@ -42,6 +42,8 @@ def init_ray(address: str | None = None, **options: Any) -> Any:
 
 def _map(dataset: Any, actor: type, workers: int, batch_size: int, args: tuple, kwargs: dict[str, Any]) -> Any:
     """``dataset.map_batches`` with ``workers`` actors of ``actor(*args, **kwargs)``, one CPU each."""
+    from ray.data import ActorPoolStrategy
+
     with warnings.catch_warnings():
         # Ray 2.60 deprecates passing max_restarts/max_task_retries through **ray_remote_args but names no
         # replacement for them yet; the extra pins that Ray.
@@ -50,7 +52,7 @@ def _map(dataset: Any, actor: type, workers: int, batch_size: int, args: tuple, 
             actor,
             batch_size=batch_size,
             batch_format="numpy",
-            concurrency=workers,
+            compute=ActorPoolStrategy(size=workers),
             num_cpus=1,
             fn_constructor_args=args,
             fn_constructor_kwargs=kwargs,

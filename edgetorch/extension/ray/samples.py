@@ -116,15 +116,19 @@ def fit_to_input(x: Any, sizes: Sequence[int], dtype: np.dtype, dynamic: bool, i
     not fit the plan (beyond its upper bounds when ``dynamic``) is a :class:`SampleError`.
     """
     x = np.asarray(x)
-    item = tuple(sizes[1:])
-    if x.ndim == 1 and len(sizes) > 2 and x.size == int(np.prod(item)):
-        x = x.reshape(item)
+    item_shape = tuple(sizes[1:])
+    if x.ndim == 1 and len(sizes) > 2 and x.size == int(np.prod(item_shape)):
+        x = x.reshape(item_shape)
     if x.dtype != dtype and x.dtype.kind == dtype.kind and x.dtype.kind in "fiu":
         x = x.astype(dtype)
-    if len(sizes) >= 1 and x.ndim == len(sizes) - 1:
-        return x[None], True
-    if x.ndim != len(sizes):
+    item = len(sizes) >= 1 and x.ndim == len(sizes) - 1
+    shape = (1, *x.shape) if item else x.shape
+    fits = len(shape) == len(sizes) and all(
+        n == s or (dynamic and n <= s) for i, (n, s) in enumerate(zip(shape, sizes)) if not (i == 0 and n == 1)
+    )
+    if not fits:
+        bound = "at most " if dynamic else ""
         raise SampleError(
-            f"input {index} has shape {list(x.shape)}; the method plans {list(sizes)} (or one item of it)"
+            f"input {index} has shape {list(x.shape)}; the method takes {bound}{list(sizes)} (or one item of it)"
         )
-    return x, False
+    return (x[None], True) if item else (x, False)
