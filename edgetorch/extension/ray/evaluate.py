@@ -77,8 +77,9 @@ def map_program(
 ) -> Any:
     """``dataset`` (a Ray Dataset) with ``method`` of ``program`` run over it, lazily, by ``workers`` actors.
 
-    Rows with a ``path`` column are read from their files; other rows take ``input_columns`` (default: every
-    column but ``sample``, ``name``, ``path`` and ``label``, in order) as the inputs. ``reference`` (another
+    Rows with a ``path`` column are read from their files; other rows take ``input_columns`` (default: the
+    reader's, else every column but ``sample``, ``name``, ``path`` and ``label``, in order) as the inputs;
+    ``reader`` also brings a user's own ``transform`` of each sample. ``reference`` (another
     program) or ``eager`` (a model factory, run in torch actors of its own) gives the reference ``metric``
     compares against. See :class:`ProgramPredictor` for the columns added.
     """
@@ -89,10 +90,13 @@ def map_program(
     if workers < 1 or batch_size < 1:
         raise InvalidArgumentError(f"workers and batch_size must be >= 1, got {workers} and {batch_size}")
     program = str(pathlib.Path(program).resolve())
-    if reader is None:
+    reader = reader or SampleReader()
+    if input_columns is not None:
+        reader = dataclasses.replace(reader, input_columns=tuple(input_columns))
+    elif not reader.input_columns:
         names = list(dataset.columns() or ())
-        columns = input_columns if input_columns is not None else [c for c in names if c not in RESERVED_COLUMNS]
-        reader = SampleReader(input_columns=tuple(columns if "path" not in names else ()))
+        if "path" not in names:
+            reader = dataclasses.replace(reader, input_columns=tuple(c for c in names if c not in RESERVED_COLUMNS))
     if eager is not None:
         from edgetorch.extension.ray.eager import EagerReference
 

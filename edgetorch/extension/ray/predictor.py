@@ -294,12 +294,10 @@ def output_columns(prefix: str, outputs: Sequence[list[Any] | Any], infos: Seque
 
 
 def error_columns(errors: Sequence[Exception | tuple[str, str] | None]) -> tuple[np.ndarray, np.ndarray]:
-    kinds, messages = [], []
-    for e in errors:
-        if e is None:
-            kinds.append(""), messages.append("")
-        elif isinstance(e, tuple):
-            kinds.append(e[0]), messages.append(e[1])
-        else:
-            kinds.append(type(e).__name__), messages.append(str(e) or repr(e))
-    return np.array(kinds, dtype=object), np.array(messages, dtype=object)
+    pairs = [
+        ("", "") if e is None else e if isinstance(e, tuple) else (type(e).__name__, str(e) or repr(e)) for e in errors
+    ]
+    kinds, messages = np.empty(len(pairs), dtype=object), np.empty(len(pairs), dtype=object)
+    kinds[:] = [k for k, _ in pairs]
+    messages[:] = [m for _, m in pairs]
+    return kinds, messages

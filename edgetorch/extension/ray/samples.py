@@ -102,8 +102,9 @@ def read_image(path: str, sizes: Sequence[int], mean: Sequence[float], std: Sequ
     height, width = int(sizes[-2]), int(sizes[-1])
     with Image.open(path) as image:
         rgb = image.convert("RGB").resize((width, height), Image.Resampling.BILINEAR)
-    pixels = np.asarray(rgb, dtype=np.float32) / 255.0
-    pixels = (pixels - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    pixels = (np.asarray(rgb, dtype=np.float32) / np.float32(255) - np.asarray(mean, np.float32)) / np.asarray(
+        std, np.float32
+    )
     return np.ascontiguousarray(pixels.transpose(2, 0, 1))
 
 
