@@ -54,6 +54,12 @@ print(json.dumps({"seconds": seconds, "hwm": hwm}))
 """
 
 
+def _peak_memory() -> int:
+    """This process's peak resident memory (VmHWM), in bytes."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+
+
 class Probe:
     """A sample transform that leaves the inputs alone and records, in ``folder/<pid>``, its worker's VmHWM and
     when the worker started on its first sample (wall clock, so that the driver can compare)."""
@@ -64,9 +70,8 @@ class Probe:
 
     def __call__(self, arrays):
         self.first = self.first or time.time()
-        with open("/proc/self/status") as f:
-            hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
-        pathlib.Path(self.folder, str(os.getpid())).write_text(json.dumps({"hwm": hwm, "first": self.first}))
+        record = {"hwm": _peak_memory(), "first": self.first}
+        pathlib.Path(self.folder, str(os.getpid())).write_text(json.dumps(record))
         return arrays
 
 
@@ -127,8 +132,7 @@ def _idle_worker_hwm() -> int:
 
     @ray.remote(num_cpus=1)
     def hwm() -> int:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+        return _peak_memory()
 
     return ray.get(hwm.remote())
 
