@@ -207,13 +207,13 @@ def test_reading_an_image(tmp_path):
 
 # --- on a real local Ray -----------------------------------------------------------------------------------
 
-ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'edgetorch[ray]'")
-pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow: pip install 'edgetorch[ray]'")
-
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """One local Ray for the module: 2 CPUs (2 workers), no dashboard."""
+    """One local Ray for the module: 2 CPUs (2 workers), no dashboard. Skips where Ray is absent (the tests
+    above run without it)."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'edgetorch[ray]'")
+    pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow: pip install 'edgetorch[ray]'")
     ray.cloudpickle.register_pickle_by_value(ray_hooks)  # the workers must not import the tests (and torch)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
@@ -286,7 +286,7 @@ def test_map_program_adds_output_columns(local_ray, programs):
     from edgetorch.extension.ray import map_program
 
     x = np.random.default_rng(5).standard_normal((10, 8)).astype(np.float32)
-    dataset = ray.data.from_items([{"id": i, "x": x[i]} for i in range(10)], override_num_blocks=2)
+    dataset = local_ray.data.from_items([{"id": i, "x": x[i]} for i in range(10)], override_num_blocks=2)
     rows = sorted(map_program(dataset, programs["dynamic"], input_columns=["x"]).take_all(), key=lambda r: r["id"])
     assert [r["id"] for r in rows] == list(range(10)) and "x" not in rows[0]
     np.testing.assert_allclose(np.stack([r["output_0"] for r in rows]), _eager(x), rtol=1e-5, atol=1e-6)
