@@ -1,10 +1,11 @@
 """Edge programs, delegate calls included, in ExecuTorch's serialized form (``executorch.exir.serde.serialize``).
 
-ExecuTorch writes an ExportedProgram with its own copy of torch.export's serializer (schema 5.4) plus three
+ExecuTorch writes an ExportedProgram with its own copy of torch.export's serializer (schema 5.4) plus these
 additions; its ETRecord files hold programs in this form:
 
 * an Edge operator is named ``executorch.exir.dialects.edge.ops.<namespace>.<op>.<overload>``;
 * a node's ``debug_handle`` is kept in its metadata, as a string;
+* a symbolic size is sympy's ``str`` of it (``64*s0``), checked before it is read: see :mod:`.symbolic`;
 * an ``executorch_call_delegate`` node's first input is named after the lowered module's attribute
   (``lowered_module_0``) and holds the lowered module as a JSON string: ``backend_id``, ``processed_bytes``
   and each compile spec's value in base64, ``original_module`` (the program it was lowered from, in this
@@ -26,6 +27,7 @@ import binascii
 import copy
 import io
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -38,7 +40,9 @@ from edgetorch.exir.backend.compile_spec_schema import CompileSpec
 from edgetorch.exir.backend.delegate import is_delegate_call
 from edgetorch.exir.backend.lowered_backend_module import LoweredBackendModule
 from edgetorch.exir.dialects import EdgeOpOverload, edge_op
+from edgetorch.exir.dialects.shared_library import SHARED_LIBRARIES
 from edgetorch.exir.named_data_store import DataEntry, NamedDataStoreOutput
+from edgetorch.exir.serde import symbolic
 from edgetorch.exir.verification import EdgeVerifier
 from edgetorch.format.program import ScalarType
 from edgetorch.format.ptd import TensorLayout
@@ -163,6 +167,8 @@ def _as_executorch_schema(doc: dict) -> dict:
 
     def strip(x: Any) -> Any:
         if isinstance(x, dict):
+            if "expr_str" in x:
+                x = {**x, "expr_str": symbolic.to_executorch_form(x["expr_str"])}
             return {k: strip(v) for k, v in x.items() if k not in _NEWER_FIELDS}
         if isinstance(x, list):
             return [strip(v) for v in x]
@@ -199,9 +205,14 @@ def _program_from_json(doc: dict, state_dict: bytes, constants: bytes, example_i
             node["target"] = "torch.ops." + node["target"].removeprefix(EDGE_TARGET_PREFIX)
         elif node["target"] == DELEGATE_TARGET:
             _read_delegate_call(node, lowered)
+        library = SHARED_LIBRARIES.get(node["target"].removeprefix("torch.ops.").split(".")[0])
+        if library is not None:  # an operator namespace edgetorch defines on first use (dim_order_ops, ...)
+            library.ensure_registered()
         handle = node.get("metadata", {}).get("debug_handle")
         if handle is not None:
             handles[node["name"]] = json.loads(handle)
+    for expression in _symbolic_expressions(doc):
+        symbolic.check(expression)
     # Verified once its Edge operators are back (torch would check the ATen stand-ins against the Edge rules).
     edge_dialect = "EDGE" in doc.get("verifiers", ())
     doc["verifiers"] = []
@@ -223,6 +234,18 @@ def _program_from_json(doc: dict, state_dict: bytes, constants: bytes, example_i
     if edge_dialect:
         program._verifiers = [EdgeVerifier]
     return program
+
+
+def _symbolic_expressions(x: Any) -> Iterator[str]:
+    """The text of every symbolic expression in a serialized program (delegates' programs excepted)."""
+    if isinstance(x, dict):
+        if isinstance(x.get("expr_str"), str):
+            yield x["expr_str"]
+        for value in x.values():
+            yield from _symbolic_expressions(value)
+    elif isinstance(x, list):
+        for value in x:
+            yield from _symbolic_expressions(value)
 
 
 def _read_delegate_call(node: dict, lowered: dict[str, LoweredBackendModule]) -> None:
