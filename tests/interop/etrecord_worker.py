@@ -5,7 +5,7 @@
 
 * ``{"task": "parse", "etrecord": P, "inputs": N}``: ExecuTorch's ``parse_etrecord`` of P, as :func:`summary`
   gives it, and the parsed Edge program run eagerly (delegates run their original programs) on the arrays of
-  the ``.npz`` N, saved to ``P.outputs.npz``;
+  the ``.npz`` N, its tensor outputs saved to ``P.outputs.npz``;
 * ``{"task": "inspect", "etrecord": P, "etdump": D}``: ExecuTorch's Inspector on D and P, the Execute block's
   events as :func:`events` gives them;
 * ``{"task": "export", "etrecord": P, "pte": Q}``: :class:`Partial` lowered by ExecuTorch with its
@@ -13,7 +13,7 @@
   ``generate_etrecord``); the ``.pte`` to Q and the summary of the copy it recorded.
 
 It does not run in the fork server: that one holds a stub of ``executorch.exir``, and these tasks need all of it.
-Nothing here is imported by edgetorch; the tests import :class:`Partial`, :func:`summary` and :func:`run_worker`.
+Nothing here is imported by edgetorch; the tests import :func:`partial`, :func:`summary`, :func:`assert_same` and :func:`run_worker`.
 """
 
 from __future__ import annotations
@@ -53,17 +53,21 @@ def partial() -> tuple[torch.nn.Module, tuple]:
 
 def summary(program: torch.export.ExportedProgram) -> dict:
     """What an ETRecord must keep of a delegated Edge program: each operator node's target and debug handle
-    (``getitem`` nodes left out: readers differ in the handles they give them), and each lowered module's
+    (``getitem`` nodes left out: readers differ in the handles they give them; a delegate call keyed by its
+    lowered module), and each lowered module's
     backend, blob digest, compile specs, named data keys and original program, summarized the same way."""
 
     def handle(node: torch.fx.Node):
         found = node.meta.get("debug_handle")
         return list(found) if isinstance(found, (tuple, list)) else found
 
+    def key(node: torch.fx.Node) -> str:  # ExecuTorch's reader renames delegate calls, not their modules
+        return f"call {node.args[0].target}" if node.target.__name__ == "executorch_call_delegate" else node.name
+
     nodes = {
-        n.name: [getattr(n.target, "__name__", str(n.target)), handle(n)]
+        key(n): [n.target.__name__, handle(n)]
         for n in program.graph.nodes
-        if n.op == "call_function" and getattr(n.target, "__name__", "") != "getitem"
+        if n.op == "call_function" and n.target.__name__ != "getitem"
     }
     delegates = {}
     for n in program.graph.nodes:
@@ -79,6 +83,20 @@ def summary(program: torch.export.ExportedProgram) -> dict:
                 "original_module": summary(lowered.original_module),
             }
     return {"nodes": nodes, "delegates": delegates}
+
+
+def assert_same(got: dict, want: dict) -> None:
+    """Two summaries agree on every node ``want`` has (ExecuTorch's reader adds getitems for unused outputs),
+    at the top and inside each delegate, and on each delegate's backend, blob, specs and named data."""
+    differ = {
+        name: (got["nodes"].get(name), node) for name, node in want["nodes"].items() if got["nodes"].get(name) != node
+    }
+    assert not differ, f"nodes that differ, (got, want): {dict(list(differ.items())[:8])}"
+    assert got["delegates"].keys() == want["delegates"].keys()
+    for name, delegate in want["delegates"].items():
+        inner = dict(got["delegates"][name])
+        assert_same(inner.pop("original_module"), delegate["original_module"])
+        assert inner == {k: v for k, v in delegate.items() if k != "original_module"}, name
 
 
 def events(inspector) -> list[dict]:
@@ -107,7 +125,8 @@ def _parse(task: dict) -> dict:
         inputs = [torch.from_numpy(arrays[k]) for k in sorted(arrays, key=lambda k: int(k.split("_")[1]))]
     with torch.no_grad():
         outputs = program.module()(*inputs)
-    np.savez(task["etrecord"] + ".outputs.npz", *[o.numpy() for o in outputs])
+    tensors = [o.numpy() for o in torch.utils._pytree.tree_leaves(outputs) if isinstance(o, torch.Tensor)]
+    np.savez(task["etrecord"] + ".outputs.npz", *tensors)
     return summary(program)
 
 

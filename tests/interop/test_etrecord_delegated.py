@@ -21,22 +21,7 @@ from edgetorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPart
 from edgetorch.devtools import Inspector, generate_etrecord, parse_etrecord
 from edgetorch.exir import to_edge_transform_and_lower
 from edgetorch.runtime import Runtime
-from tests.interop.etrecord_worker import partial, run_worker, summary
-
-
-def _without(record: dict, names: set[str]) -> dict:
-    """``summary`` with the nodes ``names`` left out (ExecuTorch's reader adds getitems for unused outputs)."""
-    return {**record, "nodes": {k: v for k, v in record["nodes"].items() if k in names}}
-
-
-def _same(got: dict, want: dict) -> None:
-    """Summaries agree on every node ``want`` has, at the top and inside each delegate."""
-    assert _without(got, set(want["nodes"]))["nodes"] == want["nodes"]
-    assert got["delegates"].keys() == want["delegates"].keys()
-    for name, delegate in want["delegates"].items():
-        inner = got["delegates"][name]
-        _same(inner.pop("original_module"), delegate["original_module"])
-        assert inner == {k: v for k, v in delegate.items() if k != "original_module"}, name
+from tests.interop.etrecord_worker import assert_same, partial, run_worker, summary
 
 
 def _etdump(pte: bytes, args: tuple, path) -> None:
@@ -88,7 +73,7 @@ def test_our_delegated_etrecord_round_trips(exchange):
 
 
 def test_executorch_parses_our_delegated_etrecord(exchange):
-    _same(exchange["executorch_parsed_ours"], exchange["ours"])
+    assert_same(exchange["executorch_parsed_ours"], exchange["ours"])
     with torch.no_grad():
         want = [t.numpy() for t in exchange["model"](*exchange["args"])]
     for got, expected in zip(exchange["executorch_eager_outputs"], want, strict=True):
@@ -106,7 +91,7 @@ def test_executorch_inspector_reads_our_delegated_etrecord_and_etdump(exchange):
 def test_our_parse_reads_executorch_delegated_etrecord(exchange):
     tmp = exchange["tmp"]
     record = parse_etrecord(tmp / "theirs.bin")
-    _same(summary(record.edge_dialect_program), exchange["theirs"])
+    assert_same(summary(record.edge_dialect_program), exchange["theirs"])
     assert {d["backend_id"] for d in exchange["theirs"]["delegates"].values()} == {"XnnpackBackend"}
     with torch.no_grad():
         got = record.edge_dialect_program.module()(*exchange["args"])

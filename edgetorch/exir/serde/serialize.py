@@ -59,6 +59,7 @@ EXECUTORCH_SCHEMA_VERSION = {"major": 5, "minor": 4}
 # they are left out (none carries what ExecuTorch's tools use).
 _NEWER_FIELDS = {"torch_version", "guards_code", "treespec_namedtuple_fields", "forward_arg_names"}
 _NEWER_FIELDS |= {"sym_float_values", "is_hop_single_tensor_return", "kind"}
+_FLOAT_FIELDS = {"as_float", "as_floats"}
 
 
 class SerializeError(EdgetorchError, RuntimeError):
@@ -158,6 +159,14 @@ def _entries_to_json(entries: dict[str, DataEntry]) -> dict:
     }
 
 
+def _as_float(value: Any) -> Any:
+    """torch writes an infinite or NaN float as the string ``"Infinity"``; ExecuTorch's reader wants the number
+    (``json`` writes it as the bare ``Infinity`` token, as ExecuTorch's writer does)."""
+    if isinstance(value, list):
+        return [_as_float(v) for v in value]
+    return float(value) if value in ("Infinity", "-Infinity", "NaN") else value
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -169,6 +178,8 @@ def _as_executorch_schema(doc: dict) -> dict:
         if isinstance(x, dict):
             if "expr_str" in x:
                 x = {**x, "expr_str": symbolic.to_executorch_form(x["expr_str"])}
+            for key in _FLOAT_FIELDS & x.keys():
+                x = {**x, key: _as_float(x[key])}
             return {k: strip(v) for k, v in x.items() if k not in _NEWER_FIELDS}
         if isinstance(x, list):
             return [strip(v) for v in x]
@@ -178,14 +189,6 @@ def _as_executorch_schema(doc: dict) -> dict:
     doc["graph_module"].pop("metadata", None)
     doc.setdefault("dialect", "")
     doc["schema_version"] = dict(EXECUTORCH_SCHEMA_VERSION)
-    for spec in doc["graph_module"]["signature"]["input_specs"]:
-        constant = spec.pop("tensor_constant", None)
-        if constant is not None:  # the older schema records a lifted tensor constant as a persistent buffer
-            spec["buffer"] = {
-                "arg": constant["arg"],
-                "buffer_name": constant["tensor_constant_name"],
-                "persistent": True,
-            }
     return doc
 
 
