@@ -50,7 +50,11 @@ def to_executorch_form(text: str) -> str:
 def check(text: str) -> None:
     """Raise ValueError unless ``text`` is a shape expression that is safe to give to ``sympify``."""
     tokens = _tokens(text)
+    depth = 0
     for i, (number, name, quoted, op) in enumerate(tokens):
+        depth += (op == "(") - (op == ")")
+        if depth < 0:
+            raise ValueError(f"expected balanced parentheses in {text[:80]!r}")
         if number is not None and len(number) > MAX_DIGITS:
             raise ValueError(f"expected numbers of at most {MAX_DIGITS} digits in {text[:80]!r}, found {number[:40]}")
         if name is not None and name not in _NAMES and not _SYMBOL.fullmatch(name):
@@ -60,7 +64,9 @@ def check(text: str) -> None:
         if op == "**":
             _check_exponent(text, _operand(tokens, i + 1))
         if name in _POWERS:
-            _check_exponent(text, _second_argument(text, tokens, i + 1))
+            _check_exponent(text, _second_argument(tokens, i + 1))
+    if depth != 0:
+        raise ValueError(f"expected balanced parentheses in {text[:80]!r}")
 
 
 def _tokens(text: str) -> list[tuple]:
@@ -82,7 +88,7 @@ def _operand(tokens: list[tuple], start: int) -> list[tuple]:
     return tokens[start:end]
 
 
-def _second_argument(text: str, tokens: list[tuple], start: int) -> list[tuple]:
+def _second_argument(tokens: list[tuple], start: int) -> list[tuple]:
     """The tokens of the second argument of the call whose ``(`` is at ``start``."""
     depth, comma = 0, None
     for i in range(start, len(tokens)):
@@ -93,7 +99,7 @@ def _second_argument(text: str, tokens: list[tuple], start: int) -> list[tuple]:
             comma = i
         if depth == 0 or (op == "," and depth == 1 and comma != i):
             return tokens[comma + 1 : i] if comma is not None else []
-    raise ValueError(f"expected balanced parentheses in {text[:80]!r}")
+    return tokens[comma + 1 :] if comma is not None else []
 
 
 def _check_exponent(text: str, tokens: list[tuple]) -> None:
