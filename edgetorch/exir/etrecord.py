@@ -234,10 +234,9 @@ def _parse_zip(z: zipfile.ZipFile) -> ETRecord:
     record._delegate_map = _int_keys(load_json(_NAMES.DELEGATE_MAP_NAME))
     record._instruction_id_to_num_outs_map = _int_keys(load_json(_NAMES.INSTRUCTION_ID_TO_NUM_OUTS_MAP_NAME))
     record.export_graph_id = load_json(_NAMES.EXPORT_GRAPH_ID)
-    for name in (_NAMES.REFERENCE_OUTPUTS, _NAMES.REPRESENTATIVE_INPUTS):
-        if name in names:
-            tensors = torch.load(io.BytesIO(z.read(name)), weights_only=True)
-            setattr(record, f"_{name}", tensors)
+    for part in (_NAMES.REFERENCE_OUTPUTS, _NAMES.REPRESENTATIVE_INPUTS):
+        if part in names:
+            setattr(record, f"_{part}", torch.load(io.BytesIO(z.read(part)), weights_only=True))
     edge_prefix = f"{_NAMES.EDGE_DIALECT_EXPORTED_PROGRAM}/"
     exported = _NAMES.EXPORTED_PROGRAM
     programs = sorted(n for n in names if (n == exported or n not in _RESERVED) and not n.endswith(_PARTS))

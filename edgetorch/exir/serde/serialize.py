@@ -220,7 +220,8 @@ def _program_from_json(doc: dict, state_dict: bytes, constants: bytes, example_i
     edge_dialect = "EDGE" in doc.get("verifiers", ())
     doc["verifiers"] = []
     tensors = [_load_tensors(part) for part in (state_dict, constants, example_inputs)]
-    program = torch_serde.deserialize(SerializedArtifact(json.dumps(doc).encode(), *tensors))
+    # torch's deserializer takes the loaded dicts in place of the bytes it would load (and possibly unpickle).
+    program = torch_serde.deserialize(SerializedArtifact(json.dumps(doc).encode(), *tensors))  # type: ignore[arg-type]
     graph = program.graph
     for node in list(graph.nodes):
         if node.name in edge_nodes:
