@@ -171,8 +171,9 @@ def _set(key: str, value):
         _set("original_state_dict", base64.b64encode(b"PK\x03\x04 truncated").decode()),
         _set("named_data_store", "{"),
         lambda record: record.pop("backend_id"),
+        _set("named_data_store", json.dumps({"buffers": [], "pte_data": {"w": {"buffer_index": 3, "alignment": 16}}})),
     ],
-    ids=["blob", "compile_spec", "original_module", "state_dict", "named_data", "backend_id"],
+    ids=["blob", "compile_spec", "original_module", "state_dict", "named_data", "backend_id", "buffer_index"],
 )
 def test_a_damaged_lowered_module_is_a_typed_error(lowered, damage):
     artifact = serialize(lowered[1].exported_program())
@@ -181,7 +182,15 @@ def test_a_damaged_lowered_module_is_a_typed_error(lowered, damage):
     record = json.loads(argument["as_string"])
     damage(record)
     argument["as_string"] = json.dumps(record)
-    with pytest.raises(SerializeError, match="cannot be read|expected base64"):
+    with pytest.raises(SerializeError, match="cannot be read|expected base64|expected named data"):
+        deserialize(_with_document(artifact, doc))
+
+
+def test_a_lowered_module_name_that_is_not_an_attribute_name_is_refused(lowered):
+    artifact = serialize(lowered[1].exported_program())
+    doc = _document(artifact)
+    _delegate_node(doc)["inputs"][0]["name"] = "__class__"
+    with pytest.raises(SerializeError, match="expected a lowered module's attribute name"):
         deserialize(_with_document(artifact, doc))
 
 

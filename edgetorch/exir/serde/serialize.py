@@ -256,6 +256,8 @@ def _read_delegate_call(node: dict, lowered: dict[str, LoweredBackendModule]) ->
     """ExecuTorch's delegate call node made readable by torch: the module's name stands in for it."""
     first, *args = node["inputs"]
     name = first["name"]
+    if not name.isidentifier() or name.startswith("_"):
+        raise SerializeError(f"expected a lowered module's attribute name such as 'lowered_module_0', found {name!r}")
     lowered[name] = _lowered_module_from_json(json.loads(first["arg"]["as_string"]))
     positional = int(ArgumentKind.POSITIONAL)
     node["inputs"] = [
@@ -281,16 +283,22 @@ def _lowered_module_from_json(record: dict) -> LoweredBackendModule:
 
 
 def _store_from_json(store: dict) -> NamedDataStoreOutput:
+    buffers = [_unb64(buffer) for buffer in store["buffers"]]
+
     def entries(items: dict) -> dict[str, DataEntry]:
         found = {}
         for key, e in items.items():
+            if not 0 <= e["buffer_index"] < len(buffers):
+                raise SerializeError(
+                    f"expected named data {key!r} to index one of {len(buffers)} buffers, found {e['buffer_index']}"
+                )
             t = e.get("tensor_layout")
             layout = None if t is None else TensorLayout(ScalarType(t["scalar_type"]), t["sizes"], t["dim_order"])
             found[key] = DataEntry(int(e["buffer_index"]), int(e["alignment"]), layout)
         return found
 
     return NamedDataStoreOutput(
-        [_unb64(buffer) for buffer in store["buffers"]],
+        buffers,
         entries(store["pte_data"]),
         {tag: entries(items) for tag, items in store.get("external_data", {}).items()},
     )
