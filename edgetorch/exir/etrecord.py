@@ -2,9 +2,9 @@
 
 An ETRecord is a zip holding an ``ETRECORD_V0`` marker, the Edge dialect
 program of each method (``edge_dialect_exported_program/<method>`` plus its
-``_state_dict``, ``_constants`` and ``_example_inputs`` parts, as torch.export's
-serializer writes them, with Edge operators named as ExecuTorch names them:
-``executorch.exir.dialects.edge.ops.aten.add.Tensor``), optionally the ATen
+``_state_dict``, ``_constants`` and ``_example_inputs`` parts, serialized as
+ExecuTorch serializes programs, lowered backend modules included: see
+:mod:`edgetorch.exir.serde.serialize`), optionally the ATen
 ``exported_program``, and JSON maps: ``debug_handle_map`` (instruction ->
 Edge debug handles), ``delegate_map`` and ``instruction_id_to_num_outs_map``.
 Representative inputs and reference outputs are tensors saved with
@@ -12,41 +12,44 @@ Representative inputs and reference outputs are tensors saved with
 in a file can run code when it is read. ExecuTorch's ``parse_etrecord`` and
 Inspector read the files written here, and :func:`parse_etrecord` reads
 ExecuTorch's. It lives in exir because ``to_edge(..., generate_etrecord=True)``
-builds it; ``edgetorch.devtools`` exports it under ExecuTorch's names.
+builds it; ``edgetorch.devtools.etrecord`` exports it under ExecuTorch's names.
 """
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
 import zipfile
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import IO, Any
 
 import torch
-from torch._export.serde import serialize as torch_serde
 from torch.export import ExportedProgram
 
 from edgetorch.errors import EdgetorchError
-from edgetorch.exir.dialects import EdgeOpOverload, edge_op
-from edgetorch.exir.verification import EdgeVerifier
+from edgetorch.exir import serde
 
-IDENTIFIER = "ETRECORD_V0"
-EXPORTED_PROGRAM = "exported_program"
-EDGE_PROGRAM = "edge_dialect_exported_program"
-DEBUG_HANDLE_MAP = "debug_handle_map"
-DELEGATE_MAP = "delegate_map"
-NUM_OUTS_MAP = "instruction_id_to_num_outs_map"
-REFERENCE_OUTPUTS = "reference_outputs"
-REPRESENTATIVE_INPUTS = "representative_inputs"
-EXPORT_GRAPH_ID = "export_graph_id"
+
+class ETRecordReservedFileNames(StrEnum):
+    """The zip entries an ETRecord reserves (ExecuTorch's names); any other entry is an extra recorded program."""
+
+    ETRECORD_IDENTIFIER = "ETRECORD_V0"
+    EXPORTED_PROGRAM = "exported_program"
+    EXPORT_GRAPH_ID = "export_graph_id"
+    EDGE_DIALECT_EXPORTED_PROGRAM = "edge_dialect_exported_program"
+    ET_DIALECT_GRAPH_MODULE = "et_dialect_graph_module"
+    DEBUG_HANDLE_MAP_NAME = "debug_handle_map"
+    DELEGATE_MAP_NAME = "delegate_map"
+    INSTRUCTION_ID_TO_NUM_OUTS_MAP_NAME = "instruction_id_to_num_outs_map"
+    REFERENCE_OUTPUTS = "reference_outputs"
+    REPRESENTATIVE_INPUTS = "representative_inputs"
+
+
+_NAMES = ETRecordReservedFileNames
+_RESERVED = set(_NAMES)
 _PARTS = ("_state_dict", "_constants", "_example_inputs")
-_RESERVED = {IDENTIFIER, EXPORTED_PROGRAM, EDGE_PROGRAM, DEBUG_HANDLE_MAP, DELEGATE_MAP, NUM_OUTS_MAP}
-_RESERVED |= {REFERENCE_OUTPUTS, REPRESENTATIVE_INPUTS, EXPORT_GRAPH_ID, "et_dialect_graph_module"}
-# How ExecuTorch's serializer names an Edge operator; the rest of the name is namespace.op.overload.
-EDGE_TARGET_PREFIX = "executorch.exir.dialects.edge.ops."
 
 
 class ETRecordError(EdgetorchError, RuntimeError):
@@ -149,26 +152,28 @@ class ETRecord:
             )
         target = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
         with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
-            z.writestr(IDENTIFIER, "")
+            z.writestr(_NAMES.ETRECORD_IDENTIFIER, "")
             if self.exported_program is not None:
-                _write_program(z, EXPORTED_PROGRAM, self.exported_program)
+                _write_program(z, _NAMES.EXPORTED_PROGRAM, self.exported_program)
             for method, program in _edge_programs(self.edge_dialect_program).items():
-                _write_program(z, f"{EDGE_PROGRAM}/{method}", program)
+                _write_program(z, f"{_NAMES.EDGE_DIALECT_EXPORTED_PROGRAM}/{method}", program)
             for name, program in (self.graph_map or {}).items():
                 _write_program(z, name, program)
-            z.writestr(DEBUG_HANDLE_MAP, json.dumps(self._debug_handle_map))
-            z.writestr(DELEGATE_MAP, json.dumps(self._delegate_map or {}))
-            z.writestr(NUM_OUTS_MAP, json.dumps(self._instruction_id_to_num_outs_map or {}))
+            z.writestr(_NAMES.DEBUG_HANDLE_MAP_NAME, json.dumps(self._debug_handle_map))
+            z.writestr(_NAMES.DELEGATE_MAP_NAME, json.dumps(self._delegate_map or {}))
+            z.writestr(
+                _NAMES.INSTRUCTION_ID_TO_NUM_OUTS_MAP_NAME, json.dumps(self._instruction_id_to_num_outs_map or {})
+            )
             for name, tensors in (
-                (REFERENCE_OUTPUTS, self._reference_outputs),
-                (REPRESENTATIVE_INPUTS, self._representative_inputs),
+                (_NAMES.REFERENCE_OUTPUTS, self._reference_outputs),
+                (_NAMES.REPRESENTATIVE_INPUTS, self._representative_inputs),
             ):
                 if tensors is not None:
                     buf = io.BytesIO()
                     torch.save(tensors, buf)
                     z.writestr(name, buf.getvalue())
             if self.export_graph_id is not None:
-                z.writestr(EXPORT_GRAPH_ID, json.dumps(self.export_graph_id))
+                z.writestr(_NAMES.EXPORT_GRAPH_ID, json.dumps(self.export_graph_id))
 
 
 def _edge_programs(program: Any) -> dict[str, ExportedProgram]:
@@ -186,57 +191,11 @@ def _edge_programs(program: Any) -> dict[str, ExportedProgram]:
 
 
 def _write_program(z: zipfile.ZipFile, name: str, program: ExportedProgram) -> None:
-    """An ExportedProgram as torch.export's serializer writes it, Edge targets renamed as ExecuTorch names them."""
-    program = copy.deepcopy(program)
-    handles: dict[str, int] = {}
-    edge_nodes: set[str] = set()
-    for node in program.graph.nodes:
-        if "debug_handle" in node.meta and node.meta["debug_handle"] is not None:
-            handles[node.name] = node.meta["debug_handle"]
-        if isinstance(node.target, EdgeOpOverload):
-            edge_nodes.add(node.name)
-            node.target = node.target._op
-    artifact = torch_serde.serialize(program)
-    doc = json.loads(artifact.exported_program)
-    for node in doc["graph_module"]["graph"]["nodes"]:
-        if node["name"] in edge_nodes:
-            node["target"] = EDGE_TARGET_PREFIX + node["target"].removeprefix("torch.ops.")
-        if node["name"] in handles:
-            node["metadata"]["debug_handle"] = str(handles[node["name"]])
-    z.writestr(name, json.dumps(_as_executorch_schema(doc)))
+    """A program as ExecuTorch serializes it: its JSON under ``name``, its tensors under ``name`` + part."""
+    artifact = serde.serialize(program)
+    z.writestr(name, artifact.exported_program)
     for part, data in zip(_PARTS, (artifact.state_dict, artifact.constants, artifact.example_inputs)):
         z.writestr(name + part, data)
-
-
-# Fields torch.export's serializer added after the schema (5.4) ExecuTorch 1.5 reads programs with; its
-# reader rejects unknown fields, so ETRecords leave them out (none carries what the Inspector uses).
-_NEWER_FIELDS = {"torch_version", "guards_code", "treespec_namedtuple_fields", "forward_arg_names"}
-_NEWER_FIELDS |= {"sym_float_values", "is_hop_single_tensor_return", "kind"}
-
-
-def _as_executorch_schema(doc: dict) -> dict:
-    """The serialized program in the torch.export schema version ExecuTorch's ETRecord reader expects."""
-
-    def strip(x: Any) -> Any:
-        if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if k not in _NEWER_FIELDS}
-        if isinstance(x, list):
-            return [strip(v) for v in x]
-        return x
-
-    doc = strip(doc)
-    doc["graph_module"].pop("metadata", None)
-    doc.setdefault("dialect", "")
-    doc["schema_version"] = {"major": 5, "minor": 4}
-    for spec in doc["graph_module"]["signature"]["input_specs"]:
-        constant = spec.pop("tensor_constant", None)
-        if constant is not None:  # the older schema records a lifted tensor constant as a persistent buffer
-            spec["buffer"] = {
-                "arg": constant["arg"],
-                "buffer_name": constant["tensor_constant_name"],
-                "persistent": True,
-            }
-    return doc
 
 
 # ---------------------------------------------------------------------- reading
@@ -261,7 +220,7 @@ def parse_etrecord(etrecord_path: str | os.PathLike | IO[bytes]) -> ETRecord:
 
 def _parse_zip(z: zipfile.ZipFile) -> ETRecord:
     names = set(z.namelist())
-    if IDENTIFIER not in names:
+    if _NAMES.ETRECORD_IDENTIFIER not in names:
         raise ETRecordError(
             "ETRecord identifier missing from etrecord file passed in. Either an invalid file was passed in "
             "or the file is corrupt; write it with generate_etrecord or ETRecord.save"
@@ -271,21 +230,22 @@ def _parse_zip(z: zipfile.ZipFile) -> ETRecord:
     def load_json(name: str) -> Any:
         return json.loads(z.read(name)) if name in names else None
 
-    record._debug_handle_map = _int_keys(load_json(DEBUG_HANDLE_MAP))
-    record._delegate_map = _int_keys(load_json(DELEGATE_MAP))
-    record._instruction_id_to_num_outs_map = _int_keys(load_json(NUM_OUTS_MAP))
-    record.export_graph_id = load_json(EXPORT_GRAPH_ID)
-    for name in (REFERENCE_OUTPUTS, REPRESENTATIVE_INPUTS):
-        if name in names:
-            tensors = torch.load(io.BytesIO(z.read(name)), weights_only=True)
-            setattr(record, f"_{name}", tensors)
-    programs = sorted(n for n in names if (n == EXPORTED_PROGRAM or n not in _RESERVED) and not n.endswith(_PARTS))
+    record._debug_handle_map = _int_keys(load_json(_NAMES.DEBUG_HANDLE_MAP_NAME))
+    record._delegate_map = _int_keys(load_json(_NAMES.DELEGATE_MAP_NAME))
+    record._instruction_id_to_num_outs_map = _int_keys(load_json(_NAMES.INSTRUCTION_ID_TO_NUM_OUTS_MAP_NAME))
+    record.export_graph_id = load_json(_NAMES.EXPORT_GRAPH_ID)
+    for part in (_NAMES.REFERENCE_OUTPUTS, _NAMES.REPRESENTATIVE_INPUTS):
+        if part in names:
+            setattr(record, f"_{part}", torch.load(io.BytesIO(z.read(part)), weights_only=True))
+    edge_prefix = f"{_NAMES.EDGE_DIALECT_EXPORTED_PROGRAM}/"
+    exported = _NAMES.EXPORTED_PROGRAM
+    programs = sorted(n for n in names if (n == exported or n not in _RESERVED) and not n.endswith(_PARTS))
     edge: dict[str, ExportedProgram] = {}
     for name in programs:
         program = _read_program(z, name)
-        if name.startswith(EDGE_PROGRAM + "/"):
-            edge[name.removeprefix(EDGE_PROGRAM + "/")] = program
-        elif name == EXPORTED_PROGRAM:
+        if name.startswith(edge_prefix):
+            edge[name.removeprefix(edge_prefix)] = program
+        elif name == exported:
             record.exported_program = program
         else:
             record.graph_map = {**(record.graph_map or {}), name: program}
@@ -302,32 +262,8 @@ def _int_keys(maps: Any) -> Any:
 
 
 def _read_program(z: zipfile.ZipFile, name: str) -> ExportedProgram:
-    doc = json.loads(z.read(name))
-    # ExecuTorch writes with its own copy of an older torch.export schema (5.x); the JSON reads the same.
-    version = torch_serde.SCHEMA_VERSION
-    doc["schema_version"] = {"major": version[0], "minor": version[1]}
-    edge_nodes, handles = set(), {}
-    for node in doc["graph_module"]["graph"]["nodes"]:
-        if node["target"].startswith(EDGE_TARGET_PREFIX):
-            edge_nodes.add(node["name"])
-            node["target"] = "torch.ops." + node["target"].removeprefix(EDGE_TARGET_PREFIX)
-        handle = node.get("metadata", {}).get("debug_handle")
-        if handle is not None:
-            handles[node["name"]] = json.loads(handle)
-    # Verified once its Edge operators are back (torch would check the ATen stand-ins against the Edge rules).
-    edge_dialect = "EDGE" in doc.get("verifiers", ())
-    doc["verifiers"] = []
     parts = [z.read(name + p) if name + p in z.namelist() else b"" for p in _PARTS]
-    artifact = torch_serde.SerializedArtifact(json.dumps(doc).encode(), *parts)
-    program = torch_serde.deserialize(artifact)
-    for node in program.graph.nodes:
-        if node.name in edge_nodes:
-            node.target = edge_op(node.target)
-        if node.name in handles:
-            node.meta["debug_handle"] = handles[node.name]
-    if edge_dialect:
-        program._verifiers = [EdgeVerifier]
-    return program
+    return serde.deserialize(serde.SerializedArtifact(z.read(name), *parts))
 
 
 def generate_etrecord(

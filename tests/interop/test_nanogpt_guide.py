@@ -12,8 +12,13 @@ Left out of the guide, and why:
   network in tests; the model below follows model.py with random weights;
 * lines 24/44/85/107 (``torch.export.export_for_training``): torch 2.13 removed it; ``torch.export.export(...)
   .module()`` is its replacement and is used in its place;
-* lines 167-315 (Profiling and Debugging, Performance Analysis: delegation info, ETRecord, ETDump, Inspector):
-  covered by tests/devtools.
+* lines 252-300 (the C++ runner's ETDump and CMake options): our runtime writes the ETDump in its place.
+
+The developer-tools section (lines 167-315) runs on the XNNPACK flow as written: ``get_delegation_info`` and
+``format_delegated_graph`` on the lowered Edge program, ``generate_etrecord`` from the Edge manager copied right
+after lowering (its graph holds the delegate calls), then ``Inspector(etdump_path=..., etrecord=...)`` and
+``print_data_tabular``. ExecuTorch's ``parse_etrecord`` and Inspector read the same ETRecord and ETDump, in a
+fresh interpreter (tests/interop/etrecord_worker.py).
 
 The quantization section (lines 119-166) runs below as written: dynamic per-channel PT2E with edgetorch's
 XNNPACKQuantizer and DuplicateDynamicQuantChainPass, then the XNNPACK flow. Our partitioner does not yet put
@@ -24,6 +29,7 @@ delegates. ExecuTorch's runtime is not asked to run it: with ``fold_quantize=Fal
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from dataclasses import dataclass
@@ -38,9 +44,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from edgetorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from edgetorch.backends.xnnpack.utils.configs import get_xnnpack_edge_compile_config
+from edgetorch.devtools import Inspector, generate_etrecord, parse_etrecord
+from edgetorch.devtools.backend_debug import get_delegation_info
 from edgetorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+from edgetorch.exir.backend.utils import format_delegated_graph
 from edgetorch.format.pte import load_pte
 from edgetorch.runtime import Runtime
+from tests.interop.etrecord_worker import assert_same, run_worker, summary
 from tests.oracle import assert_close, run_executorch_calls
 
 
@@ -183,7 +193,8 @@ def _basic_pte() -> bytes:
 
 
 @functools.cache
-def _xnnpack_pte() -> bytes:
+def _xnnpack_export() -> tuple:
+    """The XNNPACK flow: (a copy of the Edge manager taken right after lowering, the executorch program)."""
     model = _model()
     example_inputs = (torch.randint(0, 100, (1, model.config.block_size - 1), dtype=torch.long),)
     dynamic_shape = ({1: torch.export.Dim("token_dim", max=model.config.block_size - 1)},)
@@ -192,8 +203,13 @@ def _xnnpack_pte() -> bytes:
     edge_manager = to_edge_transform_and_lower(
         traced_model, partitioner=[XnnpackPartitioner()], compile_config=edge_config
     )
+    edge_manager_copy = copy.deepcopy(edge_manager)
     et_program = edge_manager.to_executorch()
-    return et_program.buffer
+    return edge_manager_copy, et_program
+
+
+def _xnnpack_pte() -> bytes:
+    return _xnnpack_export()[1].buffer
 
 
 def _tokens(length: int) -> torch.Tensor:
@@ -265,3 +281,51 @@ def test_guide_quantization_section_runs_at_every_sequence_length():
         got, want = method.execute([_tokens(length).numpy()])[0], _eager(length)[0]
         sqnr = 10 * np.log10(np.mean(want**2) / np.mean((got - want) ** 2))
         assert got.shape == want.shape and sqnr > 30, f"length {length}: SQNR {sqnr:.1f} dB against fp32 eager"
+
+
+def test_guide_developer_tools_section(tmp_path):
+    """Delegation info, the delegated ETRecord, an ETDump and the Inspector, as the guide runs them (lines 167-315)."""
+    from tabulate import tabulate
+
+    edge_manager_copy, et_program = _xnnpack_export()
+    graph_module = edge_manager_copy.exported_program().graph_module
+    delegation_info = get_delegation_info(graph_module)
+    assert "Total delegated subgraphs" in delegation_info.get_summary()
+    df = delegation_info.get_operator_delegation_dataframe()
+    assert "aten_view_copy_default" in tabulate(df, headers="keys", tablefmt="fancy_grid")
+    assert "backend_id: XnnpackBackend" in format_delegated_graph(graph_module)
+
+    etrecord_path = tmp_path / "etrecord.bin"
+    generate_etrecord(etrecord_path, edge_manager_copy, et_program)
+    record = parse_etrecord(etrecord_path)
+    assert summary(record.edge_dialect_program) == summary(edge_manager_copy.exported_program())
+    with torch.no_grad():  # the recorded program runs eagerly, each delegate through its original program
+        logits, _ = record.edge_dialect_program.module()(_tokens(9))
+    assert_close([logits.numpy()], _eager(9)[:1], rtol=1e-4, atol=1e-5)
+
+    program = Runtime.get().load_program(et_program.buffer, enable_etdump=True)
+    program.load_method("forward").execute([_tokens(9).numpy()])
+    program.write_etdump_result_to_file(tmp_path / "etdump.etdp")
+    inspector = Inspector(etdump_path=str(tmp_path / "etdump.etdp"), etrecord=str(etrecord_path))
+    with open(tmp_path / "inspector_out.txt", "w") as file:
+        inspector.print_data_tabular(file)
+    table = (tmp_path / "inspector_out.txt").read_text()
+    assert "XnnpackBackend" in table and "native_call_" in table
+    (block,) = [b for b in inspector.event_blocks if b.name == "Execute"]
+    assert any(e.op_types and e.stack_traces for e in block.events if e.name.startswith("native_call_"))
+
+    np.savez(tmp_path / "inputs.npz", _tokens(9).numpy())
+    parsed, events = run_worker(
+        tmp_path,
+        [
+            {"task": "parse", "etrecord": str(etrecord_path), "inputs": str(tmp_path / "inputs.npz")},
+            {"task": "inspect", "etrecord": str(etrecord_path), "etdump": str(tmp_path / "etdump.etdp")},
+        ],
+    )
+    assert_same(parsed, summary(edge_manager_copy.exported_program()))
+    with np.load(tmp_path / "etrecord.bin.outputs.npz") as outputs:
+        assert_close([outputs["arr_0"]], _eager(9)[:1], rtol=1e-4, atol=1e-5)
+    assert {e["delegate_backend_name"] for e in events} >= {"XnnpackBackend"}
+    operators = [e for e in events if e["name"].startswith("native_call_")]
+    assert [e["name"] for e in operators] == [e.name for e in block.events if e.name.startswith("native_call_")]
+    assert all(e["op_types"] and e["stack_traces"] for e in operators if e["name"] != "native_call_sym_size.int")
