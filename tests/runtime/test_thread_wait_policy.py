@@ -28,3 +28,20 @@ def test_set_when_the_user_chose_nothing():
 @pytest.mark.parametrize("env", [{"GOMP_SPINCOUNT": "12345"}, {"OMP_WAIT_POLICY": "active"}])
 def test_the_users_policy_is_kept(env):
     assert _spin_count(**env) == env.get("GOMP_SPINCOUNT", "None")
+
+
+def test_a_split_before_numba_names_its_threading_layer(monkeypatch, kernel_threads):
+    """numba.threading_layer() raises until numba has started a layer; a split that asks too early (seen
+    intermittently in the XNNPACK delegate) runs its parallel form and asks again next time."""
+    numba = pytest.importorskip("numba")
+    from edgetorch.runtime.kernels import compiled
+
+    def not_yet():
+        raise ValueError("Threading layer is not initialized.")
+
+    monkeypatch.setattr(numba, "threading_layer", not_yet)
+    monkeypatch.setattr(compiled, "SPLITS", None)
+    kernel_threads(2)
+    ran = []
+    compiled.split(lambda: ran.append("serial"), ran.append, 4)
+    assert ran == [2] and compiled.SPLITS is None

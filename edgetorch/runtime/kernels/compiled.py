@@ -162,10 +162,15 @@ def get_num_threads() -> int:
 SPLITS: bool | None = None
 
 
-def _threading_layer() -> str:
+def _threading_layer() -> str | None:
+    """numba's threading layer, or None while numba has not started one: a parallel kernel loaded from numba's
+    cache may run its loop before numba records the layer, and ``numba.threading_layer()`` then raises."""
     import numba
 
-    return str(numba.threading_layer())
+    try:
+        return str(numba.threading_layer())
+    except ValueError:
+        return None
 
 
 def split(serial: Any, parallel: Any, limit: int) -> None:
@@ -185,7 +190,8 @@ def split(serial: Any, parallel: Any, limit: int) -> None:
         return
     parallel(min(threads, limit))
     if SPLITS is None:  # the first parallel loop of the process chose numba's layer
-        SPLITS = _threading_layer() != "workqueue"
+        layer = _threading_layer()
+        SPLITS = None if layer is None else layer != "workqueue"
 
 
 def split_step(serial: Any, parallel: Any, args: tuple, limit: int, worth: bool) -> Any:
