@@ -248,7 +248,7 @@ class Inspector:
                 first.delegate_debug_id_int if first.delegate_debug_id_int != -1 else first.delegate_debug_id_str
             )
             event = Event(
-                name=first.name or "",
+                name=str(identifier) if delegated else first.name or "",  # ExecuTorch names delegated ones by id
                 perf_data=PerfData(raw),
                 delegate_debug_identifier=identifier if delegated else None,
                 is_delegated_op=delegated,
@@ -327,8 +327,14 @@ class Inspector:
         event.debug_handles = handles
         if event.name in RESERVED_FRAMEWORK_EVENT_NAMES:
             return
-        wanted = {handles} if isinstance(handles, int) else set(handles)
-        nodes = [n for n in self._graph_nodes() if n.meta.get("debug_handle") in wanted]
+        graph = self._graph_nodes()
+        # a node per handle, in the handles' order; a handle listed twice lists its nodes twice, as ExecuTorch's do
+        nodes = [
+            n
+            for h in ([handles] if isinstance(handles, int) else handles)
+            for n in graph
+            if n.meta.get("debug_handle") == h
+        ]
         event.op_types = [n.target.__name__ for n in nodes]
         event.stack_traces = {n.name: n.meta["stack_trace"] for n in nodes if n.meta.get("stack_trace")}
         event.module_hierarchy = {n.name: n.meta["nn_module_stack"] for n in nodes if n.meta.get("nn_module_stack")}
