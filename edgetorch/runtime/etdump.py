@@ -218,7 +218,7 @@ class ETDumpGen:
         return None
 
     def _tensor(self, array: np.ndarray) -> fe.Tensor:
-        data = np.ascontiguousarray(array)
+        data = np.asarray(array, order="C")  # ascontiguousarray would make a 0-d value 1-d
         strides = [s // data.itemsize for s in data.strides] if data.itemsize else [0] * data.ndim
         scalar = _SCALAR_OF.get(data.dtype, ScalarType.BYTE)
         if data.nbytes == 0:  # no bytes to keep; ExecuTorch marks it with offset -1

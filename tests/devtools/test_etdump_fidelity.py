@@ -1,8 +1,8 @@
 """Our ETDump has the rows ExecuTorch's runtime writes for the same program, and both Inspectors line them up.
 
 A row is (block, event name, chain, instruction id, delegate debug id) of a profile event, or a debug event's
-(block, chain, instruction id): every instruction keeps its events, also one whose work was folded at load or
-elided into a view. Programs: edgetorch's portable TinyNet (its linear's weight transpose folds), the same
+(block, chain, instruction id, shape of the value): every instruction keeps its events, also one whose work was folded at load or
+elided into a view. Programs: edgetorch's portable TinyNet and a dynamic-shape MLP (its linear's weight transpose folds), the same
 model written by ExecuTorch, and edgetorch's XNNPACK-delegated TinyNet.
 """
 
@@ -69,7 +69,9 @@ def _rows(path, delegate_events: bool = True) -> list[tuple]:
                     row = (p.name, p.chain_index, p.instruction_id, p.delegate_debug_id_int, p.delegate_debug_id_str)
                     out.append((run.name, *row))
             elif (d := e.debug_event) is not None:
-                out.append((run.name, "debug", d.chain_index, d.instruction_id))
+                entry = d.debug_entry
+                what = tuple(entry.tensor.sizes) if entry.tensor is not None else int(entry.val)
+                out.append((run.name, "debug", d.chain_index, d.instruction_id, what))
     return out
 
 
@@ -124,6 +126,29 @@ def test_our_inspector_reads_our_etdump_as_executorch_reads_its_own(traces, whic
         assert mine == on_theirs
     (init,) = [r for r in mine if r[1] == "Method::init"]
     assert init[3] is not None and init[5] == []
+
+
+class _DynamicMLP(torch.nn.Module):
+    """A batch dimension of dynamic size (the executor's value-list mode) and a 0-d intermediate (the sum)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x)) * 2 + x.sum()
+
+
+def test_dynamic_shape_program_writes_executorch_rows(tmp_path):
+    torch.manual_seed(0)
+    args = (torch.randn(3, 8),)
+    batch = torch.export.Dim("batch", min=1, max=16)
+    ep = torch.export.export(_DynamicMLP().eval(), args, dynamic_shapes=({0: batch},))
+    pte = to_edge(ep).to_executorch().buffer
+    assert not Runtime.get().load_program(pte).load_method("forward")._executor.static
+    got, want = _rows(run_edgetorch(pte, args, tmp_path)[0]), _rows(run_executorch(pte, args, tmp_path)[0])
+    assert got == want
+    assert ("Execute", "debug", 0, 3, ()) in want  # the sum's 0-d value keeps its shape
 
 
 class _Attention(torch.nn.Module):
