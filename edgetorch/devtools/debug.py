@@ -19,7 +19,9 @@ import numpy as np
 import torch
 
 from edgetorch.devtools.extras import figure_class
-from edgetorch.devtools.inspector import Inspector, _aot_outputs, compared_events
+from edgetorch.devtools.inspector import Inspector
+from edgetorch.devtools.inspector._inspector import compared_events
+from edgetorch.devtools.inspector._inspector_utils import aot_outputs
 from edgetorch.exir import to_edge
 from edgetorch.runtime import Runtime
 
@@ -111,7 +113,7 @@ def find_divergence(
         loaded.load_method("forward").execute([np.asarray(x) for x in inputs])
         loaded.write_etdump_result_to_file(etdump, buffer)
         inspector = Inspector(etdump_path=str(etdump), etrecord=record, debug_buffer_path=str(buffer))
-    eager = _aot_outputs(inspector.get_exported_program(), list(inputs))
+    eager = aot_outputs(inspector.get_exported_program(), list(inputs))
     report = DivergenceReport()
     for block in inspector.event_blocks:
         for event, known in compared_events(block, eager):

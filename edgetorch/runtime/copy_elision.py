@@ -17,8 +17,8 @@ A copy is elided when:
   memory, judged on the memory plan (the input may itself be an elided copy: then its input's bytes count).
 
 A method loaded with an event tracer (``enable_etdump=True``, or ``load_method(event_tracer=...)``) elides
-nothing, so that every instruction reports its own event and output; a tracer set later
-(``set_event_tracer``) finds the copies already elided: they report no event, like folded instructions.
+nothing, so that every instruction does its own work; a tracer set later (``set_event_tracer``) finds the
+copies already elided: like folded instructions, they report their events with zero time and their view.
 Torch-free.
 """
 

@@ -146,7 +146,7 @@ class ETDumpGen:
     def end_run(self, executor: Any, start_ns: int, end_ns: int) -> None:
         _ACTIVE.clear()
         self.log_profile("Method::execute", start_ns, end_ns)
-        if self.debug_level >= EventTracerDebugLogLevel.kProgramOutputs and self._buffer_size > 0:
+        if self._logs(EventTracerDebugLogLevel.kProgramOutputs):
             for value in executor.outputs(False):
                 entry = self._value(value)
                 if entry is not None:
@@ -155,19 +155,23 @@ class ETDumpGen:
                     self._blocks[-1].events.append(fe.Event(debug_event=debug))
 
     def instruction(self, executor: Any, pc: int, start_ns: int, end_ns: int) -> None:
-        """One instruction ran from ``start_ns`` to ``end_ns``: log its events (and outputs, at that level)."""
+        """Instruction ``pc`` ran from ``start_ns`` to ``end_ns`` (the same tick when its work was done at load):
+        log its events, and at ``kIntermediateOutputs`` the values it wrote (every argument, for a delegate)."""
         kind, name = executor.event_name(pc)
         events = self._blocks[-1].events
-        if kind == "OPERATOR_CALL":
-            if self.debug_level >= EventTracerDebugLogLevel.kIntermediateOutputs and self._buffer_size > 0:
-                for value in executor.instruction_outputs(pc):  # one debug event per output, as ExecuTorch logs
-                    entry = self._value(value)
-                    if entry is not None:
-                        debug = fe.DebugEvent(chain_index=0, instruction_id=pc, debug_entry=entry)
-                        events.append(fe.Event(debug_event=debug))
-            # the kernel's own event, named as ExecuTorch's kernels name theirs: no namespace
+        if kind in ("OPERATOR_CALL", "DELEGATE_CALL") and self._logs(EventTracerDebugLogLevel.kIntermediateOutputs):
+            values = executor.instruction_outputs(pc) if kind == "OPERATOR_CALL" else executor.call_arguments(pc)
+            for value in values:  # one debug event per value, as ExecuTorch logs them
+                entry = self._value(value)
+                if entry is not None:
+                    debug = fe.DebugEvent(chain_index=0, instruction_id=pc, debug_entry=entry)
+                    events.append(fe.Event(debug_event=debug))
+        if kind == "OPERATOR_CALL":  # the kernel's own event, named as ExecuTorch's kernels name theirs
             self._profile(events, f"native_call_{name.rpartition('::')[2]}", pc, start_ns, end_ns)
         self._profile(events, kind, pc, start_ns, end_ns)
+
+    def _logs(self, level: EventTracerDebugLogLevel) -> bool:
+        return self.debug_level >= level and self._buffer_size > 0
 
     @staticmethod
     def _profile(events: list, name: str, pc: int, start_ns: int, end_ns: int) -> None:
@@ -214,7 +218,7 @@ class ETDumpGen:
         return None
 
     def _tensor(self, array: np.ndarray) -> fe.Tensor:
-        data = np.ascontiguousarray(array)
+        data = np.asarray(array, order="C")  # ascontiguousarray would make a 0-d value 1-d
         strides = [s // data.itemsize for s in data.strides] if data.itemsize else [0] * data.ndim
         scalar = _SCALAR_OF.get(data.dtype, ScalarType.BYTE)
         if data.nbytes == 0:  # no bytes to keep; ExecuTorch marks it with offset -1

@@ -44,6 +44,9 @@ from edgetorch.runtime.plan_analysis import PlanFacts, kernel_results, op_key
 from edgetorch.runtime.static_fusion import fuse_static
 from edgetorch.runtime.values import ListRef, TensorSlot
 
+# The events ExecuTorch's runtime names its control instructions by.
+_CONTROL_EVENTS = {fbp.JumpFalseCall: "JF_CALL", fbp.MoveCall: "MOVE_CALL", fbp.FreeCall: "FREE_CALL"}
+
 # A program may jump backwards (loops); a run that takes more steps than this is stopped, never hangs.
 MAX_STEPS_PER_RUN = 50_000_000
 
@@ -119,6 +122,7 @@ class MethodExecutor:
         self.own_threads = False  # whether a fused step runs the packed GEMM (set by fuse_static)
         self.fused = fuse_static(self) if self.static else fuse_steps(self)
         self.tracer: Any = None
+        self._by_pc: list[Callable | None] | None = None  # traced runs: each instruction's step, if it has one
 
     # ------------------------------------------------------------------ values
 
@@ -412,32 +416,58 @@ class MethodExecutor:
                 self.vals[j] = view
 
     def run(self) -> None:
-        pc, tracer, step_pcs = 0, self.tracer, self.step_pcs
+        if self.tracer is not None:
+            self._run_traced(self.tracer)
+            return
+        pc, step_pcs = 0, self.step_pcs
         try:
-            if self.static and tracer is None and self.fused is None:
+            if self.static and self.fused is None:
                 for pc, step in enumerate(self.steps):  # noqa: B007  (pc names the failing step below)
                     step()
                 return
-            if tracer is None and self.fused is not None:  # fused steps: a method with no jumps
+            if self.fused is not None:  # fused steps: a method with no jumps
                 steps, step_pcs = self.fused
                 # the packed GEMM's threads and BLAS's would take each other's cores (blas_threads.py)
                 with blas_threads.held(self.own_threads):
                     for pc, step in enumerate(steps):  # noqa: B007  (pc names the failing step below)
                         step()
                 return
-            # Traced runs and dynamic runs share this loop, so both follow jumps and both stop runaway loops.
-            steps, n, count, jumps, clock = self.steps, len(self.steps), 0, not self.static, time.perf_counter_ns
-            if tracer is not None:
-                tracer.begin_run(self)
-                start = clock()
+            # Dynamic methods bind a step to every instruction, so a step's index is its instruction's.
+            steps, n, count = self.steps, len(self.steps), 0
             while pc < n:
-                if tracer is None:
-                    nxt = steps[pc]()
-                else:
-                    tracer.current = ipc = self.step_pcs[pc]
-                    t0 = clock()
-                    nxt = steps[pc]()
-                    tracer.instruction(self, ipc, t0, clock())
+                nxt = steps[pc]()
+                pc = pc + 1 if nxt is None else nxt
+                count += 1
+                if count > MAX_STEPS_PER_RUN:
+                    break
+        except TensorResizeError as e:
+            raise self._named(e) from e
+        except Exception as e:
+            raise self._failed(e, step_pcs[pc] if pc < len(step_pcs) else pc) from e
+        if pc < n:
+            raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
+
+    def _run_traced(self, tracer: Any) -> None:
+        """Run the unfused steps, telling ``tracer`` about every instruction, as ExecuTorch's runtime does: an
+        instruction whose work was done at load (folded, or a copy elided into a view) reports zero time."""
+        if self._by_pc is None:
+            by_pc = dict(zip(self.step_pcs, self.steps))
+            self._by_pc = [by_pc.get(pc) for pc in range(len(self.instructions))]
+        steps, n, pc, count = self._by_pc, len(self._by_pc), 0, 0
+        jumps, clock = not self.static, time.perf_counter_ns
+        tracer.begin_run(self)
+        start = clock()
+        try:
+            while pc < n:
+                step = steps[pc]
+                tracer.current = pc
+                t0 = clock()
+                if step is None:
+                    tracer.instruction(self, pc, t0, t0)
+                    pc += 1
+                    continue
+                nxt = step()  # a static kernel step returns its output: only jumps say where to go
+                tracer.instruction(self, pc, t0, clock())
                 pc = nxt if jumps and nxt is not None else pc + 1
                 count += 1
                 if count > MAX_STEPS_PER_RUN:
@@ -445,18 +475,20 @@ class MethodExecutor:
         except TensorResizeError as e:
             raise self._named(e) from e
         except Exception as e:
-            ipc = step_pcs[pc] if pc < len(step_pcs) else pc
-            what = self.describe(ipc)
-            raise ExecutionError(
-                f"method {self.name!r} failed at instruction {ipc} ({what}): {type(e).__name__}: {e}"
-                f"\n  the instruction: {self.listing(ipc)}",
-                ipc,
-                what,
-            ) from e
+            raise self._failed(e, pc) from e
         if pc < n:
             raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
-        if tracer is not None:
-            tracer.end_run(self, start, clock())
+        tracer.end_run(self, start, clock())
+
+    def _failed(self, e: Exception, pc: int) -> ExecutionError:
+        """``e``, raised by instruction ``pc``, as an ExecutionError naming the instruction."""
+        what = self.describe(pc)
+        return ExecutionError(
+            f"method {self.name!r} failed at instruction {pc} ({what}): {type(e).__name__}: {e}"
+            f"\n  the instruction: {self.listing(pc)}",
+            pc,
+            what,
+        )
 
     def _named(self, e: TensorResizeError) -> TensorResizeError:
         """``e`` restated with the value whose planned slot was too small and the instruction writing it."""
@@ -482,19 +514,29 @@ class MethodExecutor:
 
     def event_name(self, pc: int) -> tuple[str, str]:
         """ExecuTorch's event tracer names for instruction ``pc``: (``OPERATOR_CALL``, ``op.overload``),
-        (``DELEGATE_CALL``, backend id), or the instruction kind twice."""
+        (``DELEGATE_CALL``, backend id), or the control instruction's event name twice (``JF_CALL``, ...)."""
         a = self.instructions[pc].instr_args
         if isinstance(a, fbp.KernelCall):
             return "OPERATOR_CALL", self.operators[a.op_index]
         if isinstance(a, fbp.DelegateCall):
             return "DELEGATE_CALL", self.plan.delegates[a.delegate_index].id
-        return type(a).__name__, type(a).__name__
+        kind = _CONTROL_EVENTS.get(type(a), type(a).__name__)
+        return kind, kind
 
     def instruction_outputs(self, pc: int) -> list[Any]:
         """The values instruction ``pc`` wrote, as they are now (views of planned memory, not copies)."""
         source = self.bound if self.static else self.vals
         values = [source[j] for j in self.facts.written(self.instructions[pc].instr_args)]
         return [v.resolve(source) if isinstance(v, ListRef) else v for v in values]
+
+    def call_arguments(self, pc: int) -> list[Any]:
+        """Every argument of delegate call ``pc`` as it is now (ExecuTorch logs them all after the call: a
+        delegate call does not say which are outputs)."""
+        a = self.instructions[pc].instr_args
+        if not isinstance(a, fbp.DelegateCall):
+            return []
+        source = self.bound if self.static else self.vals
+        return [v.resolve(source) if isinstance(v, ListRef) else v for v in (source[j] for j in a.args)]
 
     def describe(self, pc: int) -> str:
         """A short human name for instruction ``pc``: its operator, backend or kind."""

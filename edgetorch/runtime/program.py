@@ -533,7 +533,6 @@ class Runtime:
         loaded from the program into one ETDump (``debug_buffer_size`` > 0 also logs intermediate
         outputs); write it with ``program.write_etdump_result_to_file(path, debug_buffer_path)``.
         """
-        start = clock_ns()
         if data_path is not None:
             data_files = [*data_files, data_path]
         keepalive, buf = _open(data)
@@ -559,8 +558,8 @@ class Runtime:
             program.add_data_map(entries)
             program._data_keepalive.append(holder)
         if enable_etdump:
+            # no event for the load itself: ExecuTorch's runtime logs none (its tracer comes with the method)
             program.etdump = ETDumpGen(debug_buffer_size)
-            program.etdump.log_profile("Program::load", start, clock_ns())
         return program
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,19 +13,7 @@ import torch
 from edgetorch.exir import to_edge
 from edgetorch.runtime import Runtime
 from edgetorch.runtime.kernels.registry import KERNELS, register_kernel
-
-_ET_RUN = textwrap.dedent(
-    """
-    import sys, numpy as np, torch
-    from executorch.extension.pybindings.portable_lib import _load_for_executorch
-    pte, inputs, runs, etdump, debug = sys.argv[1:6]
-    module = _load_for_executorch(pte, enable_etdump=True, debug_buffer_size=int(debug and 1 << 22))
-    args = [torch.from_numpy(a) for a in np.load(inputs).values()]
-    for _ in range(int(runs)):
-        module.forward(args)
-    module.write_etdump_result_to_file(etdump, debug or None)
-    """
-)
+from tests.oracle import run_worker
 
 
 def lower_edgetorch(model: torch.nn.Module, args: tuple, generate_etrecord: bool = False):
@@ -48,13 +34,12 @@ def run_edgetorch(pte: bytes | Path, args: tuple, tmp: Path, runs: int = 2, debu
 
 
 def run_executorch(pte: bytes, args: tuple, tmp: Path, runs: int = 2) -> tuple[Path, Path]:
-    """The same with ExecuTorch's runtime, in its own process."""
-    (tmp / "et.pte").write_bytes(pte)
+    """The same with ExecuTorch's runtime, in a process of its own (``executorch_etdump_worker``)."""
+    (tmp / "model.pte").write_bytes(pte)
     np.savez(tmp / "inputs.npz", *[a.numpy() for a in args])
-    etdump, buffer = tmp / "executorch.etdp", tmp / "executorch.bin"
-    cmd = [sys.executable, "-c", _ET_RUN, str(tmp / "et.pte"), str(tmp / "inputs.npz"), str(runs), str(etdump)]
-    subprocess.run([*cmd, str(buffer)], check=True, capture_output=True, timeout=300)
-    return etdump, buffer
+    (tmp / "request.json").write_text(json.dumps({"runs": runs, "debug": True}))
+    run_worker("tests.devtools.executorch_etdump_worker", tmp, "a traced run")
+    return tmp / "executorch.etdp", tmp / "executorch.bin"
 
 
 @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 
 import pytest
 import torch
@@ -19,14 +20,12 @@ def _pair(etdump, etrecord):
 
 
 def _summary(inspector) -> list[tuple]:
-    """Per event what both must agree on; ExecuTorch also links method-level events (``Method::execute``,
-    chain -1) to instruction 0's nodes, which we do not, so those are compared by name and count only."""
+    """Per event what both must agree on, the runtime's own events (instruction 0's handles, no ops) included."""
     return [
-        (b.name, e.name, len(e.perf_data.raw), e._instruction_id)
-        + (() if "::" in e.name else (e.debug_handles, tuple(e.op_types), len(e.debug_data)))
+        (b.name, e.name, len(e.perf_data.raw), e._instruction_id, e.debug_handles, tuple(e.op_types))
+        + (len(e.debug_data),)
         for b in inspector.event_blocks
         for e in b.events
-        if e.name not in ("Program::load", "Method::init", "Program::load_method")
     ]
 
 
@@ -58,15 +57,7 @@ def test_tables_and_module_totals(traced):
     mine.print_data_tabular(out)
     assert "Method::execute" in out.getvalue() and "OPERATOR_CALL" not in out.getvalue()
     conv = mine.find_total_for_module("conv")
-    # ExecuTorch's total also counts its load and execute events, which it links to instruction 0 (the conv)
-    theirs = sum(
-        e.perf_data.avg
-        for b in reference.event_blocks
-        for e in b.events
-        if "::" not in e.name
-        and e.name != "OPERATOR_CALL"
-        and any("conv" in k for m in e.module_hierarchy.values() for k in m)
-    )
+    theirs = reference.find_total_for_module("conv")  # the runtime's own events have no module: not counted
     assert conv == pytest.approx(theirs) and conv > 0
     assert mine.find_total_for_module("no_such_module") == 0.0
     execute = next(e for b in mine.event_blocks for e in b.events if e.name == "Method::execute")
@@ -135,10 +126,53 @@ def test_compare_results(tmp_path, monkeypatch, capsys):
 
     ref = [torch.randn(3, 4), torch.randn(5)]
     same = compare_results(ref, ref)
-    assert set(same) == {"snr", "mse", "cosine_similarity"} and same["mse"] == [0.0, 0.0]
-    assert same["cosine_similarity"] == pytest.approx([1.0, 1.0])
-    noisy = compare_results(ref, [r + 0.1 for r in ref], metrics=["mse"])
-    assert noisy["mse"] == pytest.approx([0.01, 0.01])
+    assert list(same) == ["snr", "mse", "cosine_similarity"] and same["mse"] == [0.0, 0.0]
+    assert same["snr"] == [float("inf")] * 2 and same["cosine_similarity"] == pytest.approx([1.0, 1.0])
+    noise = [torch.full_like(r, 0.1) for r in ref]
+    noisy = compare_results(ref, [r + n for r, n in zip(ref, noise)], metrics=["mse", "snr"])
+    assert list(noisy) == ["mse", "snr"] and noisy["mse"] == pytest.approx([0.01, 0.01])
+    signal = [float((r.double() ** 2).mean()) for r in ref]
+    assert noisy["snr"] == pytest.approx([10 * math.log10(s / 0.01) for s in signal], rel=1e-4)
+    opposite = compare_results([ref[0]], [-ref[0]], metrics=["cosine_similarity"])
+    assert opposite["cosine_similarity"] == pytest.approx([-1.0])
+    assert compare_results([ref[0], 3], [ref[0], 3])["mse"] == [0.0, None]  # a scalar output: no metric
+    with pytest.raises(ValueError, match="unknown metrics"):
+        compare_results(ref, ref, metrics=["psnr"])
+    with pytest.raises(ValueError, match="shape"):
+        compare_results([ref[0]], [ref[0].flatten()])
     monkeypatch.chdir(tmp_path)
     assert compare_results(ref, ref, plot=True)["mse"] == [0.0, 0.0]
-    assert "mse" in capsys.readouterr().out
+    assert (tmp_path / "mse_output_plot.png").stat().st_size > 0
+    assert "cosine_similarity" in capsys.readouterr().out
+
+
+def test_inspector_cli_on_files(traced, tmp_path, capsys):
+    from edgetorch.devtools.inspector import inspector_cli
+
+    _, _, _, etrecord, ours, _ = traced
+    tsv = tmp_path / "events.tsv"
+    inspector_cli.main(
+        ["--etdump_path", str(ours[0]), "--etrecord_path", str(etrecord), "--debug_buffer_path", str(ours[1])]
+        + ["--tsv_path", str(tsv), "--target_time_scale", "us", "--compare_results"]
+    )
+    out = capsys.readouterr().out
+    assert "native_call_convolution.out" in out and "p50 (us)" in out and "nothing to compare" in out
+    lines = tsv.read_text().splitlines()
+    assert "event_name" in lines[0] and any("aten.convolution.default" in line for line in lines[1:])
+
+
+def test_etdump_schema_under_executorch_paths(traced):
+    from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc as executorch_reads
+
+    from edgetorch.devtools.etdump.schema_flatcc import PROFILE_EVENT_ENUM, ETDumpFlatCC, ProfileEvent
+    from edgetorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc, serialize_to_etdump_flatcc
+
+    *_, ours, theirs = traced
+    etdump = deserialize_from_etdump_flatcc(theirs[0].read_bytes())
+    assert isinstance(etdump, ETDumpFlatCC)
+    names = [
+        e.profile_event.name for r in etdump.run_data for e in r.events if isinstance(e.profile_event, ProfileEvent)
+    ]
+    assert {m.value for m in PROFILE_EVENT_ENUM} - {"DELEGATE_CALL"} <= set(names)  # TinyNet has no delegate
+    again = executorch_reads(serialize_to_etdump_flatcc(etdump))
+    assert [len(r.events) for r in again.run_data] == [len(r.events) for r in etdump.run_data]

@@ -14,7 +14,6 @@ events (``ETDumpGen(track_allocations=True)``) are listed per block in
 
 from __future__ import annotations
 
-import enum
 import os
 import sys
 import warnings
@@ -25,25 +24,23 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from edgetorch.devtools.extras import figure_class, require
+from edgetorch.devtools.extras import require
+from edgetorch.devtools.inspector._inspector_utils import (
+    EXCLUDED_COLUMNS_WHEN_PRINTING,
+    EXCLUDED_EVENTS_WHEN_PRINTING,
+    OPERATOR_CALL,
+    RESERVED_FRAMEWORK_EVENT_NAMES,
+    TimeScale,
+    aot_outputs,
+    calculate_time_scale_factor,
+    debug_events,
+    is_debug_output,
+    lookup,
+    run_signature,
+)
 from edgetorch.exir.etrecord import ETRecord, parse_etrecord
 from edgetorch.format import etdump as fe
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
-
-OPERATOR_CALL = "OPERATOR_CALL"
-# Columns the printed table leaves out (they do not fit a terminal), and the event rows it skips.
-_NOT_PRINTED = ["raw", "delegate_debug_identifier", "stack_traces", "module_hierarchy", "debug_data"]
-
-
-class TimeScale(enum.StrEnum):
-    NS = "ns"
-    US = "us"
-    MS = "ms"
-    S = "s"
-    CYCLES = "cycles"
-
-
-_PER_SECOND = {TimeScale.NS: 1e9, TimeScale.US: 1e6, TimeScale.MS: 1e3, TimeScale.S: 1.0}
 
 
 class PerfData:
@@ -193,9 +190,7 @@ class Inspector:
         if (etdump_path is None) == (etdump_data is None):
             raise ValueError("Expecting exactly one of etdump_path or etdump_data to be specified.")
         source, target = TimeScale(source_time_scale), TimeScale(target_time_scale)
-        if (source == TimeScale.CYCLES) != (target == TimeScale.CYCLES):
-            raise RuntimeError("For TimeScale in cycles both the source and target time scale have to be in cycles.")
-        self._scale = 1.0 if source == TimeScale.CYCLES else _PER_SECOND[target] / _PER_SECOND[source]
+        self._ticks_per_unit = calculate_time_scale_factor(source, target)
         self._delegate_scale = delegate_time_scale_converter
         if etrecord is None or isinstance(etrecord, ETRecord):
             self._etrecord = etrecord
@@ -221,14 +216,14 @@ class Inspector:
     def _blocks(self, etdump: fe.ETDump, source: TimeScale, target: TimeScale) -> list[EventBlock]:
         grouped: dict[tuple, list[fe.RunData]] = {}
         for run in etdump.run_data:
-            grouped.setdefault((run.name or "", _signature(run)), []).append(run)
+            grouped.setdefault((run.name or "", run_signature(run)), []).append(run)
         blocks = []
         for (name, _), runs in grouped.items():
             block = EventBlock(name=name, source_time_scale=source, target_time_scale=target)
             block.bundled_input_index = runs[0].bundled_input_index if runs[0].bundled_input_index != -1 else None
             block.events = self._events(runs)
             block.allocations = _allocations(runs[0])
-            outputs = [self._value(e.debug_event.debug_entry) for e in _debug(runs[-1]) if _is_output(e.debug_event)]
+            outputs = [self._value(d.debug_entry) for d in debug_events(runs[-1]) if is_debug_output(d)]
             block.run_output = outputs or None
             if self._etrecord is not None and self._etrecord._reference_outputs and name == "Execute":
                 refs = self._etrecord._reference_outputs.get("forward") or []
@@ -240,9 +235,8 @@ class Inspector:
     def _events(self, runs: list[fe.RunData]) -> list[Event]:
         profiles = [[e.profile_event for e in run.events if e.profile_event is not None] for run in runs]
         debug_of: dict[tuple, list[Any]] = {}
-        for e in _debug(runs[-1]):
-            if not _is_output(e.debug_event):
-                d = e.debug_event
+        for d in debug_events(runs[-1]):
+            if not is_debug_output(d):
                 key = (d.instruction_id, d.delegate_debug_id_int, d.delegate_debug_id_str or None)
                 debug_of.setdefault(key, []).append(self._value(d.debug_entry))
         events = []
@@ -254,7 +248,7 @@ class Inspector:
                 first.delegate_debug_id_int if first.delegate_debug_id_int != -1 else first.delegate_debug_id_str
             )
             event = Event(
-                name=first.name or "",
+                name=str(identifier) if delegated else first.name or "",  # ExecuTorch names delegated ones by id
                 perf_data=PerfData(raw),
                 delegate_debug_identifier=identifier if delegated else None,
                 is_delegated_op=delegated,
@@ -266,7 +260,7 @@ class Inspector:
             if first.chain_index == 0:  # an instruction's event (method-level events use chain -1)
                 key = (first.instruction_id, first.delegate_debug_id_int, first.delegate_debug_id_str or None)
                 event.debug_data = debug_of.get(key, [])
-                self._link(event)
+            self._link(event)
             events.append(event)
         return events
 
@@ -274,7 +268,7 @@ class Inspector:
         ticks = int(p.end_time) - int(p.start_time)
         if delegated and self._delegate_scale is not None:
             return self._delegate_scale(p.name, ticks)
-        return ticks * self._scale
+        return ticks / self._ticks_per_unit
 
     def _value(self, value: fe.Value | None) -> Any:
         if value is None:
@@ -307,27 +301,43 @@ class Inspector:
     # ------------------------------------------------------------------ linking to the ETRecord
 
     def _link(self, event: Event) -> None:
+        """Give ``event`` the debug handles of its instruction (through the delegate map, for an event inside a
+        delegate) and the operators, traces and modules of the Edge nodes with those handles.
+
+        As ExecuTorch's Inspector does, every event with an instruction id is linked, the runtime's own events
+        (``Method::init``, ``Method::execute``: instruction 0) included, but those get no nodes.
+        """
         record = self._etrecord
         if record is None or not record._debug_handle_map:
             return
         pc = event._instruction_id
-        handles = _lookup(record._debug_handle_map.get("forward", {}), pc)
-        delegate = _lookup((record._delegate_map or {}).get("forward", {}), pc)
+        handles = lookup(record._debug_handle_map.get("forward", {}), pc)
+        if handles is None:
+            return
+        event.num_outputs = lookup((record._instruction_id_to_num_outs_map or {}).get("forward", {}), pc) or 1
+        delegate = lookup((record._delegate_map or {}).get("forward", {}), pc)
+        if delegate and (event.is_delegated_op or event.name == "DELEGATE_CALL"):
+            event.delegate_backend_name = delegate.get("name")
         if event.is_delegated_op and delegate:
             inner = delegate.get("delegate_map") or {}
             ident = event.delegate_debug_identifier
             handles = inner.get(ident, inner.get(str(ident)))
-            event.delegate_backend_name = delegate.get("name")
-        if handles is None:
-            return
+            if handles is None:
+                return
         event.debug_handles = handles
-        wanted = {handles} if isinstance(handles, int) else set(handles)
-        nodes = [n for n in self._graph_nodes() if n.meta.get("debug_handle") in wanted]
+        if event.name in RESERVED_FRAMEWORK_EVENT_NAMES:
+            return
+        graph = self._graph_nodes()
+        # a node per handle, in the handles' order; a handle listed twice lists its nodes twice, as ExecuTorch's do
+        nodes = [
+            n
+            for h in ([handles] if isinstance(handles, int) else handles)
+            for n in graph
+            if n.meta.get("debug_handle") == h
+        ]
         event.op_types = [n.target.__name__ for n in nodes]
         event.stack_traces = {n.name: n.meta["stack_trace"] for n in nodes if n.meta.get("stack_trace")}
         event.module_hierarchy = {n.name: n.meta["nn_module_stack"] for n in nodes if n.meta.get("nn_module_stack")}
-        num_outs = _lookup((record._instruction_id_to_num_outs_map or {}).get("forward", {}), pc)
-        event.num_outputs = num_outs or 1
 
     def _graph_nodes(self) -> list[torch.fx.Node]:
         program = self.get_exported_program()
@@ -357,7 +367,7 @@ class Inspector:
 
         df = self.to_dataframe(include_units, include_delegate_debug_data)
         if len(df):
-            df = df[df.event_name != OPERATOR_CALL].drop(columns=_NOT_PRINTED)
+            df = df[~df.event_name.isin(EXCLUDED_EVENTS_WHEN_PRINTING)].drop(columns=EXCLUDED_COLUMNS_WHEN_PRINTING)
         print(tabulate(df, headers="keys", tablefmt="fancy_grid"), file=file or sys.stdout)
         allocations = self.allocations_to_dataframe()
         if len(allocations):
@@ -375,8 +385,9 @@ class Inspector:
         return pd.DataFrame(rows, columns=["event_block_name", "allocator", "allocation_size (bytes)"])
 
     def save_data_to_tsv(
-        self, file: IO[str], include_units: bool = True, include_delegate_debug_data: bool = False
+        self, file: IO[str] | str | os.PathLike, include_units: bool = True, include_delegate_debug_data: bool = False
     ) -> None:
+        """Every event as a tab-separated table, in ``file`` (an open text file or a path)."""
         self.to_dataframe(include_units, include_delegate_debug_data).to_csv(file, sep="\t")
 
     def find_total_for_module(self, module_name: str) -> float:
@@ -420,7 +431,7 @@ class Inspector:
         (any case) or a :class:`NumericalComparatorBase`. Returns a DataFrame with columns
         ``aot_ops, aot_intermediate_output, runtime_ops, runtime_intermediate_output, gap``.
         """
-        from edgetorch.devtools.numerical_comparator import comparator_for
+        from edgetorch.devtools.inspector.numerical_comparator import comparator_for
 
         pd = require("pandas", "Inspector.calculate_numeric_gap")
 
@@ -431,7 +442,7 @@ class Inspector:
                 "Missing etrecord or missing representative inputs within etrecord, both of which are required "
                 "for calculating numerical gap; record them with etrecord.update_representative_inputs(...)"
             )
-        aot = _aot_outputs(self.get_exported_program(), record._representative_inputs[0])
+        aot = aot_outputs(self.get_exported_program(), record._representative_inputs[0])
         rows = []
         for block in self.event_blocks:
             for event, handles in compared_events(block, aot):
@@ -473,50 +484,6 @@ def compared_events(block: EventBlock, aot: dict[int, Any]) -> list[tuple[Event,
     return [c for i, c in enumerate(candidates) if last[tuple(sorted(c[1]))] == i]
 
 
-def _aot_outputs(program: Any, inputs: Sequence[Any]) -> dict[int, tuple[list[str], Any]]:
-    """Debug handle -> (names of its nodes, output of its last node) from running ``program`` eagerly."""
-    outputs: dict[int, tuple[list[str], Any]] = {}
-
-    class Capture(torch.fx.Interpreter):
-        def run_node(self, n: torch.fx.Node) -> Any:
-            result = super().run_node(n)
-            handle = n.meta.get("debug_handle")
-            if n.op == "call_function" and handle is not None:
-                names = outputs.get(handle, ([], None))[0]
-                outputs[handle] = (
-                    [*names, n.target.__name__ if hasattr(n.target, "__name__") else str(n.target)],
-                    result,
-                )
-            return result
-
-    flat = [torch.as_tensor(x) for x in inputs]
-    state = {**program.state_dict, **program.constants}
-    sig = program.graph_signature
-    args = []
-    for spec in sig.input_specs:
-        if spec.target is not None and spec.target in state:
-            args.append(state[spec.target])
-        else:
-            args.append(flat.pop(0))
-    with torch.no_grad():
-        Capture(program.graph_module).run(*args)
-    return outputs
-
-
-def _lookup(mapping: dict, pc: int | None) -> Any:
-    if pc is None:
-        return None
-    return mapping.get(pc, mapping.get(str(pc)))
-
-
-def _signature(run: fe.RunData) -> tuple:
-    return tuple(
-        (p.name, p.instruction_id, p.delegate_debug_id_int, p.delegate_debug_id_str)
-        for p in (e.profile_event for e in run.events)
-        if p is not None
-    )
-
-
 def _allocations(run: fe.RunData) -> list[Allocation]:
     names = [a.name or "" for a in run.allocators]
     found = []
@@ -531,47 +498,4 @@ def _allocations(run: fe.RunData) -> list[Allocation]:
     return found
 
 
-def _debug(run: fe.RunData) -> list[fe.Event]:
-    return [e for e in run.events if e.debug_event is not None]
-
-
-def _is_output(d: fe.DebugEvent) -> bool:
-    return d.debug_entry is not None and d.debug_entry.output is not None and bool(d.debug_entry.output.bool_val)
-
-
-def compare_results(
-    reference_output: Sequence[Any], run_output: Sequence[Any], metrics: list[str] | None = None, plot: bool = False
-) -> dict[str, list[float]]:
-    """Quality of each runtime output against its reference: ``snr`` (dB), ``mse``, ``cosine_similarity``.
-
-    Returns metric -> one value per output pair, and prints them as a table (``plot=True`` also saves a
-    bar chart per metric to ``compare_results_<metric>.png`` when matplotlib is installed).
-    """
-    from edgetorch.devtools.numerical_comparator import MSEComparator, SNRComparator
-
-    def cosine(a: Any, b: Any) -> float:
-        x, y = (torch.as_tensor(t).double().flatten() for t in (a, b))
-        return float(torch.nn.functional.cosine_similarity(x, y, dim=0))
-
-    functions = {"snr": SNRComparator().compare, "mse": MSEComparator().compare, "cosine_similarity": cosine}
-    chosen = metrics or list(functions)
-    unknown = set(chosen) - set(functions)
-    if unknown:
-        raise ValueError(f"unknown metrics {sorted(unknown)}; choose from {sorted(functions)}")
-    pairs = list(zip(reference_output, run_output))
-    results = {m: [functions[m](ref, got) for ref, got in pairs] for m in chosen}
-    for metric, values in results.items():
-        print(f"{metric}: " + ", ".join(f"{v:.6g}" for v in values))
-    if plot:
-        Figure = figure_class("compare_results(plot=True)")
-        for metric, values in results.items():
-            fig = Figure()
-            ax = fig.subplots()
-            ax.bar(range(len(values)), values)
-            ax.set_xlabel("output")
-            ax.set_ylabel(metric)
-            fig.savefig(f"compare_results_{metric}.png")
-    return results
-
-
-__all__ = ["Allocation", "Event", "EventBlock", "Inspector", "PerfData", "TimeScale", "compare_results"]
+__all__ = ["Allocation", "Event", "EventBlock", "Inspector", "PerfData", "TimeScale", "compared_events"]
