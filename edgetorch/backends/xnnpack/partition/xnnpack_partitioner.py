@@ -1,20 +1,25 @@
 """``XnnpackPartitioner``: which Edge nodes the XNNPACK delegate takes, op by op, with each op's constraints.
 
-A node is delegated when its operator has a visitor in ``serialize.VISITORS``,
-its tensors are float32 (constants may be any dtype: they are folded to float32
-at lowering), and the operator's constraint below accepts its arguments.
-Quantize/dequantize ops join as the value types they become in the blob
-(``operators/quant.py``): static per-tensor int8 q/dq pairs, per-channel and
-4-bit grouped weights of linears and convolutions that run on integers, and
-dynamic (per-token) quantization chains whose only readers are such linears and
-convolutions (``QUANT_CONSTRAINTS``). Connected runs of such nodes become one
-delegate each; everything else stays with the portable runtime. May import torch.
+A node is delegated when the config owning its operator (``partition.config``)
+is among the partitioner's configs with a precision left enabled, its operator
+has a visitor in ``operators.VISITORS``, its tensors are float32 (constants may
+be any dtype: they are folded to float32 at lowering), and the operator's
+constraint below accepts its arguments. Quantize/dequantize ops join as the
+value types they become in the blob (``operators/quant.py``): static per-tensor
+int8 q/dq pairs, per-channel and 4-bit grouped weights of linears and
+convolutions that run on integers, and dynamic (per-token) quantization chains
+whose only readers are such linears and convolutions (``QUANT_CONSTRAINTS``).
+Connected runs of such nodes become one delegate each (one per operator with
+``per_op_mode``); everything else stays with the portable runtime. Why a node
+is refused is logged at debug level (``verbose=True`` turns it on). May import
+torch.
 """
 
 from __future__ import annotations
 
+import logging
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -22,6 +27,11 @@ from torch.export import ExportedProgram
 
 from edgetorch.backends.xnnpack.operators import VISITORS, result_node
 from edgetorch.backends.xnnpack.operators import quant as q
+from edgetorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS, GEMMConfig
+from edgetorch.backends.xnnpack.partition.config.xnnpack_config import (
+    ConfigPrecisionType,
+    XNNPartitionerConfig,
+)
 from edgetorch.backends.xnnpack.preprocess import XnnpackBackend
 from edgetorch.backends.xnnpack.serialize import constant_placeholders
 from edgetorch.exir.backend.partition_utils import group_supported_nodes, tag_constant_data, tag_partitions
@@ -29,20 +39,17 @@ from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner, Part
 from edgetorch.exir.dialects import to_aten
 from edgetorch.exir.program import EdgeCompileConfig
 
-__all__ = ["KEPT_WHOLE", "XnnpackPartitioner", "get_xnnpack_edge_compile_config"]
+__all__ = [
+    "XnnpackDynamicallyQuantizedPartitioner",
+    "XnnpackFloatingPointPartitioner",
+    "XnnpackPartitioner",
+    "XnnpackQuantizedPartitioner",
+    "get_xnnpack_edge_compile_config",
+]
 
 aten = torch.ops.aten
 Node = torch.fx.Node
-
-KEPT_WHOLE = [
-    aten.linear.default,
-    aten.hardswish.default,
-    aten.prelu.default,
-    aten.max_pool2d.default,
-    aten.upsample_bilinear2d.vec,
-    aten.scaled_dot_product_attention.default,
-]
-"""ATen ops kept out of decomposition when the XNNPACK delegate can take the node whole."""
+logger = logging.getLogger(__name__)
 
 
 def get_xnnpack_edge_compile_config(skip_dim_order: bool = False) -> EdgeCompileConfig:
@@ -51,32 +58,119 @@ def get_xnnpack_edge_compile_config(skip_dim_order: bool = False) -> EdgeCompile
 
 
 class XnnpackPartitioner(Partitioner):
-    """Delegates every connected run of float32 operators XNNPACK supports to ``XnnpackBackend``."""
+    """Delegates every connected run of operators XNNPACK supports to ``XnnpackBackend``.
+
+    ``configs``: the config classes (``partition.config``) whose operators may be
+    delegated (default ``ALL_PARTITIONER_CONFIGS``); ``config_precisions``: the
+    precisions to delegate (default all each config supports); ``per_op_mode``:
+    one delegate per operator (with its q/dq nodes and fused activation) instead
+    of per connected run; ``verbose``: log why nodes are refused. Other keyword
+    arguments go to each config.
+    """
+
+    def __init__(
+        self,
+        configs: Sequence[type[XNNPartitionerConfig]] | None = None,
+        config_precisions: ConfigPrecisionType | Sequence[ConfigPrecisionType] | None = None,
+        per_op_mode: bool = False,
+        verbose: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if verbose:
+            logger.setLevel(logging.DEBUG)
+            if not logger.hasHandlers():
+                logger.addHandler(logging.StreamHandler())
+        precisions = _precision_list(config_precisions)
+        self.configs: list[XNNPartitionerConfig] = []
+        owners: dict[str, XNNPartitionerConfig] = {}
+        for config_class in ALL_PARTITIONER_CONFIGS if configs is None else configs:
+            if not (isinstance(config_class, type) and issubclass(config_class, XNNPartitionerConfig)):
+                raise TypeError(
+                    f"configs must be XNNPartitionerConfig subclasses (e.g. LinearConfig); found {config_class!r}"
+                )
+            config = config_class(**kwargs)
+            config.set_enabled_precision_types(precisions)
+            for op in config.ops:
+                if op in owners:
+                    raise RuntimeError(
+                        f"configs {type(owners[op]).__name__} and {config_class.__name__} both claim {op}; pass one"
+                    )
+                owners[op] = config
+            self.configs.append(config)
+        self.per_op_mode = per_op_mode
+        self.delegation_spec = DelegationSpec(XnnpackBackend.__name__, [])
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
-        support = Support(exported_program)
-        groups = group_supported_nodes(exported_program.graph_module, support.supported)
+        support = Support(exported_program, self.configs)
+        if self.per_op_mode:
+            groups = support.per_op_groups(exported_program.graph_module)
+        else:
+            groups = group_supported_nodes(exported_program.graph_module, support.supported)
         groups = [g for g in groups if not all(support.is_constant(n) for n in g)]
         tags = tag_partitions(groups, prefix="xnnpack_")
         # A weight shared with the program (a tied token table) becomes the delegate's own constant: as an input
         # it would be copied into the delegate at every call (113 MB a token for SmolLM2's output projection).
         tag_constant_data(exported_program, copy_shared=True)
-        return PartitionResult(exported_program, dict.fromkeys(tags, DelegationSpec(XnnpackBackend.__name__, [])))
+        return PartitionResult(exported_program, dict.fromkeys(tags, self.delegation_spec))
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
     ) -> tuple[list[torch._ops.OpOverload], Callable[[torch.fx.Node], bool] | None]:
-        support = Support(ep)
-        affine = [op for op in (q.AFFINE_CHOOSE, q.AFFINE_QUANTIZE, q.AFFINE_DEQUANTIZE) if not isinstance(op, str)]
-        return [*KEPT_WHOLE, *affine], support.supported
+        kept = [c.get_original_aten() for c in self.configs]
+        return [op for op in kept if op is not None], Support(ep, self.configs).supported
+
+
+class XnnpackDynamicallyQuantizedPartitioner(XnnpackPartitioner):
+    """Delegates only dynamically quantized GEMMs (and the configs that support DYNAMIC_QUANT)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if "config_precisions" in kwargs:
+            raise ValueError(
+                "XnnpackDynamicallyQuantizedPartitioner always uses DYNAMIC_QUANT; "
+                "use XnnpackPartitioner to choose config_precisions"
+            )
+        super().__init__(config_precisions=ConfigPrecisionType.DYNAMIC_QUANT, **kwargs)
+
+
+class XnnpackFloatingPointPartitioner(XnnpackPartitioner):
+    """Delegates with only the FP32 precision enabled."""
+
+    def __init__(self) -> None:
+        super().__init__(config_precisions=ConfigPrecisionType.FP32)
+
+
+class XnnpackQuantizedPartitioner(XnnpackPartitioner):
+    """Delegates with only the STATIC_QUANT precision enabled."""
+
+    def __init__(self) -> None:
+        super().__init__(config_precisions=ConfigPrecisionType.STATIC_QUANT)
+
+
+def _precision_list(
+    precisions: ConfigPrecisionType | Sequence[ConfigPrecisionType] | None,
+) -> list[ConfigPrecisionType] | None:
+    if precisions is None or isinstance(precisions, ConfigPrecisionType):
+        return None if precisions is None else [precisions]
+    found = list(precisions) if isinstance(precisions, list | tuple) else [precisions]
+    if not all(isinstance(p, ConfigPrecisionType) for p in found):
+        raise TypeError(f"config_precisions takes ConfigPrecisionType values (FP32, ...); found {precisions!r}")
+    return found
+
+
+def _default_configs() -> list[XNNPartitionerConfig]:
+    return [config() for config in ALL_PARTITIONER_CONFIGS]
 
 
 class Support:
-    """Answers "can XNNPACK run this node?" for the nodes of one program (ATen or Edge dialect)."""
+    """Answers "can XNNPACK run this node?" for the nodes of one program (ATen or Edge dialect), with the given
+    configs (default: all, every precision)."""
 
-    def __init__(self, program: ExportedProgram) -> None:
+    def __init__(self, program: ExportedProgram, configs: Sequence[XNNPartitionerConfig] | None = None) -> None:
         self.constants = constant_placeholders(program)
         self._constant: dict[Node, bool] = {}
+        self.config_of = {op: c for c in (_default_configs() if configs is None else configs) for op in c.ops}
+        self._verdict: dict[Node, str | None] = {}
 
     def is_constant(self, arg: Any) -> bool:
         """Whether ``arg`` is a constant tensor, or a node computed from constants only (folded at lowering)."""
@@ -93,17 +187,48 @@ class Support:
     def supported(self, node: Node) -> bool:
         if node.op != "call_function":
             return False
+        if node not in self._verdict:
+            reason = self._verdict[node] = self.why_not(node)
+            if reason is not None and logger.isEnabledFor(logging.DEBUG):
+                logger.debug("XNNPACK leaves node %s (%s) out: %s", node.name, _name(node.target), reason)
+        return self._verdict[node] is None
+
+    def why_not(self, node: Node) -> str | None:
+        """Why XNNPACK does not take the call ``node``, or None if it does."""
         op = to_aten(node.target)
+        config = self.config_of.get(str(op))
+        if op not in FOLLOWERS and not self._fused_activation(node):
+            if config is None:
+                return f"no config of this partitioner claims {_name(op)}"
+            if not config.enabled_precision_types:
+                supported = [p.name for p in config.supported_precision_types()]
+                return f"{type(config).__name__} supports {supported}, none of them enabled"
         if op in QUANT_CONSTRAINTS or (op is operator.getitem and q.op_of(node.args[0]) in CHOOSERS):
-            return QUANT_CONSTRAINTS.get(op, _choose_qparams_item)(self, node)
-        if op not in VISITORS or not self._float32(node):
-            return False
+            check = QUANT_CONSTRAINTS.get(op, _choose_qparams_item)
+            return None if check(self, node) else _doc(check)
+        if op not in VISITORS:
+            return f"edgetorch's XNNPACK lowering has no {_name(op)}"
+        if not self._float32(node):
+            return "a tensor it reads or writes is not float32"
         if any(q.is_quantized_weight(a) and not _private_weight(self, a) for a in node.all_input_nodes):
-            return False
+            return _doc(_private_weight)
+        if isinstance(config, GEMMConfig):
+            precision = gemm_precision(node, config)
+            if config.enabled_precision_types == [ConfigPrecisionType.FP32] != [precision]:
+                return f"it is a {precision.name} {config.target_name}, and only FP32 is enabled"
         check = CONSTRAINTS.get(op)
         if check is not None and not check(self, node):
-            return False
-        return not q.quantized_inputs(node) or _quantized_op(self, node, op)
+            return _doc(check)
+        if q.quantized_inputs(node) and not _quantized_op(self, node, op):
+            return _doc(_quantized_op)
+        return None
+
+    def _fused_activation(self, node: Node) -> bool:
+        """Whether ``node`` is a ReLU or hardtanh a delegated GEMM fuses: it goes with the GEMM whatever its own
+        config's precisions."""
+        source = node.args[0] if node.args else None
+        fusable = to_aten(node.target) in q.ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1
+        return fusable and self.supported(source)
 
     def _float32(self, node: Node) -> bool:
         # A constant placeholder may be any dtype (the lowering converts it); a value computed from constants
@@ -111,6 +236,79 @@ class Support:
         # weight-only int8 dequantizes with a view of the int8 weight, then a copy to float32, sub and mul).
         inputs = [a for a in node.all_input_nodes if a not in self.constants]
         return all(first_tensor_dtype(n) == torch.float32 for n in [node, *inputs])
+
+    def node_and_deps(self, node: Node) -> list[Node]:
+        """The supported nodes delegated together with ``node`` in ``per_op_mode``, in graph order."""
+        links = self._links(node.graph)
+        group, stack = {node}, [node]
+        while stack:
+            for other in links.get(stack.pop(), ()):
+                if other not in group:
+                    group.add(other)
+                    stack.append(other)
+        return sorted(group, key=_position(node.graph))
+
+    def per_op_groups(self, graph_module: torch.fx.GraphModule) -> list[list[Node]]:
+        """The ``per_op_mode`` partitions: each supported operator with its q/dq nodes, getitems and fused
+        activation; nodes two operators share (one dequantize read by both) join their partitions into one."""
+        groups: list[list[Node]] = []
+        seen: set[Node] = set()
+        for node in graph_module.graph.nodes:
+            if node not in seen and self.supported(node):
+                group = self.node_and_deps(node)
+                seen.update(group)
+                groups.append(group)
+        return groups
+
+    def _links(self, graph: torch.fx.Graph) -> dict[Node, set[Node]]:
+        """Supported node -> the supported nodes it must share a per-operator partition with (both ways)."""
+        links: dict[Node, set[Node]] = {}
+        for node in graph.nodes:
+            if not self.supported(node):
+                continue
+            for other in self._attached_to(node):
+                if isinstance(other, Node) and self.supported(other):
+                    links.setdefault(node, set()).add(other)
+                    links.setdefault(other, set()).add(node)
+        return links
+
+    def _attached_to(self, node: Node) -> list[Node]:
+        """The nodes a q/dq node, getitem or fused activation belongs with: a quantize or dequantize with its
+        readers, a getitem with its producer, an activation with the GEMM it follows."""
+        op = to_aten(node.target)
+        source = node.args[0] if node.args else None
+        if op in DEPENDENT_INPUTS or (op is operator.getitem and q.op_of(source) in CHOOSERS):
+            return list(node.users)
+        if op is operator.getitem:
+            return [source]
+        if op in q.ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1:
+            return [source]
+        return []
+
+
+def gemm_precision(node: Node, config: GEMMConfig) -> ConfigPrecisionType:
+    """FP32 unless the weight is dequantized; then DYNAMIC_QUANT when the activation is dynamically quantized,
+    else STATIC_QUANT (ExecuTorch's precision of a GEMM)."""
+    weight = arg(node, config.weight_idx, "weight")
+    if not (q.is_quantized_weight(weight) or q.op_of(weight) == q.DEQUANTIZE):
+        return ConfigPrecisionType.FP32
+    if q.is_dynamic_dequantize(node.args[config.act_idx]):
+        return ConfigPrecisionType.DYNAMIC_QUANT
+    return ConfigPrecisionType.STATIC_QUANT
+
+
+def _name(target: Any) -> str:
+    return str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
+
+
+def _doc(check: Callable[..., bool]) -> str:
+    """The constraint a check states (the first line of its docstring)."""
+    return (check.__doc__ or check.__name__).strip().splitlines()[0].rstrip(".")
+
+
+def _position(graph: torch.fx.Graph) -> Callable[[Node], int]:
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return order.__getitem__
 
 
 def first_tensor_dtype(node: Node) -> torch.dtype | None:
@@ -145,26 +343,31 @@ def pair(value: Any) -> list[int]:
 
 
 def _linear(s: Support, node: Node) -> bool:
+    """A linear needs a constant 2-d weight and a constant (or no) bias."""
     bias = arg(node, 2, "bias")
     return s.is_constant(node.args[1]) and rank(node.args[1]) == 2 and (bias is None or s.is_constant(bias))
 
 
 def _addmm(s: Support, node: Node) -> bool:
+    """An addmm needs beta = alpha = 1 and a constant bias and weight."""
     ones = arg(node, 3, "beta", 1) == 1 and arg(node, 4, "alpha", 1) == 1
     return ones and s.is_constant(node.args[0]) and s.is_constant(node.args[2])
 
 
 def _mm(s: Support, node: Node) -> bool:
+    """A matrix product needs a constant right-hand side."""
     return s.is_constant(node.args[1])
 
 
 def _convolution(s: Support, node: Node) -> bool:
+    """A convolution needs a constant weight and bias and a 1-d or 2-d kernel."""
     weight, bias = node.args[1], node.args[2]
     constant = s.is_constant(weight) and (bias is None or s.is_constant(bias))
     return constant and rank(weight) in (3, 4) and rank(node.args[0]) == rank(weight)
 
 
 def _max_pool(s: Support, node: Node) -> bool:
+    """A max pooling needs a 4-d input, stride <= kernel, no index output, and static sizes with ceil_mode."""
     kernel = pair(node.args[1])
     stride = pair(arg(node, 2, "stride") or kernel)
     ceil = bool(arg(node, 5, "ceil_mode", False))
@@ -175,6 +378,7 @@ def _max_pool(s: Support, node: Node) -> bool:
 
 
 def _avg_pool(s: Support, node: Node) -> bool:
+    """An average pooling needs a 4-d input, no ceil_mode, no divisor_override, and no padding counted."""
     padding = pair(arg(node, 3, "padding", 0))
     ceil = bool(arg(node, 4, "ceil_mode", False))
     include_pad = bool(arg(node, 5, "count_include_pad", True))
@@ -184,6 +388,7 @@ def _avg_pool(s: Support, node: Node) -> bool:
 
 
 def _adaptive_avg_pool(s: Support, node: Node) -> bool:
+    """An adaptive average pooling needs a static 4-d input whose sizes the output sizes divide."""
     x = node.args[0]
     if rank(x) != 4 or not static(x, slice(2, None)):
         return False
@@ -193,6 +398,7 @@ def _adaptive_avg_pool(s: Support, node: Node) -> bool:
 
 
 def _mean(s: Support, node: Node) -> bool:
+    """A mean needs a 4-d input reduced over its last two dims, with no dtype."""
     x = node.args[0]
     dims = arg(node, 1, "dim")
     if rank(x) != 4 or dims is None or node.kwargs.get("dtype") is not None:
@@ -201,44 +407,54 @@ def _mean(s: Support, node: Node) -> bool:
 
 
 def _upsample(s: Support, node: Node) -> bool:
+    """A bilinear upsampling needs a 4-d input and static output sizes."""
     return rank(node.args[0]) == 4 and static(node, slice(2, None))
 
 
 def _softmax(s: Support, node: Node) -> bool:
+    """A softmax needs to run over the last dim, with no half-to-float."""
     return node.args[1] % rank(node.args[0]) == rank(node.args[0]) - 1 and not node.args[2]
 
 
 def _pow(s: Support, node: Node) -> bool:
+    """A power needs exponent 2."""
     return node.args[1] == 2
 
 
 def _gelu(s: Support, node: Node) -> bool:
+    """A GELU needs approximate='none'."""
     return node.kwargs.get("approximate", "none") == "none"
 
 
 def _elu(s: Support, node: Node) -> bool:
+    """An ELU needs scale = input_scale = 1."""
     return arg(node, 2, "scale", 1) == 1 and arg(node, 3, "input_scale", 1) == 1
 
 
 def _prelu(s: Support, node: Node) -> bool:
+    """A PReLU needs a constant weight of 1 or C values and a 2-d or 4-d input."""
     x, weight = node.args
     channels = x.meta["val"].shape[1] if rank(x) > 1 else 1
     return s.is_constant(weight) and rank(x) in (2, 4) and weight.meta["val"].numel() in (1, channels)
 
 
 def _reshape(s: Support, node: Node) -> bool:
+    """A reshape may have at most one dynamic dim."""
     return sum(isinstance(d, torch.SymInt) for d in node.meta["val"].shape) <= 1
 
 
 def _slice(s: Support, node: Node) -> bool:
+    """A slice needs step 1, static shapes and a non-empty result."""
     return arg(node, 4, "step", 1) == 1 and static(node.args[0]) and static(node) and node.meta["val"].numel() > 0
 
 
 def _constant_pad(s: Support, node: Node) -> bool:
+    """A constant pad needs no negative padding."""
     return all(p >= 0 for p in node.args[1])
 
 
 def _cat(s: Support, node: Node) -> bool:
+    """A concatenation needs at least one input and a non-empty result."""
     return len(node.args[0]) >= 1 and node.meta["val"].numel() > 0
 
 
@@ -256,17 +472,20 @@ def _copy(s: Support, node: Node) -> bool:
 
 
 def _getitem(s: Support, node: Node) -> bool:
+    """A getitem is taken with its source, as that source's first output."""
     source = node.args[0]
     return isinstance(source, Node) and node.args[1] == 0 and s.supported(source) and result_node(source) is node
 
 
 def _batch_norm(s: Support, node: Node) -> bool:
+    """A batch norm needs constant parameters, a 2-d+ input and only its first output read."""
     params = [p for p in node.args[1:5] if p is not None]
     users_ok = all(u.target is operator.getitem and u.args[1] == 0 for u in node.users)
     return users_ok and rank(node.args[0]) >= 2 and all(s.is_constant(p) for p in params)
 
 
 def _attention(s: Support, node: Node) -> bool:
+    """An attention needs no dropout or GQA, equal ranks >= 3, a float mask without is_causal, static causal sizes."""
     q, k, v = node.args[:3]
     mask = arg(node, 3, "attn_mask")
     causal = bool(arg(node, 5, "is_causal", False))
@@ -335,6 +554,7 @@ def _quantize(s: Support, node: Node) -> bool:
 
 
 def _dequantize(s: Support, node: Node) -> bool:
+    """A static dequantize is taken with the int8 quantize it reads."""
     return _int8(node, 3) and q.op_of(node.args[0]) == q.QUANTIZE and s.supported(node.args[0])
 
 
@@ -395,17 +615,20 @@ def _affine_quantize(s: Support, node: Node) -> bool:
 
 
 def _affine_dequantize(s: Support, node: Node) -> bool:
+    """A torchao dequantize is taken with its per-token quantize, or as a GEMM's quantized weight."""
     if q.op_of(node.args[0]) == q.AFFINE_QUANTIZE:
         return s.supported(node.args[0])
     return _weight_dequantize(s, node)
 
 
 def _dynamic_dequantize(s: Support, node: Node) -> bool:
+    """A dynamic dequantize is taken with the matching dynamic quantize it reads."""
     source = node.args[0]
     return q.op_of(source) == q.DYNAMIC_QUANTIZE and source.args[1:3] == node.args[1:3] and s.supported(source)
 
 
 def _choose_qparams(s: Support, node: Node) -> bool:
+    """A choose_qparams is taken when the quantizes and dequantizes reading its results are."""
     items = [u for u in node.users if u.target is operator.getitem]
     quantizes = {u for item in items for u in item.users}
     return (
@@ -416,6 +639,7 @@ def _choose_qparams(s: Support, node: Node) -> bool:
 
 
 def _choose_qparams_item(s: Support, node: Node) -> bool:
+    """A result of choose_qparams is taken with it."""
     return s.supported(node.args[0])
 
 
@@ -445,3 +669,28 @@ QUANT_CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
     q.AFFINE_DEQUANTIZE: _affine_dequantize,
 }
 """Quantize/dequantize ops -> when they join an XNNPACK partition (as value types, not nodes)."""
+
+FOLLOWERS = {
+    operator.getitem,
+    q.WEIGHT_DEQUANTIZE,
+    q.WEIGHT_QUANTIZE,
+    q.DYNAMIC_QUANTIZE,
+    q.DYNAMIC_DEQUANTIZE,
+    q.CHOOSE_QPARAMS,
+}
+"""Ops no config claims: delegated with the nodes they feed or come from (ExecuTorch's GEMM dependencies)."""
+DEPENDENT_INPUTS = {
+    q.QUANTIZE,
+    q.DEQUANTIZE,
+    q.WEIGHT_DEQUANTIZE,
+    q.WEIGHT_QUANTIZE,
+    q.DYNAMIC_QUANTIZE,
+    q.DYNAMIC_DEQUANTIZE,
+    q.CHOOSE_QPARAMS,
+    q.AFFINE_CHOOSE,
+    q.AFFINE_QUANTIZE,
+    q.AFFINE_DEQUANTIZE,
+}
+"""Ops that belong, in ``per_op_mode``, to the partition of the operators reading them. (A static quantize
+too: delegates then pass float32 between them, which edgetorch's blobs take, and quantize on entry.)"""
+GEMMS = {aten.linear.default, aten.convolution.default, aten.addmm.default, aten.mm.default}
