@@ -554,7 +554,11 @@ def _quantize(s: Support, node: Node) -> bool:
 
 
 def _dequantize(s: Support, node: Node) -> bool:
-    """A static dequantize is taken with the int8 quantize it reads."""
+    """A static dequantize is taken with the int8 quantize it reads, or, of constant integers (a per-tensor
+    weight), folded to float32 for the supported ops reading it."""
+    if s.is_constant(node.args[0]):
+        int8 = tuple(node.args[3:6]) in ((-128, 127, torch.int8), (-127, 127, torch.int8))
+        return int8 and _private_weight(s, node) and all(u.op == "call_function" and s.supported(u) for u in node.users)
     return _int8(node, 3) and q.op_of(node.args[0]) == q.QUANTIZE and s.supported(node.args[0])
 
 
