@@ -244,3 +244,12 @@ def export_llm(
     if output is not None:
         Path(output).write_bytes(buffer)
     return buffer
+
+
+# ``export_llm`` is also the name of the command module (``python -m ...export.export_llm``), and importing a
+# submodule sets the package attribute of its name. Importing it here, then restoring the function, keeps
+# ``export_llm`` the function: a later import finds the module loaded and leaves the attribute alone.
+_export_llm = export_llm
+import edgetorch.extension.llm.export.export_llm  # noqa: E402, F401
+
+export_llm = _export_llm  # noqa: F811
