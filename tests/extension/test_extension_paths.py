@@ -120,3 +120,34 @@ def test_export_llm_command_and_runner(exported):
     assert runner._pos > len(prompt)
     with pytest.raises(RuntimeError, match="start_pos"):
         runner.generate_from_pos("w5", 32, config)
+
+
+def test_flat_tensor_serializer_round_trip():
+    from edgetorch.extension.flat_tensor.serialize.flat_tensor_schema import TensorLayout
+    from edgetorch.extension.flat_tensor.serialize.serialize import (
+        FlatTensorConfig,
+        FlatTensorHeader,
+        FlatTensorSerializer,
+    )
+    from edgetorch.format.program import ScalarType
+
+    weight = np.arange(6, dtype=np.float32).tobytes()
+    layout = TensorLayout(scalar_type=ScalarType.FLOAT, sizes=[2, 3], dim_order=[0, 1])
+    serializer = FlatTensorSerializer(FlatTensorConfig(segment_alignment=64))
+    blob = serializer.serialize({"w": (weight, layout), "same": weight, "b": b"\x01\x02"})
+    header = FlatTensorHeader.from_bytes(blob[8:])
+    assert header.is_valid() and header.segment_base_offset % 64 == 0
+    assert header.segment_data_size == len(blob) - header.segment_base_offset
+    assert FlatTensorHeader.from_bytes(header.to_bytes()) == header
+    back = serializer.deserialize(blob)
+    assert back["w"] == (weight, layout) and back["same"] == (weight, None) and back["b"][0] == b"\x01\x02"
+    assert not FlatTensorHeader.from_bytes(b"XXXX" + bytes(36)).is_valid()
+    with pytest.raises(ValueError, match="40 bytes"):
+        FlatTensorHeader.from_bytes(b"FH01")
+    executorch = pytest.importorskip("executorch.extension.flat_tensor.serialize.serialize")
+    theirs = executorch.FlatTensorHeader.from_bytes(blob[8:])
+    assert (theirs.flatbuffer_offset, theirs.flatbuffer_size, theirs.segment_base_offset) == (
+        header.flatbuffer_offset,
+        header.flatbuffer_size,
+        header.segment_base_offset,
+    )
