@@ -116,7 +116,7 @@ class ExecutionError(EdgetorchError, RuntimeError):
         self.instruction = instruction
         self.operator = operator
 
-    @property  # type: ignore[override]
-    def code(self) -> Error:
+    @property
+    def code(self) -> Error:  # type: ignore[override]  # read-only here: the cause decides it
         cause = self.__cause__
         return getattr(cause, "code", None) or Error.Internal
