@@ -152,7 +152,7 @@ def _precision_list(
 ) -> list[ConfigPrecisionType] | None:
     if precisions is None or isinstance(precisions, ConfigPrecisionType):
         return None if precisions is None else [precisions]
-    found = list(precisions) if isinstance(precisions, list | tuple) else [precisions]
+    found: list[Any] = list(precisions) if isinstance(precisions, list | tuple) else [precisions]
     if not all(isinstance(p, ConfigPrecisionType) for p in found):
         raise TypeError(f"config_precisions takes ConfigPrecisionType values (FP32, ...); found {precisions!r}")
     return found
@@ -216,9 +216,9 @@ class Support:
             precision = gemm_precision(node, config)
             if config.enabled_precision_types == [ConfigPrecisionType.FP32] != [precision]:
                 return f"it is a {precision.name} {config.target_name}, and only FP32 is enabled"
-        check = CONSTRAINTS.get(op)
-        if check is not None and not check(self, node):
-            return _doc(check)
+        constraint = CONSTRAINTS.get(op)
+        if constraint is not None and not constraint(self, node):
+            return _doc(constraint)
         if q.quantized_inputs(node) and not _quantized_op(self, node, op):
             return _doc(_quantized_op)
         return None
@@ -226,7 +226,7 @@ class Support:
     def _fused_activation(self, node: Node) -> bool:
         """Whether ``node`` is a ReLU or hardtanh a delegated GEMM fuses: it goes with the GEMM whatever its own
         config's precisions."""
-        source = node.args[0] if node.args else None
+        source: Any = node.args[0] if node.args else None
         fusable = to_aten(node.target) in q.ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1
         return fusable and self.supported(source)
 
@@ -276,7 +276,7 @@ class Support:
         """The nodes a q/dq node, getitem or fused activation belongs with: a quantize or dequantize with its
         readers, a getitem with its producer, an activation with the GEMM it follows."""
         op = to_aten(node.target)
-        source = node.args[0] if node.args else None
+        source: Any = node.args[0] if node.args else None
         if op in DEPENDENT_INPUTS or (op is operator.getitem and q.op_of(source) in CHOOSERS):
             return list(node.users)
         if op is operator.getitem:

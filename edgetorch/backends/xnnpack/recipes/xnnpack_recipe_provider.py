@@ -92,5 +92,5 @@ def _torchao(group_size: int | None) -> QuantizationRecipe:
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 
     granularity = PerAxis(axis=0) if group_size is None else PerGroup(group_size=group_size)
-    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=granularity)
+    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=granularity)  # type: ignore[attr-defined]
     return QuantizationRecipe(ao_quantization_configs=[AOQuantizationConfig(config)])

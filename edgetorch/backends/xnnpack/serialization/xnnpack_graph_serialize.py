@@ -23,4 +23,4 @@ def convert_to_flatbuffer(xnnpack_graph: XNNGraph) -> bytes:
 
 def serialize_xnnpack_binary(xnnpack_graph: XNNGraph, constant_data_bytes: bytes | bytearray = b"") -> bytes:
     """``xnnpack_graph`` and its constant data as one delegate blob, headed by ``XNNHeader``."""
-    return build_blob(xnnpack_graph, constant_data_bytes)
+    return build_blob(xnnpack_graph, bytes(constant_data_bytes))
