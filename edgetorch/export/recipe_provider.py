@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from edgetorch.export.recipe import ExportRecipe, RecipeType
+if TYPE_CHECKING:
+    from edgetorch.export.recipe import ExportRecipe, RecipeType
+
 
 __all__ = ["BackendRecipeProvider"]
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from edgetorch.export.recipe import ExportRecipe, RecipeType
 from edgetorch.export.recipe_provider import BackendRecipeProvider
+
+if TYPE_CHECKING:
+    from edgetorch.export.recipe import ExportRecipe, RecipeType
 
 __all__ = ["RecipeRegistry", "recipe_registry"]
 

@@ -174,7 +174,7 @@ def test_a_refused_node_is_logged_with_its_reason(fp32):
 
 def test_verbose_turns_on_debug_logging(fp32):
     XnnpackPartitioner(verbose=True)
-    logger = logging.getLogger("edgetorch.backends.xnnpack.partition.xnnpack_partitioner")
+    logger = logging.getLogger("edgetorch.backends.xnnpack.partition")
     try:
         assert logger.isEnabledFor(logging.DEBUG)
     finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from edgetorch.errors import InvalidInputError
 from edgetorch.extension.llm.export.config.llm_config import LlmConfig
+from edgetorch.extension.llm.export.exporter import export_llm
 
 __all__ = ["export_from_config", "main"]
 
@@ -23,8 +24,6 @@ __all__ = ["export_from_config", "main"]
 def export_from_config(llm_config: LlmConfig) -> Path:
     """Export the model ``llm_config`` describes and write it; returns the ``.pte`` path
     (``export.output_dir``/``export.output_name``, by default ``<base.model_class>.pte``)."""
-    from edgetorch.extension.llm import export as llm_export
-
     base, model, export, quantization = llm_config.base, llm_config.model, llm_config.export, llm_config.quantization
     if not base.checkpoint:
         raise InvalidInputError("base.checkpoint is needed: a Hugging Face model folder or a .gguf file")
@@ -35,7 +34,7 @@ def export_from_config(llm_config: LlmConfig) -> Path:
     name = export.output_name or f"{base.model_class}.pte"
     output = Path(export.output_dir) / (name if name.endswith(".pte") else f"{name}.pte")
     output.parent.mkdir(parents=True, exist_ok=True)
-    llm_export.export_llm(
+    export_llm(
         base.checkpoint,
         output,
         backend="xnnpack" if llm_config.backend.xnnpack.enabled else "portable",

@@ -11,24 +11,17 @@ Imports torch.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch.export import ExportedProgram
 
+from edgetorch.backends.xnnpack.partition.config.precision import ConfigPrecisionType
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = ["ConfigPrecisionType", "XNNPartitionerConfig"]
-
-
-class ConfigPrecisionType(Enum):
-    """The precisions a config can be enabled for (ExecuTorch's values)."""
-
-    FP32 = 1
-    STATIC_QUANT = 2
-    DYNAMIC_QUANT = 3
 
 
 FP32 = ConfigPrecisionType.FP32
@@ -80,14 +73,14 @@ class XNNPartitionerConfig:
 
     def check_constraints(self, node: torch.fx.Node, ep: ExportedProgram) -> bool:
         """Whether XNNPACK, with this config alone, takes ``node`` (whose target must be one of ``ops``)."""
-        from edgetorch.backends.xnnpack.partition.xnnpack_partitioner import Support
+        from edgetorch.backends.xnnpack.partition.support import Support
 
         return Support(ep, [self]).supported(node)
 
     def get_node_and_deps(self, node: torch.fx.Node, ep: ExportedProgram) -> list[torch.fx.Node]:
         """``node`` and the nodes delegated with it (its q/dq nodes, fused activation, getitems), or [] if
         ``node`` is not taken."""
-        from edgetorch.backends.xnnpack.partition.xnnpack_partitioner import Support
+        from edgetorch.backends.xnnpack.partition.support import Support
 
         support = Support(ep, [self])
         return support.node_and_deps(node) if support.supported(node) else []
