@@ -58,10 +58,6 @@ OUT_OF_SCOPE = {
             "their compilers and runtimes need vendor SDKs and devices; edgetorch ships XNNPACK",
         ),
     ),
-    "executorch.export": (
-        "export recipes",
-        "ExportRecipe/export() are ExecuTorch's newer one-call export API over the same pipeline; not built yet",
-    ),
     "executorch.extension.llm": ("later issue: LLM extension", "export_llm, runners and tokenizers"),
 }
 

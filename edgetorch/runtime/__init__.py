@@ -1,13 +1,18 @@
 """The torch-free runtime: load a .pte and run its methods with NumPy.
 
 Mirrors ``executorch.runtime``: ``Runtime.get().load_program(path).load_method("forward").execute(inputs)``.
+Failures raise the typed errors below, ``RuntimeError`` subclasses whose message carries ExecuTorch's error
+code (``Error``), e.g. ``[error 0x14 OperatorMissing]``.
 Imports only the standard library, NumPy, flatbuffers and ml_dtypes.
 """
 
 from edgetorch.errors import (
     DelegateLoadError,
     EdgetorchError,
+    Error,
+    ExecutionError,
     InvalidInputError,
+    MethodNotFoundError,
     ProgramLoadError,
     UnsupportedBackendError,
     UnsupportedOperatorError,
@@ -32,10 +37,13 @@ __all__ = [
     "BackendRegistry",
     "DelegateLoadError",
     "EdgetorchError",
+    "Error",
     "EventTracer",
+    "ExecutionError",
     "InvalidInputError",
     "Method",
     "MethodMeta",
+    "MethodNotFoundError",
     "Module",
     "OperatorRegistry",
     "Program",

@@ -26,6 +26,7 @@ import numpy as np
 from edgetorch.errors import (
     DelegateLoadError,
     EdgetorchError,
+    Error,
     ExecutionError,
     InvalidInputError,
     ProgramLoadError,
@@ -585,12 +586,14 @@ def _as_array(n: int, x: Any, slot: TensorSlot, method: str | None) -> np.ndarra
         if slot.dynamic and got > want:
             raise InvalidInputError(
                 f"input {n} of method {method!r}: dimension {d} is {got}, above its upper bound {want}; "
-                "re-export with a larger bound to run this size"
+                "re-export with a larger bound to run this size",
+                code=Error.NotSupported,
             )
         if not slot.dynamic and got != want:
             raise InvalidInputError(
                 f"input {n} of method {method!r} must have shape {list(slot.sizes)}, got {list(arr.shape)} "
-                f"(dimension {d} is static)"
+                f"(dimension {d} is static)",
+                code=Error.NotSupported,
             )
     return arr
 

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import ml_dtypes
 import numpy as np
 
-from edgetorch.errors import InvalidInputError, ProgramLoadError
+from edgetorch.errors import Error, InvalidInputError, MethodNotFoundError, ProgramLoadError
 from edgetorch.format import program as fbp
 from edgetorch.format.flatbuffer import FlatbufferError
 from edgetorch.format.program import ScalarType
@@ -326,6 +326,7 @@ class Program:
         self.max_memory = runtime.max_planned_bytes
         """Bytes of planned memory one method of this program may allocate (``load_program(max_memory=)``)."""
         self.etdump: ETDumpGen | None = None
+        self._methods: dict[str, Method] = {}
 
     def release_pages(self) -> None:
         """Let the OS drop the mapped file's pages from this process (``MADV_DONTNEED``), e.g. after a
@@ -352,7 +353,7 @@ class Program:
     def _plan(self, name: str) -> fbp.ExecutionPlan:
         plan = self._plans.get(name)
         if plan is None:
-            raise InvalidInputError(f"the program has no method {name!r}; its methods are {sorted(self._plans)}")
+            raise MethodNotFoundError(f"the program has no method {name!r}; its methods are {sorted(self._plans)}")
         return plan
 
     def metadata(self, name: str) -> MethodMeta:
@@ -372,6 +373,9 @@ class Program:
     def load_method(self, name: str = "forward", seed: int | None = None, event_tracer: Any = None) -> Method:
         """Allocate planned memory, bind kernels and initialise delegates for method ``name``.
 
+        As in ExecuTorch, the program keeps each method it loads: loading ``name`` again returns the same
+        Method, with its state (a KV cache, a counter), unless ``seed`` or ``event_tracer`` asks for a new one.
+
         ``seed`` seeds the method's random-number generator (see :meth:`Method.set_seed`).
         ``event_tracer`` (an :class:`~edgetorch.runtime.etdump.ETDumpGen`, as in ExecuTorch's
         ``load_method(name, memory_manager, event_tracer)``) records the load and every run;
@@ -379,6 +383,9 @@ class Program:
         keeps every copy instruction (no copy elision), so that each instruction reports its own event and
         output.
         """
+        cached = seed is None and event_tracer is None
+        if cached and name in self._methods:
+            return self._methods[name]
         plan = self._plan(name)
         tracer = event_tracer if event_tracer is not None else self.etdump
         start = clock_ns()
@@ -394,6 +401,8 @@ class Program:
                 tracer.log_profile("Program::load_method", start, end)
                 tracer.track_method_memory(name, executor.arenas, executor.unplanned_bytes)
             method.set_event_tracer(tracer)
+        if cached:
+            self._methods[name] = method
         return method
 
     def has_etdump(self) -> bool:
@@ -678,6 +687,8 @@ class Module:
     def unload_method(self, method_name: str = "forward") -> bool:
         """Free a loaded method's memory (its mutable state starts over on the next load); False if not loaded."""
         self._staged.pop(method_name, None)
+        if self._program is not None:
+            self._program._methods.pop(method_name, None)
         return self._methods.pop(method_name, None) is not None
 
     def method_meta(self, method_name: str = "forward") -> MethodMeta:
@@ -703,15 +714,45 @@ class Module:
     def execute(self, method_name: str = "forward", inputs: Iterable[Any] | None = None) -> list[Any]:
         """Run ``method_name`` on ``inputs``, or on the inputs staged with ``set_inputs``/``set_input``."""
         if inputs is None:
-            staged = self._staged.get(method_name, [])
-            missing = [i for i, v in enumerate(staged) if v is _UNSET]
-            if missing or len(staged) != self.method_meta(method_name).num_inputs:
-                raise InvalidInputError(
-                    f"method {method_name!r} has unset inputs {missing or 'all'}; "
-                    "call set_inputs/set_input first or pass the inputs to execute"
-                )
-            inputs = staged
+            inputs = self._staged_inputs(method_name)
         return self.load_method(method_name).execute(list(inputs))
+
+    def _staged_inputs(self, method_name: str) -> list[Any]:
+        staged = self._staged.get(method_name, [])
+        missing = [i for i, v in enumerate(staged) if v is _UNSET]
+        if missing or len(staged) != self.method_meta(method_name).num_inputs:
+            raise InvalidInputError(
+                f"method {method_name!r} has unset inputs {missing or 'all'}; "
+                "call set_inputs/set_input first or pass the inputs to execute"
+            )
+        return staged
+
+    def plan_execute(self, method_name: str = "forward", clone_outputs: bool = True) -> list[Any]:
+        """Run ``method_name`` on the inputs staged with ``set_inputs``/``set_input``/``load_bundled_input``."""
+        if not clone_outputs:
+            return self.load_method(method_name).execute(self._staged_inputs(method_name), clone_outputs=False)
+        return self.execute(method_name)
+
+    def get_outputs(self, method_name: str = "forward") -> list[Any]:
+        """The outputs of the last run of ``method_name`` (copies), as ExecuTorch's ``Module::get_outputs``."""
+        if method_name not in self._methods:
+            raise InvalidInputError(
+                f"method {method_name!r} has not run in this module; call forward/execute first",
+                code=Error.InvalidState,
+            )
+        return self._methods[method_name].outputs()
+
+    def get_output(self, *args: Any) -> Any:
+        """Output ``index`` of the last run: ``get_output(index=0)`` for forward, or ``get_output(method_name,
+        index)``."""
+        if not args or isinstance(args[0], str):
+            method_name, index = (args[0] if args else "forward"), (args[1] if len(args) > 1 else 0)
+        else:
+            method_name, index = "forward", args[0]
+        outputs = self.get_outputs(method_name)
+        if not isinstance(index, int) or not -len(outputs) <= index < len(outputs):
+            raise InvalidInputError(f"method {method_name!r} has {len(outputs)} outputs; index {index!r} is invalid")
+        return outputs[index]
 
     def run_method(self, method_name: str, inputs: Sequence[Any] = ()) -> list[Any]:
         """ExecuTorch's pybinding name for :meth:`execute`."""

@@ -9,7 +9,9 @@ from edgetorch._lazy import lazy_exports
 
 _EXPORTS = {
     "XnnpackPartitioner": "partition",
+    "XnnpackDynamicallyQuantizedPartitioner": "partition",
     "get_xnnpack_edge_compile_config": "partition",
+    "get_xnnpack_executorch_backend_config": "utils.configs",
     "XnnpackBackend": "preprocess",
 }
 

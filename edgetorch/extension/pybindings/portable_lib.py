@@ -2,27 +2,47 @@
 
 Code written against ``executorch.extension.pybindings.portable_lib`` runs unchanged:
 ``_load_for_executorch("model.pte", "model.ptd").forward([x])``. The returned module is
-:class:`edgetorch.runtime.Module`; torch tensors in give torch tensors out.
+:class:`edgetorch.runtime.Module`; torch tensors in give torch tensors out. Errors are the
+runtime's typed errors, ``RuntimeError`` subclasses whose message carries ExecuTorch's
+error code (``error 0x12``).
 """
 
 from __future__ import annotations
 
 import os
 
+from edgetorch.errors import ProgramLoadError
+from edgetorch.format import bundled_program as fbp
 from edgetorch.runtime.backends import BackendRegistry
-from edgetorch.runtime.program import MethodMeta, Module, Runtime, TensorInfo, Verification
+from edgetorch.runtime.bundled import load_bundled_program
+from edgetorch.runtime.kernels.compiled import get_num_threads, set_num_threads
+from edgetorch.runtime.program import MethodMeta, Module, Program, Runtime, TensorInfo, Verification
 
 ExecuTorchModule = Module
+ExecuTorchProgram = Program
+BundledModule = fbp.BundledProgram
+"""What ``_load_bundled_program_from_buffer`` returns: the parsed BundledProgram (its program and test cases)."""
 
 
 def _load_for_executorch(
     program_path: str | os.PathLike,
     data_path: str | os.PathLike | None = None,
-    *,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
 ) -> Module:
-    """Load a .pte file (and the .ptd file holding its external tensors, if any) as a Module."""
-    module = Module(program_path, data_path, verification=program_verification)
+    """Load a .pte file (and the .ptd file holding its external tensors, if any) as a Module.
+
+    ``enable_etdump`` records an ETDump of every run (``write_etdump_result_to_file``);
+    ``debug_buffer_size`` > 0 also records each instruction's output values.
+    """
+    module = Module(
+        program_path,
+        data_path,
+        verification=program_verification,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
     module.load()
     return module
 
@@ -30,15 +50,71 @@ def _load_for_executorch(
 def _load_for_executorch_from_buffer(
     buffer: bytes,
     data_map_buffer: bytes | None = None,
-    *,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
 ) -> Module:
     """As :func:`_load_for_executorch`, from the bytes of a .pte (and of a .ptd)."""
+    data = None if data_map_buffer is None else bytes(data_map_buffer)
     module = Module(
-        bytes(buffer), None if data_map_buffer is None else bytes(data_map_buffer), verification=program_verification
+        bytes(buffer),
+        data,
+        verification=program_verification,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
     )
     module.load()
     return module
+
+
+def _load_bundled_program_from_buffer(buffer: bytes, non_const_pool_size: int = 0) -> BundledModule:
+    """Parse a BundledProgram (``.bpte``). ``non_const_pool_size`` sizes ExecuTorch's fixed pool for bundled
+    inputs; edgetorch allocates inputs as it stages them, so any size works."""
+    if not fbp.is_bundled_program(buffer):
+        raise ProgramLoadError("the buffer is not a BundledProgram (no 'BP08' identifier); expected a .bpte file")
+    return load_bundled_program(buffer)
+
+
+def _load_for_executorch_from_bundled_program(
+    module: BundledModule,
+    data_map_buffer: bytes | None = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+) -> Module:
+    """The program inside a parsed BundledProgram as a Module; stage a test case with
+    ``load_bundled_input(module, method, i)``, run ``plan_execute(method)``, then check it with
+    ``verify_result_with_bundled_expected_output(module, method, i)``."""
+    if not isinstance(module, BundledModule):
+        raise TypeError(f"expected the result of _load_bundled_program_from_buffer; found {type(module).__name__}")
+    return _load_for_executorch_from_buffer(bytes(module.program), data_map_buffer, enable_etdump, debug_buffer_size)
+
+
+def _load_program(
+    path: str | os.PathLike,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+    program_verification: Verification = Verification.Minimal,
+    data_path: str | os.PathLike | None = None,
+) -> Program:
+    """Load a .pte file as a Program (methods loaded with ``load_method``)."""
+    return _load_for_executorch(path, data_path, enable_etdump, debug_buffer_size, program_verification).program
+
+
+def _load_program_from_buffer(
+    buffer: bytes,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+    program_verification: Verification = Verification.Minimal,
+    data_path: str | os.PathLike | None = None,
+) -> Program:
+    module = Module(
+        bytes(buffer),
+        data_path,
+        verification=program_verification,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return module.program
 
 
 def _get_operator_names() -> list[str]:
@@ -54,14 +130,55 @@ def _is_available(backend_name: str) -> bool:
     return BackendRegistry().is_available(backend_name)
 
 
+def _unsafe_reset_threadpool(num_threads: int) -> None:
+    """Use ``num_threads`` threads for the runtime's parallel kernels from now on (``set_num_threads``)."""
+    if not isinstance(num_threads, int) or isinstance(num_threads, bool):
+        raise TypeError(f"num_threads must be an int; found {type(num_threads).__name__}")
+    set_num_threads(num_threads)
+
+
+def _threadpool_get_thread_count() -> int:
+    return get_num_threads()
+
+
+# ExecuTorch's pre-ETDump profiler is a build option its pip wheel leaves out: there, as here, blocks are
+# accepted and the results are empty. Profile with ETDump (enable_etdump=True) instead.
+
+
+def _create_profile_block(name: str) -> None:
+    """Accepted for ExecuTorch compatibility; the legacy profiler records nothing (use ETDump)."""
+    if not isinstance(name, str):
+        raise TypeError(f"a profile block's name is a str; found {type(name).__name__}")
+
+
+def _dump_profile_results() -> bytes:
+    """The legacy profiler's results: empty, as in ExecuTorch's pip wheel (use ETDump)."""
+    return b""
+
+
+def _reset_profile_results() -> None:
+    """Clear the legacy profiler's results (there are none to clear; use ETDump)."""
+
+
 __all__ = [
+    "BundledModule",
     "ExecuTorchModule",
+    "ExecuTorchProgram",
     "MethodMeta",
     "TensorInfo",
     "Verification",
+    "_create_profile_block",
+    "_dump_profile_results",
     "_get_operator_names",
     "_get_registered_backend_names",
     "_is_available",
+    "_load_bundled_program_from_buffer",
     "_load_for_executorch",
     "_load_for_executorch_from_buffer",
+    "_load_for_executorch_from_bundled_program",
+    "_load_program",
+    "_load_program_from_buffer",
+    "_reset_profile_results",
+    "_threadpool_get_thread_count",
+    "_unsafe_reset_threadpool",
 ]

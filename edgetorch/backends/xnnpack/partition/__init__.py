@@ -2,9 +2,17 @@
 (``executorch.backends.xnnpack.partition.xnnpack_partitioner``) and re-exported here. Imports torch."""
 
 from edgetorch.backends.xnnpack.partition.xnnpack_partitioner import (
-    KEPT_WHOLE,
+    XnnpackDynamicallyQuantizedPartitioner,
+    XnnpackFloatingPointPartitioner,
     XnnpackPartitioner,
+    XnnpackQuantizedPartitioner,
     get_xnnpack_edge_compile_config,
 )
 
-__all__ = ["KEPT_WHOLE", "XnnpackPartitioner", "get_xnnpack_edge_compile_config"]
+__all__ = [
+    "XnnpackDynamicallyQuantizedPartitioner",
+    "XnnpackFloatingPointPartitioner",
+    "XnnpackPartitioner",
+    "XnnpackQuantizedPartitioner",
+    "get_xnnpack_edge_compile_config",
+]

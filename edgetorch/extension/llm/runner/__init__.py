@@ -7,7 +7,15 @@ and GGUF vocabularies. Imports NumPy and edgetorch's runtime (tokenizer librarie
 
 from edgetorch.extension.llm.runner.sampler import Sampler
 from edgetorch.extension.llm.runner.stats import Stats
-from edgetorch.extension.llm.runner.text_llm_runner import GenerationConfig, TextLLMRunner
+from edgetorch.extension.llm.runner.text_llm_runner import GenerationConfig, TextLLMRunner, create_text_llm_runner
 from edgetorch.extension.llm.runner.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["GenerationConfig", "Sampler", "Stats", "TextLLMRunner", "Tokenizer", "load_tokenizer"]
+__all__ = [
+    "GenerationConfig",
+    "Sampler",
+    "Stats",
+    "TextLLMRunner",
+    "Tokenizer",
+    "create_text_llm_runner",
+    "load_tokenizer",
+]

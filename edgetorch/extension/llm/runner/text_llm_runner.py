@@ -55,8 +55,11 @@ class GenerationConfig:
 class TextLLMRunner:
     """Runs an LLM ``.pte`` (``forward(tokens, input_pos) -> logits``) with a tokenizer."""
 
-    def __init__(self, model_path: str | Path, tokenizer: str | Path | Tokenizer) -> None:
+    def __init__(
+        self, model_path: str | Path, tokenizer: str | Path | Tokenizer, data_path: str | Path | None = None
+    ) -> None:
         self.model_path = Path(model_path)
+        self.data_path = None if data_path is None else Path(data_path)
         self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
         self.metadata: dict[str, object] = {}
         self.stats = Stats()
@@ -74,7 +77,8 @@ class TextLLMRunner:
         from edgetorch.runtime import Runtime
 
         self.stats.model_load_start_ms = time_ms()
-        program = Runtime.get().load_program(self.model_path)
+        data = [] if self.data_path is None else [self.data_path]
+        program = Runtime.get().load_program(self.model_path, data_files=data)
         if "forward" not in program.method_names:
             raise InvalidInputError(f"{str(self.model_path)!r} has no 'forward' method; export it with export_llm")
         for name in program.method_names - {"forward"}:
@@ -151,6 +155,25 @@ class TextLLMRunner:
         self.generate_ids(prompt_ids, config, on_token, stats_callback, inference_start_ms=start)
         return emitted
 
+    def generate_from_pos(
+        self,
+        prompt: str,
+        start_pos: int,
+        config: GenerationConfig | None = None,
+        token_callback: Callable[[str], None] | None = None,
+        stats_callback: Callable[[Stats], None] | None = None,
+    ) -> str:
+        """As :meth:`generate`, with the prompt written into the KV cache from position ``start_pos``: what the
+        cache holds before it is kept (a conversation's earlier turns), what lies after it is overwritten."""
+        self.load()
+        context = int(self.metadata["get_max_context_len"])
+        if isinstance(start_pos, bool) or not isinstance(start_pos, int) or not 0 <= start_pos < context:
+            raise InvalidInputError(
+                f"start_pos must be an int in [0, {context}) (the context length); got {start_pos!r}"
+            )
+        self._pos = start_pos
+        return self.generate(prompt, config, token_callback, stats_callback)
+
     def generate_ids(
         self,
         prompt_ids: list[int],
@@ -226,3 +249,13 @@ class TextLLMRunner:
 def _scalar(value):
     value = value.item() if isinstance(value, np.generic | np.ndarray) else value
     return value
+
+
+def create_text_llm_runner(
+    model_path: str | Path, tokenizer: str | Path | Tokenizer, data_path: str | Path | None = None
+) -> TextLLMRunner:
+    """A loaded runner for the LLM ``.pte`` at ``model_path`` (with its ``.ptd`` weights at ``data_path``, if
+    any) and the tokenizer at ``tokenizer``, as ExecuTorch's ``create_text_llm_runner``."""
+    runner = TextLLMRunner(model_path, tokenizer, data_path)
+    runner.load()
+    return runner

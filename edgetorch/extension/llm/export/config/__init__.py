@@ -1,0 +1,2 @@
+"""``LlmConfig``, the configuration of ``export_llm``, at ExecuTorch's path. Standard library only (PyYAML for
+``--config`` files)."""
