@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import pathlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -41,28 +41,21 @@ def efficientnet_lite0() -> torch.nn.Module:
     return model.eval()
 
 
-def quantize_int8(
-    model: torch.nn.Module,
-    calibration: Iterable[np.ndarray],
-    quantizer_class: Callable | None = None,
-    config_fn: Callable | None = None,
-) -> torch.export.ExportedProgram:
-    """The static int8 program of ``model`` (PT2E, per-channel symmetric weights), calibrated on ``calibration``.
+def quantize_int8(model: torch.nn.Module, calibration: Iterable[np.ndarray]) -> torch.export.ExportedProgram:
+    """The static int8 program of ``model`` for one 1x3x224x224 input: PT2E with edgetorch's ``XNNPACKQuantizer``
+    (per-channel symmetric weights), calibrated on the ``calibration`` inputs.
 
-    The quantizer is edgetorch's ``XNNPACKQuantizer`` unless ``quantizer_class``/``config_fn`` name another
-    (ExecuTorch's, for its own export).
+    The calibration runs them as one batch (the graph is exported with a dynamic batch for it): the
+    activations' histogram observers cost mostly per call, not per image.
     """
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    if quantizer_class is None or config_fn is None:
-        from edgetorch.backends.xnnpack.quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from edgetorch.backends.xnnpack.quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 
-        quantizer_class, config_fn = XNNPACKQuantizer, get_symmetric_quantization_config
-    batches = [torch.from_numpy(np.asarray(x)) for x in calibration]
-    example = (batches[0],)
-    quantizer = quantizer_class().set_global(config_fn(is_per_channel=True))
-    prepared = prepare_pt2e(torch.export.export(copy.deepcopy(model), example).module(), quantizer)
+    batch = torch.from_numpy(np.concatenate(list(calibration)))
+    graph = torch.export.export(copy.deepcopy(model), (batch,), dynamic_shapes=({0: torch.export.Dim.AUTO},)).module()
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(graph, quantizer)
     with torch.no_grad():
-        for x in batches:
-            prepared(x)
-    return torch.export.export(convert_pt2e(prepared), example)
+        prepared(batch)
+    return torch.export.export(convert_pt2e(prepared), (batch[:1],))
