@@ -14,12 +14,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 import torch
 
+from bench.models import example_module
 from edgetorch.runtime import Runtime
 from tests.oracle import run_executorch_calls
 
@@ -36,17 +36,6 @@ _ROOT = Path(__file__).resolve().parents[2]
 INT8_MISSES_ALLOWED = 1
 
 
-def example_module(name: str) -> ModuleType:
-    """``examples/vision/<name>.py`` imported as ``vision_<name>`` (the example folder is not a package)."""
-    qualified = f"vision_{name}"
-    if qualified not in sys.modules:
-        spec = importlib.util.spec_from_file_location(qualified, _ROOT / "examples" / "vision" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[qualified] = module
-    return sys.modules[qualified]
-
-
 class Vision:
     """The photos, eager's logits, and edgetorch's three programs; the int8 one also as a ``torch.export`` file."""
 
@@ -54,9 +43,9 @@ class Vision:
         from edgetorch.backends.xnnpack import XnnpackPartitioner
         from edgetorch.exir import to_edge, to_edge_transform_and_lower
 
-        lite0 = example_module("lite0")
+        lite0 = example_module("vision", "lite0")
         model = lite0.efficientnet_lite0()
-        self.photos = list(example_module("photos").inputs().values())
+        self.photos = list(example_module("vision", "photos").inputs().values())
         with torch.no_grad():
             self.eager = np.concatenate([model(torch.from_numpy(x)).numpy() for x in self.photos])
         quantized = lite0.quantize_int8(model, self.photos)
