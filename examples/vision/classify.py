@@ -14,7 +14,7 @@ import sys
 import time
 
 for _blocked in ("torch", "executorch"):
-    sys.modules[_blocked] = None  # type: ignore[assignment]  # importing either now raises ImportError
+    sys.modules[_blocked] = None  # importing either now raises ImportError
 
 import numpy as np  # noqa: E402
 
@@ -64,9 +64,9 @@ def main() -> None:
     for name in PROGRAMS:
         logits, ms = results[name]
         diff = float(np.abs(logits - eager).max())
-        others = f" (differs on {', '.join(misses[name])})" if misses[name] else ""
+        where = f" (differs on {', '.join(misses[name])})" if misses[name] else ""
         print(
-            f"  {name:>4}: {len(PHOTOS) - len(misses[name])}/{len(PHOTOS)}{others}; largest |logit - eager| {diff:.2g}; "
+            f"  {name:>4}: {len(PHOTOS) - len(misses[name])}/{len(PHOTOS)}{where}; largest |logit - eager| {diff:.2g}; "
             f"{ms:.1f} ms per photo, {info[f'{name}_bytes'] / 1e6:.1f} MB"
         )
     print(f"  PyTorch eager fp32: {info['eager_ms']:.1f} ms per photo")
