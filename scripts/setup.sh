@@ -8,10 +8,12 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.edgetorch-deps
-if [ ! -f "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ] || [ requirements-nodeps.txt -nt "$stamp" ] ||
+  [ pyproject.toml -nt "$stamp" ]; then
   echo "[setup] installing dependencies (pyproject.toml: torch 2.13.0 CPU, executorch 1.5.1, ...)"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements-dev.txt
+  .venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt
   touch "$stamp"
 fi
 .venv/bin/python -m pip install -q --no-deps -e .
