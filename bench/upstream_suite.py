@@ -176,6 +176,7 @@ LEFT_OUT: dict[str, str] = {
 _PREFIX = re.compile(
     r"(?<![\w.])executorch(?=\.[A-Za-z_])|(?<=\bimport )executorch\b|(?<=\bfrom )executorch(?= import)"
 )
+_RELATIVE = re.compile(r"^(\s*)from (\.+)([\w.]*) import", re.M)
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 _NO_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 _NO_ATTR = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
@@ -234,9 +235,20 @@ def stage(et: Path, rel: str, run_dir: Path, rewritten: bool) -> Path:
             copy = target.parent / item.relative_to(source.parent)
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(item, copy)
-    text = source.read_text(encoding="utf-8")
+    text = absolute_imports(source.read_text(encoding="utf-8"), rel)
     target.write_text(rewrite(text) if rewritten else text, encoding="utf-8")
     return target
+
+
+def absolute_imports(source: str, rel: str) -> str:
+    """``from ..verifier import x`` spelled from ``executorch.``: the copy no longer sits in its package."""
+    package = ["executorch", *Path(rel).parts[:-1]]
+
+    def absolute(match: re.Match[str]) -> str:
+        base = package[: len(package) - len(match.group(2)) + 1]
+        return f"{match.group(1)}from {'.'.join(base + ([match.group(3)] if match.group(3) else []))} import"
+
+    return _RELATIVE.sub(absolute, source)
 
 
 def run_file(test_file: Path, run_dir: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:

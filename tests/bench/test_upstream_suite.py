@@ -110,3 +110,11 @@ def test_one_upstream_file_through_the_edgetorch_run(tmp_path: Path) -> None:
     assert tests["test_behaviour"].startswith("AssertionError: differs")
     assert tests["test_late_import"] == "import: module edgetorch.exir.no_such_module"
     assert tests["test_executorch_is_blocked"] == "import: module executorch"
+
+
+def test_relative_imports_become_absolute() -> None:
+    source = "from ..verifier import EXIREdgeDialectVerifier\n    from . import models\n"
+    assert us.absolute_imports(source, "exir/verification/test/test_verifier.py") == (
+        "from executorch.exir.verification.verifier import EXIREdgeDialectVerifier\n"
+        "    from executorch.exir.verification.test import models\n"
+    )
