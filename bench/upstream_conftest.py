@@ -7,7 +7,7 @@ It does three things for one pytest run of one upstream test file:
 * seeds torch per test from a hash of the test's id (as ExecuTorch's own root conftest does), so a
   test draws the same random inputs in both runs;
 * in the edgetorch run (``$UPSTREAM_HELPERS`` set), serves ExecuTorch's test helpers (the shared
-  models, the XNNPACK ``Tester``, ``inspector_test_utils``, ...: every module under a ``test``/``tests``
+  models, the XNNPACK ``Tester``, ``inspector_test_utils``, ...: every module under a ``test``/``tests``/``examples``
   directory), rewritten to import ``edgetorch.``, from a directory kept apart from the package, as
   ``edgetorch.<their path>``, but only where the edgetorch checkout has no module of that name; and
   refuses ``import executorch`` so no test can pass on ExecuTorch's code by accident.
@@ -24,7 +24,7 @@ import json
 import os
 import sys
 
-HELPER_DIRS = {"test", "tests", "testing"}
+HELPER_DIRS = {"test", "tests", "testing", "examples"}
 
 
 class _NoExecuTorch(importlib.abc.MetaPathFinder):

@@ -7,7 +7,7 @@ file runs in a pytest subprocess of its own, in series, with a time limit:
 * baseline: the copy as it is, importing ExecuTorch 1.5.1;
 * edgetorch: the copy with its ``executorch.`` imports rewritten to ``edgetorch.``, run with
   ``PYTHONPATH`` set to the edgetorch checkout under test and ``executorch`` made unimportable.
-  ExecuTorch's test helpers (every module under a ``test``/``tests`` directory of the wheel:
+  ExecuTorch's test helpers (every module under a ``test``/``tests``/``examples`` directory of the wheel:
   shared models, the XNNPACK ``Tester``, inspector fixtures) are rewritten the same way into a
   separate tree and served as ``edgetorch.<path>`` only where the checkout has no module of that
   name (bench/upstream_conftest.py).
@@ -43,7 +43,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "upstream_suite.json"
 CONFTEST = Path(__file__).resolve().parent / "upstream_conftest.py"
-HELPER_DIRS = {"test", "tests", "testing"}
+HELPER_DIRS = {"test", "tests", "testing", "examples"}
 TIMEOUT_S = 300
 
 # The files run, by the area of ExecuTorch a user relies on. Order is run order.

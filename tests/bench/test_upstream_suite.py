@@ -40,6 +40,7 @@ def test_helpers_are_test_directory_modules() -> None:
     assert us.is_helper(Path("devtools/bundled_program/util/test_util.py"))
     assert us.is_helper(Path("devtools/inspector/tests/inspector_test_utils.py"))
     assert not us.is_helper(Path("exir/passes/memory_planning_pass.py"))
+    assert us.is_helper(Path("extension/training/examples/XOR/model.py"))
     assert not us.is_helper(Path("exir/testing_utils.py"))
 
 
