@@ -350,7 +350,8 @@ def passing(outcome: dict) -> set[str]:
 def file_rows(results: dict) -> list[dict]:
     """Per file: Y (passing on ExecuTorch), X (of those, passing on edgetorch) and the first blocker."""
     rows = []
-    for rel, entry in results["files"].items():
+    order = {rel: i for i, (_, rel) in enumerate(selected_files())}
+    for rel, entry in sorted(results["files"].items(), key=lambda item: (order.get(item[0], len(order)), item[0])):
         base, ours = entry.get("executorch", {}), entry.get("edgetorch", {})
         y_tests = passing(base)
         x_tests = y_tests & passing(ours)
