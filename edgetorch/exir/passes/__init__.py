@@ -8,10 +8,10 @@ from edgetorch.exir.passes.to_edge import ToEdgePass, view_copy_of
 _BACK_HALF = {
     "MemoryPlanningPass": "memory_planning_pass",
     "ToOutVarPass": "out_variant",
-    "ReplaceViewCopyWithViewPass": "out_variant",
+    "ReplaceViewCopyWithViewPass": "replace_view_copy_with_view_pass",
     "SpecPropPass": "spec_prop",
-    "ConstraintBasedSymShapeEvalPass": "spec_prop",
-    "HintBasedSymShapeEvalPass": "spec_prop",
+    "ConstraintBasedSymShapeEvalPass": "sym_shape_eval_pass",
+    "HintBasedSymShapeEvalPass": "sym_shape_eval_pass",
 }
 
 __all__ = [
