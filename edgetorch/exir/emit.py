@@ -50,6 +50,7 @@ from edgetorch.format.program import (
     ExtraTensorInfo,
     Frame,
     FrameList,
+    FreeCall,
     Instruction,
     Int,
     IntList,
@@ -289,6 +290,9 @@ class MethodEmitter:
             return args[0][args[1]]
         if target in (memory.alloc, memory.view):
             return self._spec_value(node.meta["spec"])
+        if target is memory.free:
+            self._append(FreeCall(value_index=self._tensor(args[0]).id), node)
+            return None
         if target in CONTROL_FLOW_OPS:
             return self._cond(gm, node, args)
         if target is DELEGATE_CALL:
