@@ -28,7 +28,7 @@ from torch.export.graph_signature import (
 )
 
 from edgetorch._lazy import lazy_exports
-from edgetorch.exir.backend.backend_api import partition_and_lower
+from edgetorch.exir.backend.backend_api import lower_methods
 from edgetorch.exir.backend.partitioner import Partitioner
 from edgetorch.exir.pass_base import PassManager, PassType
 from edgetorch.exir.passes.decompose import decompose
@@ -379,10 +379,5 @@ def edge_manager_to_backend(
     unknown = set(chosen) - manager.methods
     if unknown:
         raise KeyError(f"partitioners given for methods {sorted(unknown)}, which this program does not have")
-    programs = {
-        name: partition_and_lower(manager.exported_program(name), chosen[name])
-        if name in chosen
-        else manager.exported_program(name)
-        for name in manager._edge_programs
-    }
+    programs = lower_methods({name: manager.exported_program(name) for name in manager._edge_programs}, chosen)
     return EdgeProgramManager(programs, manager._constant_methods, manager.compile_config)
