@@ -30,6 +30,7 @@ from torch.export.graph_signature import (
 from edgetorch._lazy import lazy_exports
 from edgetorch.exir.backend.backend_api import lower_methods
 from edgetorch.exir.backend.partitioner import Partitioner
+from edgetorch.exir.debug_handle_utils import ancestor_identifier
 from edgetorch.exir.pass_base import PassManager, PassType
 from edgetorch.exir.passes.decompose import decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
@@ -126,30 +127,19 @@ def _assign_debug_handles(graph_module: torch.fx.GraphModule) -> None:
     nodes = [n for m in graphs for n in m.graph.nodes if n.op not in ("placeholder", "output")]
     by_origin: dict[str, int] = {}
     for node in nodes:
-        handle, origin = node.meta.get("debug_handle"), _origin(node)
+        handle, origin = node.meta.get("debug_handle"), ancestor_identifier(node)
         if handle is not None and origin is not None:
             by_origin.setdefault(origin, handle)
     last = max((n.meta.get("debug_handle") or 0 for n in nodes), default=0)
     for node in nodes:
         if node.meta.get("debug_handle") is not None:
             continue
-        origin = _origin(node)
+        origin = ancestor_identifier(node)
         if origin is None or origin not in by_origin:
             last += 1
             if origin is not None:
                 by_origin[origin] = last
         node.meta["debug_handle"] = by_origin[origin] if origin is not None else last
-
-
-def _origin(node: torch.fx.Node) -> str | None:
-    """The node of the user's exported graph that ``node`` was made from (name and graph id), if recorded."""
-    sources = node.meta.get("from_node")
-    if not sources:
-        return None
-    source = sources[-1]
-    while source.from_node:
-        source = source.from_node[-1]
-    return f"{source.name}.{source.graph_id}"
 
 
 def lower_to_edge(
