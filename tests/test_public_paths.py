@@ -5,7 +5,9 @@ the names written out, each name of a ``from executorch.x import a, b`` statemen
 on the way to them. A path counts only if it resolves on the installed ExecuTorch (checked in a
 subprocess, so ExecuTorch's import never touches this process); vendor backends are left out. Every
 remaining path must resolve in edgetorch unless :data:`EXCLUDED` gives the reason it does not (the table
-is mirrored in docs/compatibility.md, "Public import paths").
+is mirrored in docs/compatibility.md, "Public import paths"). :data:`NAMED_PATHS` adds the ``exir``
+paths ExecuTorch's own code imports most, which the inventories do not name; they are held to the
+same rule but counted apart.
 
 ``python tests/test_public_paths.py`` prints how many resolve and which do not.
 """
@@ -43,6 +45,69 @@ VENDOR_BACKENDS = (
 
 # path (or path prefix) -> why edgetorch does not provide it. The longest matching prefix decides.
 EXCLUDED: dict[str, str] = {}
+
+# exir paths ExecuTorch's own code and tests import most (beyond the inventories), each with a behaviour test
+# in tests/exir/.
+_EXIR = "executorch.exir."
+NAMED_PATHS = tuple(
+    _EXIR + path
+    for path in (
+        "_serialize._deserialize_pte_binary",
+        "_serialize._serialize_pte_binary",
+        "backend.backend_details.BackendDetails.preprocess_multimethod",
+        "backend.canonical_partitioners.all_node_partitioner.AllNodePartitioner",
+        "backend.canonical_partitioners.config_partitioner.ConfigerationBasedPartitioner",
+        "backend.canonical_partitioners.config_partitioner.PartitionerConfig",
+        "backend.canonical_partitioners.config_partitioner.format_target_name",
+        "backend.canonical_partitioners.duplicate_dequant_node_pass.DuplicateDequantNodePass",
+        "backend.canonical_partitioners.pattern_op_partitioner.generate_partitions_from_list_of_nodes",
+        "backend.partitioner.Partitioner.spec",
+        "backend.utils.get_delegates",
+        "backend.utils.tag_constant_data",
+        "backend.utils.tag_mutated_buffer",
+        "capture._capture",
+        "capture._config.EdgeCompileConfig",
+        "capture._config.ExecutorchBackendConfig",
+        "debug_handle_utils.DEBUG_HANDLE_KEY",
+        "debug_handle_utils.UNSET_DEBUG_HANDLE",
+        "debug_handle_utils.get_greatest_ancestor_node_identifier",
+        "delegate.executorch_call_delegate",
+        "delegate.is_lowered_module",
+        "dialects.backend._ops.BackendOpOverload",
+        "dialects.edge._ops.EdgeOpOverload",
+        "dynamic_shape.DynamicMemoryPlanningMode",
+        "emit.emit_program",
+        "error.ExportError",
+        "error.ExportErrorType",
+        "error.InternalError",
+        "graph_module.bfs_trace_with_node_process",
+        "graph_module.get_cond_while_submodules",
+        "graph_module.get_control_flow_submodules",
+        "lowered_backend_module.create_submodule_from_nodes",
+        "lowered_backend_module.get_lowered_backend_modules",
+        "lowered_backend_module.get_lowered_submodules",
+        "memory.free",
+        "memory_planning.MemoryAlgoResult",
+        "memory_planning.MemoryPlanningAlgorithmSuite",
+        "memory_planning.SpecAllocResult",
+        "memory_planning.greedy",
+        "memory_planning.naive",
+        "passes.constant_prop_pass.constant_prop_pass",
+        "passes.dead_code_elimination_pass",
+        "passes.remove_unused_parameters_pass",
+        "passes.spec_prop_pass.SpecPropPass",
+        "passes.weights_to_outputs_pass",
+        "program._program.EdgeProgramManager",
+        "program._program.to_edge",
+        "program._program.to_edge_transform_and_lower",
+        "scalar_type.ScalarType",
+        "schema.ExecutionPlan",
+        "schema.Program",
+        "sym_util.collect_free_symbols",
+        "sym_util.eval_shape_upper_bound",
+        "sym_util.eval_upper_bound",
+    )
+)
 
 _IDENT = r"[A-Za-z_]\w*"
 _PATH = re.compile(rf"\bexecutorch(?:\.{_IDENT})+")
@@ -104,8 +169,9 @@ def _spec_text() -> str:
 
 @cache
 def executorch_paths() -> frozenset[str]:
-    """The spec's paths that resolve on the installed ExecuTorch, checked in a child process."""
-    candidates = spec_paths(_spec_text())
+    """The spec's paths and :data:`NAMED_PATHS` that resolve on the installed ExecuTorch, checked in a child
+    process."""
+    candidates = sorted({*spec_paths(_spec_text()), *NAMED_PATHS})
     child = subprocess.run(
         [sys.executable, __file__, "--resolving"],
         input="\n".join(candidates),
@@ -122,7 +188,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("executorch") is None, reason="executorch is not installed"),
 ]
 
-CANDIDATES = spec_paths(_spec_text()) if SPEC.is_dir() else []
+CANDIDATES = sorted({*spec_paths(_spec_text()), *NAMED_PATHS}) if SPEC.is_dir() else []
 
 
 def test_extraction_finds_written_paths_imported_names_and_their_packages():
@@ -169,19 +235,27 @@ def test_every_exclusion_is_mirrored_in_the_docs():
 
 
 def report() -> str:
-    paths = sorted(executorch_paths())
-    excluded = [p for p in paths if excluded_reason(p) is not None]
-    missing = {p: why for p in paths if excluded_reason(p) is None and (why := why_unresolved(as_edgetorch(p)))}
-    lines = [
-        f"{len(paths) - len(excluded) - len(missing)} of {len(paths)} ExecuTorch public paths resolve with the "
-        f"edgetorch. prefix ({len(excluded)} excluded, {len(missing)} missing)"
-    ]
-    lines += [f"  missing  {as_edgetorch(p)}: {why}" for p, why in missing.items()]
-    lines += [f"  excluded {as_edgetorch(p)}: {excluded_reason(p)}" for p in excluded]
+    """How many paths resolve, of the inventories' and of NAMED_PATHS, and which do not."""
+    lines = []
+    found = executorch_paths()
+    for source, paths in [
+        ("ExecuTorch public paths (the inventories)", sorted(found & set(spec_paths(_spec_text())))),
+        ("exir paths ExecuTorch's code imports (NAMED_PATHS)", sorted(found & set(NAMED_PATHS))),
+    ]:
+        excluded = [p for p in paths if excluded_reason(p) is not None]
+        missing = {p: why for p in paths if excluded_reason(p) is None and (why := why_unresolved(as_edgetorch(p)))}
+        lines.append(
+            f"{len(paths) - len(excluded) - len(missing)} of {len(paths)} {source} resolve with the edgetorch. "
+            f"prefix ({len(excluded)} excluded, {len(missing)} missing)"
+        )
+        lines += [f"  missing  {as_edgetorch(p)}: {why}" for p, why in missing.items()]
+        lines += [f"  excluded {as_edgetorch(p)}: {excluded_reason(p)}" for p in excluded]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
+    # Run as a script, sys.path starts at tests/: put this checkout first, so that its edgetorch is measured.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     if sys.argv[1:] == ["--resolving"]:  # the child of executorch_paths(): echo the paths that resolve here
         print("\n".join(p for p in sys.stdin.read().split() if why_unresolved(p) is None))
     else:
