@@ -249,3 +249,38 @@ def test_passes_package_exposes_executorchs_functions():
     assert dead_code_elimination_pass(gm).modified
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [__import__("operator").add]
     assert callable(SpecPropPass()) and make_spec(torch.ones(2)).shape is None
+
+
+def test_debug_handle_passes_number_afresh_or_only_what_is_missing():
+    from edgetorch.exir.debug_handle_utils import DEBUG_HANDLE_KEY
+    from edgetorch.exir.passes.debug_handle_generator_pass import (
+        DebugHandleGeneratorPass,
+        generate_missing_debug_handles,
+    )
+
+    ep = to_edge(export(Affine(), (torch.randn(2, 3),))).exported_program()
+    ops = [n for n in ep.graph.nodes if n.op == "call_function"]
+    before = [n.meta[DEBUG_HANDLE_KEY] for n in ops]
+    for node in ops:
+        node.meta[DEBUG_HANDLE_KEY] = 100
+    ops[0].meta.pop(DEBUG_HANDLE_KEY)
+    generate_missing_debug_handles(ep)
+    assert ops[0].meta[DEBUG_HANDLE_KEY] == 101 and ops[1].meta[DEBUG_HANDLE_KEY] == 100
+    DebugHandleGeneratorPass()(ep.graph_module)
+    assert [n.meta[DEBUG_HANDLE_KEY] for n in ops] == before
+
+
+def test_op_replace_pass_and_write_back_pass():
+    from edgetorch.exir.dialects._ops import EdgeOpOverload
+    from edgetorch.exir.passes.insert_write_back_for_buffers_pass import insert_write_back_for_buffers_pass
+    from edgetorch.exir.passes.replace_aten_with_edge_pass import OpReplacePass, aten_to_edge
+
+    gm = export(Affine(), (torch.randn(2, 3),)).graph_module
+    assert OpReplacePass()(gm).modified
+    assert all(isinstance(n.target, EdgeOpOverload) for n in gm.graph.nodes if n.op == "call_function")
+    assert aten_to_edge(torch.ops.aten.add.Tensor) is aten_to_edge(torch.ops.aten.add.Tensor)
+
+    ep = export(Counter(), (torch.ones(3),)).run_decompositions({})  # the update is a functional add
+    gm, signature = insert_write_back_for_buffers_pass(ep)
+    copies = [n for n in gm.graph.nodes if n.target is torch.ops.aten.copy_.default]
+    assert len(copies) == 1 and signature is ep.graph_signature
