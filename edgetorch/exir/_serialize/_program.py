@@ -4,7 +4,7 @@ In a :class:`PTEFile` the Program keeps its constants in ``constant_buffer`` (in
 placeholder), every delegate blob in ``backend_delegate_data``, mutable buffers' initial states in
 ``mutable_data`` and named data in ``named_data``. Serializing moves constants, initial states and
 named data into segments (and delegate blobs too, with ``extract_delegate_segments``);
-deserializing moves them back. Torch-free.
+deserializing moves them back. Imports only the format code and the named data store.
 """
 
 from __future__ import annotations
