@@ -123,3 +123,23 @@ def test_tag_mutated_buffer_and_tag_constant_data_give_state_to_the_users_tag():
     assert tags[weight] == "tag0"  # a weight only the partition reads
     assert tags[buffer] == "tag0"  # the mutated buffer: tag_constant_data leaves it, tag_mutated_buffer takes it
     assert [tags[name] for name in program.graph_signature.user_inputs] == [None]
+
+
+class StatefulPartitioner(Partitioner):
+    def partition(self, exported_program):
+        for node in exported_program.graph.nodes:
+            if node.op == "call_function" and to_aten(node.target) in (aten.mm.default, aten.add.Tensor):
+                node.meta[TAG] = "tag0"
+        tag_constant_data(exported_program)
+        tag_mutated_buffer(exported_program)
+        return PartitionResult(exported_program, {"tag0": DelegationSpec("BackendWithCompilerDemo", [])})
+
+
+def test_a_delegate_updating_a_tagged_buffer_keeps_the_state_across_calls():
+    x = torch.randn(2, 2)
+    manager = to_edge(export(Cache(), (x,))).to_backend(StatefulPartitioner())
+    assert len(get_delegates(manager.exported_program().graph)) == 1
+    method = Runtime.get().load_program(manager.to_executorch().buffer).load_method("forward")
+    eager = Cache()
+    for _ in range(3):
+        torch.testing.assert_close(torch.from_numpy(method.execute([x.numpy()])[0]), eager(x))

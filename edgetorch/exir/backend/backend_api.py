@@ -204,10 +204,15 @@ class _Cutter:
         self.state_dict = dict(program.state_dict)
         self.constants = dict(program.constants)
         self.modules: list[LoweredBackendModule] = []
+        signature = program.graph_signature
+        mutated = set(signature.buffers_to_mutate.values())
+        self.mutated = {name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated}
 
     def lower(self, tag: str, nodes: list[Node], spec: DelegationSpec) -> None:
         """Cut the nodes tagged ``tag`` out into a program and call its (yet to be compiled) delegate in their place."""
-        owned = [n for n in nodes if n.op == "placeholder" and self._is_constant(n)]
+        # A mutated buffer stays the program's even when tagged: the delegate reads it and returns the new
+        # value, which the program writes back (a delegate cannot hold state between calls here).
+        owned = [n for n in nodes if n.op == "placeholder" and self._is_constant(n) and n.name not in self.mutated]
         ops = _with_getitems([n for n in nodes if n.op == "call_function"])
         if not ops:
             return

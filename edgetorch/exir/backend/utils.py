@@ -47,7 +47,9 @@ def tag_mutated_buffer(program: ExportedProgram) -> None:
     """Tag each buffer the program mutates with the tag of its users, so their delegate owns and updates it.
 
     Call it after tagging the operator nodes. A buffer whose users carry several tags takes the
-    smallest (ExecuTorch's choice); the delegates of the other tags then read it as an input.
+    smallest (ExecuTorch's choice). Where ExecuTorch's delegate then owns the buffer, edgetorch's
+    ``to_backend`` keeps it in the program and hands it to the delegate as an input, writing the
+    delegate's new value back: the same results, the state held outside the delegate.
     """
     signature = program.graph_signature
     mutated = set(signature.buffers_to_mutate.values())
