@@ -127,3 +127,33 @@ def test_create_submodule_from_nodes_refuses_a_group_with_a_hole():
     add, _, sub = [n for n in gm.graph.nodes if n.op == "call_function"]
     with pytest.raises(Exception, match="cycle|self-contained"):
         create_submodule_from_nodes(gm, [add, sub], "holed")
+
+
+def test_memory_free_in_a_planned_graph_is_emitted_as_a_free_call():
+    from edgetorch.exir import memory, to_edge
+    from edgetorch.exir.emit import emit_program
+    from edgetorch.format.program import FreeCall
+    from edgetorch.format.pte import save_pte
+    from edgetorch.runtime import Runtime
+
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x + 1) * 2
+
+    x = torch.randn(4)
+    planned = to_edge(torch.export.export(Twice(), (x,))).to_executorch().exported_program()
+    graph = planned.graph
+    first = next(n for n in graph.nodes if n.op == "call_function" and "add" in str(n.target))
+    relu = next(n for n in graph.nodes if n.op == "call_function" and "relu" in str(n.target))
+    with graph.inserting_after(relu):
+        graph.call_function(memory.free, (first.meta["spec"],))
+    out = emit_program(planned)
+    instructions = [i.instr_args for i in out.program.execution_plan[0].chains[0].instructions]
+    operators = [op.name for op in out.program.execution_plan[0].operators]
+    named = [(operators[i.op_index] if not isinstance(i, FreeCall) else "free", i) for i in instructions]
+    (at,) = [k for k, (name, _) in enumerate(named) if name == "free"]
+    assert named[at - 1][0] == "aten::relu"  # placed where the graph put it
+    add = next(i for name, i in named if name == "aten::add")
+    assert named[at][1].value_index == add.args[-1]  # the add's result is the tensor freed
+    method = Runtime.get().load_program(save_pte(out.program, out.segments)).load_method("forward")
+    torch.testing.assert_close(torch.from_numpy(method.execute([x.numpy()])[0]), Twice()(x))
