@@ -59,6 +59,7 @@ NAMED_PATHS = tuple(
         "backend.canonical_partitioners.config_partitioner.ConfigerationBasedPartitioner",
         "backend.canonical_partitioners.config_partitioner.PartitionerConfig",
         "backend.canonical_partitioners.config_partitioner.format_target_name",
+        "backend.canonical_partitioners.duplicate_constant_node_pass.duplicate_constant_node",
         "backend.canonical_partitioners.duplicate_dequant_node_pass.DuplicateDequantNodePass",
         "backend.canonical_partitioners.pattern_op_partitioner.generate_partitions_from_list_of_nodes",
         "backend.partitioner.Partitioner.spec",

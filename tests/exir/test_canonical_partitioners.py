@@ -138,3 +138,26 @@ def test_duplicate_dequant_node_pass_gives_each_user_its_own_dequantize():
     for got, want in zip(result.graph_module(x), expected):
         torch.testing.assert_close(got, want)
     assert not DuplicateDequantNodePass()(result.graph_module).modified
+
+
+def test_duplicate_constant_node_gives_each_user_its_own_weight():
+    from edgetorch.exir.backend.canonical_partitioners.duplicate_constant_node_pass import duplicate_constant_node
+    from edgetorch.exir.to_executorch import ExecutorchProgramManager
+
+    class Shared(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            return (x + self.b) * self.b - self.b
+
+    model, x = Shared(), torch.randn(2, 3)
+    program = to_edge(export(model, (x,))).exported_program()
+    weight = next(iter(program.graph_signature.inputs_to_parameters))
+    assert duplicate_constant_node(program, weight) == {f"{weight}_copy_0", f"{weight}_copy_1"}
+    users = [len(n.users) for n in program.graph.nodes if n.op == "placeholder" and n.name.startswith(weight)]
+    assert users == [1, 1, 1]
+    torch.testing.assert_close(program.module()(x), model(x))
+    assert duplicate_constant_node(program, "no_such_node") == set()
+    torch.testing.assert_close(_run(ExecutorchProgramManager(program).buffer, (x,)), model(x))
