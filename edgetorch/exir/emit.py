@@ -7,7 +7,8 @@ graph node it came from. Constant tensors and delegate blobs go to
 :class:`ProgramData`, shared by all methods, which becomes the file's segments;
 constants tagged for external storage (``node.meta["constant_tag"]``, see
 ``passes.external_constants_pass``) and backends' named data go to its
-``NamedDataStore`` instead. May import torch.
+``NamedDataStore`` instead. :func:`emit_program` emits every method of a
+program (and its constant methods) into one Program. May import torch.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
 from edgetorch.exir.dialects import to_aten
 from edgetorch.exir.dialects.quantized import OutOverload
-from edgetorch.exir.named_data_store import NamedDataStore
+from edgetorch.exir.named_data_store import NamedDataStore, NamedDataStoreOutput
 from edgetorch.exir.passes.out_variant import SymOp
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, is_inplace
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, TRAINABLE, is_inplace
 from edgetorch.exir.tensor import DTYPE_TO_SCALAR, TensorSpec, spec_leaves
 from edgetorch.format.program import (
     AllocationDetails,
@@ -50,23 +51,28 @@ from edgetorch.format.program import (
     ExtraTensorInfo,
     Frame,
     FrameList,
+    FreeCall,
     Instruction,
     Int,
     IntList,
     JumpFalseCall,
     KernelCall,
     MoveCall,
+    NamedData,
     Null,
     Operator,
     OptionalTensorList,
+    Program,
     ScalarType,
     String,
+    SubsegmentOffsets,
     Tensor,
     TensorDataLocation,
     TensorList,
     TensorShapeDynamism,
 )  # fmt: skip
 from edgetorch.format.ptd import TensorLayout
+from edgetorch.format.pte import SegmentView
 
 MEMORY_FORMATS = {
     torch.contiguous_format: 0,
@@ -158,9 +164,17 @@ def _pack(buffers: list, alignment: int) -> tuple[bytes, list[int]]:
 class MethodEmitter:
     """Turns one planned ExportedProgram into an ExecutionPlan named ``name``."""
 
-    def __init__(self, name: str, ep: ExportedProgram | None, data: ProgramData, emit_stacktrace: bool = False):
+    def __init__(
+        self,
+        name: str,
+        ep: ExportedProgram | None,
+        data: ProgramData,
+        emit_stacktrace: bool = False,
+        emit_mutable_buffer_names: bool = False,
+    ):
         self.name, self.ep, self.data = name, ep, data
         self.emit_stacktrace = emit_stacktrace
+        self.emit_mutable_buffer_names = emit_mutable_buffer_names
         self.values: list[EValue] = []
         self.instructions: list[Instruction] = []
         self.operators: list[Operator] = []
@@ -176,6 +190,8 @@ class MethodEmitter:
         self._inputs: list[int] = []
         sig = ep.graph_signature if ep is not None else None
         self._state = {*sig.inputs_to_buffers, *sig.inputs_to_parameters} if sig is not None else set()
+        mutated = set(sig.buffers_to_mutate.values()) if sig is not None else set()
+        self._mutable = {name for name, fqn in sig.inputs_to_buffers.items() if fqn in mutated} if sig else set()
         self._fqns = (
             {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
             if sig
@@ -236,17 +252,22 @@ class MethodEmitter:
         self.values.append(EValue(val))
         return Value(len(self.values) - 1)
 
-    def _tensor(self, spec: TensorSpec, external: tuple[str, str] | None = None) -> Value:
+    def _tensor(self, spec: TensorSpec, external: tuple[str, str] | None = None, name: str | None = None) -> Value:
         if id(spec) not in self._spec_ids:
-            self._spec_ids[id(spec)] = self._value(self._tensor_value(spec, external)).id
+            self._spec_ids[id(spec)] = self._value(self._tensor_value(spec, external, name)).id
         return Value(self._spec_ids[id(spec)])
 
-    def _tensor_value(self, spec: TensorSpec, external: tuple[str, str] | None = None) -> Tensor:
-        """The Tensor; ``external`` = (tag, fully qualified name) for a constant kept in ``<tag>.ptd``."""
+    def _tensor_value(
+        self, spec: TensorSpec, external: tuple[str, str] | None = None, name: str | None = None
+    ) -> Tensor:
+        """The Tensor; ``external`` = (tag, fully qualified name) for data kept in ``<tag>.ptd``, ``name`` the
+        fully qualified name written for a mutable buffer."""
         planned = spec.mem_id is not None and spec.mem_offset is not None
         extra = None
         if external is None:
             buffer = self._data_buffer(spec, planned)
+            if name is not None:
+                extra = ExtraTensorInfo(fully_qualified_name=name, location=TensorDataLocation.SEGMENT)
         else:
             tag, fqn = external
             layout = TensorLayout(spec.scalar_type, list(spec.shape), list(spec.dim_order))
@@ -271,12 +292,28 @@ class MethodEmitter:
             return self.data.initial_state(_tensor_bytes(spec))
         return 0
 
+    def _mutable_buffer_name(self, node: torch.fx.Node, spec: TensorSpec) -> str | None:
+        """The name a mutable buffer is written with, if asked for; an unplanned one must be named."""
+        if node.name not in self._mutable:
+            return None
+        if self.emit_mutable_buffer_names:
+            return self._fqns[node.name]
+        if spec.mem_id is None or spec.mem_offset is None:
+            raise ValueError(
+                f"mutable buffer {self._fqns[node.name]!r} of method {self.name} is not memory planned, so the "
+                "runtime could only find it by name; plan it (MemoryPlanningPass(alloc_mutable_buffers=True)) or "
+                "write the names: ExecutorchBackendConfig(emit_mutable_buffer_names=True)"
+            )
+        return None
+
     def _placeholder(self, node: torch.fx.Node) -> Any:
         spec = node.meta.get("spec")
         val = node.meta.get("val")
         if isinstance(spec, TensorSpec):
-            tag = node.meta.get("constant_tag") if spec.const else None
-            value = self._tensor(spec, None if tag is None else (tag, self._fqns[node.name]))
+            tag = node.meta.get("constant_tag") if spec.const or node.meta.get(TRAINABLE) else None
+            value = self._tensor(
+                spec, None if tag is None else (tag, self._fqns[node.name]), self._mutable_buffer_name(node, spec)
+            )
         else:  # a specialised scalar input must be passed with the value it was exported with
             value = self._sym_result(node) if isinstance(val, torch.SymInt) else self._constant(val)
         if not (isinstance(spec, TensorSpec) and spec.const) and node.name not in self._state:
@@ -289,6 +326,9 @@ class MethodEmitter:
             return args[0][args[1]]
         if target in (memory.alloc, memory.view):
             return self._spec_value(node.meta["spec"])
+        if target is memory.free:
+            self._append(FreeCall(value_index=self._tensor(args[0]).id), node)
+            return None
         if target in CONTROL_FLOW_OPS:
             return self._cond(gm, node, args)
         if target is DELEGATE_CALL:
@@ -540,3 +580,84 @@ def _constant_leaf(emitter: MethodEmitter, leaf: Any) -> int:
         spec.shape, spec.const, spec.storage = tuple(leaf.shape), True, leaf.contiguous()
         return emitter._tensor(spec).id
     return emitter._constant(leaf).id
+
+
+@dataclass
+class EmitterOutput:
+    """What :func:`emit_program` makes: the Program, the segments to write after it, and the debug maps.
+
+    ``debug_handle_map``: method -> instruction -> Edge debug handle(s); ``method_to_delegate_debug_id_map``:
+    method -> delegate instruction -> backend and its debug map; ``named_data``: data stored by key, in the
+    ``.pte`` or (by tag) in ``.ptd`` files.
+    """
+
+    program: Program
+    segments: list[bytes | SegmentView]
+    debug_handle_map: dict[str, dict[int, int | list[int]]]
+    method_to_delegate_debug_id_map: dict[str, dict[int, dict[str, Any]]]
+    instruction_id_to_num_outs_map: dict[str, dict[int, int]]
+    named_data: NamedDataStoreOutput
+
+
+def emit_program(
+    methods: ExportedProgram | dict[str, ExportedProgram],
+    emit_stacktrace: bool = False,
+    prim_getters: dict[str, Any] | None = None,
+    *,
+    constant_tensor_alignment: int | None = None,
+    extract_delegate_segments: bool = True,
+    share_identical_data: bool = True,
+    emit_mutable_buffer_names: bool = False,
+) -> EmitterOutput:
+    """Emit planned execution-dialect methods (one program is ``forward``) and constant methods into one Program.
+
+    ``prim_getters`` are the constant methods: name -> the value the method returns. The methods must have
+    been through ``to_executorch``'s passes (out variants, memory planning), as
+    ``ExecutorchProgramManager.exported_program()`` returns them.
+    """
+    if isinstance(methods, ExportedProgram):
+        methods = {"forward": methods}
+    data = ProgramData(constant_tensor_alignment or 16, extract_delegate_segments)
+    plans, emitters = [], {}
+    for name, ep in methods.items():
+        emitter = MethodEmitter(name, ep, data, emit_stacktrace, emit_mutable_buffer_names)
+        plans.append(emitter.emit())
+        emitters[name] = emitter
+    plans += [emit_constant_method(name, value, data) for name, value in (prim_getters or {}).items()]
+    constants, offsets = data.constant_segment()
+    segments: list[bytes | SegmentView] = [constants] + (data.delegate_blobs if extract_delegate_segments else [])
+    mutable = None
+    if len(data.mutable) > 1:
+        initial_states, mutable_offsets = data.mutable_segment()
+        mutable = [SubsegmentOffsets(segment_index=len(segments), offsets=mutable_offsets)]
+        segments.append(initial_states)
+    store = data.named_data.get_named_data_store_output()
+    named, first_named_segment = [], {}
+    for key, entry in store.pte_data.items():
+        if entry.buffer_index not in first_named_segment:
+            first_named_segment[entry.buffer_index] = len(segments)
+            blob = store.buffers[entry.buffer_index]
+            shared = data.constant_index(blob) if share_identical_data else None
+            if shared is not None and offsets[shared] % entry.alignment == 0:
+                segments.append(SegmentView(0, offsets[shared], len(blob)))
+            else:
+                segments.append(blob)
+        named.append(NamedData(key=key, segment_index=first_named_segment[entry.buffer_index]))
+    program = Program(
+        version=0,
+        execution_plan=plans,
+        constant_buffer=[],
+        backend_delegate_data=data.inline_delegates(),
+        segments=[],
+        constant_segment=SubsegmentOffsets(segment_index=0, offsets=offsets),
+        mutable_data_segments=mutable,
+        named_data=named or None,
+    )
+    return EmitterOutput(
+        program,
+        segments,
+        {name: e.debug_handle_map for name, e in emitters.items()},
+        {name: e.delegate_map for name, e in emitters.items()},
+        {name: e.instruction_id_to_num_outs_map for name, e in emitters.items()},
+        store,
+    )

@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
+from torch.export.graph_signature import ExportGraphSignature
 
 from edgetorch.errors import EdgetorchError
 from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, graph_specs
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
 
 DEFAULT_MEM_ID = 1
-Algorithm = Callable[[list[TensorSpec], int], None]
 
 
 class MemoryPlanError(EdgetorchError):
@@ -42,7 +42,7 @@ class MemoryPlan:
         for s in sorted(self.specs, key=lambda s: (s.mem_id, s.mem_offset)):
             life = f"[{s.lifetime[0]}, {s.lifetime[1]}]"
             rows.append(
-                f"{s.name:<40} {life:>12} {s.mem_id:>6} {s.mem_offset:>10} {s.allocated_memory(self.alignment):>10}"
+                f"{s.name:<40} {life:>12} {s.mem_id:>6} {s.mem_offset:>10} {s.aligned_nbytes(self.alignment):>10}"
             )
         rows.append(f"arena sizes: {self.bufsizes}; lower bound {lower_bound(self.specs, self.alignment)}")
         return "\n".join(rows)
@@ -78,36 +78,38 @@ def _touch(node: torch.fx.Node, step: int) -> None:
         spec.lifetime = [step if start is None else min(start, step), step if end is None else max(end, step)]
 
 
-def naive(specs: list[TensorSpec], alignment: int) -> None:
-    """Give each tensor its own bytes, one after another: no reuse, the baseline."""
-    offset = 0
+def _naive_offsets(specs: list[TensorSpec], alignment: int) -> list[int]:
+    """Each tensor its own bytes, one after another: no reuse, the baseline."""
+    offsets, offset = [], 0
     for spec in specs:
-        spec.mem_offset = offset
-        offset += spec.allocated_memory(alignment)
+        offsets.append(offset)
+        offset += spec.aligned_nbytes(alignment)
+    return offsets
 
 
-def greedy(specs: list[TensorSpec], alignment: int) -> None:
+def _greedy_offsets(specs: list[TensorSpec], alignment: int, allow_overlapping_allocations: bool = True) -> list[int]:
     """The smaller of two largest-first plans: shared slots (best fit) and first-fit offsets.
 
     Slots never exceed the naive arena; first-fit offsets usually come closer to the
     lower bound because a tensor may straddle the spans of several shorter-lived ones.
+    Without ``allow_overlapping_allocations`` only whole slots are shared.
     """
     by_slots = _slot_offsets(specs, alignment)
+    if not allow_overlapping_allocations:
+        return by_slots
     by_offsets = _first_fit_offsets(specs, alignment)
-    chosen = min((by_slots, by_offsets), key=lambda offsets: _arena_size(specs, offsets, alignment))
-    for spec, offset in zip(specs, chosen):
-        spec.mem_offset = offset
+    return min((by_slots, by_offsets), key=lambda offsets: _arena_size(specs, offsets, alignment))
 
 
 def _arena_size(specs: list[TensorSpec], offsets: list[int], alignment: int) -> int:
-    return max((o + s.allocated_memory(alignment) for s, o in zip(specs, offsets)), default=0)
+    return max((o + s.aligned_nbytes(alignment) for s, o in zip(specs, offsets)), default=0)
 
 
 def _slot_offsets(specs: list[TensorSpec], alignment: int) -> list[int]:
     """Best fit: largest first, each tensor joins the slot of closest size among slots whose lifetimes it avoids."""
     slots: list[_Slot] = []
-    for spec in sorted(specs, key=lambda s: -s.allocated_memory(alignment)):
-        size = spec.allocated_memory(alignment)
+    for spec in sorted(specs, key=lambda s: -s.aligned_nbytes(alignment)):
+        size = spec.aligned_nbytes(alignment)
         free = [slot for slot in slots if slot.fits(spec)]
         best = min(free, key=lambda slot: abs(slot.size - size)) if free else None
         if best is None:
@@ -126,8 +128,8 @@ def _first_fit_offsets(specs: list[TensorSpec], alignment: int) -> list[int]:
     """Largest first, each tensor at the lowest offset clear of every placed tensor alive at the same time."""
     placed: list[tuple[int, int, int, int]] = []  # (first step, last step, low byte, high byte)
     where: dict[int, int] = {}
-    for spec in sorted(specs, key=lambda s: (-s.allocated_memory(alignment), s.lifetime[0])):
-        size = spec.allocated_memory(alignment)
+    for spec in sorted(specs, key=lambda s: (-s.aligned_nbytes(alignment), s.lifetime[0])):
+        size = spec.aligned_nbytes(alignment)
         start, end = spec.lifetime
         offset = 0
         for lo, hi in sorted((lo, hi) for a, b, lo, hi in placed if a <= end and start <= b):
@@ -160,31 +162,170 @@ class _Slot:
         self.size = max(self.size, size)
 
 
-ALGORITHMS: dict[str, Algorithm] = {"naive": naive, "greedy": greedy}
-
-
 def _overlap(a: TensorSpec, b: TensorSpec) -> bool:
     return a.lifetime[0] <= b.lifetime[1] and b.lifetime[0] <= a.lifetime[1]
 
 
-def plan(specs: list[TensorSpec], algorithm: Algorithm, alignment: int = 16) -> list[int]:
-    """Place ``specs`` arena by arena (grouped by ``mem_id``, default 1); returns the arena sizes by mem_id."""
+@dataclass
+class SpecAllocResult:
+    """Where one algorithm placed one tensor: arena, shared memory object, byte offset."""
+
+    mem_id: int
+    mem_obj_id: int
+    mem_offset: int
+
+
+@dataclass
+class MemoryAlgoResult:
+    """One algorithm's placement of every tensor it was given, and each arena's size (index = mem_id)."""
+
+    spec_dict: dict[TensorSpec, SpecAllocResult]
+    bufsizes: list[int]
+
+
+def _place(
+    offsets_of: Callable[[list[TensorSpec], int], list[int]],
+    alignment: int,
+    specs: Iterable[TensorSpec],
+    extra_padding: int,
+) -> MemoryAlgoResult:
+    """Run ``offsets_of`` arena by arena (a spec's preset ``mem_id``, else 1); each used arena grows by the padding."""
+    specs = list(specs)
+    result = MemoryAlgoResult({}, [0] * (max((s.mem_id or DEFAULT_MEM_ID for s in specs), default=DEFAULT_MEM_ID) + 1))
+    for mem_id in sorted({s.mem_id or DEFAULT_MEM_ID for s in specs}):
+        group = [s for s in specs if (s.mem_id or DEFAULT_MEM_ID) == mem_id]
+        offsets = offsets_of(group, alignment)
+        objects: dict[int, int] = {}
+        for spec, offset in zip(group, offsets):
+            spec.realign(alignment)
+            result.spec_dict[spec] = SpecAllocResult(mem_id, objects.setdefault(offset, len(objects)), offset)
+        result.bufsizes[mem_id] = max(o + s.allocated_memory for s, o in zip(group, offsets)) + extra_padding
+    return result
+
+
+def naive(
+    alignment: int,
+    specs: Iterable[TensorSpec],
+    graph_module: torch.fx.GraphModule | None = None,
+    graph_signature: ExportGraphSignature | None = None,
+    extra_padding: int = 0,
+) -> MemoryAlgoResult:
+    """Give each tensor its own bytes: no reuse, the baseline (ExecuTorch's algorithm signature)."""
+    return _place(_naive_offsets, alignment, specs, extra_padding)
+
+
+def greedy(
+    alignment: int,
+    specs: Iterable[TensorSpec],
+    graph_module: torch.fx.GraphModule | None = None,
+    graph_signature: ExportGraphSignature | None = None,
+    extra_padding: int = 0,
+    *,
+    allow_overlapping_allocations: bool = True,
+) -> MemoryAlgoResult:
+    """Reuse the bytes of dead tensors, largest tensors first (ExecuTorch's algorithm signature).
+
+    With ``allow_overlapping_allocations=False`` tensors share only whole slots, never part of one.
+    """
+    return _place(
+        lambda group, align: _greedy_offsets(group, align, allow_overlapping_allocations),
+        alignment,
+        specs,
+        extra_padding,
+    )
+
+
+class MemoryPlanningAlgorithmSuite:
+    """Run several planning algorithms and keep the placement with the smallest total size.
+
+    Each algorithm has ExecuTorch's signature ``algo(alignment, specs, graph_module,
+    graph_signature, extra_padding) -> MemoryAlgoResult``; the suite itself is what
+    ``MemoryPlanningPass`` calls, and returns the arena sizes.
+    """
+
+    def __init__(self, algo_list: list[Callable[..., MemoryAlgoResult]] | None = None) -> None:
+        self.algo_list = [greedy] if algo_list is None else list(algo_list)
+        if not self.algo_list:
+            raise ValueError("MemoryPlanningAlgorithmSuite needs at least one algorithm; found an empty algo_list")
+
+    def __call__(
+        self,
+        alignment: int,
+        specs: Iterable[TensorSpec],
+        graph_module: torch.fx.GraphModule | None,
+        graph_signature: ExportGraphSignature | None,
+        extra_padding: int = 0,
+    ) -> list[int]:
+        specs = list(specs)
+        results = []
+        for algo in self.algo_list:
+            result = algo(alignment, specs, graph_module, graph_signature, extra_padding)
+            if not isinstance(result, MemoryAlgoResult):
+                raise MemoryPlanError(
+                    f"memory planning algorithm {_name(algo)} returned {type(result).__name__}; expected a "
+                    "MemoryAlgoResult(spec_dict, bufsizes)"
+                )
+            results.append(result)
+        best = min(results, key=lambda r: sum(r.bufsizes))
+        return apply_result(best)
+
+
+def apply_result(result: MemoryAlgoResult) -> list[int]:
+    """Write ``result``'s placements into its specs; returns its arena sizes."""
+    for spec, where in result.spec_dict.items():
+        spec.mem_id, spec.mem_obj_id, spec.mem_offset = where.mem_id, where.mem_obj_id, where.mem_offset
+    return list(result.bufsizes)
+
+
+def run_algorithm(
+    algo: Callable[..., MemoryAlgoResult | list[int]],
+    alignment: int,
+    specs: list[TensorSpec],
+    graph_module: torch.fx.GraphModule | None = None,
+    graph_signature: ExportGraphSignature | None = None,
+    extra_padding: int = 0,
+) -> list[int]:
+    """Plan ``specs`` with ``algo`` (an algorithm or a suite); returns the arena sizes, every spec placed.
+
+    Raises MemoryPlanError when the algorithm leaves a tensor without a place or an arena too small for it.
+    """
+    answer = algo(alignment, specs, graph_module, graph_signature, extra_padding)
+    if isinstance(answer, MemoryAlgoResult):
+        bufsizes = apply_result(answer)
+    elif isinstance(answer, (list, tuple)) and all(isinstance(size, int) for size in answer):
+        bufsizes = list(answer)
+    else:
+        raise MemoryPlanError(
+            f"memory planning algorithm {_name(algo)} returned {type(answer).__name__}; expected a "
+            "MemoryAlgoResult or a list of arena sizes"
+        )
     for spec in specs:
-        if spec.mem_id is None:
-            spec.mem_id = DEFAULT_MEM_ID
-    bufsizes = [0] * (max((s.mem_id for s in specs), default=DEFAULT_MEM_ID) + 1)
-    for mem_id in sorted({s.mem_id for s in specs}):
-        group = [s for s in specs if s.mem_id == mem_id]
-        algorithm(group, alignment)
-        bufsizes[mem_id] = max(s.mem_offset + s.allocated_memory(alignment) for s in group)
-    return bufsizes
+        if spec.mem_id is None or spec.mem_offset is None:
+            raise MemoryPlanError(
+                f"memory planning algorithm {_name(algo)} left {spec.name or spec} without a place "
+                f"(mem_id={spec.mem_id}, mem_offset={spec.mem_offset}); it must place every spec it is given"
+            )
+        if spec.mem_id >= len(bufsizes) or spec.mem_offset + spec.aligned_nbytes(alignment) > bufsizes[spec.mem_id]:
+            raise MemoryPlanError(
+                f"memory planning algorithm {_name(algo)} put {spec.name or spec} at arena {spec.mem_id} offset "
+                f"{spec.mem_offset}, beyond the arena sizes it returned ({bufsizes})"
+            )
+    return bufsizes + [0] * (2 - len(bufsizes))
+
+
+def _name(algo: Callable[..., object]) -> str:
+    inner = getattr(algo, "func", algo)
+    return getattr(inner, "__name__", type(inner).__name__)
+
+
+ALGORITHMS: dict[str, Callable[..., MemoryAlgoResult]] = {"naive": naive, "greedy": greedy}
 
 
 def lower_bound(specs: Iterable[TensorSpec], alignment: int = 16) -> int:
     """The most bytes live at any one step: no plan of one arena can be smaller."""
     events = sorted(
-        [(s.lifetime[0], s.allocated_memory(alignment)) for s in specs]
-        + [(s.lifetime[1] + 1, -s.allocated_memory(alignment)) for s in specs],
+        [(s.lifetime[0], s.aligned_nbytes(alignment)) for s in specs]
+        + [(s.lifetime[1] + 1, -s.aligned_nbytes(alignment)) for s in specs],
         key=operator.itemgetter(0, 1),
     )
     live = peak = 0
@@ -198,7 +339,7 @@ def verify_plan(memory_plan: MemoryPlan) -> None:
     """Raise MemoryPlanError if two live-at-once tensors share bytes, or a tensor is misaligned or out of its arena."""
     specs, alignment = memory_plan.specs, memory_plan.alignment
     for spec in specs:
-        end = spec.mem_offset + spec.allocated_memory(alignment)
+        end = spec.mem_offset + spec.aligned_nbytes(alignment)
         if spec.mem_offset % alignment or end > memory_plan.bufsizes[spec.mem_id]:
             raise MemoryPlanError(
                 f"{spec.name} spans {spec.mem_offset}..{end} of arena {spec.mem_id} "
@@ -206,7 +347,7 @@ def verify_plan(memory_plan: MemoryPlan) -> None:
             )
     ordered = sorted(specs, key=lambda s: (s.mem_id, s.mem_offset))
     for i, a in enumerate(ordered):
-        a_end = a.mem_offset + a.allocated_memory(alignment)
+        a_end = a.mem_offset + a.aligned_nbytes(alignment)
         for b in ordered[i + 1 :]:
             if b.mem_id != a.mem_id or b.mem_offset >= a_end:
                 break

@@ -57,6 +57,10 @@ class TensorSpec:
     lifetime: list = field(default_factory=lambda: [None, None])
     mem_id: int | None = None
     mem_offset: int | None = None
+    mem_obj_id: int | None = None
+    """Which shared memory object of its arena the planner put the tensor in (tensors with the same id overlap)."""
+    alignment: int = 16
+    """The alignment ``allocated_memory`` rounds to; the planner sets it with ``realign``."""
     alias_of: TensorSpec | None = None
     """The spec whose bytes this one reuses (a ``memory.view``); such specs are not planned themselves."""
 
@@ -79,9 +83,19 @@ class TensorSpec:
         shape = self.shape if self.shape is not None else self.sym_shape
         return math.prod(shape) * self.dtype.itemsize
 
-    def allocated_memory(self, alignment: int) -> int:
-        """Bytes the tensor occupies in an arena: ``nbytes`` rounded up to ``alignment``."""
+    def aligned_nbytes(self, alignment: int) -> int:
+        """Bytes the tensor occupies in an arena aligned to ``alignment``: ``nbytes`` rounded up."""
         return -(-self.nbytes // alignment) * alignment
+
+    @property
+    def allocated_memory(self) -> int:
+        """Bytes the tensor occupies in its arena at the spec's ``alignment`` (ExecuTorch's property)."""
+        return self.aligned_nbytes(self.alignment)
+
+    def realign(self, alignment: int) -> int:
+        """Plan this tensor at ``alignment`` from now on; returns its ``allocated_memory``."""
+        self.alignment = alignment
+        return self.allocated_memory
 
     def __repr__(self) -> str:
         return f"TensorSpec({self.name}, {self.dtype}, {self.shape or self.sym_shape}, mem_id={self.mem_id}, offset={self.mem_offset})"

@@ -17,23 +17,25 @@ from typing import Any, BinaryIO, TextIO
 
 import torch
 from torch.export import ExportedProgram
+from torch.export.graph_signature import OutputKind
 from torch.fx.passes.infra.pass_base import PassBase
 
-from edgetorch.exir.emit import MethodEmitter, ProgramData, emit_constant_method
+from edgetorch.exir.dynamic_shape import DynamicMemoryPlanningMode
+from edgetorch.exir.emit import EmitterOutput, emit_program
 from edgetorch.exir.memory_planning import MemoryPlan
-from edgetorch.exir.named_data_store import NamedDataStoreOutput
 from edgetorch.exir.pass_base import PassManager
-from edgetorch.exir.passes.external_constants_pass import external_constants_pass
+from edgetorch.exir.passes.constant_prop_pass import constant_prop_pass
+from edgetorch.exir.passes.external_constants_pass import DEFAULT_EXTERNAL_TAG, external_constants_pass
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.passes.out_variant import ToOutVarPass, insert_buffer_write_back
 from edgetorch.exir.passes.reinplace import reinplace_buffer_updates
 from edgetorch.exir.passes.replace_view_copy_with_view_pass import ReplaceViewCopyWithViewPass
-from edgetorch.exir.passes.spec_prop import SpecPropPass, mark_constants
-from edgetorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
+from edgetorch.exir.passes.spec_prop import TRAINABLE, SpecPropPass, mark_constants
+from edgetorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass, HintBasedSymShapeEvalPass
 from edgetorch.exir.passes.weights_to_outputs import training_metadata, weights_to_outputs
-from edgetorch.format.program import NamedData, Program, SubsegmentOffsets
+from edgetorch.format.program import Program
 from edgetorch.format.ptd import save_ptd
-from edgetorch.format.pte import SEGMENT_ALIGNMENT, SegmentView, save_pte
+from edgetorch.format.pte import SEGMENT_ALIGNMENT, save_pte
 
 
 @dataclass
@@ -46,8 +48,13 @@ class ExecutorchBackendConfig:
     memory_planning_pass: Any = field(default_factory=MemoryPlanningPass)
     """A MemoryPlanningPass, or a dict of them by method name."""
     to_out_var_pass: PassBase = field(default_factory=ToOutVarPass)
-    sym_shape_eval_pass: Any = field(default_factory=ConstraintBasedSymShapeEvalPass)
-    """How symbolic sizes become planned sizes (upper bounds by default); a pass or a dict by method name."""
+    sym_shape_eval_pass: Any = None
+    """How symbolic sizes become planned sizes; a pass or a dict by method name. None: the pass
+    ``dynamic_memory_planning_mode`` names."""
+    dynamic_memory_planning_mode: DynamicMemoryPlanningMode = DynamicMemoryPlanningMode.UPPER_BOUND
+    """Where a dynamic dimension is planned when ``sym_shape_eval_pass`` is None: at the upper bound of its
+    range (``UPPER_BOUND``: every allowed size runs), or at the example input's size (``SYMBOLIC``: the
+    smallest plan; the method refuses larger inputs)."""
     extract_delegate_segments: bool = True
     """Put delegate blobs in segments after the flatbuffer (True) or inline in it (False)."""
     segment_alignment: int = SEGMENT_ALIGNMENT
@@ -67,11 +74,30 @@ class ExecutorchBackendConfig:
     a function of the placeholder node names the file (without ``.ptd``) per constant, None keeping it inside.
     Constants a backend took into its delegate follow that backend's own rule (see ``passes.external_constants_pass``)."""
 
+    external_mutable_weights: bool = False
+    """Keep the initial values of a training program's trainable weights out of the ``.pte``, in
+    ``_default_external_constant.ptd``; the runtime copies them into planned memory at load."""
+    emit_mutable_buffer_names: bool = False
+    """Write each mutable buffer's fully qualified name into the program (needed when it is not memory planned)."""
+    do_quant_fusion_and_const_prop: bool = False
+    """Before lowering, compute the constant parts of each method ahead of time (``constant_prop_pass``).
+    ExecuTorch also fuses dequantize -> op -> quantize patterns into fused quantized kernels at this point;
+    edgetorch does not (those ops stay separate kernels). Refused for training programs."""
+
     share_identical_data: bool = True
     """Store a backend's named data whose bytes equal a constant's once: its segment is that constant's range
     inside the constant segment (e.g. a tied embedding table quantized like the delegated output projection)."""
 
+    def shape_eval_pass(self, method: str) -> Any:
+        """The pass that gives ``method``'s symbolic sizes their planned values."""
+        if self.sym_shape_eval_pass is not None:
+            return _for_method(self.sym_shape_eval_pass, method)
+        if self.dynamic_memory_planning_mode == DynamicMemoryPlanningMode.SYMBOLIC:
+            return HintBasedSymShapeEvalPass()
+        return ConstraintBasedSymShapeEvalPass()
+
     def __post_init__(self) -> None:
+        self.dynamic_memory_planning_mode = DynamicMemoryPlanningMode(self.dynamic_memory_planning_mode)
         for name in ("segment_alignment", "constant_tensor_alignment", "delegate_alignment"):
             value = getattr(self, name)
             if value is not None and (value <= 0 or value & (value - 1)):
@@ -98,10 +124,11 @@ class ExecutorchProgramManager:
         self._constant_methods = dict(constant_methods or {})
         self.memory_plans: dict[str, MemoryPlan] = {}
         self._programs = {name: self._lower(name, ep) for name, ep in edge_programs.items()}
-        self._program, self._segments, emitters, self._external_data = self._emit()
-        self.debug_handle_map = {name: e.debug_handle_map for name, e in emitters.items()}
-        self.delegate_map = {name: e.delegate_map for name, e in emitters.items()}
-        self.instruction_id_to_num_outs_map = {name: e.instruction_id_to_num_outs_map for name, e in emitters.items()}
+        emitted = self._emit()
+        self._program, self._segments, self._external_data = emitted.program, emitted.segments, emitted.named_data
+        self.debug_handle_map = emitted.debug_handle_map
+        self.delegate_map = emitted.method_to_delegate_debug_id_map
+        self.instruction_id_to_num_outs_map = emitted.instruction_id_to_num_outs_map
         self._buffer: bytes | None = None
         self._etrecord: Any = None
         self._data_files: dict[str, bytes] | None = None
@@ -179,6 +206,8 @@ class ExecutorchProgramManager:
         # The graph is copied; weights are shared, since no pass here changes a tensor's data (GPT-2: -1 s).
         shared = {id(t): t for t in [*edge_program.state_dict.values(), *edge_program.constants.values()]}
         ep = copy.deepcopy(edge_program, memo=shared)
+        if self._config.do_quant_fusion_and_const_prop:
+            ep = _fuse_and_fold(name, ep)
         weights_to_outputs(ep)
         insert_buffer_write_back(ep)
         if self._config.run_reinplace_pass:
@@ -191,57 +220,40 @@ class ExecutorchProgramManager:
         if self._config.external_constants:
             tag_fn = None if self._config.external_constants is True else self._config.external_constants
             external_constants_pass(ep, tag_fn)
+        if self._config.external_mutable_weights:
+            for node in ep.graph.nodes:
+                if node.meta.get(TRAINABLE):
+                    node.meta["constant_tag"] = DEFAULT_EXTERNAL_TAG
         if self._config.remove_view_copy:
             ReplaceViewCopyWithViewPass()(gm)
-        _for_method(self._config.sym_shape_eval_pass, name)(gm)
+        self._config.shape_eval_pass(name)(gm)
         self._config.to_out_var_pass(gm)
         planner = _for_method(self._config.memory_planning_pass, name)
         planner.run(gm, ep.graph_signature)
         self.memory_plans[name] = planner.plan
         return ep
 
-    def _emit(self) -> tuple[Program, list[bytes | SegmentView], dict[str, MethodEmitter], NamedDataStoreOutput]:
+    def _emit(self) -> EmitterOutput:
         config = self._config
-        data = ProgramData(config.constant_tensor_alignment or 16, config.extract_delegate_segments)
-        plans, debug = [], {}
-        for name, ep in self._programs.items():
-            emitter = MethodEmitter(name, ep, data, config.emit_stacktrace)
-            plans.append(emitter.emit())
-            debug[name] = emitter
-        constant_methods = {**training_metadata(self._programs), **self._constant_methods}
-        plans += [emit_constant_method(name, value, data) for name, value in constant_methods.items()]
-        constants, offsets = data.constant_segment()
-        segments: list[bytes | SegmentView] = [constants] + (
-            data.delegate_blobs if config.extract_delegate_segments else []
+        return emit_program(
+            self._programs,
+            config.emit_stacktrace,
+            {**training_metadata(self._programs), **self._constant_methods},
+            constant_tensor_alignment=config.constant_tensor_alignment,
+            extract_delegate_segments=config.extract_delegate_segments,
+            share_identical_data=config.share_identical_data,
+            emit_mutable_buffer_names=config.emit_mutable_buffer_names,
         )
-        mutable = None
-        if len(data.mutable) > 1:
-            initial_states, mutable_offsets = data.mutable_segment()
-            mutable = [SubsegmentOffsets(segment_index=len(segments), offsets=mutable_offsets)]
-            segments.append(initial_states)
-        store = data.named_data.get_named_data_store_output()
-        named, first_named_segment = [], {}
-        for key, entry in store.pte_data.items():
-            if entry.buffer_index not in first_named_segment:
-                first_named_segment[entry.buffer_index] = len(segments)
-                blob = store.buffers[entry.buffer_index]
-                shared = data.constant_index(blob) if config.share_identical_data else None
-                if shared is not None and offsets[shared] % entry.alignment == 0:
-                    segments.append(SegmentView(0, offsets[shared], len(blob)))
-                else:
-                    segments.append(blob)
-            named.append(NamedData(key=key, segment_index=first_named_segment[entry.buffer_index]))
-        program = Program(
-            version=0,
-            execution_plan=plans,
-            constant_buffer=[],
-            backend_delegate_data=data.inline_delegates(),
-            segments=[],
-            constant_segment=SubsegmentOffsets(segment_index=0, offsets=offsets),
-            mutable_data_segments=mutable,
-            named_data=named or None,
+
+
+def _fuse_and_fold(name: str, ep: ExportedProgram) -> ExportedProgram:
+    """``do_quant_fusion_and_const_prop``: the method with its constant parts computed."""
+    if any(s.kind == OutputKind.GRADIENT_TO_PARAMETER for s in ep.graph_signature.output_specs):
+        raise ValueError(
+            f"method {name} computes gradients (a training program); do_quant_fusion_and_const_prop would fold "
+            "its trainable weights into constants. Set do_quant_fusion_and_const_prop=False for it"
         )
-        return program, segments, debug, store
+    return constant_prop_pass(ep)
 
 
 def _adopt(target: torch.fx.GraphModule, source: torch.fx.GraphModule) -> None:

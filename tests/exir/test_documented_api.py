@@ -79,7 +79,7 @@ def test_memory_planning_pass_takes_executorchs_keyword(make):
     planner = make()
     manager = edge(chain, x).to_executorch(ExecutorchBackendConfig(memory_planning_pass=planner))
     plan = manager.memory_plans["forward"]
-    aligned = sum(s.allocated_memory(plan.alignment) for s in plan.specs)
+    aligned = sum(s.aligned_nbytes(plan.alignment) for s in plan.specs)
     if planner.memory_planning_algo is naive:
         assert plan.bufsizes[1] == aligned
     else:

@@ -6,7 +6,18 @@ import pytest
 import torch
 from torch.export import Dim, export
 
-from edgetorch.exir.memory_planning import MemoryPlan, MemoryPlanError, greedy, lower_bound, naive, plan, verify_plan
+from edgetorch.exir.memory_planning import (
+    MemoryAlgoResult,
+    MemoryPlan,
+    MemoryPlanError,
+    MemoryPlanningAlgorithmSuite,
+    SpecAllocResult,
+    greedy,
+    lower_bound,
+    naive,
+    run_algorithm,
+    verify_plan,
+)
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.tensor import TensorSpec
 from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
@@ -62,7 +73,7 @@ def test_plan_invariants_and_greedy_not_worse_than_naive(cls, args):
     for memory_plan in (greedy_plan, naive_plan):
         verify_plan(memory_plan)
         assert memory_plan.bufsizes[0] == 0 and all(s.mem_id == 1 for s in memory_plan.specs)
-    assert naive_plan.bufsizes[1] == sum(s.allocated_memory(16) for s in naive_plan.specs)
+    assert naive_plan.bufsizes[1] == sum(s.aligned_nbytes(16) for s in naive_plan.specs)
     assert lower_bound(greedy_plan.specs) <= greedy_plan.bufsizes[1] <= naive_plan.bufsizes[1]
 
 
@@ -95,8 +106,8 @@ def test_lower_bound_is_the_peak_of_live_bytes():
 
 
 def test_custom_algorithm_hook_is_used_and_program_still_runs():
-    def reverse_slots(specs: list[TensorSpec], alignment: int) -> None:
-        naive(list(reversed(specs)), alignment)
+    def reverse_slots(alignment, specs, graph_module, graph_signature, extra_padding):
+        return naive(alignment, list(reversed(list(specs))), graph_module, graph_signature, extra_padding)
 
     model, x = Chain().eval(), torch.randn(2, 8)
     prog = plan_with(edge(model, (x,)), MemoryPlanningPass(reverse_slots))
@@ -164,7 +175,65 @@ def test_greedy_on_random_lifetimes(seed):
         return specs
 
     specs = random_specs()
-    greedy_plan = MemoryPlan(specs, plan(specs, greedy))
+    greedy_plan = MemoryPlan(specs, run_algorithm(greedy, 16, specs))
     verify_plan(greedy_plan)
-    naive_size = sum(s.allocated_memory(16) for s in specs)
+    naive_size = sum(s.aligned_nbytes(16) for s in specs)
     assert lower_bound(specs) <= greedy_plan.bufsizes[1] <= naive_size
+
+
+def test_an_algorithm_written_to_executorchs_signature_plans_the_program():
+    """One arena per dtype-agnostic size class, placed by hand: ExecuTorch's documented custom-algorithm shape."""
+    calls = []
+
+    def one_slot_each(alignment, specs, graph_module, graph_signature, extra_padding):
+        calls.append((alignment, isinstance(graph_module, torch.fx.GraphModule), extra_padding))
+        result, offset = MemoryAlgoResult({}, [0, 0]), 0
+        for i, spec in enumerate(specs):
+            result.spec_dict[spec] = SpecAllocResult(mem_id=1, mem_obj_id=i, mem_offset=offset)
+            offset += spec.realign(alignment)
+        result.bufsizes[1] = offset
+        return result
+
+    model, x = Chain().eval(), torch.randn(2, 8)
+    suite = MemoryPlanningAlgorithmSuite(algo_list=[one_slot_each, greedy])
+    prog = plan_with(edge(model, (x,)), MemoryPlanningPass(memory_planning_algo=suite, alignment=32))
+    plan = prog.memory_plans["forward"]
+    verify_plan(plan)
+    assert calls == [(32, True, 0)]
+    assert plan.bufsizes[1] < sum(s.aligned_nbytes(32) for s in plan.specs)  # greedy won the suite
+    assert_close(run_et(prog.buffer, [x]), model(x), atol=1e-4)
+
+    only_mine = plan_with(edge(model, (x,)), MemoryPlanningPass(MemoryPlanningAlgorithmSuite([one_slot_each])))
+    mine = only_mine.memory_plans["forward"]
+    assert [s.mem_obj_id for s in mine.specs] == list(range(len(mine.specs)))
+    assert_close(run_et(only_mine.buffer, [x]), model(x), atol=1e-4)
+
+
+def test_greedy_without_overlapping_allocations_shares_whole_slots_only():
+    specs = [
+        TensorSpec(torch.float32, (n,), (0,), shape=(n,), lifetime=life)
+        for n, life in [(8, [0, 1]), (4, [2, 3]), (4, [2, 3])]
+    ]
+    slots = greedy(16, specs, allow_overlapping_allocations=False)
+    assert sorted(r.mem_offset for r in slots.spec_dict.values()) == [0, 0, 32]
+    assert slots.bufsizes == [0, 48]
+    assert greedy(16, specs, extra_padding=8).bufsizes == [0, 40]  # first fit packs both 16-byte tensors in 32
+
+
+def test_algorithms_that_misplan_are_refused_with_their_name():
+    spec = TensorSpec(torch.float32, (4,), (0,), name="t", shape=(4,), lifetime=[0, 0])
+
+    def forgets(alignment, specs, graph_module, graph_signature, extra_padding):
+        return [0, 0]
+
+    def wrong_type(alignment, specs, graph_module, graph_signature, extra_padding):
+        return "all good"
+
+    with pytest.raises(MemoryPlanError, match="forgets left t without a place"):
+        run_algorithm(forgets, 16, [spec])
+    with pytest.raises(MemoryPlanError, match="wrong_type returned str"):
+        run_algorithm(wrong_type, 16, [spec])
+    with pytest.raises(MemoryPlanError, match="expected a MemoryAlgoResult"):
+        MemoryPlanningAlgorithmSuite([forgets])(16, [spec], None, None, 0)
+    with pytest.raises(TypeError, match="ExecuTorch's algorithm signature"):
+        MemoryPlanningPass(lambda specs, alignment: None)

@@ -18,7 +18,6 @@ _EXPORTS = {
     "LoweredBackendModule": "lowered_backend_module",
     "to_backend": "backend_api",
     "executorch_call_delegate": "delegate",
-    "to_edge_transform_and_lower": "lower",
 }
 
 __all__ = sorted(_EXPORTS)

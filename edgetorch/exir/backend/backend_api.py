@@ -5,13 +5,17 @@
 ``to_backend(program, partitioner)`` cuts every tagged partition out into its
 own program, lowers it, and returns the program with each partition replaced
 by an ``executorch_call_delegate`` call on a ``lowered_module_N`` attribute.
-May import torch and edgetorch.exir.
+Partitions are cut first and compiled afterwards, all partitions of all methods
+for one backend in one ``preprocess_multimethod`` call, so a backend can share
+data between them. May import torch and edgetorch.exir.
 """
 
 from __future__ import annotations
 
 import copy
 import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, overload
 
 import torch
@@ -37,13 +41,39 @@ from edgetorch.exir.backend.lowered_backend_module import LoweredBackendModule
 from edgetorch.exir.backend.partition_utils import COPIES, TAG, check_partition, nodes_by_tag
 from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner
 
-__all__ = ["LoweredBackendModule", "PartitionerError", "to_backend"]
+__all__ = [
+    "LoweredBackendModule",
+    "PartitionerError",
+    "disable_validation",
+    "lower_methods",
+    "to_backend",
+    "validation_disabled",
+]
 
 Node = torch.fx.Node
 
 
 class PartitionerError(EdgetorchError, RuntimeError):
     """A partitioner broke its contract (changed the graph, or tagged without a DelegationSpec)."""
+
+
+_validation = {"enabled": True}
+
+
+def disable_validation() -> None:
+    """Stop checking that partitioners leave the graph unchanged, for the rest of the process."""
+    _validation["enabled"] = False
+
+
+@contextmanager
+def validation_disabled() -> Iterator[None]:
+    """Inside the block, partitioners are not checked for changing the graph (the check costs a pass over it)."""
+    before = _validation["enabled"]
+    _validation["enabled"] = False
+    try:
+        yield
+    finally:
+        _validation["enabled"] = before
 
 
 @overload
@@ -77,29 +107,77 @@ def lower_program(
         raise TypeError(f"to_backend needs an ExportedProgram to lower, found {type(edge_program).__name__}")
     backend = find_backend(backend_id)
     result = backend.preprocess(copy.deepcopy(edge_program), list(compile_specs))
+    lowered = LoweredBackendModule(edge_program, backend_id, b"", compile_specs)
+    _fill(lowered, result, backend_id)
+    return lowered
+
+
+def _fill(lowered: LoweredBackendModule, result: Any, backend_id: str) -> None:
+    """Give a cut-out module what its backend compiled for it."""
     if not isinstance(result, PreprocessResult):
         raise TypeError(f"{backend_id}.preprocess must return a PreprocessResult, returned {type(result).__name__}")
-    lowered = LoweredBackendModule(
-        edge_program, backend_id, result.processed_bytes, compile_specs, result.data_store_output
-    )
+    lowered._processed_bytes = bytes(result.processed_bytes)
+    lowered._named_data_store_output = result.data_store_output
     lowered.meta["debug_handle_map"] = result.debug_handle_map
-    return lowered
 
 
 def partition_and_lower(edge_program: ExportedProgram, partitioner: Partitioner | type[Partitioner]) -> ExportedProgram:
     """Apply ``partitioner`` to a copy of ``edge_program`` and replace every tagged partition by a delegate."""
+    return lower_methods({"forward": edge_program}, {"forward": partitioner})["forward"]
+
+
+def lower_methods(
+    programs: dict[str, ExportedProgram], partitioners: dict[str, Partitioner | type[Partitioner]]
+) -> dict[str, ExportedProgram]:
+    """Partition and lower each method of ``programs`` that has a partitioner (the others pass unchanged).
+
+    Every partition is cut out first; then each backend compiles all of its partitions, of every
+    method, in one ``preprocess_multimethod`` call.
+    """
+    cut: dict[str, ExportedProgram] = {}
+    pending: dict[str, dict[str, list[LoweredBackendModule]]] = {}  # backend -> method -> modules
+    for name, program in programs.items():
+        if name not in partitioners:
+            cut[name] = program
+            continue
+        cut[name], modules = _cut_partitions(program, partitioners[name])
+        for module in modules:
+            pending.setdefault(module.backend_id, {}).setdefault(name, []).append(module)
+    for backend_id, by_method in pending.items():
+        backend = find_backend(backend_id)
+        results = backend.preprocess_multimethod(
+            {m: [copy.deepcopy(x.original_module) for x in mods] for m, mods in by_method.items()},
+            {m: [list(x.compile_specs) for x in mods] for m, mods in by_method.items()},
+        )
+        for method, modules in by_method.items():
+            answers = results.get(method, []) if isinstance(results, dict) else []
+            if len(answers) != len(modules):
+                raise PartitionerError(
+                    f"{backend_id}.preprocess_multimethod returned {len(answers)} results for method {method!r}; "
+                    f"expected one per partition ({len(modules)}), in the order given"
+                )
+            for module, answer in zip(modules, answers):
+                _fill(module, answer, backend_id)
+    return cut
+
+
+def _cut_partitions(
+    edge_program: ExportedProgram, partitioner: Partitioner | type[Partitioner]
+) -> tuple[ExportedProgram, list[LoweredBackendModule]]:
+    """The program with each tagged partition replaced by a delegate call, and the (not yet compiled) modules."""
     if isinstance(partitioner, type):
         partitioner = partitioner()
     program = copy.deepcopy(edge_program)
-    before = _fingerprint(program.graph_module)
+    before = _fingerprint(program.graph_module) if _validation["enabled"] else None
     result = partitioner.partition(program)
     tags = result.partition_tags
     if tags is None:
         raise PartitionerError(f"{type(partitioner).__name__}.partition returned partition_tags=None; return a dict")
     program = result.tagged_exported_program
-    if _fingerprint(program.graph_module) != before:
+    if before is not None and _fingerprint(program.graph_module) != before:
         raise PartitionerError(
-            f"{type(partitioner).__name__}.partition changed the graph; a partitioner may only set node.meta[{TAG!r}]"
+            f"{type(partitioner).__name__}.partition changed the graph; a partitioner may only set node.meta[{TAG!r}] "
+            "(or run it inside validation_disabled() if the change is deliberate)"
         )
     cut = _Cutter(program)
     found = list(nodes_by_tag(program.graph_module))
@@ -109,7 +187,7 @@ def partition_and_lower(edge_program: ExportedProgram, partitioner: Partitioner 
     for tag in found:
         # Looked up again each time: cutting a partition re-sorts the graph into new nodes.
         cut.lower(tag, nodes_by_tag(cut.gm)[tag], tags[tag])
-    return cut.finish()
+    return cut.finish(), cut.modules
 
 
 def _fingerprint(graph_module: torch.fx.GraphModule) -> list[tuple]:
@@ -125,10 +203,16 @@ class _Cutter:
         self.input_specs = {s.arg.name: s for s in program.graph_signature.input_specs}
         self.state_dict = dict(program.state_dict)
         self.constants = dict(program.constants)
+        self.modules: list[LoweredBackendModule] = []
+        signature = program.graph_signature
+        mutated = set(signature.buffers_to_mutate.values())
+        self.mutated = {name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated}
 
     def lower(self, tag: str, nodes: list[Node], spec: DelegationSpec) -> None:
-        """Cut the nodes tagged ``tag`` out into a program, lower it, and call the delegate in their place."""
-        owned = [n for n in nodes if n.op == "placeholder" and self._is_constant(n)]
+        """Cut the nodes tagged ``tag`` out into a program and call its (yet to be compiled) delegate in their place."""
+        # A mutated buffer stays the program's even when tagged: the delegate reads it and returns the new
+        # value, which the program writes back (a delegate cannot hold state between calls here).
+        owned = [n for n in nodes if n.op == "placeholder" and self._is_constant(n) and n.name not in self.mutated]
         ops = _with_getitems([n for n in nodes if n.op == "call_function"])
         if not ops:
             return
@@ -137,7 +221,9 @@ class _Cutter:
         # Shared constants this partition takes its own copy of (tag_constant_data's copy_shared).
         copied = [a for a in dict.fromkeys(a for n in ops for a in n.all_input_nodes) if tag in a.meta.get(COPIES, ())]
         sub, inputs, outputs = self._extract(owned + copied, ops)
-        lowered = lower_program(spec.backend_id, sub, spec.compile_specs)
+        find_backend(spec.backend_id)  # an unknown backend fails before any work
+        lowered = LoweredBackendModule(sub, spec.backend_id, b"", list(spec.compile_specs))
+        self.modules.append(lowered)
         self._replace(ops, owned + copied, inputs, outputs, lowered)
 
     def _is_constant(self, node: Node) -> bool:

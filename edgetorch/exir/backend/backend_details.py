@@ -44,6 +44,29 @@ class BackendDetails(ABC):
         Raise RuntimeError naming the node when the program holds something the backend cannot run.
         """
 
+    @classmethod
+    def preprocess_multimethod(
+        cls,
+        edge_programs: dict[str, list[ExportedProgram]],
+        compile_specs: dict[str, list[list[CompileSpec]]],
+    ) -> dict[str, list[PreprocessResult]]:
+        """Compile every partition of every method at once: method -> one result per program, in order.
+
+        ``compile_specs[method][i]`` goes with ``edge_programs[method][i]``. Override it to share data
+        between partitions (through each result's ``data_store_output``); by default each partition
+        is preprocessed on its own.
+        """
+        results = {}
+        for method, programs in edge_programs.items():
+            specs = compile_specs.get(method)
+            if specs is None or len(specs) != len(programs):
+                raise ValueError(
+                    f"method {method!r} has {len(programs)} partitions but "
+                    f"{'no' if specs is None else len(specs)} compile spec lists; give one list per partition"
+                )
+            results[method] = [cls.preprocess(program, spec) for program, spec in zip(programs, specs)]
+        return results
+
 
 def find_backend(backend_id: str) -> type[BackendDetails]:
     """The ``BackendDetails`` subclass named ``backend_id``; NotImplementedError if none is imported."""

@@ -8,8 +8,9 @@ then cuts each tag out into a delegate. May import torch.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
@@ -42,7 +43,17 @@ class Partitioner(ABC):
     nodes, and the constant placeholders the delegate should own); it must not
     change the graph. Each tag must name a connected group of nodes that can be
     cut out without creating a cycle.
+
+    ``spec`` holds a subclass's settings (read back through the ``spec`` property).
     """
+
+    def __init__(self, spec: Mapping[str | int | float | bool, object] = MappingProxyType({})) -> None:
+        self._spec = spec
+
+    @property
+    def spec(self) -> Mapping[str | int | float | bool, object]:
+        """The settings this partitioner was made with."""
+        return getattr(self, "_spec", MappingProxyType({}))
 
     def __call__(self, exported_program: ExportedProgram) -> PartitionResult:
         return self.partition(exported_program)

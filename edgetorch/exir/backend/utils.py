@@ -1,9 +1,11 @@
-"""Helpers around delegated graphs: printing them with their delegates, and delegate debug maps.
+"""Helpers around delegated graphs: printing them with their delegates, delegate debug maps, tagging state.
 
 ``format_delegated_graph`` shows a graph and, under each ``lowered_module_N``,
 the backend and the Edge graph it took. ``DelegateMappingBuilder`` builds the
 ``debug_handle_map`` a backend returns from ``preprocess`` (delegate-internal
-identifier -> debug handles of the Edge nodes it covers). May import torch.
+identifier -> debug handles of the Edge nodes it covers). ``tag_constant_data`` and
+``tag_mutated_buffer`` let a partitioner hand a delegate the weights and the mutable
+buffers its nodes use. May import torch.
 """
 
 from __future__ import annotations
@@ -11,10 +13,51 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+from torch.export import ExportedProgram
 
 from edgetorch.exir.backend.delegate import is_lowered_module
+from edgetorch.exir.backend.partition_utils import TAG, tag_constant_data
 
-__all__ = ["DelegateMappingBuilder", "format_delegated_graph", "print_delegated_graph"]
+__all__ = [
+    "DelegateMappingBuilder",
+    "format_delegated_graph",
+    "get_delegates",
+    "print_delegated_graph",
+    "tag_constant_data",
+    "tag_mutated_buffer",
+]
+
+
+def get_delegates(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The ``get_attr`` nodes of ``graph`` that fetch a lowered module (one per delegate), in order."""
+    owner = graph.owning_module
+    return [
+        n
+        for n in graph.nodes
+        if n.op == "get_attr"
+        and (
+            is_lowered_module(getattr(owner, n.target, None))
+            if owner is not None
+            else n.name.startswith("lowered_module_")
+        )
+    ]
+
+
+def tag_mutated_buffer(program: ExportedProgram) -> None:
+    """Tag each buffer the program mutates with the tag of its users, so their delegate owns and updates it.
+
+    Call it after tagging the operator nodes. A buffer whose users carry several tags takes the
+    smallest (ExecuTorch's choice). Where ExecuTorch's delegate then owns the buffer, edgetorch's
+    ``to_backend`` keeps it in the program and hands it to the delegate as an input, writing the
+    delegate's new value back: the same results, the state held outside the delegate.
+    """
+    signature = program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and signature.inputs_to_buffers.get(node.name) in mutated:
+            tags = {user.meta[TAG] for user in node.users if user.meta.get(TAG) is not None}
+            if tags:
+                node.meta[TAG] = min(tags)
 
 
 def format_delegated_graph(graph_module: torch.fx.GraphModule) -> str:

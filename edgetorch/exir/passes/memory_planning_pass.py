@@ -2,18 +2,28 @@
 
 The last pass before emission. Which tensors are planned is configurable
 (graph inputs, graph outputs, mutable buffers); the placement algorithm is
-``"greedy"``, ``"naive"`` or any callable ``algo(specs, alignment)`` that sets
-``spec.mem_offset``. Specs may carry a preset ``mem_id`` to use several arenas.
-May import torch.
+``"greedy"``, ``"naive"``, or any callable with ExecuTorch's algorithm signature
+``algo(alignment, specs, graph_module, graph_signature, extra_padding)`` returning a
+``MemoryAlgoResult`` or the arena sizes (a ``MemoryPlanningAlgorithmSuite`` is one).
+Specs may carry a preset ``mem_id`` to use several arenas. May import torch.
 """
 
 from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
 
 import torch
 from torch.export.graph_signature import ExportGraphSignature
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from edgetorch.exir.memory_planning import ALGORITHMS, Algorithm, MemoryPlan, assign_lifetimes, plan
+from edgetorch.exir.memory_planning import (
+    ALGORITHMS,
+    MemoryPlan,
+    MemoryPlanningAlgorithmSuite,
+    assign_lifetimes,
+    run_algorithm,
+)
 from edgetorch.exir.passes.spec_prop import TRAINABLE, graph_specs
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
 
@@ -23,23 +33,26 @@ class MemoryPlanningPass(PassBase):
 
     def __init__(
         self,
-        memory_planning_algo: str | Algorithm | None = None,
+        memory_planning_algo: str | Callable[..., object] | None = None,
         allow_lifetime_and_storage_overlap: bool = False,
         alloc_graph_input: bool = True,
         alloc_graph_output: bool = True,
         alloc_mutable_buffers: bool = True,
         alignment: int = 16,
     ):
-        """ExecuTorch's signature. ``memory_planning_algo`` is ``"greedy"`` (the default, also when None),
-        ``"naive"``, or a callable such as :func:`edgetorch.exir.memory_planning.greedy`.
+        """ExecuTorch's signature. ``memory_planning_algo`` is None (a ``MemoryPlanningAlgorithmSuite`` of
+        greedy), ``"greedy"``, ``"naive"``, or a callable with ExecuTorch's algorithm signature such as
+        :func:`edgetorch.exir.memory_planning.greedy`.
         ``allow_lifetime_and_storage_overlap`` only relaxes ExecuTorch's debug-time plan check; it is
         accepted for that signature and changes nothing here (no algorithm places live tensors together).
         """
-        algo = "greedy" if memory_planning_algo is None else memory_planning_algo
+        algo = MemoryPlanningAlgorithmSuite() if memory_planning_algo is None else memory_planning_algo
         if isinstance(algo, str) and algo not in ALGORITHMS:
             raise ValueError(
                 f"unknown memory planning algorithm {algo!r}; expected one of {sorted(ALGORITHMS)} or a callable"
             )
+        if not isinstance(algo, str):
+            _check_signature(algo)
         if alignment <= 0 or alignment & (alignment - 1):
             raise ValueError(f"alignment must be a power of two, found {alignment}")
         self.memory_planning_algo = ALGORITHMS[algo] if isinstance(algo, str) else algo
@@ -64,7 +77,7 @@ class MemoryPlanningPass(PassBase):
             base = alias.alias_of
             base.lifetime = [min(base.lifetime[0], alias.lifetime[0]), max(base.lifetime[1], alias.lifetime[1])]
         specs = [s for s in graph_specs(graph_module) if not s.const and s.alias_of is None and id(s) not in skipped]
-        bufsizes = plan(specs, self.memory_planning_algo, self.alignment)
+        bufsizes = run_algorithm(self.memory_planning_algo, self.alignment, specs, graph_module, graph_signature)
         for alias in aliases:
             alias.mem_id, alias.mem_offset = alias.alias_of.mem_id, alias.alias_of.mem_offset
         unplanned = [s for s in graph_specs(graph_module) if id(s) in skipped and not s.const]
@@ -83,3 +96,18 @@ class MemoryPlanningPass(PassBase):
             outputs = gm.graph.output_node().args[0]
             skipped += spec_leaves([a.meta.get("spec") for a in outputs if isinstance(a, torch.fx.Node)])
         return skipped
+
+
+def _check_signature(algo: Callable[..., object]) -> None:
+    """TypeError now, rather than at ``to_executorch``, for a callable that cannot take ExecuTorch's five arguments."""
+    if not callable(algo):
+        raise TypeError(f"memory_planning_algo must be a name or a callable; found {type(algo).__name__}")
+    try:
+        inspect.signature(algo).bind(16, [], None, None, 0)
+    except TypeError as error:
+        raise TypeError(
+            f"memory planning algorithm {algo!r} cannot be called as algo(alignment, specs, graph_module, "
+            f"graph_signature, extra_padding) ({error}); write it to ExecuTorch's algorithm signature"
+        ) from None
+    except ValueError:
+        pass  # a builtin without an inspectable signature: trusted

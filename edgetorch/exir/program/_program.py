@@ -28,9 +28,10 @@ from torch.export.graph_signature import (
 )
 
 from edgetorch._lazy import lazy_exports
-from edgetorch.exir.backend.backend_api import partition_and_lower
+from edgetorch.exir.backend.backend_api import lower_methods
 from edgetorch.exir.backend.partitioner import Partitioner
 from edgetorch.exir.pass_base import PassManager, PassType
+from edgetorch.exir.passes.debug_handle_generator_pass import assign_debug_handles
 from edgetorch.exir.passes.decompose import decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
 from edgetorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
@@ -100,7 +101,7 @@ def rebuild_program(program: ExportedProgram, graph_module: torch.fx.GraphModule
         OutputSpec(kind=spec.kind, arg=_output_arg(spec.arg, node), target=spec.target)
         for spec, node in zip(old_outputs, outputs)
     ]
-    _assign_debug_handles(graph_module)
+    assign_debug_handles(graph_module)
     return ExportedProgram(
         root=graph_module,
         graph=graph_module.graph,
@@ -112,44 +113,6 @@ def rebuild_program(program: ExportedProgram, graph_module: torch.fx.GraphModule
         constants=constants,
         verifiers=[EdgeVerifier],
     )
-
-
-def _assign_debug_handles(graph_module: torch.fx.GraphModule) -> None:
-    """Give every node but placeholders and outputs a ``meta["debug_handle"]``, numbered as ExecuTorch numbers them.
-
-    Nodes that come from the same node of the user's exported graph (their oldest ``from_node``
-    ancestor: a ``linear`` decomposed into ``permute_copy`` + ``addmm``) share one handle; handles
-    count up from 1 in graph order, top graph first, then subgraphs. Nodes that already carry a
-    handle keep it, so a later pass only numbers the nodes it added (after the largest handle).
-    """
-    graphs = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
-    nodes = [n for m in graphs for n in m.graph.nodes if n.op not in ("placeholder", "output")]
-    by_origin: dict[str, int] = {}
-    for node in nodes:
-        handle, origin = node.meta.get("debug_handle"), _origin(node)
-        if handle is not None and origin is not None:
-            by_origin.setdefault(origin, handle)
-    last = max((n.meta.get("debug_handle") or 0 for n in nodes), default=0)
-    for node in nodes:
-        if node.meta.get("debug_handle") is not None:
-            continue
-        origin = _origin(node)
-        if origin is None or origin not in by_origin:
-            last += 1
-            if origin is not None:
-                by_origin[origin] = last
-        node.meta["debug_handle"] = by_origin[origin] if origin is not None else last
-
-
-def _origin(node: torch.fx.Node) -> str | None:
-    """The node of the user's exported graph that ``node`` was made from (name and graph id), if recorded."""
-    sources = node.meta.get("from_node")
-    if not sources:
-        return None
-    source = sources[-1]
-    while source.from_node:
-        source = source.from_node[-1]
-    return f"{source.name}.{source.graph_id}"
 
 
 def lower_to_edge(
@@ -379,10 +342,5 @@ def edge_manager_to_backend(
     unknown = set(chosen) - manager.methods
     if unknown:
         raise KeyError(f"partitioners given for methods {sorted(unknown)}, which this program does not have")
-    programs = {
-        name: partition_and_lower(manager.exported_program(name), chosen[name])
-        if name in chosen
-        else manager.exported_program(name)
-        for name in manager._edge_programs
-    }
+    programs = lower_methods({name: manager.exported_program(name) for name in manager._edge_programs}, chosen)
     return EdgeProgramManager(programs, manager._constant_methods, manager.compile_config)

@@ -1,0 +1,127 @@
+"""A Program with its data held inline <-> ``.pte`` bytes with that data in segments (ExecuTorch's helpers).
+
+In a :class:`PTEFile` the Program keeps its constants in ``constant_buffer`` (index 0 the empty
+placeholder), every delegate blob in ``backend_delegate_data``, mutable buffers' initial states in
+``mutable_data`` and named data in ``named_data``. Serializing moves constants, initial states and
+named data into segments (and delegate blobs too, with ``extract_delegate_segments``);
+deserializing moves them back. Imports only the format code and the named data store.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from edgetorch.exir.named_data_store import DataEntry, NamedDataStoreOutput
+from edgetorch.format.program import (
+    BackendDelegateInlineData,
+    Buffer,
+    DataLocation,
+    NamedData,
+    Program,
+    SubsegmentOffsets,
+)
+from edgetorch.format.pte import FormatError, load_pte, save_pte
+
+__all__ = ["PTEFile", "deserialize_pte_binary", "serialize_pte_binary"]
+
+
+@dataclass
+class PTEFile:
+    """A program and the data that goes in segments beside it."""
+
+    program: Program
+    mutable_data: list[Buffer] | None = None
+    named_data: NamedDataStoreOutput | None = None
+
+
+def _pack(buffers: list[bytes], alignment: int) -> tuple[bytes, list[int]]:
+    """The buffers back to back, each starting at a multiple of ``alignment``; and their offsets."""
+    out, offsets = bytearray(), []
+    for data in buffers:
+        out += bytes(-len(out) % alignment)
+        offsets.append(len(out))
+        out += data
+    return bytes(out), offsets
+
+
+def serialize_pte_binary(
+    pte_file: PTEFile,
+    *,
+    extract_delegate_segments: bool = False,
+    segment_alignment: int = 128,
+    constant_tensor_alignment: int | None = None,
+    delegate_alignment: int | None = None,
+) -> bytes:
+    """The ``.pte`` bytes of ``pte_file`` (its Program is not changed)."""
+    alignment = constant_tensor_alignment or 16
+    for name, value in (("constant_tensor_alignment", alignment), ("delegate_alignment", delegate_alignment)):
+        if value is not None and (value <= 0 or value & (value - 1)):
+            raise ValueError(f"{name} must be a power of two, found {value}")
+    program = copy.deepcopy(pte_file.program)
+    segments: list[bytes] = []
+    if program.constant_buffer:
+        data, offsets = _pack([bytes(b.storage) for b in program.constant_buffer], alignment)
+        program.constant_segment = SubsegmentOffsets(segment_index=0, offsets=offsets)
+        program.constant_buffer = []
+        segments.append(data)
+    if extract_delegate_segments:
+        blobs = [bytes(d.data) for d in program.backend_delegate_data]
+        first = len(segments)
+        segments += blobs
+        for plan in program.execution_plan:
+            for delegate in plan.delegates:
+                if delegate.processed.location == DataLocation.INLINE:
+                    delegate.processed.location = DataLocation.SEGMENT
+                    delegate.processed.index += first
+        program.backend_delegate_data = []
+    if pte_file.mutable_data:
+        data, offsets = _pack([bytes(b.storage) for b in pte_file.mutable_data], alignment)
+        program.mutable_data_segments = [SubsegmentOffsets(segment_index=len(segments), offsets=offsets)]
+        segments.append(data)
+    if pte_file.named_data is not None and pte_file.named_data.pte_data:
+        named, where = [], {}
+        for key, entry in pte_file.named_data.pte_data.items():
+            if entry.buffer_index not in where:
+                where[entry.buffer_index] = len(segments)
+                segments.append(bytes(pte_file.named_data.buffers[entry.buffer_index]))
+            named.append(NamedData(key=key, segment_index=where[entry.buffer_index]))
+        program.named_data = named
+    return save_pte(program, segments, segment_alignment)
+
+
+def deserialize_pte_binary(program_data: bytes) -> PTEFile:
+    """The :class:`PTEFile` of ``.pte`` bytes, segment data moved back into the Program; FormatError if malformed."""
+    pte = load_pte(program_data)
+    program = pte.program
+    if program.constant_segment is not None and program.segments:
+        data = bytes(pte.segment(program.constant_segment.segment_index))
+        offsets = program.constant_segment.offsets
+        ends = [*offsets[1:], len(data)]
+        program.constant_buffer = [Buffer(storage=data[start:end]) for start, end in zip(offsets, ends)]
+        program.constant_segment = SubsegmentOffsets(segment_index=0, offsets=[])
+    for plan in program.execution_plan:
+        for delegate in plan.delegates:
+            if delegate.processed.location == DataLocation.SEGMENT:
+                blob = bytes(pte.segment(delegate.processed.index))
+                delegate.processed.location = DataLocation.INLINE
+                delegate.processed.index = len(program.backend_delegate_data)
+                program.backend_delegate_data.append(BackendDelegateInlineData(data=blob))
+    mutable = None
+    if program.mutable_data_segments:
+        segment = program.mutable_data_segments[0]
+        data = bytes(pte.segment(segment.segment_index))
+        ends = [*segment.offsets[1:], len(data)]
+        mutable = [Buffer(storage=data[start:end]) for start, end in zip(segment.offsets, ends)]
+        program.mutable_data_segments = None
+    named = None
+    if program.named_data:
+        named = NamedDataStoreOutput()
+        for entry in program.named_data:
+            if not 0 <= entry.segment_index < len(program.segments):
+                raise FormatError(f"named data {entry.key!r} names segment {entry.segment_index}, which does not exist")
+            named.pte_data[entry.key] = DataEntry(len(named.buffers), 1)
+            named.buffers.append(bytes(pte.segment(entry.segment_index)))
+        program.named_data = None
+    program.segments = []
+    return PTEFile(program, mutable, named)
