@@ -11,8 +11,9 @@ a remote cluster needs the same checkout at the same path.
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -29,7 +30,9 @@ def start(address: str | None = None, workers: int = 2) -> Any:
     try:
         import ray
     except ImportError:
-        raise SystemExit("--ray needs Ray: expected `import ray` to work, found it missing; pip install 'ray[data]'")
+        raise SystemExit(
+            "--ray needs Ray: expected `import ray` to work, found it missing; pip install 'ray[data]'"
+        ) from None
     env = {"env_vars": {"PYTHONPATH": str(ROOT)}}
     if address:
         ray.init(address=address, runtime_env=env, log_to_driver=False)
@@ -41,12 +44,7 @@ def start(address: str | None = None, workers: int = 2) -> Any:
 def run_isolated(fn: Callable[..., Any], cases: Iterable[tuple], num_cpus: float = 1) -> list[Any]:
     """``fn(*case)`` for every case on Ray workers, in the cases' order; a case whose worker died gives
     :class:`Crashed`. An exception ``fn`` raises is a bug of the sweep, not of the case, and is raised here."""
-    import ray
-    from ray import exceptions
-
-    task = ray.remote(num_cpus=num_cpus, max_retries=0)(fn)
-    refs = [task.remote(*case) for case in cases]
-    return [_get(ray, exceptions, ref) for ref in refs]
+    return [wait() for wait in submit_isolated(fn, cases, num_cpus)]
 
 
 def submit_isolated(fn: Callable[..., Any], cases: Iterable[tuple], num_cpus: float = 1) -> list[Callable[[], Any]]:
