@@ -1,6 +1,7 @@
 """Coverage-guided fuzzing of every file reader the runtime has, each case in a sandboxed subprocess.
 
     .venv/bin/python bench/fuzz.py --cases 3000 [--seconds-per-case 10] [--memory-mb 4096] [--seed 0]
+        [--ray [--address ADDR] [--workers N]]
 
 Seeds are real files written by edgetorch and by ExecuTorch 1.5.1: portable programs (an MLP, a CNN, a model
 with dynamic shapes, one with ``cond`` control flow), XNNPACK programs, ``.ptd`` data files, raw XNNPACK blobs,
@@ -20,6 +21,8 @@ that the case ran; a case reaching lines no earlier case reached joins the corpu
 guidance). Outcomes per case: ``ok`` (ran), ``typed`` (an ``EdgetorchError``), ``untyped`` (any other exception:
 a bug), ``crash`` (the worker died), ``timeout``, ``memory`` (MemoryError under the limit). The run fails when any
 case is untyped, crash or timeout; ``bench/results/fuzz.json`` keeps the counts and the failing inputs' hashes.
+With ``--ray`` each batch is cut into one part per worker and each part is a Ray task (bench/ray_pool.py) that
+runs its cases in the same sandboxed worker processes; the corpus, coverage and counts stay in this process.
 """
 
 from __future__ import annotations
@@ -382,6 +385,29 @@ def _run_group(
     return results
 
 
+def _ray_part(cases: list[tuple[str, str, bytes]], seconds: int, memory_mb: int) -> dict[str, dict]:
+    """One part of a batch on a Ray worker: the cases' files in a folder of its own, then :func:`run_batch`."""
+    from bench import fuzz  # by name: the task is pickled from __main__
+
+    with tempfile.TemporaryDirectory(prefix="edgetorch-fuzz-ray-") as name:
+        folder = pathlib.Path(name)
+        for case_name, _, data in cases:
+            folder.joinpath(case_name).write_bytes(data)
+        return fuzz.run_batch(folder, [(n, k) for n, k, _ in cases], seconds, memory_mb)
+
+
+def _run_batch_ray(cases: list[tuple[str, str, bytes]], seconds: int, memory_mb: int, parts: int) -> dict[str, dict]:
+    """A batch spread over ``parts`` Ray tasks; a part whose Ray worker died leaves its cases unanswered (crash)."""
+    from bench import ray_pool
+
+    results: dict[str, dict] = {}
+    chunks = [cases[i::parts] for i in range(parts) if cases[i::parts]]
+    for value in ray_pool.run_isolated(_ray_part, [(c, seconds, memory_mb) for c in chunks]):
+        if not isinstance(value, ray_pool.Crashed):
+            results.update(value)
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=2000)
@@ -398,8 +424,16 @@ def main() -> int:
     ap.add_argument(
         "--findings", type=pathlib.Path, default=None, help="folder to keep each failing case in, named by its hash"
     )
+    ap.add_argument("--ray", action="store_true", help="run each batch's cases on Ray workers (bench/ray_pool.py)")
+    ap.add_argument("--address", help="with --ray: the Ray cluster's address (default: start a local Ray)")
+    ap.add_argument("--workers", type=int, default=2, help="with --ray: parts per batch (and local Ray's CPUs)")
+    ap.add_argument("--results", type=pathlib.Path, default=RESULTS, help="the summary's file")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.ray:
+        from bench import ray_pool
+
+        ray_pool.start(args.address, args.workers)
     from bench.structure_mutation import mutate_structure
 
     rng = random.Random(args.seed)
@@ -436,7 +470,11 @@ def main() -> int:
                 name = f"c{done + j}"
                 folder.joinpath(name).write_bytes(case)
                 batch.append((name, kind, case, origin, mode))
-            results = run_batch(folder, [(n, k) for n, k, _, _, _ in batch], args.seconds_per_case, args.memory_mb)
+            if args.ray:
+                parts = [(n, k, c) for n, k, c, _, _ in batch]
+                results = _run_batch_ray(parts, args.seconds_per_case, args.memory_mb, args.workers)
+            else:
+                results = run_batch(folder, [(n, k) for n, k, _, _, _ in batch], args.seconds_per_case, args.memory_mb)
             for name, kind, case, origin, mode in batch:
                 record = results.get(name, {"outcome": "crash", "detail": "no answer", "lines": []})
                 counts[record["outcome"]] += 1
@@ -485,8 +523,8 @@ def main() -> int:
         "seconds": round(elapsed, 1),
         "failures": failures[:200],
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(summary, indent=1) + "\n")
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}, indent=1))
     for f in failures[:20]:
         print(f"[fuzz] {f['outcome']}: {f['kind']} from {f['from']}: {f['detail']}")

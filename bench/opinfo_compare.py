@@ -17,6 +17,11 @@ with its reason, and the ops where the two differ) and bench/results/opinfo.json
 "executorch").
 
     .venv/bin/python bench/opinfo_compare.py [--all | --full] [--samples N] [--ops add,mul]
+        [--ray [--address ADDR] [--workers N]] [--results DIR]
+
+With ``--ray`` every (OpInfo, dtype, runtime) check is one Ray task (bench/ray_pool.py) on a local Ray with
+``--workers`` CPUs or the cluster at ``--address``; a check whose Ray worker dies is recorded as a crash of
+its samples and the sweep goes on. The tables and files are the same as those of the single-process run.
 """
 
 from __future__ import annotations
@@ -97,6 +102,22 @@ def _executorch_lowering() -> oc.Lowering:
     return oc.Lowering("executorch", lower, load, execute)
 
 
+_LOWERINGS: dict[str, oc.Lowering] = {}
+
+
+def check_one(full: bool, index: int, dtype: str, samples: int, runtime: str) -> list[oc.SampleResult]:
+    """One OpInfo (by its place in ``oc.opinfos(full)``) at one dtype through one runtime; the unit of a Ray task."""
+    if runtime not in _LOWERINGS:
+        _LOWERINGS[runtime] = oc.EDGETORCH if runtime == "edgetorch" else _executorch_lowering()
+    return oc.check_op(oc.opinfos(full)[index], getattr(torch, dtype), samples, _LOWERINGS[runtime])
+
+
+def _ray_check(full: bool, index: int, dtype: str, samples: int, runtime: str) -> list[oc.SampleResult]:
+    from bench import opinfo_compare  # by name, so a Ray worker keeps its ExecuTorch process between tasks
+
+    return opinfo_compare.check_one(full, index, dtype, samples, runtime)
+
+
 def _op_table(results: list[oc.SampleResult]) -> dict[str, tuple[str, str]]:
     by_op: dict[str, list[oc.SampleResult]] = collections.defaultdict(list)
     for r in results:
@@ -175,6 +196,7 @@ def _report(ours: list[oc.SampleResult], theirs: list[oc.SampleResult], seconds:
 
 
 def main() -> None:
+    global RESULTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sweep = parser.add_mutually_exclusive_group()
     sweep.add_argument("--all", action="store_true", help="all of op_db at float32, two samples per op")
@@ -182,17 +204,23 @@ def main() -> None:
     parser.add_argument("--samples", type=int, help="samples per OpInfo and dtype (default: 2 with --all, else 1)")
     parser.add_argument("--ops", help="comma-separated OpInfo names (default: the whole sweep)")
     parser.add_argument("--reverse", action="store_true", help="run the sweep from its last op (a second process)")
+    parser.add_argument("--ray", action="store_true", help="spread the checks over Ray workers (bench/ray_pool.py)")
+    parser.add_argument("--address", help="with --ray: the Ray cluster's address (default: start a local Ray)")
+    parser.add_argument("--workers", type=int, default=2, help="with --ray and no --address: local Ray's CPUs")
+    parser.add_argument("--results", type=pathlib.Path, default=RESULTS, help="folder for opinfo.md and opinfo.json")
     parser.add_argument(
         "--merge", nargs="+", metavar="JSON", help="write the report from saved opinfo.json files (no sweep)"
     )
     args = parser.parse_args()
+    RESULTS = args.results
     if args.merge:
         return _merge(args.merge)
     samples = args.samples or (2 if args.all else 1)
-    ops = oc.opinfos(args.full or args.all)
+    full = args.full or args.all
+    ops = list(enumerate(oc.opinfos(full)))
     if args.ops:
         wanted = set(args.ops.split(","))
-        ops = [o for o in ops if oc.opinfo_name(o) in wanted or o.name in wanted]
+        ops = [(k, o) for k, o in ops if oc.opinfo_name(o) in wanted or o.name in wanted]
     if args.all:
         mode, dtypes = "all of op_db, float32", lambda op: [torch.float32]
     else:
@@ -201,17 +229,46 @@ def main() -> None:
     mode += f", up to {samples} samples each"
     if args.reverse:
         ops = ops[::-1]
-    executorch = _executorch_lowering()
+    jobs = [(k, op, str(d).removeprefix("torch.")) for k, op in ops for d in dtypes(op)]
     start = time.perf_counter()
+    if args.ray:
+        from bench import ray_pool
+
+        ray = ray_pool.start(args.address, args.workers)
+        waits = ray_pool.submit_isolated(
+            _ray_check, [(full, k, d, samples, rt) for k, _, d in jobs for rt in ("edgetorch", "executorch")]
+        )
+        pairs = iter(zip(waits[::2], waits[1::2]))
+
+        def check(op: Any, dtype: str) -> tuple[list[oc.SampleResult], list[oc.SampleResult]]:
+            return tuple(_crashed(op, dtype, w()) for w in next(pairs))  # type: ignore[return-value]
+    else:
+        executorch = _executorch_lowering()
+
+        def check(op: Any, dtype: str) -> tuple[list[oc.SampleResult], list[oc.SampleResult]]:
+            d = getattr(torch, dtype)
+            return oc.check_op(op, d, samples, oc.EDGETORCH), oc.check_op(op, d, samples, executorch)
+
     ours, theirs = [], []
-    for i, op in enumerate(ops):
-        for dtype in dtypes(op):
-            a = oc.check_op(op, dtype, samples, oc.EDGETORCH)
-            b = oc.check_op(op, dtype, samples, executorch)
-            ours += a
-            theirs += b
-            print(f"{oc.opinfo_name(op):40s} {oc.op_outcome(a)[0]:14s} {oc.op_outcome(b)[0]}", flush=True)
-        _write(ours, theirs, time.perf_counter() - start, mode, samples, done=i + 1 == len(ops))
+    last = {k: i for i, (k, _, _) in enumerate(jobs)}
+    for i, (k, op, dtype) in enumerate(jobs):
+        a, b = check(op, dtype)
+        ours += a
+        theirs += b
+        print(f"{oc.opinfo_name(op):40s} {oc.op_outcome(a)[0]:14s} {oc.op_outcome(b)[0]}", flush=True)
+        if last[k] == i:  # after each op, as before
+            _write(ours, theirs, time.perf_counter() - start, mode, samples, done=i + 1 == len(jobs))
+    if args.ray:
+        ray.shutdown()
+
+
+def _crashed(op: Any, dtype: str, value: Any) -> list[oc.SampleResult]:
+    """A Ray task's results, or one crashed sample when its worker died (the runtime took the Ray worker down)."""
+    from bench import ray_pool
+
+    if isinstance(value, ray_pool.Crashed):
+        return [oc.SampleResult(oc.opinfo_name(op), dtype, 0, oc.CRASH, f"the Ray worker died: {value.reason}")]
+    return value
 
 
 def _merge(paths: list[str]) -> None:
