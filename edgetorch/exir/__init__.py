@@ -5,6 +5,8 @@
 (``ExecutorchBackendConfig``, ``ExecutorchProgramManager``) load on first use.
 """
 
+from typing import Any
+
 from edgetorch._lazy import lazy_exports
 from edgetorch.exir.capture import capture_pre_autograd_graph, dynamic_dim
 from edgetorch.exir.dialects import exir_ops
@@ -16,6 +18,10 @@ _LAZY = {
     "ExecutorchProgramManager": "to_executorch",
 }
 
+# What a graph passes between its nodes (tensors, scalars, and tuples and lists of them): ExecuTorch annotates
+# its tracer and pass APIs with this name, and code written against them imports it from here.
+Value = Any
+
 __all__ = [
     "EdgeCompileConfig",
     "EdgeProgramManager",
@@ -24,6 +30,7 @@ __all__ = [
     "ExportPass",
     "PassManager",
     "PassResult",
+    "Value",
     "capture_pre_autograd_graph",
     "dynamic_dim",
     "exir_ops",
