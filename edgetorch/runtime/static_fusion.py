@@ -517,10 +517,7 @@ def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
             shape = xa.shape
         else:
             (operand,) = _f32_arrays(ex, y)
-            try:
-                shape = np.broadcast_shapes(xa.shape, operand.shape)
-            except ValueError:
-                raise _NoMatch from None  # the kernel's own check reports the mismatch, typed
+            shape = np.broadcast_shapes(xa.shape, operand.shape)
         if shape != oa.shape or oa.ndim == 0:
             raise _NoMatch
         return 1, partial(_UFUNCS[name], xa, operand, out=oa)
