@@ -27,8 +27,7 @@ reexec_with_clean_blas_env()
 import numpy as np  # noqa: E402
 
 from bench.harness import set_threads, table  # noqa: E402
-from edgetorch.backends.xnnpack import fast  # noqa: E402
-from edgetorch.runtime.kernels import compiled  # noqa: E402
+from edgetorch.runtime import policy  # noqa: E402
 
 # (input size, channels, stride) of MobileNetV2's depthwise layers (224x224 input)
 MOBILENET_DEPTHWISE = [(112, 32, 1), (112, 96, 2), (56, 144, 1), (56, 144, 2), (28, 192, 1), (28, 192, 2),
@@ -59,12 +58,11 @@ def _both_tiers(model: Any, args: tuple, runs: int) -> tuple[dict[str, list[floa
     inputs = [a.numpy() for a in args]
     methods, loads = {}, {}
     for name, tier in (("numpy", False), ("numba", True)):
-        fast.AVAILABLE = tier
-        t = time.perf_counter()
-        methods[name] = Runtime.get().load_program(pte).load_method("forward")
-        _run_tier(methods[name], inputs, tier)
-        loads[name] = time.perf_counter() - t
-    fast.AVAILABLE = True
+        with policy.using(compiled=tier):
+            t = time.perf_counter()
+            methods[name] = Runtime.get().load_program(pte).load_method("forward")
+            _run_tier(methods[name], inputs, tier)
+            loads[name] = time.perf_counter() - t
     # Bit for bit where the compiled kernel sums in NumPy's order (depthwise, bias + clamp); GELU, softmax and
     # layer norm use their own exp and sum order, so equal within float32 rounding.
     a, b = _run_tier(methods["numpy"], inputs, False)[0], _run_tier(methods["numba"], inputs, True)[0]
@@ -76,11 +74,8 @@ def _both_tiers(model: Any, args: tuple, runs: int) -> tuple[dict[str, list[floa
 def _run_tier(method: Any, inputs: list, tier: bool) -> list:
     """One run with the portable kernels' compiled tier on or off (they choose at each call; the XNNPACK
     delegate chose when the method was loaded)."""
-    compiled.AVAILABLE = tier
-    try:
+    with policy.using(compiled=tier):
         return method.execute(inputs)
-    finally:
-        compiled.AVAILABLE = True
 
 
 def layers(runs: int) -> str:
@@ -121,7 +116,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    if not fast.AVAILABLE:
+    if not policy.compiled_tier():
         sys.exit("numba is not installed or EDGETORCH_FAST=0: pip install edgetorch[fast]")
     set_threads(args.threads)
     print("## Depthwise convolution layers of MobileNetV2\n")

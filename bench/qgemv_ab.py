@@ -16,6 +16,7 @@ single-threaded), the median of each round's best step. Example::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -33,17 +34,14 @@ from bench.llm import prompt_ids  # noqa: E402
 
 
 def _runner(pte: str, gguf: str, gemv: bool):
-    from edgetorch.backends.xnnpack import qgemv
     from edgetorch.extension.llm.runner import TextLLMRunner
+    from edgetorch.runtime import policy
 
-    rows = qgemv.MAX_ROWS
-    if not gemv:  # read at load: this runner's linears keep float32 weights, as before the GEMV
-        qgemv.MAX_ROWS = dict.fromkeys(rows, 0)
-    try:
+    rows = policy.current().gemv_max_rows
+    # read at load: without the GEMV this runner's linears keep float32 weights, as before it
+    with policy.using(gemv_max_rows=rows if gemv else dict.fromkeys(rows, 0)):
         runner = TextLLMRunner(pte, gguf)
         runner.load()
-    finally:
-        qgemv.MAX_ROWS = rows
     return runner
 
 
@@ -222,15 +220,15 @@ SPLIT_CASES += [("qc8w", 384, 576, 1)]
 
 def split_table(rev: str, rounds: int, cold: bool) -> None:
     """The GEMVs of SPLIT_CASES split across threads: git revision ``rev``'s kernel against this tree's with
-    ``set_num_threads(1)`` and ``(2)``, every split taken (SPLIT_MACS 0), taking turns in this process; median
+    ``set_num_threads(1)`` and ``(2)``, every split taken (the policy's gemv_split_macs 0), taking turns in this process; median
     wall-clock us a call over ``rounds`` turns, outputs checked bit for bit. ``cold``: as in ``kernel_ab``."""
     import numpy as np
 
     from edgetorch.backends.xnnpack import qgemv
-    from edgetorch.runtime import get_num_threads, set_num_threads
+    from edgetorch.runtime import get_num_threads, policy, set_num_threads
 
     old = _module_at(rev)
-    qgemv.SPLIT_MACS = 0
+    policy.install(dataclasses.replace(policy.current(), gemv_split_macs=0))
     set_num_threads(2)  # loaded as for 2 threads: QB4W weights in 2 tiles
     rng = np.random.default_rng(0)
     where = "out of cache (64 MB of layers)" if cold else "in cache"
@@ -290,19 +288,14 @@ def mlp_table(rounds: int) -> None:
 
     from bench.models import MODELS
     from bench.quant import lower, quantize
-    from edgetorch.backends.xnnpack import qgemv
-    from edgetorch.runtime import Runtime
+    from edgetorch.runtime import Runtime, policy
 
     model, batch = MODELS["mlp"]()
 
     def method(pte: bytes, gemv: bool, arrays: list):
-        rows = qgemv.MAX_ROWS
-        if not gemv:
-            qgemv.MAX_ROWS = dict.fromkeys(rows, 0)
-        try:
+        rows = policy.current().gemv_max_rows
+        with policy.using(gemv_max_rows=rows if gemv else dict.fromkeys(rows, 0)):
             m = Runtime.get().load_program(pte).load_method("forward")
-        finally:
-            qgemv.MAX_ROWS = rows
         return partial(m.execute, arrays)
 
     print(f"bench/models.py's MLP; ms per call, thread CPU time, min / median of {rounds} rounds (best of 5 each)")

@@ -29,8 +29,23 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def kernel_threads():
-    """``compiled.set_num_threads`` for one test; the default count (read again on next use) comes back after."""
+    """``compiled.set_num_threads`` for one test; the policy in force before comes back after."""
+    from edgetorch.runtime import policy
     from edgetorch.runtime.kernels import compiled
 
+    before = policy.current()
     yield compiled.set_num_threads
-    compiled._threads = None
+    policy.install(before)
+
+
+@pytest.fixture
+def set_policy():
+    """``set_policy(field=value, ...)`` installs the runtime policy with those changes for one test (tests
+    construct policies rather than patch module globals); the policy before comes back after."""
+    import dataclasses
+
+    from edgetorch.runtime import policy
+
+    before = policy.current()
+    yield lambda **changes: policy.install(dataclasses.replace(policy.current(), **changes))
+    policy.install(before)

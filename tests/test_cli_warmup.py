@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from edgetorch.exir import to_edge
-from edgetorch.runtime.kernels import compiled
+from edgetorch.runtime import policy
 
-pytestmark = pytest.mark.skipif(not compiled.usable(), reason="the fast tier (numba) is not installed or is off")
+pytestmark = pytest.mark.skipif(not policy.compiled_tier(), reason="the fast tier (numba) is not installed or is off")
 
 
 class _Gelu(torch.nn.Module):

@@ -29,12 +29,12 @@ def _zeros(meta: Any) -> list[Any]:
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
-    from edgetorch.runtime import set_num_threads
+    from edgetorch.runtime import policy, set_num_threads
     from edgetorch.runtime.kernels import compiled
 
     if args.threads is not None:
         set_num_threads(args.threads)
-    if not compiled.usable():
+    if not policy.compiled_tier():
         print("the fast tier is off (numba is not installed, or EDGETORCH_FAST=0): nothing to compile")
         return EXIT_OK
     start = time.perf_counter()

@@ -23,7 +23,7 @@ replaced by one step that computes the same float32 results with fewer passes ov
   layer's weight transposed by constant folding): the fast tier's packed GEMM (kernels/gemm.py) with the bias
   in the same pass; also the matrix product of the GELU/residual chains above. It sums in its own order
   (within float32 rounding of sgemm) and holds a packed copy of the weights beside the method's own, so a
-  method packs all such layers when they come to at most gemm.PACK_BUDGET bytes (a small model's, not an
+  method packs all such layers when they come to at most the policy's ``pack_budget`` bytes (a small model's, not an
   LLM's), else none. While such a method runs, NumPy's BLAS is held to one thread (blas_threads.py), so a
   method whose convolutions (BLAS's work in this runtime) outweigh its linear layers packs nothing.
 - **The rest of such a method on the threads too**: in a method that packs (or has no linear or convolution
@@ -52,8 +52,10 @@ from typing import Any
 import numpy as np
 
 from edgetorch.format import program as fbp
+from edgetorch.runtime import policy
 from edgetorch.runtime.fusion import _F32, _int, _NoMatch, _Plan, apply_patterns
 from edgetorch.runtime.kernels import compiled, gemm
+from edgetorch.runtime.ops import activation
 
 _BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 # The instructions after a softmax that zero the rows whose scores are all -inf, in any order their data flow
@@ -78,13 +80,13 @@ class _StaticPlan(_Plan):
         # Whether the method's products run on the fast tier's kernels, over numba's threads: its linear layers
         # on packed weights, its batch matmuls, its row kernels split. While it runs, NumPy's BLAS is held to
         # one thread, so a method whose convolutions (BLAS's work in this runtime) outweigh its linear layers
-        # keeps sgemm (ResNet-18 portable, whose one linear layer is its classifier, ran 35 -> 107 ms in one
-        # suite run); ViT-tiny's one convolution, its patch embedding, is 3% of its multiply-adds. All or
-        # nothing: a method that packs some layers holds BLAS for the others too (GPT-2 portable, 500 MB of
-        # layers, packed its first 128 MB and ran the rest on one thread: 232 -> 341 ms).
+        # keeps sgemm. All or nothing: a method that packs some layers holds BLAS for the others too, so a
+        # method whose layers pass the budget packs none (docs/benchmarks.md, "Packing policy").
         # A method with neither (its products delegated) runs its row kernels on the threads too.
         linear, convolutions, constant_bytes = _products(ex)
-        self.packing = compiled.usable() and convolutions < max(linear, 1) and constant_bytes <= gemm.PACK_BUDGET
+        self.packing = (
+            policy.compiled_tier() and convolutions < max(linear, 1) and constant_bytes <= policy.current().pack_budget
+        )
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():
             for base in bases:
@@ -272,7 +274,7 @@ def _safe_softmax(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     """softmax(x) then the zeroing tail: the compiled softmax with ``safe``, straight into the tail's result."""
     ex = plan.ex
     x, dim, half, s = _call(ex, pc, "aten::_softmax.out")[:4]
-    if not compiled.usable() or ex.bound[half] not in (False, 0):
+    if not policy.compiled_tier() or ex.bound[half] not in (False, 0):
         raise _NoMatch
     tail_x, tail_s, (scores, _, result) = _mask_tail(plan, pc + 1)
     if (tail_x, tail_s) != (x, s) or _int(plan, dim) % ex.bound[x].ndim != ex.bound[x].ndim - 1:
@@ -325,7 +327,7 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     name = ex.operators[following.op_index] if isinstance(following, fbp.KernelCall) else ""
     if name == "aten::gelu.out":
         x, approximate, result = _call(ex, nxt, name)[:3]
-        if x not in seen or ex.bound[approximate] not in ("none", "tanh") or not compiled.usable():
+        if x not in seen or ex.bound[approximate] not in ("none", "tanh") or not policy.compiled_tier():
             raise _NoMatch
         (y,) = _flat_f32(ex, result)
         if y.size != product.size:
@@ -334,7 +336,7 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         epilogue = _rows(plan, "bias_gelu", product, b, y.reshape(product.shape), ex.bound[approximate] == "tanh")
     elif name == "aten::add.out":
         first, second, add_alpha, result = _call(ex, nxt, name)[:4]
-        if not compiled.usable() or _scalar(plan, add_alpha) != 1 or (first in seen) == (second in seen):
+        if not policy.compiled_tier() or _scalar(plan, add_alpha) != 1 or (first in seen) == (second in seen):
             raise _NoMatch
         residual, y = _flat_f32(ex, second if first in seen else first, result)
         if not residual.size == y.size == product.size:
@@ -363,7 +365,7 @@ def _packed(
         rhs = _constant(plan.ex, w)
     except _NoMatch:
         return None
-    if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not compiled.usable() or np.shares_memory(lhs, out):
+    if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not policy.compiled_tier() or np.shares_memory(lhs, out):
         return None
     if not plan.packing:
         return None
@@ -378,12 +380,9 @@ def _packed(
 def _rows(plan: _StaticPlan, name: str, *args: Any) -> Callable | None:
     """The compiled row kernel ``name`` bound to ``args`` (None without the tier): split over numba's threads
     (compiled.rows_step) in a method whose products run there (``plan.packing``), else on the calling thread."""
-    if plan.packing:
-        step = compiled.rows_step(name, *args)
-        plan.threaded = plan.threaded or compiled.splits(step)
-        return step
-    kernel = compiled.kernel(name)
-    return None if kernel is None else partial(kernel, *args)
+    step = compiled.rows_step(name, *args, split=plan.packing)
+    plan.threaded = plan.threaded or compiled.splits(step)
+    return step
 
 
 def _products(ex: Any) -> tuple[int, int, int]:
@@ -532,14 +531,14 @@ def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         return 1, batched or partial(np.matmul, xa, ya, out=oa)
     if name == "aten::native_layer_norm.out":
         return 1, _layer_norm(plan, args)
-    if name == "aten::gelu.out" and len(args) == 4 and compiled.usable():
+    if name == "aten::gelu.out" and len(args) == 4 and policy.compiled_tier():
         approximate = ex.bound[args[1]]
         xa, oa = _flat_f32(ex, args[0], args[2])
         if approximate not in ("none", "tanh") or xa.shape != oa.shape:
             raise _NoMatch
         _same_or_apart(xa, oa)
-        step = _rows(plan, "gelu" if approximate == "none" else "gelu_tanh", xa.reshape(-1), oa.reshape(-1))
-        assert step is not None  # the tier is usable (checked above)
+        step = activation.gelu(xa, oa, approximate, split=plan.packing)
+        plan.threaded = plan.threaded or compiled.splits(step)
         return 1, step
     raise _NoMatch
 
@@ -555,7 +554,7 @@ def _f32_arrays(ex: Any, *values: int) -> list[np.ndarray]:
 def _layer_norm(plan: _StaticPlan, args: list[int]) -> Callable:
     """native_layer_norm straight to the compiled kernel, its mean and rstd written into their outs."""
     ex = plan.ex
-    if not compiled.usable() or len(args) < 9:
+    if not policy.compiled_tier() or len(args) < 9:
         raise _NoMatch
     x, shape, weight, bias, eps, out, mean, rstd = args[:8]
     xa, oa, ma, ra = _flat_f32(ex, x, out, mean, rstd)

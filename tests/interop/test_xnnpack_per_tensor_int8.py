@@ -15,9 +15,8 @@ import functools
 import numpy as np
 import pytest
 
-from edgetorch.backends.xnnpack import fast
 from edgetorch.backends.xnnpack import schema as xs
-from edgetorch.runtime import Runtime
+from edgetorch.runtime import Runtime, policy
 from tests.backends.xnnpack.test_xnnpack_lowering import delegate_graphs
 from tests.backends.xnnpack.test_xnnpack_quantized_lowering import _signature, lowered
 from tests.backends.xnnpack.test_xnnpack_quantized_runtime import executorch_xnnpack_pte
@@ -86,16 +85,16 @@ def test_blob_matches_executorchs(model: str):
     assert _named_keys(ours) == _named_keys(theirs)
 
 
-@pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("writer", ["edgetorch", "executorch"])
-def test_both_tiers_give_the_same_result(model: str, writer: str, monkeypatch):
+def test_both_tiers_give_the_same_result(model: str, writer: str, monkeypatch, set_policy):
     if writer == "edgetorch":
         _, args, _, _, pte = lowered(model, SCHEME)
     else:
         _, args, _, pte = executorch_lowered(model)
     outputs = []
     for tier in (True, False):
-        monkeypatch.setattr(fast, "AVAILABLE", tier)
+        set_policy(compiled=tier)
         outputs.append(run_ours(pte, args))
     np.testing.assert_array_equal(outputs[0], outputs[1])

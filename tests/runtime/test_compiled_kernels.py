@@ -10,30 +10,32 @@ import numpy as np
 import pytest
 import torch
 
-from edgetorch.backends.xnnpack import XnnpackPartitioner, fast
+from edgetorch.backends.xnnpack import XnnpackPartitioner
 from edgetorch.exir import to_edge, to_edge_transform_and_lower
-from edgetorch.runtime import Runtime
+from edgetorch.runtime import Runtime, policy
 from edgetorch.runtime.kernels import compiled
 from edgetorch.runtime.kernels.registry import lookup
 
-needs_numba = pytest.mark.skipif(not compiled.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+needs_numba = pytest.mark.skipif(
+    not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
+)
 
 
-def _both_tiers(name: str, monkeypatch, *args) -> tuple[np.ndarray, np.ndarray]:
+def _both_tiers(name: str, monkeypatch, set_policy, *args) -> tuple[np.ndarray, np.ndarray]:
     """The portable kernel ``name`` on ``args`` with the compiled tier on, then off."""
     fn, _ = lookup(name)
     results = []
     for tier in (True, False):
-        monkeypatch.setattr(compiled, "AVAILABLE", tier)
+        set_policy(compiled=tier)
         results.append(fn(*args[:-1], np.empty_like(args[-1])))
     return results[0], results[1]
 
 
 @needs_numba
-def test_compiled_gelu_matches_the_numpy_tier_and_erfc(monkeypatch):
+def test_compiled_gelu_matches_the_numpy_tier_and_erfc(monkeypatch, set_policy):
     x = np.concatenate([np.linspace(-9, 9, 20001), np.geomspace(1e-20, 1, 300), -np.geomspace(1e-20, 1, 300)])
     x = x.astype(np.float32).reshape(-1, 7)
-    on, off = _both_tiers("aten::gelu.out", monkeypatch, x, "none", x)
+    on, off = _both_tiers("aten::gelu.out", monkeypatch, set_policy, x, "none", x)
     np.testing.assert_allclose(on, off, rtol=4e-6, atol=1e-30)
     want = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x.reshape(-1).astype(np.float64)])
     ulps = np.abs(on.reshape(-1) - want) / np.spacing(np.abs(want).astype(np.float32))
@@ -41,37 +43,37 @@ def test_compiled_gelu_matches_the_numpy_tier_and_erfc(monkeypatch):
 
 
 @needs_numba
-def test_compiled_gelu_special_values(monkeypatch):
+def test_compiled_gelu_special_values(monkeypatch, set_policy):
     x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 40.0, -40.0, 1e30, -1e30, 3e-39], np.float32)
-    on, _ = _both_tiers("aten::gelu.out", monkeypatch, x, "none", x)
+    on, _ = _both_tiers("aten::gelu.out", monkeypatch, set_policy, x, "none", x)
     want = np.array([np.nan, np.inf, 0.0, 0.0, 0.0, 40.0, 0.0, 1e30, 0.0, 1.5e-39], np.float32)
     np.testing.assert_allclose(on, want, rtol=1e-6, atol=1e-44)
 
 
 @needs_numba
-def test_compiled_tanh_gelu_matches_the_numpy_tier(monkeypatch):
+def test_compiled_tanh_gelu_matches_the_numpy_tier(monkeypatch, set_policy):
     x = np.concatenate([np.linspace(-12, 12, 20001), np.geomspace(1e-20, 1, 300), -np.geomspace(1e-20, 1, 300)])
     x = x.astype(np.float32)
-    on, off = _both_tiers("aten::gelu.out", monkeypatch, x, "tanh", x)
+    on, off = _both_tiers("aten::gelu.out", monkeypatch, set_policy, x, "tanh", x)
     np.testing.assert_allclose(on, off, rtol=2e-6, atol=2e-7)
     x64 = x.astype(np.float64)  # x / (1 + e^(-2u)): torch's formula without its cancellation for x < 0
     want = x64 / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
     ulps = np.abs(on - want) / np.spacing(np.abs(want).astype(np.float32))
     assert ulps[np.abs(x) <= 3].max() <= 16
     special = np.array([np.nan, np.inf, -np.inf, 0.0, 1e30, -1e30], np.float32)
-    got, _ = _both_tiers("aten::gelu.out", monkeypatch, special, "tanh", special)
+    got, _ = _both_tiers("aten::gelu.out", monkeypatch, set_policy, special, "tanh", special)
     np.testing.assert_array_equal(got, np.array([np.nan, np.inf, 0.0, 0.0, 1e30, 0.0], np.float32))
 
 
 @needs_numba
-def test_compiled_softmax_matches_the_numpy_tier(monkeypatch):
+def test_compiled_softmax_matches_the_numpy_tier(monkeypatch, set_policy):
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((2, 3, 11, 37)) * 6).astype(np.float32)
     x[0, 0, 1, 5] = -np.inf  # one masked position
     x[0, 0, 2, :] = -np.inf  # a fully masked row: NaNs, as in torch
     x[0, 1, 3, 7] = np.nan
     x[1, 2, 4, :] = 80.0  # large and equal
-    on, off = _both_tiers("aten::_softmax.out", monkeypatch, x, -1, False, x)
+    on, off = _both_tiers("aten::_softmax.out", monkeypatch, set_policy, x, -1, False, x)
     np.testing.assert_allclose(on, off, rtol=2e-6, atol=1e-12, equal_nan=True)
     want = torch.softmax(torch.from_numpy(x), -1).numpy()
     np.testing.assert_allclose(on, want, rtol=2e-6, atol=1e-12, equal_nan=True)
@@ -81,7 +83,7 @@ def test_compiled_softmax_matches_the_numpy_tier(monkeypatch):
 @needs_numba
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("normalized", [(24,), (3, 8)])
-def test_compiled_layer_norm_matches_the_numpy_tier_and_torch(affine, normalized, monkeypatch):
+def test_compiled_layer_norm_matches_the_numpy_tier_and_torch(affine, normalized, monkeypatch, set_policy):
     rng = np.random.default_rng(2)
     x = (rng.standard_normal((2, 5) + normalized) * 4 + 3).astype(np.float32)
     w = rng.standard_normal(normalized).astype(np.float32) if affine else None
@@ -90,7 +92,7 @@ def test_compiled_layer_norm_matches_the_numpy_tier_and_torch(affine, normalized
     stats = x.shape[: x.ndim - len(normalized)] + (1,) * len(normalized)
     results = []
     for tier in (True, False):
-        monkeypatch.setattr(compiled, "AVAILABLE", tier)
+        set_policy(compiled=tier)
         outs = (np.empty_like(x), np.empty(stats, np.float32), np.empty(stats, np.float32))
         results.append([a.copy() for a in fn(x, list(normalized), w, b, 1e-5, *outs)])
     for on, off in zip(*results):
@@ -103,8 +105,8 @@ def test_compiled_layer_norm_matches_the_numpy_tier_and_torch(affine, normalized
 
 @needs_numba
 @pytest.mark.parametrize("tier", [True, False])
-def test_the_kernels_take_the_compiled_tier_only_when_it_is_on(tier, monkeypatch):
-    monkeypatch.setattr(compiled, "AVAILABLE", tier)
+def test_the_kernels_take_the_compiled_tier_only_when_it_is_on(tier, monkeypatch, set_policy):
+    set_policy(compiled=tier)
     used = []
     real = compiled.kernel
     monkeypatch.setattr(compiled, "kernel", lambda name: used.append(name) or real(name))
@@ -130,7 +132,7 @@ class Attention(torch.nn.Module):
 
 @needs_numba
 @pytest.mark.parametrize("delegated", [True, False])
-def test_programs_match_across_tiers(delegated, monkeypatch):
+def test_programs_match_across_tiers(delegated, monkeypatch, set_policy):
     torch.manual_seed(0)
     model, x = Attention().eval(), torch.randn(2, 5, 16)
     ep = torch.export.export(model, (x,))
@@ -138,8 +140,8 @@ def test_programs_match_across_tiers(delegated, monkeypatch):
     pte = manager.to_executorch().buffer
     outs = []
     for tier in (True, False):
-        monkeypatch.setattr(compiled, "AVAILABLE", tier)
-        monkeypatch.setattr(fast, "AVAILABLE", tier)
+        set_policy(compiled=tier)
+        set_policy(compiled=tier)
         outs.append(Runtime.get().load_program(pte).load_method("forward").execute([x.numpy()])[0])
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(outs[0], model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
@@ -156,7 +158,7 @@ def test_the_compiled_exp_is_within_one_ulp():
 
 @needs_numba
 @pytest.mark.parametrize(("heads", "kv_heads", "n"), [(9, 3, 1), (9, 3, 47), (4, 4, 200), (8, 2, 513)])
-def test_compiled_decode_attention_matches_the_numpy_tier_and_float64(heads, kv_heads, n, monkeypatch):
+def test_compiled_decode_attention_matches_the_numpy_tier_and_float64(heads, kv_heads, n, monkeypatch, set_policy):
     # llama::custom_sdpa for one query over a KV cache (a decode step), grouped-query heads included. The kernel
     # is taken only when numba is loaded anyway (compiled.kernel_if_loaded).
     import numba  # noqa: F401
@@ -167,7 +169,7 @@ def test_compiled_decode_attention_matches_the_numpy_tier_and_float64(heads, kv_
     values = rng.standard_normal((1, length, kv_heads, dim)).astype(np.float32)
     query = (3 * rng.standard_normal((1, 1, heads, dim))).astype(np.float32)
     on, off = _both_tiers(
-        "llama::custom_sdpa.out", monkeypatch, query, keys, values, n - 1, None, 0.0, True, None, query
+        "llama::custom_sdpa.out", monkeypatch, set_policy, query, keys, values, n - 1, None, 0.0, True, None, query
     )
     np.testing.assert_allclose(on, off, rtol=2e-5, atol=2e-6)
     q = query[0, 0].astype(np.float64).reshape(kv_heads, heads // kv_heads, dim)

@@ -9,12 +9,14 @@ import pytest
 import torch
 
 from edgetorch.exir import to_edge
-from edgetorch.runtime import Runtime
+from edgetorch.runtime import Runtime, policy
 from edgetorch.runtime import static_fusion as sf
 from edgetorch.runtime.kernels import compiled, gemm
 from edgetorch.runtime.kernels.registry import lookup
 
-needs_numba = pytest.mark.skipif(not compiled.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+needs_numba = pytest.mark.skipif(
+    not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
+)
 
 
 class _ConvBn(torch.nn.Module):
@@ -52,10 +54,10 @@ def _methods(module: torch.nn.Module, args: tuple):
 
 
 @pytest.mark.parametrize("tier", [True, False], ids=["compiled", "numpy"])
-def test_batch_norm_and_its_clamp_fuse_to_the_same_bits(tier, monkeypatch):
-    if tier and not compiled.AVAILABLE:
+def test_batch_norm_and_its_clamp_fuse_to_the_same_bits(tier, monkeypatch, set_policy):
+    if tier and not policy.compiled_tier():
         pytest.skip("numba is not installed")
-    monkeypatch.setattr(compiled, "AVAILABLE", tier)
+    set_policy(compiled=tier)
     module = _ConvBn()
     x = torch.randn(2, 4, 9, 7, generator=torch.Generator().manual_seed(1)) * 3
     fused, plain = _methods(module, (x,))
@@ -133,7 +135,7 @@ def test_a_fused_pass_never_reads_memory_it_has_partly_overwritten():
     [(1, 3, 5, 5, 1, 1), (2, 5, 9, 40, 1, 1), (1, 4, 33, 34, 1, 1), (1, 6, 10, 11, 2, 1), (2, 3, 9, 9, 2, 1),
      (1, 2, 8, 8, 2, 0), (1, 7, 6, 5, 1, 0), (1, 3, 64, 64, 2, 1)],
 )  # fmt: skip
-def test_depthwise3x3_matches_torch_and_the_numpy_tier(n, c, h, w, stride, padding, monkeypatch):
+def test_depthwise3x3_matches_torch_and_the_numpy_tier(n, c, h, w, stride, padding, monkeypatch, set_policy):
     g = torch.Generator().manual_seed(3)
     x, weight = torch.randn(n, c, h, w, generator=g), torch.randn(c, 1, 3, 3, generator=g)
     bias = torch.randn(c, generator=g)
@@ -142,7 +144,7 @@ def test_depthwise3x3_matches_torch_and_the_numpy_tier(n, c, h, w, stride, paddi
     args = (x.numpy(), weight.numpy(), bias.numpy(), [stride] * 2, [padding] * 2, [1, 1], False, [0, 0], c)
     got = fn(*args, np.empty(want.shape, np.float32))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(compiled, "AVAILABLE", False)
+    set_policy(compiled=False)
     off = fn(*args, np.empty(want.shape, np.float32))
     np.testing.assert_allclose(got, off, rtol=1e-5, atol=1e-5)
 
@@ -220,8 +222,8 @@ class _Mlp(torch.nn.Module):
 
 
 @needs_numba
-def test_a_linear_layer_takes_its_gelu_or_residual_add_along_with_the_same_bits(monkeypatch):
-    monkeypatch.setattr(gemm, "PACK_BUDGET", 0)  # sgemm, as the unfused addmm: the packed GEMM rounds its own way
+def test_a_linear_layer_takes_its_gelu_or_residual_add_along_with_the_same_bits(monkeypatch, set_policy):
+    set_policy(pack_budget=0)  # sgemm, as the unfused addmm: the packed GEMM rounds its own way
     x = torch.randn(5, 16, generator=torch.Generator().manual_seed(10)) * 3
     fused, plain = _methods(_Mlp(), (x,))
     ex = fused._executor
@@ -256,7 +258,7 @@ class _Relus(torch.nn.Module):
 
 
 @needs_numba
-def test_linear_layers_on_constant_weights_run_the_packed_gemm(monkeypatch):
+def test_linear_layers_on_constant_weights_run_the_packed_gemm(monkeypatch, set_policy):
     x = torch.randn(9, 20, generator=torch.Generator().manual_seed(14))
     fused, plain = _methods(_Relus(), (x,))
     ex = fused._executor
@@ -270,7 +272,7 @@ def test_linear_layers_on_constant_weights_run_the_packed_gemm(monkeypatch):
     with torch.no_grad():
         np.testing.assert_allclose(fused.execute([x.numpy()])[0], _Relus()(x).numpy(), rtol=1e-5, atol=1e-5)
     # all or nothing: with room for some layers only, none is packed and BLAS keeps its threads
-    monkeypatch.setattr(gemm, "PACK_BUDGET", (20 * 40 + 40 * 24 + 24 * 24 + 24 * 7) * 4 - 1)
+    set_policy(pack_budget=(20 * 40 + 40 * 24 + 24 * 24 + 24 * 7) * 4 - 1)
     budgeted, _ = _methods(_Relus(), (x,))
     assert not budgeted._executor.own_threads
     kept = [s for s in budgeted._executor.fused[0] if _runs_packed_gemm(s)]
@@ -321,7 +323,7 @@ def test_fixed_shape_float_kernels_bind_straight_to_numpy_with_the_same_bits():
     steps = fused._executor.fused[0]
     bound = {getattr(getattr(s, "func", None), "__name__", "") for s in steps}
     assert {"matmul", "multiply", "subtract", "divide", "add"} <= bound
-    if compiled.AVAILABLE:
+    if policy.compiled_tier():
         assert "_layer_norm" in bound
     for seed in range(3):
         xs = [torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(seed)).numpy() for _ in range(2)]
@@ -332,8 +334,8 @@ def test_fixed_shape_float_kernels_bind_straight_to_numpy_with_the_same_bits():
             np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_traced_method_keeps_every_copy(monkeypatch):
-    monkeypatch.setattr(gemm, "PACK_BUDGET", 0)  # sgemm in both, for the same bits
+def test_a_traced_method_keeps_every_copy(monkeypatch, set_policy):
+    set_policy(pack_budget=0)  # sgemm in both, for the same bits
     x = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(13))
     pte = to_edge(torch.export.export(_Block(), (x,))).to_executorch().buffer
     untraced = Runtime.get().load_program(pte).load_method("forward")
@@ -411,8 +413,8 @@ class _Gelus(torch.nn.Module):
 
 
 @needs_numba
-def test_a_lone_gelu_binds_to_the_compiled_kernel_with_the_same_bits(monkeypatch):
-    monkeypatch.setattr(compiled, "SPLIT_ELEMENTS", 64)  # split too (a method with no products holds BLAS)
+def test_a_lone_gelu_binds_to_the_compiled_kernel_with_the_same_bits(monkeypatch, set_policy):
+    set_policy(split_elements=64)  # split too (a method with no products holds BLAS)
     x = torch.randn(40, 50, generator=torch.Generator().manual_seed(19)) * 3
     fused, plain = _methods(_Gelus(), (x,))
     steps = fused._executor.fused[0]

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from edgetorch.runtime import policy
+
 _READ = "import edgetorch.runtime, os; print(os.environ.get('GOMP_SPINCOUNT'))"
 
 
@@ -20,9 +22,8 @@ def _spin_count(**env: str) -> str:
 
 
 def test_set_when_the_user_chose_nothing():
-    from edgetorch.runtime.kernels import compiled
 
-    assert _spin_count() == str(compiled.SPIN_COUNT)
+    assert _spin_count() == str(policy.SPIN_COUNT)
 
 
 @pytest.mark.parametrize("env", [{"GOMP_SPINCOUNT": "12345"}, {"OMP_WAIT_POLICY": "active"}])

@@ -8,7 +8,7 @@ the NumPy path (tap by tap, then the bias), with no fused multiply-add (numba co
 both tiers give the same float32 results.
 
 The layer's activation (a clamp: ReLU, ReLU6, hardtanh) is applied in the same pass, and a GEMM's bias and
-clamp are one pass over its output (``bias_clamp``) instead of two. From SPLIT_OUTPUTS outputs on, the
+clamp are one pass over its output (``bias_clamp``) instead of two. From the policy's ``split_outputs`` outputs on, the
 depthwise layer's rows are split over the runtime's threads (numba's ``prange``; each output computed as on
 one thread): MobileNetV2's 17 layers 7.25 -> 6.2 ms end to end at 2 threads.
 
@@ -35,11 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 
-# This tier's switch (tests turn it off to compare the two tiers); numba is found, and imported on the first
-# compile, by edgetorch/runtime/kernels/compiled.py, which also keeps the compiled kernels.
-AVAILABLE = compiled_kernels.AVAILABLE
 flat_float32 = compiled_kernels.flat_float32
 
 
@@ -297,67 +295,72 @@ def _max_pool_split(x, y, kh, kw, sh, sw, dh, dw, top, left, parts):  # pragma: 
 _KERNELS = {"bias_clamp": _bias_clamp}
 
 # The fewest output values (rows x columns x channels) a depthwise layer splits across threads at.
-SPLIT_OUTPUTS = 16_384
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
 
 
 def depthwise(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
     """The step of the compiled depthwise convolution ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh,
-    dw, top, left, lo, hi)`` (``window`` is kh .. hi): from SPLIT_OUTPUTS outputs on, its rows split over the
+    dw, top, left, lo, hi)`` (``window`` is kh .. hi): from the policy's ``split_outputs`` outputs on, its rows split over the
     threads ``compiled_kernels.split`` gives it at each call; None when the tier is not usable."""
     if not _bind():
         return None
     args = (x, taps, bias, y, *window)
     serial = partial(compiled("depthwise", _depthwise_nhwc), *args)
     parallel = compiled("depthwise_split", _depthwise_split, parallel=True)
-    return compiled_kernels.split_step(serial, parallel, args, y.shape[0] * y.shape[1], y.size >= SPLIT_OUTPUTS)
+    return compiled_kernels.split_step(
+        serial, parallel, args, y.shape[0] * y.shape[1], y.size >= policy.current().split_outputs
+    )
 
 
 def im2col(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
     """The step that fills the [N * OH * OW, KH * KW * C] float32 ``cols`` from the NHWC float32 ``x``
     (C-contiguous both; ``window`` is kh, kw, sh, sw, dh, dw, top, left), padding included: one pass instead of
     a padded copy and a strided copy with C-long inner loops (ResNet-18's 7x7 stem, C = 3: 723 -> 276 us; its
-    3x3 layers on 56 x 56 x 64: 180 -> 96 us at 2 threads); from SPLIT_OUTPUTS values on, split over the
+    3x3 layers on 56 x 56 x 64: 180 -> 96 us at 2 threads); from the policy's ``split_outputs`` values on, split over the
     threads. None when the tier is not usable."""
     if not _bind():
         return None
     args = (x, cols, oh, ow, *window)
     serial = partial(compiled("im2col", _im2col), *args)
     parallel = compiled("im2col_split", _im2col_split, parallel=True)
-    return compiled_kernels.split_step(serial, parallel, args, x.shape[0] * oh, cols.size >= SPLIT_OUTPUTS)
+    return compiled_kernels.split_step(
+        serial, parallel, args, x.shape[0] * oh, cols.size >= policy.current().split_outputs
+    )
 
 
 def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
     """The step y = clamp(a + b, lo, hi) in one pass for float32 C-contiguous arrays of one shape (a residual
-    add and its ReLU: ResNet-18's on 56 x 56 x 64, an add of 47-70 us and a clip of 37 -> 56-62 us), from SPLIT_OUTPUTS values on over the
+    add and its ReLU: ResNet-18's on 56 x 56 x 64, an add of 47-70 us and a clip of 37 -> 56-62 us), from the policy's ``split_outputs`` values on over the
     threads; the bits of NumPy's add then clip. None when the tier is not usable or for other arrays."""
     if not flat_float32(a, b, y) or not a.shape == b.shape == y.shape or not _bind():
         return None
     args = (a, b, y, np.float32(lo), np.float32(hi))
     serial = partial(compiled("add_clamp", _add_clamp), *args)
     parallel = compiled("add_clamp_split", _add_clamp_split, parallel=True)
-    limit = -(-y.size // SPLIT_OUTPUTS)
-    return compiled_kernels.split_step(serial, parallel, args, limit, y.size >= 2 * SPLIT_OUTPUTS)
+    limit = -(-y.size // policy.current().split_outputs)
+    return compiled_kernels.split_step(serial, parallel, args, limit, y.size >= 2 * policy.current().split_outputs)
 
 
 def max_pool(x: Any, y: Any, *window: Any) -> Any:
     """The step of the max pooling of the NHWC float32 ``x`` into ``y`` (C-contiguous both; ``window`` is kh,
     kw, sh, sw, dh, dw, top, left) in one pass, the padding read in place, instead of a padded copy per
     stride phase and a NumPy pass per tap (ResNet-18's 3x3 stride-2 pooling on 112 x 112 x 64: 0.72 -> 0.08 ms
-    at 2 threads); from SPLIT_OUTPUTS values on, split over the threads. None when the tier is not usable or
+    at 2 threads); from the policy's ``split_outputs`` values on, split over the threads. None when the tier is not usable or
     for other arrays."""
     if not flat_float32(x, y) or not _bind():
         return None
     args = (x, y, *window)
     serial = partial(compiled("max_pool", _max_pool), *args)
     parallel = compiled("max_pool_split", _max_pool_split, parallel=True)
-    return compiled_kernels.split_step(serial, parallel, args, y.shape[0] * y.shape[1], y.size >= SPLIT_OUTPUTS)
+    return compiled_kernels.split_step(
+        serial, parallel, args, y.shape[0] * y.shape[1], y.size >= policy.current().split_outputs
+    )
 
 
 def permute(x: Any, view: Any, y: Any) -> Any:
     """The step copying ``view``, a permutation of the float32 C-contiguous ``x`` that keeps x's last axis last,
     into the C-contiguous ``y`` (attention's head transposes), in runs of that axis and over the threads from
-    SPLIT_OUTPUTS values; None when the tier is not usable or the permutation has more than four axes longer
+    the policy's ``split_outputs`` values; None when the tier is not usable or the permutation has more than four axes longer
     than 1 or moves the last axis."""
     if not flat_float32(x, y) or view.ndim == 0 or view.strides[-1] != view.itemsize or not _bind():
         return None
@@ -368,7 +371,9 @@ def permute(x: Any, view: Any, y: Any) -> Any:
     args = (x, y.reshape(*(d for d, _ in kept), view.shape[-1]), *(st for _, st in kept))
     serial = partial(compiled("permute", _permute), *args)
     parallel = compiled("permute_split", _permute_split, parallel=True)
-    return compiled_kernels.split_step(serial, parallel, args, kept[0][0] * kept[1][0], y.size >= SPLIT_OUTPUTS)
+    return compiled_kernels.split_step(
+        serial, parallel, args, kept[0][0] * kept[1][0], y.size >= policy.current().split_outputs
+    )
 
 
 def _bind() -> bool:
@@ -391,9 +396,8 @@ def _bind() -> bool:
 
 
 def usable() -> bool:
-    """Whether the tier is on and numba imports (if that fails, the tier turns off and every caller keeps its
-    NumPy path)."""
-    return AVAILABLE and compiled_kernels.usable()
+    """Whether the compiled tier may be used (edgetorch/runtime/policy.py decides)."""
+    return policy.compiled_tier()
 
 
 def compiled(name: str, fn: Any, **options: Any) -> Any:

@@ -49,7 +49,7 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot pro
   when rows are short (software prefetch through ``llvm.prefetch``: +10-15% at N = 576, -12% at 3072).
   Storing each 8 bytes of GROUP = 64 channels together ([K / 16, N / 64, 8, 64]) makes every pass one
   sequential run: 7.5-9 GB/s below N = 2048 at the same in-cache speed, but 10 vs 12.6 GB/s for the
-  49152-channel output head, so from WIDE = 2048 channels on the group is all N (the [K / 2, N] layout).
+  49152-channel output head, so from the policy's ``gemv_wide`` = 2048 channels on the group is all N (the [K / 2, N] layout).
   Now, bench/qgemv_ab.py --kernel-ab main (same process, alternating, outputs bit-identical), in cache,
   blocks of 32 / 128: 3072 x 576 154 -> 57 / 133 -> 43 us, 960 x 576 49 -> 19 / 43 -> 15, 576 x 1536
   77 -> 30 / 74 -> 26, 576 x 576 30 -> 12 / 26 -> 10, 192 x 576 11 -> 5.4 / 9.3 -> 4.7, 49152 x 576
@@ -62,7 +62,7 @@ NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot pro
   the node dequantizes at load. Unpacking to int8 at load would double the memory and did not vectorise better
   (int8 tiles: 6x slower than packed).
 * Threads (``edgetorch.runtime.set_num_threads``, read at each call): in a large program (one that does not
-  keep float32 weights, FLOAT_BUDGET: an LLM's decode), from SPLIT_MACS multiply-adds a call is cut into runs
+  keep float32 weights, the policy's ``gemv_float_budget``: an LLM's decode), from the policy's ``gemv_split_macs`` multiply-adds a call is cut into runs
   of output channels, one a thread, run by a ``prange`` over the runs (numba's OpenMP
   layer, its default here; its threads spin a while after a loop, so the next call wakes them cheaply), each
   run through the serial code on views of its channels, so every output is computed exactly as on one
@@ -103,13 +103,15 @@ from typing import Any
 import numpy as np
 
 from edgetorch.backends.xnnpack import fast
+from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 
-# QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``): GROUP, or all N from WIDE on.
-GROUP, WIDE = 64, 2048
+# QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``): GROUP, or all N from the policy's
+# ``gemv_wide`` on.
+GROUP = 64
 
 # How far ahead (bytes) the QC8W kernel prefetches its weights in a large program (one that does not keep
-# float32 weights, FLOAT_BUDGET: its layers come from memory, not cache). At M = 1, out of cache, 2 / 4 / 8 KB
+# float32 weights, the policy's ``gemv_float_budget``: its layers come from memory, not cache). At M = 1, out of cache, 2 / 4 / 8 KB
 # ahead read 1536 x 576 in 45 / 44 / 44 us instead of 58, 576 x 1536 in 44 / 45 / 44 instead of 55, 1024 x 784
 # in 40 / 38 / 38 instead of 51, the 49152 x 576 head in 1.17 / 1.01 / 1.13 ms instead of 1.52; in cache they
 # cost up to 20% (1536 x 576: 27 -> 29-34 us, noisy), so a small program makes none.
@@ -120,7 +122,6 @@ AHEAD = 4096
 # 2 threads, us: QB4W 192 x 576 (110 K) 5.5 -> 7.9 in cache, 9.1 -> 12.5 out of cache; 320 x 576 (184 K) 7.9
 # -> 9.0, 13.1 -> 14.8; 384 x 576 (221 K) 9.0 -> 8.6, 14.6 -> 13.5; 576 x 576 (332 K) 13.0 -> 10.6, 20.8 ->
 # 20.4; QC8W 384 x 576 7.3 -> 7.4, 13.3 -> 12.7; 576 x 576 10.5 -> 9.3, 17.6 -> 14.4).
-SPLIT_MACS = 300_000
 
 
 def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts):  # pragma: no cover - compiled
@@ -410,12 +411,12 @@ def arrange_qb4w(
     """XNNPACK's QB4W weights ([N, K / 2] bytes, two inputs a byte, + 8) and block scales [N, K / block] as the
     kernel reads them: ``tiles`` runs of channels (threads take whole tiles), each [K / 16, P / G, 8, G] bytes,
     so that the 8 bytes of the G channels it multiplies in one pass are one run of memory (G = GROUP, P the
-    tile's channels rounded up to it with zero weights, 0x88; G = P from WIDE channels on), and [tiles, K /
+    tile's channels rounded up to it with zero weights, 0x88; G = P from the policy's ``gemv_wide`` channels on), and [tiles, K /
     block, P] float32."""
     per = -(-n // tiles)
-    if tiles > 1 or n < WIDE:
+    if tiles > 1 or n < policy.current().gemv_wide:
         per = -(-per // GROUP) * GROUP
-    group = per if n >= WIDE else GROUP
+    group = per if n >= policy.current().gemv_wide else GROUP
     w = np.full((tiles * per, k // 2), 0x88, np.uint8)
     w[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
     w = np.ascontiguousarray(w.reshape(tiles, per // group, group, k // 16, 8).transpose(0, 3, 1, 4, 2))
@@ -543,9 +544,9 @@ class IntegerLinear:
         cls, w: np.ndarray, wscale: np.ndarray, bias: np.ndarray | None, keep: bool = False
     ) -> IntegerLinear | None:
         """From int8 weights [N, K] (kept as given: the program's own bytes when they are C-contiguous) and
-        their per-channel scales [N]; ``keep``: see ``dequantized``. None without the tier or when ``MAX_ROWS``
+        their per-channel scales [N]; ``keep``: see ``dequantized``. None without the tier or when the policy's ``gemv_max_rows``
         gives the case 0 rows (the node then dequantizes its weights at load)."""
-        rows = MAX_ROWS["qc8w", keep]
+        rows = policy.current().gemv_max_rows["qc8w", keep]
         if rows <= 0 or qc8w() is None:
             return None
         w = np.ascontiguousarray(w, np.int8)
@@ -563,21 +564,21 @@ class IntegerLinear:
         keep: bool = False,
     ) -> IntegerLinear | None:
         """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier, when
-        ``MAX_ROWS`` gives the case 0 rows, or for a block that is not a multiple of 16 inputs (the kernel sums
+        the policy's ``gemv_max_rows`` gives the case 0 rows, or for a block that is not a multiple of 16 inputs (the kernel sums
         8 bytes at a time)."""
-        rows = MAX_ROWS["qb4w", keep]
+        rows = policy.current().gemv_max_rows["qb4w", keep]
         if rows <= 0 or block % 16 or qb4w() is None:
             return None
-        # a tile a thread (get_num_threads() now), when a call of one row would be split (SPLIT_MACS; never in a
+        # a tile a thread (get_num_threads() now), when a call of one row would be split (the policy's ``gemv_split_macs``; never in a
         # small program, see steps)
-        split = n * k >= SPLIT_MACS and not keep
+        split = n * k >= policy.current().gemv_split_macs and not keep
         tiles = min(compiled_kernels.get_num_threads(), -(-n // GROUP)) if split else 1
         w, s = arrange_qb4w(packed, scales, n, k, tiles)
         return cls(qb4w, (w, block, s), (n, k), bias, rows, keep)
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
         """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
-        [M, 1]), M <= ``max_rows``. Split across threads (``get_num_threads()`` when called) from SPLIT_MACS
+        [M, 1]), M <= ``max_rows``. Split across threads (``get_num_threads()`` when called) from the policy's ``gemv_split_macs``
         multiply-adds on; results identical either way (each output's arithmetic is the same)."""
         m = xc.shape[0]
         lo32, hi32 = np.float32(lo), np.float32(hi)
@@ -601,7 +602,7 @@ class IntegerLinear:
         # threads between its GEMVs: OpenMP's worker spins some 10 ms after each split and takes the core BLAS's
         # second thread needs. bench/models.py's MLP as 8da4w (a float first layer, then split GEMVs) ran 8.0 ms
         # at 2 threads instead of 0.72 at 1, and its fp32 program run in turns with it 4.5 instead of 0.82.
-        if self.keep or limit < 2 or m * self.n * self.k < SPLIT_MACS:
+        if self.keep or limit < 2 or m * self.n * self.k < policy.current().gemv_split_macs:
             return [serial]
         return [partial(compiled_kernels.split, serial, partial(self.kernel(parallel=True), *args), limit)]
 
@@ -638,10 +639,9 @@ class IntegerLinear:
 # 8da4w linears are 57 MB, 424 MB as float32) dequantizes per call into one scratch buffer, which costs its
 # prefill time but keeps its memory near the file's size. Per program, not per delegate: an LLM is lowered
 # as some 90 small delegates.
-FLOAT_BUDGET = 16 << 20
 
 # The most input rows the integer kernels take, per weight kind and whether the program keeps float32 weights
-# (FLOAT_BUDGET); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
+# (the policy's ``gemv_float_budget``); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
 # shapes, everything in cache, load 1.6-2.1): against dequantize + sgemm (a large program) the QC8W kernel
 # wins up to 32 rows on every shape (0.65-0.71 vs 0.83 ms for 576 x 1536, 0.77 vs 1.00 for 1024 x 1024, 23 vs
 # 36 for the 49152-channel head); QB4W wins up to 16 on every shape (0.48 vs 0.55 ms for 1536 x 576, 0.79 vs
@@ -653,4 +653,3 @@ FLOAT_BUDGET = 16 << 20
 # 0.44); bench's MLP as 8da4w (a small program, --mlp) then runs 8 rows in 0.72 ms instead of 0.89, 1 row in
 # 0.16 instead of 0.25. In a large program the GEMV also gains the bytes it reads, which the in-cache table
 # does not show. All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").
-MAX_ROWS = {("qc8w", False): 32, ("qc8w", True): 16, ("qb4w", False): 16, ("qb4w", True): 8}

@@ -32,7 +32,7 @@ from edgetorch.backends.xnnpack import fast, qfast, qgemm, qgemv
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.errors import DelegateLoadError, InvalidInputError
-from edgetorch.runtime import etdump
+from edgetorch.runtime import etdump, policy
 from edgetorch.runtime.backends import BackendInterface, register_backend
 from edgetorch.runtime.kernels import blas_threads, gemm, winograd
 from edgetorch.runtime.kernels import compiled as compiled_kernels
@@ -477,11 +477,11 @@ def _packed_gemm(
     """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
     constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier, when the
     weights or bias are not float32 constants, or when ``w`` could be read in place (a [K, N] constant, no copy
-    made for sgemm) and packing it would pass the delegate's gemm.PACK_BUDGET (those keep sgemm)."""
+    made for sgemm) and packing it would pass the delegate's share of the policy's ``pack_budget`` (those keep sgemm)."""
     if w.dtype != np.float32 or not fast.usable():
         return None
     if in_place:
-        if g.packed_bytes + w.nbytes > gemm.PACK_BUDGET:
+        if g.packed_bytes + w.nbytes > policy.current().pack_budget:
             return None
         g.packed_bytes += w.nbytes
     bias = None
@@ -1522,8 +1522,8 @@ def _integer_weights(
 
 def _keeps_floats(g: _Graph) -> bool:
     """Whether a layer called with more rows than its GEMV takes keeps its float32 weights after the first
-    such call: when the program's weights (its named data) are small (qgemv.FLOAT_BUDGET)."""
-    return g.named_bytes <= qgemv.FLOAT_BUDGET
+    such call: when the program's weights (its named data) are small (the policy's ``gemv_float_budget``)."""
+    return g.named_bytes <= policy.current().gemv_float_budget
 
 
 def _dynamic_fully_connected(
@@ -1540,7 +1540,7 @@ def _dynamic_fully_connected(
 
     With the [fast] tier the weights stay integers: up to ``max_rows`` input rows (a decode step) run the
     integer GEMV of qgemv.py; a larger input (a prefill) runs sgemm on the weights dequantized, kept after the
-    first such call in a small model, redone per call in a large one (see qgemv.FLOAT_BUDGET). Without the tier
+    first such call in a small model, redone per call in a large one (see the policy's ``gemv_float_budget``). Without the tier
     they are dequantized once, at load, and every call runs sgemm."""
     ic, oc = shape
     integer = _integer_weights(g, n, wq, bias, shape, transposed, four_bit)

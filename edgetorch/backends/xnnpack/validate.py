@@ -33,6 +33,7 @@ from dataclasses import fields
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.errors import EdgetorchError
+from edgetorch.runtime.ops import window
 
 __all__ = ["XnnpackGraphError", "validate_graph"]
 
@@ -447,10 +448,6 @@ def _broadcast_dims(s: NodeShapes, a: list[int], b: list[int]) -> list[int]:
     return [max(x, y) for x, y in zip(a, b)]
 
 
-def _window(size: int, before: int, after: int, kernel: int, stride: int, dilation: int) -> int:
-    return (size + before + after - dilation * (kernel - 1) - 1) // stride + 1
-
-
 def _convolution(s: NodeShapes, node: object) -> None:
     s.positive(
         node, "kernel_height", "kernel_width", "subsampling_height", "subsampling_width", "dilation_height",
@@ -478,7 +475,7 @@ def _convolution(s: NodeShapes, node: object) -> None:
         ]
     else:
         size = [
-            _window(d, before, after, k, st, dil)
+            window.output_size(d, k, st, before, after, dil)
             for d, before, after, k, st, dil in zip((h, w), pads[::2], pads[1::2], kernel, strides, dilations)
         ]
     s.output_is(node, [n, *size, groups * cout])
@@ -491,7 +488,7 @@ def _pooling(s: NodeShapes, node: object) -> None:
     n, h, w, c = s.rank4(node.input_id, "input")
     dilation = (node.dilation_height or 1, node.dilation_width or 1)
     size = [
-        _window(d, before, after, k, st, dil)
+        window.output_size(d, k, st, before, after, dil)
         for d, before, after, k, st, dil in zip(
             (h, w), (node.padding_top, node.padding_left), (node.padding_bottom, node.padding_right),
             (node.pooling_height, node.pooling_width), (node.stride_height, node.stride_width), dilation,

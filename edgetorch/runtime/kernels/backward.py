@@ -15,11 +15,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgetorch.errors import InvalidArgumentError, OutOfRangeError
-from edgetorch.runtime.kernels.conv import col2im_into, expand, pooled_size, window_view
+from edgetorch.runtime.kernels.conv import col2im_into, expand, window_view
 from edgetorch.runtime.kernels.linalg import store, upcast
 from edgetorch.runtime.kernels.pool import adaptive_bounds, avg_window_sizes
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
+from edgetorch.runtime.ops import window
 
 
 def _columns(
@@ -33,7 +34,7 @@ def _columns(
 ) -> np.ndarray:
     """Windows of zero-padded ``x`` ``(N, C, *in)`` as ``(groups, C/groups * prod(kernel), N * prod(out_sizes))``."""
     n, c, d = x.shape[0], x.shape[1], len(kernel_size)
-    reach = [(o - 1) * s + dl * (k - 1) + 1 for o, s, dl, k in zip(out_sizes, stride, dilation, kernel_size)]
+    reach = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel_size)]
     extent = [max(r, i + p) for r, i, p in zip(reach, x.shape[2:], padding)]
     xp = np.zeros((n, c, *extent), x.dtype)
     xp[(slice(None), slice(None), *(slice(p, p + i) for p, i in zip(padding, x.shape[2:])))] = x
@@ -168,7 +169,9 @@ def avg_pool2d_backward(
     kernel_size = expand(kernel_size, 2)
     stride, padding = expand(stride or kernel_size, 2), expand(padding, 2)
     sizes = self.shape[-2:]
-    out_sizes = [pooled_size(n, k, s, p, 1, ceil_mode) for n, k, s, p in zip(sizes, kernel_size, stride, padding)]
+    out_sizes = [
+        window.output_size(n, k, s, p, p, 1, ceil_mode) for n, k, s, p in zip(sizes, kernel_size, stride, padding)
+    ]
     gy = upcast(grad_output).reshape(-1, 1, *out_sizes)
     if divisor_override:
         scaled = gy / divisor_override

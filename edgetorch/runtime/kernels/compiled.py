@@ -7,15 +7,15 @@ run on), and GELU needs erfc on top of it: 25-40 passes through memory. Each ker
 its own float32 exp (a degree-6 polynomial after reduction by ln 2, within 1 ulp, 2.5x faster than NumPy's),
 so its results equal the NumPy path's within float32 rounding, not bit for bit.
 
-Used when numba imports and ``EDGETORCH_FAST`` is not ``0``; otherwise :func:`compiled` returns None and every
-caller keeps its NumPy path. Imports only NumPy (and numba on the first compile).
+Used when the runtime's policy allows the tier (edgetorch/runtime/policy.py: numba imports and
+``EDGETORCH_FAST`` is not ``0``); otherwise :func:`compiled` returns None and every caller keeps its NumPy
+path. Imports only NumPy and the policy (and numba on the first compile).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
 import math
-import os
 import sys
 import time
 from functools import partial
@@ -23,51 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.errors import InvalidArgumentError
+from edgetorch.runtime import policy
+from edgetorch.runtime.ops.numeric import ERFC_EXPONENT
 
-
-def _found() -> bool:
-    try:
-        return importlib.util.find_spec("numba") is not None
-    except (ImportError, ValueError):  # a broken install, or an import hook that refuses it
-        return False
-
-
-# numba is found here but imported on the first compile: importing it costs about half a second, which a
-# program that never reaches a compiled kernel should not pay.
-AVAILABLE = os.environ.get("EDGETORCH_FAST", "1") != "0" and _found()
-
-_compiled: dict[str, Any] = {}
-
-# How long (in spin iterations) an idle thread of numba's OpenMP layer (libgomp) spins before it sleeps. libgomp
-# reads this once, when it loads, and spins 300,000 iterations by default: on a busy machine a thread that
-# waits at a barrier for a descheduled peer burns its time slice spinning, and a 2-thread run fell far below
-# the 1-thread one (docs/benchmarks.md, "Threads under load"). Set here unless the user chose a policy
-# (``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``); it holds where this module is imported before anything loads
-# libgomp (torch bundles its own copy under the same name).
-SPIN_COUNT = 0
-
-
-def _give_cores_back() -> None:
-    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
-
-
-_give_cores_back()
-
-
-def usable() -> bool:
-    """Whether the tier is on and numba imports. The first call imports numba; if that fails (installed but
-    broken, e.g. a llvmlite that does not match), the tier turns off and every caller keeps its NumPy path."""
-    global AVAILABLE
-    if AVAILABLE and not COMPILING.listening:
-        try:
-            import numba.core.event
-        except ImportError:
-            AVAILABLE = False
-        else:
-            COMPILING.listen(numba.core.event)
-    return AVAILABLE
+_compiled: dict[str, Any] = {}  # the compiled kernels by name
 
 
 class _Compiling:
@@ -116,44 +75,18 @@ class _Compiling:
 COMPILING = _Compiling()
 
 
-def _default_threads() -> int:
-    """``EDGETORCH_NUM_THREADS`` when set (a positive integer), else the CPUs this process may run on."""
-    value = os.environ.get("EDGETORCH_NUM_THREADS", "").strip()
-    if value:
-        return _checked_threads(value, "EDGETORCH_NUM_THREADS")
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
-
-
-def _checked_threads(value: object, source: str) -> int:
-    n = int(value) if isinstance(value, str) and value.strip().isdigit() else value
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidArgumentError(
-            f"{source}: expected a positive whole number of threads, got {value!r}; pass 1 to run every kernel "
-            "on the calling thread, or the number of cores to use"
-        )
-    return int(n)
-
-
-_threads: int | None = None  # None: not set or read yet
-
-
 def set_num_threads(n: int) -> None:
     """Use up to ``n`` threads in the kernels that split their work (with the [fast] tier: the packed float32
     GEMM, the XNNPACK delegate's depthwise convolutions and integer GEMVs), as ``torch.set_num_threads`` does for PyTorch. Takes effect at the next call of such a
     kernel, in every loaded method; 1 runs everything on the calling thread. Raises
     :class:`~edgetorch.errors.InvalidArgumentError` for anything but a positive integer."""
-    global _threads
-    _threads = _checked_threads(n, "set_num_threads")
+    policy.install(dataclasses.replace(policy.current(), threads=policy.checked_threads(n, "set_num_threads")))
 
 
 def get_num_threads() -> int:
     """The threads kernels may use: the last :func:`set_num_threads`, else ``EDGETORCH_NUM_THREADS``, else the
     CPUs this process may run on (``os.sched_getaffinity``)."""
-    global _threads
-    if _threads is None:
-        _threads = _default_threads()
-    return _threads
+    return policy.current().thread_count()
 
 
 # Whether kernels split across threads: None until the first split, then False if numba's threading layer is its
@@ -214,14 +147,17 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
     which paid off from some 10 us of work a call: the XNNPACK integer GEMVs split for :func:`get_num_threads`
     threads from a size on (edgetorch/backends/xnnpack/qgemv.py, SPLIT_MACS: 13 -> 10.6 us for a 576 x 576 GEMV,
     but 5.5 -> 7.9 us for 192 x 576); gemm.py's packed GEMM splits from 200,000 multiply-adds, the row kernels
-    here from SPLIT_ELEMENTS elements (:func:`rows_step`).
+    here from the policy's ``split_elements`` (:func:`rows_step`).
     """
-    if not usable():
+    if not policy.compiled_tier():
         return None
     got = _compiled.get(name)
     if got is None:
         import numba
+        import numba.core.event
 
+        if not COMPILING.listening:
+            COMPILING.listen(numba.core.event)
         got = _compiled[name] = numba.njit(cache=True, nogil=True, **options)(fn)
     return got
 
@@ -229,7 +165,7 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 def kernel_if_loaded(name: str) -> Any:
     """:func:`kernel` ``name`` when numba is already imported (another kernel of the program needed it), else
     None: for a kernel whose gain is smaller than what importing numba costs a process (~150 MB resident)."""
-    return kernel(name) if AVAILABLE and "numba" in sys.modules else None
+    return kernel(name) if policy.compiled_tier_loaded() else None
 
 
 def flat_float32(*arrays: np.ndarray | None) -> bool:
@@ -242,7 +178,7 @@ def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
     ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``masked_rows``, ``bias_gelu``,
     ``bias_add``), or None without the tier."""
-    if not usable():
+    if not policy.compiled_tier():
         return None
     _compile_helpers()
     fn, options = _KERNELS[name]
@@ -271,10 +207,7 @@ def _exp(v):  # pragma: no cover - compiled
     return p * np.int32((np.int32(n) + np.int32(127)) << np.int32(23)).view(np.float32)
 
 
-# erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z / 2), z >= 0: the Chebyshev fit of Numerical Recipes (section
-# 6.2, "erfcc"), relative error below 1.2e-7 for every z. The portable NumPy GELU uses the same fit.
-ERFC_EXPONENT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
-                 0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)  # fmt: skip
+# erfc of the GELUs: the float32 fit both tiers use (ops/numeric.py).
 _C = tuple(np.float32(c) for c in ERFC_EXPONENT)
 
 
@@ -683,24 +616,26 @@ _row_layer_norm: Any = None
 _row_bias_gelu: Any = None
 _row_bias_add: Any = None
 _prange: Any = range
-SPLIT_ELEMENTS = 32_768  # from here a row kernel's pass (about 1 ns an element) outweighs waking a thread
 _SPLIT_FORMS = {
     "gelu": _gelu_split, "gelu_tanh": _gelu_tanh_split, "softmax": _softmax_split, "layer_norm": _layer_norm_split,
     "bias_gelu": _bias_gelu_split, "bias_add": _bias_add_split,
 }  # fmt: skip
 
 
-def rows_step(name: str, *args: Any) -> Any:
+def rows_step(name: str, *args: Any, split: bool = True) -> Any:
     """The call of kernel ``name`` (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``, ``bias_gelu``,
-    ``bias_add``) on ``args`` as the kernel takes them, or None without the tier. From SPLIT_ELEMENTS elements
-    in its first argument, the rows are cut over :func:`get_num_threads` threads at each call (:func:`split`);
-    the caller then runs numba's threads, and must keep BLAS's pool quiet meanwhile (blas_threads.held, as the
-    packed GEMM's callers do; :func:`splits` tells such a step)."""
+    ``bias_add``) on ``args`` as the kernel takes them, or None without the tier. With ``split``, from the
+    policy's ``split_elements`` elements in its first argument the rows are cut over :func:`get_num_threads`
+    threads at each call (:func:`split`); the caller then runs numba's threads, and must keep BLAS's pool quiet
+    meanwhile (blas_threads.held, as the packed GEMM's callers do; :func:`splits` tells such a step)."""
     serial = kernel(name)
     if serial is None:
         return None
+    if not split:
+        return partial(serial, *args)
     parallel = compiled(f"{name}_split", _SPLIT_FORMS[name], parallel=True, **_KERNELS[name][1])
-    return split_step(partial(serial, *args), parallel, args, args[0].shape[0], args[0].size >= SPLIT_ELEMENTS)
+    worth = args[0].size >= policy.current().split_elements
+    return split_step(partial(serial, *args), parallel, args, args[0].shape[0], worth)
 
 
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that

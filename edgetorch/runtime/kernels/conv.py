@@ -23,6 +23,7 @@ from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.kernels.scratch import scratch
 from edgetorch.runtime.memory import resize
+from edgetorch.runtime.ops import window
 
 # Depthwise columns are built and multiplied in channel blocks of about this many bytes, so that a block is still
 # in cache when the matmul reads it (256 KiB-1 MiB measured best on MobileNetV2's layers; whole tensors ~25% slower).
@@ -33,15 +34,6 @@ def expand(values: Sequence[int], n: int) -> list[int]:
     """An int-list parameter with ``n`` entries (torch lets one value stand for every spatial dim)."""
     values = [int(v) for v in values]
     return values * n if len(values) == 1 else values
-
-
-def pooled_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:
-    """Output length of a window sweep, with torch's rule that a ceil-mode window must start inside the input."""
-    span = size + 2 * pad - dilation * (kernel - 1) - 1
-    n = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
-    if ceil_mode and (n - 1) * stride >= size + pad:
-        n -= 1
-    return n
 
 
 def padded(
@@ -150,7 +142,7 @@ class TapSweep:
     ) -> None:
         d = len(kernel)
         self.lead, self.stride, self.dilation, self.out_sizes = x.shape[:-d], stride, dilation, tuple(out_sizes)
-        reach = [(o - 1) * s + dl * (k - 1) + 1 for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
+        reach = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
         self.plane = [-(-r // s) for r, s in zip(reach, stride)]
         self.plane_strides = [math.prod(self.plane[i + 1 :]) for i in range(d)]
         self.length = 1 + sum((o - 1) * p for o, p in zip(out_sizes, self.plane_strides))
@@ -250,7 +242,7 @@ def _conv_forward(
     d = w.ndim - 2
     n, c = x.shape[:2]
     kernel, out_sizes = w.shape[2:], target.shape[2:]
-    extent = [(o - 1) * s + dl * (k - 1) + 1 for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
+    extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
     xp = padded(x, padding, extent, 0, _compute_dtype(x), "conv.input")
     if groups > 1 and groups == c and w.shape[1] == 1:
         if _depthwise3x3(xp, w, stride, dilation, target):
@@ -279,7 +271,7 @@ def col2im_into(
     """Sum column blocks ``(N, C, *kernel, *in_sizes)`` back onto the image ``target`` (one strided add per tap)."""
     d = len(stride)
     kernel, in_sizes = cols.shape[2 : 2 + d], cols.shape[2 + d :]
-    reach = [(i - 1) * s + dl * (k - 1) + 1 for i, s, dl, k in zip(in_sizes, stride, dilation, kernel)]
+    reach = [window.reach(i, k, s, dl) for i, s, dl, k in zip(in_sizes, stride, dilation, kernel)]
     full_sizes = [max(r, o + p) for r, o, p in zip(reach, target.shape[2:], padding)]
     direct = not any(padding) and list(target.shape[2:]) == full_sizes and target.flags.c_contiguous
     full = target if direct else np.empty(target.shape[:2] + tuple(full_sizes), target.dtype)
@@ -325,11 +317,13 @@ def _conv_out_sizes(
     sizes, kernel = x.shape[2:], w.shape[2:]
     if transposed:
         spatial = [
-            (i - 1) * s - 2 * p + dl * (k - 1) + op + 1
+            window.transposed_size(i, k, s, p, p, dl, op)
             for i, s, p, dl, k, op in zip(sizes, stride, padding, dilation, kernel, output_padding)
         ]
         return (x.shape[0], w.shape[1] * groups, *spatial)
-    spatial = [pooled_size(i, k, s, p, dl, False) for i, k, s, p, dl in zip(sizes, kernel, stride, padding, dilation)]
+    spatial = [
+        window.output_size(i, k, s, p, p, dl) for i, k, s, p, dl in zip(sizes, kernel, stride, padding, dilation)
+    ]
     return (x.shape[0], w.shape[0], *spatial)
 
 
@@ -398,9 +392,9 @@ def im2col(
     x = self if self.ndim == 4 else self[None]
     kernel, dilation, padding, stride = (expand(v, 2) for v in (kernel_size, dilation, padding, stride))
     sizes = [
-        pooled_size(i, k, s, p, dl, False) for i, k, s, p, dl in zip(x.shape[2:], kernel, stride, padding, dilation)
+        window.output_size(i, k, s, p, p, dl) for i, k, s, p, dl in zip(x.shape[2:], kernel, stride, padding, dilation)
     ]
-    extent = [(o - 1) * s + dl * (k - 1) + 1 for o, s, dl, k in zip(sizes, stride, dilation, kernel)]
+    extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(sizes, stride, dilation, kernel)]
     xp = padded(x, padding, extent, 0, x.dtype)
     cols = _columns(xp, kernel, stride, dilation, sizes)
     shape = (x.shape[1] * math.prod(kernel), math.prod(sizes))
@@ -423,7 +417,7 @@ def col2im(
     size, kernel, dilation, padding, stride = (
         expand(v, 2) for v in (output_size, kernel_size, dilation, padding, stride)
     )
-    blocks = [pooled_size(i, k, s, p, dl, False) for i, k, s, p, dl in zip(size, kernel, stride, padding, dilation)]
+    blocks = [window.output_size(i, k, s, p, p, dl) for i, k, s, p, dl in zip(size, kernel, stride, padding, dilation)]
     n, c = cols.shape[0], cols.shape[1] // math.prod(kernel)
     out = resize(out, (n, c, *size) if self.ndim == 3 else (c, *size))
     out_b = out if self.ndim == 3 else out[None]

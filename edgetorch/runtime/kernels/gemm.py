@@ -24,7 +24,7 @@ differ from sgemm's (which sums in blocks) within float32 rounding, as they do b
 Blocking: the panels are taken in groups whose weights fit in half the L2 cache (GROUP_BYTES), each group over
 blocks of rows that fit in half the L1 cache (ROW_BYTES), so a panel is read from L2 and a row block from L1
 while the tiles run. With more than one thread (``compiled.get_num_threads``, read at each call) and at least
-SPLIT_MACS multiply-adds, the work is cut in two: by panels when the weights are the larger operand, by rows
+the policy's ``split_macs`` multiply-adds, the work is cut in two: by panels when the weights are the larger operand, by rows
 otherwise, run by numba's ``prange``; each output is computed as on one thread (same bits).
 
 :func:`batch_matmul` runs the same tiles on products whose right operand changes at every call (attention's
@@ -46,19 +46,14 @@ from typing import Any
 
 import numpy as np
 
+from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled
 
 WIDTH = 16  # output channels a panel: two 8-lane vectors
 ROWS = 6  # rows a tile: 12 accumulators, 2 panel vectors and a broadcast fill 15 of AVX2's 16 registers
 GROUP_BYTES = 256 * 1024
 ROW_BYTES = 16 * 1024
-SPLIT_MACS = 200_000
 BATCH_MACS = 20_000  # below this a batched product's call overhead outweighs its gain: np.matmul keeps it
-
-# The most bytes of packed weights a method (or an XNNPACK delegate) keeps beside weights it would otherwise
-# read in place (a packed copy of a weight it would have copied anyway is free): ViT-tiny's and MiniLM's
-# linear layers take about 21 and 42 MB; GPT-2's, 500 MB, and an LLM's stay on sgemm.
-PACK_BUDGET = 128 * 1024 * 1024
 
 
 def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -253,7 +248,7 @@ def _bmm(out, a, b, wp, bias, parts):  # pragma: no cover - compiled
 def _bind() -> bool:
     """Whether the tier is usable; on the first call, binds the micro-kernel and compiles the helpers."""
     global _tile, prange, _gemm_part, _pack_batch
-    if not compiled.usable():
+    if not policy.compiled_tier():
         return False
     if _tile is None:
         import numba
@@ -266,18 +261,18 @@ def _bind() -> bool:
 
 class PackedGemm:
     """``y = clamp(x @ w + bias, lo, hi)`` for a constant ``w`` [K, N], packed once at construction (which
-    requires the tier: ``compiled.usable()``); :meth:`step` binds it to an input and an output."""
+    requires the tier: ``policy.compiled_tier()``); :meth:`step` binds it to an input and an output."""
 
     def __init__(self, w: np.ndarray, bias: np.ndarray | None, lo: float = -np.inf, hi: float = np.inf) -> None:
         if not _bind():
-            raise RuntimeError("the packed GEMM needs the [fast] tier (numba); check compiled.usable() first")
+            raise RuntimeError("the packed GEMM needs the [fast] tier (numba); check policy.compiled_tier() first")
         self.k, self.n = w.shape
         self.wp, self.bias = pack(w, bias)
         self.lo, self.hi = np.float32(lo), np.float32(hi)
 
     def step(self, x2: np.ndarray, y2: np.ndarray) -> Callable[[], None]:
         """The call that computes ``y2`` [M, N] (float32, C-contiguous) from ``x2`` [M, K] (copied first when
-        it is not float32 and C-contiguous); from SPLIT_MACS multiply-adds on, split over the threads
+        it is not float32 and C-contiguous); from the policy's ``split_macs`` multiply-adds on, split over the threads
         ``compiled.split`` gives it at each call."""
         if y2.shape != (x2.shape[0], self.n) or x2.shape[1] != self.k or not compiled.flat_float32(y2):
             raise ValueError(f"packed GEMM of [M, {self.k}] x [{self.k}, {self.n}]: got {x2.shape} -> {y2.shape}")
@@ -288,14 +283,16 @@ class PackedGemm:
         serial = partial(compiled.compiled("gemm", _gemm), *args)
         parallel = compiled.compiled("gemm_split", _gemm_split, parallel=True)
         limit = max(self.wp.shape[0], -(-x2.shape[0] // ROWS))
-        return compiled.split_step(serial, parallel, args, limit, x2.shape[0] * self.k * self.n >= SPLIT_MACS)
+        return compiled.split_step(
+            serial, parallel, args, limit, x2.shape[0] * self.k * self.n >= policy.current().split_macs
+        )
 
 
 def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
     """The step ``out[i] = a[i] @ b[i]`` over the leading dimensions of float32 operands that change at every
     call (attention's scores and weighted values): each batch of ``b`` packed into a scratch buffer per call
     (K x N floats against M x K x N multiply-adds), then the packed GEMM's tiles, over the threads from
-    SPLIT_MACS multiply-adds. ``a`` [..., M, K] and ``b`` [..., K, N] have the same leading dimensions, ``b``
+    the policy's ``split_macs``. ``a`` [..., M, K] and ``b`` [..., K, N] have the same leading dimensions, ``b``
     at any strides (e.g. a transposed view). None (the caller keeps ``np.matmul``) without the tier, for other
     dtypes or shapes, for fewer than 6 rows, or where ``a`` or ``out`` would need copying to be read as
     [B, M, K] and [B, M, N]."""
@@ -316,7 +313,7 @@ def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], 
     serial = partial(_batched, compiled.compiled("bmm", _bmm), *args, 1)
     parallel = partial(_batched, compiled.compiled("bmm_split", _bmm, parallel=True))
     limit = a3.shape[0] * -(-m // ROWS)
-    return compiled.split_step(serial, parallel, args, limit, a3.shape[0] * m * k * n >= SPLIT_MACS)
+    return compiled.split_step(serial, parallel, args, limit, a3.shape[0] * m * k * n >= policy.current().split_macs)
 
 
 _SCRATCH = threading.local()

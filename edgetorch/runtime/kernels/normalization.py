@@ -21,6 +21,7 @@ from edgetorch.runtime.kernels.reduction import (
 )
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
+from edgetorch.runtime.ops import activation
 
 _F32 = np.dtype(np.float32)
 
@@ -48,11 +49,9 @@ def _softmax(x: np.ndarray, dim: int, out: np.ndarray, log: bool) -> np.ndarray:
         np.copyto(ws, xs, casting="unsafe")
         xs = ws
     last = axis == xs.ndim - 1
-    if last and not log and compiled.flat_float32(xs, ws):
-        fused = compiled.kernel("softmax")  # one pass a row (compiled.py): 150 us against 280 us on [3, 197, 197]
-        if fused is not None:
-            fused(xs.reshape(-1, xs.shape[-1]), ws.reshape(-1, xs.shape[-1]), False)
-            return _finish(work, out)
+    if last and not log:
+        activation.softmax(xs, ws)()
+        return _finish(work, out)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         shift = extreme_last_axis(np.argmax, xs) if last else np.maximum.reduce(xs, axis=axis, keepdims=True)
         np.subtract(xs, shift, out=ws)

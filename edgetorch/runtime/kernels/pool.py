@@ -14,10 +14,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgetorch.errors import InvalidArgumentError
-from edgetorch.runtime.kernels.conv import TapSweep, expand, pooled_size
+from edgetorch.runtime.kernels.conv import TapSweep, expand
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
 from edgetorch.runtime.kernels.registry import kernel, register_kernel
 from edgetorch.runtime.memory import resize
+from edgetorch.runtime.ops import window
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -48,7 +49,8 @@ class _Windows:
         self.dilation = expand(dilation, d)
         self.sizes = list(x.shape[-d:])
         self.out_sizes = [
-            pooled_size(*a, ceil_mode) for a in zip(self.sizes, self.kernel, self.stride, self.padding, self.dilation)
+            window.output_size(i, k, s, p, p, dl, ceil_mode)
+            for i, k, s, p, dl in zip(self.sizes, self.kernel, self.stride, self.padding, self.dilation)
         ]
         self.lead = x.shape[:-d]
         self.out_shape = self.lead + tuple(self.out_sizes)

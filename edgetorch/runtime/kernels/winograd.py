@@ -12,7 +12,7 @@ and the 16 element-wise products summed over the input channels are 16 GEMMs, [t
 packed GEMM of gemm.py on the transformed weights, packed once. The work runs in blocks of tiles that keep
 the block's transformed inputs and products in the L2 cache: the input transform of a block, its 16 GEMMs,
 then its output transform with the bias and the clamp, written straight into the NHWC output. From
-SPLIT_MACS on, the blocks are cut over the threads (``compiled.split``).
+the policy's ``split_macs`` on, the blocks are cut over the threads (``compiled.split``).
 
 The two transforms are LLVM vector IR (``_transforms``), eight channels a vector: a loop numba compiles over
 16 loads and 16 stores at run-time distances does not vectorise (its alias checks pass LLVM's limit), and
@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled, gemm
 
 LANES = 8  # float32 lanes a vector (AVX2)
-BLOCK_BYTES = 64 * 1024  # a block's transformed inputs (16 x tiles x C floats) at most: 48-96 KB ran the same
 MIN_TILES = 16  # fewer output tiles than this read the transformed weights (1.8x the filter) for too little work
 
 # G [4, 3]: the filter transform.
@@ -80,7 +80,7 @@ def step(
         return None
     th, tw = -(-y.shape[1] // 2), -(-y.shape[2] // 2)
     tiles = nb * th * tw
-    block = max(gemm.ROWS, BLOCK_BYTES // (16 * 4 * max(c, oc)) // gemm.ROWS * gemm.ROWS)
+    block = max(gemm.ROWS, policy.current().winograd_block_bytes // (16 * 4 * max(c, oc)) // gemm.ROWS * gemm.ROWS)
     full_bias = np.zeros(wp.shape[1] * gemm.WIDTH, np.float32)
     if bias is not None:
         full_bias[:oc] = bias.reshape(-1)
@@ -90,7 +90,7 @@ def step(
     parallel = compiled.compiled("winograd_split", _winograd_split, parallel=True)
     macs = tiles * 16 * c * oc
     limit = max(-(-tiles // block), wp.shape[1])  # parts of blocks, or of panels
-    return compiled.split_step(serial, parallel, args, limit, macs >= gemm.SPLIT_MACS)
+    return compiled.split_step(serial, parallel, args, limit, macs >= policy.current().split_macs)
 
 
 # ------------------------------------------------------------------------------------------------ kernels

@@ -13,10 +13,12 @@ import torch
 
 from edgetorch.backends.xnnpack import XnnpackPartitioner, fast
 from edgetorch.exir import to_edge_transform_and_lower
-from edgetorch.runtime import Runtime
+from edgetorch.runtime import Runtime, policy
 from edgetorch.runtime.kernels import winograd
 
-needs_numba = pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+needs_numba = pytest.mark.skipif(
+    not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
+)
 
 
 class Depthwise(torch.nn.Module):
@@ -28,8 +30,8 @@ class Depthwise(torch.nn.Module):
         return torch.nn.functional.relu6(self.conv(x))
 
 
-def outputs(module: torch.nn.Module, x: torch.Tensor, tier: bool, monkeypatch) -> np.ndarray:
-    monkeypatch.setattr(fast, "AVAILABLE", tier)
+def outputs(module: torch.nn.Module, x: torch.Tensor, tier: bool, monkeypatch, set_policy) -> np.ndarray:
+    set_policy(compiled=tier)
     ep = torch.export.export(module.eval(), (x,))
     pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
     return Runtime.get().load_program(pte).load_method("forward").execute([x.numpy()])[0]
@@ -41,28 +43,30 @@ def outputs(module: torch.nn.Module, x: torch.Tensor, tier: bool, monkeypatch) -
     [(1, 1, 1, True, 1, 3), (2, 1, 1, True, 2, 3), (1, 0, 1, False, 1, 3), (2, 2, 2, True, 1, 3),
      (1, 2, 2, False, 3, 3), (1, 2, 1, True, 1, 5), (2, 0, 1, True, 2, 2)],
 )  # fmt: skip
-def test_compiled_depthwise_equals_the_numpy_path(stride, padding, dilation, bias, batch, kernel, monkeypatch):
+def test_compiled_depthwise_equals_the_numpy_path(
+    stride, padding, dilation, bias, batch, kernel, monkeypatch, set_policy
+):
     """3x3 windows take the one-expression path inside the input and the tap-by-tap path on its border;
     other windows take the tap-by-tap path everywhere: both equal the NumPy tier bit for bit."""
     torch.manual_seed(0)
     module = Depthwise(12, stride, padding, dilation, bias, kernel)
     x = torch.randn(batch, 12, 11, 9)
-    compiled = outputs(module, x, True, monkeypatch)
-    numpy_tier = outputs(module, x, False, monkeypatch)
+    compiled = outputs(module, x, True, monkeypatch, set_policy)
+    numpy_tier = outputs(module, x, False, monkeypatch, set_policy)
     np.testing.assert_array_equal(compiled, numpy_tier)
     np.testing.assert_allclose(compiled, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
 @needs_numba
-def test_the_depthwise_rows_split_over_threads_give_the_bits_of_one(monkeypatch, kernel_threads):
+def test_the_depthwise_rows_split_over_threads_give_the_bits_of_one(monkeypatch, set_policy, kernel_threads):
 
     torch.manual_seed(2)
     module, x = Depthwise(16, 2, 1, 1, True), torch.randn(3, 16, 13, 11)
-    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
+    set_policy(split_outputs=1)
     kernel_threads(2)
-    split = outputs(module, x, True, monkeypatch)
+    split = outputs(module, x, True, monkeypatch, set_policy)
     kernel_threads(1)
-    serial = outputs(module, x, True, monkeypatch)
+    serial = outputs(module, x, True, monkeypatch, set_policy)
     np.testing.assert_array_equal(split, serial)
 
 
@@ -76,9 +80,9 @@ def test_the_numpy_tier_runs_when_the_fast_tier_is_off(tmp_path):
     np.save(tmp_path / "x.npy", x.numpy())
     script = (
         "import sys, numpy as np\n"
-        "from edgetorch.backends.xnnpack import fast\n"
+        "from edgetorch.runtime import policy\n"
         "from edgetorch.runtime import Runtime\n"
-        "assert not fast.AVAILABLE\n"
+        "assert not policy.compiled_tier()\n"
         f"m = Runtime.get().load_program(open({str(pte)!r}, 'rb').read()).load_method('forward')\n"
         f"np.save({str(tmp_path / 'y.npy')!r}, m.execute([np.load({str(tmp_path / 'x.npy')!r})])[0])\n"
         "assert 'numba' not in sys.modules\n"
@@ -89,15 +93,14 @@ def test_the_numpy_tier_runs_when_the_fast_tier_is_off(tmp_path):
 
 
 @needs_numba
-def test_weights_read_in_place_are_packed_only_within_the_budget(monkeypatch):
+def test_weights_read_in_place_are_packed_only_within_the_budget(monkeypatch, set_policy):
     from types import SimpleNamespace
 
     from edgetorch.backends.xnnpack import runtime, schema
-    from edgetorch.runtime.kernels import gemm
 
     w = np.ones((8, 32), np.float32)
     graph = SimpleNamespace(constants={}, packed_bytes=0, own_threads=False)
-    monkeypatch.setattr(gemm, "PACK_BUDGET", w.nbytes)
+    set_policy(pack_budget=w.nbytes)
     none = schema.INVALID_VALUE_ID
     assert runtime._packed_gemm(w, graph, none, runtime._NO_CLAMP, in_place=True) is not None
     assert graph.packed_bytes == w.nbytes and graph.own_threads
@@ -120,14 +123,14 @@ class Attention(torch.nn.Module):
 
 
 @needs_numba
-def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monkeypatch, kernel_threads):
+def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monkeypatch, set_policy, kernel_threads):
     """Attention's two batch matmuls take the batched packed GEMM, the softmax and GELU split over the threads
     (sizes past their thresholds), and the delegate then holds BLAS to one thread while it runs."""
     from edgetorch.backends.xnnpack.runtime import XnnpackBackend
     from edgetorch.runtime.kernels import compiled, gemm
 
-    monkeypatch.setattr(compiled, "SPLIT_ELEMENTS", 1)
-    monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
+    set_policy(split_elements=1)
+    set_policy(split_macs=1)
     x = torch.randn(1, 80, 64, generator=torch.Generator().manual_seed(4))
     handles, init = [], XnnpackBackend.init
 
@@ -137,7 +140,7 @@ def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monk
 
     monkeypatch.setattr(XnnpackBackend, "init", capture)
     kernel_threads(2)
-    got = outputs(Attention(), x, True, monkeypatch)
+    got = outputs(Attention(), x, True, monkeypatch, set_policy)
     (delegate,) = handles
     steps = [s for plan in delegate.plans.values() for s in plan.steps]
     kernels = [s.args[0].func for s in steps if compiled.splits(s)]
@@ -146,7 +149,7 @@ def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monk
     assert delegate.graph.own_threads
     with torch.no_grad():
         np.testing.assert_allclose(got, Attention()(x).numpy(), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(got, outputs(Attention(), x, False, monkeypatch), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, outputs(Attention(), x, False, monkeypatch, set_policy), rtol=1e-4, atol=1e-5)
 
 
 def _reference_columns(x, kh, kw, sh, sw, dh, dw, top, left, bottom, right):
@@ -171,13 +174,13 @@ def _reference_columns(x, kh, kw, sh, sw, dh, dw, top, left, bottom, right):
 )  # fmt: skip
 @pytest.mark.parametrize("threads", [1, 2])
 def test_compiled_im2col_copies_the_windows_and_zeros_the_padding(
-    shape, kernel, stride, dilation, padding, threads, monkeypatch, kernel_threads
+    shape, kernel, stride, dilation, padding, threads, monkeypatch, set_policy, kernel_threads
 ):
     x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
     top, left, bottom, right = padding
     want, oh, ow = _reference_columns(x, *kernel, *stride, *dilation, top, left, bottom, right)
     got = np.full_like(want, np.nan)
-    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
+    set_policy(split_outputs=1)
 
     kernel_threads(threads)
     fast.im2col(x, got, oh, ow, *kernel, *stride, *dilation, top, left)()
@@ -203,14 +206,14 @@ def _reference_max_pool(x, kh, kw, sh, sw, dh, dw, top, left, bottom, right):
 )  # fmt: skip
 @pytest.mark.parametrize("threads", [1, 2])
 def test_compiled_max_pool_equals_numpys_taps_and_keeps_nan(
-    shape, kernel, stride, dilation, padding, threads, monkeypatch, kernel_threads
+    shape, kernel, stride, dilation, padding, threads, monkeypatch, set_policy, kernel_threads
 ):
     x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
     x[0, 1, 2, :3] = np.nan
     top, left, bottom, right = padding
     want = _reference_max_pool(x, *kernel, *stride, *dilation, top, left, bottom, right)
     got = np.full_like(want, 7.0)
-    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
+    set_policy(split_outputs=1)
     kernel_threads(threads)
     fast.max_pool(x, got, *kernel, *stride, *dilation, top, left)()
     np.testing.assert_array_equal(got, want)
@@ -219,11 +222,11 @@ def test_compiled_max_pool_equals_numpys_taps_and_keeps_nan(
 
 @needs_numba
 @pytest.mark.parametrize("threads", [1, 2])
-def test_compiled_add_clamp_gives_numpys_add_then_clip(threads, monkeypatch, kernel_threads):
+def test_compiled_add_clamp_gives_numpys_add_then_clip(threads, monkeypatch, set_policy, kernel_threads):
     rng = np.random.default_rng(11)
     a, b = rng.standard_normal((2, 9, 7, 40), dtype=np.float32), rng.standard_normal((2, 9, 7, 40), dtype=np.float32)
     a[0, 0, 0, :2] = np.nan
-    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 64)
+    set_policy(split_outputs=64)
     kernel_threads(threads)
     got = np.empty_like(a)
     fast.add_clamp(a, b, got, 0.0, 6.0)()
@@ -238,14 +241,14 @@ class Pool(torch.nn.Module):
 
 
 @needs_numba
-def test_a_lowered_max_pooling_gives_the_numpy_tiers_bits(monkeypatch):
+def test_a_lowered_max_pooling_gives_the_numpy_tiers_bits(monkeypatch, set_policy):
     taken = []
     max_pool = fast.max_pool
     monkeypatch.setattr(fast, "max_pool", lambda *args: taken.append(max_pool(*args)) or taken[-1])
     x = torch.randn(2, 16, 15, 14, generator=torch.Generator().manual_seed(10))
-    compiled_tier = outputs(Pool(), x, True, monkeypatch)
+    compiled_tier = outputs(Pool(), x, True, monkeypatch, set_policy)
     assert len(taken) == 1 and taken[0] is not None
-    np.testing.assert_array_equal(compiled_tier, outputs(Pool(), x, False, monkeypatch))
+    np.testing.assert_array_equal(compiled_tier, outputs(Pool(), x, False, monkeypatch, set_policy))
     np.testing.assert_array_equal(compiled_tier, Pool()(x).numpy())
 
 
@@ -260,14 +263,14 @@ class Stem(torch.nn.Module):
 
 
 @needs_numba
-def test_an_image_input_and_a_strided_stem_give_eager_results_on_both_tiers(monkeypatch):
+def test_an_image_input_and_a_strided_stem_give_eager_results_on_both_tiers(monkeypatch, set_policy):
     """The NCHW -> NHWC transpose of a 3-channel image copies channel by channel, and the stem's columns come
     from the compiled im2col: the same outputs as eager (and the NumPy tier) within float32 rounding."""
     x = torch.randn(2, 3, 40, 36, generator=torch.Generator().manual_seed(6))
-    compiled_tier = outputs(Stem(), x, True, monkeypatch)
+    compiled_tier = outputs(Stem(), x, True, monkeypatch, set_policy)
     with torch.no_grad():
         np.testing.assert_allclose(compiled_tier, Stem()(x).numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(compiled_tier, outputs(Stem(), x, False, monkeypatch), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compiled_tier, outputs(Stem(), x, False, monkeypatch, set_policy), rtol=1e-5, atol=1e-5)
 
 
 class Block(torch.nn.Module):
@@ -289,18 +292,20 @@ class Block(torch.nn.Module):
 
 
 @needs_numba
-def test_3x3_convolutions_run_winograd_and_give_eager_results_on_both_tiers(monkeypatch):
+def test_3x3_convolutions_run_winograd_and_give_eager_results_on_both_tiers(monkeypatch, set_policy):
     """Both convolutions of the block (16 channels, 7 x 6 output tiles) take winograd.py's F(2x2, 3x3):
     eager's results within float32 rounding, as on the NumPy tier."""
     taken = []
     step = winograd.step
     monkeypatch.setattr(winograd, "step", lambda *args: taken.append(step(*args)) or taken[-1])
     x = torch.randn(1, 16, 14, 12, generator=torch.Generator().manual_seed(8))
-    compiled_tier = outputs(Block(16), x, True, monkeypatch)
+    compiled_tier = outputs(Block(16), x, True, monkeypatch, set_policy)
     assert len(taken) == 2 and all(s is not None for s in taken)
     with torch.no_grad():
         np.testing.assert_allclose(compiled_tier, Block(16).eval()(x).numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(compiled_tier, outputs(Block(16), x, False, monkeypatch), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        compiled_tier, outputs(Block(16), x, False, monkeypatch, set_policy), rtol=1e-5, atol=1e-5
+    )
 
 
 @needs_numba
@@ -310,12 +315,14 @@ def test_3x3_convolutions_run_winograd_and_give_eager_results_on_both_tiers(monk
      ((2, 3, 4, 5, 16), (0, 2, 1, 3, 4))],
 )  # fmt: skip
 @pytest.mark.parametrize("threads", [1, 2])
-def test_compiled_permute_copies_runs_of_the_last_axis_exactly(shape, perm, threads, monkeypatch, kernel_threads):
+def test_compiled_permute_copies_runs_of_the_last_axis_exactly(
+    shape, perm, threads, monkeypatch, set_policy, kernel_threads
+):
 
     x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
     view = x.transpose(perm)
     y = np.full(view.shape, np.nan, np.float32)
-    monkeypatch.setattr(fast, "SPLIT_OUTPUTS", 1)
+    set_policy(split_outputs=1)
     step = fast.permute(x, view, y)
     if sum(d != 1 for d in view.shape[:-1]) > 3:
         assert step is None  # four leading axes longer than 1: np.copyto keeps it

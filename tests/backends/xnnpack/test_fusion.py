@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from edgetorch.backends.xnnpack import XnnpackPartitioner, fast
+from edgetorch.backends.xnnpack import XnnpackPartitioner
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.runtime import XnnpackBackend
 from edgetorch.exir import to_edge_transform_and_lower
-from edgetorch.runtime import Runtime
+from edgetorch.runtime import Runtime, policy
 
 
 class Layers(nn.Module):
@@ -50,10 +50,10 @@ class SharedOutput(nn.Module):
         return torch.relu(y), y * 2
 
 
-def run(module: nn.Module, x: torch.Tensor, tier: bool, monkeypatch) -> tuple[list, list]:
+def run(module: nn.Module, x: torch.Tensor, tier: bool, monkeypatch, set_policy) -> tuple[list, list]:
     """The outputs of ``module`` lowered to XNNPACK and run by edgetorch with the fast tier on or off, and
     the node types each delegate compiled (after the fusions)."""
-    monkeypatch.setattr(fast, "AVAILABLE", tier)
+    set_policy(compiled=tier)
     pte = to_edge_transform_and_lower(torch.export.export(module.eval(), (x,)), partitioner=[XnnpackPartitioner()])
     delegates, init = [], XnnpackBackend.init
 
@@ -70,12 +70,12 @@ def run(module: nn.Module, x: torch.Tensor, tier: bool, monkeypatch) -> tuple[li
 
 
 @pytest.mark.parametrize(
-    "tier", [False, pytest.param(True, marks=pytest.mark.skipif(not fast.AVAILABLE, reason="numba"))]
+    "tier", [False, pytest.param(True, marks=pytest.mark.skipif(not policy.compiled_tier(), reason="numba"))]
 )
-def test_clamps_fuse_into_their_layers(tier, monkeypatch):
+def test_clamps_fuse_into_their_layers(tier, monkeypatch, set_policy):
     torch.manual_seed(0)
     module, x = Layers().eval(), torch.randn(2, 4, 9, 7)
-    outs, delegates = run(module, x, tier, monkeypatch)
+    outs, delegates = run(module, x, tier, monkeypatch, set_policy)
     with torch.no_grad():
         np.testing.assert_allclose(outs[0], module(x).numpy(), rtol=1e-5, atol=1e-6)
     (delegate,) = delegates
@@ -89,21 +89,21 @@ def test_clamps_fuse_into_their_layers(tier, monkeypatch):
             assert start == end, "a clamp that reads only a layer's output still runs as a pass of its own"
 
 
-@pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
-def test_both_tiers_give_the_same_floats_within_rounding(monkeypatch):
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+def test_both_tiers_give_the_same_floats_within_rounding(monkeypatch, set_policy):
     # The fast tier's packed GEMM sums each output's products in its own order (as two BLAS libraries do); the
     # passes around it (bias, clamp, depthwise) compute what the NumPy tier computes.
     torch.manual_seed(1)
     module, x = Layers().eval(), torch.randn(1, 4, 12, 10)
-    compiled, _ = run(module, x, True, monkeypatch)
-    numpy_tier, _ = run(module, x, False, monkeypatch)
+    compiled, _ = run(module, x, True, monkeypatch, set_policy)
+    numpy_tier, _ = run(module, x, False, monkeypatch, set_policy)
     np.testing.assert_allclose(compiled[0], numpy_tier[0], rtol=1e-6, atol=1e-6)
 
 
-def test_a_clamp_with_a_shared_input_leaves_the_input_alone(monkeypatch):
+def test_a_clamp_with_a_shared_input_leaves_the_input_alone(monkeypatch, set_policy):
     torch.manual_seed(2)
     module, x = SharedOutput().eval(), torch.randn(1, 3, 5, 5)
-    outs, _ = run(module, x, fast.AVAILABLE, monkeypatch)
+    outs, _ = run(module, x, policy.compiled_tier(), monkeypatch, set_policy)
     with torch.no_grad():
         for got, want in zip(outs, module(x)):
             np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)

@@ -14,14 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgetorch.backends.xnnpack import fast, qgemv
+from edgetorch.backends.xnnpack import qgemv
 from edgetorch.errors import InvalidArgumentError
-from edgetorch.runtime import Runtime, get_num_threads, set_num_threads
+from edgetorch.runtime import Runtime, get_num_threads, policy, set_num_threads
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 from tests.interop.quantized_models import output_step, quantized
 from tests.oracle import run_executorch
 
-needs_numba = pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+needs_numba = pytest.mark.skipif(
+    not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
+)
 INF = np.float32(np.inf)
 
 
@@ -38,8 +40,8 @@ def _close(got, want):
 
 @needs_numba
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 37, 5), (3, 50, 33), (8, 100, 64), (2, 1, 3), (1, 300, 17)])
-def test_qc8w_kernel_equals_reference(m, k, n, monkeypatch):
-    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+def test_qc8w_kernel_equals_reference(m, k, n, monkeypatch, set_policy):
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8))
     rng = np.random.default_rng(m * 1000 + k + n)
     xc, xscale, bias = _inputs(rng, m, k, n)
     w = rng.integers(-127, 128, (n, k)).astype(np.int8)
@@ -66,11 +68,11 @@ def test_qc8w_kernel_equals_reference(m, k, n, monkeypatch):
 
 @needs_numba
 @pytest.mark.parametrize("seed", range(12))
-def test_qc8w_kernel_rounds_bit_for_bit(seed, monkeypatch):
+def test_qc8w_kernel_rounds_bit_for_bit(seed, monkeypatch, set_policy):
     # 1 to 8 rows (the kernel's blocks of 4, 2 and 1 rows), K below, at and off its 16-input chunks, with and
     # without the prefetch (a small program makes none), bias and clamps, and the extreme products (+-255
     # inputs on -128 / 127 weights): every float32 result identical to the arithmetic in its written order.
-    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8))
     rng = np.random.default_rng(seed)
     m, k, n = seed % 8 + 1, [1, 15, 16, 17, 31, 48, 100, 576, 784, 333, 1024, 1000][seed], int(rng.integers(1, 300))
     xc, xscale, bias = _inputs(rng, m, k, n)
@@ -103,8 +105,8 @@ def _pack(w):
 @pytest.mark.parametrize(
     ("m", "k", "n", "block"), [(1, 32, 5, 32), (3, 96, 40, 32), (4, 256, 64, 128), (2, 64, 33, 32), (1, 256, 3, 64)]
 )
-def test_qb4w_kernel_equals_reference(m, k, n, block, monkeypatch):
-    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+def test_qb4w_kernel_equals_reference(m, k, n, block, monkeypatch, set_policy):
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8))
     rng = np.random.default_rng(m * 1000 + k + n + block)
     xc, xscale, bias = _inputs(rng, m, k, n)
     w = rng.integers(-8, 8, (n, k)).astype(np.int8)
@@ -143,11 +145,11 @@ def _qb4w_float32(xc, w, scales, block, xscale, bias, lo, hi):
 
 @needs_numba
 @pytest.mark.parametrize("seed", range(12))
-def test_qb4w_kernel_rounds_bit_for_bit(seed, monkeypatch):
+def test_qb4w_kernel_rounds_bit_for_bit(seed, monkeypatch, set_policy):
     # Random shapes (any N, blocks of 16 to 256 inputs), with and without bias and clamps, and the extreme
     # 8-byte sums of the kernel's 16-bit lanes (+-255 inputs on -8 weights: +-16 * 2040): every float32 result
     # identical to the arithmetic in its written order.
-    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 16))
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 16))
     rng = np.random.default_rng(seed)
     block = int(rng.choice([16, 32, 64, 128, 256]))
     m, k, n = int(rng.integers(1, 17)), block * int(rng.integers(1, 5)), int(rng.integers(1, 300))
@@ -160,7 +162,7 @@ def test_qb4w_kernel_rounds_bit_for_bit(seed, monkeypatch):
     b = bias if seed % 2 else None
     lo, hi = (np.float32(-0.5), np.float32(0.25)) if seed % 3 == 0 else (-INF, INF)
     if seed % 4 < 2:  # the bytes of all N channels in one group (the layout of wide layers), else groups of 64
-        monkeypatch.setattr(qgemv, "WIDE", n)
+        set_policy(gemv_wide=n)
     layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, block, n, k, b)
     y = np.full((m, n), np.nan, np.float32)
     for step in layer.steps(xc, xscale, y, lo, hi):
@@ -170,9 +172,9 @@ def test_qb4w_kernel_rounds_bit_for_bit(seed, monkeypatch):
 
 
 @needs_numba
-def test_qb4w_blocks_the_kernel_does_not_take(monkeypatch):
+def test_qb4w_blocks_the_kernel_does_not_take(monkeypatch, set_policy):
     # Blocks of a multiple of 16 inputs only (the kernel sums 8 bytes at a time): the node dequantizes others.
-    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8))
     w = np.zeros((4, 8), np.uint8)
     assert qgemv.IntegerLinear.qb4w(w, np.ones((4, 2), np.float32), 8, 4, 16, None) is None
     assert qgemv.IntegerLinear.qb4w(w, np.ones((4, 1), np.float32), 16, 4, 16, None) is not None
@@ -180,8 +182,8 @@ def test_qb4w_blocks_the_kernel_does_not_take(monkeypatch):
 
 @needs_numba
 @pytest.mark.parametrize("kind", ["qc8w", "qb4w"])
-def test_dequantized_matmul_equals_reference(kind, monkeypatch):
-    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 8))
+def test_dequantized_matmul_equals_reference(kind, monkeypatch, set_policy):
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8))
     m, k, n = 3, 64, 135  # QB4W: 2 groups of 64 channels and a partial one
     rng = np.random.default_rng(7)
     xa = np.ones((m, k + 1), np.float32)
@@ -196,7 +198,7 @@ def test_dequantized_matmul_equals_reference(kind, monkeypatch):
         w = rng.integers(-8, 8, (n, k)).astype(np.int8)
         scales = rng.uniform(0.001, 0.02, (n, k // 32)).astype(np.float32)
         layers = [qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias)]  # groups of 64, the last partial
-        monkeypatch.setattr(qgemv, "WIDE", n)
+        set_policy(gemv_wide=n)
         layers.append(qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias))  # all N in one group
         floats = (w.reshape(n, -1, 32) * scales[:, :, None].astype(np.float64)).reshape(n, k)
     for layer in layers:
@@ -226,7 +228,7 @@ def _edgetorch_written(model: str, scheme: str):
     [(_executorch_written, "8da4w"), (_executorch_written, "8da8w"), (_edgetorch_written, "dynamic")]
     + [(_edgetorch_written, "8da4w")],
 )
-def test_programs_on_every_path_within_one_step_of_executorch(writer, scheme, monkeypatch):
+def test_programs_on_every_path_within_one_step_of_executorch(writer, scheme, monkeypatch, set_policy):
     args, ep, pte = writer("mlp", scheme)  # 8 input rows
     inputs = [a.numpy() for a in args]
     theirs = np.asarray(run_executorch(pte, list(args))[0])
@@ -247,9 +249,9 @@ def test_programs_on_every_path_within_one_step_of_executorch(writer, scheme, mo
     # The GEMV for all 8 rows; sgemm (the GEMV takes 1 row) on float32 weights kept after the first call, or
     # dequantized per call (no budget for kept weights); the NumPy tier.
     for rows, budget, tier in ((8, 0, True), (1, 16 << 20, True), (1, 0, True), (8, 0, False)):
-        monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, rows))
-        monkeypatch.setattr(qgemv, "FLOAT_BUDGET", budget)
-        monkeypatch.setattr(fast, "AVAILABLE", tier)
+        set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, rows))
+        set_policy(gemv_float_budget=budget)
+        set_policy(compiled=tier)
         used.clear()
         method = Runtime.get().load_program(pte).load_method("forward")
         for _ in range(2):  # the second call runs on kept float32 weights
@@ -261,21 +263,21 @@ def test_programs_on_every_path_within_one_step_of_executorch(writer, scheme, mo
 @pytest.fixture
 def threads():
     """Restores the thread-count setting a test changes."""
-    saved = compiled_kernels._threads
+    saved = policy.current()
     yield
-    compiled_kernels._threads = saved
+    policy.install(saved)
 
 
 @needs_numba
 @pytest.mark.parametrize("kind", ["qc8w", "qb4w"])
 @pytest.mark.parametrize(("m", "k", "n", "tiles"), [(1, 64, 200, 2), (3, 96, 333, 3), (16, 32, 64, 2), (2, 48, 5, 2)])
-def test_split_across_threads_is_bit_identical(kind, m, k, n, tiles, threads, monkeypatch):
+def test_split_across_threads_is_bit_identical(kind, m, k, n, tiles, threads, monkeypatch, set_policy):
     # Every call split (SPLIT_MACS 0), QB4W weights laid out in ``tiles`` tiles (the last one partial, a channel
     # count off GROUP): run on 1, 2, 3 and 4 threads (more threads than parts, or than this machine's cores, is
     # allowed), every output equal bit for bit to the arithmetic in its written order. A part dropped leaves
     # NaN behind; a part run on the wrong channels gives other numbers.
-    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 16))
-    monkeypatch.setattr(qgemv, "SPLIT_MACS", 0)
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 16))
+    set_policy(gemv_split_macs=0)
     rng = np.random.default_rng(m * 1000 + k + n)
     xc, xscale, bias = _inputs(rng, m, k, n)
     lo, hi = np.float32(-0.5), np.float32(0.25)
@@ -291,8 +293,8 @@ def test_split_across_threads_is_bit_identical(kind, m, k, n, tiles, threads, mo
     else:
         w = rng.integers(-8, 8, (n, k)).astype(np.int8)
         scales = rng.uniform(0.001, 0.02, (n, k // 16)).astype(np.float32)
-        for wide in (qgemv.WIDE, n):  # tiles of groups of 64 channels, and tiles of one group each
-            monkeypatch.setattr(qgemv, "WIDE", wide)
+        for wide in (policy.current().gemv_wide, n):  # tiles of groups of 64 channels, and tiles of one group each
+            set_policy(gemv_wide=wide)
             layers.append(qgemv.IntegerLinear.qb4w(_pack(w), scales, 16, n, k, bias))
             assert layers[-1].weights[0].shape[0] == min(tiles, -(-n // qgemv.GROUP))
         want = _qb4w_float32(xc, w, scales, 16, xscale, bias, lo, hi)
@@ -318,20 +320,20 @@ def test_split_across_threads_is_bit_identical(kind, m, k, n, tiles, threads, mo
 
 
 @needs_numba
-def test_small_calls_and_one_thread_are_not_split(threads, monkeypatch):
+def test_small_calls_and_one_thread_are_not_split(threads, monkeypatch, set_policy):
     # Below SPLIT_MACS multiply-adds a call runs the serial kernel itself, with no thread-count check; above it,
     # a step that picks the serial or the threaded kernel when it runs.
-    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 16))
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 16))
     set_num_threads(2)
     n, k = 256, 64
     w = np.ones((n, k), np.int8)
     layer = qgemv.IntegerLinear.qc8w(w, np.ones(n, np.float32), None)
     x, xs = np.ones((1, k), np.float32), np.ones((1, 1), np.float32)
     y = np.empty((1, n), np.float32)
-    monkeypatch.setattr(qgemv, "SPLIT_MACS", n * k + 1)
+    set_policy(gemv_split_macs=n * k + 1)
     (step,) = layer.steps(x, xs, y, -np.inf, np.inf)
     assert step.func is qgemv.qc8w() and step.args[-1] == 1
-    monkeypatch.setattr(qgemv, "SPLIT_MACS", n * k)
+    set_policy(gemv_split_macs=n * k)
     (step,) = layer.steps(x, xs, y, -np.inf, np.inf)
     assert step.func is compiled_kernels.split
     step()
@@ -365,7 +367,7 @@ def test_parts_share_the_channels_once(count):
         assert max(sizes) - min(sizes) <= 1
 
 
-def test_thread_count_setting(threads, monkeypatch):
+def test_thread_count_setting(threads, monkeypatch, set_policy):
     set_num_threads(3)
     assert get_num_threads() == 3
     set_num_threads(np.int64(1))
@@ -374,14 +376,14 @@ def test_thread_count_setting(threads, monkeypatch):
         with pytest.raises(InvalidArgumentError, match="expected a positive whole number of threads, got .*; pass 1"):
             set_num_threads(bad)
     assert get_num_threads() == 1
-    monkeypatch.setattr(compiled_kernels, "_threads", None)  # not set: the environment, else the CPUs
+    set_policy(threads=None)  # not set: the environment, else the CPUs
     monkeypatch.delenv("EDGETORCH_NUM_THREADS", raising=False)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert get_num_threads() == cpus
-    monkeypatch.setattr(compiled_kernels, "_threads", None)
+    set_policy(threads=None)
     monkeypatch.setenv("EDGETORCH_NUM_THREADS", "5")
     assert get_num_threads() == 5
-    monkeypatch.setattr(compiled_kernels, "_threads", None)
+    set_policy(threads=None)
     monkeypatch.setenv("EDGETORCH_NUM_THREADS", "0")
     with pytest.raises(InvalidArgumentError, match="EDGETORCH_NUM_THREADS: expected a positive whole number"):
         get_num_threads()

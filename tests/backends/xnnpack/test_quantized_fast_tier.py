@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from edgetorch.backends.xnnpack import fast, qfast, qgemv, runtime
-from edgetorch.runtime import Runtime
+from edgetorch.backends.xnnpack import qfast, runtime
+from edgetorch.runtime import Runtime, policy
 
-needs_numba = pytest.mark.skipif(not fast.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+needs_numba = pytest.mark.skipif(
+    not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
+)
 
 
 @needs_numba
@@ -33,7 +35,7 @@ def test_requantize_kernel_equals_numpy_on_ties_and_bounds():
 
 
 @needs_numba
-def test_dynamic_quantize_kernel_equals_numpy(monkeypatch):
+def test_dynamic_quantize_kernel_equals_numpy(monkeypatch, set_policy):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((9, 50)).astype(np.float32) * np.float32(3)
     x[1] = np.abs(x[1])  # all positive: the range widens to hold 0
@@ -42,7 +44,7 @@ def test_dynamic_quantize_kernel_equals_numpy(monkeypatch):
     x[4, :] = np.linspace(-1, 1, 50, dtype=np.float32)
     results = []
     for tier in (True, False):
-        monkeypatch.setattr(fast, "AVAILABLE", tier)
+        set_policy(compiled=tier)
         centred, q = np.empty_like(x), np.empty(x.shape, np.int8)
         scale, zp = np.empty((9, 1), np.float32), np.empty((9, 1), np.float32)
         runtime._dynamic_convert(x, centred, q, scale, zp)
@@ -71,7 +73,7 @@ def _edgetorch_pte(model: str, scheme: str) -> tuple[bytes, tuple]:
         ("mlp", "8da4w", {"dynamic_quantize"}),
     ],
 )
-def test_quantized_programs_equal_with_and_without_the_compiled_passes(model, scheme, kernels, monkeypatch):
+def test_quantized_programs_equal_with_and_without_the_compiled_passes(model, scheme, kernels, monkeypatch, set_policy):
     pte, args = _edgetorch_pte(model, scheme)
     inputs = [a.numpy() for a in args]
     used: set[str] = set()
@@ -79,10 +81,10 @@ def test_quantized_programs_equal_with_and_without_the_compiled_passes(model, sc
         getter = getattr(qfast, name)
         monkeypatch.setattr(qfast, name, lambda getter=getter, name=name: used.add(name) or getter())
     # The integer GEMV (qgemv.py, tested in test_qgemv.py) scales exact int32 sums: not the sgemm's bits.
-    monkeypatch.setattr(qgemv, "MAX_ROWS", dict.fromkeys(qgemv.MAX_ROWS, 0))
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 0))
     outputs = []
     for tier in (True, False):
-        monkeypatch.setattr(fast, "AVAILABLE", tier)
+        set_policy(compiled=tier)
         method = Runtime.get().load_program(pte).load_method("forward")
         outputs.append(method.execute(inputs)[0])
         if tier:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgetorch.runtime.kernels import compiled
+from edgetorch.runtime import policy
 from edgetorch.runtime.kernels.registry import KERNELS
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -451,13 +451,15 @@ def test_int8_arithmetic_wraps_like_torch() -> None:
 
 
 @pytest.mark.parametrize("compiled_tier", [False, True])
-def test_gelu_float32_keeps_relative_precision_for_negative_inputs(compiled_tier: bool, monkeypatch) -> None:
+def test_gelu_float32_keeps_relative_precision_for_negative_inputs(
+    compiled_tier: bool, monkeypatch, set_policy
+) -> None:
     # Both tiers: NumPy passes, or one compiled pass when numba is there (compiled.py). float32 GELU is x * Phi(x) with erfc (no 1 + erf(x) that cancels for x < 0); the error left grows with
     # x^2, the float32 rounding of the exponent -x^2 / 2. The reference is float64 erfc (torch's float64 GELU
     # goes through 1 + erf and rounds to 0 below about -8).
     x = np.concatenate([np.linspace(-9, 9, 20001), -np.geomspace(1e-20, 1, 300), np.geomspace(1e-20, 1, 300)])
     x = x.astype(np.float32)
-    monkeypatch.setattr(compiled, "AVAILABLE", compiled_tier and compiled.AVAILABLE)
+    set_policy(compiled=compiled_tier and policy.compiled_tier())
     fn, _ = KERNELS["aten::gelu.out"]
     got = fn(x, "none", np.empty_like(x)).astype(np.float64)
     want = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64)])

@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import blas_threads, compiled, gemm
 
-needs_tier = pytest.mark.skipif(not compiled.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+needs_tier = pytest.mark.skipif(
+    not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
+)
 
 
 def _case(m, k, n, seed=0):
@@ -57,11 +60,11 @@ def test_the_clamp_keeps_nan_and_infinities_as_a_clip_does():
 
 @needs_tier
 @pytest.mark.parametrize("m,k,n", [(8, 300, 200), (300, 40, 24)])  # split by panels, then by rows
-def test_two_threads_give_the_bits_of_one(m, k, n, monkeypatch, kernel_threads):
+def test_two_threads_give_the_bits_of_one(m, k, n, monkeypatch, set_policy, kernel_threads):
     x, w, b = _case(m, k, n, seed=3)
     packed = gemm.PackedGemm(w, b)
     one, two = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
-    monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
+    set_policy(split_macs=1)
     kernel_threads(1)
     packed.step(x, one)()
     kernel_threads(2)
@@ -126,10 +129,10 @@ def test_batch_matmul_matches_a_float64_product(shape_a, shape_b, transposed):
 
 
 @needs_tier
-def test_batch_matmul_on_two_threads_gives_the_bits_of_one(monkeypatch, kernel_threads):
+def test_batch_matmul_on_two_threads_gives_the_bits_of_one(monkeypatch, set_policy, kernel_threads):
     a, b, one = _batched((3, 50, 40), (3, 40, 30), transposed=True, seed=6)
     two = np.empty_like(one)
-    monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
+    set_policy(split_macs=1)
     kernel_threads(1)
     gemm.batch_matmul(a, b, one)()
     kernel_threads(2)

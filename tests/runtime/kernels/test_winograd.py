@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from edgetorch.runtime.kernels import compiled, gemm, winograd
+from edgetorch.runtime import policy
+from edgetorch.runtime.kernels import winograd
 
-needs_tier = pytest.mark.skipif(not compiled.AVAILABLE, reason="numba is not installed (pip install edgetorch[fast])")
+needs_tier = pytest.mark.skipif(
+    not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
+)
 
 
 def _conv64(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, pad: tuple[int, int, int, int]) -> np.ndarray:
@@ -66,9 +69,9 @@ def test_no_bias_and_a_clamp():
 
 
 @needs_tier
-def test_blocks_split_over_threads_give_the_bits_of_one(monkeypatch, kernel_threads):
-    monkeypatch.setattr(winograd, "BLOCK_BYTES", 1)  # one GEMM tile (6 output tiles) a block: many blocks
-    monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
+def test_blocks_split_over_threads_give_the_bits_of_one(monkeypatch, set_policy, kernel_threads):
+    set_policy(winograd_block_bytes=1)  # one GEMM tile (6 output tiles) a block: many blocks
+    set_policy(split_macs=1)
     x, w, b = _case(2, 13, 11, 16, 24, seed=2)
     kernel_threads(2)
     split = _run(x, w, b, (1, 1, 1, 1))
@@ -79,10 +82,10 @@ def test_blocks_split_over_threads_give_the_bits_of_one(monkeypatch, kernel_thre
 
 
 @needs_tier
-def test_output_panels_split_over_threads_give_the_bits_of_one(monkeypatch, kernel_threads):
+def test_output_panels_split_over_threads_give_the_bits_of_one(monkeypatch, set_policy, kernel_threads):
     """With more transformed weights than transformed inputs, each thread takes a run of output channels and
     transforms every tile's input itself."""
-    monkeypatch.setattr(gemm, "SPLIT_MACS", 1)
+    set_policy(split_macs=1)
     x, w, b = _case(1, 5, 7, 16, 56, seed=3)  # 12 tiles, 4 panels (the last one half full)
     kernel_threads(2)
     split = _run(x, w, b, (1, 1, 1, 1), lo=-2.0, hi=3.0)

@@ -1,0 +1,164 @@
+"""The runtime's policy: which kernel tier runs (NumPy, or the compiled tier of ``pip install edgetorch[fast]``),
+how many threads kernels may use, and the sizes from which work is split over threads or weights are packed.
+
+One object holds all of it, read where a kernel is chosen (mostly at load, when steps are built). It is the
+one place that decides the tier: :func:`compiled_tier` says whether compiled kernels may be used at all, so a
+builder that returns None means "this shape is not one the compiled kernel takes", never "the tier is off".
+Tests and benchmarks install another policy with :func:`using` instead of patching module globals.
+
+Imports only the standard library and NumPy (numba is imported on the first question about the tier).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from edgetorch.errors import InvalidArgumentError
+
+
+def _numba_found() -> bool:
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a broken install, or an import hook that refuses it
+        return False
+
+
+def _default_threads() -> int:
+    """``EDGETORCH_NUM_THREADS`` when set (a positive integer), else the CPUs this process may run on."""
+    value = os.environ.get("EDGETORCH_NUM_THREADS", "").strip()
+    if value:
+        return checked_threads(value, "EDGETORCH_NUM_THREADS")
+    return _cpus()
+
+
+@functools.cache
+def _cpus() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def checked_threads(value: object, source: str) -> int:
+    """``value`` as a thread count, or :class:`InvalidArgumentError` naming ``source``."""
+    n = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InvalidArgumentError(
+            f"{source}: expected a positive whole number of threads, got {value!r}; pass 1 to run every kernel "
+            "on the calling thread, or the number of cores to use"
+        )
+    return int(n)
+
+
+# How long (in spin iterations) an idle thread of numba's OpenMP layer (libgomp) spins before it sleeps. libgomp
+# reads this once, when it loads, and spins 300,000 iterations by default: on a busy machine a thread that
+# waits at a barrier for a descheduled peer burns its time slice spinning (docs/benchmarks.md, "Threads under
+# load"). Set when this module is imported unless the user chose a policy (``GOMP_SPINCOUNT`` or
+# ``OMP_WAIT_POLICY``); it holds where edgetorch is imported before anything loads libgomp (torch bundles its
+# own copy under the same name).
+SPIN_COUNT = 0
+
+
+def _give_cores_back() -> None:
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+
+
+_give_cores_back()
+
+
+_MAX_ROWS = MappingProxyType({("qc8w", False): 32, ("qc8w", True): 16, ("qb4w", False): 16, ("qb4w", True): 8})
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the hot path may spend. Every size is a threshold a kernel compares its own work against; the
+    reasons behind each default, with their measurements, are in docs/benchmarks.md."""
+
+    compiled: bool = True
+    """Use the compiled tier where an op has a compiled kernel (off: NumPy everywhere; also off when numba is
+    absent, fails to import, or ``EDGETORCH_FAST=0``)."""
+    threads: int | None = None
+    """Threads a kernel that splits its work may use (None: ``EDGETORCH_NUM_THREADS`` or the CPUs available)."""
+    pack_budget: int = 128 << 20
+    """Bytes of packed float32 GEMM weights a method (or an XNNPACK delegate) may keep beside its own."""
+    split_macs: int = 200_000
+    """Multiply-adds from which the packed GEMM and Winograd's convolution split over threads."""
+    split_elements: int = 32_768
+    """Elements from which a compiled row kernel (GELU, softmax, layer norm, bias epilogues) splits."""
+    split_outputs: int = 16_384
+    """Outputs from which the XNNPACK delegate's compiled window kernels (depthwise, im2col, pooling) split."""
+    winograd_block_bytes: int = 64 * 1024
+    """Bytes of transformed inputs one block of Winograd's convolution holds."""
+    gemv_split_macs: int = 300_000
+    """Multiply-adds from which an integer GEMV of the XNNPACK delegate splits over threads."""
+    gemv_wide: int = 2048
+    """Output channels from which a 4-bit weight's bytes are grouped over all channels, not 64."""
+    gemv_float_budget: int = 16 << 20
+    """Bytes of stored weights up to which a quantized program keeps float32 copies of its linear weights."""
+    gemv_max_rows: Mapping[tuple[str, bool], int] = field(default_factory=lambda: _MAX_ROWS)
+    """Most input rows the integer GEMV kernels take, by (weight kind, float32 copies kept); sgemm beyond."""
+
+    def thread_count(self) -> int:
+        """:attr:`threads`, or the default when unset."""
+        return self.threads if self.threads is not None else _default_threads()
+
+
+_current = Policy(compiled=os.environ.get("EDGETORCH_FAST", "1") != "0")
+_numba: bool | None = None  # None: not tried; then whether numba imported
+
+
+def current() -> Policy:
+    """The policy in force."""
+    return _current
+
+
+def install(policy: Policy) -> None:
+    """Make ``policy`` the one in force (``set_num_threads`` and :func:`using` go through here)."""
+    global _current
+    if not isinstance(policy, Policy):
+        raise InvalidArgumentError(f"expected an edgetorch.runtime.policy.Policy, got {type(policy).__name__}")
+    _current = policy
+
+
+@contextmanager
+def using(**changes: Any) -> Iterator[Policy]:
+    """The current policy with ``changes`` (field names of :class:`Policy`) in force inside the block."""
+    before = _current
+    install(dataclasses.replace(before, **changes))
+    try:
+        yield _current
+    finally:
+        install(before)
+
+
+def compiled_tier() -> bool:
+    """Whether compiled kernels may be used now: the policy allows them and numba imports. The first True
+    answer imports numba (about half a second, paid only by a program that reaches a compiled kernel); if that
+    import fails (installed but broken, e.g. a mismatched llvmlite), the tier stays off for the process."""
+    global _numba
+    if not _current.compiled:
+        return False
+    if _numba is None:
+        _numba = _numba_found()
+        if _numba:
+            try:
+                import numba  # noqa: F401
+            except ImportError:
+                _numba = False
+    return _numba
+
+
+def compiled_tier_loaded() -> bool:
+    """Whether compiled kernels may be used and numba is already imported: for a kernel whose gain is smaller
+    than what importing numba costs a process (~150 MB resident)."""
+    return _current.compiled and "numba" in sys.modules and compiled_tier()
