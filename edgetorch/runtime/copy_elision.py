@@ -31,9 +31,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.format import program as fbp
-from edgetorch.runtime.plan_analysis import kernel_results
-
-_Range = tuple[int, int, int]  # (memory id, first byte, end byte)
+from edgetorch.runtime.plan_analysis import Range, kernel_results
 
 
 def _same_shape(ex: Any, args: list[int], a: np.ndarray, b: np.ndarray) -> int | None:
@@ -102,28 +100,20 @@ def elide_copies(ex: Any, live: set[int]) -> set[int]:
     if not ex.static:
         return set()
     facts, bound, slots = ex.facts, ex.bound, ex.slots
-    instructions = ex.instructions
-    writes = [facts.written(i.instr_args) for i in instructions]
-    writers: dict[int, set[int]] = {}
-    named: dict[int, int] = {}  # value -> the last instruction naming it
-    for pc, ins in enumerate(instructions):
-        for j in writes[pc]:
-            writers.setdefault(j, set()).add(pc)
-        for j in facts.items(getattr(ins.instr_args, "args", ())):
-            named[j] = pc
+    writers, readers = facts.writers, facts.readers
     view_map = facts.view_map()
     views_of: dict[int, set[int]] = {}
     for v, bases in view_map.items():
         for base in bases:
             views_of.setdefault(base, set()).add(v)
     protected = set(ex.plan.inputs) | set(ex.plan.outputs)
-    moved: dict[int, _Range] = {}  # an elided result -> the bytes it now reads
+    moved: dict[int, Range] = {}  # an elided result -> the bytes it now reads
 
-    def bytes_of(j: int) -> _Range | None:
+    def bytes_of(j: int) -> Range | None:
         return moved.get(j) or facts.planned_range(j)
 
     elided: set[int] = set()
-    for pc, ins in enumerate(instructions):
+    for pc, ins in enumerate(ex.instructions):
         a = ins.instr_args
         if pc not in live or not isinstance(a, fbp.KernelCall) or not 0 <= a.op_index < len(ex.operators):
             continue
@@ -154,9 +144,9 @@ def elide_copies(ex: Any, live: set[int]) -> set[int]:
         ):
             continue
         first = source[1] + offset * x.itemsize
-        reads: _Range = (source[0], first, first + y.nbytes)
-        last = max(named.get(j, pc) for j in {dst, *views})
-        if any(_overlaps(facts.planned_range(w), reads) for p in range(pc + 1, last + 1) for w in writes[p]):
+        reads: Range = (source[0], first, first + y.nbytes)
+        last = max(max(readers.get(j, {pc})) for j in {dst, *views})
+        if facts.written_over(reads, pc + 1, last, facts.planned_range):
             continue
         view = x.reshape(-1)[offset : offset + y.size].reshape(y.shape)
         bound[dst] = ex.vals[dst] = view
@@ -166,7 +156,3 @@ def elide_copies(ex: Any, live: set[int]) -> set[int]:
             moved[v] = reads
         elided.add(pc)
     return elided
-
-
-def _overlaps(r: _Range | None, memory: _Range) -> bool:
-    return r is not None and r[0] == memory[0] and r[1] < memory[2] and memory[1] < r[2]

@@ -23,7 +23,7 @@ import numpy as np
 
 from edgetorch.format import program as fbp
 from edgetorch.runtime.memory import resize
-from edgetorch.runtime.plan_analysis import kernel_results
+from edgetorch.runtime.plan_analysis import Range, kernel_results, overlaps
 from edgetorch.runtime.values import ListRef
 
 _F32 = np.dtype(np.float32)
@@ -61,16 +61,10 @@ class _Plan:
 
     def __init__(self, ex: Any):
         self.ex = ex
-        self.readers: dict[int, set[int]] = {}
-        for pc, ins in enumerate(ex.instructions):
-            for j in ex.facts.items(getattr(ins.instr_args, "args", ())):
-                self.readers.setdefault(j, set()).add(pc)
+        self.readers = ex.facts.readers
         self.protected = set(ex.plan.outputs) | set(ex.plan.inputs) | ex.facts.view_bases()
-        self.writes = [ex.facts.written(i.instr_args) for i in ex.instructions]
-        self.writers: dict[int, set[int]] = {}  # value -> the instructions that write it
-        for pc, values in enumerate(self.writes):
-            for j in values:
-                self.writers.setdefault(j, set()).add(pc)
+        self.writes = ex.facts.writes
+        self.writers = ex.facts.writers
         self.root: dict[int, int] = {}  # a value made a view by copy elision -> the value whose memory it reads
         self._ranges: dict[int, tuple[int, int, int] | None] = {}
 
@@ -79,10 +73,9 @@ class _Plan:
             self._ranges[j] = self.ex.facts.planned_range(j) if j in self.ex.slots else None
         return self._ranges[j]
 
-    def overlaps(self, j: int, memory: tuple[int, int, int]) -> bool:
+    def overlaps(self, j: int, memory: Range) -> bool:
         """Whether value ``j``'s planned bytes share any byte with ``memory`` (memory id, first, end)."""
-        r = self.planned_range(j)
-        return r is not None and r[0] == memory[0] and r[1] < memory[2] and memory[1] < r[2]
+        return overlaps(self.planned_range(j), memory)
 
 
 def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:

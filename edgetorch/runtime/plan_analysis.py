@@ -1,13 +1,16 @@
 """Load-time facts about a method's plan that the executor binds its steps from.
 
-Which values an instruction writes, where a planned tensor lives, which computed tensors a static view reads
-through (their results must keep landing in planned memory), and which arguments of a delegate call are its
-outputs. Pure functions of the plan and the values made from it; nothing here runs a kernel. Torch-free.
+Which values an instruction writes and reads (def-use), where a planned tensor lives and whether two planned
+byte ranges overlap, which computed tensors a static view reads through (their results must keep landing in
+planned memory), and which arguments of a delegate call are its outputs. The load-time rewrites (copy elision,
+the fusions) ask these questions here rather than keeping analyses of their own. Pure functions of the plan and
+the values made from it; nothing here runs a kernel. Torch-free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import Any
 
 from edgetorch.errors import ProgramLoadError
@@ -21,6 +24,14 @@ def op_key(op: fbp.Operator) -> str:
     if not op.name:
         raise ProgramLoadError(f"operator {op} has no name; the program is malformed, re-export it")
     return f"{op.name}.{op.overload}" if op.overload else op.name
+
+
+Range = tuple[int, int, int]  # (memory id, first byte, end byte) of planned memory
+
+
+def overlaps(r: Range | None, memory: Range) -> bool:
+    """Whether the planned bytes ``r`` (None: not planned) share a byte with ``memory``."""
+    return r is not None and r[0] == memory[0] and r[1] < memory[2] and memory[1] < r[2]
 
 
 def kernel_results(fn: Callable, args: Sequence[int], nargs: int) -> list[int]:
@@ -60,13 +71,42 @@ class PlanFacts:
             return self.items(kernel_results(fn, a.args, nargs))
         return self.items(a.args) if isinstance(a, fbp.DelegateCall) else []
 
-    def planned_range(self, j: int) -> tuple[int, int, int] | None:
+    @cached_property
+    def writes(self) -> list[list[int]]:
+        """The values each instruction writes, by instruction index."""
+        return [self.written(ins.instr_args) for ins in self.instructions]
+
+    @cached_property
+    def writers(self) -> dict[int, set[int]]:
+        """Each written value and the instructions that write it."""
+        found: dict[int, set[int]] = {}
+        for pc, values in enumerate(self.writes):
+            for j in values:
+                found.setdefault(j, set()).add(pc)
+        return found
+
+    @cached_property
+    def readers(self) -> dict[int, set[int]]:
+        """Each value and the instructions that name it among their arguments (a kernel's out arguments
+        included)."""
+        found: dict[int, set[int]] = {}
+        for pc, ins in enumerate(self.instructions):
+            for j in self.items(getattr(ins.instr_args, "args", ())):
+                found.setdefault(j, set()).add(pc)
+        return found
+
+    def planned_range(self, j: int) -> Range | None:
         """(memory id, first byte, end byte) of a planned tensor, or None."""
         t = self.plan.values[j].val
         if not isinstance(t, fbp.Tensor) or t.allocation_info is None:
             return None
         a, nbytes = t.allocation_info, self.bound[j].nbytes
         return a.memory_id, a.memory_offset, a.memory_offset + nbytes
+
+    def written_over(self, memory: Range, first: int, last: int, ranges: Callable[[int], Range | None]) -> bool:
+        """Whether an instruction from ``first`` to ``last`` (inclusive) writes a value whose bytes (as
+        ``ranges`` gives them) overlap ``memory``."""
+        return any(overlaps(ranges(w), memory) for pc in range(first, last + 1) for w in self.writes[pc])
 
     def view_bases(self) -> set[int]:
         """Computed tensors whose planned memory a view reads: their results must keep landing in that memory."""
@@ -80,7 +120,7 @@ class PlanFacts:
         instruction. Its base is the last result overlapping those bytes before the view's first reader (the
         plan keeps the base alive while the view is read, so nothing else writes there in between).
         """
-        writes = [self.written(ins.instr_args) for ins in self.instructions]
+        writes = self.writes
         written = set(self.plan.inputs).union(*writes)
         views = {}
         for j, slot in self.slots.items():

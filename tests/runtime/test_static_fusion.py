@@ -193,14 +193,14 @@ def test_static_copies_become_views_with_the_same_bits(monkeypatch):
 def test_a_copy_whose_input_memory_is_reused_stays_a_copy(monkeypatch):
     """The memory plan reuses the qkv tensor's bytes once its three slices are copied out (the scores land
     there); a view of it would read the scores. Without the overwrite check the block's result is wrong."""
-    from edgetorch.runtime import copy_elision
+    from edgetorch.runtime.plan_analysis import PlanFacts
 
     x = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         want = _Block()(x).numpy()
     checked = _loaded(_Block(), (x,))
     np.testing.assert_allclose(checked.execute([x.numpy()])[0], want, rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(copy_elision, "_overlaps", lambda r, memory: False)
+    monkeypatch.setattr(PlanFacts, "written_over", lambda self, *args: False)
     reckless = _loaded(_Block(), (x,))
     assert len(reckless._executor.elided) > len(checked._executor.elided)
     assert not np.allclose(reckless.execute([x.numpy()])[0], want, rtol=1e-5, atol=1e-5)
