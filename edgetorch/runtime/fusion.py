@@ -2,7 +2,7 @@
 
 An exported LLM spends much of a decode step in the Python around tiny kernels: an RMSNorm is six
 instructions (``pow, mean, add, rsqrt, mul, mul``), a rotary embedding four, a SwiGLU gate five, each
-costing 10-25 us of dispatch and argument handling for a few hundred floats of work. When such a chain's
+costing tens of microseconds of dispatch and argument handling for a few hundred floats of work. When such a chain's
 intermediate values are read by nothing outside it, :func:`fuse_steps` replaces the chain by one step
 that computes the same float32 operations in the same order (so the result is bit-identical) with none of
 the per-kernel overhead, and writes only the chain's last value. It also elides copies: a ``slice_copy`` or

@@ -12,8 +12,8 @@ replaced by one step that computes the same float32 results with fewer passes ov
   ``-inf``. The compiled softmax does that in its own pass (``softmax`` with ``safe``), instead of five more
   passes over the scores; fast tier only (the NumPy tier keeps the instructions). The tail's instructions may
   come in any order their data flow allows. When the softmax ran in a delegate (XNNPACK has no ``eq`` or
-  ``any``), the tail alone is one compiled pass (``masked_rows``): MiniLM's six layers, 1.2 ms of five kernels
-  each.
+  ``any``), the tail alone is one compiled pass (``masked_rows``) instead of five kernels (MiniLM's six
+  layers).
 
 - **A linear layer, then its GELU or residual add** (``addmm`` then ``gelu`` or ``add``): the matrix product
   into the layer's memory, then one compiled pass adds the bias and applies the GELU or the residual
@@ -32,11 +32,12 @@ replaced by one step that computes the same float32 results with fewer passes ov
   same bits as on one thread.
 
 - **Max pooling whose indices nothing reads** (``max_pool2d_with_indices``; ResNet's stem): the maxima alone,
-  without the dozen passes that find each window's winning index (ResNet-18: 7.7 -> 1.1 ms); both tiers.
+  without the dozen passes that find each window's winning index; both tiers.
 
 - **Fixed-shape float32 kernels bound directly**: an add, subtract, multiply or divide (tensor or scalar), a
   ``bmm``/``mm`` or a layer norm whose operands are float32 is bound to the NumPy ufunc, matmul or compiled
-  kernel the portable kernel would reach after its checks and shape and dtype work, which cost 8-13 us a call.
+  kernel the portable kernel would reach after its checks and shape and dtype work, which cost more than a
+  small op's arithmetic.
 
 Only intermediate values read by nothing outside a chain are dropped; traced runs use the unfused steps, so
 every instruction still reports its own event. Torch-free.
@@ -497,8 +498,8 @@ _UFUNCS = {
 
 def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     """A float32 kernel call whose shapes the plan fixes, bound straight to the NumPy ufunc, matmul or compiled
-    kernel the portable kernel would reach after its checks, shape and dtype work (8-13 us a call: an add on
-    ViT-tiny's 197x192 took 19 us through the kernel, 6 us bound); the same call, so the same bits."""
+    kernel the portable kernel would reach after its checks, shape and dtype work; the same call, so the
+    same bits."""
     ex = plan.ex
     a = ex.instructions[pc].instr_args
     if not isinstance(a, fbp.KernelCall):

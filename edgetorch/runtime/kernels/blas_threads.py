@@ -4,8 +4,8 @@ on numba's OpenMP threads) take the cores.
 Both pools keep their idle threads spinning for a while after each call, so that the next call starts at
 once. When a program alternates between them (ViT-tiny's delegate: packed GEMMs for the linear layers, BLAS
 for the attention's batch matmuls), each pool's spinning thread takes the core the other pool's thread
-needs, and every call waits for a thread the OS has descheduled: ViT-tiny's delegate ran 204 ms instead of
-24 (bench/profile_xnnpack.py, 2 threads, 2 cores). With BLAS on one thread for the run, only numba's pool
+needs, and every call waits for a thread the OS has descheduled (ViT-tiny's delegate ran several times
+slower: docs/benchmarks.md, "Figures behind the code"). With BLAS on one thread for the run, only numba's pool
 spins. The count is set through OpenBLAS's C API (``openblas_set_num_threads``, found in the library NumPy
 loaded, under the names its builds export), about a microsecond a call; with another BLAS (MKL, Accelerate)
 nothing is found and nothing changes.

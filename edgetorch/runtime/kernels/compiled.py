@@ -2,10 +2,10 @@
 NumPy runs as many passes, compiled once and cached on disk. Shared by the portable kernels and the backends'
 runtime halves (``edgetorch/backends/xnnpack/fast.py`` compiles through :func:`compiled`).
 
-NumPy's float32 ``exp`` costs about six simple passes here (1.3 ns an element on the AVX2 machine the benchmarks
-run on), and GELU needs erfc on top of it: 25-40 passes through memory. Each kernel below makes one pass with
-its own float32 exp (a degree-6 polynomial after reduction by ln 2, within 1 ulp, 2.5x faster than NumPy's),
-so its results equal the NumPy path's within float32 rounding, not bit for bit.
+NumPy's float32 ``exp`` costs as much as several simple passes, and GELU needs erfc on top of it: tens of
+passes through memory. Each kernel below makes one pass with its own float32 exp (a degree-6 polynomial after
+reduction by ln 2, within 1 ulp, faster than NumPy's: docs/benchmarks.md, "Figures behind the code"), so its
+results equal the NumPy path's within float32 rounding, not bit for bit.
 
 Used when the runtime's policy allows the tier (edgetorch/runtime/policy.py: numba imports and
 ``EDGETORCH_FAST`` is not ``0``); otherwise :func:`compiled` returns None and every caller keeps its NumPy
@@ -91,7 +91,7 @@ def get_num_threads() -> int:
 
 # Whether kernels split across threads: None until the first split, then False if numba's threading layer is its
 # workqueue (its fallback without OpenMP or TBB), which aborts the process when two threads launch parallel loops
-# at once and woke its threads far slower (a call of 0.04 ms took 9 ms, measured before OpenMP was used).
+# at once and wakes its threads far slower (docs/benchmarks.md, "Figures behind the code").
 SPLITS: bool | None = None
 
 
@@ -113,9 +113,8 @@ def split(serial: Any, parallel: Any, limit: int) -> None:
     decide at each call.
 
     numba's own thread count is left alone: calling ``numba.set_num_threads`` with the parts (to wake no more of
-    its threads than there are parts, on a machine of many cores) made SmolLM2's decode slower on this 2-core
-    one, though it set the count numba had (bench/llm.py --threads 2: 69.5 / 69.5 / 68.8 tok/s, 74.9 / 75.9
-    without it)."""
+    its threads than there are parts, on a machine of many cores) made SmolLM2's decode slower on 2 cores,
+    though it set the count numba had (docs/benchmarks.md, "Figures behind the code")."""
     global SPLITS
     threads = get_num_threads()
     if threads < 2 or SPLITS is False:
@@ -144,10 +143,8 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 
     Compiled on first use (about a second a kernel), then loaded from numba's on-disk cache. ``options`` go to
     ``numba.njit``; with ``parallel=True`` its ``prange`` loops run on numba's threads (the OpenMP layer here),
-    which paid off from some 10 us of work a call: the XNNPACK integer GEMVs split for :func:`get_num_threads`
-    threads from a size on (edgetorch/backends/xnnpack/qgemv.py, SPLIT_MACS: 13 -> 10.6 us for a 576 x 576 GEMV,
-    but 5.5 -> 7.9 us for 192 x 576); gemm.py's packed GEMM splits from 200,000 multiply-adds, the row kernels
-    here from the policy's ``split_elements`` (:func:`rows_step`).
+    which pays off from some microseconds of work a call: where each kernel family starts splitting is a field
+    of the runtime's policy (policy.py), measured per family (docs/benchmarks.md).
     """
     if not policy.compiled_tier():
         return None
@@ -231,7 +228,7 @@ def _gelu(x, out):  # pragma: no cover - compiled
 
     In place, the loop names one array: a loop over two arrays that may overlap is not vectorised (the compiler
     checks at run time that they are apart, and falls back to one element at a time when they are the same:
-    7x slower). The same holds for every kernel here that may run in place."""
+    several times slower). The same holds for every kernel here that may run in place."""
     if x.ctypes.data == out.ctypes.data:
         for i in range(out.shape[0]):
             out[i] = _gelu_one(out[i])
@@ -348,7 +345,7 @@ def _decode_attention(q, keys, values, n, scale, out, scores):  # pragma: no cov
     ``keys``/``values`` [length, kv_heads, head_dim] (query head h reads kv head h // (heads / kv_heads)),
     ``out`` [heads, head_dim], ``scores`` an [n] float32 scratch. Softmax shifted by the maximum; the dot
     products and sums may run in SIMD lanes (reassociation), so results equal the NumPy path's within float32
-    rounding. A decode step's whole attention in one pass instead of a dozen NumPy calls (30 -> 8 us)."""
+    rounding. A decode step's whole attention in one pass instead of a dozen NumPy calls."""
     f = np.float32
     heads, dim = q.shape
     group = heads // keys.shape[1]
@@ -394,7 +391,7 @@ def _depthwise3x3(xp, w, stride, out, tmp, lo, hi):  # pragma: no cover - compil
       loop is long; the two columns past each row's end are computed and dropped;
     - stride 2: each input row is first split into its even and odd columns (in ``tmp``), after which the
       taps are runs at offsets 0 (even), 0 (odd) and 1 (even).
-    On MobileNetV2's layers 5-10x faster than the NumPy path's columns and batched matmuls."""
+    Several times faster than the NumPy path's columns and batched matmuls on MobileNetV2's layers."""
     c = w.shape[0]
     oh, ow = out.shape[2], out.shape[3]
     hp, wp = xp.shape[2], xp.shape[3]
@@ -470,7 +467,7 @@ def _scale_shift_clamp(x, scale, shift, lo, hi, out):  # pragma: no cover - comp
     be ``x``): inference batch norm and the clamp after it in one pass. The same float32 multiply, add and
     comparisons as NumPy's multiply, add and clip (no fused multiply-add), so the results are the same bit for
     bit; a NaN stays NaN. In place, the loop names one array: two that may overlap keep the compiler from
-    vectorising it (5x slower)."""
+    vectorising it."""
     nb, c, k = x.shape
     inplace = x.ctypes.data == out.ctypes.data
     for n in range(nb):

@@ -10,12 +10,11 @@ are packed at load into panels of ``WIDTH`` = 16 output channels, [N / 16, K, 16
 zeros), so that a micro-kernel reads one panel front to back; the input rows are read where they are.
 
 Reading the [K, N] weights in place instead (panel p as columns 16p .. 16p + 15 of each row, no copy) ran
-1.5-3x slower wherever the weights are larger than the input (the MLP's layers: 299 against 98 us; 256 x 1536
-x 384: 2.9 against 1.6 ms, bench/gemm.py at 2 threads): each k then touches another cache line and, past
+slower wherever the weights are larger than the input: each k then touches another cache line and, past
 N = 1024, another page.
 
 The micro-kernel (``_tile_intrinsic``) is LLVM vector IR, since no loop numba compiles keeps a tile of
-accumulators in registers (local arrays stay in memory: 9 ms for the MLP's layers, against OpenBLAS's 0.8):
+accumulators in registers (local arrays stay in memory, an order of magnitude slower than OpenBLAS):
 up to 6 rows by 16 columns, 12 ``<8 x float>`` accumulators, per input k two vector loads of the panel, six
 broadcasts of the inputs and twelve fused multiply-adds (``llvm.fma``: 256-bit vfmadd on AVX2), then the bias,
 the clamp and the store. Each output is its K products summed in order with one rounding each, so results
@@ -29,9 +28,8 @@ otherwise, run by numba's ``prange``; each output is computed as on one thread (
 
 :func:`batch_matmul` runs the same tiles on products whose right operand changes at every call (attention's
 scores and weighted values): each batch's [K, N] operand is packed into a scratch buffer per call, which costs
-K x N copies against M x K x N multiply-adds, so it is taken from 6 rows on. On ViT-tiny's [3, 197, 64] x
-[3, 64, 197] it runs in 124 us at 2 threads, where OpenBLAS took 199 us on the one thread it has beside
-numba's (231 on two).
+K x N copies against M x K x N multiply-adds, so it is taken from 6 rows on, where it beats OpenBLAS on the
+one thread OpenBLAS keeps beside numba's (and on two).
 
 Imports only NumPy and compiled.py (numba and llvmlite on the first compile).
 """

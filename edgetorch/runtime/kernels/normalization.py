@@ -128,7 +128,7 @@ def layer_norm_out(
     out = resize(out, x.shape)
     stat_shape = x.shape[:axis] + (1,) * len(normalized_shape)
     fused = compiled.kernel("layer_norm") if inner and compiled.flat_float32(x, out, weight, bias) else None
-    if fused is not None:  # one pass a row (compiled.py): 25 us against 80 us on ViT-tiny's 197 x 192
+    if fused is not None:  # one pass a row (compiled.py) instead of NumPy's several
         mean, rstd = np.empty(rows, _F32), np.empty(rows, _F32)
         none = np.empty(0, _F32)
         fused(x.reshape(rows, inner), none if weight is None else weight.reshape(-1),

@@ -70,7 +70,7 @@ def _max_pool(
     plane = _spatial_strides(g.sizes)
     starts = [np.arange(m) * s - p for m, s, p in zip(sweep.plane, g.stride, g.padding)]
     first_valid = [np.where(a < 0, a + (-a + dl - 1) // dl * dl, a) for a, dl in zip(starts, g.dilation)]
-    # Masked copies are ~50x slower than plain ufuncs, so the winning tap is found arithmetically: the first tap
+    # Masked copies are far slower than plain ufuncs, so the winning tap is found arithmetically: the first tap
     # equal to the max is the minimum over taps of (t if equal else T).
     n = len(taps)
     code_dtype = np.min_scalar_type(n)
@@ -98,8 +98,8 @@ def max_pool_values(
     x: np.ndarray, d: int, kernel_size, stride, padding, dilation, ceil_mode: bool, out: np.ndarray
 ) -> np.ndarray:
     """The max over each window alone (NaN wins), for a max pooling whose indices nothing reads: the maxima of
-    :func:`_max_pool`, without its dozen further passes that find each window's winning index (ResNet-18's
-    112x112x64 pooling: 7.7 ms with the indices). Load-time fusion picks it (static_fusion.py)."""
+    :func:`_max_pool`, without its dozen further passes that find each window's winning index. Load-time
+    fusion picks it (static_fusion.py)."""
     g = _Windows(x, d, kernel_size, stride, padding, dilation, ceil_mode)
     out = resize(out, g.out_shape)
     np.copyto(out, _maxima(g, x)[3])

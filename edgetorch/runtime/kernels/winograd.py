@@ -16,14 +16,13 @@ the policy's ``split_macs`` on, the blocks are cut over the threads (``compiled.
 
 The two transforms are LLVM vector IR (``_transforms``), eight channels a vector: a loop numba compiles over
 16 loads and 16 stores at run-time distances does not vectorise (its alias checks pass LLVM's limit), and
-ran 5x slower than the GEMMs it feeds. So the convolutions taken have channels in multiples of 8.
+ran slower than the GEMMs it feeds. So the convolutions taken have channels in multiples of 8.
 
 Numerics: the transforms add and subtract (and G halves), so the result differs from the direct sum by
 rounding only, about 1e-6 of the output's scale on ResNet-18's layers (tests/runtime/kernels/test_winograd.py
-compares it with float64). ResNet-18's layers at 2 threads (``bench/gemm.py --winograd``): 56x56x64
-1385 -> 692 us, 28x28x128 1263 -> 657, 14x14x256 1252 -> 659, 7x7x512 1301 -> 877 (where the 16 transformed
-weight matrices, 16.8 MB, 1.8x the filter, are read for 16 tiles: split by output channels, so each thread
-reads half). Fewer than MIN_TILES tiles keep the direct GEMM.
+compares it with float64). On the 7x7x512 layers of ResNet-18 the 16 transformed weight matrices (1.8x the
+filter) are read for 16 tiles: split by output channels, so each thread reads half (``bench/gemm.py
+--winograd``; figures in docs/benchmarks.md). Fewer than MIN_TILES tiles keep the direct GEMM.
 
 Imports only NumPy, compiled.py and gemm.py (numba and llvmlite on the first compile).
 """
@@ -158,8 +157,7 @@ def _winograd(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block):  # pragma
 def _winograd_split(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, parts):  # pragma: no cover - compiled
     """``_winograd`` cut into ``parts`` runs on numba's threads (same bits): runs of blocks of tiles, or, when
     the transformed weights outnumber the transformed inputs, runs of output panels, each part transforming
-    every tile's input, so that a thread reads only its share of the weights (as gemm's split: ResNet-18's
-    7 x 7 x 512 layers 1161 -> 820 us, 14 x 14 x 256 697 -> 660)."""
+    every tile's input, so that a thread reads only its share of the weights (as gemm's split)."""
     tiles, panels = x.shape[0] * th * tw, wp.shape[1]
     blocks = -(-tiles // block)
     by_panels = wp.size > 16 * tiles * x.shape[3]
