@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,11 +25,13 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from edgetorch.backends.xnnpack import fast, qfast, qgemm, qgemv
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
+from edgetorch.backends.xnnpack.runtime.geometry import Window, conv_window, nhwc, pool_window
+from edgetorch.backends.xnnpack.runtime.memory import RUN, Env, Planner, Step
+from edgetorch.backends.xnnpack.runtime.values import READ_FIELDS, Graph, QParams, Unsupported, qrange, read_ids
 from edgetorch.errors import DelegateLoadError, InvalidInputError
 from edgetorch.runtime import etdump
 from edgetorch.runtime.backends import BackendInterface, register_backend
@@ -38,295 +39,10 @@ from edgetorch.runtime.kernels import blas_threads, gemm, winograd
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 from edgetorch.runtime.memory import resize
 
-Step = Callable[[], Any]
-Planner = Callable[["_Env"], list]
-
-_DTYPES = {
-    xs.XNNDatatype.xnn_datatype_fp32: np.dtype(np.float32),
-    xs.XNNDatatype.xnn_datatype_fp16: np.dtype(np.float16),
-    xs.XNNDatatype.xnn_datatype_int32: np.dtype(np.int32),
-}
-_QUANTIZED_DTYPES = {
-    xs.XNNDatatype.xnn_datatype_qint8: np.dtype(np.int8),
-    xs.XNNDatatype.xnn_datatype_quint8: np.dtype(np.uint8),
-    xs.XNNDatatype.xnn_datatype_qint32: np.dtype(np.int32),  # a bias quantized per tensor
-    xs.XNNDatatype.xnn_datatype_qcint8: np.dtype(np.int8),
-    xs.XNNDatatype.xnn_datatype_qcint32: np.dtype(np.int32),
-    xs.XNNDatatype.xnn_datatype_qdint8: np.dtype(np.int8),
-    xs.XNNDatatype.xnn_datatype_qbint4: np.dtype(np.uint8),  # two 4-bit weights a byte
-}
 _MAX_PLANS = 8
 
 
-@dataclass
-class _QParams:
-    """How a quantized XNNPACK value maps to real numbers: ``(q - zero_point) * scale``.
-
-    ``scale`` is a float (per tensor), a float32 vector along ``channel_dim`` (per channel),
-    a [channels, groups] float32 matrix (per group of ``group_size`` inputs), or None for
-    dynamically quantized values, whose per-row parameters are computed at run time.
-    """
-
-    scale: Any
-    zero_point: int = 0
-    channel_dim: int = 0
-    group_size: int = 0
-    nonbatch_dims: int = 1  # dynamic: one (scale, zero point) per index of the other, leading dims
-
-
-class _Unsupported(Exception):
-    """A node or parameter combination this runtime cannot run; becomes a DelegateLoadError naming the node."""
-
-
-# ----------------------------------------------------------------------------- values
-
-
-class _Graph:
-    """The blob's values: dtypes, declared dims, constants (zero-copy views) and the external arguments."""
-
-    def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
-        self.values: dict[int, xs.XNNTensorValue] = {}
-        self.constants: dict[int, np.ndarray] = {}
-        self.quant: dict[int, _QParams] = {}
-        # Quantized values some reader needs as integers (set before the nodes compile); the others exist
-        # only as float32 centred integers (see _quantize_steps).
-        self.needs_int8: set[int] = set()
-        self.fc_inputs: set[int] = set()  # values a fully connected reads (set by the delegate)
-        # Value -> integer bounds of the clamp that is its only reader: its producer applies them (see _fuse_clamps).
-        self.narrow: dict[int, tuple[int, int]] = {}
-        # Whether a node runs the packed GEMM, whose threads need BLAS on one thread (blas_threads.py).
-        self.own_threads = False
-        self.packed_bytes = 0  # packed copies of weights sgemm would read in place (_packed_gemm)
-        # Filters of centred integers (a quantized convolution's, run by the float planner), whose products
-        # must be summed exactly: never by Winograd's transforms, which round.
-        self.exact: set[int] = set()
-        self.named_bytes = sum(memoryview(v).nbytes for v in named_data.values())  # the program's, not only ours
-        for value in blob.graph.xvalues:
-            self._define(value, blob, named_data)
-        try:
-            self.inputs = [(self.value(i).external_id, i) for i in blob.graph.input_ids]
-            self.outputs = [(self.value(i).external_id, i) for i in blob.graph.output_ids]
-        except _Unsupported as e:
-            raise DelegateLoadError(f"the XNNPACK graph's external inputs and outputs are malformed: {e}") from None
-        self.arg_count = 1 + max((ext for ext, _ in self.inputs + self.outputs), default=-1)
-
-    def _define(self, value: xs.XValue, blob: XnnpackBlob, named_data: Mapping[str, memoryview]) -> None:
-        tv = value.xvalue_union
-        if isinstance(tv, xs.XNNQuantizedTensorValue):
-            tv, params = tv.tensor_value, tv.quant_params
-            if tv is not None:
-                self.quant[tv.id_out] = self._qparams(tv, params, blob, named_data)
-        if tv is None:
-            raise DelegateLoadError("the XNNPACK blob has a value with no tensor description; the blob is corrupt")
-        dtype = _DTYPES.get(tv.datatype) if tv.id_out not in self.quant else _QUANTIZED_DTYPES.get(tv.datatype)
-        if dtype is None or tv.dq_datatype != xs.XNNDatatype.xnn_datatype_invalid:
-            raise DelegateLoadError(
-                f"XNNPACK value {tv.id_out} has datatype {tv.datatype.name}; edgetorch's XNNPACK runtime supports "
-                f"{sorted(d.name for d in list(_DTYPES) + list(_QUANTIZED_DTYPES))}"
-            )
-        q = self.quant.get(tv.id_out)
-        if q is not None and q.scale is not None and np.ndim(q.scale) == 0:
-            low, high = _qrange(dtype)
-            if not low <= q.zero_point <= high:
-                raise DelegateLoadError(
-                    f"XNNPACK value {tv.id_out} is {tv.datatype.name} with zero point {q.zero_point}, outside "
-                    f"[{low}, {high}]; XNNPACK refuses it (ExecuTorch's runtime fails to load it too). ExecuTorch's "
-                    "lowering writes activations quantized to uint8 this way: quantize activations as int8 (the "
-                    "XNNPACKQuantizer's get_symmetric_quantization_config) and export again"
-                )
-        self.values[tv.id_out] = tv
-        if tv.constant_buffer_idx:
-            try:
-                data = blob.constant(tv.constant_buffer_idx, named_data)
-            except BlobError as e:
-                raise DelegateLoadError(f"XNNPACK value {tv.id_out}: {e}") from None
-            count = math.prod(tv.dims)
-            if tv.datatype == xs.XNNDatatype.xnn_datatype_qbint4:
-                count = (count + 1) // 2
-            if len(data) < count * dtype.itemsize:
-                raise DelegateLoadError(
-                    f"XNNPACK constant {tv.id_out} has {len(data)} bytes; dims {list(tv.dims)} of {dtype} need "
-                    f"{count * dtype.itemsize}"
-                )
-            flat = np.frombuffer(data, dtype, count)
-            self.constants[tv.id_out] = (
-                flat if tv.datatype == xs.XNNDatatype.xnn_datatype_qbint4 else flat.reshape(tv.dims)
-            )
-
-    @staticmethod
-    def _qparams(tv: xs.XNNTensorValue, params: Any, blob: XnnpackBlob, named_data: Mapping) -> _QParams:
-        if isinstance(params, xs.PerTensorQuant):
-            return _QParams(np.float32(params.scale), params.zero_point)
-        if isinstance(params, xs.PerTokenDynamicQuant):
-            return _QParams(None, nonbatch_dims=max(1, params.num_nonbatch_dims))
-        if not isinstance(params, (xs.PerChannelQuant, xs.PerChannelGroupQuant)):
-            raise DelegateLoadError(f"XNNPACK value {tv.id_out} has quantization parameters of unknown kind {params!r}")
-        if params.scale:
-            scale = np.asarray(params.scale, np.float32)
-        elif getattr(params, "scale_bf16", None):
-            scale = (np.asarray(params.scale_bf16, np.uint32) << 16).view(np.float32)
-        else:
-            try:
-                data = blob.constant(params.scale_buffer_idx, named_data)
-            except BlobError as e:
-                raise DelegateLoadError(f"XNNPACK value {tv.id_out}'s scales: {e}") from None
-            # Scales are float32, or bfloat16 (the upper half of a float32) when only that fits.
-            if len(data) >= 4 * params.num_scales:
-                scale = np.frombuffer(data, np.float32, params.num_scales)
-            else:
-                scale = (np.frombuffer(data, np.uint16, params.num_scales).astype(np.uint32) << 16).view(np.float32)
-        if isinstance(params, xs.PerChannelGroupQuant):
-            return _QParams(scale.reshape(tv.dims[params.channel_dim], -1), 0, params.channel_dim, params.group_size)
-        return _QParams(scale, 0, params.channel_dim)
-
-    def shadow(self, vid: int) -> int:
-        """A float32 value standing for quantized value ``vid`` (its real numbers, or its centred integers)."""
-        sid = -1 - vid  # blob ids are unsigned, so negative ids never collide
-        if sid not in self.values:
-            self.values[sid] = xs.XNNTensorValue(
-                datatype=xs.XNNDatatype.xnn_datatype_fp32, dims=list(self.value(vid).dims), id_out=sid
-            )
-        return sid
-
-    def dtype(self, vid: int) -> np.dtype:
-        v = self.value(vid)
-        return _QUANTIZED_DTYPES[v.datatype] if vid in self.quant else _DTYPES[v.datatype]
-
-    def value(self, vid: int) -> xs.XNNTensorValue:
-        v = self.values.get(vid)
-        if v is None:
-            raise _Unsupported(f"it refers to value {vid}, which the blob does not define")
-        return v
-
-    def constant(self, vid: int, role: str) -> np.ndarray:
-        c = self.constants.get(vid)
-        if c is None:
-            raise _Unsupported(f"its {role} (value {vid}) is not a constant")
-        return c
-
-
-_CHUNK = 4 << 20
-_SCRATCH: list[np.ndarray] = []
-"""The memory every delegate's plans take their buffers from (all but persistent ones), in chunks.
-
-A delegate's intermediates, and the copies of its inputs and outputs, are only live while one of its plans runs:
-the inputs are copied in at the start of ``execute`` and the outputs copied out at its end. So every plan of
-every delegate lays its buffers out from the start of the same chunks (``_Cursor``), and a process holds the
-largest plan's bytes, not their sum (a SmolLM2 program has 150 delegates with two plans each, 0.6 GB apart).
-Calls run one at a time (``_RUN``), which is what makes the sharing safe."""
-
-
-class _Cursor:
-    """One plan's bump allocation over ``_SCRATCH``, from the first chunk's start."""
-
-    def __init__(self) -> None:
-        self.index = self.offset = 0
-
-    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        size = math.prod(shape) * dtype.itemsize
-        slot = -(-max(size, 1) // 64) * 64  # 64-byte aligned slots
-        while True:
-            if self.index == len(_SCRATCH):
-                _SCRATCH.append(np.empty(max(_CHUNK, slot), np.uint8))
-            chunk, start = _SCRATCH[self.index], self.offset
-            if start + slot <= chunk.nbytes:
-                self.offset = start + slot
-                return chunk[start : start + size].view(dtype).reshape(shape)
-            self.index, self.offset = self.index + 1, 0
-
-
-_RUN = threading.Lock()  # one delegate call (or plan build) at a time: they share _SCRATCH
-
-
-class _Env:
-    """Value id -> array while a plan is built: constants, external inputs and every intermediate.
-
-    Intermediates share memory: once the last node reading a buffer (directly or through a reshape or
-    copy alias) is planned, the buffer goes back to a pool that later outputs of the same byte size
-    draw from. Steps run in node order, so a reused buffer is written only after its last reader ran.
-    External inputs and outputs and persistent buffers (a pad's border is written once) are never pooled.
-    """
-
-    def __init__(self, graph: _Graph, last_use: Mapping[int, int], pinned: set[int]):
-        self.graph = graph
-        self.arrays: dict[int, np.ndarray] = dict(graph.constants)
-        self.last_use = last_use
-        self.root: dict[int, int] = {}  # value -> the value that owns its memory
-        self.end: dict[int, int] = {}  # owning value -> index of the last node reading any of its aliases
-        self.pinned = set(pinned)
-        self.free: dict[int, list[np.ndarray]] = {}
-        self.dynamic: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # qdint8 value -> per-row (scale, zero point)
-        self.centred: dict[int, np.ndarray] = {}  # per-tensor quantized value -> float32 q - zero_point
-        self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
-        self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
-        self.fc_input: dict[int, np.ndarray] = {}  # qdint8 value -> its dequantized [rows, K + 1] (qfast.py)
-        self.cursor = _Cursor()
-
-    def __getitem__(self, vid: int) -> np.ndarray:
-        a = self.arrays.get(vid)
-        if a is None:
-            raise _Unsupported(f"it reads value {vid} before any node produces it")
-        return a
-
-    def empty(self, vid: int, shape: Sequence[int], persistent: bool = False) -> np.ndarray:
-        """A fresh or recycled C-contiguous array for value ``vid``; ``persistent`` keeps it out of the pool."""
-        shape, dtype = tuple(int(d) for d in shape), self.graph.dtype(vid)
-        pool = self.free.get(math.prod(shape) * dtype.itemsize)
-        if persistent:
-            a = np.empty(shape, dtype)
-            self.pinned.add(vid)
-        elif pool:
-            a = pool.pop().view(dtype).reshape(shape)
-        else:
-            a = self.cursor.take(shape, dtype)
-        self.arrays[vid], self.root[vid], self.end[vid] = a, vid, self.last_use.get(vid, -1)
-        return a
-
-    def centred_buffer(self, vid: int, shape: Sequence[int]) -> np.ndarray:
-        """A float32 buffer for value ``vid``'s centred integers, recorded as ``centred[vid]``; it goes back to
-        the pool with ``vid``'s own memory (so quantized graphs reuse memory as float ones do)."""
-        shape = tuple(int(d) for d in shape)
-        pool = self.free.get(4 * math.prod(shape))
-        a = pool.pop().view(np.float32).reshape(shape) if pool else self.cursor.take(shape, np.dtype(np.float32))
-        self.extra.setdefault(vid, []).append(a)
-        self.centred[vid] = a
-        return a
-
-    def ones_column(self, rows: int, k: int) -> tuple[np.ndarray, Step]:
-        """A [rows, k + 1] float32 buffer and the step that sets its last column to 1 (the bias row's
-        multiplier), run at every call since the memory is shared."""
-        buf = self.cursor.take((rows, k + 1), np.dtype(np.float32))
-        return buf, partial(np.copyto, buf[:, k], np.float32(1))
-
-    def hand_over(self, source: int, vid: int) -> None:
-        """Value ``vid`` takes over ``source``'s centred buffer (``source`` has no other reader)."""
-        a = self.centred[vid] = self.centred[source]
-        self.extra[source] = [b for b in self.extra.get(source, []) if b is not a]
-        self.extra.setdefault(vid, []).append(a)
-
-    def alias(self, vid: int, source: int, array: np.ndarray) -> None:
-        """Value ``vid`` is ``array``, a view of value ``source``'s memory."""
-        root = self.root.get(source, source)
-        self.arrays[vid], self.root[vid] = array, root
-        if root in self.end:
-            self.end[root] = max(self.end[root], self.last_use.get(vid, -1))
-        if vid in self.pinned:
-            self.pinned.add(root)
-
-    def release(self, index: int, reads: Sequence[int]) -> None:
-        """After node ``index`` is planned, pool the buffers nothing after it reads."""
-        for root in {self.root[v] for v in reads if v in self.root}:
-            end = self.end.get(root)
-            if end is not None and end <= index and root not in self.pinned:
-                del self.end[root]
-                for a in [self.arrays[root], *self.extra.pop(root, [])]:
-                    self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
-
-
-# ------------------------------------------------------------------------- shared math
-
-
-def _clamp(src: np.ndarray, dst: np.ndarray, lo: float, hi: float) -> list:
+def clamp_steps(src: np.ndarray, dst: np.ndarray, lo: float, hi: float) -> list:
     """Steps that write clamp(src) into dst; in place when src is dst."""
     if lo == -math.inf and hi == math.inf:
         return [] if src is dst else [partial(np.copyto, dst, src)]
@@ -334,145 +50,35 @@ def _clamp(src: np.ndarray, dst: np.ndarray, lo: float, hi: float) -> list:
     return [partial(np.clip, src, dst.dtype.type(lo), dst.dtype.type(hi), out=dst)]
 
 
-def _min_max(node: xs.XNode) -> tuple[float, float]:
+def min_max(node: xs.XNode) -> tuple[float, float]:
     mm = node.output_min_max
     return (-math.inf, math.inf) if mm is None else (mm.output_min, mm.output_max)
 
 
-@dataclass(frozen=True)
-class _Window:
-    """A 2-D sliding window over NHWC data: kernel, stride, dilation and padding."""
-
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    top: int
-    right: int
-    bottom: int
-    left: int
-
-    @property
-    def padded(self) -> bool:
-        return bool(self.top or self.right or self.bottom or self.left)
-
-    def out_hw(self, h: int, w: int) -> tuple[int, int]:
-        oh = (h + self.top + self.bottom - self.dh * (self.kh - 1) - 1) // self.sh + 1
-        ow = (w + self.left + self.right - self.dw * (self.kw - 1) - 1) // self.sw + 1
-        if oh <= 0 or ow <= 0:
-            raise ValueError(f"a {self.kh}x{self.kw} window does not fit a {h}x{w} input")
-        return oh, ow
-
-    def pad(self, x: np.ndarray, fill: float) -> tuple[np.ndarray, list]:
-        """``x`` with its borders padded by ``fill`` (set once), and the step that copies the interior in."""
-        if not self.padded:
-            return x, []
-        n, h, w, c = x.shape
-        xp = np.full((n, h + self.top + self.bottom, w + self.left + self.right, c), fill, x.dtype)
-        return xp, [partial(np.copyto, xp[:, self.top : self.top + h, self.left : self.left + w, :], x)]
-
-    def tap(self, xp: np.ndarray, i: int, j: int, oh: int, ow: int) -> np.ndarray:
-        """The [N, OH, OW, C] view of ``xp`` that kernel tap (i, j) reads."""
-        r, c = i * self.dh, j * self.dw
-        return xp[:, r : r + self.sh * (oh - 1) + 1 : self.sh, c : c + self.sw * (ow - 1) + 1 : self.sw, :]
-
-    def taps(self) -> list[tuple[int, int]]:
-        return [(i, j) for i in range(self.kh) for j in range(self.kw)]
-
-    def tap_views(self, x: np.ndarray, fill: float) -> tuple[list[np.ndarray], list]:
-        """The [N, OH, OW, C] view of every tap (in ``taps()`` order) over ``x`` padded by ``fill``, and the
-        steps that refresh the views' memory from ``x``.
-
-        A strided window reads from one persistent padded plane per stride phase (for stride 2: even and odd
-        rows times even and odd columns), so each tap view has contiguous rows and NumPy runs one long inner
-        loop per row instead of one per pixel (3x3 stride 2 depthwise on 112x112x96: 1.23 -> 0.73 ms).
-        """
-        n, h, w, c = x.shape
-        oh, ow = self.out_hw(h, w)
-        if not self.padded and (self.sh == self.sw == 1 or self.kh * self.kw <= self.sh * self.sw):
-            return [self.tap(x, i, j, oh, ow) for i, j in self.taps()], []
-        hp, wp = h + self.top + self.bottom, w + self.left + self.right
-        planes, steps = {}, []
-        for a in range(self.sh):
-            for b in range(self.sw):
-                plane = np.full((n, len(range(a, hp, self.sh)), len(range(b, wp, self.sw)), c), fill, x.dtype)
-                h0, w0 = (a - self.top) % self.sh, (b - self.left) % self.sw  # first rows/columns of x it holds
-                src = x[:, h0 :: self.sh, w0 :: self.sw]
-                k0, l0 = (h0 + self.top - a) // self.sh, (w0 + self.left - b) // self.sw
-                if src.size:
-                    steps.append(partial(np.copyto, plane[:, k0 : k0 + src.shape[1], l0 : l0 + src.shape[2]], src))
-                planes[a, b] = plane
-        views = []
-        for i, j in self.taps():
-            r, s = i * self.dh, j * self.dw
-            plane = planes[r % self.sh, s % self.sw]
-            views.append(plane[:, r // self.sh : r // self.sh + oh, s // self.sw : s // self.sw + ow])
-        return views, steps
-
-    def im2col(self, xp: np.ndarray, oh: int, ow: int) -> np.ndarray:
-        """The read-only [N, OH, OW, KH, KW, C] view of every window of ``xp``."""
-        n, _, _, c = xp.shape
-        s0, s1, s2, s3 = xp.strides
-        shape = (n, oh, ow, self.kh, self.kw, c)
-        strides = (s0, s1 * self.sh, s2 * self.sw, s1 * self.dh, s2 * self.dw, s3)
-        return as_strided(xp, shape, strides, writeable=False)
-
-
-def _explicit_padding(n: Any) -> None:
-    if n.flags & xs.FLAG_TENSORFLOW_SAME_PADDING:
-        raise _Unsupported("TensorFlow SAME padding (flag 0x4) is not supported; explicit paddings are")
-
-
-def _conv_window(n: Any) -> _Window:
-    _explicit_padding(n)
-    return _Window(
-        n.kernel_height, n.kernel_width, n.subsampling_height, n.subsampling_width,
-        max(n.dilation_height, 1), max(n.dilation_width, 1),
-        n.padding_top, n.padding_right, n.padding_bottom, n.padding_left,
-    )  # fmt: skip
-
-
-def _pool_window(n: Any) -> _Window:
-    _explicit_padding(n)
-    return _Window(
-        n.pooling_height, n.pooling_width, max(n.stride_height, 1), max(n.stride_width, 1),
-        max(n.dilation_height, 1), max(n.dilation_width, 1),
-        n.padding_top, n.padding_right, n.padding_bottom, n.padding_left,
-    )  # fmt: skip
-
-
-def _nhwc(x: np.ndarray, what: str) -> tuple[int, int, int, int]:
-    if x.ndim != 4:
-        raise ValueError(f"{what} expects a 4-d NHWC input, found shape {x.shape}")
-    return x.shape
-
-
-def _bias_steps(y2: np.ndarray, env: _Env, bias_id: int) -> list:
+def bias_steps(y2: np.ndarray, env: Env, bias_id: int) -> list:
     if bias_id == xs.INVALID_VALUE_ID:
         return []
     return [_add_to_rows(y2, env[bias_id].reshape(-1))]
 
 
-_NO_CLAMP = (-math.inf, math.inf)
+NO_CLAMP = (-math.inf, math.inf)
 
 
-def _bias_act_steps(y2: np.ndarray, env: _Env, bias_id: int, act: tuple[float, float]) -> list:
+def bias_act_steps(y2: np.ndarray, env: Env, bias_id: int, act: tuple[float, float]) -> list:
     """Steps that add the bias (if any) to every row of ``y2`` and clamp it to ``act``: one compiled pass in
     the fast tier (fast.py; the same float32 results, 1.5-3x faster than NumPy's one pass for each on
     MobileNetV2's and the transformers' layer outputs), else a NumPy pass for each."""
     has_bias = bias_id != xs.INVALID_VALUE_ID
-    if (has_bias or act != _NO_CLAMP) and y2.dtype == np.float32:
+    if (has_bias or act != NO_CLAMP) and y2.dtype == np.float32:
         fused = fast.kernel("bias_clamp")
         if fused is not None:
             bias = env[bias_id].reshape(-1) if has_bias else np.empty(0, np.float32)
             return [partial(fused, y2, bias, np.float32(act[0]), np.float32(act[1]))]
-    return _bias_steps(y2, env, bias_id) + _clamp(y2, y2, *act)
+    return bias_steps(y2, env, bias_id) + clamp_steps(y2, y2, *act)
 
 
 def _packed_gemm(
-    w: np.ndarray, g: _Graph, bias_id: int, act: tuple[float, float], in_place: bool = False
+    w: np.ndarray, g: Graph, bias_id: int, act: tuple[float, float], in_place: bool = False
 ) -> gemm.PackedGemm | None:
     """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
     constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier, when the
@@ -493,7 +99,7 @@ def _packed_gemm(
     return gemm.PackedGemm(w, bias, *act)
 
 
-def _winograd_weights(n: Any, g: _Graph, ocg: int, icg: int) -> np.ndarray | None:
+def _winograd_weights(n: Any, g: Graph, ocg: int, icg: int) -> np.ndarray | None:
     """A 3x3 convolution's weights in Winograd's form (runtime/kernels/winograd.py) when the fast tier is
     usable and its filter and bias (if any) are float32 constants, else None."""
     filt = g.constants.get(n.filter_id)
@@ -518,22 +124,20 @@ def _add_to_rows(y2: np.ndarray, row: np.ndarray) -> Step:
     return partial(np.add, wide, np.tile(row, k), out=wide)
 
 
-# -------------------------------------------------------------------------- the nodes
-
-_COMPILERS: dict[type, Callable[[Any, xs.XNode, _Graph], Planner]] = {}
+FLOAT_PLANNERS: dict[type, Callable[[Any, xs.XNode, Graph], Planner]] = {}
 
 
 def _compiles(*kinds: type) -> Callable:
     def register(fn: Callable) -> Callable:
         for kind in kinds:
-            _COMPILERS[kind] = fn
+            FLOAT_PLANNERS[kind] = fn
         return fn
 
     return register
 
 
 @_compiles(xs.XNNFullyConnected)
-def _fully_connected(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
+def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO_CLAMP) -> Planner:
     transposed = bool(n.flags & xs.FLAG_TRANSPOSE_WEIGHTS)
     packed = fused = None
     if n.filter_id in g.constants:
@@ -542,7 +146,7 @@ def _fully_connected(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float]
         if fused is None:
             packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input1_id]
         if fused is not None:
             ic, oc = fused.k, fused.n
@@ -555,14 +159,14 @@ def _fully_connected(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float]
         y2 = y.reshape(-1, oc)
         if fused is not None:
             return [fused.step(x.reshape(-1, ic), y2)]
-        return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + _bias_act_steps(y2, env, n.bias_id, act)
+        return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + bias_act_steps(y2, env, n.bias_id, act)
 
     return plan
 
 
 @_compiles(xs.XNNConv2d)
-def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
-    win, groups, icg, ocg = _conv_window(n), n.groups, n.group_input_channels, n.group_output_channels
+def _convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO_CLAMP) -> Planner:
+    win, groups, icg, ocg = conv_window(n), n.groups, n.group_input_channels, n.group_output_channels
     k = win.kh * win.kw * icg
     # [OC, KH, KW, ICg] -> per group [K, OCg], so that columns @ w is the convolution.
     w = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(groups, ocg, k).transpose(0, 2, 1))
@@ -583,9 +187,9 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
     if groups == 1 and not minimal:
         packed("direct")
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input1_id]
-        nb, h, wd, c = _nhwc(x, "convolution")
+        nb, h, wd, c = nhwc(x, "convolution")
         if c != groups * icg:
             raise ValueError(f"convolution expects {groups * icg} input channels, found input shape {x.shape}")
         oh, ow = win.out_hw(h, wd)
@@ -613,16 +217,16 @@ def _convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _
             steps = [partial(np.matmul, x.reshape(m, c), w[0], out=y2)]
         elif groups == 1:
             steps = _im2col_convolution(x, y2, w[0], win, (oh, ow), env, n.bias_id)
-            return steps + _bias_act_steps(y2, env, xs.INVALID_VALUE_ID, act)  # the matmul added the bias
+            return steps + bias_act_steps(y2, env, xs.INVALID_VALUE_ID, act)  # the matmul added the bias
         else:
             steps = _grouped_convolution(x, y2, w, win, groups, oh, ow)
-        return steps + _bias_act_steps(y2, env, n.bias_id, act)
+        return steps + bias_act_steps(y2, env, n.bias_id, act)
 
     return plan
 
 
 def _im2col_convolution(
-    x: np.ndarray, y2: np.ndarray, w: np.ndarray, win: _Window, out_hw: tuple[int, int], env: _Env, bias_id: int
+    x: np.ndarray, y2: np.ndarray, w: np.ndarray, win: Window, out_hw: tuple[int, int], env: Env, bias_id: int
 ) -> list:
     """One matmul over a buffer of every window's columns. With a bias, a ones column at the end of each
     row and the bias as the last weight row make the matmul add it, saving a pass over the output."""
@@ -640,7 +244,7 @@ def _im2col_convolution(
 
 
 def _grouped_convolution(
-    x: np.ndarray, y2: np.ndarray, w: np.ndarray, win: _Window, groups: int, oh: int, ow: int
+    x: np.ndarray, y2: np.ndarray, w: np.ndarray, win: Window, groups: int, oh: int, ow: int
 ) -> list:
     nb, _, _, c = x.shape
     icg, m = c // groups, nb * oh * ow
@@ -656,17 +260,17 @@ def _grouped_convolution(
 
 
 @_compiles(xs.XNNDepthwiseConv2d)
-def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
-    win, channels, mult = _conv_window(n), n.groups, n.group_output_channels
+def _depthwise_convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO_CLAMP) -> Planner:
+    win, channels, mult = conv_window(n), n.groups, n.group_output_channels
     if n.group_input_channels != 1:
-        raise _Unsupported(f"depthwise convolution with {n.group_input_channels} input channels per group")
+        raise Unsupported(f"depthwise convolution with {n.group_input_channels} input channels per group")
     # [1, KH, KW, C*mult] -> one [C, mult] weight per tap
     taps = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(win.kh * win.kw, channels, mult))
     first_column = np.ascontiguousarray(taps[:, :, 0])
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input1_id]
-        nb, h, wd, c = _nhwc(x, "depthwise convolution")
+        nb, h, wd, c = nhwc(x, "depthwise convolution")
         if c != channels:
             raise ValueError(f"depthwise convolution expects {channels} channels, found input shape {x.shape}")
         oh, ow = win.out_hw(h, wd)
@@ -689,22 +293,22 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, 
                 steps.append(partial(np.multiply, view, wt, out=acc))
             else:
                 steps += [partial(np.multiply, view, wt, out=tmp), partial(np.add, acc, tmp, out=acc)]
-        return steps + _bias_steps(y.reshape(-1, c * mult), env, n.bias_id) + _clamp(y, y, *act)
+        return steps + bias_steps(y.reshape(-1, c * mult), env, n.bias_id) + clamp_steps(y, y, *act)
 
     return plan
 
 
 @_compiles(xs.XNNConvTranspose2d)
-def _deconvolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    win, groups, icg, ocg = _conv_window(n), n.groups, n.group_input_channels, n.group_output_channels
+def _deconvolution(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    win, groups, icg, ocg = conv_window(n), n.groups, n.group_input_channels, n.group_output_channels
     adj_h, adj_w = n.adjustment_height, n.adjustment_width
     # [OC, KH, KW, ICg] -> per group [ICg, KH*KW*OCg]: x @ w gives every tap's contribution at once.
     w = g.constant(n.filter_id, "filter").reshape(groups, ocg, win.kh, win.kw, icg)
     w = np.ascontiguousarray(w.transpose(0, 4, 2, 3, 1).reshape(groups, icg, win.kh * win.kw * ocg))
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input1_id]
-        nb, h, wd, c = _nhwc(x, "transposed convolution")
+        nb, h, wd, c = nhwc(x, "transposed convolution")
         if c != groups * icg:
             raise ValueError(f"transposed convolution expects {groups * icg} channels, found input shape {x.shape}")
         full_h = win.sh * (h - 1) + win.dh * (win.kh - 1) + 1 + adj_h
@@ -722,19 +326,19 @@ def _deconvolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             steps.append(partial(np.add, dst, contributions[:, :, :, i, j], out=dst))
         crop = full[:, win.top : win.top + oh, win.left : win.left + ow].reshape(nb, oh, ow, groups * ocg)
         steps.append(partial(np.copyto, y, crop))
-        return steps + _bias_steps(y.reshape(-1, groups * ocg), env, n.bias_id)
+        return steps + bias_steps(y.reshape(-1, groups * ocg), env, n.bias_id)
 
     return plan
 
 
 def _pooling(
-    n: Any, what: str, fill: float, combine: np.ufunc, env: _Env, compiled: Callable | None = None
+    n: Any, what: str, fill: float, combine: np.ufunc, env: Env, compiled: Callable | None = None
 ) -> tuple[np.ndarray, list, tuple]:
     """Allocate the pooled output and the steps that fold every window tap into it with ``combine``, or the
     fast tier's one pass (``compiled``, as fast.max_pool) when it takes the arrays."""
-    win = _pool_window(n)
+    win = pool_window(n)
     x = env[n.input_id]
-    nb, h, wd, c = _nhwc(x, what)
+    nb, h, wd, c = nhwc(x, what)
     oh, ow = win.out_hw(h, wd)
     y = env.empty(n.output_id, (nb, oh, ow, c))
     one_pass = compiled and compiled(x, y, win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
@@ -747,20 +351,20 @@ def _pooling(
 
 
 @_compiles(xs.XNNMaxPooling2d)
-def _max_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _max_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
     return lambda env: _pooling(n, "max pooling", -np.inf, np.maximum, env, fast.max_pool)[1]
 
 
 @_compiles(xs.XNNAvgPooling2d)
-def _average_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    def plan(env: _Env) -> list:
+def _average_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    def plan(env: Env) -> list:
         y, steps, geometry = _pooling(n, "average pooling", 0.0, np.add, env)
         return steps + [partial(np.multiply, y, _pool_scale(*geometry, y.dtype), out=y)]
 
     return plan
 
 
-def _pool_scale(win: _Window, h: int, w: int, oh: int, ow: int, dtype: np.dtype) -> np.ndarray:
+def _pool_scale(win: Window, h: int, w: int, oh: int, ow: int, dtype: np.dtype) -> np.ndarray:
     """1 / the number of in-bounds elements under each window (padding is not counted), as [OH, OW, 1]."""
     ones = np.zeros((1, h + win.top + win.bottom, w + win.left + win.right, 1), dtype)
     ones[:, win.top : win.top + h, win.left : win.left + w] = 1
@@ -769,10 +373,10 @@ def _pool_scale(win: _Window, h: int, w: int, oh: int, ow: int, dtype: np.dtype)
 
 
 @_compiles(xs.XNNGlobalAvgPooling2d)
-def _global_average_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _global_average_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
     keep = bool(n.flags & xs.FLAG_KEEP_DIMS)
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input_id]
         if x.ndim < 3:
             raise ValueError(f"global average pooling expects an input with spatial dims, found shape {x.shape}")
@@ -786,7 +390,7 @@ def _global_average_pooling(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     return plan
 
 
-_BINARY = {
+BINARY = {
     xs.XNNAdd: np.add,
     xs.XNNSubtract: np.subtract,
     xs.XNNMultiply: np.multiply,
@@ -796,32 +400,32 @@ _BINARY = {
 }
 
 
-@_compiles(*_BINARY)
-def _binary(n: Any, node: xs.XNode, g: _Graph, act: tuple[float, float] = _NO_CLAMP) -> Planner:
-    ufunc = _BINARY[type(n)]
+@_compiles(*BINARY)
+def _binary(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO_CLAMP) -> Planner:
+    ufunc = BINARY[type(n)]
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         a, b = env[n.input1_id], env[n.input2_id]
         y = env.empty(n.output_id, np.broadcast_shapes(a.shape, b.shape))
-        if ufunc is np.add and act != _NO_CLAMP:  # a residual add and its ReLU: one pass in the fast tier
+        if ufunc is np.add and act != NO_CLAMP:  # a residual add and its ReLU: one pass in the fast tier
             fused = fast.add_clamp(a, b, y, *act)
             if fused is not None:
                 return [fused]
-        return [partial(ufunc, a, b, out=y), *_clamp(y, y, *act)]
+        return [partial(ufunc, a, b, out=y), *clamp_steps(y, y, *act)]
 
     return plan
 
 
 @_compiles(xs.XNNPReLU)
-def _prelu(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    def plan(env: _Env) -> list:
+def _prelu(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    def plan(env: Env) -> list:
         x, slope = env[n.input1_id], env[n.input2_id]
         y = env.empty(n.output_id, x.shape)
         neg = np.empty_like(y)
         return [
-            *_clamp(x, neg, -math.inf, 0.0),
+            *clamp_steps(x, neg, -math.inf, 0.0),
             partial(np.multiply, neg, slope, out=neg),
-            *_clamp(x, y, 0.0, math.inf),
+            *clamp_steps(x, y, 0.0, math.inf),
             partial(np.add, y, neg, out=y),
         ]
 
@@ -857,7 +461,7 @@ def _gelu(x: np.ndarray, y: np.ndarray) -> list:
         partial(np.exp, t, out=t),
         partial(np.multiply, y, t, out=y),
         partial(np.multiply, y, a, out=y),
-        *_clamp(x, a, 0.0, math.inf),
+        *clamp_steps(x, a, 0.0, math.inf),
         partial(np.subtract, a, y, out=y),
     ]
 
@@ -909,8 +513,8 @@ _UNARY: dict[type, Callable[[np.ndarray, np.ndarray], list]] = {
 
 
 def _elementwise(kernel: Callable[[np.ndarray, np.ndarray], list]) -> Callable:
-    def compile_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-        def plan(env: _Env) -> list:
+    def compile_node(n: Any, node: xs.XNode, g: Graph) -> Planner:
+        def plan(env: Env) -> list:
             x = env[n.input_id]
             return kernel(x, env.empty(n.output_id, x.shape))
 
@@ -920,17 +524,17 @@ def _elementwise(kernel: Callable[[np.ndarray, np.ndarray], list]) -> Callable:
 
 
 for _kind, _kernel in _UNARY.items():
-    _COMPILERS[_kind] = _elementwise(_kernel)
+    FLOAT_PLANNERS[_kind] = _elementwise(_kernel)
 
 
 @_compiles(xs.XNNClamp)
-def _clamp_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    lo, hi = _min_max(node)
-    return _elementwise(lambda x, y: _clamp(x, y, lo, hi))(n, node, g)
+def _clamp_node(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    lo, hi = min_max(node)
+    return _elementwise(lambda x, y: clamp_steps(x, y, lo, hi))(n, node, g)
 
 
 @_compiles(xs.XNNLeakyReLU)
-def _leaky_relu(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _leaky_relu(n: Any, node: xs.XNode, g: Graph) -> Planner:
     def kernel(x: np.ndarray, y: np.ndarray) -> list:
         slope = y.dtype.type(n.negative_slope)
         pick = np.maximum if n.negative_slope <= 1 else np.minimum  # slope*x is the smaller branch when x > 0
@@ -940,14 +544,14 @@ def _leaky_relu(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 
 @_compiles(xs.XNNELU)
-def _elu(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _elu(n: Any, node: xs.XNode, g: Graph) -> Planner:
     def kernel(x: np.ndarray, y: np.ndarray) -> list:
         neg = np.empty_like(y)
         return [
-            *_clamp(x, neg, -math.inf, 0.0),
+            *clamp_steps(x, neg, -math.inf, 0.0),
             partial(np.expm1, neg, out=neg),
             partial(np.multiply, neg, y.dtype.type(n.alpha), out=neg),
-            *_clamp(x, y, 0.0, math.inf),
+            *clamp_steps(x, y, 0.0, math.inf),
             partial(np.add, y, neg, out=y),
         ]
 
@@ -955,14 +559,14 @@ def _elu(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 
 @_compiles(xs.XNNConvert)
-def _convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _convert(n: Any, node: xs.XNode, g: Graph) -> Planner:
     return _elementwise(lambda x, y: [partial(np.copyto, y, x, casting="unsafe")])(n, node, g)
 
 
 @_compiles(xs.XNNCopy)
-def _copy(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _copy(n: Any, node: xs.XNode, g: Graph) -> Planner:
     # Values are never written after they are produced, so a copy can share its input's memory.
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         env.alias(n.output_id, n.input_id, env[n.input_id])
         return []
 
@@ -970,16 +574,16 @@ def _copy(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 
 @_compiles(xs.XNNSoftmax)
-def _softmax(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    def plan(env: _Env) -> list:
+def _softmax(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    def plan(env: Env) -> list:
         x = env[n.input_id]
         y = env.empty(n.output_id, x.shape)
-        return _softmax_steps(x, y)
+        return softmax_steps(x, y)
 
     return plan
 
 
-def _softmax_steps(x: np.ndarray, y: np.ndarray) -> list:
+def softmax_steps(x: np.ndarray, y: np.ndarray) -> list:
     """Softmax over the last axis of x into y (x may be y)."""
     if fast.flat_float32(x, y) and x.ndim:
         fused = fast.rows_step("softmax", x.reshape(-1, x.shape[-1]), y.reshape(-1, x.shape[-1]), False)
@@ -996,10 +600,10 @@ def _softmax_steps(x: np.ndarray, y: np.ndarray) -> list:
 
 
 @_compiles(xs.XNNStaticTranspose)
-def _transpose(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _transpose(n: Any, node: xs.XNode, g: Graph) -> Planner:
     perm = tuple(n.perm)
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input_id]
         view = x.transpose(perm)
         y = env.empty(n.output_id, view.shape)
@@ -1019,12 +623,12 @@ _SHORT_LAST_AXIS = 8
 
 
 @_compiles(xs.XNNStaticReshape)
-def _reshape(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _reshape(n: Any, node: xs.XNode, g: Graph) -> Planner:
     shape = tuple(-1 if d == 0 else d for d in n.new_shape)  # 0 marks the dimension to infer
     if shape.count(-1) > 1:
-        raise _Unsupported(f"reshape to {list(n.new_shape)} infers more than one dimension")
+        raise Unsupported(f"reshape to {list(n.new_shape)} infers more than one dimension")
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         # Every array a plan holds is C-contiguous, so the reshape is a view and costs no step.
         env.alias(n.output_id, n.input_id, env[n.input_id].reshape(shape))
         return []
@@ -1033,10 +637,10 @@ def _reshape(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 
 @_compiles(xs.XNNStaticConstantPad)
-def _constant_pad(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _constant_pad(n: Any, node: xs.XNode, g: Graph) -> Planner:
     pre, post = list(n.pre_paddings), list(n.post_paddings)
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input_id]
         if len(pre) != x.ndim or len(post) != x.ndim:
             raise ValueError(f"constant pad has {len(pre)}-d paddings for an input of shape {x.shape}")
@@ -1049,11 +653,11 @@ def _constant_pad(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 
 @_compiles(xs.XNNConcatenate2, xs.XNNConcatenate3, xs.XNNConcatenate4, xs.XNNConcatenate5)
-def _concatenate(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _concatenate(n: Any, node: xs.XNode, g: Graph) -> Planner:
     count = {xs.XNNConcatenate2: 2, xs.XNNConcatenate3: 3, xs.XNNConcatenate4: 4, xs.XNNConcatenate5: 5}[type(n)]
     ids = [n.input1_id, n.input2_id, n.input3_id, n.input4_id, n.input5_id][:count]
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         xs_ = [env[i] for i in ids]
         axis = n.axis
         shape = list(xs_[0].shape)
@@ -1070,10 +674,10 @@ def _concatenate(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 
 @_compiles(xs.XNNStaticSlice)
-def _slice(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _slice(n: Any, node: xs.XNode, g: Graph) -> Planner:
     offsets, sizes = list(n.offsets), list(n.sizes)
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input_id]
         if len(offsets) != x.ndim:
             raise ValueError(f"slice has {len(offsets)} offsets for an input of shape {x.shape}")
@@ -1085,10 +689,10 @@ def _slice(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 
 @_compiles(xs.XNNBatchMatrixMultiply)
-def _batch_matmul(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _batch_matmul(n: Any, node: xs.XNode, g: Graph) -> Planner:
     transpose_b = bool(n.flags & xs.FLAG_TRANSPOSE_B)
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         a, b = env[n.input1_id], env[n.input2_id]
         if transpose_b:
             b = b.swapaxes(-1, -2)
@@ -1103,10 +707,10 @@ def _batch_matmul(n: Any, node: xs.XNode, g: _Graph) -> Planner:
 
 
 @_compiles(xs.XNNStaticResizeBilinear2D)
-def _resize_bilinear(n: Any, node: xs.XNode, g: _Graph) -> Planner:
-    def plan(env: _Env) -> list:
+def _resize_bilinear(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    def plan(env: Env) -> list:
         x = env[n.input_id]
-        nb, h, w, c = _nhwc(x, "bilinear resize")
+        nb, h, w, c = nhwc(x, "bilinear resize")
         oh, ow = n.new_height, n.new_width
         y = env.empty(n.output_id, (nb, oh, ow, c))
         h0, h1, fh = _resize_taps(h, oh, n.flags, x.dtype)
@@ -1145,9 +749,9 @@ def _resize_taps(size: int, out: int, flags: int, dtype: np.dtype) -> tuple[np.n
 
 
 @_compiles(xs.XNNScaledDotProductAttention)
-def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _attention(n: Any, node: xs.XNode, g: Graph) -> Planner:
     # XNNPACK's attention: softmax((query * scale) @ key^T + mask) @ value, scale per channel, mask [T, U].
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         q, k, v = env[n.query_id], env[n.key_id], env[n.value_id]
         scale, mask = env[n.scale_id], env[n.mask_id]
         if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
@@ -1160,50 +764,14 @@ def _attention(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             partial(np.multiply, q, scale, out=qs),
             partial(np.matmul, qs, k.swapaxes(-1, -2), out=scores),
             partial(np.add, scores, mask, out=scores),
-            *_softmax_steps(scores, scores),
+            *softmax_steps(scores, scores),
             partial(np.matmul, scores, v, out=y),
         ]
 
     return plan
 
 
-# ---------------------------------------------------------------------- quantized nodes
-#
-# Quantized values hold integers q standing for (q - zero_point) * scale. Fully connected
-# and convolution run XNNPACK's integer arithmetic with float32 BLAS on integer-valued
-# float32 arrays (qgemm.py states why that is exact and what the other options cost). A
-# static fully connected multiplies the raw int8/uint8 input (|q| <= 256) by the weights
-# with the bias, corrected for the input zero point (bias - zero_point * sum_k w[k, n]),
-# as one more weight row, so one sgemm yields XNNPACK's int32 accumulator exactly when
-# every column's L1 bound allows, else exact K-chunks summed in float64. A static
-# convolution runs the float planner on centred integers (|x - zero_point| <= 255) and
-# its bias; its single sgemm is exact under the same bound (MobileNetV2's convolutions meet
-# it, ResNet-18's deepest do not); where it fails, the float32 rounding of a sum above 2**24
-# is a relative 6e-8, which can move the requantized output only at a rounding tie.
-# XNNPACK's fp32 requantization follows: multiply by input_scale * weight_scale /
-# output_scale in float32, clamp, round half to even, add the output zero point.
-# Dynamically quantized nodes (float output) multiply the dequantized input by weights
-# dequantized once at load (per-channel int8 or blockwise 4-bit), with the bias row: the
-# float result differs from XNNPACK's only by float32 rounding. A clamp between equal
-# quantization parameters clips the integers; other ops on quantized values (add,
-# pooling, transposes, ...) run their float kernel on dequantized values and requantize
-# their output, which matches XNNPACK's fixed-point kernels within one step.
-# Between quantized nodes a per-tensor (or dynamic) quantized value travels as float32
-# centred integers q - zero_point (``_Env.centred``): its producer stops after rounding and
-# its readers skip the int8 -> float conversion; a static fully connected then uses the
-# plain bias (|q - zero_point| <= 255). int8 arrays are written only for the graph's
-# outputs and for converts, which read the integers themselves.
-# With the [fast] tier (qfast.py) a static node's requantization (its int32 bias included), a
-# static add and a dynamic convert (which also fills its fully connected's input buffer) each
-# run as one compiled pass with the NumPy path's float32 operations in its order: same bits.
-
-
-def _qrange(dtype: np.dtype) -> tuple[int, int]:
-    info = np.iinfo(dtype)
-    return int(info.min), int(info.max)
-
-
-def _quantize_steps(
+def quantize_steps(
     y: np.ndarray, q: np.ndarray, scale: Any, zero_point: int, lo: float, hi: float, dest: tuple | None = None
 ) -> list:
     """Steps writing round_half_even(y / scale) + zero_point into ``q``, clamped to q's range and [lo, hi].
@@ -1213,7 +781,7 @@ def _quantize_steps(
     the dequantizing fallback skip a conversion and a subtraction); when no reader needs the integers
     themselves (the graph's outputs and converts do), ``q`` is not written at all.
     """
-    qmin, qmax = _qbounds(q.dtype, scale, zero_point, lo, hi)
+    qmin, qmax = qbounds(q.dtype, scale, zero_point, lo, hi)
     if dest is not None and dest[1] in dest[0].graph.narrow:
         a, b = dest[0].graph.narrow[dest[1]]
         qmin, qmax = max(qmin, a), min(qmax, b)
@@ -1244,7 +812,7 @@ def _quantize_steps(
     return steps + [partial(np.copyto, q, t, casting="unsafe")]
 
 
-def _centred_input(env: _Env, vid: int, qp: _QParams, dst_id: int) -> tuple[np.ndarray, list]:
+def centred_input(env: Env, vid: int, qp: QParams, dst_id: int) -> tuple[np.ndarray, list]:
     """Value ``vid`` as float32 centred integers under id ``dst_id``: shared if its producer kept them."""
     c = env.centred.get(vid)
     if c is not None:
@@ -1255,9 +823,9 @@ def _centred_input(env: _Env, vid: int, qp: _QParams, dst_id: int) -> tuple[np.n
     return xc, [partial(np.subtract, x, np.float32(qp.zero_point), out=xc)]
 
 
-def _qbounds(dtype: np.dtype, scale: Any, zero_point: int, lo: float, hi: float) -> tuple[int, int]:
+def qbounds(dtype: np.dtype, scale: Any, zero_point: int, lo: float, hi: float) -> tuple[int, int]:
     """The integer range of a quantized output: its dtype's, narrowed by a float clamp [lo, hi]."""
-    qmin, qmax = _qrange(dtype)
+    qmin, qmax = qrange(dtype)
     if lo != -math.inf:
         qmin = max(qmin, int(np.rint(np.float32(lo) / scale)) + zero_point)
     if hi != math.inf:
@@ -1265,7 +833,7 @@ def _qbounds(dtype: np.dtype, scale: Any, zero_point: int, lo: float, hi: float)
     return qmin, qmax
 
 
-def _dequantize_steps(q: np.ndarray, f: np.ndarray, qp: _QParams) -> list:
+def dequantize_steps(q: np.ndarray, f: np.ndarray, qp: QParams) -> list:
     return [partial(np.subtract, q, np.float32(qp.zero_point), out=f), partial(np.multiply, f, qp.scale, out=f)]
 
 
@@ -1280,16 +848,16 @@ def _dynamic_params(x2: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -
     np.copyto(scale, s)
 
 
-_NO_ROWS = np.empty((0, 0), np.float32)
+NO_ROWS = np.empty((0, 0), np.float32)
 
 
-def _dynamic_convert(
+def dynamic_convert(
     x: np.ndarray,
     centred: np.ndarray,
     q: np.ndarray | None,
     scale: np.ndarray,
     zero_point: np.ndarray,
-    dequantized: np.ndarray = _NO_ROWS,
+    dequantized: np.ndarray = NO_ROWS,
 ) -> None:
     """Per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q`` if given.
     A ``dequantized`` [rows, K + 1] buffer (compiled tier only) also gets (q - zero_point) * scale."""
@@ -1308,37 +876,37 @@ def _dynamic_convert(
         np.copyto(q.reshape(x2.shape), t + zero_point, casting="unsafe")
 
 
-def _quantized_convert(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _quantized_convert(n: Any, node: xs.XNode, g: Graph) -> Planner:
     qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input_id]
         y = env.empty(n.output_id, x.shape)
         if qin is not None and qout is None:
-            return _dequantize_steps(x, y, qin)
+            return dequantize_steps(x, y, qin)
         if qin is None and qout is not None and qout.scale is None:
             rows = math.prod(x.shape[: x.ndim - qout.nonbatch_dims])
             scale, zp = np.empty((rows, 1), np.float32), np.empty((rows, 1), np.float32)
             env.dynamic[n.output_id] = (scale, zp)
             c = env.centred_buffer(n.output_id, x.shape)
-            deq = _NO_ROWS
+            deq = NO_ROWS
             if qfast.available() and n.output_id in g.fc_inputs:
                 # The fully connected's input buffer, filled in the same pass; not pooled.
                 deq, ones = env.ones_column(rows, x.size // max(rows, 1))
                 env.fc_input[n.output_id] = deq
             q = y if n.output_id in g.needs_int8 else None
-            return [partial(_dynamic_convert, x, c, q, scale, zp, deq)] + ([ones] if deq.size else [])
+            return [partial(dynamic_convert, x, c, q, scale, zp, deq)] + ([ones] if deq.size else [])
         dest = (env, n.output_id)
         if qin is None:
-            return _quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
+            return quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
         f = np.empty(x.shape, np.float32)
-        quantize = _quantize_steps(f, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
-        return _dequantize_steps(x, f, qin) + quantize
+        quantize = quantize_steps(f, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
+        return dequantize_steps(x, f, qin) + quantize
 
     return plan
 
 
-def _unpack_int4(packed: np.ndarray, rows: int, cols: int) -> np.ndarray:
+def unpack_int4(packed: np.ndarray, rows: int, cols: int) -> np.ndarray:
     """[rows, cols] signed 4-bit weights from XNNPACK's packing: two a byte along cols, low nibble first, +8."""
     b = packed.reshape(rows, (cols + 1) // 2)
     w = np.empty((rows, b.shape[1] * 2), np.int8)
@@ -1347,17 +915,17 @@ def _unpack_int4(packed: np.ndarray, rows: int, cols: int) -> np.ndarray:
     return w[:, :cols] - 8
 
 
-def _requantize_steps(
+def requantize_steps(
     acc: np.ndarray,
     bias: np.ndarray | None,
     factor: np.ndarray,
     q: np.ndarray,
-    qp: _QParams,
+    qp: QParams,
     node: xs.XNode,
     dest: tuple | None = None,
 ) -> list:
     """XNNPACK's fp32 requantization of the int32 accumulator ``acc`` (+ bias) into ``q``."""
-    lo, hi = _min_max(node)
+    lo, hi = min_max(node)
     lo, hi = (lo / qp.scale if lo != -math.inf else lo), (hi / qp.scale if hi != math.inf else hi)
     if qfast.available() and dest is not None and acc.flags.c_contiguous:
         return _fused_requantize_steps(acc, bias, factor, q, qp.zero_point, lo, hi, dest)
@@ -1365,7 +933,7 @@ def _requantize_steps(
     if bias is not None:
         steps.append(partial(np.add, acc, bias, out=acc))
     steps.append(partial(np.multiply, acc, factor, out=acc))
-    return steps + _quantize_steps(acc, q, np.float32(1), qp.zero_point, lo, hi, dest)
+    return steps + quantize_steps(acc, q, np.float32(1), qp.zero_point, lo, hi, dest)
 
 
 def _fused_requantize_steps(
@@ -1378,7 +946,7 @@ def _fused_requantize_steps(
     hi: float,
     dest: tuple,
 ) -> list:
-    """``_requantize_steps`` as one compiled pass (qfast.py) writing the centred integers: the same
+    """``requantize_steps`` as one compiled pass (qfast.py) writing the centred integers: the same
     float32 operations in the same order (bias add, scale, clip to the integer bounds, round half to
     even), so the same bits; then the int8 copy when a reader needs it, as on the NumPy path."""
     c = factor.shape[-1]
@@ -1388,17 +956,17 @@ def _fused_requantize_steps(
     def step(t: np.ndarray, qlo: np.float32, qhi: np.float32) -> Step:
         return partial(qfast.requantize(), acc.reshape(-1, c), b, f, qlo, qhi, t.reshape(-1, c))
 
-    return _fused_quantize_out(dest, q, zp, np.float32(1), lo, hi, acc.shape, step)
+    return fused_quantize_out(dest, q, zp, np.float32(1), lo, hi, acc.shape, step)
 
 
-def _fused_quantize_out(
+def fused_quantize_out(
     dest: tuple, q: np.ndarray, zp: int, scale: Any, lo: float, hi: float, shape: tuple, step: Callable
 ) -> list:
     """The steps of a compiled pass ``step(t, qlo, qhi)`` that writes value ``dest[1]``'s centred integers
     into ``t``, clipped to [qlo, qhi] (its dtype's range, narrowed by [lo, hi] and by a following clamp as
-    ``_quantize_steps`` does), then the int8 copy when a reader needs the integers themselves."""
+    ``quantize_steps`` does), then the int8 copy when a reader needs the integers themselves."""
     env, vid = dest
-    qmin, qmax = _qbounds(q.dtype, scale, zp, lo, hi)
+    qmin, qmax = qbounds(q.dtype, scale, zp, lo, hi)
     if vid in env.graph.narrow:
         a, b = env.graph.narrow[vid]
         qmin, qmax = max(qmin, a), min(qmax, b)
@@ -1411,7 +979,7 @@ def _fused_quantize_out(
     return steps + [partial(np.add, t, np.float32(zp), out=t2), partial(np.copyto, q, t2, casting="unsafe")]
 
 
-def _fused_add(n: Any, node: xs.XNode, g: _Graph, env: _Env) -> list | None:
+def _fused_add(n: Any, node: xs.XNode, g: Graph, env: Env) -> list | None:
     """A static int8 add as one compiled pass (qfast.py), when both inputs are centred integers of one
     shape and the output is quantized per tensor: the dequantizing fallback's float32 operations in its
     order (each input times its scale, the sum, the node's float clamp, times 1 / output scale, clip,
@@ -1422,7 +990,7 @@ def _fused_add(n: Any, node: xs.XNode, g: _Graph, env: _Env) -> list | None:
     a, b = env.centred.get(n.input1_id), env.centred.get(n.input2_id)
     if a is None or b is None or a.shape != b.shape or not (a.flags.c_contiguous and b.flags.c_contiguous):
         return None
-    flo, fhi = (np.float32(v) for v in _min_max(node))
+    flo, fhi = (np.float32(v) for v in min_max(node))
     inv = np.float32(1.0) / np.float32(qy.scale)
     sa, sb = np.float32(qa.scale), np.float32(qb.scale)
     q = env.empty(n.output_id, a.shape)
@@ -1431,23 +999,23 @@ def _fused_add(n: Any, node: xs.XNode, g: _Graph, env: _Env) -> list | None:
         flat = t.reshape(-1)
         return partial(qfast.quantized_add(), a.reshape(-1), sa, b.reshape(-1), sb, flo, fhi, inv, qlo, qhi, flat)
 
-    return _fused_quantize_out((env, n.output_id), q, qy.zero_point, qy.scale, -math.inf, math.inf, a.shape, step)
+    return fused_quantize_out((env, n.output_id), q, qy.zero_point, qy.scale, -math.inf, math.inf, a.shape, step)
 
 
-def _weight_scale(qp: _QParams, channels: int) -> np.ndarray:
+def weight_scale(qp: QParams, channels: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(qp.scale, np.float32).reshape(-1), (channels,)).astype(np.float32)
 
 
-def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _quantized_fully_connected(n: Any, node: xs.XNode, g: Graph) -> Planner:
     wq = g.quant.get(n.filter_id)
     if wq is None or n.filter_id not in g.constants:
-        raise _Unsupported("a quantized fully connected needs constant quantized weights")
+        raise Unsupported("a quantized fully connected needs constant quantized weights")
     dims = list(g.value(n.filter_id).dims)
     transposed = bool(n.flags & xs.FLAG_TRANSPOSE_WEIGHTS)
     oc, ic = (dims[1], dims[0]) if transposed else (dims[0], dims[1])
     xq, yq = g.quant.get(n.input1_id), g.quant.get(n.output_id)
     if xq is None:
-        raise _Unsupported("a fully connected with quantized weights needs a quantized input")
+        raise Unsupported("a fully connected with quantized weights needs a quantized input")
     bias = None
     if n.bias_id != xs.INVALID_VALUE_ID:
         bias = g.constant(n.bias_id, "bias").reshape(-1)
@@ -1456,21 +1024,21 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
     if xq.scale is None:  # dynamic int8 input, float output
         return _dynamic_fully_connected(n, node, g, wq, bias, (ic, oc), transposed, four_bit)
     if four_bit or yq is None:
-        raise _Unsupported("static int8 fully connected needs int8 weights and a quantized output")
+        raise Unsupported("static int8 fully connected needs int8 weights and a quantized output")
     w = g.constants[n.filter_id].astype(np.float32) - np.float32(wq.zero_point)
-    w, wscale = (w if transposed else w.T), _weight_scale(wq, oc)  # centred integers [in, out]
+    w, wscale = (w if transposed else w.T), weight_scale(wq, oc)  # centred integers [in, out]
     # The raw input q times w, with the zero point's share sum_k zp * w[k, n] taken off the bias.
     w0 = w
     correction = np.float64(xq.zero_point) * w.astype(np.float64).sum(axis=0)
     waug = qgemm.with_bias_row(w, (0 if bias is None else bias.astype(np.float64)) - correction)
-    xmax = float(max(-_qrange(g.dtype(n.input1_id))[0], _qrange(g.dtype(n.input1_id))[1]))
+    xmax = float(max(-qrange(g.dtype(n.input1_id))[0], qrange(g.dtype(n.input1_id))[1]))
     bound = waug.copy()
     bound[ic] /= xmax  # the bias row multiplies a column of ones, not an input
     splits = qgemm.exact_splits(bound, xmax)
     factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
     centred: list = []  # (weights with the plain bias, splits), made when a plan first has centred input
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env.centred.get(n.input1_id)
         w, cuts = waug, splits
         if x is not None:
@@ -1487,23 +1055,23 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         acc = env.cursor.take((x2.shape[0], oc), np.dtype(np.float32))
         steps = [ones, partial(np.copyto, xa[:, :ic], x2)] + qgemm.matmul_steps(xa, w, acc, cuts)
-        return steps + _requantize_steps(acc, None, factor, y.reshape(-1, oc), yq, node, (env, n.output_id))
+        return steps + requantize_steps(acc, None, factor, y.reshape(-1, oc), yq, node, (env, n.output_id))
 
     return plan
 
 
-def _float_weights(g: _Graph, n: Any, wq: _QParams, shape: tuple[int, int], transposed: bool, four_bit: bool):
+def _float_weights(g: Graph, n: Any, wq: QParams, shape: tuple[int, int], transposed: bool, four_bit: bool):
     """A dynamically quantized fully connected's weights dequantized to float32 [in, out]."""
     ic, oc = shape
     if four_bit:
-        w = _unpack_int4(g.constants[n.filter_id], oc, ic).astype(np.float32)
+        w = unpack_int4(g.constants[n.filter_id], oc, ic).astype(np.float32)
         return (w.reshape(oc, ic // wq.group_size, wq.group_size) * wq.scale[:, :, None]).reshape(oc, ic).T
     w = g.constants[n.filter_id].astype(np.float32) - np.float32(wq.zero_point)
-    return (w if transposed else w.T) * _weight_scale(wq, oc)
+    return (w if transposed else w.T) * weight_scale(wq, oc)
 
 
 def _integer_weights(
-    g: _Graph, n: Any, wq: _QParams, bias: np.ndarray | None, shape: tuple[int, int], transposed: bool, four_bit: bool
+    g: Graph, n: Any, wq: QParams, bias: np.ndarray | None, shape: tuple[int, int], transposed: bool, four_bit: bool
 ) -> qgemv.IntegerLinear | None:
     """The weights for the compiled integer GEMV (qgemv.py), or None when the tier is off or the layout is one
     it does not take (the node then dequantizes them at load)."""
@@ -1517,10 +1085,10 @@ def _integer_weights(
     if wq.zero_point != 0:
         return None
     w = np.asarray(g.constants[n.filter_id]).reshape((ic, oc) if transposed else (oc, ic))
-    return qgemv.IntegerLinear.qc8w(w.T if transposed else w, _weight_scale(wq, oc), bias, _keeps_floats(g))
+    return qgemv.IntegerLinear.qc8w(w.T if transposed else w, weight_scale(wq, oc), bias, _keeps_floats(g))
 
 
-def _keeps_floats(g: _Graph) -> bool:
+def _keeps_floats(g: Graph) -> bool:
     """Whether a layer called with more rows than its GEMV takes keeps its float32 weights after the first
     such call: when the program's weights (its named data) are small (qgemv.FLOAT_BUDGET)."""
     return g.named_bytes <= qgemv.FLOAT_BUDGET
@@ -1529,8 +1097,8 @@ def _keeps_floats(g: _Graph) -> bool:
 def _dynamic_fully_connected(
     n: Any,
     node: xs.XNode,
-    g: _Graph,
-    wq: _QParams,
+    g: Graph,
+    wq: QParams,
     bias: np.ndarray | None,
     shape: tuple[int, int],
     transposed: bool,
@@ -1550,15 +1118,15 @@ def _dynamic_fully_connected(
         else qgemm.with_bias_row(_float_weights(g, n, wq, shape, transposed, four_bit), bias)
     )
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         x = env[n.input1_id]
         x2 = x.reshape(-1, ic)
         scale, zp = env.dynamic[n.input1_id]
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         y2 = y.reshape(-1, oc)
         c = env.centred.get(n.input1_id)
-        lo, hi = _min_max(node)
-        clamp = _clamp(y2, y2, lo, hi)  # no steps without a clamp
+        lo, hi = min_max(node)
+        clamp = clamp_steps(y2, y2, lo, hi)  # no steps without a clamp
         if integer is not None and x2.shape[0] <= integer.max_rows:
             if c is not None and c.flags.c_contiguous:
                 return integer.steps(c.reshape(x2.shape), scale, y2, lo, hi)
@@ -1585,16 +1153,16 @@ def _dynamic_fully_connected(
     return plan
 
 
-def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _quantized_convolution(n: Any, node: xs.XNode, g: Graph) -> Planner:
     """Static int8 convolution: the float planner on centred integers, then XNNPACK's requantization."""
     xq, wq, yq = g.quant.get(n.input1_id), g.quant.get(n.filter_id), g.quant.get(n.output_id)
     if xq is None or wq is None or (yq is None and xq.scale is not None):
-        raise _Unsupported(
+        raise Unsupported(
             "a quantized convolution needs a quantized input and weights, and a quantized output if static"
         )
     wid, xid, yid = g.shadow(n.filter_id), g.shadow(n.input1_id), g.shadow(n.output_id)
     channels = list(g.value(n.output_id).dims)[-1]
-    wscale = _weight_scale(wq, channels)
+    wscale = weight_scale(wq, channels)
     w = g.constant(n.filter_id, "filter").astype(np.float32) - np.float32(wq.zero_point)
     bias = g.constant(n.bias_id, "bias").reshape(-1).astype(np.float32) if n.bias_id != xs.INVALID_VALUE_ID else None
     dynamic = xq.scale is None
@@ -1610,13 +1178,13 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         g.constants[bid] = bias
     if not dynamic:
         g.exact.add(wid)
-    inner = _COMPILERS[type(n)](
+    inner = FLOAT_PLANNERS[type(n)](
         dataclasses.replace(n, input1_id=xid, filter_id=wid, output_id=yid, bias_id=bid), node, g
     )
     del g.constants[wid]  # the float planner keeps its own packed copy
     if dynamic:  # dynamic int8 input, float output: one input scale per batch entry
 
-        def plan(env: _Env) -> list:
+        def plan(env: Env) -> list:
             x = env[n.input1_id]
             scale, zp = env.dynamic[n.input1_id]
             rows = (scale.shape[0],) + (1,) * (x.ndim - 1)
@@ -1632,45 +1200,45 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: _Graph) -> Planner:
             steps.append(partial(np.multiply, acc, scale.reshape(rows), out=acc))
             if bias is not None:
                 steps.append(partial(np.add, acc, bias, out=acc))
-            lo, hi = _min_max(node)
-            return steps + ([] if (lo, hi) == (-math.inf, math.inf) else _clamp(acc, acc, lo, hi))
+            lo, hi = min_max(node)
+            return steps + ([] if (lo, hi) == (-math.inf, math.inf) else clamp_steps(acc, acc, lo, hi))
 
         return plan
     factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
 
-    def plan(env: _Env) -> list:
-        _, steps = _centred_input(env, n.input1_id, xq, xid)
+    def plan(env: Env) -> list:
+        _, steps = centred_input(env, n.input1_id, xq, xid)
         steps += inner(env)
         acc = env[yid]
         y = env.empty(n.output_id, acc.shape)
-        return steps + _requantize_steps(acc, bias if fused_bias else None, factor, y, yq, node, (env, n.output_id))
+        return steps + requantize_steps(acc, bias if fused_bias else None, factor, y, yq, node, (env, n.output_id))
 
     return plan
 
 
-def _dequantized(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def _dequantized(n: Any, node: xs.XNode, g: Graph) -> Planner:
     """Any other node: its float kernel on dequantized inputs, its output requantized."""
-    compiler = _COMPILERS.get(type(n))
+    compiler = FLOAT_PLANNERS.get(type(n))
     if compiler is None:
-        raise _Unsupported("it has no kernel here")
-    reads = [v for v in _reads(n) if v in g.quant]
+        raise Unsupported("it has no kernel here")
+    reads = [v for v in read_ids(n) if v in g.quant]
     if any(g.quant[v].scale is None or np.ndim(g.quant[v].scale) for v in reads):
-        raise _Unsupported("it reads a per-channel or dynamically quantized value, which only linear and conv take")
+        raise Unsupported("it reads a per-channel or dynamically quantized value, which only linear and conv take")
     swap = {v: g.shadow(v) for v in reads}
     out_q = g.quant.get(n.output_id)
     if out_q is not None:
         swap[n.output_id] = g.shadow(n.output_id)
-    fields = {f: swap[getattr(n, f)] for f in ("output_id",) + _READ_FIELDS if getattr(n, f, None) in swap}
+    fields = {f: swap[getattr(n, f)] for f in ("output_id",) + READ_FIELDS if getattr(n, f, None) in swap}
     for v in reads:
         if v in g.constants:
             g.constants[swap[v]] = (g.constants[v].astype(np.float32) - g.quant[v].zero_point) * g.quant[v].scale
     shadowed = dataclasses.replace(n, **fields)
-    inner = _with_activation(shadowed, node, compiler(shadowed, node, g))  # the clamp acts on the float result
+    inner = with_activation(shadowed, node, compiler(shadowed, node, g))  # the clamp acts on the float result
 
     fusable = type(n) is xs.XNNAdd and len(reads) == 2 and n.input1_id not in g.constants
     fusable = fusable and n.input2_id not in g.constants
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         if fusable and qfast.available():
             fused = _fused_add(n, node, g, env)
             if fused is not None:
@@ -1681,20 +1249,20 @@ def _dequantized(n: Any, node: xs.XNode, g: _Graph) -> Planner:
                 c = env.centred.get(v)
                 f = env.empty(swap[v], env[v].shape if c is None else c.shape)
                 if c is None:
-                    steps += _dequantize_steps(env[v], f, g.quant[v])
+                    steps += dequantize_steps(env[v], f, g.quant[v])
                 else:
                     steps.append(partial(np.multiply, c, g.quant[v].scale, out=f))
         steps += inner(env)
         if out_q is not None:
             f = env[swap[n.output_id]]
             q = env.empty(n.output_id, f.shape)
-            steps += _quantize_steps(f, q, out_q.scale, out_q.zero_point, -math.inf, math.inf, (env, n.output_id))
+            steps += quantize_steps(f, q, out_q.scale, out_q.zero_point, -math.inf, math.inf, (env, n.output_id))
         return steps
 
     return plan
 
 
-def _quantized_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
+def quantized_node(n: Any, node: xs.XNode, g: Graph) -> Planner:
     if isinstance(n, xs.XNNConvert):
         return _quantized_convert(n, node, g)
     if isinstance(n, xs.XNNFullyConnected):
@@ -1703,12 +1271,12 @@ def _quantized_node(n: Any, node: xs.XNode, g: _Graph) -> Planner:
         return _quantized_convolution(n, node, g)
     if isinstance(n, xs.XNNClamp):
         qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
-        if qin is not None and qout is not None and _same_tensor_params(qin, qout):
+        if qin is not None and qout is not None and same_tensor_params(qin, qout):
             return _integer_clamp(n, node, g, qout)
     return _dequantized(n, node, g)
 
 
-def _same_tensor_params(a: _QParams, b: _QParams) -> bool:
+def same_tensor_params(a: QParams, b: QParams) -> bool:
     return a.scale is not None and not np.ndim(a.scale) and a.scale == b.scale and a.zero_point == b.zero_point
 
 
@@ -1717,7 +1285,7 @@ def _reader_counts(reads: list) -> Counter:
     return Counter(vid for r in reads for vid in set(r))
 
 
-def _fuse_clamps(g: _Graph, xnodes: list, reads: list) -> None:
+def fuse_clamps(g: Graph, xnodes: list, reads: list) -> None:
     """Record in ``g.narrow`` each quantized clamp that is the only reader of its input, between equal
     per-tensor parameters: the input's producer clips to the clamp's bounds when it rounds, and the
     clamp passes its input on (ExecuTorch's static int8 lowering keeps ReLU6 as a node of its own)."""
@@ -1727,75 +1295,74 @@ def _fuse_clamps(g: _Graph, xnodes: list, reads: list) -> None:
         if not isinstance(n, xs.XNNClamp) or readers.get(n.input_id) != 1 or n.input_id in g.needs_int8:
             continue
         qin, qout = g.quant.get(n.input_id), g.quant.get(n.output_id)
-        if qin is not None and qout is not None and _same_tensor_params(qin, qout):
-            lo, hi = _min_max(node)
-            g.narrow[n.input_id] = _qbounds(g.dtype(n.output_id), qout.scale, qout.zero_point, lo, hi)
+        if qin is not None and qout is not None and same_tensor_params(qin, qout):
+            lo, hi = min_max(node)
+            g.narrow[n.input_id] = qbounds(g.dtype(n.output_id), qout.scale, qout.zero_point, lo, hi)
 
 
-def _integer_clamp(n: Any, node: xs.XNode, g: _Graph, qp: _QParams) -> Planner:
+def _integer_clamp(n: Any, node: xs.XNode, g: Graph, qp: QParams) -> Planner:
     """A clamp (ReLU, ReLU6, hardtanh) between equal per-tensor parameters: a clip of the integers."""
-    lo, hi = _min_max(node)
+    lo, hi = min_max(node)
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         c = env.centred.get(n.input_id)
         y = env.empty(n.output_id, (env[n.input_id] if c is None else c).shape)
-        qmin, qmax = _qbounds(y.dtype, qp.scale, qp.zero_point, lo, hi)
+        qmin, qmax = qbounds(y.dtype, qp.scale, qp.zero_point, lo, hi)
         if c is None:
             return [partial(np.clip, env[n.input_id], y.dtype.type(qmin), y.dtype.type(qmax), out=y)]
         zp = qp.zero_point
         if n.input_id in env.narrowed:  # its producer already clipped to these bounds
             env.hand_over(n.input_id, n.output_id)
-            return _quantize_steps(c, y, np.float32(1), zp, -math.inf, math.inf) if n.output_id in g.needs_int8 else []
+            return quantize_steps(c, y, np.float32(1), zp, -math.inf, math.inf) if n.output_id in g.needs_int8 else []
         t = env.centred_buffer(n.output_id, c.shape)  # centred integers clipped stay integers: no rounding
         steps = [partial(np.clip, c, np.float32(qmin - zp), np.float32(qmax - zp), out=t)]
         if n.output_id in g.needs_int8:
-            steps += _quantize_steps(t, y, np.float32(1), zp, -math.inf, math.inf)
+            steps += quantize_steps(t, y, np.float32(1), zp, -math.inf, math.inf)
         return steps
 
     return plan
 
 
-# ------------------------------------------------------------------------ compile, run
-
-
-def _compile_node(index: int, node: xs.XNode, g: _Graph) -> Planner:
+def _compile_node(index: int, node: xs.XNode, g: Graph) -> Planner:
     n = node.xnode_union
     kind = type(n).__name__ if n is not None else "an empty node"
-    if n is not None and any(v in g.quant for v in _reads(n) + [getattr(n, "output_id", xs.INVALID_VALUE_ID)]):
+    if n is not None and any(v in g.quant for v in read_ids(n) + [getattr(n, "output_id", xs.INVALID_VALUE_ID)]):
         try:
-            return _named_planner(index, kind, _quantized_node(n, node, g))
-        except _Unsupported as e:
+            return _named_planner(index, kind, quantized_node(n, node, g))
+        except Unsupported as e:
             raise DelegateLoadError(f"XNNPACK node {index} ({kind}) cannot run here: {e}") from None
-    compiler = _COMPILERS.get(type(n))
+    compiler = FLOAT_PLANNERS.get(type(n))
     if compiler is None:
         raise DelegateLoadError(
             f"XNNPACK node {index} ({kind}) is not supported by edgetorch's XNNPACK runtime; "
             "run this program with ExecuTorch or lower the model without this operator in the partition"
         )
-    lo, hi = _min_max(node)
+    lo, hi = min_max(node)
     try:
-        if type(n) in _APPLY_ACTIVATION:  # the layer clamps its own output, with its bias where it can
+        if type(n) in APPLY_ACTIVATION:  # the layer clamps its own output, with its bias where it can
             return _named_planner(index, kind, compiler(n, node, g, (lo, hi)))  # type: ignore[call-arg]
         planner = compiler(n, node, g)
-    except _Unsupported as e:
+    except Unsupported as e:
         raise DelegateLoadError(f"XNNPACK node {index} ({kind}) cannot run here: {e}") from None
     if isinstance(n, xs.XNNClamp) or (lo == -math.inf and hi == math.inf):
         return _named_planner(index, kind, planner)
 
-    def with_activation(env: _Env) -> list:
+    def with_activation(env: Env) -> list:
         steps = planner(env)
         y = env[n.output_id]
-        return steps + _clamp(y, y, lo, hi)
+        return steps + clamp_steps(y, y, lo, hi)
 
     return _named_planner(index, kind, with_activation)
 
 
-_APPLY_ACTIVATION = (xs.XNNFullyConnected, xs.XNNConv2d, xs.XNNDepthwiseConv2d, *_BINARY)
+APPLY_ACTIVATION = (xs.XNNFullyConnected, xs.XNNConv2d, xs.XNNDepthwiseConv2d, *BINARY)
+
+
 # Float nodes that write a fresh output buffer, so that a clamp reading only them can clamp it in place.
-_CLAMP_FUSABLE = (*_APPLY_ACTIVATION, xs.XNNConvTranspose2d, xs.XNNBatchMatrixMultiply)
+_CLAMP_FUSABLE = (*APPLY_ACTIVATION, xs.XNNConvTranspose2d, xs.XNNBatchMatrixMultiply)
 
 
-def _fuse_float_clamps(g: _Graph, xnodes: list, reads: list) -> list:
+def fuse_float_clamps(g: Graph, xnodes: list, reads: list) -> list:
     """The nodes to compile: ``xnodes`` with each float clamp that is the only reader of a fresh-output
     node's (with no activation of its own) moved into that node's output bounds, and the clamp itself made a
     copy (which shares its input's memory). ExecuTorch fuses ReLU/ReLU6 into the layer when it lowers;
@@ -1822,15 +1389,15 @@ def _fuse_float_clamps(g: _Graph, xnodes: list, reads: list) -> list:
     return nodes
 
 
-def _with_activation(n: Any, node: xs.XNode, planner: Planner) -> Planner:
-    lo, hi = _min_max(node)
+def with_activation(n: Any, node: xs.XNode, planner: Planner) -> Planner:
+    lo, hi = min_max(node)
     if isinstance(n, xs.XNNClamp) or (lo == -math.inf and hi == math.inf):
         return planner
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         steps = planner(env)
         y = env[n.output_id]
-        return steps + _clamp(y, y, lo, hi)
+        return steps + clamp_steps(y, y, lo, hi)
 
     return plan
 
@@ -1838,25 +1405,13 @@ def _with_activation(n: Any, node: xs.XNode, planner: Planner) -> Planner:
 def _named_planner(index: int, kind: str, planner: Planner) -> Planner:
     """Make plan-time failures name the node they come from."""
 
-    def plan(env: _Env) -> list:
+    def plan(env: Env) -> list:
         try:
             return planner(env)
-        except (ValueError, _Unsupported) as e:
+        except (ValueError, Unsupported) as e:
             raise _PlanError(f"XNNPACK node {index} ({kind}): {e}") from None
 
     return plan
-
-
-_READ_FIELDS = (
-    "input_id", "input1_id", "input2_id", "input3_id", "input4_id", "input5_id", "filter_id", "bias_id",
-    "query_id", "key_id", "value_id", "scale_id", "mask_id",
-)  # fmt: skip
-
-
-def _reads(n: Any) -> list[int]:
-    """The value ids a node reads."""
-    ids = (getattr(n, f, xs.INVALID_VALUE_ID) for f in _READ_FIELDS)
-    return [i for i in ids if i != xs.INVALID_VALUE_ID]
 
 
 class _PlanError(Exception):
@@ -1877,29 +1432,29 @@ class XnnpackDelegate:
     """One initialised delegate: its graph, its compiled nodes and a plan per input-shape set."""
 
     def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
-        self.graph = _Graph(blob, named_data)
+        self.graph = Graph(blob, named_data)
         self.xnodes = list(blob.graph.xnodes)
         self.graph.needs_int8 = {vid for _, vid in self.graph.outputs} | {
             vid
             for node in blob.graph.xnodes
             if isinstance(node.xnode_union, xs.XNNConvert)
-            for vid in _reads(node.xnode_union)
+            for vid in read_ids(node.xnode_union)
         }
         self.graph.fc_inputs = {
             node.xnode_union.input1_id
             for node in blob.graph.xnodes
             if isinstance(node.xnode_union, xs.XNNFullyConnected)
         }
-        self.reads = [_reads(node.xnode_union) for node in blob.graph.xnodes]
-        _fuse_clamps(self.graph, self.xnodes, self.reads)
-        compiled = _fuse_float_clamps(self.graph, self.xnodes, self.reads)
+        self.reads = [read_ids(node.xnode_union) for node in blob.graph.xnodes]
+        fuse_clamps(self.graph, self.xnodes, self.reads)
+        compiled = fuse_float_clamps(self.graph, self.xnodes, self.reads)
         self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(compiled)]
         self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
         self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
         self.plans: OrderedDict[tuple, _Plan] = OrderedDict()
         declared = tuple(tuple(self.graph.value(vid).dims) for _, vid in self.graph.inputs)
         try:
-            with _RUN:
+            with RUN:
                 self.plan(declared)
         except _PlanError as e:
             raise DelegateLoadError(str(e)) from None
@@ -1909,7 +1464,7 @@ class XnnpackDelegate:
         plan = self.plans.get(shapes)
         if plan is not None:
             return plan
-        env = _Env(self.graph, self.last_use, self.external)
+        env = Env(self.graph, self.last_use, self.external)
         inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
         steps, ends = [], []
         for index, (planner, reads) in enumerate(zip(self.planners, self.reads)):
@@ -1932,7 +1487,7 @@ class XnnpackDelegate:
             )
         ins = [args[ext] for ext, _ in self.graph.inputs]
         shapes = tuple(np.shape(a) for a in ins)
-        with _RUN:
+        with RUN:
             try:
                 plan = self.plan(shapes)
             except _PlanError as e:
