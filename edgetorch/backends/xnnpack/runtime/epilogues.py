@@ -63,6 +63,7 @@ def _add_to_rows(y2: np.ndarray, row: np.ndarray) -> Step:
 
 
 def with_activation(n: Any, node: xs.XNode, planner: Planner) -> Planner:
+    """``planner`` followed by the clamp of node ``n``'s output to its bounds (a clamp node is its own)."""
     lo, hi = min_max(node)
     if isinstance(n, xs.XNNClamp) or (lo == -math.inf and hi == math.inf):
         return planner
