@@ -69,7 +69,7 @@ def _gelu(x: np.ndarray, y: np.ndarray) -> list:
     (the slowest ufunc here); the 1/2 is folded into the fit's coefficients.
     """
     fused = fast.rows_step("gelu", x.reshape(-1), y.reshape(-1)) if fast.flat_float32(x, y) else None
-    if fused is not None:  # the fast tier: one pass (0.22 ms against 0.48 ms on ViT-tiny's 197 x 768)
+    if fused is not None:  # the fast tier: one pass
         return [fused]
     a, t = np.empty_like(y), np.empty_like(y)
     f = y.dtype.type
@@ -227,8 +227,8 @@ def _transpose(n: Any, node: xs.XNode, g: Graph) -> Planner:
         if runs is not None:  # the fast tier: runs of the last axis, over the threads
             return [runs]
         if 1 < view.shape[-1] <= _SHORT_LAST_AXIS and view.ndim > 1 and view.strides[-1] != view.itemsize:
-            # NCHW -> NHWC of an image (C = 3): one copy per channel, each reading a plane in order (57 us for
-            # 224 x 224 x 3), instead of NumPy's loop over C-long rows gathered from three planes (241 us)
+            # NCHW -> NHWC of an image (C = 3): one copy per channel, each reading a plane in order, instead of
+            # NumPy's loop over C-long rows gathered from three planes
             return [partial(np.copyto, y[..., i], view[..., i]) for i in range(view.shape[-1])]
         return [partial(np.copyto, y, view)]
 

@@ -203,7 +203,7 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, f
         acc = y if mult == 1 else y.reshape(nb, oh, ow, c, mult)
         tmp = np.empty_like(acc)
         for t, view in enumerate(views):
-            if mult == 1:  # a weight row per output column lets NumPy run one long inner loop (~20% faster)
+            if mult == 1:  # a weight row per output column lets NumPy run one long inner loop
                 wt = np.ascontiguousarray(np.broadcast_to(taps[t, :, 0], (ow, c)))
             else:
                 view, wt = view[..., None], taps[t]

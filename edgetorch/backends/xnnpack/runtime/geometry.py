@@ -63,7 +63,7 @@ class Window:
 
         A strided window reads from one persistent padded plane per stride phase (for stride 2: even and odd
         rows times even and odd columns), so each tap view has contiguous rows and NumPy runs one long inner
-        loop per row instead of one per pixel (3x3 stride 2 depthwise on 112x112x96: 1.23 -> 0.73 ms).
+        loop per row instead of one per pixel.
         """
         n, h, w, c = x.shape
         oh, ow = self.out_hw(h, w)

@@ -29,7 +29,7 @@ SCRATCH: list[np.ndarray] = []
 A delegate's intermediates, and the copies of its inputs and outputs, are only live while one of its plans runs:
 the inputs are copied in at the start of ``execute`` and the outputs copied out at its end. So every plan of
 every delegate lays its buffers out from the start of the same chunks (``_Cursor``), and a process holds the
-largest plan's bytes, not their sum (a SmolLM2 program has 150 delegates with two plans each, 0.6 GB apart).
+largest plan's bytes, not their sum (an LLM lowers to some 150 delegates with two plans each).
 Calls run one at a time (``RUN``), which is what makes the sharing safe."""
 
 
