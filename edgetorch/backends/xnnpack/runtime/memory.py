@@ -19,8 +19,9 @@ import numpy as np
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
 
 Step = Callable[[], Any]
-Planner = Callable[["Env"], list]
-_CHUNK = 4 << 20
+Planner = Callable[["Env"], list]  # compiled from a node at load; returns its steps for the arrays of one plan
+
+_CHUNK = 4 << 20  # bytes a scratch chunk holds at least
 
 
 SCRATCH: list[np.ndarray] = []
