@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
+import importlib
 import math
 import pathlib
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from functools import partial
@@ -30,7 +32,7 @@ reexec_with_clean_blas_env()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench.harness import fmt_ms, module_at, set_threads, table  # noqa: E402
+from bench.harness import ROOT, fmt_ms, module_at, set_threads, table  # noqa: E402
 from bench.models import MODELS  # noqa: E402
 from edgetorch.runtime.kernels import blas_threads  # noqa: E402
 
@@ -47,7 +49,9 @@ def lower(name: str, which: str) -> bytes:
     lowering = pathlib.Path(__file__).parents[1] / "edgetorch" / "backends" / "xnnpack"
     digest = hashlib.sha1()
     for source in sorted(lowering.glob("**/*.py")):
-        if source.name not in ("runtime.py", "fast.py", "qgemm.py"):  # the runtime half does not change the .pte
+        part = source.relative_to(lowering).parts[0]
+        runtime_half = part in ("runtime.py", "runtime", "fast.py", "qgemm.py")
+        if not runtime_half:  # the runtime half does not change the .pte
             digest.update(source.read_bytes())
     key = digest.hexdigest()[:10]
     path = _CACHE / f"{name}-{which}-{key}.pte"
@@ -95,8 +99,8 @@ def load_edgetorch(pte: bytes) -> tuple:
 
 
 def load_before(pte: bytes, rev: str):
-    """The method loaded with the XNNPACK runtime as it was at git revision ``rev`` (its runtime.py with the
-    fast.py and qgemm.py of that revision), for same-run A/B timing."""
+    """The method loaded with the XNNPACK runtime as it was at git revision ``rev`` (its runtime.py, or its
+    runtime/ package, with the fast.py and qgemm.py of that revision), for same-run A/B timing."""
     from edgetorch.backends import xnnpack
     from edgetorch.backends.xnnpack import runtime
     from edgetorch.runtime import Runtime
@@ -106,16 +110,37 @@ def load_before(pte: bytes, rev: str):
         return module_at(rev, f"edgetorch/backends/xnnpack/{name}.py")
 
     current = {name: getattr(xnnpack, name) for name in ("fast", "qgemm")}
+    package = "edgetorch.backends.xnnpack.runtime"
+    modules = {name: m for name, m in sys.modules.items() if name == package or name.startswith(package + ".")}
     try:
         for name in current:  # the old runtime binds the helper modules of its own revision
             setattr(xnnpack, name, old(name))
             sys.modules[f"edgetorch.backends.xnnpack.{name}"] = getattr(xnnpack, name)
-        old("runtime")  # registers the old backend
+        listing = ["git", "ls-tree", "--name-only", rev, "edgetorch/backends/xnnpack/runtime/"]
+        files = subprocess.run(listing, cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+        if not files:
+            old("runtime")  # one module; registers the old backend
+        else:  # the package, imported under its own name from a copy of that revision's files
+            for name in modules:
+                del sys.modules[name]
+            copy = pathlib.Path(tempfile.gettempdir()) / "edgetorch_bench_revisions" / rev / "xnnpack"
+            for path in files:
+                text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True)
+                (copy / "runtime").mkdir(parents=True, exist_ok=True)
+                (copy / "runtime" / pathlib.Path(path).name).write_bytes(text.stdout)
+            xnnpack.__path__.insert(0, str(copy))
+            try:
+                importlib.import_module(package)  # registers the old backend
+            finally:
+                xnnpack.__path__.remove(str(copy))
         return Runtime.get().load_program(pte).load_method("forward")
     finally:
         for name, module in current.items():
             setattr(xnnpack, name, module)
             sys.modules[f"edgetorch.backends.xnnpack.{name}"] = module
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            del sys.modules[name]
+        sys.modules.update(modules)
         register_backend("XnnpackBackend", runtime.XnnpackBackend())
 
 

@@ -104,9 +104,14 @@ class Policy:
     gemv_wide: int = 2048
     """Output channels from which a 4-bit weight's bytes are grouped over all channels, not 64."""
     gemv_float_budget: int = 16 << 20
-    """Bytes of stored weights up to which a quantized program keeps float32 copies of its linear weights."""
+    """Bytes of stored weights (named data) up to which a quantized program keeps a layer's float32 weights once
+    the layer is called with more rows than its GEMV takes: dequantizing per call would cost a small model more
+    than the sgemm. A larger one (an LLM) dequantizes per call into one scratch buffer, which keeps its memory
+    near the file's size. Per program, not per delegate: an LLM is lowered as many small delegates."""
     gemv_max_rows: Mapping[tuple[str, bool], int] = field(default_factory=lambda: _MAX_ROWS)
-    """Most input rows the integer GEMV kernels take, by (weight kind, float32 copies kept); sgemm beyond."""
+    """Most input rows the integer GEMV kernels take, by (weight kind, float32 copies kept); sgemm beyond: the
+    row counts up to which each kernel beat the sgemm on every shape measured (bench/qgemv_ab.py --gemv). All
+    0: every node as before the GEMV."""
 
     def thread_count(self) -> int:
         """:attr:`threads`, or the default when unset."""

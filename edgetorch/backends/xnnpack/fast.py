@@ -10,7 +10,8 @@ both tiers give the same float32 results.
 The layer's activation (a clamp: ReLU, ReLU6, hardtanh) is applied in the same pass, and a GEMM's bias and
 clamp are one pass over its output (``bias_clamp``) instead of two. From the policy's ``split_outputs`` outputs on, the
 depthwise layer's rows are split over the runtime's threads (numba's ``prange``; each output computed as on
-one thread): MobileNetV2's 17 layers 7.25 -> 6.2 ms end to end at 2 threads.
+one thread). The measured gains of these kernels: docs/benchmarks.md, "Compiled float kernels of the fast
+tier".
 
 Fully connected and convolution layers with constant float32 weights run the tier's packed GEMM
 (edgetorch/runtime/kernels/gemm.py) with their bias and clamp in the same pass; it sums each output's
@@ -61,8 +62,8 @@ def _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi,
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of ``_depthwise_nhwc``.
 
     A 3x3 window whose taps all fall inside the input (every pixel but the border ones) is summed in one
-    expression per channel: nine loads, one store, the sum in a register (2x faster on MobileNetV2's layers
-    than accumulating tap by tap into the output). The taps are added in the same order either way."""
+    expression per channel: nine loads, one store, the sum in a register (faster than accumulating tap by tap
+    into the output). The taps are added in the same order either way."""
     nb, h, wd, c = x.shape
     _, oh, ow, _ = y.shape
     with_bias = bias.shape[0] > 0
@@ -163,7 +164,7 @@ def _im2col_rows(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first, last
     contiguous values, copied as one loop.
 
     Both arrays are indexed flat with unsigned offsets: numba checks a signed index for wraparound, which keeps
-    the copy loops from vectorising (4x slower), and a view a run (a slice) costs more than a 21-value run."""
+    the copy loops from vectorising, and a view a run (a slice) costs more than a 21-value run."""
     nb, h, wd, c = x.shape
     run, width = kw * c, kh * kw * c
     xf, cf = x.reshape(-1), cols.reshape(-1)
@@ -246,7 +247,7 @@ def _max_pool_rows(x, y, kh, kw, sh, sw, dh, dw, top, left, first, last):  # pra
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the max pooling y[n, i, j, c] =
     max over taps (ki, kj) inside the input of x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c] (-inf where
     no tap is inside): NaN wins, as np.maximum's. A kernel row of three taps inside the input is one loop
-    (three loads a value: 431 -> 81 us on ResNet-18's pooling at 2 threads, against a loop a tap); indexed flat with
+    (three loads a value, against a loop a tap); indexed flat with
     unsigned offsets (see _im2col_rows)."""
     nb, h, wd, c = x.shape
     oh, ow = y.shape[1], y.shape[2]
@@ -315,8 +316,7 @@ def depthwise(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
 def im2col(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
     """The step that fills the [N * OH * OW, KH * KW * C] float32 ``cols`` from the NHWC float32 ``x``
     (C-contiguous both; ``window`` is kh, kw, sh, sw, dh, dw, top, left), padding included: one pass instead of
-    a padded copy and a strided copy with C-long inner loops (ResNet-18's 7x7 stem, C = 3: 723 -> 276 us; its
-    3x3 layers on 56 x 56 x 64: 180 -> 96 us at 2 threads); from the policy's ``split_outputs`` values on, split over the
+    a padded copy and a strided copy with C-long inner loops; from the policy's ``split_outputs`` values on, split over the
     threads. None when the tier is not usable."""
     if not _bind():
         return None
@@ -330,7 +330,7 @@ def im2col(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
 
 def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
     """The step y = clamp(a + b, lo, hi) in one pass for float32 C-contiguous arrays of one shape (a residual
-    add and its ReLU: ResNet-18's on 56 x 56 x 64, an add of 47-70 us and a clip of 37 -> 56-62 us), from the policy's ``split_outputs`` values on over the
+    add and its ReLU), from the policy's ``split_outputs`` values on over the
     threads; the bits of NumPy's add then clip. None when the tier is not usable or for other arrays."""
     if not flat_float32(a, b, y) or not a.shape == b.shape == y.shape or not _bind():
         return None
@@ -344,8 +344,7 @@ def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
 def max_pool(x: Any, y: Any, *window: Any) -> Any:
     """The step of the max pooling of the NHWC float32 ``x`` into ``y`` (C-contiguous both; ``window`` is kh,
     kw, sh, sw, dh, dw, top, left) in one pass, the padding read in place, instead of a padded copy per
-    stride phase and a NumPy pass per tap (ResNet-18's 3x3 stride-2 pooling on 112 x 112 x 64: 0.72 -> 0.08 ms
-    at 2 threads); from the policy's ``split_outputs`` values on, split over the threads. None when the tier is not usable or
+    stride phase and a NumPy pass per tap; from the policy's ``split_outputs`` values on, split over the threads. None when the tier is not usable or
     for other arrays."""
     if not flat_float32(x, y) or not _bind():
         return None
@@ -380,7 +379,7 @@ def _bind() -> bool:
     """Whether the tier is usable; on the first call, binds numba's ``prange`` and compiles the row helpers the
     split kernels call (numba resolves a kernel's globals when it compiles it)."""
     global prange, _depthwise_rows, _im2col_rows, _permute_rows, _max_pool_rows, _larger, _add_clamp_part
-    if not usable():
+    if not policy.compiled_tier():
         return False
     if prange is range:
         import numba
@@ -395,15 +394,10 @@ def _bind() -> bool:
     return True
 
 
-def usable() -> bool:
-    """Whether the compiled tier may be used (edgetorch/runtime/policy.py decides)."""
-    return policy.compiled_tier()
-
-
 def compiled(name: str, fn: Any, **options: Any) -> Any:
     """``fn`` compiled with numba (cached on disk, see compiled_kernels.compiled; ``options`` go to
     ``numba.njit``) and kept under ``name``, or None when the tier is not usable."""
-    return compiled_kernels.compiled(name, fn, **options) if usable() else None
+    return compiled_kernels.compiled(name, fn, **options) if policy.compiled_tier() else None
 
 
 def kernel(name: str) -> Any:
@@ -416,4 +410,4 @@ def rows_step(name: str, *args: Any) -> Any:
     """The portable kernels' compiled ``name`` (edgetorch/runtime/kernels/compiled.py: ``gelu``, ``softmax``)
     bound to ``args`` and split over the threads from a size on (compiled.rows_step), when this tier is usable,
     else None: one pass each instead of NumPy's 22 (GELU) and 5 (softmax)."""
-    return compiled_kernels.rows_step(name, *args) if usable() else None
+    return compiled_kernels.rows_step(name, *args) if policy.compiled_tier() else None

@@ -9,7 +9,7 @@ numba compiles without fastmath (no fused multiply-add, no reassociation), ``np.
 to even in both, and a clip is a max then a min. So both tiers give the same bits, which
 tests/backends/xnnpack/test_quantized_fast_tier.py checks against the NumPy path.
 
-Used when ``fast.AVAILABLE`` (numba importable and ``EDGETORCH_FAST`` not ``0``). Imports only NumPy
+Used when the runtime's policy allows the compiled tier (edgetorch/runtime/policy.py). Imports only NumPy
 (and numba on first compile).
 """
 
@@ -123,9 +123,3 @@ def quantized_add() -> Any:
     """The compiled ``f(a, sa, b, sb, flo, fhi, inv, lo, hi, out)`` of ``_quantized_add`` (1-d float32
     arrays, float32 scalars)."""
     return fast.compiled("quantized_add", _quantized_add)
-
-
-def available() -> bool:
-    """Whether the compiled passes are used (read at plan time, so tests can switch the tier; a numba that
-    fails to import turns the tier off here, before a plan relies on it)."""
-    return fast.usable()

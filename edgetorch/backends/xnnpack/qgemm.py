@@ -1,7 +1,7 @@
 """Integer GEMMs for the quantized XNNPACK nodes, computed exactly with float32 BLAS.
 
-NumPy has no fast integer matrix product (an int32 ``matmul`` runs a plain loop, 100-500x slower
-than BLAS), so the quantized fully connected and convolution nodes multiply integer-valued float32
+NumPy has no fast integer matrix product (an int32 ``matmul`` runs a plain loop, orders of magnitude
+slower than BLAS), so the quantized fully connected and convolution nodes multiply integer-valued float32
 arrays with sgemm. Why that gives XNNPACK's int32 accumulator bit for bit:
 
 * float32 represents every integer of magnitude up to 2**24 exactly, and the sum, product or fused
@@ -22,21 +22,12 @@ arrays with sgemm. Why that gives XNNPACK's int32 accumulator bit for bit:
 The bias (int32) rides along as one more weight row multiplied by a column of ones, so it is
 added inside the same sgemm and counted in the same bound.
 
-Options measured for int8 [M, K] x int8 [K, N] (best of several runs, one thread, this 2-core AMD
-EPYC with AVX2 and no int8 or bf16 dot-product instructions; bench/quant.py prints the same table):
-
-    M x K x N       f32 sgemm   f64 dgemm   int32 matmul
-    1x768x3072        0.17 ms     0.51 ms        28 ms
-    32x1024x1024      0.90 ms     2.13 ms       465 ms
-    128x768x3072      19.1 ms     45.0 ms      3744 ms
-    3136x576x64       11.3 ms     14.8 ms       285 ms
-
-so sgemm wins on every shape, and the choice per shape is how many K-chunks its L1 bound needs. The
-static fully connected nodes take that choice (MobileNetV2's classifier, K = 1280, needs two chunks).
-Static convolutions run one sgemm through the float planner's im2col; the bound holds for every
-convolution of MobileNetV2 (at most 0.56 of 2**24) but not for ResNet-18's K = 2304 and 4608 ones
-(up to 2.25x): there a partial sum above 2**24 may round by a relative 6e-8, which moves the
-requantized output only at a rounding tie, within the one step the outputs are held to.
+Measured against float64 dgemm and NumPy's int32 ``matmul`` (docs/benchmarks.md, "Integer GEMM options"),
+sgemm wins on every shape, and the choice per shape is how many K-chunks its L1 bound needs. The
+static fully connected nodes take that choice. Static convolutions run one sgemm through the float
+planner's im2col; where a deep convolution's bound fails, a partial sum above 2**24 may round by a
+relative 6e-8, which moves the requantized output only at a rounding tie, within the one step the
+outputs are held to.
 Dequantize-then-sgemm (weights times their scales once, at
 load) costs what the exact sgemm costs; the dynamically quantized nodes use it on the NumPy tier, as
 their output is float and exactness buys nothing there, and the weight scales come for free. With the

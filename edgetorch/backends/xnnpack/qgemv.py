@@ -19,77 +19,38 @@ product of the centred input (q - zero point, in [-255, 255], held as int16) wit
 Only integer sums are vectorised (they are exact in any order; numba compiles without fastmath, so LLVM
 leaves the float32 sums in their written order). The QB4W loops are written in the shapes LLVM vectorises,
 checked by timing them against the same code compiled with vectorisation off (``NUMBA_LOOP_VECTORIZE=0
-NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv; 5-10x slower); QC8W's dot products are LLVM vector IR
+NUMBA_SLP_VECTORIZE=0``, bench/qgemv_ab.py --gemv); QC8W's dot products are LLVM vector IR
 (``_madd_intrinsic``), checked in the assembly (numba's ``inspect_asm``: 256-bit vpmaddwd, AVX2):
 
 * QC8W: per output channel an int16 x int8 reduction along K, 16 inputs a step: the weights widened once
-  and multiplied with 4, 2 or 1 input rows, each summed in pairs into 8 int32 lanes (vpmaddwd); the loop it
-  replaced (``acc += x[j] * w[j]``) gave 128-bit vpmaddwd only (8 products an instruction, not 16) and one
-  row a pass over the weights. bench/qgemv_ab.py --kernel-ab --qc8w (same process, alternating, outputs
-  bit-identical), in cache: 49152 x 576 (N x K) 1.64 -> 1.35 ms, 1536 x 576 40 -> 27 us, 576 x 1536 39 -> 28,
-  1024 x 784 at M = 1 / 4 / 8 40 -> 29 / 150 -> 68 / 299 -> 140 us, 1024 x 1024 46 -> 34 / 173 -> 85 / 348 ->
-  168, 512 x 1024 23 -> 16 / 87 -> 34 / 175 -> 64; out of cache (64 MB of layers, prefetching AHEAD bytes
-  ahead): 49152 x 576 1.73 -> 1.08 ms, 1536 x 576 58 -> 40 us, 576 x 1536 59 -> 42, 1024 x 784 55 -> 36 /
-  154 -> 66 / 308 -> 123. SmolLM2-135M 8da4w decode (1 thread, bench/llm_profile.py): its int8 output head
-  1.75 -> 1.12 ms a token, the token 14.4 -> 13.8 ms. The float epilogue is a separate loop: inside the dot
-  product's loop it made LLVM vectorise the dot 2.4x worse.
+  and multiplied with 4, 2 or 1 input rows, each summed in pairs into 8 int32 lanes (vpmaddwd); the plain
+  loop (``acc += x[j] * w[j]``) gives 128-bit vpmaddwd only (8 products an instruction, not 16) and one row
+  a pass over the weights. The float epilogue is a separate loop: inside the dot product's loop it makes
+  LLVM vectorise the dot worse.
 * QB4W: the innermost loop runs across output channels (a block's 16 bytes along K are too short for the
-  loop vectoriser: unrolled and left scalar). It used to multiply in int32 lanes (8 a vector, vpmulld), 11
-  GMAC/s for 3072 x 576 (N x K) at M = 1. Now it works in 16-bit lanes (16 a vector, vpmullw), 8 bytes of a
-  channel at a time: e b + d (b >> 4) per byte, with e the even input, d = odd - 16 even and b the byte,
+  loop vectoriser: unrolled and left scalar), in 16-bit lanes (16 a vector, vpmullw, twice int32's), 8 bytes
+  of a channel at a time: e b + d (b >> 4) per byte, with e the even input, d = odd - 16 even and b the byte,
   equals e (lo - 8) + o (hi - 8) + 8 (e + o), so there is no nibble mask and the offset is one subtraction
   per 8 bytes; 8 bytes' true sum fits int16, so the wrapping 16-bit sums are exact; then widened into int32
-  per block. numba types the products int64, but when only their int16 store is used LLVM narrows them (the
-  same loop through a numba intrinsic that multiplies in int16 ran 40% slower).
-  Layout, measured for 3072 x 576 against the int32 kernel: the 16-bit loop over tiles of 64 / 128 / 256
-  channels ([N / W, K / 2, W], as before) took 0.56x / 0.43x / 0.39x its time (each 8 bytes' setup, 16
-  inputs broadcast, is paid per tile), over all N channels of [K / 2, N] 0.33x. Out of cache (64 MB of
-  layers cycled, as in an LLM's decode) that layout read 10 GB/s at N = 3072 but only 5 GB/s at N = 576,
-  the old kernel's rate: it streams 8 rows of N bytes at once, which the hardware prefetcher follows poorly
-  when rows are short (software prefetch through ``llvm.prefetch``: +10-15% at N = 576, -12% at 3072).
-  Storing each 8 bytes of GROUP = 64 channels together ([K / 16, N / 64, 8, 64]) makes every pass one
-  sequential run: 7.5-9 GB/s below N = 2048 at the same in-cache speed, but 10 vs 12.6 GB/s for the
-  49152-channel output head, so from the policy's ``gemv_wide`` = 2048 channels on the group is all N (the [K / 2, N] layout).
-  Now, bench/qgemv_ab.py --kernel-ab main (same process, alternating, outputs bit-identical), in cache,
-  blocks of 32 / 128: 3072 x 576 154 -> 57 / 133 -> 43 us, 960 x 576 49 -> 19 / 43 -> 15, 576 x 1536
-  77 -> 30 / 74 -> 26, 576 x 576 30 -> 12 / 26 -> 10, 192 x 576 11 -> 5.4 / 9.3 -> 4.7, 49152 x 576
-  2.5 -> 1.1 / 2.2 -> 0.74 ms; out of cache (block 32): 3072 x 576 161 -> 88 us, 960 x 576 55 -> 33,
-  576 x 1536 86 -> 49, 576 x 576 35 -> 22, 49152 x 576 2.5 -> 1.1 ms. SmolLM2-135M 8da4w decode (1
-  thread): the QB4W GEMV's share of a token 10.5 -> 6.4 ms, the token (bench/llm_profile.py) 40.5 -> 38.2
-  ms. Several rows (M = 2-16) take one pass over the weights each: passing once, each 8 bytes' run times
-  every row before the next, ran at the same speed in and out of cache (past one row the multiplies bound
-  it, not the bytes). QB4W blocks must be multiples of 16 inputs (8 bytes a partial sum); for other blocks
-  the node dequantizes at load. Unpacking to int8 at load would double the memory and did not vectorise better
-  (int8 tiles: 6x slower than packed).
+  per block. numba types the products int64, but when only their int16 store is used LLVM narrows them.
+  Each 8 bytes of GROUP channels are stored together ([K / 16, N / GROUP, 8, GROUP]) so that every pass is
+  one sequential run the hardware prefetcher follows (short rows of a [K / 2, N] layout stream poorly);
+  from the policy's ``gemv_wide`` channels on (an LLM's output head) the group is all N. Several rows (M = 2-16) take one pass
+  over the weights each: past one row the multiplies bound it, not the bytes. QB4W blocks must be multiples
+  of 16 inputs (8 bytes a partial sum); for other blocks the node dequantizes at load. Unpacking to int8 at
+  load would double the memory and does not vectorise better.
 * Threads (``edgetorch.runtime.set_num_threads``, read at each call): in a large program (one that does not
   keep float32 weights, the policy's ``gemv_float_budget``: an LLM's decode), from the policy's ``gemv_split_macs`` multiply-adds a call is cut into runs
-  of output channels, one a thread, run by a ``prange`` over the runs (numba's OpenMP
-  layer, its default here; its threads spin a while after a loop, so the next call wakes them cheaply), each
-  run through the serial code on views of its channels, so every output is computed exactly as on one
-  thread (bit-identical). QB4W runs are whole tiles of the load-time layout (one a thread as
-  ``get_num_threads()`` was at load), each with its own scratch rows: with scratch shared, the two threads'
-  stores to one cache line made 576 x 1536 at M = 16 1.4x slower than one thread. A Python-level split (the
-  calling thread runs half, a persistent worker thread the other half, woken through a lock) lost 20-30 us a
-  call to the hand-off, more than a decode GEMV takes (960 x 576 at M = 1: 19 us serial, 45 us split; the
-  ``prange``: 15.6). bench/qgemv_ab.py --split main --threads 2 (main, here at 1 and 2 threads, alternating,
-  outputs bit-identical, wall us, median), at M = 1 / 4 / 16, in cache: QB4W 960 x 576 20 -> 19 -> 14 / 76
-  -> 71 -> 41 / 294 -> 264 -> 145, 576 x 576 13 -> 13 -> 11 / 49 -> 45 -> 29 / 177 -> 168 -> 98, 1536 x 576
-  30 -> 31 -> 20 / 117 -> 116 -> 66 / 462 -> 444 -> 239, 576 x 1536 34 -> 31 -> 21 / 117 -> 115 -> 69 /
-  482 -> 437 -> 258; QC8W at M = 1: 49152 x 576 1380 -> 1293 -> 715, 1536 x 576 28 -> 28 -> 20, 576 x 576
-  11 -> 11 -> 9.3. Out of cache (--cold, 64 MB of layers), M = 1 / 4 / 16: QB4W 960 x 576 33 -> 37 -> 27
-  / 89 -> 93 -> 57 / 312 -> 307 -> 179, 576 x 576 21 -> 26 -> 20 / 56 -> 62 -> 39 / 196 -> 200 -> 119,
-  1536 x 576 49 -> 50 -> 33 / 143 -> 139 -> 85 / 491 -> 482 -> 283, 576 x 1536 48 -> 60 -> 43 / 143 ->
-  150 -> 90 / 513 -> 507 -> 293 (the 1-thread column runs 2 tiles, two streams from memory: a program
-  loaded at 1 thread has one, as before); QC8W at M = 1: 49152 x 576 1213 -> 1176 -> 684, 1536 x 576 43 ->
-  43 -> 29, 576 x 576 18 -> 18 -> 14. SmolLM2-135M 8da4w (bench/llm.py --no-hf --new-tokens 128, main and
-  here taking turns, 3 runs each): at 2 threads decode 71.3 / 70.3 / 70.5 -> 75.9 / 76.8 / 78.2 tok/s,
-  prefill 296 / 296 / 292 -> 288 / 286: OpenMP's worker spins for 8-10 ms of CPU after each parallel loop
-  (process CPU time over a sleep after one), next to BLAS's second thread, and bench/llm.py's prefill comes
-  right after its warm-up's decode steps (one process, the prompt's prefill after 4 decode steps: 357 tok/s
-  with no split ever launched, 309 with the split, 345 with the split and a 50 ms pause before the prefill;
-  GOMP_SPINCOUNT=30000 / 3000 cut the decode gain, bench/llm_ab.py 84.5 -> 78.5 / 67.3 tok/s, and its
-  prefill fell too, 341 -> 244 / 242, so the default stays); at 1 thread decode 70.5 / 69.8 / 69.9 -> 70.6 / 69.5 / 69.6, prefill
-  unchanged. bench/llm_ab.py --threads 2 --one-kernel-thread (one process): decode 73.7 -> 84.5 tok/s.
+  of output channels, one a thread, run by a ``prange`` over the runs (numba's OpenMP layer, its default
+  here; its threads spin a while after a loop, so the next call wakes them cheaply), each run through the
+  serial code on views of its channels, so every output is computed exactly as on one thread
+  (bit-identical). QB4W runs are whole tiles of the load-time layout (one a thread as
+  ``get_num_threads()`` was at load), each with its own scratch rows, so two threads never store to one
+  cache line. A Python-level split (a persistent worker thread woken through a lock) costs more in the
+  hand-off than a decode GEMV takes. The spinning OpenMP worker competes with BLAS's second thread, which
+  is why a small program does not split.
+
+The measurements behind these choices: docs/benchmarks.md, "Integer GEMV for dynamically quantized linears".
 
 Imports only NumPy and edgetorch.runtime's compiled tier (numba on first compile, through fast.py).
 """
@@ -111,17 +72,12 @@ from edgetorch.runtime.kernels import compiled as compiled_kernels
 GROUP = 64
 
 # How far ahead (bytes) the QC8W kernel prefetches its weights in a large program (one that does not keep
-# float32 weights, the policy's ``gemv_float_budget``: its layers come from memory, not cache). At M = 1, out of cache, 2 / 4 / 8 KB
-# ahead read 1536 x 576 in 45 / 44 / 44 us instead of 58, 576 x 1536 in 44 / 45 / 44 instead of 55, 1024 x 784
-# in 40 / 38 / 38 instead of 51, the 49152 x 576 head in 1.17 / 1.01 / 1.13 ms instead of 1.52; in cache they
-# cost up to 20% (1536 x 576: 27 -> 29-34 us, noisy), so a small program makes none.
+# float32 weights, the policy's ``gemv_float_budget``: its layers come from memory, not cache). In cache prefetching costs time, so
+# a small program makes none.
 AHEAD = 4096
 
 # The fewest multiply-adds (M N K) a GEMV call splits across threads at; below it the call stays on the calling
-# thread: waking the other cost more than it saved (bench/qgemv_ab.py --split main --threads 2, M = 1, main ->
-# 2 threads, us: QB4W 192 x 576 (110 K) 5.5 -> 7.9 in cache, 9.1 -> 12.5 out of cache; 320 x 576 (184 K) 7.9
-# -> 9.0, 13.1 -> 14.8; 384 x 576 (221 K) 9.0 -> 8.6, 14.6 -> 13.5; 576 x 576 (332 K) 13.0 -> 10.6, 20.8 ->
-# 20.4; QC8W 384 x 576 7.3 -> 7.4, 13.3 -> 12.7; 576 x 576 10.5 -> 9.3, 17.6 -> 14.4).
+# thread: waking the other costs more than it saves (bench/qgemv_ab.py --split).
 
 
 def _qc8w(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts):  # pragma: no cover - compiled
@@ -223,7 +179,7 @@ def _madd_intrinsic() -> Any:
     a vpmovsxbw of the 16 weight bytes, shared by the rows. The plain loop (``acc += x[j] * w[j]``) is
     vectorised at 8 int32 lanes, the width of its widest type, so the backend only makes 128-bit vpmaddwd of it,
     half of each 256-bit accumulator idle; the even/odd loop over pairs of inputs came out as 128-bit vpmaddwd
-    plus shuffles (2x slower still), and loops of explicit lanes need numba's SLP vectoriser, off by default
+    plus shuffles (slower still), and loops of explicit lanes need numba's SLP vectoriser, off by default
     (``NUMBA_SLP_VECTORIZE``). The IR is generic (other targets pick their own instructions), exact in any
     order, as every sum wraps modulo 2**32 like the loop it replaces."""
     from llvmlite import ir
@@ -357,7 +313,7 @@ def _qb4w_tile(xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc
     tile's share of ``bias`` (or empty) and ``y`` (N' <= P columns: the last tile's padding is not computed),
     its scratch rows ``part``, ``acc`` and ``total``, all given as views. The loops are those of the kernel
     before it was tiled; each indexes from 0: in a loop over first + c (an index LLVM cannot prove
-    non-negative, so numba's negative-index wraparound stays in the loop) it vectorised worse (1.2-9x slower).
+    non-negative, so numba's negative-index wraparound stays in the loop) it vectorised worse.
     """
     m, half = xe.shape
     n = y.shape[1]
@@ -434,7 +390,7 @@ prange: Any = range
 def _bind() -> bool:
     """Whether the tier is usable; on the first call, binds the helpers the kernels call."""
     global prange, _madd
-    if not fast.usable():
+    if not policy.compiled_tier():
         return False
     if _madd is None:
         import numba
@@ -470,13 +426,13 @@ def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compile
     """out[:K, n] = channel n's weights dequantized (nibble - 8 times its block scale), out[K, n] = bias[n] (0
     without a bias): the [K + 1, N] float32 matrix of the sgemm path, from ``_qb4w``'s bytes, a group of
     channels at a time, so the bytes read and the floats written are contiguous; one loop per output row (the
-    even and odd inputs of a byte written in one loop did not vectorise: 2.5x slower)."""
+    even and odd inputs of a byte written in one loop did not vectorise)."""
     n = out.shape[1]
     hb = block // 2
     per, group = w.shape[2] * w.shape[4], w.shape[4]
     for q in range(w.shape[1]):  # 16 inputs (rows of out) at a time, all tiles: each row written in one pass
         for t in range(w.shape[0]):
-            wt, st = w[t], scales[t]  # (views of the tile: indexing w[t, q, g, r] below ran 5% slower)
+            wt, st = w[t], scales[t]  # (views of the tile: indexing w[t, q, g, r] below is slower)
             for g in range(w.shape[2]):
                 first = t * per + g * group
                 width = min(group, n - first)
@@ -527,8 +483,8 @@ class IntegerLinear:
     ``steps`` computes the node for a centred input of ``rows`` <= ``max_rows`` with the integer kernel;
     ``matmul`` runs a larger input with sgemm on the weights dequantized: kept after the first call when
     ``keep`` (a small model), else made for each call into a per-thread scratch buffer (the size of the
-    largest layer), so no float32 copy of each layer's weights is held. Dequantizing 576 x 1536 weights
-    takes 0.1 ms (QC8W) or 0.2 ms (QB4W), where sgemm on them takes 1.2 ms for 47 rows."""
+    largest layer), so no float32 copy of each layer's weights is held: dequantizing takes a fraction of
+    the sgemm's time."""
 
     def __init__(
         self, kernel: Any, weights: tuple, shape: tuple[int, int], bias: np.ndarray | None, max_rows: int, keep: bool
@@ -592,16 +548,15 @@ class IntegerLinear:
             w, block, s = self.weights
             xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
             # a row a tile, 64 bytes longer than its channels: two threads' tiles never write one cache line (sharing
-            # one made the split of 576 x 1536 at M = 16 1.4x slower than one thread)
+            # one made the split slower than one thread)
             tiles, per = w.shape[0], w.shape[2] * w.shape[4]
             scratch = tuple(np.empty((tiles, per + 64 // t.itemsize), t) for t in map(np.dtype, "i2 i4 f4".split()))
             args = (xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)
             limit = w.shape[0]  # whole tiles
         serial = partial(self.kernel(), *args, 1)
         # Not in a small program (``keep``: one that holds float32 weights), whose float layers run sgemm on BLAS's
-        # threads between its GEMVs: OpenMP's worker spins some 10 ms after each split and takes the core BLAS's
-        # second thread needs. bench/models.py's MLP as 8da4w (a float first layer, then split GEMVs) ran 8.0 ms
-        # at 2 threads instead of 0.72 at 1, and its fp32 program run in turns with it 4.5 instead of 0.82.
+        # threads between its GEMVs: OpenMP's worker spins a while after each split and takes the core BLAS's
+        # second thread needs (bench/models.py's MLP as 8da4w ran several times slower at 2 threads than at 1).
         if self.keep or limit < 2 or m * self.n * self.k < policy.current().gemv_split_macs:
             return [serial]
         return [partial(compiled_kernels.split, serial, partial(self.kernel(parallel=True), *args), limit)]
@@ -623,33 +578,10 @@ class IntegerLinear:
             out = buf.reshape(self.k + 1, self.n)
             fast.compiled("qb4w_dequantize", _dequantize_qb4w)(w, block, s, self.bias, out)
             out = out.T
-        if self.keep:  # held as [K + 1, N], C-contiguous: sgemm on the transposed [N, K + 1] ran the MLP 25% slower
+        if self.keep:  # held as [K + 1, N], C-contiguous: sgemm on the transposed [N, K + 1] is slower
             self.floats = out = np.ascontiguousarray(out.T).T
         return out
 
     def matmul(self, xa: np.ndarray, y: np.ndarray) -> None:
         """y = xa @ the dequantized weights, where xa [M, K + 1] is the scaled input with a column of ones."""
         np.matmul(xa, self.dequantized().T, out=y)
-
-
-# A program whose named data (its weights as stored) takes at most this many bytes keeps a layer's float32
-# weights once the layer is called with more rows than its GEMV takes: at 8 rows bench's MLP (4 MB as 8da4w)
-# ran 2.4x slower dequantizing per call (with NumPy's dequantize; 1.8x the sgemm's time with the compiled
-# one, per the kernel table), and its copy costs little. A larger one (an LLM: SmolLM2-135M's
-# 8da4w linears are 57 MB, 424 MB as float32) dequantizes per call into one scratch buffer, which costs its
-# prefill time but keeps its memory near the file's size. Per program, not per delegate: an LLM is lowered
-# as some 90 small delegates.
-
-# The most input rows the integer kernels take, per weight kind and whether the program keeps float32 weights
-# (the policy's ``gemv_float_budget``); above it the node runs sgemm. From bench/qgemv_ab.py --gemv (SmolLM2-135M's and the MLP's
-# shapes, everything in cache, load 1.6-2.1): against dequantize + sgemm (a large program) the QC8W kernel
-# wins up to 32 rows on every shape (0.65-0.71 vs 0.83 ms for 576 x 1536, 0.77 vs 1.00 for 1024 x 1024, 23 vs
-# 36 for the 49152-channel head); QB4W wins up to 16 on every shape (0.48 vs 0.55 ms for 1536 x 576, 0.79 vs
-# 1.14 for 576 x 3072) and loses on some at 32 (0.94 vs 0.83). Against float32 weights held (a small program)
-# QC8W wins up to 16 rows on every shape (0.30 vs 0.49 ms for 1024 x 1024, 0.22-0.27 vs 0.37 for 784 x 1024,
-# 0.11 vs 0.15 for 576 x 576; at 8 rows 0.13 vs 0.32 and 0.10 vs 0.24) and ties at 32 (0.61-0.64 vs 0.69 for
-# 1536 x 576, 0.77-0.88 vs 0.84 for 1024 x 1024); QB4W wins up to 8 on every shape (0.24 vs 0.40 ms for 1024
-# x 1024, 0.19 vs 0.29 for 576 x 1536; at 1 row 0.011 vs 0.027 for 576 x 576) and loses on some at 16 (0.48 vs
-# 0.44); bench's MLP as 8da4w (a small program, --mlp) then runs 8 rows in 0.72 ms instead of 0.89, 1 row in
-# 0.16 instead of 0.25. In a large program the GEMV also gains the bytes it reads, which the in-cache table
-# does not show. All 0: every node as before the GEMV (bench/qgemv_ab.py's "before").

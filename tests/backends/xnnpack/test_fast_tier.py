@@ -96,18 +96,19 @@ def test_the_numpy_tier_runs_when_the_fast_tier_is_off(tmp_path):
 def test_weights_read_in_place_are_packed_only_within_the_budget(monkeypatch, set_policy):
     from types import SimpleNamespace
 
-    from edgetorch.backends.xnnpack import runtime, schema
+    from edgetorch.backends.xnnpack import schema
+    from edgetorch.backends.xnnpack.runtime import epilogues, float_layers
 
     w = np.ones((8, 32), np.float32)
     graph = SimpleNamespace(constants={}, packed_bytes=0, own_threads=False)
     set_policy(pack_budget=w.nbytes)
     none = schema.INVALID_VALUE_ID
-    assert runtime._packed_gemm(w, graph, none, runtime._NO_CLAMP, in_place=True) is not None
+    assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP, in_place=True) is not None
     assert graph.packed_bytes == w.nbytes and graph.own_threads
     # a second [K, N] constant would pass the budget: it keeps sgemm, read in place
-    assert runtime._packed_gemm(w, graph, none, runtime._NO_CLAMP, in_place=True) is None
+    assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP, in_place=True) is None
     # a weight sgemm would copy anyway ([N, K] stored) is packed whatever the budget
-    assert runtime._packed_gemm(w, graph, none, runtime._NO_CLAMP) is not None
+    assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP) is not None
 
 
 class Attention(torch.nn.Module):

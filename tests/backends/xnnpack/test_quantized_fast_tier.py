@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgetorch.backends.xnnpack import qfast, runtime
+from edgetorch.backends.xnnpack import qfast
+from edgetorch.backends.xnnpack.runtime.quantization import dynamic_convert
 from edgetorch.runtime import Runtime, policy
 
 needs_numba = pytest.mark.skipif(
@@ -47,7 +48,7 @@ def test_dynamic_quantize_kernel_equals_numpy(monkeypatch, set_policy):
         set_policy(compiled=tier)
         centred, q = np.empty_like(x), np.empty(x.shape, np.int8)
         scale, zp = np.empty((9, 1), np.float32), np.empty((9, 1), np.float32)
-        runtime._dynamic_convert(x, centred, q, scale, zp)
+        dynamic_convert(x, centred, q, scale, zp)
         results.append((centred, q, scale, zp))
     for got, want in zip(*results):
         np.testing.assert_array_equal(got, want)

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from edgetorch.backends.xnnpack import XnnpackPartitioner
-from edgetorch.backends.xnnpack import runtime as xnn
+from edgetorch.backends.xnnpack.runtime import XnnpackDelegate
+from edgetorch.backends.xnnpack.runtime.memory import SCRATCH
 from edgetorch.exir import to_edge_transform_and_lower
 from edgetorch.runtime import Runtime
 
@@ -43,7 +44,7 @@ def _expected(model, x: np.ndarray) -> np.ndarray:
 
 def test_delegates_and_shapes_alternate_on_shared_memory():
     model, method = _program(0)
-    delegates = [o for o in gc.get_objects() if isinstance(o, xnn.XnnpackDelegate)]
+    delegates = [o for o in gc.get_objects() if isinstance(o, XnnpackDelegate)]
     rng = np.random.default_rng(0)
     for rows in (4, 7, 4, 1, 32, 7):
         x = rng.standard_normal((rows, 16)).astype(np.float32)
@@ -54,7 +55,7 @@ def test_delegates_and_shapes_alternate_on_shared_memory():
     # the second's occupy the same bytes (their calls never overlap), and both live in the shared chunks.
     first, second = (next(iter(d.plans.values())).inputs[0] for d in ours[:2])
     assert np.shares_memory(first, second)
-    assert any(np.shares_memory(first, chunk) for chunk in xnn._SCRATCH)
+    assert any(np.shares_memory(first, chunk) for chunk in SCRATCH)
 
 
 def test_two_programs_in_two_threads():

@@ -1,0 +1,194 @@
+"""The XNNPACK delegate: compiles a blob's nodes into planners at init, builds the plan (the bound steps)
+for each set of input shapes and runs it; ``XnnpackBackend`` is the BackendInterface the program calls.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
+from edgetorch.backends.xnnpack.runtime.clamps import fuse_clamps, fuse_float_clamps
+from edgetorch.backends.xnnpack.runtime.epilogues import min_max, with_activation
+from edgetorch.backends.xnnpack.runtime.memory import RUN, Env, Planner
+from edgetorch.backends.xnnpack.runtime.planners import APPLY_ACTIVATION, FLOAT_PLANNERS
+from edgetorch.backends.xnnpack.runtime.quantized_nodes import quantized_node
+from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported, read_ids
+from edgetorch.errors import DelegateLoadError, InvalidInputError
+from edgetorch.runtime import etdump
+from edgetorch.runtime.backends import BackendInterface
+from edgetorch.runtime.kernels import blas_threads
+from edgetorch.runtime.kernels import compiled as compiled_kernels
+from edgetorch.runtime.memory import resize
+
+_MAX_PLANS = 8
+
+
+def _compile_node(index: int, node: xs.XNode, g: Graph) -> Planner:
+    n = node.xnode_union
+    kind = type(n).__name__ if n is not None else "an empty node"
+    if n is not None and any(v in g.quant for v in read_ids(n) + [getattr(n, "output_id", xs.INVALID_VALUE_ID)]):
+        try:
+            return _named_planner(index, kind, quantized_node(n, node, g))
+        except Unsupported as e:
+            raise DelegateLoadError(f"XNNPACK node {index} ({kind}) cannot run here: {e}") from None
+    compiler = FLOAT_PLANNERS.get(type(n))
+    if compiler is None:
+        raise DelegateLoadError(
+            f"XNNPACK node {index} ({kind}) is not supported by edgetorch's XNNPACK runtime; "
+            "run this program with ExecuTorch or lower the model without this operator in the partition"
+        )
+    try:
+        if type(n) in APPLY_ACTIVATION:  # the layer clamps its own output, with its bias where it can
+            return _named_planner(index, kind, compiler(n, node, g, min_max(node)))  # type: ignore[call-arg]
+        planner = compiler(n, node, g)
+    except Unsupported as e:
+        raise DelegateLoadError(f"XNNPACK node {index} ({kind}) cannot run here: {e}") from None
+    return _named_planner(index, kind, with_activation(n, node, planner))
+
+
+def _named_planner(index: int, kind: str, planner: Planner) -> Planner:
+    """Make plan-time failures name the node they come from."""
+
+    def plan(env: Env) -> list:
+        try:
+            return planner(env)
+        except (ValueError, Unsupported) as e:
+            raise _PlanError(f"XNNPACK node {index} ({kind}): {e}") from None
+
+    return plan
+
+
+class _PlanError(Exception):
+    """Building a plan failed; the message names the node. Raised as a load or an input error by the caller."""
+
+
+@dataclass
+class _Plan:
+    """The bound steps for one set of input shapes."""
+
+    inputs: list  # arrays the external inputs are copied into
+    steps: list
+    outputs: list  # arrays holding the external outputs after the steps run
+    ends: list = field(default_factory=list)  # per node: the index after its last step (for traced runs)
+
+
+class XnnpackDelegate:
+    """One initialised delegate: its graph, its compiled nodes and a plan per input-shape set."""
+
+    def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
+        self.graph = Graph(blob, named_data)
+        self.xnodes = list(blob.graph.xnodes)
+        self.graph.needs_int8 = {vid for _, vid in self.graph.outputs} | {
+            vid
+            for node in blob.graph.xnodes
+            if isinstance(node.xnode_union, xs.XNNConvert)
+            for vid in read_ids(node.xnode_union)
+        }
+        self.graph.fc_inputs = {
+            node.xnode_union.input1_id
+            for node in blob.graph.xnodes
+            if isinstance(node.xnode_union, xs.XNNFullyConnected)
+        }
+        self.reads = [read_ids(node.xnode_union) for node in blob.graph.xnodes]
+        fuse_clamps(self.graph, self.xnodes, self.reads)
+        compiled = fuse_float_clamps(self.graph, self.xnodes, self.reads)
+        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(compiled)]
+        self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
+        self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
+        self.plans: OrderedDict[tuple, _Plan] = OrderedDict()
+        declared = tuple(tuple(self.graph.value(vid).dims) for _, vid in self.graph.inputs)
+        try:
+            with RUN:
+                self.plan(declared)
+        except _PlanError as e:
+            raise DelegateLoadError(str(e)) from None
+
+    def plan(self, shapes: tuple) -> _Plan:
+        """The steps for external inputs of ``shapes``, built on first use and cached."""
+        plan = self.plans.get(shapes)
+        if plan is not None:
+            return plan
+        env = Env(self.graph, self.last_use, self.external)
+        inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
+        steps, ends = [], []
+        for index, (planner, reads) in enumerate(zip(self.planners, self.reads)):
+            steps += planner(env)
+            ends.append(len(steps))
+            env.release(index, reads)
+        plan = _Plan(inputs, steps, [env[vid] for _, vid in self.graph.outputs], ends)
+        if any(compiled_kernels.splits(step) for step in steps):  # numba's threads run: BLAS's pool waits
+            self.graph.own_threads = True
+        self.plans[shapes] = plan
+        if len(self.plans) > _MAX_PLANS:
+            self.plans.popitem(last=False)
+        return plan
+
+    def execute(self, args: Sequence[Any]) -> list | None:
+        """Run on ``args`` (inputs then outputs); returns the outputs only when their shapes changed."""
+        if len(args) < self.graph.arg_count:
+            raise InvalidInputError(
+                f"the XNNPACK delegate takes {self.graph.arg_count} arguments (inputs then outputs), got {len(args)}"
+            )
+        ins = [args[ext] for ext, _ in self.graph.inputs]
+        shapes = tuple(np.shape(a) for a in ins)
+        with RUN:
+            try:
+                plan = self.plan(shapes)
+            except _PlanError as e:
+                raise InvalidInputError(
+                    f"the XNNPACK delegate cannot run inputs of shapes {list(shapes)}: {e}"
+                ) from None
+            for dst, src in zip(plan.inputs, ins):
+                np.copyto(dst, src)
+            with blas_threads.held(self.graph.own_threads):
+                if etdump.tracing():
+                    self._traced(plan)
+                else:
+                    for step in plan.steps:
+                        step()
+            return self._write_outputs(plan, args)
+
+    def _traced(self, plan: _Plan) -> None:
+        """Run the steps node by node, logging each node as a delegate event keyed by its debug handle
+        (the identifier the delegate map of the ETRecord resolves), named after its node kind."""
+        start = 0
+        for node, end in zip(self.xnodes, plan.ends):
+            t0 = etdump.clock_ns()
+            for step in plan.steps[start:end]:
+                step()
+            kind = type(node.xnode_union).__name__
+            etdump.event_tracer_log_profiling_delegate(kind, node.debug_handle, t0, etdump.clock_ns())
+            start = end
+
+    def _write_outputs(self, plan: _Plan, args: Sequence[Any]) -> list | None:
+        results, resized = [], False
+        for (ext, _), value in zip(self.graph.outputs, plan.outputs):
+            dst = args[ext]
+            if dst.shape != value.shape:
+                resized = True
+                dst = resize(dst, value.shape)
+            np.copyto(dst, value)
+            results.append(dst)
+        return results if resized else None
+
+
+class XnnpackBackend(BackendInterface):
+    """ExecuTorch's XnnpackBackend, run with NumPy."""
+
+    def init(
+        self, processed: memoryview, compile_specs: Mapping[str, bytes], named_data: Mapping[str, memoryview]
+    ) -> XnnpackDelegate:
+        try:
+            blob = parse_blob(processed)
+        except BlobError as e:
+            raise DelegateLoadError(f"cannot load the XNNPACK delegate: {e}") from None
+        return XnnpackDelegate(blob, named_data)
+
+    def execute(self, handle: XnnpackDelegate, args: Sequence[Any]) -> list | None:
+        return handle.execute(args)

@@ -1,0 +1,358 @@
+"""Float planners for the XNNPACK layers: fully connected, convolution (direct GEMM, Winograd, im2col,
+grouped, depthwise, transposed), pooling, batch matmul and attention, their weights packed at load.
+``PLANNERS`` maps each node kind to its planner.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from edgetorch.backends.xnnpack import fast
+from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack.runtime.epilogues import NO_CLAMP, bias_act_steps, bias_steps, clamp_steps
+from edgetorch.backends.xnnpack.runtime.float_elementwise import softmax_steps
+from edgetorch.backends.xnnpack.runtime.geometry import Window, conv_window, nhwc, pool_window
+from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
+from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
+from edgetorch.runtime import policy
+from edgetorch.runtime.kernels import gemm, winograd
+
+
+def _packed_gemm(
+    w: np.ndarray, g: Graph, bias_id: int, act: tuple[float, float], in_place: bool = False
+) -> gemm.PackedGemm | None:
+    """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
+    constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier, when the
+    weights or bias are not float32 constants, or when ``w`` could be read in place (a [K, N] constant, no copy
+    made for sgemm) and packing it would pass the delegate's share of the policy's ``pack_budget`` (those keep
+    sgemm)."""
+    if w.dtype != np.float32 or not policy.compiled_tier():
+        return None
+    if in_place:
+        if g.packed_bytes + w.nbytes > policy.current().pack_budget:
+            return None
+        g.packed_bytes += w.nbytes
+    bias = None
+    if bias_id != xs.INVALID_VALUE_ID:
+        bias = g.constants.get(bias_id)
+        if bias is None or bias.dtype != np.float32 or bias.size != w.shape[1]:
+            return None
+    g.own_threads = True
+    return gemm.PackedGemm(w, bias, *act)
+
+
+def _winograd_weights(n: Any, g: Graph, ocg: int, icg: int) -> np.ndarray | None:
+    """A 3x3 convolution's weights in Winograd's form (runtime/kernels/winograd.py) when the fast tier is
+    usable and its filter and bias (if any) are float32 constants, else None."""
+    filt = g.constants.get(n.filter_id)
+    bias = g.constants.get(n.bias_id) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(ocg, np.float32)
+    if not policy.compiled_tier() or filt is None or bias is None or bias.size != ocg:
+        return None
+    if filt.dtype != np.float32 or bias.dtype != np.float32:
+        return None
+    g.own_threads = True
+    return winograd.prepare(filt.reshape(ocg, 3, 3, icg))
+
+
+def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO_CLAMP) -> Planner:
+    transposed = bool(n.flags & xs.FLAG_TRANSPOSE_WEIGHTS)
+    packed = fused = None
+    if n.filter_id in g.constants:
+        w = g.constants[n.filter_id]
+        fused = _packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed)
+        if fused is None:
+            packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
+
+    def plan(env: Env) -> list:
+        x = env[n.input1_id]
+        if fused is not None:
+            ic, oc = fused.k, fused.n
+        else:
+            w = packed if packed is not None else (env[n.filter_id] if transposed else env[n.filter_id].T)
+            ic, oc = w.shape
+        if x.shape[-1] != ic:
+            raise ValueError(f"fully connected expects {ic} input features, found input shape {x.shape}")
+        y = env.empty(n.output_id, x.shape[:-1] + (oc,))
+        y2 = y.reshape(-1, oc)
+        if fused is not None:
+            return [fused.step(x.reshape(-1, ic), y2)]
+        return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + bias_act_steps(y2, env, n.bias_id, act)
+
+    return plan
+
+
+def _convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO_CLAMP) -> Planner:
+    win, groups, icg, ocg = conv_window(n), n.groups, n.group_input_channels, n.group_output_channels
+    k = win.kh * win.kw * icg
+    # [OC, KH, KW, ICg] -> per group [K, OCg], so that columns @ w is the convolution.
+    w = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(groups, ocg, k).transpose(0, 2, 1))
+    pointwise = win.kh == win.kw == win.sh == win.sw == 1 and not win.padded
+    shape = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, groups, icg, ocg)
+    minimal = winograd.eligible(*shape) and n.filter_id not in g.exact
+    # The packed weights: a 3x3 stride-1 layer makes the form its first plan takes (Winograd's, or the
+    # direct GEMM's for an output of few tiles), so that it does not hold both.
+    forms: dict[str, Any] = {}
+
+    def packed(form: str) -> Any:
+        if form not in forms:
+            forms[form] = (
+                _winograd_weights(n, g, ocg, icg) if form == "winograd" else _packed_gemm(w[0], g, n.bias_id, act)
+            )
+        return forms[form]
+
+    if groups == 1 and not minimal:
+        packed("direct")
+
+    def plan(env: Env) -> list:
+        x = env[n.input1_id]
+        nb, h, wd, c = nhwc(x, "convolution")
+        if c != groups * icg:
+            raise ValueError(f"convolution expects {groups * icg} input channels, found input shape {x.shape}")
+        oh, ow = win.out_hw(h, wd)
+        y = env.empty(n.output_id, (nb, oh, ow, groups * ocg))
+        m = nb * oh * ow
+        y2 = y.reshape(m, groups * ocg)
+        if minimal and winograd.worth(nb, oh, ow) and packed("winograd") is not None:  # 2.25x fewer products
+            bias = g.constants.get(n.bias_id) if n.bias_id != xs.INVALID_VALUE_ID else None
+            step = winograd.step(x, packed("winograd"), bias, y, win.top, win.left, *act)
+            if step is not None:
+                return [step]
+        fused = packed("direct") if groups == 1 else None
+        if fused is not None and pointwise:
+            return [fused.step(x.reshape(m, c), y2)]
+        if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
+            cols = np.empty((m, k), x.dtype)
+            window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
+            columns = fast.im2col(x, cols, oh, ow, *window) if fast.flat_float32(x) else None
+            if columns is not None:
+                return [columns, fused.step(cols, y2)]
+            xp, steps = win.pad(x, 0.0)
+            fill = partial(np.copyto, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win.im2col(xp, oh, ow))
+            return [*steps, fill, fused.step(cols, y2)]
+        if pointwise and groups == 1:
+            steps = [partial(np.matmul, x.reshape(m, c), w[0], out=y2)]
+        elif groups == 1:
+            steps = _im2col_convolution(x, y2, w[0], win, (oh, ow), env, n.bias_id)
+            return steps + bias_act_steps(y2, env, xs.INVALID_VALUE_ID, act)  # the matmul added the bias
+        else:
+            steps = _grouped_convolution(x, y2, w, win, groups, oh, ow)
+        return steps + bias_act_steps(y2, env, n.bias_id, act)
+
+    return plan
+
+
+def _im2col_convolution(
+    x: np.ndarray, y2: np.ndarray, w: np.ndarray, win: Window, out_hw: tuple[int, int], env: Env, bias_id: int
+) -> list:
+    """One matmul over a buffer of every window's columns. With a bias, a ones column at the end of each
+    row and the bias as the last weight row make the matmul add it, saving a pass over the output."""
+    (nb, _, _, c), (oh, ow), k = x.shape, out_hw, w.shape[0]
+    xp, steps = win.pad(x, 0.0)
+    has_bias = bias_id != xs.INVALID_VALUE_ID
+    cols = np.empty((y2.shape[0], k + has_bias), x.dtype)
+    if has_bias:
+        cols[:, k] = 1
+        w = np.concatenate([w, env[bias_id].reshape(1, -1)])
+    return steps + [
+        partial(np.copyto, cols[:, :k].reshape(nb, oh, ow, win.kh, win.kw, c), win.im2col(xp, oh, ow)),
+        partial(np.matmul, cols, w, out=y2),
+    ]
+
+
+def _grouped_convolution(
+    x: np.ndarray, y2: np.ndarray, w: np.ndarray, win: Window, groups: int, oh: int, ow: int
+) -> list:
+    nb, _, _, c = x.shape
+    icg, m = c // groups, nb * oh * ow
+    xp, steps = win.pad(x, 0.0)
+    windows = win.im2col(xp, oh, ow).reshape(nb, oh, ow, win.kh, win.kw, groups, icg)
+    cols = np.empty((groups, nb, oh, ow, win.kh, win.kw, icg), x.dtype)
+    out = np.empty((groups, m, w.shape[2]), x.dtype)
+    return steps + [
+        partial(np.copyto, cols, windows.transpose(5, 0, 1, 2, 3, 4, 6)),
+        partial(np.matmul, cols.reshape(groups, m, -1), w, out=out),
+        partial(np.copyto, y2.reshape(m, groups, -1), out.transpose(1, 0, 2)),
+    ]
+
+
+def _depthwise_convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO_CLAMP) -> Planner:
+    win, channels, mult = conv_window(n), n.groups, n.group_output_channels
+    if n.group_input_channels != 1:
+        raise Unsupported(f"depthwise convolution with {n.group_input_channels} input channels per group")
+    # [1, KH, KW, C*mult] -> one [C, mult] weight per tap
+    taps = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(win.kh * win.kw, channels, mult))
+    first_column = np.ascontiguousarray(taps[:, :, 0])
+
+    def plan(env: Env) -> list:
+        x = env[n.input1_id]
+        nb, h, wd, c = nhwc(x, "depthwise convolution")
+        if c != channels:
+            raise ValueError(f"depthwise convolution expects {channels} channels, found input shape {x.shape}")
+        oh, ow = win.out_hw(h, wd)
+        y = env.empty(n.output_id, (nb, oh, ow, c * mult))
+        if mult == 1 and x.dtype == y.dtype == np.float32:  # one pass with the bias and the clamp (fast.py)
+            bias = env[n.bias_id].reshape(-1) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(0, np.float32)
+            window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
+            compiled = fast.depthwise(x, first_column, bias, y, *window, np.float32(act[0]), np.float32(act[1]))
+            if compiled is not None:
+                return [compiled]
+        views, steps = win.tap_views(x, 0.0)
+        acc = y if mult == 1 else y.reshape(nb, oh, ow, c, mult)
+        tmp = np.empty_like(acc)
+        for t, view in enumerate(views):
+            if mult == 1:  # a weight row per output column lets NumPy run one long inner loop
+                wt = np.ascontiguousarray(np.broadcast_to(taps[t, :, 0], (ow, c)))
+            else:
+                view, wt = view[..., None], taps[t]
+            if t == 0:
+                steps.append(partial(np.multiply, view, wt, out=acc))
+            else:
+                steps += [partial(np.multiply, view, wt, out=tmp), partial(np.add, acc, tmp, out=acc)]
+        return steps + bias_steps(y.reshape(-1, c * mult), env, n.bias_id) + clamp_steps(y, y, *act)
+
+    return plan
+
+
+def _deconvolution(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    win, groups, icg, ocg = conv_window(n), n.groups, n.group_input_channels, n.group_output_channels
+    adj_h, adj_w = n.adjustment_height, n.adjustment_width
+    # [OC, KH, KW, ICg] -> per group [ICg, KH*KW*OCg]: x @ w gives every tap's contribution at once.
+    w = g.constant(n.filter_id, "filter").reshape(groups, ocg, win.kh, win.kw, icg)
+    w = np.ascontiguousarray(w.transpose(0, 4, 2, 3, 1).reshape(groups, icg, win.kh * win.kw * ocg))
+
+    def plan(env: Env) -> list:
+        x = env[n.input1_id]
+        nb, h, wd, c = nhwc(x, "transposed convolution")
+        if c != groups * icg:
+            raise ValueError(f"transposed convolution expects {groups * icg} channels, found input shape {x.shape}")
+        full_h = win.sh * (h - 1) + win.dh * (win.kh - 1) + 1 + adj_h
+        full_w = win.sw * (wd - 1) + win.dw * (win.kw - 1) + 1 + adj_w
+        oh, ow = full_h - win.top - win.bottom, full_w - win.left - win.right
+        y = env.empty(n.output_id, (nb, oh, ow, groups * ocg))
+        m = nb * h * wd
+        cols = np.empty((groups, m, w.shape[2]), x.dtype)
+        full = np.zeros((nb, full_h, full_w, groups, ocg), x.dtype)
+        contributions = cols.reshape(groups, nb, h, wd, win.kh, win.kw, ocg).transpose(1, 2, 3, 4, 5, 0, 6)
+        steps = [partial(np.matmul, x.reshape(m, groups, icg).transpose(1, 0, 2), w, out=cols), partial(full.fill, 0)]
+        for i, j in win.taps():
+            r, s = i * win.dh, j * win.dw
+            dst = full[:, r : r + win.sh * (h - 1) + 1 : win.sh, s : s + win.sw * (wd - 1) + 1 : win.sw]
+            steps.append(partial(np.add, dst, contributions[:, :, :, i, j], out=dst))
+        crop = full[:, win.top : win.top + oh, win.left : win.left + ow].reshape(nb, oh, ow, groups * ocg)
+        steps.append(partial(np.copyto, y, crop))
+        return steps + bias_steps(y.reshape(-1, groups * ocg), env, n.bias_id)
+
+    return plan
+
+
+def _pooling(
+    n: Any, what: str, fill: float, combine: np.ufunc, env: Env, compiled: Callable | None = None
+) -> tuple[np.ndarray, list, tuple]:
+    """Allocate the pooled output and the steps that fold every window tap into it with ``combine``, or the
+    fast tier's one pass (``compiled``, as fast.max_pool) when it takes the arrays."""
+    win = pool_window(n)
+    x = env[n.input_id]
+    nb, h, wd, c = nhwc(x, what)
+    oh, ow = win.out_hw(h, wd)
+    y = env.empty(n.output_id, (nb, oh, ow, c))
+    one_pass = compiled and compiled(x, y, win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
+    if one_pass:
+        return y, [one_pass], (win, h, wd, oh, ow)
+    views, steps = win.tap_views(x, fill)
+    for t, view in enumerate(views):
+        steps.append(partial(np.copyto, y, view) if t == 0 else partial(combine, y, view, out=y))
+    return y, steps, (win, h, wd, oh, ow)
+
+
+def _max_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    return lambda env: _pooling(n, "max pooling", -np.inf, np.maximum, env, fast.max_pool)[1]
+
+
+def _average_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    def plan(env: Env) -> list:
+        y, steps, geometry = _pooling(n, "average pooling", 0.0, np.add, env)
+        return steps + [partial(np.multiply, y, _pool_scale(*geometry, y.dtype), out=y)]
+
+    return plan
+
+
+def _pool_scale(win: Window, h: int, w: int, oh: int, ow: int, dtype: np.dtype) -> np.ndarray:
+    """1 / the number of in-bounds elements under each window (padding is not counted), as [OH, OW, 1]."""
+    ones = np.zeros((1, h + win.top + win.bottom, w + win.left + win.right, 1), dtype)
+    ones[:, win.top : win.top + h, win.left : win.left + w] = 1
+    count = sum(win.tap(ones, i, j, oh, ow) for i, j in win.taps())
+    return (1.0 / count[0]).astype(dtype)
+
+
+def _global_average_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    keep = bool(n.flags & xs.FLAG_KEEP_DIMS)
+
+    def plan(env: Env) -> list:
+        x = env[n.input_id]
+        if x.ndim < 3:
+            raise ValueError(f"global average pooling expects an input with spatial dims, found shape {x.shape}")
+        axes = tuple(range(1, x.ndim - 1))
+        kept = (x.shape[0],) + (1,) * len(axes) + (x.shape[-1],)
+        y = env.empty(n.output_id, kept if keep else (x.shape[0], x.shape[-1]))
+        yk = y.reshape(kept)
+        scale = y.dtype.type(1.0 / math.prod(x.shape[a] for a in axes))
+        return [partial(np.add.reduce, x, axis=axes, keepdims=True, out=yk), partial(np.multiply, yk, scale, out=yk)]
+
+    return plan
+
+
+def _batch_matmul(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    transpose_b = bool(n.flags & xs.FLAG_TRANSPOSE_B)
+
+    def plan(env: Env) -> list:
+        a, b = env[n.input1_id], env[n.input2_id]
+        if transpose_b:
+            b = b.swapaxes(-1, -2)
+        if a.shape[-1] != b.shape[-2]:
+            raise ValueError(f"batch matmul of shapes {a.shape} and {b.shape} does not line up")
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        y = env.empty(n.output_id, batch + (a.shape[-2], b.shape[-1]))
+        packed = gemm.batch_matmul(a, b, y) if policy.compiled_tier() else None
+        return [partial(np.matmul, a, b, out=y) if packed is None else packed]
+
+    return plan
+
+
+def _attention(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    # XNNPACK's attention: softmax((query * scale) @ key^T + mask) @ value, scale per channel, mask [T, U].
+    def plan(env: Env) -> list:
+        q, k, v = env[n.query_id], env[n.key_id], env[n.value_id]
+        scale, mask = env[n.scale_id], env[n.mask_id]
+        if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+            raise ValueError(f"attention shapes do not line up: query {q.shape}, key {k.shape}, value {v.shape}")
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        qs = np.empty(q.shape, q.dtype)
+        scores = np.empty(batch + (q.shape[-2], k.shape[-2]), q.dtype)
+        y = env.empty(n.output_id, batch + (q.shape[-2], v.shape[-1]))
+        return [
+            partial(np.multiply, q, scale, out=qs),
+            partial(np.matmul, qs, k.swapaxes(-1, -2), out=scores),
+            partial(np.add, scores, mask, out=scores),
+            *softmax_steps(scores, scores),
+            partial(np.matmul, scores, v, out=y),
+        ]
+
+    return plan
+
+
+PLANNERS: dict[type, Callable[..., Planner]] = {
+    xs.XNNFullyConnected: _fully_connected,
+    xs.XNNConv2d: _convolution,
+    xs.XNNDepthwiseConv2d: _depthwise_convolution,
+    xs.XNNConvTranspose2d: _deconvolution,
+    xs.XNNMaxPooling2d: _max_pooling,
+    xs.XNNAvgPooling2d: _average_pooling,
+    xs.XNNGlobalAvgPooling2d: _global_average_pooling,
+    xs.XNNBatchMatrixMultiply: _batch_matmul,
+    xs.XNNScaledDotProductAttention: _attention,
+}

@@ -1,0 +1,141 @@
+"""Where the XNNPACK runtime's plans take their memory.
+
+One process-wide scratch arena (``SCRATCH``) that every plan of every delegate lays its buffers out over
+from the start, and the value table of a plan being built (``Env``), which returns a buffer to a pool once
+its last reader is planned and lets reshapes and copies alias their input. Also the planner contract:
+a ``Planner`` takes the ``Env`` and returns bound ``Step`` callables.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
+
+Step = Callable[[], Any]
+Planner = Callable[["Env"], list]  # compiled from a node at load; returns its steps for the arrays of one plan
+
+_CHUNK = 4 << 20  # bytes a scratch chunk holds at least
+
+
+SCRATCH: list[np.ndarray] = []
+"""The memory every delegate's plans take their buffers from (all but persistent ones), in chunks.
+
+A delegate's intermediates, and the copies of its inputs and outputs, are only live while one of its plans runs:
+the inputs are copied in at the start of ``execute`` and the outputs copied out at its end. So every plan of
+every delegate lays its buffers out from the start of the same chunks (``_Cursor``), and a process holds the
+largest plan's bytes, not their sum (an LLM lowers to some 150 delegates with two plans each).
+Calls run one at a time (``RUN``), which is what makes the sharing safe."""
+
+
+class _Cursor:
+    """One plan's bump allocation over ``SCRATCH``, from the first chunk's start."""
+
+    def __init__(self) -> None:
+        self.index = self.offset = 0
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        size = math.prod(shape) * dtype.itemsize
+        slot = -(-max(size, 1) // 64) * 64  # 64-byte aligned slots
+        while True:
+            if self.index == len(SCRATCH):
+                SCRATCH.append(np.empty(max(_CHUNK, slot), np.uint8))
+            chunk, start = SCRATCH[self.index], self.offset
+            if start + slot <= chunk.nbytes:
+                self.offset = start + slot
+                return chunk[start : start + size].view(dtype).reshape(shape)
+            self.index, self.offset = self.index + 1, 0
+
+
+RUN = threading.Lock()  # one delegate call (or plan build) at a time: they share SCRATCH
+
+
+class Env:
+    """Value id -> array while a plan is built: constants, external inputs and every intermediate.
+
+    Intermediates share memory: once the last node reading a buffer (directly or through a reshape or
+    copy alias) is planned, the buffer goes back to a pool that later outputs of the same byte size
+    draw from. Steps run in node order, so a reused buffer is written only after its last reader ran.
+    External inputs and outputs and persistent buffers (a pad's border is written once) are never pooled.
+    """
+
+    def __init__(self, graph: Graph, last_use: Mapping[int, int], pinned: set[int]):
+        self.graph = graph
+        self.arrays: dict[int, np.ndarray] = dict(graph.constants)
+        self.last_use = last_use
+        self.root: dict[int, int] = {}  # value -> the value that owns its memory
+        self.end: dict[int, int] = {}  # owning value -> index of the last node reading any of its aliases
+        self.pinned = set(pinned)
+        self.free: dict[int, list[np.ndarray]] = {}
+        self.dynamic: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # qdint8 value -> per-row (scale, zero point)
+        self.centred: dict[int, np.ndarray] = {}  # per-tensor quantized value -> float32 q - zero_point
+        self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
+        self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
+        self.fc_input: dict[int, np.ndarray] = {}  # qdint8 value -> its dequantized [rows, K + 1] (qfast.py)
+        self.cursor = _Cursor()
+
+    def __getitem__(self, vid: int) -> np.ndarray:
+        a = self.arrays.get(vid)
+        if a is None:
+            raise Unsupported(f"it reads value {vid} before any node produces it")
+        return a
+
+    def empty(self, vid: int, shape: Sequence[int], persistent: bool = False) -> np.ndarray:
+        """A fresh or recycled C-contiguous array for value ``vid``; ``persistent`` keeps it out of the pool."""
+        shape, dtype = tuple(int(d) for d in shape), self.graph.dtype(vid)
+        pool = self.free.get(math.prod(shape) * dtype.itemsize)
+        if persistent:
+            a = np.empty(shape, dtype)
+            self.pinned.add(vid)
+        elif pool:
+            a = pool.pop().view(dtype).reshape(shape)
+        else:
+            a = self.cursor.take(shape, dtype)
+        self.arrays[vid], self.root[vid], self.end[vid] = a, vid, self.last_use.get(vid, -1)
+        return a
+
+    def centred_buffer(self, vid: int, shape: Sequence[int]) -> np.ndarray:
+        """A float32 buffer for value ``vid``'s centred integers, recorded as ``centred[vid]``; it goes back to
+        the pool with ``vid``'s own memory (so quantized graphs reuse memory as float ones do)."""
+        shape = tuple(int(d) for d in shape)
+        pool = self.free.get(4 * math.prod(shape))
+        a = pool.pop().view(np.float32).reshape(shape) if pool else self.cursor.take(shape, np.dtype(np.float32))
+        self.extra.setdefault(vid, []).append(a)
+        self.centred[vid] = a
+        return a
+
+    def ones_column(self, rows: int, k: int) -> tuple[np.ndarray, Step]:
+        """A [rows, k + 1] float32 buffer and the step that sets its last column to 1 (the bias row's
+        multiplier), run at every call since the memory is shared."""
+        buf = self.cursor.take((rows, k + 1), np.dtype(np.float32))
+        return buf, partial(np.copyto, buf[:, k], np.float32(1))
+
+    def hand_over(self, source: int, vid: int) -> None:
+        """Value ``vid`` takes over ``source``'s centred buffer (``source`` has no other reader)."""
+        a = self.centred[vid] = self.centred[source]
+        self.extra[source] = [b for b in self.extra.get(source, []) if b is not a]
+        self.extra.setdefault(vid, []).append(a)
+
+    def alias(self, vid: int, source: int, array: np.ndarray) -> None:
+        """Value ``vid`` is ``array``, a view of value ``source``'s memory."""
+        root = self.root.get(source, source)
+        self.arrays[vid], self.root[vid] = array, root
+        if root in self.end:
+            self.end[root] = max(self.end[root], self.last_use.get(vid, -1))
+        if vid in self.pinned:
+            self.pinned.add(root)
+
+    def release(self, index: int, reads: Sequence[int]) -> None:
+        """After node ``index`` is planned, pool the buffers nothing after it reads."""
+        for root in {self.root[v] for v in reads if v in self.root}:
+            end = self.end.get(root)
+            if end is not None and end <= index and root not in self.pinned:
+                del self.end[root]
+                for a in [self.arrays[root], *self.extra.pop(root, [])]:
+                    self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
