@@ -23,7 +23,7 @@ and transposes that keep the last axis last copy runs of it (``permute``), both 
 pooling (``max_pool``) and a residual add with its clamp (``add_clamp``), each with NumPy's bits. (3x3
 stride-1 convolutions take Winograd's form: edgetorch/runtime/kernels/winograd.py.)
 
-GELU and softmax nodes take the portable kernels' compiled passes (``rows_step``). The tier is used when numba
+GELU and softmax nodes take the op layer's steps (edgetorch/runtime/ops/activation.py). The tier is used when numba
 imports and ``EDGETORCH_FAST`` is not ``0``; without it (numba absent, or failing to import) every caller
 keeps its NumPy path. Imports only edgetorch/runtime/kernels/compiled.py, which detects, imports (on the first
 compile) and caches numba for both this module and the portable kernels.
@@ -404,10 +404,3 @@ def kernel(name: str) -> Any:
     """The compiled kernel ``name`` (``bias_clamp``: ``_bias_clamp``; the depthwise one is :func:`depthwise`), or
     None when the tier is not usable (the caller then keeps its NumPy path)."""
     return compiled(name, _KERNELS[name])
-
-
-def rows_step(name: str, *args: Any) -> Any:
-    """The portable kernels' compiled ``name`` (edgetorch/runtime/kernels/compiled.py: ``gelu``, ``softmax``)
-    bound to ``args`` and split over the threads from a size on (compiled.rows_step), when this tier is usable,
-    else None: one pass each instead of NumPy's 22 (GELU) and 5 (softmax)."""
-    return compiled_kernels.rows_step(name, *args) if policy.compiled_tier() else None

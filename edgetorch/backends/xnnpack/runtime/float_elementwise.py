@@ -18,6 +18,7 @@ from edgetorch.backends.xnnpack.runtime.epilogues import NO_CLAMP, clamp_steps, 
 from edgetorch.backends.xnnpack.runtime.geometry import nhwc
 from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
+from edgetorch.runtime.ops import activation
 
 BINARY = {
     xs.XNNAdd: np.add,
@@ -59,38 +60,9 @@ def _prelu(n: Any, node: xs.XNode, g: Graph) -> Planner:
     return plan
 
 
-_A_S = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)  # Abramowitz & Stegun 7.1.26
-
-
 def _gelu(x: np.ndarray, y: np.ndarray) -> list:
-    """Exact (erf) GELU, with erfc from the Abramowitz-Stegun fit (error below 2e-7).
-
-    x * Phi(x) = max(x, 0) - |x| * erfc(|x| / sqrt2) / 2 for either sign of x, which needs no copysign
-    (the slowest ufunc here); the 1/2 is folded into the fit's coefficients.
-    """
-    fused = fast.rows_step("gelu", x.reshape(-1), y.reshape(-1)) if fast.flat_float32(x, y) else None
-    if fused is not None:  # the fast tier: one pass
-        return [fused]
-    a, t = np.empty_like(y), np.empty_like(y)
-    f = y.dtype.type
-    steps = [
-        partial(np.abs, x, out=a),
-        partial(np.multiply, a, f(0.3275911 / math.sqrt(2.0)), out=t),
-        partial(np.add, t, f(1), out=t),
-        partial(np.divide, f(1), t, out=t),  # faster than np.reciprocal
-        partial(np.multiply, t, f(_A_S[4] / 2), out=y),
-    ]
-    for c in reversed(_A_S[:4]):
-        steps += [partial(np.add, y, f(c / 2), out=y), partial(np.multiply, y, t, out=y)]
-    return steps + [  # y * exp(-x^2 / 2) = erfc(|x| / sqrt2) / 2
-        partial(np.square, x, out=t),
-        partial(np.multiply, t, f(-0.5), out=t),
-        partial(np.exp, t, out=t),
-        partial(np.multiply, y, t, out=y),
-        partial(np.multiply, y, a, out=y),
-        *clamp_steps(x, a, 0.0, math.inf),
-        partial(np.subtract, a, y, out=y),
-    ]
+    """Exact (erf) GELU: the op layer's (runtime/ops/activation.py), as in the portable runtime."""
+    return [activation.gelu(x, y, split=True)]
 
 
 def _sigmoid(x: np.ndarray, y: np.ndarray) -> list:
@@ -201,19 +173,8 @@ def _softmax(n: Any, node: xs.XNode, g: Graph) -> Planner:
 
 
 def softmax_steps(x: np.ndarray, y: np.ndarray) -> list:
-    """Softmax over the last axis of x into y (x may be y)."""
-    if fast.flat_float32(x, y) and x.ndim:
-        fused = fast.rows_step("softmax", x.reshape(-1, x.shape[-1]), y.reshape(-1, x.shape[-1]), False)
-        if fused is not None:  # the fast tier: one pass a row
-            return [fused]
-    red = np.empty(x.shape[:-1] + (1,), y.dtype)
-    return [
-        partial(np.maximum.reduce, x, axis=-1, keepdims=True, out=red),
-        partial(np.subtract, x, red, out=y),
-        partial(np.exp, y, out=y),
-        partial(np.add.reduce, y, axis=-1, keepdims=True, out=red),
-        partial(np.divide, y, red, out=y),
-    ]
+    """Softmax over the last axis of x into y (x may be y): the op layer's (runtime/ops/activation.py)."""
+    return [activation.softmax(x, y, split=True)]
 
 
 def _transpose(n: Any, node: xs.XNode, g: Graph) -> Planner:

@@ -13,6 +13,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.runtime.values import Unsupported
+from edgetorch.runtime.ops import window
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,8 @@ class Window:
         return bool(self.top or self.right or self.bottom or self.left)
 
     def out_hw(self, h: int, w: int) -> tuple[int, int]:
-        oh = (h + self.top + self.bottom - self.dh * (self.kh - 1) - 1) // self.sh + 1
-        ow = (w + self.left + self.right - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        oh = window.output_size(h, self.kh, self.sh, self.top, self.bottom, self.dh)
+        ow = window.output_size(w, self.kw, self.sw, self.left, self.right, self.dw)
         if oh <= 0 or ow <= 0:
             raise ValueError(f"a {self.kh}x{self.kw} window does not fit a {h}x{w} input")
         return oh, ow
