@@ -635,7 +635,7 @@ def emit_program(
     for key, entry in store.pte_data.items():
         if entry.buffer_index not in first_named_segment:
             first_named_segment[entry.buffer_index] = len(segments)
-            blob = store.buffers[entry.buffer_index]
+            blob = bytes(store.buffers[entry.buffer_index])
             shared = data.constant_index(blob) if share_identical_data else None
             if shared is not None and offsets[shared] % entry.alignment == 0:
                 segments.append(SegmentView(0, offsets[shared], len(blob)))

@@ -179,7 +179,7 @@ class ExecutorchProgramManager:
             store = self._external_data
             self._data_files = {
                 tag: save_ptd(
-                    {key: (store.buffers[e.buffer_index], e.tensor_layout) for key, e in entries.items()},
+                    {key: (bytes(store.buffers[e.buffer_index]), e.tensor_layout) for key, e in entries.items()},
                     self._config.segment_alignment,
                 )
                 for tag, entries in store.external_data.items()
