@@ -618,7 +618,7 @@ def emit_program(
         methods = {"forward": methods}
     data = ProgramData(constant_tensor_alignment or 16, extract_delegate_segments)
     plans, emitters = [], {}
-    for name, ep in methods.items():
+    for name, ep in sorted(methods.items()):  # plans in name order, as ExecuTorch writes them
         emitter = MethodEmitter(name, ep, data, emit_stacktrace, emit_mutable_buffer_names)
         plans.append(emitter.emit())
         emitters[name] = emitter
