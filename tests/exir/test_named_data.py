@@ -161,3 +161,23 @@ def test_backend_named_data_goes_to_the_program_or_a_data_file(tag, monkeypatch)
         loaded = Runtime.get().load_program(manager.buffer, data_files=[manager.data_files[tag]])
     (got,) = loaded.load_method("forward").execute([x.numpy()])
     np.testing.assert_allclose(got, (x * 2.5).numpy(), rtol=1e-6)
+
+
+def test_extended_header_fields_as_read_and_as_written():
+    from edgetorch.exir._serialize._program import _ExtendedHeader, _get_extended_header, _program_to_json
+    from edgetorch.exir._serialize.padding import aligned_size, padding_required
+
+    header = _ExtendedHeader(program_size=0x1122, segment_base_offset=0x3344, segment_data_size=7)
+    data = header.to_bytes()
+    assert data[:8] == b"eh00\x20\x00\x00\x00" and len(data) == 32
+    short = _ExtendedHeader.from_bytes(b"eh00\x18\x00\x00\x00" + data[8:24] + b"\xff" * 8)
+    assert short.is_valid() and (short.length, short.segment_data_size) == (24, 0)
+    assert not _ExtendedHeader.from_bytes(b"ABCD" + data[4:]).is_valid()
+    with pytest.raises(ValueError, match="needs 32 bytes"):
+        _ExtendedHeader.from_bytes(data[:16])
+    program = to_edge(export(torch.nn.Linear(2, 2), (torch.ones(1, 2),))).to_executorch()
+    found = _get_extended_header(program.buffer)
+    assert found is not None and found.program_size < len(program.buffer)
+    assert _get_extended_header(b"\x00" * 16) is None
+    assert '"val_type": "Tensor"' in _program_to_json(program.executorch_program)
+    assert (aligned_size(17, 16), padding_required(32, 16)) == (32, 0)
