@@ -29,11 +29,11 @@ from edgetorch.exir import memory
 from edgetorch.exir.dialects import to_aten
 from edgetorch.exir.dialects.quantized import OutOverload
 from edgetorch.exir.named_data_store import NamedDataStore, NamedDataStoreOutput
+from edgetorch.exir.passes.init_mutable_pass import INIT_BUFFER_KEY
 from edgetorch.exir.passes.out_variant import SymOp
 from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, TRAINABLE, is_inplace
-from edgetorch.exir.tensor import DTYPE_TO_SCALAR, TensorSpec, spec_leaves
+from edgetorch.exir.tensor import DTYPE_TO_SCALAR, TensorSpec, make_allocation_info, make_tensor_value, spec_leaves
 from edgetorch.format.program import (
-    AllocationDetails,
     BackendDelegate,
     BackendDelegateDataReference,
     BackendDelegateInlineData,
@@ -69,7 +69,6 @@ from edgetorch.format.program import (
     Tensor,
     TensorDataLocation,
     TensorList,
-    TensorShapeDynamism,
 )  # fmt: skip
 from edgetorch.format.ptd import TensorLayout
 from edgetorch.format.pte import SegmentView
@@ -252,20 +251,31 @@ class MethodEmitter:
         self.values.append(EValue(val))
         return Value(len(self.values) - 1)
 
-    def _tensor(self, spec: TensorSpec, external: tuple[str, str] | None = None, name: str | None = None) -> Value:
+    def _tensor(
+        self,
+        spec: TensorSpec,
+        external: tuple[str, str] | None = None,
+        name: str | None = None,
+        init_state: bool = False,
+    ) -> Value:
         if id(spec) not in self._spec_ids:
-            self._spec_ids[id(spec)] = self._value(self._tensor_value(spec, external, name)).id
+            self._spec_ids[id(spec)] = self._value(self._tensor_value(spec, external, name, init_state)).id
         return Value(self._spec_ids[id(spec)])
 
     def _tensor_value(
-        self, spec: TensorSpec, external: tuple[str, str] | None = None, name: str | None = None
+        self,
+        spec: TensorSpec,
+        external: tuple[str, str] | None = None,
+        name: str | None = None,
+        init_state: bool = False,
     ) -> Tensor:
         """The Tensor; ``external`` = (tag, fully qualified name) for data kept in ``<tag>.ptd``, ``name`` the
-        fully qualified name written for a mutable buffer."""
+        fully qualified name written for a mutable buffer, ``init_state`` to write its initial state even
+        when all zeros (``InitializedMutableBufferPass``)."""
         planned = spec.mem_id is not None and spec.mem_offset is not None
         extra = None
         if external is None:
-            buffer = self._data_buffer(spec, planned)
+            buffer = self._data_buffer(spec, planned, init_state)
             if name is not None:
                 extra = ExtraTensorInfo(fully_qualified_name=name, location=TensorDataLocation.SEGMENT)
         else:
@@ -273,22 +283,15 @@ class MethodEmitter:
             layout = TensorLayout(spec.scalar_type, list(spec.shape), list(spec.dim_order))
             buffer = self.data.external_constant(tag, fqn, bytes(_tensor_bytes(spec)), layout)
             extra = ExtraTensorInfo(fully_qualified_name=fqn, location=TensorDataLocation.EXTERNAL)
-        return Tensor(
-            scalar_type=spec.scalar_type,
-            sizes=list(spec.shape),
-            dim_order=list(spec.dim_order),
-            requires_grad=spec.requires_grad,
-            data_buffer_idx=buffer,
-            allocation_info=_allocation(spec) if planned and not spec.const else None,
-            shape_dynamism=TensorShapeDynamism.DYNAMIC_BOUND if spec.dynamic else TensorShapeDynamism.STATIC,
-            extra_tensor_info=extra,
-        )
+        allocation = make_allocation_info(spec.mem_id, spec.mem_offset) if planned and not spec.const else None
+        return make_tensor_value(buffer, allocation, spec, extra)
 
-    def _data_buffer(self, spec: TensorSpec, planned: bool) -> int:
-        """Where the tensor's initial bytes are: a constant, a mutable buffer's non-zero initial state, or none."""
+    def _data_buffer(self, spec: TensorSpec, planned: bool, init_state: bool) -> int:
+        """Where the tensor's initial bytes are: a constant, a mutable buffer's initial state (when
+        non-zero or asked for), or none."""
         if spec.const:
             return self.data.constant(_tensor_bytes(spec))
-        if planned and spec.storage is not None and bool(spec.storage.any()):
+        if planned and spec.storage is not None and (init_state or bool(spec.storage.any())):
             return self.data.initial_state(_tensor_bytes(spec))
         return 0
 
@@ -312,7 +315,10 @@ class MethodEmitter:
         if isinstance(spec, TensorSpec):
             tag = node.meta.get("constant_tag") if spec.const or node.meta.get(TRAINABLE) else None
             value = self._tensor(
-                spec, None if tag is None else (tag, self._fqns[node.name]), self._mutable_buffer_name(node, spec)
+                spec,
+                None if tag is None else (tag, self._fqns[node.name]),
+                self._mutable_buffer_name(node, spec),
+                bool(node.meta.get(INIT_BUFFER_KEY)),
             )
         else:  # a specialised scalar input must be passed with the value it was exported with
             value = self._sym_result(node) if isinstance(val, torch.SymInt) else self._constant(val)
@@ -539,13 +545,6 @@ def _guess_kind(items: list) -> str:
     return "int"
 
 
-def _allocation(spec: TensorSpec) -> AllocationDetails:
-    offset = spec.mem_offset
-    return AllocationDetails(
-        memory_id=spec.mem_id, memory_offset_low=offset & 0xFFFFFFFF, memory_offset_high=offset >> 32
-    )
-
-
 def _empty_tensor() -> Tensor:
     return Tensor(scalar_type=ScalarType.BYTE, sizes=[0], dim_order=[0])
 
@@ -619,7 +618,7 @@ def emit_program(
         methods = {"forward": methods}
     data = ProgramData(constant_tensor_alignment or 16, extract_delegate_segments)
     plans, emitters = [], {}
-    for name, ep in methods.items():
+    for name, ep in sorted(methods.items()):  # plans in name order, as ExecuTorch writes them
         emitter = MethodEmitter(name, ep, data, emit_stacktrace, emit_mutable_buffer_names)
         plans.append(emitter.emit())
         emitters[name] = emitter
@@ -636,7 +635,7 @@ def emit_program(
     for key, entry in store.pte_data.items():
         if entry.buffer_index not in first_named_segment:
             first_named_segment[entry.buffer_index] = len(segments)
-            blob = store.buffers[entry.buffer_index]
+            blob = bytes(store.buffers[entry.buffer_index])
             shared = data.constant_index(blob) if share_identical_data else None
             if shared is not None and offsets[shared] % entry.alignment == 0:
                 segments.append(SegmentView(0, offsets[shared], len(blob)))

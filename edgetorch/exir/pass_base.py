@@ -1,18 +1,22 @@
-"""Pass infrastructure for edge graphs: ExportPass, PassResult, PassManager.
+"""Pass infrastructure for edge graphs: ExportPass, PassResult, PassManager, ExportedProgramPassBase.
 
 ``ExportPass`` re-runs a graph node by node on fake tensors and builds a new
 graph from what each hook returns, so a subclass that overrides
 ``call_operator`` can rewrite one op into one, many or no ops while every new
 node gets a correct ``meta["val"]``. It builds on torch's interpreter-based
 export pass base and teaches it Edge-dialect targets (``EdgeOpOverload``).
-May import torch and edgetorch.exir.dialects only.
+``ExportedProgramPassBase`` is for passes that need the whole ExportedProgram (its
+signature, constants, state dict), not only the graph; ``ExportedProgramPassManager``
+(in ``pass_manager``) runs both kinds. May import torch and edgetorch.exir.dialects only.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,11 +24,24 @@ from torch._export.pass_base import _ExportPassBaseDeprecatedDoNotUse
 from torch._export.pass_infra.node_metadata import NodeMetadata
 from torch._export.pass_infra.proxy_value import ProxyValue
 from torch._higher_order_ops.executorch_call_delegate import is_lowered_module
+from torch.export import ExportedProgram
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from edgetorch.exir.dialects import EdgeOpOverload
 
-__all__ = ["ExportPass", "NodeMetadata", "PassBase", "PassManager", "PassResult", "PassType", "ProxyValue"]
+__all__ = [
+    "ExportPass",
+    "ExportPassBaseError",
+    "ExportedProgramPassBase",
+    "ExportedProgramPassResult",
+    "NodeMetadata",
+    "PassBase",
+    "PassManager",
+    "PassResult",
+    "PassType",
+    "ProxyValue",
+    "map_args",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +80,38 @@ class ExportPass(_ExportPassBaseDeprecatedDoNotUse):
         return self._fx("call_function", operator.getitem, (value, key), {}, meta)
 
 
+class ExportPassBaseError(RuntimeError):
+    """A pass asked the pass infrastructure for something it cannot do (ExecuTorch's type)."""
+
+
+@dataclass(frozen=True)
+class ExportedProgramPassResult:
+    """What an ExportedProgram pass returns: the program (new or the same) and whether it changed."""
+
+    exported_program: ExportedProgram
+    modified: bool
+
+
+class ExportedProgramPassBase(ABC):
+    """A pass over a whole ExportedProgram: override ``call``; ``requires``/``ensures`` check before/after."""
+
+    def __call__(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        self.requires(exported_program)
+        result = self.call(exported_program)
+        self.ensures(exported_program)
+        return result
+
+    @abstractmethod
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        """Transform ``exported_program``; return the result and whether anything changed."""
+
+    def requires(self, exported_program: ExportedProgram) -> None:  # noqa: B027 (optional hook)
+        """Raise if ``exported_program`` lacks what the pass needs (nothing by default)."""
+
+    def ensures(self, exported_program: ExportedProgram) -> None:  # noqa: B027 (optional hook)
+        """Raise if the pass left ``exported_program`` in a state it should not (nothing by default)."""
+
+
 class PassManager:
     """Runs passes in order on a GraphModule; nested lists of passes are flattened.
 
@@ -79,7 +128,7 @@ class PassManager:
         run_checks_after_each_pass: bool = False,
         suppress_check_failures: bool = False,
     ) -> None:
-        self.passes: list[PassType] = list(_flatten(passes or []))
+        self.passes: list[PassType] = list(flatten_passes(passes or []))
         self.run_checks_after_each_pass = run_checks_after_each_pass
         self.suppress_check_failures = suppress_check_failures
         self._checks: list[Callable[[torch.fx.GraphModule], None]] = [_no_call_method]
@@ -125,9 +174,23 @@ def _no_call_method(graph_module: torch.fx.GraphModule) -> None:
             )
 
 
-def _flatten(passes: Iterable[Any]) -> Iterable[Any]:
+def map_args(
+    op: Any, fn: Callable[[Any, torch.Argument], Any], args: tuple, kwargs: dict
+) -> tuple[tuple, dict]:
+    """A call's arguments with ``fn(value, schema_argument)`` applied to each one ``op``'s schema names."""
+    new_args, new_kwargs = list(args), dict(kwargs)
+    for i, arg in enumerate(op._schema.arguments):
+        if i < len(new_args) and not arg.kwarg_only:
+            new_args[i] = fn(new_args[i], arg)
+        elif arg.name in new_kwargs:
+            new_kwargs[arg.name] = fn(new_kwargs[arg.name], arg)
+    return tuple(new_args), new_kwargs
+
+
+def flatten_passes(passes: Iterable[Any]) -> Iterable[Any]:
+    """The passes of a possibly nested list, in order."""
     for p in passes:
         if isinstance(p, list | tuple):
-            yield from _flatten(p)
+            yield from flatten_passes(p)
         else:
             yield p

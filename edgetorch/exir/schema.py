@@ -1,10 +1,17 @@
 """The Program schema's types at ExecuTorch's ``exir.schema`` (``Program``, ``ExecutionPlan``, ``Tensor``, ...).
 
+``KernelTypes`` and ``InstructionArguments`` are the schema's two unions as typing unions
+(``KernelTypes.__args__`` lists what an ``EValue`` may hold).
+
 They are defined once, torch-free, in :mod:`edgetorch.format.program`; ``executorch_program`` of an
 ``ExecutorchProgramManager`` is built from them.
 """
 
+import typing
+
 from edgetorch.format.program import (
+    INSTRUCTION_ARGUMENTS,
+    KERNEL_TYPES,
     AllocationDetails,
     BackendDelegate,
     BackendDelegateDataReference,
@@ -48,6 +55,9 @@ from edgetorch.format.program import (
     TensorShapeDynamism,
 )
 
+KernelTypes = typing.Union[KERNEL_TYPES.members]  # noqa: UP007 (built from the tuple at run time)
+InstructionArguments = typing.Union[INSTRUCTION_ARGUMENTS.members]  # noqa: UP007
+
 __all__ = [
     "AllocationDetails",
     "BackendDelegate",
@@ -72,10 +82,12 @@ __all__ = [
     "FrameList",
     "FreeCall",
     "Instruction",
+    "InstructionArguments",
     "Int",
     "IntList",
     "JumpFalseCall",
     "KernelCall",
+    "KernelTypes",
     "MoveCall",
     "NamedData",
     "NonConstBufferDevice",

@@ -10,6 +10,7 @@ into ``<tag>.ptd`` files (``write_tensor_data_to_file``). May import torch.
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ from edgetorch.exir.passes.replace_view_copy_with_view_pass import ReplaceViewCo
 from edgetorch.exir.passes.spec_prop import TRAINABLE, SpecPropPass, mark_constants
 from edgetorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass, HintBasedSymShapeEvalPass
 from edgetorch.exir.passes.weights_to_outputs import training_metadata, weights_to_outputs
-from edgetorch.format.program import Program
+from edgetorch.exir.tensor import SCALAR_TO_DTYPE
+from edgetorch.format.program import Buffer, Program, Tensor, TensorDataLocation
 from edgetorch.format.ptd import save_ptd
 from edgetorch.format.pte import SEGMENT_ALIGNMENT, save_pte
 
@@ -109,6 +111,21 @@ class ExecutorchBackendConfig:
             )
 
 
+@dataclass
+class InlineEmitterOutput:
+    """ExecuTorch's ``EmitterOutput``: the Program with constants, delegate blobs and named data inline
+    (index 0 of ``constant_buffer`` the empty placeholder), the debug maps, the mutable buffers' initial
+    states, and the constants kept in ``.ptd`` files as unique buffers with, per tag, fqn -> buffer index."""
+
+    program: Program
+    debug_handle_map: dict[str, dict[int, int | list[int]]]
+    method_to_delegate_debug_id_map: dict[str, dict[int, dict[str, Any]]]
+    instruction_id_to_num_outs_map: dict[str, dict[int, int]]
+    mutable_data: list[Buffer] | None
+    external_constant_buffer: list[bytes]
+    external_constant_map: dict[str, dict[str, int]] | None
+
+
 class ExecutorchProgramManager:
     """The result of ``to_executorch``: execution-dialect programs per method and the ``.pte`` bytes."""
 
@@ -142,6 +159,29 @@ class ExecutorchProgramManager:
         if self._etrecord is None:
             raise RuntimeError("ETRecord was not generated; pass generate_etrecord=True to to_edge")
         return self._etrecord
+
+    @property
+    def _emitter_output(self) -> InlineEmitterOutput:
+        """The emitted program as ExecuTorch's emitter hands it over: data inline, not yet in segments."""
+        from edgetorch.exir._serialize._program import deserialize_pte_binary
+
+        pte = deserialize_pte_binary(self.buffer)
+        _trim_constants(pte.program)
+        external: dict[str, dict[str, int]] = {}
+        unique: dict[int, int] = {}
+        store = self._external_data
+        for tag, entries in store.external_data.items():
+            for fqn, entry in entries.items():
+                external.setdefault(tag, {})[fqn] = unique.setdefault(entry.buffer_index, len(unique))
+        return InlineEmitterOutput(
+            program=pte.program,
+            debug_handle_map=self.debug_handle_map,
+            method_to_delegate_debug_id_map=self.delegate_map,
+            instruction_id_to_num_outs_map=self.instruction_id_to_num_outs_map,
+            mutable_data=pte.mutable_data,
+            external_constant_buffer=[bytes(store.buffers[index]) for index in unique],
+            external_constant_map=external or None,
+        )
 
     @property
     def config_methods(self) -> set[str]:
@@ -179,7 +219,7 @@ class ExecutorchProgramManager:
             store = self._external_data
             self._data_files = {
                 tag: save_ptd(
-                    {key: (store.buffers[e.buffer_index], e.tensor_layout) for key, e in entries.items()},
+                    {key: (bytes(store.buffers[e.buffer_index]), e.tensor_layout) for key, e in entries.items()},
                     self._config.segment_alignment,
                 )
                 for tag, entries in store.external_data.items()
@@ -244,6 +284,21 @@ class ExecutorchProgramManager:
             share_identical_data=config.share_identical_data,
             emit_mutable_buffer_names=config.emit_mutable_buffer_names,
         )
+
+
+def _trim_constants(program: Program) -> None:
+    """Cut each constant buffer read back from the constant segment (which holds the alignment padding
+    up to the next constant) to the bytes of the tensor using it."""
+    for plan in program.execution_plan:
+        for value in plan.values:
+            tensor = value.val
+            external = tensor.extra_tensor_info if isinstance(tensor, Tensor) else None
+            if external is not None and external.location == TensorDataLocation.EXTERNAL:
+                continue  # its data_buffer_idx counts the .ptd's constants
+            if isinstance(tensor, Tensor) and tensor.data_buffer_idx > 0 and tensor.allocation_info is None:
+                nbytes = math.prod(tensor.sizes) * SCALAR_TO_DTYPE[tensor.scalar_type].itemsize
+                buffer = program.constant_buffer[tensor.data_buffer_idx]
+                buffer.storage = bytes(buffer.storage[:nbytes])
 
 
 def _fuse_and_fold(name: str, ep: ExportedProgram) -> ExportedProgram:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from edgetorch.errors import EdgetorchError
 from edgetorch.format.flatbuffer import FlatbufferError, decode, encode
@@ -30,26 +31,59 @@ class FormatError(EdgetorchError, ValueError):
 
 @dataclass
 class ExtendedHeader:
+    """The header after the flatbuffer's identifier: where the program ends and the segments start.
+
+    Layout (little endian): magic ``eh00``, u32 header length, u64 program size, u64 segment base
+    offset, then (from length 32 on) u64 segment data size. ``magic`` and ``length`` are what was read;
+    ``to_bytes`` always writes the current ones.
+    """
+
     program_size: int
     segment_base_offset: int
     segment_data_size: int = 0
+    magic: bytes = HEADER_MAGIC
+    length: int = HEADER_LENGTH
+
+    EXPECTED_MAGIC: ClassVar[bytes] = HEADER_MAGIC
+    MINIMUM_LENGTH: ClassVar[int] = 24
+    EXPECTED_LENGTH: ClassVar[int] = HEADER_LENGTH
+    NUM_HEAD_BYTES: ClassVar[int] = 64
+    """Bytes at the start of a file that always hold the identifier and the whole header."""
 
     def to_bytes(self) -> bytes:
         return HEADER_MAGIC + struct.pack(
             "<IQQQ", HEADER_LENGTH, self.program_size, self.segment_base_offset, self.segment_data_size
         )
 
-    @staticmethod
-    def from_bytes(data: bytes | memoryview) -> ExtendedHeader | None:
-        """The header at bytes 8.., or None when the file has none (an older or plain flatbuffer)."""
-        if len(data) < 8 + 24 or bytes(data[8:12]) != HEADER_MAGIC:
+    def is_valid(self) -> bool:
+        """True when the magic is right and the length covers at least program size and base offset."""
+        return self.magic == HEADER_MAGIC and self.length >= self.MINIMUM_LENGTH
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> ExtendedHeader:
+        """The fields of a header starting at ``data[0]``, not validated (see ``is_valid``).
+
+        ValueError when ``data`` is shorter than a full header.
+        """
+        if len(data) < HEADER_LENGTH:
+            raise ValueError(f"an extended header needs {HEADER_LENGTH} bytes, found {len(data)}")
+        magic = bytes(data[0:4])
+        length, size, base = struct.unpack_from("<IQQ", data, 4)
+        seg_size = struct.unpack_from("<Q", data, 24)[0] if length > cls.MINIMUM_LENGTH else 0
+        return cls(size, base, seg_size, magic, length)
+
+    @classmethod
+    def in_file(cls, data: bytes | memoryview) -> ExtendedHeader | None:
+        """The header of a ``.pte`` (at bytes 8..), or None when the file has none (an older or plain
+        flatbuffer); FormatError when its length field is out of range."""
+        if len(data) < 8 + cls.MINIMUM_LENGTH or bytes(data[8:12]) != HEADER_MAGIC:
             return None
         (length,) = struct.unpack_from("<I", data, 12)
-        if length < 24 or length > 8 + len(data):
+        if length < cls.MINIMUM_LENGTH or length > 8 + len(data):
             raise FormatError(f"extended header length {length} is out of range; expected 24..32")
         size, base = struct.unpack_from("<QQ", data, 16)
         seg_size = struct.unpack_from("<Q", data, 32)[0] if length >= 32 and len(data) >= 40 else 0
-        return ExtendedHeader(size, base, seg_size)
+        return cls(size, base, seg_size, HEADER_MAGIC, length)
 
 
 @dataclass(frozen=True)
@@ -107,7 +141,7 @@ def load_pte(data: bytes | bytearray | memoryview) -> PteFile:
         raise FormatError(
             f"expected the identifier {FILE_IDENTIFIER!r} at bytes 4..8, found {bytes(view[4:8])!r}; this is not an ExecuTorch program"
         )
-    header = ExtendedHeader.from_bytes(view)
+    header = ExtendedHeader.in_file(view)
     if header is not None:
         if header.program_size > len(view) or header.program_size < 40:
             raise FormatError(

@@ -225,3 +225,18 @@ def test_static_views_alias_their_base(remove):
         add_out = plan.chains[0].instructions[0].instr_args.args[-1]
         alias = plan.values[plan.outputs[1]].val.allocation_info
         assert alias == plan.values[add_out].val.allocation_info
+
+
+def test_emitter_output_holds_constants_inline_at_their_exact_size():
+    linear = torch.nn.Linear(3, 2)
+    edge = to_edge(export(linear, (torch.ones(1, 3),)))
+    inline = edge.to_executorch()._emitter_output
+    sizes = sorted(len(b.storage) for b in inline.program.constant_buffer)
+    assert sizes == [0, 2 * 4, 2 * 3 * 4]  # the placeholder, bias, weight: no alignment padding
+    assert inline.program.constant_segment.offsets == [] and inline.program.segments == []
+    external = edge.to_executorch(ExecutorchBackendConfig(external_constants=True))._emitter_output
+    assert len(external.program.constant_buffer) == 1
+    (tag,) = external.external_constant_map
+    by_fqn = external.external_constant_map[tag]
+    assert sorted(by_fqn) == ["bias", "weight"]
+    assert external.external_constant_buffer[by_fqn["bias"]] == linear.bias.detach().numpy().tobytes()

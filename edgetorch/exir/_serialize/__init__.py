@@ -1,7 +1,16 @@
-"""``.pte`` (de)serialization of a Program with inline data, at ExecuTorch's ``exir._serialize``."""
+"""``.pte`` (de)serialization of a Program with inline data, at ExecuTorch's ``exir._serialize``.
 
-from edgetorch.exir._serialize._program import PTEFile as _PTEFile
-from edgetorch.exir._serialize._program import deserialize_pte_binary as _deserialize_pte_binary
-from edgetorch.exir._serialize._program import serialize_pte_binary as _serialize_pte_binary
+The package's names load on first use: ``_cord`` (used by the named data store, which ``_program``
+imports) must be importable without ``_program``.
+"""
+
+from importlib import import_module
+from typing import Any
 
 __all__ = ["_PTEFile", "_deserialize_pte_binary", "_serialize_pte_binary"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(import_module("edgetorch.exir._serialize._program"), name.removeprefix("_"))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,9 +10,14 @@ deserializing moves them back. Imports only the format code and the named data s
 from __future__ import annotations
 
 import copy
+import dataclasses
+import enum
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from edgetorch.exir.named_data_store import DataEntry, NamedDataStoreOutput
+from edgetorch.format.flatbuffer import Union
 from edgetorch.format.program import (
     BackendDelegateInlineData,
     Buffer,
@@ -21,9 +26,9 @@ from edgetorch.format.program import (
     Program,
     SubsegmentOffsets,
 )
-from edgetorch.format.pte import FormatError, load_pte, save_pte
+from edgetorch.format.pte import ExtendedHeader, FormatError, load_pte, save_pte
 
-__all__ = ["PTEFile", "deserialize_pte_binary", "serialize_pte_binary"]
+__all__ = ["PTEFile", "deserialize_pte_binary", "serialize_pte_binary"]  # and ExecuTorch's private helpers below
 
 
 @dataclass
@@ -125,3 +130,39 @@ def deserialize_pte_binary(program_data: bytes) -> PTEFile:
         program.named_data = None
     program.segments = []
     return PTEFile(program, mutable, named)
+
+
+_ExtendedHeader = ExtendedHeader
+
+
+def _get_extended_header(program_data: bytes) -> ExtendedHeader | None:
+    """The extended header of ``.pte`` bytes if it is there and well-formed, else None."""
+    try:
+        header = ExtendedHeader.from_bytes(program_data[8:])
+    except ValueError:
+        return None
+    return header if header.is_valid() else None
+
+
+def _program_to_json(program: Program) -> str:
+    """A JSON text of every field of ``program``, for comparing programs (bytes as lists of ints, enums as
+    ints, each union value with a ``<field>_type`` entry naming its member)."""
+    return json.dumps(_plain(program))
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            out[f.name] = _plain(item)
+            if isinstance(f.metadata.get("fb"), Union) and item is not None:
+                out[f"{f.name}_type"] = type(item).__name__
+        return out
+    if isinstance(value, bytes | bytearray | memoryview):
+        return list(bytes(value))
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value

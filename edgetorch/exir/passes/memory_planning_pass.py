@@ -72,14 +72,15 @@ class MemoryPlanningPass(PassBase):
         """Plan ``graph_module``; ``graph_signature`` tells user inputs from mutable buffers."""
         assign_lifetimes(graph_module)
         skipped = {id(s) for s in self._unplanned(graph_module, graph_signature)}
-        aliases = [s for s in graph_specs(graph_module) if s.alias_of is not None]
+        aliases = [s for s in graph_specs(graph_module) if s.storage_base is not None]
         for alias in aliases:  # a view keeps its base alive
-            base = alias.alias_of
+            base = alias.storage_base
             base.lifetime = [min(base.lifetime[0], alias.lifetime[0]), max(base.lifetime[1], alias.lifetime[1])]
-        specs = [s for s in graph_specs(graph_module) if not s.const and s.alias_of is None and id(s) not in skipped]
+        specs = [s for s in graph_specs(graph_module) if not s.const and s.storage_base is None and id(s) not in skipped]
         bufsizes = run_algorithm(self.memory_planning_algo, self.alignment, specs, graph_module, graph_signature)
         for alias in aliases:
-            alias.mem_id, alias.mem_offset = alias.alias_of.mem_id, alias.alias_of.mem_offset
+            alias.mem_id = alias.storage_base.mem_id
+            alias.mem_offset = alias.storage_base.mem_offset + alias.storage_base_offset
         unplanned = [s for s in graph_specs(graph_module) if id(s) in skipped and not s.const]
         self.plan = MemoryPlan(specs, bufsizes, self.alignment, unplanned)
         graph_module.meta["non_const_buffer_sizes"] = bufsizes

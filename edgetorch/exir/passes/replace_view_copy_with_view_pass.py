@@ -28,7 +28,9 @@ class ReplaceViewCopyWithViewPass(PassBase):
             if node.op == "call_function" and to_aten(node.target) in VIEW_OPS and _viewable(node):
                 base = node.args[0].meta["spec"]
                 node.target = memory.view
-                node.meta["spec"].alias_of = base.alias_of or base
+                spec = node.meta["spec"]
+                spec.storage_base = base.storage_base or base
+                spec.storage_base_offset = base.storage_base_offset if base.storage_base else 0
         graph_module.recompile()
         return PassResult(graph_module, True)
 

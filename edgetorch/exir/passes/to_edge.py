@@ -23,7 +23,8 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from edgetorch.exir.dialects import EdgeOpOverload, edge_op, to_aten
 from edgetorch.exir.dialects.dim_order_ops import dim_order_of, ensure_registered
-from edgetorch.exir.pass_base import ExportPass, NodeMetadata, ProxyValue
+from edgetorch.exir.pass_base import ExportPass, NodeMetadata, ProxyValue, map_args
+from edgetorch.exir.passes.scalar_to_tensor_pass import scalar_to_tensor
 
 aten = torch.ops.aten
 
@@ -73,25 +74,6 @@ def _value(x: Any) -> Any:
     return x.data if isinstance(x, ProxyValue) else x
 
 
-def _scalar_to_tensor(value: Any, arg: torch.Argument) -> Any:
-    if isinstance(value, bool | int | float) and isinstance(arg.type, torch.TensorType):
-        # A real constant, not a fake tensor from the surrounding fake mode.
-        with torch.utils._python_dispatch._disable_current_modes():
-            return torch.tensor(value)
-    return value
-
-
-def _bind(op: torch._ops.OpOverload, args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
-    """Apply ``fn(value, schema_argument)`` to every argument of a call to ``op``."""
-    new_args, new_kwargs = list(args), dict(kwargs)
-    for i, arg in enumerate(op._schema.arguments):
-        if i < len(new_args) and not arg.kwarg_only:
-            new_args[i] = fn(new_args[i], arg)
-        elif arg.name in new_kwargs:
-            new_kwargs[arg.name] = fn(new_kwargs[arg.name], arg)
-    return tuple(new_args), new_kwargs
-
-
 class ToEdgePass(ExportPass):
     """Rewrite a decomposed Core ATen graph into the Edge dialect (see module docstring)."""
 
@@ -110,7 +92,7 @@ class ToEdgePass(ExportPass):
 
     def _lower(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, meta: NodeMetadata) -> ProxyValue:
         op = view_copy_of(op)
-        args, kwargs = _bind(op, args, kwargs, _scalar_to_tensor)
+        args, kwargs = map_args(op, scalar_to_tensor, args, kwargs)
         if op in _PROMOTION:
             args = self._promote(op, args, kwargs, meta)
         if not self.skip_dim_order:
@@ -150,7 +132,7 @@ class ToEdgePass(ExportPass):
                 return self._lower(aten._to_copy.default, (value,), {"dtype": dtype}, meta)
             return value
 
-        return _bind(op, args, {}, cast)[0]
+        return map_args(op, cast, args, {})[0]
 
     @staticmethod
     def _to_dim_order(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[Any, dict]:

@@ -19,18 +19,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch._export.verifier import Verifier
 from torch.export import ExportedProgram
 from torch.export.graph_signature import (
     ExportGraphSignature,
-    OutputSpec,
-    SymIntArgument,
-    TensorArgument,
 )
 
 from edgetorch._lazy import lazy_exports
 from edgetorch.exir.backend.backend_api import lower_methods
 from edgetorch.exir.backend.partitioner import Partitioner
-from edgetorch.exir.pass_base import PassManager, PassType
+from edgetorch.exir.pass_base import ExportedProgramPassBase, PassManager, PassType, flatten_passes
+from edgetorch.exir.pass_manager import ExportedProgramPassManager, updated_graph_signature
 from edgetorch.exir.passes.debug_handle_generator_pass import assign_debug_handles
 from edgetorch.exir.passes.decompose import decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
@@ -71,14 +70,6 @@ class EdgeCompileConfig:
     preserve_ops: list[torch._ops.OpOverload] = field(default_factory=list)
 
 
-def _output_arg(old: Any, node: Any) -> Any:
-    if isinstance(old, TensorArgument):
-        return TensorArgument(name=node.name)
-    if isinstance(old, SymIntArgument):
-        return SymIntArgument(name=node.name)
-    return old
-
-
 def rebuild_program(program: ExportedProgram, graph_module: torch.fx.GraphModule) -> ExportedProgram:
     """An Edge ExportedProgram around ``graph_module``, a transformed copy of ``program``'s graph.
 
@@ -87,25 +78,12 @@ def rebuild_program(program: ExportedProgram, graph_module: torch.fx.GraphModule
     must come in the same order as ``program``'s.
     """
     specs, constants = lift_constants(graph_module, program.graph_signature.input_specs, program.constants)
-    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(specs):
-        raise ValueError(f"a pass changed the graph's inputs: {len(specs)} expected, {len(placeholders)} found.")
-    input_specs = [copy.copy(spec) for spec in specs]
-    for spec, node in zip(input_specs, placeholders):
-        spec.arg = _output_arg(spec.arg, node)
-    outputs = graph_module.graph.output_node().args[0]
-    old_outputs = program.graph_signature.output_specs
-    if len(outputs) != len(old_outputs):
-        raise ValueError(f"a pass changed the graph's outputs: {len(old_outputs)} expected, {len(outputs)} found.")
-    output_specs = [
-        OutputSpec(kind=spec.kind, arg=_output_arg(spec.arg, node), target=spec.target)
-        for spec, node in zip(old_outputs, outputs)
-    ]
+    signature = updated_graph_signature(ExportGraphSignature(specs, program.graph_signature.output_specs), graph_module)
     assign_debug_handles(graph_module)
     return ExportedProgram(
         root=graph_module,
         graph=graph_module.graph,
-        graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
+        graph_signature=signature,
         state_dict=program.state_dict,
         range_constraints=program.range_constraints,
         module_call_graph=program.module_call_graph,
@@ -113,6 +91,43 @@ def rebuild_program(program: ExportedProgram, graph_module: torch.fx.GraphModule
         constants=constants,
         verifiers=[EdgeVerifier],
     )
+
+
+def _transform(
+    self: ExportedProgram, *passes: PassType, override_verifiers: list[type[Verifier]] | None = None
+) -> ExportedProgram:
+    """``self`` with ``passes`` applied (graph passes or ExportedProgram passes), or ``self`` if none changed it.
+
+    ExecuTorch's helper for transforming one ExportedProgram; ``override_verifiers`` replaces the
+    program's verifiers, for passes whose output the default verifier would refuse.
+    """
+    if any(isinstance(p, list | Verifier) for p in passes):
+        raise TypeError(
+            f"_transform takes passes as separate arguments, found {[type(p).__name__ for p in passes]}; "
+            "unpack a list with *passes and give verifiers as override_verifiers="
+        )
+    return _transform_with_pass_manager(self, ExportedProgramPassManager(list(passes)), override_verifiers)
+
+
+def _transform_with_pass_manager(
+    self: ExportedProgram,
+    pass_manager: ExportedProgramPassManager | PassManager,
+    override_verifiers: list[type[Verifier]] | None = None,
+) -> ExportedProgram:
+    """``self`` transformed by ``pass_manager`` (an ExportedProgram manager, or a graph PassManager)."""
+    if isinstance(pass_manager, ExportedProgramPassManager):
+        result = pass_manager(self, override_verifiers)
+        return result.exported_program if result.modified else self
+    graph_result = pass_manager(self.graph_module)
+    if not graph_result.modified:
+        return self
+    program = copy.copy(self)
+    program._graph_module = graph_result.graph_module
+    program._graph_signature = updated_graph_signature(self.graph_signature, graph_result.graph_module)
+    if override_verifiers:
+        program._verifiers = override_verifiers
+    program.validate()
+    return program
 
 
 def lower_to_edge(
@@ -252,8 +267,15 @@ def _apply(program: ExportedProgram, passes: Any, config: EdgeCompileConfig) -> 
     program = copy.deepcopy(program)
     if passes is None:
         return program
-    manager = passes if isinstance(passes, PassManager) else PassManager(list(passes))
-    graph_module = manager(program.graph_module).graph_module
+    if not isinstance(passes, PassManager) and any(
+        isinstance(p, ExportedProgramPassBase) for p in flatten_passes(passes)
+    ):
+        # Whole-program passes may add inputs and constants; they update the signature themselves.
+        program = ExportedProgramPassManager(list(passes))(program).exported_program
+        graph_module = program.graph_module
+    else:
+        manager = passes if isinstance(passes, PassManager) else PassManager(list(passes))
+        graph_module = manager(program.graph_module).graph_module
     edge = rebuild_program(program, graph_module)
     if config._check_ir_validity:
         verify_edge_graph(edge.graph_module, [*config.preserve_ops, *config._core_aten_ops_exception_list])
