@@ -31,7 +31,15 @@ from edgetorch.errors import InvalidInputError
 from edgetorch.extension.asr.ctranslate2 import read_model_bin
 from edgetorch.extension.asr.tokens import special_ids
 
-__all__ = ["AudioEncoder", "CrossKV", "TextDecoder", "export_whisper", "load_whisper", "whisper_metadata"]
+__all__ = [
+    "AudioEncoder",
+    "CrossKV",
+    "TextDecoder",
+    "export_whisper",
+    "load_whisper",
+    "reference_greedy",
+    "whisper_metadata",
+]
 
 BACKENDS = ("portable", "xnnpack")
 QUANTIZE = ("none", "int8")
@@ -308,3 +316,39 @@ def export_whisper(
     if output is not None:
         Path(output).write_bytes(buffer)
     return buffer
+
+
+def reference_greedy(
+    model: nn.Module, mel: np.ndarray, metadata: dict[str, Any], max_new_tokens: int = -1
+) -> list[int]:
+    """The reference transcript's token ids: transformers' Whisper (its own forward, with its KV cache) decoded
+    with the speech runner's greedy rule (:func:`~edgetorch.extension.asr.runner.greedy_token`) from the same
+    decoder prompt; the end token excluded."""
+    from edgetorch.extension.asr.runner import greedy_token
+
+    start_ids = metadata["get_decoder_start_ids"]
+    suppress = np.unique(
+        np.concatenate(
+            [
+                [i for i in metadata["get_suppress_ids"] if i >= 0],
+                np.arange(max(start_ids) + 1, metadata["get_vocab_size"]),
+            ]
+        )
+    ).astype(np.int64)
+    begin = np.array([i for i in metadata["get_suppress_ids_begin"] if i >= 0], np.int64)
+    limit = metadata["get_max_context_len"] - len(start_ids)
+    budget = limit if max_new_tokens < 0 else min(limit, max_new_tokens)
+    generated: list[int] = []
+    with torch.no_grad():
+        encoder_out = model.model.encoder(torch.from_numpy(np.asarray(mel, np.float32)))
+        step = torch.tensor([start_ids])
+        past = None
+        for _ in range(budget):
+            out = model(encoder_outputs=encoder_out, decoder_input_ids=step, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            token = greedy_token(out.logits[0, -1].numpy(), suppress, not generated, begin)
+            if token in metadata["get_eos_ids"]:
+                break
+            generated.append(token)
+            step = torch.tensor([[token]])
+    return generated
