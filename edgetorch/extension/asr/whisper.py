@@ -344,8 +344,8 @@ def reference_greedy(
         step = torch.tensor([start_ids])
         past = None
         for _ in range(budget):
-            out = model(encoder_outputs=encoder_out, decoder_input_ids=step, past_key_values=past, use_cache=True)
-            past = out.past_key_values
+            out = model(encoder_outputs=encoder_out, decoder_input_ids=step, cache=past, use_cache=True)
+            past = out.cache
             token = greedy_token(out.logits[0, -1].numpy(), suppress, not generated, begin)
             if token in metadata["get_eos_ids"]:
                 break
