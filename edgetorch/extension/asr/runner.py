@@ -183,7 +183,7 @@ class AsrRunner:
         decoder = self.methods["text_decoder"]
         start = time_ms()
         tokens, generated = list(prompt), []
-        for pos in range(len(prompt) + budget):
+        for pos in range(len(prompt) - 1 + budget):
             (logits,) = decoder.execute([np.array([[tokens[pos]]], np.int64), np.array([pos], np.int64), *cross])
             if pos + 1 < len(tokens):
                 continue  # a prompt token: its logits are not needed
