@@ -153,4 +153,4 @@ def log_mel_spectrogram(wave: np.ndarray, n_mels: int = 80) -> np.ndarray:
     mel = power[:-1] @ mel_filter_bank(n_mels)  # the last frame is dropped, as Whisper does
     log_spec = np.log10(np.maximum(mel, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
-    return ((log_spec + 4.0) / 4.0).T[None].astype(np.float32)
+    return np.ascontiguousarray(((log_spec + 4.0) / 4.0).T[None], np.float32)

@@ -139,3 +139,34 @@ def test_multimodal_runner_transcribes_raw_audio_and_features(whisper, speech):
     assert three == whisper.runner.tokenizer.decode(whisper.reference_ids[:3])
     with pytest.raises(InvalidInputError, match="one audio input"):
         runner.generate_text([make_raw_audio_input(samples, rate), make_raw_audio_input(samples, rate)])
+
+
+def test_both_ways_with_executorch(whisper):
+    """ExecuTorch 1.5.1's runtime (in a subprocess) runs edgetorch's XNNPACK program: the encoder and two decoder
+    steps (its KV cache carried over) agree with edgetorch's runtime; and edgetorch's runtime runs ExecuTorch's
+    own lowering of the same encoder."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from edgetorch.extension.asr.whisper import AudioEncoder, load_whisper
+    from edgetorch.runtime import Runtime
+    from tests.oracle import run_executorch_calls
+
+    pte = whisper.paths["xnnpack"].read_bytes()
+    runner = whisper.runner_for("xnnpack")
+    (hidden,) = runner.methods["audio_encoder"].execute([whisper.mel])
+    ((theirs,),) = run_executorch_calls(pte, [[whisper.mel]], method="audio_encoder")
+    np.testing.assert_allclose(theirs, hidden, atol=1e-3)
+    cross = runner.methods["cross_kv"].execute([hidden])
+    start = whisper.metadata["get_decoder_start_ids"]
+    calls = [[np.array([[token]]), np.array([pos]), *cross] for pos, token in enumerate(start)]
+    ours = [runner.methods["text_decoder"].execute(call)[0] for call in calls]
+    for (their_logits,), our_logits in zip(run_executorch_calls(pte, calls, method="text_decoder"), ours):
+        np.testing.assert_allclose(their_logits, our_logits, atol=1e-3)
+
+    encoder = AudioEncoder(load_whisper(whisper.checkpoint))
+    with torch.no_grad():
+        exported = torch.export.export(encoder, (torch.from_numpy(whisper.mel),), strict=False)
+    theirs_pte = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    (from_theirs,) = Runtime.get().load_program(theirs_pte).load_method("forward").execute([whisper.mel])
+    np.testing.assert_allclose(from_theirs, whisper.encoder_out, atol=2e-3)
