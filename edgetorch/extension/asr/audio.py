@@ -115,14 +115,14 @@ def resample(wave: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.ndarr
     return out.astype(np.float32)
 
 
-def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+def _hz_to_mel(hz: float | np.ndarray) -> np.ndarray:
     """Slaney's mel scale: linear below 1 kHz (3 mels per 200 Hz), logarithmic above."""
     hz = np.asarray(hz, np.float64)
     log_part = 15.0 + np.log(np.maximum(hz, 1e-10) / 1000.0) * (27.0 / np.log(6.4))
     return np.where(hz >= 1000.0, log_part, 3.0 * hz / 200.0)
 
 
-def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+def _mel_to_hz(mel: float | np.ndarray) -> np.ndarray:
     mel = np.asarray(mel, np.float64)
     return np.where(mel >= 15.0, 1000.0 * np.exp(np.log(6.4) * (mel - 15.0) / 27.0), 200.0 * mel / 3.0)
 

@@ -13,6 +13,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from edgetorch.errors import InvalidInputError
 from edgetorch.extension.asr.audio import SAMPLE_RATE, log_mel_spectrogram, read_wav, resample
 from edgetorch.extension.llm.runner.stats import peak_rss_bytes, time_ms
 from edgetorch.extension.llm.runner.tokenizer import Tokenizer, load_tokenizer
+
+if TYPE_CHECKING:
+    from edgetorch.runtime import Method
 
 __all__ = ["AsrRunner", "AsrStats", "default_checkpoint", "greedy_token"]
 
@@ -66,8 +70,8 @@ class AsrStats:
 
     @property
     def decode_tokens_per_s(self) -> float:
-        steps = self.num_prompt_tokens + self.num_generated_tokens
-        return steps / self.decode_ms * 1000 if self.decode_ms > 0 else 0.0
+        """Generated tokens per second of decoding (the prompt's steps are in the time, not the count)."""
+        return self.num_generated_tokens / self.decode_ms * 1000 if self.decode_ms > 0 else 0.0
 
     @property
     def real_time_factor(self) -> float:
@@ -106,7 +110,7 @@ class AsrRunner:
             tokenizer = folder / "tokenizer.json"
         self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
         self.metadata: dict[str, list[int]] = {}
-        self.methods: dict[str, object] = {}
+        self.methods: dict[str, Method] = {}
         self.stats = AsrStats()
 
     def load(self) -> None:
@@ -182,7 +186,7 @@ class AsrRunner:
         budget = limit - len(prompt) if max_new_tokens < 0 else min(max_new_tokens, limit - len(prompt))
         decoder = self.methods["text_decoder"]
         start = time_ms()
-        tokens, generated = list(prompt), []
+        tokens, generated = list(prompt), list[int]()
         for pos in range(len(prompt) - 1 + budget):
             (logits,) = decoder.execute([np.array([[tokens[pos]]], np.int64), np.array([pos], np.int64), *cross])
             if pos + 1 < len(tokens):

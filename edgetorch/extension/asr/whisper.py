@@ -50,7 +50,7 @@ def _layers(variables: dict[str, np.ndarray], stack: str) -> int:
     return len({name.split("/")[1] for name in variables if re.match(rf"{stack}/layer_\d+/", name)})
 
 
-def load_whisper(checkpoint: str | Path) -> nn.Module:
+def load_whisper(checkpoint: str | Path) -> Any:
     """transformers' ``WhisperForConditionalGeneration`` in float32 eval mode with the weights of the CTranslate2
     Whisper model in the folder ``checkpoint`` (``model.bin``, ``config.json``).
 
@@ -161,9 +161,9 @@ def _merge_heads(x: torch.Tensor) -> torch.Tensor:
 class AudioEncoder(nn.Module):
     """``audio_encoder``: log-mel features to the encoder's hidden states, on transformers' modules."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Any) -> None:
         super().__init__()
-        self.encoder = model.model.encoder
+        self.encoder: Any = model.model.encoder
         self.heads = model.config.encoder_attention_heads
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
@@ -185,9 +185,9 @@ class AudioEncoder(nn.Module):
 class CrossKV(nn.Module):
     """``cross_kv``: every decoder layer's cross-attention keys (transposed) and values, from the encoder output."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Any) -> None:
         super().__init__()
-        self.layers = model.model.decoder.layers
+        self.layers: Any = model.model.decoder.layers
         self.heads = model.config.decoder_attention_heads
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -204,11 +204,13 @@ class TextDecoder(nn.Module):
     """``text_decoder``: one token's logits; the self-attention keys and values of earlier tokens are mutable
     buffers (``k_cache_<i>``, ``v_cache_<i>``) written at ``input_pos``."""
 
-    def __init__(self, model: nn.Module) -> None:
+    positions: torch.Tensor
+
+    def __init__(self, model: Any) -> None:
         super().__init__()
         config = model.config
-        self.decoder = model.model.decoder
-        self.proj_out = model.proj_out
+        self.decoder: Any = model.model.decoder
+        self.proj_out: Any = model.proj_out
         self.heads = config.decoder_attention_heads
         self.max_len = config.max_target_positions
         shape = (1, self.heads, self.max_len, config.d_model // self.heads)
@@ -239,7 +241,7 @@ class TextDecoder(nn.Module):
         return self.proj_out(dec.layer_norm(x)).view(1, -1)
 
 
-def whisper_metadata(model: nn.Module, checkpoint: str | Path) -> dict[str, Any]:
+def whisper_metadata(model: Any, checkpoint: str | Path) -> dict[str, Any]:
     """The constant methods the speech runner reads (see the module docstring)."""
     folder = Path(checkpoint)
     config_path = folder / "config.json"
@@ -318,9 +320,7 @@ def export_whisper(
     return buffer
 
 
-def reference_greedy(
-    model: nn.Module, mel: np.ndarray, metadata: dict[str, Any], max_new_tokens: int = -1
-) -> list[int]:
+def reference_greedy(model: Any, mel: np.ndarray, metadata: dict[str, Any], max_new_tokens: int = -1) -> list[int]:
     """The reference transcript's token ids: transformers' Whisper (its own forward, with its KV cache) decoded
     with the speech runner's greedy rule (:func:`~edgetorch.extension.asr.runner.greedy_token`) from the same
     decoder prompt; the end token excluded."""
