@@ -28,7 +28,7 @@ from typing import IO, Any
 import torch
 from torch.export import ExportedProgram
 
-from edgetorch.errors import EdgetorchError
+from edgetorch.errors import EdgetorchError, InvalidArgumentError
 from edgetorch.exir import serde
 
 
@@ -124,21 +124,20 @@ class ETRecord:
                 self.graph_map[f"{name}/{method}"] = program
 
     def update_representative_inputs(self, inputs: Any) -> None:
-        """A list of input tuples, or a BundledProgram (its test inputs for ``forward``)."""
+        """A list of program inputs, or a BundledProgram (the inputs of its first ``forward`` test case)."""
         if hasattr(inputs, "method_test_suites"):
-            inputs = [list(case.inputs) for s in inputs.method_test_suites for case in s.test_cases]
-        self._representative_inputs = list(inputs)
+            self._representative_inputs = _get_representative_inputs(inputs)
+        else:
+            self._representative_inputs = inputs
 
     def update_reference_outputs(self, outputs: Any) -> None:
         """A dict method -> list of outputs, a list (for ``forward``) or a BundledProgram (its expected outputs)."""
         if hasattr(outputs, "method_test_suites"):
-            outputs = {
-                s.method_name: [list(case.expected_outputs) for case in s.test_cases]
-                for s in outputs.method_test_suites
-            }
-        elif not isinstance(outputs, Mapping):
-            outputs = {"forward": list(outputs)}
-        self._reference_outputs = dict(outputs)
+            self._reference_outputs = _get_reference_outputs(outputs)
+        elif isinstance(outputs, list):
+            self._reference_outputs = {"forward": outputs}
+        else:
+            self._reference_outputs = outputs
 
     # ------------------------------------------------------------------ saving
 
@@ -174,6 +173,38 @@ class ETRecord:
                     z.writestr(name, buf.getvalue())
             if self.export_graph_id is not None:
                 z.writestr(_NAMES.EXPORT_GRAPH_ID, json.dumps(self.export_graph_id))
+
+
+def _get_reference_outputs(bundled_program: Any) -> dict[str, list]:
+    """Method name -> the expected outputs of each of its test cases, from a BundledProgram.
+
+    Every test case must carry expected outputs: an ETRecord's reference outputs are what the
+    Inspector compares a run against, so a case without them is an error, not a gap.
+    """
+    outputs: dict[str, list] = {}
+    for suite in bundled_program.method_test_suites:
+        outputs[suite.method_name] = []
+        for case in suite.test_cases:
+            if not case.expected_outputs:
+                raise InvalidArgumentError(
+                    f"Missing at least one set of expected outputs for method {suite.method_name}; "
+                    "give every MethodTestCase expected_outputs (or outputs computed by running the model)"
+                )
+            outputs[suite.method_name].append(case.expected_outputs)
+    return outputs
+
+
+def _get_representative_inputs(bundled_program: Any) -> list | None:
+    """The inputs of the first ``forward`` test case of a BundledProgram; None when it tests no ``forward``."""
+    for suite in bundled_program.method_test_suites:
+        if suite.method_name == "forward":
+            if not suite.test_cases:
+                raise InvalidArgumentError(
+                    "The 'forward' method is defined, but no corresponding input test cases are provided; "
+                    "add a MethodTestCase to its MethodTestSuite"
+                )
+            return suite.test_cases[0].inputs
+    return None
 
 
 def _edge_programs(program: Any) -> dict[str, ExportedProgram]:
