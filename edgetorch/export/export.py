@@ -175,11 +175,19 @@ class ExportSession:
         return models
 
     def _quantize(self, models: dict[str, Any]) -> dict[str, Any]:
-        quantizers = self._quantization.get_quantizers()
+        recipe = self._quantization
+        quantizers = recipe.get_quantizers()
         if not quantizers:
             return models
+        from torchao.quantization.pt2e import (
+            allow_exported_model_train_eval,
+            move_exported_model_to_eval,
+            move_exported_model_to_train,
+        )
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
+        if recipe.is_qat and recipe.train_fn is None:
+            raise ValueError("train_fn must be provided when is_qat=True: it trains the prepared module")
         quantizer = quantizers[0]
         if len(quantizers) > 1:
             from torchao.quantization.pt2e.quantizer import ComposableQuantizer
@@ -188,13 +196,28 @@ class ExportSession:
         converted = {}
         for method, model in models.items():
             inputs = self.get_example_input(method)
-            captured = torch.export.export(model, inputs, dynamic_shapes=self._dynamic_shapes.get(method)).module()
-            prepare = prepare_qat_pt2e if self._quantization.is_qat else prepare_pt2e
-            prepared = prepare(captured, quantizer)
-            calibration = self._quantization.calibration_inputs_fn
-            for sample in calibration() if calibration else self._example_inputs[method]:
-                prepared(*sample)
-            converted[method] = convert_pt2e(prepared)
+            shapes = self._dynamic_shapes.get(method)
+            if recipe.dynamic_batch_size:
+                # calibration or training batches may differ in size from the example inputs
+                batch = torch.export.Dim("batch", min=1)
+                shapes = tuple({0: batch} if isinstance(t, torch.Tensor) else None for t in inputs)
+            if recipe.is_qat:
+                model.train()  # batch norm and dropout are captured with their training behaviour
+            captured = torch.export.export(model, inputs, dynamic_shapes=shapes).module()
+            captured = _run_graph_passes(captured, recipe.pre_prepare_passes)
+            if recipe.is_qat:
+                prepared = _run_graph_passes(prepare_qat_pt2e(captured, quantizer), recipe.post_prepare_passes)
+                allow_exported_model_train_eval(prepared)
+                move_exported_model_to_train(prepared)
+                recipe.train_fn(prepared)  # type: ignore[misc]
+                move_exported_model_to_eval(prepared)
+            else:
+                prepared = _run_graph_passes(prepare_pt2e(captured, quantizer), recipe.post_prepare_passes)
+                calibration = recipe.calibration_inputs_fn
+                for sample in calibration() if calibration else self._example_inputs[method]:
+                    prepared(*sample)
+            prepared = _run_graph_passes(prepared, recipe.pre_convert_passes)
+            converted[method] = _run_graph_passes(convert_pt2e(prepared), recipe.post_convert_passes)
         return converted
 
     def _torch_export(self, models: dict[str, Any]) -> dict[str, ExportedProgram]:
@@ -336,6 +359,16 @@ STAGES: dict[StageType, Callable[[ExportSession, Any], Any]] = {
     S.EDGE_PROGRAM_MANAGER_TRANSFORM: ExportSession._edge_manager_transform,
     S.TO_EXECUTORCH: ExportSession._to_executorch,
 }
+
+
+def _run_graph_passes(module: GraphModule, passes: Sequence[Callable] | None) -> GraphModule:
+    """Each GraphModule -> GraphModule pass in turn; a failing pass is named in the error."""
+    for graph_pass in passes or ():
+        try:
+            module = graph_pass(module)
+        except Exception as error:
+            raise RuntimeError(f"quantization pass {graph_pass!r} raised {type(error).__name__}: {error}") from error
+    return module
 
 
 def _model_kind(model: Any) -> str:
