@@ -123,13 +123,14 @@ class ExportRecipe:
         from edgetorch.export.recipe_registry import recipe_registry
 
         if not isinstance(recipe, RecipeType):
-            raise ValueError(f"expected a RecipeType member (e.g. XNNPackRecipeType.FP32); found {recipe!r}")
-        built = recipe_registry.create_recipe(recipe, recipe.get_backend_name(), **kwargs)
-        if built is None:
             raise ValueError(
-                f"no recipe provider for backend {recipe.get_backend_name()!r} builds {recipe.value!r}; "
-                f"import the backend's recipes package (e.g. edgetorch.backends.xnnpack.recipes) to register it"
+                f"Invalid recipe type: {recipe!r}; expected a RecipeType member (e.g. XNNPackRecipeType.FP32)"
             )
+        backend = recipe.get_backend_name()
+        built = recipe_registry.create_recipe(recipe, backend, **kwargs)
+        if built is None:
+            supported = [r.value for r in recipe_registry.get_supported_recipes(backend)]
+            raise ValueError(f"Recipe '{recipe.value}' not supported by '{backend}'. Supported: {supported}")
         return built
 
     @classmethod
@@ -212,13 +213,19 @@ def _chained(calibrations: list[Callable[[], Iterable[tuple]]]) -> Callable[[], 
     return inputs
 
 
+_UNORDERED = ("preserve_ops", "_core_aten_ops_exception_list")
+
+
 def _edge_config_key(config: Any) -> tuple:
     """A config's fields as a comparable value; the op lists compare as sets (their order means nothing)."""
-    unordered = ("preserve_ops", "_core_aten_ops_exception_list")
     return tuple(
-        frozenset(getattr(config, f.name) or ()) if f.name in unordered else getattr(config, f.name)
+        frozenset(getattr(config, f.name) or ()) if f.name in _UNORDERED else getattr(config, f.name)
         for f in dataclasses.fields(config)
     )
+
+
+def _render(value: Any, name: str) -> str:
+    return str(sorted(str(op) for op in value or ())) if name in _UNORDERED else str(value)
 
 
 def _combine_lowering(recipes: list[ExportRecipe]) -> LoweringRecipe | None:
@@ -247,7 +254,8 @@ def _combine_lowering(recipes: list[ExportRecipe]) -> LoweringRecipe | None:
         fields = dataclasses.fields(configs[0][1])
         differ = [f.name for i, f in enumerate(fields) if any(k[i] != keys[0][i] for k in keys[1:])]
         detail = "; ".join(
-            f"{name} (" + ", ".join(f"{who}={getattr(c, name)}" for who, c in configs) + ")" for name in differ
+            f"{name} (" + ", ".join(f"{who}={_render(getattr(c, name), name)}" for who, c in configs) + ")"
+            for name in differ
         )
         raise ValueError(f"Cannot combine recipes whose edge_compile_configs disagree on {detail}")
     edge_transform = _concat(lr.edge_transform_passes for lr in lowerings)

@@ -120,7 +120,7 @@ def test_bad_arguments(net):
 
 
 def test_registry():
-    assert "xnnpack" in recipe_registry.get_supported_backends()
+    assert "xnnpack" in recipe_registry.list_backends()
     assert set(recipe_registry.get_supported_recipes("xnnpack")) == set(XNNPackRecipeType)
     assert XNNPACKRecipeProvider().create_recipe(StageType.QUANTIZE) is None
     fp32 = recipe_registry.create_recipe(XNNPackRecipeType.FP32, "xnnpack")
