@@ -115,8 +115,11 @@ def test_bad_arguments(net):
     with pytest.raises(ValueError, match="RecipeType"):
         ExportRecipe.get_recipe("xnnpack_fp32")
     bad = ExportRecipe(pipeline_stages=[StageType.TO_EXECUTORCH])
-    with pytest.raises(ValueError, match="to_executorch cannot follow the start"):
+    with pytest.raises(ValueError, match="to_executorch cannot start a pipeline"):
         export(model, inputs, export_recipe=bad)
+    backwards = ExportRecipe(pipeline_stages=[StageType.TORCH_EXPORT, StageType.TO_EXECUTORCH])
+    with pytest.raises(ValueError, match="Invalid transition from torch_export to to_executorch"):
+        export(model, inputs, export_recipe=backwards)
 
 
 def test_registry():
