@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -39,6 +39,11 @@ from edgetorch.export.stages import (
 from edgetorch.export.types import StageType
 
 __all__ = ["ExportSession", "PipelineArtifact", "export"]
+
+try:  # optional: the per-operator table prints as a grid when tabulate is installed
+    from tabulate import tabulate
+except ImportError:
+    tabulate = None
 
 logger = logging.getLogger(__name__)
 S = StageType
@@ -231,28 +236,40 @@ class ExportSession:
     def get_stage_artifacts(self) -> dict[StageType, PipelineArtifact]:
         return self._stage_to_artifacts
 
-    def _result(self, stages: Sequence[StageType], what: str) -> Any:
-        for stage in stages:
-            if stage in self._stage_to_artifacts:
-                return self._stage_to_artifacts[stage].data
-        names = " or ".join(s.value for s in stages)
-        raise RuntimeError(f"{what} is not available: the pipeline ran no {names} stage (it ran {self._ran()})")
+    def get_exported_program(self, method_name: str = "forward") -> ExportedProgram:
+        artifact = self._stage_to_artifacts.get(S.TORCH_EXPORT)
+        if artifact is None or artifact.data is None:
+            raise RuntimeError(
+                f"Exported program is not available. Run Torch Export Stage first (the pipeline ran {self._ran()})."
+            )
+        if method_name not in artifact.data:
+            raise KeyError(
+                f"Method name '{method_name}' not found in exported programs. Available methods: {list(artifact.data)}"
+            )
+        return artifact.data[method_name]
+
+    def get_edge_program_manager(self) -> Any:
+        """The EdgeProgramManager of the last Edge stage that ran."""
+        for stage in (S.EDGE_PROGRAM_MANAGER_TRANSFORM, S.TO_BACKEND, S.TO_EDGE_TRANSFORM_AND_LOWER, S.TO_EDGE):
+            artifact = self._stage_to_artifacts.get(stage)
+            if artifact is not None and artifact.data is not None:
+                return artifact.data
+        raise RuntimeError(
+            "Edge program manager is not available. Run one of the edge stages first: TO_EDGE_TRANSFORM_AND_LOWER, "
+            f"TO_EDGE, EDGE_PROGRAM_MANAGER_TRANSFORM, or TO_BACKEND (the pipeline ran {self._ran()})."
+        )
+
+    def get_executorch_program_manager(self) -> Any:
+        artifact = self._stage_to_artifacts.get(S.TO_EXECUTORCH)
+        if artifact is None or artifact.data is None:
+            raise RuntimeError(
+                "Executorch program manager is not initialized. Run Executorch Stage first "
+                f"(the pipeline ran {self._ran()}; call export() if it has not run)."
+            )
+        return artifact.data
 
     def _ran(self) -> list[str]:
         return [s.value for s in self._stage_to_artifacts]
-
-    def get_exported_program(self, method_name: str = "forward") -> ExportedProgram:
-        programs = self._result([S.TORCH_EXPORT], "the exported program")
-        if method_name not in programs:
-            raise KeyError(f"no method {method_name!r}; the exported methods are {list(programs)}")
-        return programs[method_name]
-
-    def get_edge_program_manager(self) -> Any:
-        stages = [S.EDGE_PROGRAM_MANAGER_TRANSFORM, S.TO_BACKEND, S.TO_EDGE_TRANSFORM_AND_LOWER, S.TO_EDGE]
-        return self._result(stages, "the EdgeProgramManager")
-
-    def get_executorch_program_manager(self) -> Any:
-        return self._result([S.TO_EXECUTORCH], "the ExecutorchProgramManager")
 
     def get_executorch_program(self) -> Any:
         return self.get_executorch_program_manager().executorch_program
@@ -270,9 +287,11 @@ class ExportSession:
 
     def get_example_input(self, method_name: str = "forward") -> tuple:
         if method_name not in self._example_inputs:
-            raise KeyError(f"no example inputs for method {method_name!r}; have {list(self._example_inputs)}")
+            raise KeyError(
+                f"Method name '{method_name}' not found in example inputs; have {list(self._example_inputs)}"
+            )
         if not self._example_inputs[method_name]:
-            raise ValueError(f"the example input list of method {method_name!r} is empty")
+            raise ValueError(f"Example inputs list for method {method_name} is empty; give at least one input tuple")
         return self._example_inputs[method_name][0]
 
     def run_method(self, method_name: str = "forward", example_inputs: tuple | None = None) -> list[Any]:
@@ -290,15 +309,30 @@ class ExportSession:
         ]
 
     def print_delegation_info(self) -> None:
-        """Print, per method, how many nodes went to delegates, and the per-operator table."""
-        from edgetorch.devtools.backend_debug import get_delegation_info
-
-        edge = self.get_edge_program_manager()
-        for method in sorted(edge.methods):
-            info = get_delegation_info(edge.exported_program(method).graph_module)
-            print(f"Delegation info for method '{method}':")
+        """Print, per method, how many nodes the lowering stage delegated, and the per-operator table."""
+        lowering = [s for s in self._pipeline_stages if s in (S.TO_EDGE_TRANSFORM_AND_LOWER, S.TO_BACKEND)]
+        if not lowering:
+            raise RuntimeError(
+                "No delegation info available: the pipeline has no lowering stage (TO_EDGE_TRANSFORM_AND_LOWER "
+                "or TO_BACKEND)"
+            )
+        artifact = self._stage_to_artifacts.get(lowering[0])
+        if artifact is None:
+            raise RuntimeError("No delegation info available, run the lowering stage first (call export())")
+        by_method = artifact.get_context("delegation_info_by_method")
+        if by_method:
+            infos: list[tuple[str | None, Any]] = sorted(by_method.items())
+        else:
+            info = artifact.get_context("delegation_info")
+            infos = [(None, info)] if info else []
+        if not infos:
+            print("No delegation info available")
+        for method, info in infos:
+            if method is not None:
+                print(f"Delegation info for method '{method}':")
             print(info.get_summary())
-            print(info.get_operator_delegation_dataframe().to_string())
+            table = info.get_operator_delegation_dataframe()
+            print(tabulate(table, headers="keys", tablefmt="fancy_grid") if tabulate else table.to_string())
 
     def get_etrecord(self) -> Any:
         return self.get_executorch_program_manager().get_etrecord()
@@ -330,7 +364,10 @@ def _is_method_dict(value: Any) -> bool:
 def _per_method_inputs(example_inputs: Any, kind: str) -> dict[str, list[tuple]]:
     if example_inputs is None:
         if kind != "ExportedProgram":
-            raise ValueError(f"example_inputs are needed to export a {kind}: give a list of input tuples, e.g. [(x,)]")
+            raise ValueError(
+                f"example_inputs are required when model is {kind}; only ExportedProgram inputs can omit "
+                "example_inputs. Give a list of input tuples, e.g. [(x,)]"
+            )
         return {}
     per_method = dict(example_inputs) if isinstance(example_inputs, Mapping) else {"forward": example_inputs}
     for method, samples in per_method.items():

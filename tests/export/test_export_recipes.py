@@ -100,7 +100,7 @@ def test_exported_program_input_and_custom_pipeline(net, tmp_path):
     session.save_to_pte(str(tmp_path / "net"))
     method = Runtime.get().load_program((tmp_path / "net.pte").read_bytes()).load_method("forward")
     np.testing.assert_allclose(method.execute([inputs[0][0].numpy()])[0], model(*inputs[0]).detach().numpy(), atol=1e-5)
-    with pytest.raises(RuntimeError, match="torch_export"):
+    with pytest.raises(RuntimeError, match="Run Torch Export Stage first"):
         session.get_exported_program()
 
 
@@ -108,7 +108,7 @@ def test_bad_arguments(net):
     model, inputs = net
     with pytest.raises(TypeError, match="list of input tuples"):
         export(model, inputs[0], export_recipe=ExportRecipe())
-    with pytest.raises(ValueError, match="example_inputs are needed"):
+    with pytest.raises(ValueError, match="example_inputs are required"):
         export(model, None, export_recipe=ExportRecipe())
     with pytest.raises(TypeError, match="model must be"):
         export(42, inputs)

@@ -136,3 +136,40 @@ def test_the_recipe_registry_is_one_object_and_names_missing_backends():
         recipe_registry.create_recipe(XNNPackRecipeType.FP32, "nope")
     with pytest.raises(ValueError, match="Invalid recipe type"):
         ExportRecipe.get_recipe("fp32")
+
+
+def test_session_runs_a_registered_stage_and_prints_the_lowering_stages_delegation(capsys):
+    from edgetorch.export import ExportSession, StageType
+    from edgetorch.export.stages import PipelineArtifact, Stage
+
+    class Double(Stage):
+        """A custom step between lowering and to_executorch: records that it saw the manager."""
+
+        stage_type = StageType.EDGE_PROGRAM_MANAGER_TRANSFORM
+        valid_predecessor_stages = [StageType.TO_EDGE_TRANSFORM_AND_LOWER]
+        can_start_pipeline = False
+
+        def run(self, artifact: PipelineArtifact) -> None:
+            self._artifact = artifact.copy_with_new_data(artifact.data)
+            self._artifact.add_context("seen_methods", sorted(artifact.data.methods))
+
+    program = torch.export.export(Mlp(), (torch.randn(2, 4),))
+    recipe = ExportRecipe(
+        lowering_recipe=LoweringRecipe(partitioners=[XnnpackPartitioner()]),
+        pipeline_stages=[
+            StageType.TO_EDGE_TRANSFORM_AND_LOWER,
+            StageType.EDGE_PROGRAM_MANAGER_TRANSFORM,
+            StageType.TO_EXECUTORCH,
+        ],
+    )
+    session = ExportSession(program, export_recipe=recipe)
+    session.register_stage(StageType.EDGE_PROGRAM_MANAGER_TRANSFORM, Double())
+    session.export()
+    artifacts = session.get_stage_artifacts()
+    assert artifacts[StageType.EDGE_PROGRAM_MANAGER_TRANSFORM].get_context("seen_methods") == ["forward"]
+    assert artifacts[StageType.TO_EXECUTORCH].get_context("duration_ms") >= 0
+    lowering = session.get_registered_stage(StageType.TO_EDGE_TRANSFORM_AND_LOWER)
+    assert lowering.delegation_info.num_delegated_subgraphs == 1
+    session.print_delegation_info()
+    printed = capsys.readouterr().out
+    assert "Delegation info for method 'forward':" in printed and "linear" in printed
