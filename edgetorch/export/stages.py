@@ -72,7 +72,11 @@ class PipelineArtifact:
 
 
 class Stage(ABC):
-    """One step of the pipeline: ``run(artifact)`` then ``get_artifacts()``."""
+    """One step of the pipeline: ``run(artifact)`` then ``get_artifacts()``.
+
+    A stage names its ``stage_type``, the ``valid_predecessor_stages`` it may directly follow and whether
+    it ``can_start_pipeline``; the built-in stages give them as class attributes.
+    """
 
     def __init__(self) -> None:
         self._artifact: PipelineArtifact | None = None
@@ -152,17 +156,9 @@ class SourceTransformStage(Stage):
         self._in_place = in_place
         self._transformed_models: dict[str, nn.Module] = {}
 
-    @property
-    def stage_type(self) -> StageType:
-        return StageType.SOURCE_TRANSFORM
-
-    @property
-    def valid_predecessor_stages(self) -> list[StageType]:
-        return []
-
-    @property
-    def can_start_pipeline(self) -> bool:
-        return True
+    stage_type = StageType.SOURCE_TRANSFORM
+    valid_predecessor_stages = []
+    can_start_pipeline = True
 
     def run(self, artifact: PipelineArtifact) -> None:
         recipe = self._quantization_recipe
@@ -190,17 +186,9 @@ class QuantizeStage(Stage):
         super().__init__()
         self._quantization_recipe = quantization_recipe
 
-    @property
-    def stage_type(self) -> StageType:
-        return StageType.QUANTIZE
-
-    @property
-    def valid_predecessor_stages(self) -> list[StageType]:
-        return [StageType.SOURCE_TRANSFORM]
-
-    @property
-    def can_start_pipeline(self) -> bool:
-        return True
+    stage_type = StageType.QUANTIZE
+    valid_predecessor_stages = [StageType.SOURCE_TRANSFORM]
+    can_start_pipeline = True
 
     def _get_quantizer_for_prepare_pt2e(self, quantizers: list[Any]) -> Any:
         """One quantizer for prepare: torchao's composed when several, a legacy torch.ao one alone."""
@@ -278,17 +266,9 @@ class TorchExportStage(Stage):
         self._aten_transform_passes = aten_transform_passes
         self.strict = strict
 
-    @property
-    def stage_type(self) -> StageType:
-        return StageType.TORCH_EXPORT
-
-    @property
-    def valid_predecessor_stages(self) -> list[StageType]:
-        return [StageType.SOURCE_TRANSFORM, StageType.QUANTIZE]
-
-    @property
-    def can_start_pipeline(self) -> bool:
-        return True
+    stage_type = StageType.TORCH_EXPORT
+    valid_predecessor_stages = [StageType.SOURCE_TRANSFORM, StageType.QUANTIZE]
+    can_start_pipeline = True
 
     def run(self, artifact: PipelineArtifact) -> None:
         example_inputs = artifact.get_context("example_inputs")
@@ -336,17 +316,9 @@ class EdgeTransformAndLowerStage(_ReportsDelegation, Stage):
             compile_config=lowering_recipe.edge_compile_config,
         )
 
-    @property
-    def stage_type(self) -> StageType:
-        return StageType.TO_EDGE_TRANSFORM_AND_LOWER
-
-    @property
-    def valid_predecessor_stages(self) -> list[StageType]:
-        return [StageType.TORCH_EXPORT]
-
-    @property
-    def can_start_pipeline(self) -> bool:
-        return True
+    stage_type = StageType.TO_EDGE_TRANSFORM_AND_LOWER
+    valid_predecessor_stages = [StageType.TORCH_EXPORT]
+    can_start_pipeline = True
 
     def run(self, artifact: PipelineArtifact) -> None:
         programs = artifact.data
@@ -375,17 +347,9 @@ class ToEdgeStage(Stage):
     def from_recipe(cls, lowering_recipe: LoweringRecipe | None) -> ToEdgeStage:
         return cls() if lowering_recipe is None else cls(edge_compile_config=lowering_recipe.edge_compile_config)
 
-    @property
-    def stage_type(self) -> StageType:
-        return StageType.TO_EDGE
-
-    @property
-    def valid_predecessor_stages(self) -> list[StageType]:
-        return [StageType.TORCH_EXPORT]
-
-    @property
-    def can_start_pipeline(self) -> bool:
-        return True
+    stage_type = StageType.TO_EDGE
+    valid_predecessor_stages = [StageType.TORCH_EXPORT]
+    can_start_pipeline = True
 
     def run(self, artifact: PipelineArtifact) -> None:
         manager = to_edge(
@@ -419,17 +383,9 @@ class EdgeProgramManagerTransformStage(Stage):
             edge_manager_transform_passes=lowering_recipe.edge_manager_transform_passes,
         )
 
-    @property
-    def stage_type(self) -> StageType:
-        return StageType.EDGE_PROGRAM_MANAGER_TRANSFORM
-
-    @property
-    def valid_predecessor_stages(self) -> list[StageType]:
-        return [StageType.TO_EDGE, StageType.TO_EDGE_TRANSFORM_AND_LOWER]
-
-    @property
-    def can_start_pipeline(self) -> bool:
-        return False
+    stage_type = StageType.EDGE_PROGRAM_MANAGER_TRANSFORM
+    valid_predecessor_stages = [StageType.TO_EDGE, StageType.TO_EDGE_TRANSFORM_AND_LOWER]
+    can_start_pipeline = False
 
     def run(self, artifact: PipelineArtifact) -> None:
         manager = artifact.data
@@ -460,17 +416,9 @@ class ToBackendStage(_ReportsDelegation, Stage):
     def from_recipe(cls, lowering_recipe: LoweringRecipe | None) -> ToBackendStage:
         return cls() if lowering_recipe is None else cls(partitioners=lowering_recipe.partitioners)
 
-    @property
-    def stage_type(self) -> StageType:
-        return StageType.TO_BACKEND
-
-    @property
-    def valid_predecessor_stages(self) -> list[StageType]:
-        return [StageType.TO_EDGE, StageType.EDGE_PROGRAM_MANAGER_TRANSFORM]
-
-    @property
-    def can_start_pipeline(self) -> bool:
-        return False
+    stage_type = StageType.TO_BACKEND
+    valid_predecessor_stages = [StageType.TO_EDGE, StageType.EDGE_PROGRAM_MANAGER_TRANSFORM]
+    can_start_pipeline = False
 
     def run(self, artifact: PipelineArtifact) -> None:
         manager = artifact.data
@@ -497,17 +445,13 @@ class ExecutorchStage(Stage):
         super().__init__()
         self._backend_config = backend_config
 
-    @property
-    def stage_type(self) -> StageType:
-        return StageType.TO_EXECUTORCH
-
-    @property
-    def valid_predecessor_stages(self) -> list[StageType]:
-        return [StageType.TO_EDGE_TRANSFORM_AND_LOWER, StageType.TO_BACKEND, StageType.EDGE_PROGRAM_MANAGER_TRANSFORM]
-
-    @property
-    def can_start_pipeline(self) -> bool:
-        return False
+    stage_type = StageType.TO_EXECUTORCH
+    valid_predecessor_stages = [
+        StageType.TO_EDGE_TRANSFORM_AND_LOWER,
+        StageType.TO_BACKEND,
+        StageType.EDGE_PROGRAM_MANAGER_TRANSFORM,
+    ]
+    can_start_pipeline = False
 
     def run(self, artifact: PipelineArtifact) -> None:
         if artifact.data is None:
