@@ -40,7 +40,8 @@ class _UpstreamHelpers(importlib.abc.MetaPathFinder):
     """Finds ``edgetorch.<path>`` in the rewritten helper tree when the checkout itself has no such module.
 
     Placed last on ``sys.meta_path``, so the checkout's own modules always win. Only paths inside a
-    test directory or named like a test module are served: a missing product module stays missing.
+    test directory or named like a test module, and packages that hold nothing but such modules, are
+    served: a missing product module stays missing.
     """
 
     def __init__(self, root: str) -> None:
@@ -51,9 +52,9 @@ class _UpstreamHelpers(importlib.abc.MetaPathFinder):
         if parts[0] != "edgetorch" or len(parts) < 2:
             return None
         rel = parts[1:]
-        if not (HELPER_DIRS & set(rel[:-1]) or _helper_name(rel[-1])):
-            return None
         base = os.path.join(self.root, *rel)
+        if not (HELPER_DIRS & set(rel[:-1]) or _helper_name(rel[-1]) or _holds_only_helpers(base)):
+            return None
         if os.path.isdir(base):
             return importlib.util.spec_from_file_location(
                 fullname, os.path.join(base, "__init__.py"), submodule_search_locations=[base]
@@ -61,6 +62,18 @@ class _UpstreamHelpers(importlib.abc.MetaPathFinder):
         if os.path.isfile(base + ".py"):
             return importlib.util.spec_from_file_location(fullname, base + ".py")
         return None
+
+
+def _holds_only_helpers(directory: str) -> bool:
+    """A package directory of the helper tree that exists only to hold helpers (``bundled_program/util`` with its
+    ``test_util.py``): its ``__init__`` is the empty one the harness made, so serving it adds no product name."""
+    if not os.path.isdir(directory):
+        return False
+    init = os.path.join(directory, "__init__.py")
+    if os.path.exists(init) and os.path.getsize(init) > 0:
+        return False
+    names = [n.removesuffix(".py") for n in os.listdir(directory) if n != "__init__.py" and n != "__pycache__"]
+    return bool(names) and all(_helper_name(n) for n in names)
 
 
 def _helper_name(stem: str) -> bool:

@@ -28,7 +28,7 @@ from typing import IO, Any
 import torch
 from torch.export import ExportedProgram
 
-from edgetorch.errors import EdgetorchError
+from edgetorch.errors import EdgetorchError, InvalidArgumentError
 from edgetorch.exir import serde
 
 
@@ -89,56 +89,99 @@ class ETRecord:
 
     # ------------------------------------------------------------------ building
 
-    def add_exported_program(self, exported_program: ExportedProgram) -> None:
-        if self.exported_program is not None:
-            raise ETRecordError("the exported program already exists in the ETRecord; make a new ETRecord")
-        self.exported_program = exported_program
-        self.export_graph_id = id(exported_program.graph)
+    def add_exported_program(self, exported_program: ExportedProgram | Mapping[str, ExportedProgram] | None) -> None:
+        """Record the ATen program (or the ``forward`` entry of a dict of them); None records nothing."""
+        if self.exported_program is not None or self.export_graph_id is not None:
+            raise ETRecordError(
+                "Exported program already exists in the ETRecord; make a new ETRecord to record another one"
+            )
+        if isinstance(exported_program, Mapping):
+            exported_program = exported_program.get("forward")
+        if isinstance(exported_program, ExportedProgram):
+            self.exported_program = exported_program
+            self.export_graph_id = id(exported_program.graph)
 
     def add_edge_dialect_program(self, edge_dialect_program: Any) -> None:
+        """Record the Edge program(s): one ExportedProgram for a single method, a dict method -> program else."""
         if self.edge_dialect_program is not None:
-            raise ETRecordError("the edge dialect program already exists in the ETRecord; make a new ETRecord")
-        self.edge_dialect_program = _edge_programs(edge_dialect_program)
+            raise ETRecordError(
+                "Edge dialect program already exists in the ETRecord; make a new ETRecord to record another one"
+            )
+        programs = _edge_programs(edge_dialect_program)
+        self.edge_dialect_program = next(iter(programs.values())) if len(programs) == 1 else programs
 
     def add_executorch_program(self, executorch_program: Any) -> None:
-        """Record the instruction maps of an ExecutorchProgramManager (or a BundledProgram wrapping one)."""
-        if self._debug_handle_map is not None:
-            raise ETRecordError("the executorch program already exists in the ETRecord; make a new ETRecord")
+        """Record the instruction maps of an ExecutorchProgramManager, or of a BundledProgram wrapping one
+        together with its reference outputs and representative inputs."""
+        if any(
+            part is not None
+            for part in (
+                self._debug_handle_map,
+                self._delegate_map,
+                self._instruction_id_to_num_outs_map,
+                self._reference_outputs,
+                self._representative_inputs,
+            )
+        ):
+            raise ETRecordError(
+                "Executorch program data already exists in the ETRecord; make a new ETRecord to record another one"
+            )
         bundled = executorch_program if hasattr(executorch_program, "method_test_suites") else None
         manager = bundled.executorch_program if bundled is not None else executorch_program
         self._debug_handle_map = manager.debug_handle_map
         self._delegate_map = manager.delegate_map
         self._instruction_id_to_num_outs_map = manager.instruction_id_to_num_outs_map
         if bundled is not None:
-            self.update_representative_inputs(bundled)
-            self.update_reference_outputs(bundled)
+            self._reference_outputs = _get_reference_outputs(bundled)
+            self._representative_inputs = _get_representative_inputs(bundled)
 
     def add_extra_export_modules(self, modules: Mapping[str, Any]) -> None:
-        """Record more programs under ``graph_map`` (``"<name>/<method>"``); names must not be reserved."""
-        self.graph_map = self.graph_map or {}
+        """Record more programs under ``graph_map`` (``"<name>/<method>"``): torch.export's ExportedProgram
+        (as ``<name>/forward``) or to_edge's EdgeProgramManager (every method). A name must not contain a
+        reserved name."""
+        self.graph_map = self.graph_map if self.graph_map is not None else {}
         for name, module in modules.items():
-            if name in _RESERVED:
-                raise ETRecordError(f"the name {name!r} is a reserved name in the ETRecord namespace; rename it")
-            programs = module if isinstance(module, Mapping) else {"forward": _edge_programs(module)["forward"]}
-            for method, program in programs.items():
-                self.graph_map[f"{name}/{method}"] = program
+            if any(reserved in name for reserved in _RESERVED):
+                raise ETRecordError(
+                    f"The name {name} provided in the extra_recorded_export_modules dict is a reserved name "
+                    f"in the ETRecord namespace (it contains one of {sorted(_RESERVED)}); rename it"
+                )
+            if isinstance(module, ExportedProgram):
+                self.graph_map[f"{name}/forward"] = module
+            elif _is_edge_manager(module):
+                for method in module.methods:
+                    self.graph_map[f"{name}/{method}"] = module.exported_program(method)
+            else:
+                raise ETRecordError(
+                    f"Unsupported graph module type. {type(module)}; record an ExportedProgram "
+                    "(torch.export) or an EdgeProgramManager (to_edge)"
+                )
+
+    def copy(self) -> ETRecord:
+        """A new ETRecord with this one's export and Edge programs and none of the executorch program's data
+        (what a later stage starts from)."""
+        return ETRecord(
+            exported_program=self.exported_program,
+            export_graph_id=self.export_graph_id,
+            edge_dialect_program=self.edge_dialect_program,
+            graph_map=self.graph_map,
+        )
 
     def update_representative_inputs(self, inputs: Any) -> None:
-        """A list of input tuples, or a BundledProgram (its test inputs for ``forward``)."""
+        """A list of program inputs, or a BundledProgram (the inputs of its first ``forward`` test case)."""
         if hasattr(inputs, "method_test_suites"):
-            inputs = [list(case.inputs) for s in inputs.method_test_suites for case in s.test_cases]
-        self._representative_inputs = list(inputs)
+            self._representative_inputs = _get_representative_inputs(inputs)
+        else:
+            self._representative_inputs = inputs
 
     def update_reference_outputs(self, outputs: Any) -> None:
         """A dict method -> list of outputs, a list (for ``forward``) or a BundledProgram (its expected outputs)."""
         if hasattr(outputs, "method_test_suites"):
-            outputs = {
-                s.method_name: [list(case.expected_outputs) for case in s.test_cases]
-                for s in outputs.method_test_suites
-            }
-        elif not isinstance(outputs, Mapping):
-            outputs = {"forward": list(outputs)}
-        self._reference_outputs = dict(outputs)
+            self._reference_outputs = _get_reference_outputs(outputs)
+        elif isinstance(outputs, list):
+            self._reference_outputs = {"forward": outputs}
+        else:
+            self._reference_outputs = outputs
 
     # ------------------------------------------------------------------ saving
 
@@ -176,14 +219,51 @@ class ETRecord:
                 z.writestr(_NAMES.EXPORT_GRAPH_ID, json.dumps(self.export_graph_id))
 
 
+def _get_reference_outputs(bundled_program: Any) -> dict[str, list]:
+    """Method name -> the expected outputs of each of its test cases, from a BundledProgram.
+
+    Every test case must carry expected outputs: an ETRecord's reference outputs are what the
+    Inspector compares a run against, so a case without them is an error, not a gap.
+    """
+    outputs: dict[str, list] = {}
+    for suite in bundled_program.method_test_suites:
+        outputs[suite.method_name] = []
+        for case in suite.test_cases:
+            if not case.expected_outputs:
+                raise InvalidArgumentError(
+                    f"Missing at least one set of expected outputs for method {suite.method_name}; "
+                    "give every MethodTestCase expected_outputs (or outputs computed by running the model)"
+                )
+            outputs[suite.method_name].append(case.expected_outputs)
+    return outputs
+
+
+def _get_representative_inputs(bundled_program: Any) -> list | None:
+    """The inputs of the first ``forward`` test case of a BundledProgram; None when it tests no ``forward``."""
+    for suite in bundled_program.method_test_suites:
+        if suite.method_name == "forward":
+            if not suite.test_cases:
+                raise InvalidArgumentError(
+                    "The 'forward' method is defined, but no corresponding input test cases are provided; "
+                    "add a MethodTestCase to its MethodTestSuite"
+                )
+            return suite.test_cases[0].inputs
+    return None
+
+
+def _is_edge_manager(program: Any) -> bool:
+    """An EdgeProgramManager (or one like it): methods and their programs, not yet an executorch program."""
+    return hasattr(program, "exported_program") and hasattr(program, "methods") and not hasattr(program, "buffer")
+
+
 def _edge_programs(program: Any) -> dict[str, ExportedProgram]:
     """Method -> Edge ExportedProgram from an ExportedProgram, a dict, or a manager (EdgeProgramManager)."""
     if isinstance(program, ExportedProgram):
         return {"forward": program}
     if isinstance(program, Mapping):
         return dict(program)
-    if hasattr(program, "exported_program") and hasattr(program, "methods"):
-        return {m: program.exported_program(m) for m in sorted(program.methods)}
+    if _is_edge_manager(program):
+        return {m: program.exported_program(m) for m in program.methods}
     raise ETRecordError(
         f"Unsupported type of edge_dialect_program passed in: {type(program).__name__}; "
         "pass the EdgeProgramManager to_edge returned (a copy taken before to_executorch) or an ExportedProgram"
@@ -225,40 +305,38 @@ def _parse_zip(z: zipfile.ZipFile) -> ETRecord:
             "ETRecord identifier missing from etrecord file passed in. Either an invalid file was passed in "
             "or the file is corrupt; write it with generate_etrecord or ETRecord.save"
         )
-    record = ETRecord()
+    record = ETRecord(graph_map={}, export_graph_id=0)
 
     def load_json(name: str) -> Any:
         return json.loads(z.read(name)) if name in names else None
 
-    record._debug_handle_map = _int_keys(load_json(_NAMES.DEBUG_HANDLE_MAP_NAME))
-    record._delegate_map = _int_keys(load_json(_NAMES.DELEGATE_MAP_NAME))
-    record._instruction_id_to_num_outs_map = _int_keys(load_json(_NAMES.INSTRUCTION_ID_TO_NUM_OUTS_MAP_NAME))
-    record.export_graph_id = load_json(_NAMES.EXPORT_GRAPH_ID)
+    # The maps stay as JSON gives them (instruction ids as strings), as ExecuTorch's parse_etrecord returns them.
+    record._debug_handle_map = load_json(_NAMES.DEBUG_HANDLE_MAP_NAME)
+    record._delegate_map = load_json(_NAMES.DELEGATE_MAP_NAME)
+    record._instruction_id_to_num_outs_map = load_json(_NAMES.INSTRUCTION_ID_TO_NUM_OUTS_MAP_NAME)
+    if _NAMES.EXPORT_GRAPH_ID in names:
+        record.export_graph_id = load_json(_NAMES.EXPORT_GRAPH_ID)
     for part in (_NAMES.REFERENCE_OUTPUTS, _NAMES.REPRESENTATIVE_INPUTS):
         if part in names:
             setattr(record, f"_{part}", torch.load(io.BytesIO(z.read(part)), weights_only=True))
     edge_prefix = f"{_NAMES.EDGE_DIALECT_EXPORTED_PROGRAM}/"
-    exported = _NAMES.EXPORTED_PROGRAM
-    programs = sorted(n for n in names if (n == exported or n not in _RESERVED) and not n.endswith(_PARTS))
+    # Older ETRecords hold one Edge program under the bare reserved name.
+    loaded = (_NAMES.EXPORTED_PROGRAM, _NAMES.EDGE_DIALECT_EXPORTED_PROGRAM)
+    programs = sorted(n for n in names if (n in loaded or n not in _RESERVED) and not n.endswith(_PARTS))
     edge: dict[str, ExportedProgram] = {}
     for name in programs:
         program = _read_program(z, name)
         if name.startswith(edge_prefix):
             edge[name.removeprefix(edge_prefix)] = program
-        elif name == exported:
+        elif name == _NAMES.EDGE_DIALECT_EXPORTED_PROGRAM:
+            record.edge_dialect_program = program
+        elif name == _NAMES.EXPORTED_PROGRAM:
             record.exported_program = program
         else:
-            record.graph_map = {**(record.graph_map or {}), name: program}
+            record.graph_map[name] = program  # type: ignore[index]
     if edge:
-        record.edge_dialect_program = edge["forward"] if list(edge) == ["forward"] else edge
+        record.edge_dialect_program = next(iter(edge.values())) if len(edge) == 1 else edge
     return record
-
-
-def _int_keys(maps: Any) -> Any:
-    """JSON made the instruction ids strings; make them ints again (method names stay strings)."""
-    if not isinstance(maps, dict):
-        return maps
-    return {m: {int(k) if k.lstrip("-").isdigit() else k: v for k, v in inner.items()} for m, inner in maps.items()}
 
 
 def _read_program(z: zipfile.ZipFile, name: str) -> ExportedProgram:

@@ -5,17 +5,17 @@ The default pipeline for an eager model is SOURCE_TRANSFORM (torchao
 (-> EDGE_PROGRAM_MANAGER_TRANSFORM) -> TO_EXECUTORCH; a GraphModule skips the
 first two, an ExportedProgram the first three. A recipe may name its own
 ``pipeline_stages`` (e.g. TO_EDGE -> TO_BACKEND); each stage must follow one
-it can follow. Every stage's result is kept (``get_stage_artifacts``). Models,
+it can follow (the stages are :mod:`edgetorch.export.stages`). Every stage's result is kept
+(``get_stage_artifacts``). Models,
 inputs and dynamic shapes are per method (a dict), or for "forward". Imports
 torch.
 """
 
 from __future__ import annotations
 
-import copy
+import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -24,36 +24,29 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
 from edgetorch.export.recipe import ExportRecipe, LoweringRecipe, QuantizationRecipe
+from edgetorch.export.stages import (
+    EdgeProgramManagerTransformStage,
+    EdgeTransformAndLowerStage,
+    ExecutorchStage,
+    PipelineArtifact,
+    QuantizeStage,
+    SourceTransformStage,
+    Stage,
+    ToBackendStage,
+    ToEdgeStage,
+    TorchExportStage,
+)
 from edgetorch.export.types import StageType
 
 __all__ = ["ExportSession", "PipelineArtifact", "export"]
 
+try:  # optional: the per-operator table prints as a grid when tabulate is installed
+    from tabulate import tabulate
+except ImportError:
+    tabulate = None
+
+logger = logging.getLogger(__name__)
 S = StageType
-PREDECESSORS: dict[StageType, tuple[StageType | None, ...]] = {
-    S.SOURCE_TRANSFORM: (None,),
-    S.QUANTIZE: (None, S.SOURCE_TRANSFORM),
-    S.TORCH_EXPORT: (None, S.SOURCE_TRANSFORM, S.QUANTIZE),
-    S.TO_EDGE_TRANSFORM_AND_LOWER: (None, S.TORCH_EXPORT),
-    S.TO_EDGE: (None, S.TORCH_EXPORT),
-    S.TO_BACKEND: (S.TO_EDGE, S.EDGE_PROGRAM_MANAGER_TRANSFORM),
-    S.EDGE_PROGRAM_MANAGER_TRANSFORM: (S.TO_EDGE, S.TO_EDGE_TRANSFORM_AND_LOWER, S.TO_BACKEND),
-    S.TO_EXECUTORCH: (S.TO_EDGE_TRANSFORM_AND_LOWER, S.TO_BACKEND, S.EDGE_PROGRAM_MANAGER_TRANSFORM, S.TO_EDGE),
-}
-"""Stage -> the stages it may follow (None: it may start a pipeline)."""
-
-
-@dataclass
-class PipelineArtifact:
-    """What a stage produced (models, exported programs, a program manager) and facts about the run."""
-
-    data: Any
-    context: dict[str, Any] = field(default_factory=dict)
-
-    def get_context(self, key: str, default: Any = None) -> Any:
-        return self.context.get(key, default)
-
-    def add_context(self, key: str, value: Any) -> None:
-        self.context[key] = value
 
 
 def export(
@@ -88,7 +81,12 @@ def export(
 
 
 class ExportSession:
-    """One model through one recipe's pipeline; the getters return each stage's result."""
+    """One model through one recipe's pipeline of stages; the getters return each stage's result.
+
+    The stages are built from the recipe (``_build_stages``); ``register_stage`` replaces one or adds a
+    custom one. ``export()`` checks the sequence (each stage must be able to follow the previous one)
+    and runs it, keeping every stage's artifact.
+    """
 
     def __init__(
         self,
@@ -103,178 +101,175 @@ class ExportSession:
     ) -> None:
         if isinstance(model, str):
             model = torch.export.load(model)
-        self._kind = _model_kind(model)
+        self._input_model_type = _model_kind(model)
         self._model = dict(model) if isinstance(model, Mapping) else {"forward": model}
-        self._example_inputs = _per_method_inputs(example_inputs, self._kind)
+        self._example_inputs = _per_method_inputs(example_inputs, self._input_model_type)
         if dynamic_shapes is None:
             self._dynamic_shapes: dict[str, Any] = {}
         else:
             self._dynamic_shapes = (
                 dict(dynamic_shapes) if _is_method_dict(dynamic_shapes) else {"forward": dynamic_shapes}
             )
-        self._recipe = export_recipe if export_recipe is not None else ExportRecipe()
-        if not isinstance(self._recipe, ExportRecipe):
-            raise TypeError(f"export_recipe must be an ExportRecipe; found {type(self._recipe).__name__}")
-        self._quantization = self._recipe.quantization_recipe or QuantizationRecipe()
-        self._lowering = self._recipe.lowering_recipe or LoweringRecipe()
-        self._stages = list(self._recipe.pipeline_stages or self._default_pipeline())
-        self._context: dict[str, Any] = {
+        self._export_recipe = export_recipe if export_recipe is not None else ExportRecipe()
+        if not isinstance(self._export_recipe, ExportRecipe):
+            raise TypeError(f"export_recipe must be an ExportRecipe; found {type(self._export_recipe).__name__}")
+        self._quant_recipe: QuantizationRecipe | None = self._export_recipe.quantization_recipe
+        self._lowering_recipe: LoweringRecipe | None = self._export_recipe.lowering_recipe
+        self._pipeline_stages = list(self._export_recipe.pipeline_stages or self._get_default_pipeline())
+        self._stage_registry: dict[StageType, Stage] = self._build_stages(self._pipeline_stages)
+        self._run_context: dict[str, Any] = {
+            "example_inputs": self._example_inputs,
+            "dynamic_shapes": self._dynamic_shapes,
+            "constant_methods": constant_methods,
+            "export_recipe": self._export_recipe,
             "session_name": name,
             "artifact_dir": artifact_dir,
-            "constant_methods": constant_methods,
             "generate_etrecord": generate_etrecord,
         }
-        self._artifacts: dict[StageType, PipelineArtifact] = {}
+        self._stage_to_artifacts: dict[StageType, PipelineArtifact] = {}
 
-    def _default_pipeline(self) -> list[StageType]:
-        stages = [S.SOURCE_TRANSFORM, S.QUANTIZE] if self._kind == "nn.Module" else []
-        if self._kind != "ExportedProgram":
+    def _get_default_pipeline(self) -> list[StageType]:
+        """SOURCE_TRANSFORM, QUANTIZE (eager models), TORCH_EXPORT (unless exported), TO_EDGE_TRANSFORM_AND_LOWER,
+        EDGE_PROGRAM_MANAGER_TRANSFORM (when the recipe has manager passes), TO_EXECUTORCH."""
+        stages = [S.SOURCE_TRANSFORM, S.QUANTIZE] if self._input_model_type == "nn.Module" else []
+        if self._input_model_type != "ExportedProgram":
             stages.append(S.TORCH_EXPORT)
         stages.append(S.TO_EDGE_TRANSFORM_AND_LOWER)
-        if self._lowering.edge_manager_transform_passes:
+        if self._lowering_recipe and self._lowering_recipe.edge_manager_transform_passes:
             stages.append(S.EDGE_PROGRAM_MANAGER_TRANSFORM)
         return [*stages, S.TO_EXECUTORCH]
 
-    def _check_pipeline(self) -> None:
-        previous: StageType | None = None
-        for stage in self._stages:
-            stage = StageType(stage)
-            if previous not in PREDECESSORS[stage]:
-                allowed = ["(start)" if p is None else p.value for p in PREDECESSORS[stage]]
-                found = "the start" if previous is None else previous.value
+    def _build_stages(self, stages: list[StageType]) -> dict[StageType, Stage]:
+        """The recipe's stage for each stage type (a type with no built-in stage is left to register_stage)."""
+        recipe, lowering = self._export_recipe, self._lowering_recipe
+        builders: dict[StageType, Callable[[], Stage]] = {
+            S.SOURCE_TRANSFORM: lambda: SourceTransformStage(
+                self._quant_recipe, in_place=recipe.source_transform_in_place
+            ),
+            S.QUANTIZE: lambda: QuantizeStage(self._quant_recipe),
+            S.TORCH_EXPORT: lambda: TorchExportStage(
+                list(recipe.aten_transform_passes) if recipe.aten_transform_passes is not None else None,
+                strict=recipe.strict,
+            ),
+            S.TO_EDGE_TRANSFORM_AND_LOWER: lambda: EdgeTransformAndLowerStage.from_recipe(lowering),
+            S.TO_EDGE: lambda: ToEdgeStage.from_recipe(lowering),
+            S.EDGE_PROGRAM_MANAGER_TRANSFORM: lambda: EdgeProgramManagerTransformStage.from_recipe(lowering),
+            S.TO_BACKEND: lambda: ToBackendStage.from_recipe(lowering),
+            S.TO_EXECUTORCH: lambda: ExecutorchStage(recipe.executorch_backend_config),
+        }
+        registry: dict[StageType, Stage] = {}
+        for stage_type in stages or self._get_default_pipeline():
+            if stage_type in builders:
+                registry[stage_type] = builders[stage_type]()
+            else:
+                logger.info("%s is unknown, register it with session.register_stage()", stage_type)
+        return registry
+
+    def register_stage(self, stage_type: StageType, stage: Stage) -> None:
+        """Use ``stage`` for ``stage_type`` (replacing the built-in one, or adding a custom step)."""
+        self._stage_registry[stage_type] = stage
+
+    def get_registered_stage(self, stage_type: StageType) -> Stage | None:
+        return self._stage_registry.get(stage_type)
+
+    def get_all_registered_stages(self) -> dict[StageType, Stage]:
+        return self._stage_registry
+
+    def _validate_pipeline_sequence(self, stages: list[StageType]) -> None:
+        """Refuse a pipeline that is empty, redoes what the input already is, or chains stages that cannot follow."""
+        if not stages:
+            raise ValueError("Pipeline stages cannot be empty; give at least one StageType")
+        done = {
+            "GraphModule": ({S.SOURCE_TRANSFORM, S.QUANTIZE}, "already quantized", "nn.Module"),
+            "ExportedProgram": (
+                {S.SOURCE_TRANSFORM, S.QUANTIZE, S.TORCH_EXPORT},
+                "already exported",
+                "nn.Module/GraphModule",
+            ),
+        }
+        if self._input_model_type in done:
+            refused, why, instead = done[self._input_model_type]
+            found = set(stages) & refused
+            if found:
+                names = ", ".join(s.name for s in found)
                 raise ValueError(
-                    f"stage {stage.value} cannot follow {found}; it can follow {allowed}. Fix the recipe's "
-                    f"pipeline_stages"
+                    f"Cannot run {names} stage(s) with {self._input_model_type} input. {self._input_model_type} is "
+                    f"{why}. Remove {names} from pipeline_stages or use {instead} input."
                 )
-            previous = stage
+        first = self._stage_registry.get(stages[0])
+        if first is None:
+            raise ValueError(f"Stage {stages[0]} not found in registry, register it using session.register_stage()")
+        if not first.can_start_pipeline:
+            raise ValueError(f"Stage {stages[0]} cannot start a pipeline. Begin with a stage that can.")
+        for previous, current in zip(stages, stages[1:]):
+            stage = self._stage_registry.get(current)
+            if stage is None:
+                raise ValueError(f"Stage {current} not found in registry, register it using session.register_stage()")
+            allowed = stage.valid_predecessor_stages
+            if allowed and previous not in allowed:
+                raise ValueError(
+                    f"Invalid transition from {previous} to {current}. Valid predecessors for {current}: {allowed}"
+                )
+
+    def _run_pipeline(self) -> None:
+        self._validate_pipeline_sequence(stages=self._pipeline_stages)
+        self._stage_to_artifacts.clear()
+        artifact = PipelineArtifact(data=self._model, context=self._run_context)
+        for stage_type in self._pipeline_stages:
+            stage = self._stage_registry.get(stage_type)
+            if stage is None:
+                raise ValueError(
+                    f"Stage {stage_type} not found in registry; register it using session.register_stage()"
+                )
+            start = time.perf_counter()
+            stage.run(artifact)
+            artifact = stage.get_artifacts()
+            artifact.add_context("duration_ms", int((time.perf_counter() - start) * 1000))
+            self._stage_to_artifacts[stage_type] = artifact
 
     def export(self) -> None:
         """Run the pipeline from the start (a second call starts over)."""
-        self._check_pipeline()
-        self._artifacts.clear()
-        data: Any = self._model
-        for stage in self._stages:
-            start = time.perf_counter()
-            data = STAGES[StageType(stage)](self, data)
-            context = {**self._context, "duration_ms": int((time.perf_counter() - start) * 1000)}
-            self._artifacts[StageType(stage)] = PipelineArtifact(data, context)
-
-    # ------------------------------------------------------------------ stages
-
-    def _source_transform(self, models: dict[str, nn.Module]) -> dict[str, nn.Module]:
-        configs = self._quantization.ao_quantization_configs
-        if not configs:
-            return models
-        if len(configs) > 1:
-            raise ValueError(f"source transform takes one torchao config; the recipe has {len(configs)}")
-        from torchao.quantization import quantize_
-
-        models = models if self._recipe.source_transform_in_place else copy.deepcopy(models)
-        for model in models.values():
-            quantize_(model, configs[0].ao_base_config, configs[0].filter_fn)
-        return models
-
-    def _quantize(self, models: dict[str, Any]) -> dict[str, Any]:
-        quantizers = self._quantization.get_quantizers()
-        if not quantizers:
-            return models
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
-
-        quantizer = quantizers[0]
-        if len(quantizers) > 1:
-            from torchao.quantization.pt2e.quantizer import ComposableQuantizer
-
-            quantizer = ComposableQuantizer(quantizers)
-        converted = {}
-        for method, model in models.items():
-            inputs = self.get_example_input(method)
-            captured = torch.export.export(model, inputs, dynamic_shapes=self._dynamic_shapes.get(method)).module()
-            prepare = prepare_qat_pt2e if self._quantization.is_qat else prepare_pt2e
-            prepared = prepare(captured, quantizer)
-            calibration = self._quantization.calibration_inputs_fn
-            for sample in calibration() if calibration else self._example_inputs[method]:
-                prepared(*sample)
-            converted[method] = convert_pt2e(prepared)
-        return converted
-
-    def _torch_export(self, models: dict[str, Any]) -> dict[str, ExportedProgram]:
-        programs = {}
-        for method, model in models.items():
-            program = torch.export.export(
-                model,
-                self.get_example_input(method),
-                dynamic_shapes=self._dynamic_shapes.get(method),
-                strict=self._recipe.strict,
-            )
-            for transform in self._recipe.aten_transform_passes or ():
-                program = transform(method, program)
-            programs[method] = program
-        return programs
-
-    def _to_edge_transform_and_lower(self, programs: dict[str, ExportedProgram]) -> Any:
-        from edgetorch.exir import to_edge_transform_and_lower
-
-        return to_edge_transform_and_lower(
-            programs,
-            transform_passes=self._lowering.edge_transform_passes,
-            partitioner=self._lowering.partitioners,
-            constant_methods=self._context["constant_methods"],
-            compile_config=self._lowering.edge_compile_config,
-            generate_etrecord=self._context["generate_etrecord"],
-        )
-
-    def _to_edge(self, programs: dict[str, ExportedProgram]) -> Any:
-        from edgetorch.exir import to_edge
-
-        return to_edge(
-            programs,
-            constant_methods=self._context["constant_methods"],
-            compile_config=self._lowering.edge_compile_config,
-            generate_etrecord=self._context["generate_etrecord"],
-        )
-
-    def _to_backend(self, edge: Any) -> Any:
-        partitioners = self._lowering.partitioners or []
-        if isinstance(partitioners, Mapping):
-            raise ValueError("the TO_BACKEND stage takes a list of partitioners, not one list per method")
-        for partitioner in partitioners:
-            edge = edge.to_backend(partitioner)
-        return edge
-
-    def _edge_manager_transform(self, edge: Any) -> Any:
-        passes = self._lowering.edge_manager_transform_passes
-        return edge.transform(list(passes), compile_config=self._lowering.edge_compile_config) if passes else edge
-
-    def _to_executorch(self, edge: Any) -> Any:
-        return edge.to_executorch(self._recipe.executorch_backend_config)
+        self._run_pipeline()
 
     # ----------------------------------------------------------------- results
 
     def get_stage_artifacts(self) -> dict[StageType, PipelineArtifact]:
-        return self._artifacts
-
-    def _result(self, stages: Sequence[StageType], what: str) -> Any:
-        for stage in stages:
-            if stage in self._artifacts:
-                return self._artifacts[stage].data
-        names = " or ".join(s.value for s in stages)
-        raise RuntimeError(f"{what} is not available: the pipeline ran no {names} stage (it ran {self._ran()})")
-
-    def _ran(self) -> list[str]:
-        return [s.value for s in self._artifacts]
+        return self._stage_to_artifacts
 
     def get_exported_program(self, method_name: str = "forward") -> ExportedProgram:
-        programs = self._result([S.TORCH_EXPORT], "the exported program")
-        if method_name not in programs:
-            raise KeyError(f"no method {method_name!r}; the exported methods are {list(programs)}")
-        return programs[method_name]
+        artifact = self._stage_to_artifacts.get(S.TORCH_EXPORT)
+        if artifact is None or artifact.data is None:
+            raise RuntimeError(
+                f"Exported program is not available. Run Torch Export Stage first (the pipeline ran {self._ran()})."
+            )
+        if method_name not in artifact.data:
+            raise KeyError(
+                f"Method name '{method_name}' not found in exported programs. Available methods: {list(artifact.data)}"
+            )
+        return artifact.data[method_name]
 
     def get_edge_program_manager(self) -> Any:
-        stages = [S.EDGE_PROGRAM_MANAGER_TRANSFORM, S.TO_BACKEND, S.TO_EDGE_TRANSFORM_AND_LOWER, S.TO_EDGE]
-        return self._result(stages, "the EdgeProgramManager")
+        """The EdgeProgramManager of the last Edge stage that ran."""
+        for stage in (S.EDGE_PROGRAM_MANAGER_TRANSFORM, S.TO_BACKEND, S.TO_EDGE_TRANSFORM_AND_LOWER, S.TO_EDGE):
+            artifact = self._stage_to_artifacts.get(stage)
+            if artifact is not None and artifact.data is not None:
+                return artifact.data
+        raise RuntimeError(
+            "Edge program manager is not available. Run one of the edge stages first: TO_EDGE_TRANSFORM_AND_LOWER, "
+            f"TO_EDGE, EDGE_PROGRAM_MANAGER_TRANSFORM, or TO_BACKEND (the pipeline ran {self._ran()})."
+        )
 
     def get_executorch_program_manager(self) -> Any:
-        return self._result([S.TO_EXECUTORCH], "the ExecutorchProgramManager")
+        artifact = self._stage_to_artifacts.get(S.TO_EXECUTORCH)
+        if artifact is None or artifact.data is None:
+            raise RuntimeError(
+                "Executorch program manager is not initialized. Run Executorch Stage first "
+                f"(the pipeline ran {self._ran()}; call export() if it has not run)."
+            )
+        return artifact.data
+
+    def _ran(self) -> list[str]:
+        return [s.value for s in self._stage_to_artifacts]
 
     def get_executorch_program(self) -> Any:
         return self.get_executorch_program_manager().executorch_program
@@ -292,9 +287,11 @@ class ExportSession:
 
     def get_example_input(self, method_name: str = "forward") -> tuple:
         if method_name not in self._example_inputs:
-            raise KeyError(f"no example inputs for method {method_name!r}; have {list(self._example_inputs)}")
+            raise KeyError(
+                f"Method name '{method_name}' not found in example inputs; have {list(self._example_inputs)}"
+            )
         if not self._example_inputs[method_name]:
-            raise ValueError(f"the example input list of method {method_name!r} is empty")
+            raise ValueError(f"Example inputs list for method {method_name} is empty; give at least one input tuple")
         return self._example_inputs[method_name][0]
 
     def run_method(self, method_name: str = "forward", example_inputs: tuple | None = None) -> list[Any]:
@@ -312,30 +309,33 @@ class ExportSession:
         ]
 
     def print_delegation_info(self) -> None:
-        """Print, per method, how many nodes went to delegates, and the per-operator table."""
-        from edgetorch.devtools.backend_debug import get_delegation_info
-
-        edge = self.get_edge_program_manager()
-        for method in sorted(edge.methods):
-            info = get_delegation_info(edge.exported_program(method).graph_module)
-            print(f"Delegation info for method '{method}':")
+        """Print, per method, how many nodes the lowering stage delegated, and the per-operator table."""
+        lowering = [s for s in self._pipeline_stages if s in (S.TO_EDGE_TRANSFORM_AND_LOWER, S.TO_BACKEND)]
+        if not lowering:
+            raise RuntimeError(
+                "No delegation info available: the pipeline has no lowering stage (TO_EDGE_TRANSFORM_AND_LOWER "
+                "or TO_BACKEND)"
+            )
+        artifact = self._stage_to_artifacts.get(lowering[0])
+        if artifact is None:
+            raise RuntimeError("No delegation info available, run the lowering stage first (call export())")
+        by_method = artifact.get_context("delegation_info_by_method")
+        if by_method:
+            infos: list[tuple[str | None, Any]] = sorted(by_method.items())
+        else:
+            info = artifact.get_context("delegation_info")
+            infos = [(None, info)] if info else []
+        if not infos:
+            print("No delegation info available")
+        for method, info in infos:
+            if method is not None:
+                print(f"Delegation info for method '{method}':")
             print(info.get_summary())
-            print(info.get_operator_delegation_dataframe().to_string())
+            table = info.get_operator_delegation_dataframe()
+            print(tabulate(table, headers="keys", tablefmt="fancy_grid") if tabulate else table.to_string())
 
     def get_etrecord(self) -> Any:
         return self.get_executorch_program_manager().get_etrecord()
-
-
-STAGES: dict[StageType, Callable[[ExportSession, Any], Any]] = {
-    S.SOURCE_TRANSFORM: ExportSession._source_transform,
-    S.QUANTIZE: ExportSession._quantize,
-    S.TORCH_EXPORT: ExportSession._torch_export,
-    S.TO_EDGE_TRANSFORM_AND_LOWER: ExportSession._to_edge_transform_and_lower,
-    S.TO_EDGE: ExportSession._to_edge,
-    S.TO_BACKEND: ExportSession._to_backend,
-    S.EDGE_PROGRAM_MANAGER_TRANSFORM: ExportSession._edge_manager_transform,
-    S.TO_EXECUTORCH: ExportSession._to_executorch,
-}
 
 
 def _model_kind(model: Any) -> str:
@@ -364,7 +364,10 @@ def _is_method_dict(value: Any) -> bool:
 def _per_method_inputs(example_inputs: Any, kind: str) -> dict[str, list[tuple]]:
     if example_inputs is None:
         if kind != "ExportedProgram":
-            raise ValueError(f"example_inputs are needed to export a {kind}: give a list of input tuples, e.g. [(x,)]")
+            raise ValueError(
+                f"example_inputs are required when model is {kind}; only ExportedProgram inputs can omit "
+                "example_inputs. Give a list of input tuples, e.g. [(x,)]"
+            )
         return {}
     per_method = dict(example_inputs) if isinstance(example_inputs, Mapping) else {"forward": example_inputs}
     for method, samples in per_method.items():

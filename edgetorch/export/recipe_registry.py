@@ -13,29 +13,47 @@ __all__ = ["RecipeRegistry", "recipe_registry"]
 
 
 class RecipeRegistry:
-    """Backend name -> its ``BackendRecipeProvider``; registering a name again replaces its provider."""
+    """Backend name -> its ``BackendRecipeProvider``; registering a name again replaces its provider.
+
+    There is one registry: ``RecipeRegistry()`` returns the same object each time (``recipe_registry``).
+    """
+
+    _instance: RecipeRegistry | None = None
+    _initialized = False
+
+    def __new__(cls) -> RecipeRegistry:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
 
     def __init__(self) -> None:
-        self._providers: dict[str, BackendRecipeProvider] = {}
+        if not RecipeRegistry._initialized:
+            self._providers: dict[str, BackendRecipeProvider] = {}
+            RecipeRegistry._initialized = True
 
     def register_backend_recipe_provider(self, provider: BackendRecipeProvider) -> None:
         if not isinstance(provider, BackendRecipeProvider):
             raise TypeError(f"expected a BackendRecipeProvider; found {type(provider).__name__}")
         self._providers[provider.backend_name] = provider
 
-    def create_recipe(self, recipe_type: RecipeType, backend: str, **kwargs: Any) -> ExportRecipe | None:
-        """``backend``'s recipe for ``recipe_type``, or None if no registered provider builds it."""
-        provider = self._providers.get(backend)
-        if provider is None or not provider.supports_recipe(recipe_type):
-            return None
-        return provider.create_recipe(recipe_type, **kwargs)
+    def _provider(self, backend: str) -> BackendRecipeProvider:
+        if backend not in self._providers:
+            raise ValueError(
+                f"Backend '{backend}' not available. Available: {list(self._providers)}; import the backend's "
+                f"recipes package (e.g. edgetorch.backends.xnnpack.recipes) to register its recipes"
+            )
+        return self._providers[backend]
 
-    def get_supported_backends(self) -> list[str]:
+    def create_recipe(self, recipe_type: RecipeType, backend: str, **kwargs: Any) -> ExportRecipe | None:
+        """``backend``'s recipe for ``recipe_type``, or None if its provider does not build it."""
+        return self._provider(backend).create_recipe(recipe_type, **kwargs)
+
+    def list_backends(self) -> list[str]:
+        """The names of the backends with a registered provider."""
         return list(self._providers)
 
     def get_supported_recipes(self, backend: str) -> list[RecipeType]:
-        provider = self._providers.get(backend)
-        return list(provider.get_supported_recipes()) if provider else []
+        return list(self._provider(backend).get_supported_recipes())
 
 
 recipe_registry = RecipeRegistry()

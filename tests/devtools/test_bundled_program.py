@@ -144,3 +144,14 @@ def test_executorch_runtime_verifies_ours_and_ours_verifies_theirs(bundled, tmp_
         module.load_bundled_input(bundle, "forward", i)
         module.forward()
         module.verify_result_with_bundled_expected_output(bundle, "forward", i)
+
+
+def test_test_case_flattens_nested_containers_and_refuses_other_leaves():
+    from edgetorch.devtools.bundled_program.config import DataContainer, MethodTestCase
+
+    case = MethodTestCase(inputs=[torch.ones(2), (3, {"scale": 0.5})], expected_outputs=(torch.zeros(1),))
+    assert [type(v) for v in case.inputs] == [torch.Tensor, int, float]
+    assert len(case.expected_outputs) == 1
+    assert isinstance((1,), DataContainer) and isinstance({}, DataContainer)
+    with pytest.raises(AssertionError, match="is not supported"):
+        MethodTestCase(inputs=["text"])

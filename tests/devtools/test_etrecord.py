@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import zipfile
 
 import pytest
@@ -64,7 +65,7 @@ def test_our_parse_reads_executorch_etrecord(tmp_path):
     edge.to_executorch().get_etrecord().save(tmp_path / "theirs.bin")
     record = parse_etrecord(tmp_path / "theirs.bin")
     assert _handles(record.edge_dialect_program) == reference
-    assert record._debug_handle_map["forward"][0] == 1 and record.exported_program is not None
+    assert record._debug_handle_map["forward"]["0"] == 1 and record.exported_program is not None
 
 
 def test_generate_etrecord_round_trip_and_errors(tmp_path):
@@ -78,7 +79,9 @@ def test_generate_etrecord_round_trip_and_errors(tmp_path):
     assert zipfile.ZipFile(path).namelist()[0] == "ETRECORD_V0"
     record = parse_etrecord(path)
     assert _handles(record.edge_dialect_program) == _handles(kept.exported_program())
-    assert record._debug_handle_map == prog.debug_handle_map and record._delegate_map == {"forward": {}}
+    # the maps come back as JSON gives them, instruction ids as strings (as ExecuTorch's parse_etrecord)
+    assert record._debug_handle_map == json.loads(json.dumps(prog.debug_handle_map))
+    assert record._delegate_map == {"forward": {}} and record.graph_map == {}
     with pytest.raises(RuntimeError, match="ETRecord was not generated"):
         prog.get_etrecord()
     with pytest.raises(RuntimeError, match="must contain edge dialect program"):
@@ -104,5 +107,56 @@ def test_etrecord_from_a_bundled_program_records_inputs_and_reference_outputs(tm
     bundled = BundledProgram(edge.to_executorch(), [MethodTestSuite("forward", cases)])
     generate_etrecord(tmp_path / "r.bin", kept, bundled)
     for record in (parse_etrecord(tmp_path / "r.bin"), et_parse(str(tmp_path / "r.bin"))):
-        assert len(record._reference_outputs["forward"]) == 3 and len(record._representative_inputs) == 3
+        # every case's expected outputs; the representative inputs are the first forward case's inputs
+        assert len(record._reference_outputs["forward"]) == 3 and len(record._representative_inputs) == 1
         torch.testing.assert_close(record._reference_outputs["forward"][1][0], model(2 * args[0]))
+        torch.testing.assert_close(record._representative_inputs[0], args[0])
+
+
+def test_etrecord_add_methods_follow_executorchs_contract():
+    model, args = mixed()
+    ep = torch.export.export(model, args)
+    edge = to_edge(ep)
+    record = ETRecord()
+    record.add_exported_program(None)  # nothing to record: stays empty, a later add still works
+    assert record.exported_program is None and record.export_graph_id is None
+    record.add_exported_program({"forward": ep})
+    assert record.exported_program is ep and record.export_graph_id == id(ep.graph)
+    with pytest.raises(RuntimeError, match="Exported program already exists in the ETRecord"):
+        ETRecord(export_graph_id=1).add_exported_program(ep)
+    record.add_edge_dialect_program(edge)  # one method: the program itself, not a dict
+    assert record.edge_dialect_program is edge.exported_program()
+    with pytest.raises(RuntimeError, match="Edge dialect program already exists in the ETRecord"):
+        record.add_edge_dialect_program(edge)
+    prog = copy.deepcopy(edge).to_executorch()
+    with pytest.raises(RuntimeError, match="reserved name"):
+        record.add_extra_export_modules({"my_exported_program": ep})
+    with pytest.raises(RuntimeError, match="Unsupported graph module type"):
+        record.add_extra_export_modules({"lowered": prog})
+    record.add_extra_export_modules({"aten": ep, "edge": edge})
+    assert sorted(record.graph_map) == ["aten/forward", "edge/forward"]
+    record.add_executorch_program(prog)
+    with pytest.raises(RuntimeError, match="Executorch program data already exists in the ETRecord"):
+        record.add_executorch_program(prog)
+    fresh = record.copy()
+    assert fresh.edge_dialect_program is record.edge_dialect_program and fresh._debug_handle_map is None
+
+
+def test_reference_outputs_and_representative_inputs_of_a_bundled_program():
+    from edgetorch.devtools.bundled_program import BundledProgram, MethodTestCase, MethodTestSuite
+    from edgetorch.devtools.etrecord._etrecord import _get_reference_outputs, _get_representative_inputs
+
+    model, args = mixed()
+    prog = to_edge(torch.export.export(model, args)).to_executorch()
+    cases = [MethodTestCase(inputs=[x], expected_outputs=(model(x),)) for x in (args[0], -args[0])]
+    bundled = BundledProgram(prog, [MethodTestSuite("forward", cases)])
+    outputs = _get_reference_outputs(bundled)
+    assert list(outputs) == ["forward"] and len(outputs["forward"]) == 2
+    torch.testing.assert_close(outputs["forward"][1][0], model(-args[0]))
+    torch.testing.assert_close(_get_representative_inputs(bundled)[0], args[0])
+    record = ETRecord()
+    record.update_reference_outputs([outputs["forward"][0]])  # a list is forward's
+    assert list(record._reference_outputs) == ["forward"]
+    no_outputs = BundledProgram(prog, [MethodTestSuite("forward", [MethodTestCase(inputs=[args[0]])])])
+    with pytest.raises(ValueError, match="Missing at least one set of expected outputs for method forward"):
+        _get_reference_outputs(no_outputs)

@@ -100,7 +100,7 @@ def test_exported_program_input_and_custom_pipeline(net, tmp_path):
     session.save_to_pte(str(tmp_path / "net"))
     method = Runtime.get().load_program((tmp_path / "net.pte").read_bytes()).load_method("forward")
     np.testing.assert_allclose(method.execute([inputs[0][0].numpy()])[0], model(*inputs[0]).detach().numpy(), atol=1e-5)
-    with pytest.raises(RuntimeError, match="torch_export"):
+    with pytest.raises(RuntimeError, match="Run Torch Export Stage first"):
         session.get_exported_program()
 
 
@@ -108,19 +108,22 @@ def test_bad_arguments(net):
     model, inputs = net
     with pytest.raises(TypeError, match="list of input tuples"):
         export(model, inputs[0], export_recipe=ExportRecipe())
-    with pytest.raises(ValueError, match="example_inputs are needed"):
+    with pytest.raises(ValueError, match="example_inputs are required"):
         export(model, None, export_recipe=ExportRecipe())
     with pytest.raises(TypeError, match="model must be"):
         export(42, inputs)
     with pytest.raises(ValueError, match="RecipeType"):
         ExportRecipe.get_recipe("xnnpack_fp32")
     bad = ExportRecipe(pipeline_stages=[StageType.TO_EXECUTORCH])
-    with pytest.raises(ValueError, match="to_executorch cannot follow the start"):
+    with pytest.raises(ValueError, match="to_executorch cannot start a pipeline"):
         export(model, inputs, export_recipe=bad)
+    backwards = ExportRecipe(pipeline_stages=[StageType.TORCH_EXPORT, StageType.TO_EXECUTORCH])
+    with pytest.raises(ValueError, match="Invalid transition from torch_export to to_executorch"):
+        export(model, inputs, export_recipe=backwards)
 
 
 def test_registry():
-    assert "xnnpack" in recipe_registry.get_supported_backends()
+    assert "xnnpack" in recipe_registry.list_backends()
     assert set(recipe_registry.get_supported_recipes("xnnpack")) == set(XNNPackRecipeType)
     assert XNNPACKRecipeProvider().create_recipe(StageType.QUANTIZE) is None
     fp32 = recipe_registry.create_recipe(XNNPackRecipeType.FP32, "xnnpack")

@@ -42,6 +42,7 @@ BLOB_OPS: dict[torch._ops.OpOverload, str] = {
     aten.maximum.default: "maximum",
     aten.minimum.default: "minimum",
     aten.mm.default: "mm",
+    aten.linear.default: "linear",
 }
 """ATen op -> its name in the demo blob (``edgetorch.backends.demo.runtime.OPS`` implements each)."""
 

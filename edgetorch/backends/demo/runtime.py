@@ -43,6 +43,11 @@ def _sub(a: np.ndarray, b: np.ndarray, alpha: float = 1) -> np.ndarray:
     return np.subtract(a, b) if alpha == 1 else np.subtract(a, np.multiply(b, alpha))
 
 
+def _linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    y = np.matmul(x, weight.T)
+    return y if bias is None else np.add(y, bias)
+
+
 OPS: dict[str, Callable[..., np.ndarray]] = {
     "sin": np.sin,
     "cos": np.cos,
@@ -59,6 +64,7 @@ OPS: dict[str, Callable[..., np.ndarray]] = {
     "maximum": np.maximum,
     "minimum": np.minimum,
     "mm": np.matmul,
+    "linear": _linear,
 }
 """The demo's operators by blob name; the compiler half accepts exactly these."""
 

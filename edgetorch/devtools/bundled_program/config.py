@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -9,7 +10,26 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+__all__ = [
+    "ConfigValue",
+    "DataContainer",
+    "MethodInputType",
+    "MethodOutputType",
+    "MethodTestCase",
+    "MethodTestSuite",
+]
+
 ConfigValue = torch.Tensor | int | bool | float
+"""What a bundled input or output may be (the kinds of value the BundledProgram schema stores)."""
+
+MethodInputType = Sequence[ConfigValue]
+"""The inputs of one run of a method."""
+
+MethodOutputType = Sequence[torch.Tensor]
+"""The outputs of one run of a method."""
+
+DataContainer = list | tuple | dict
+"""The containers a test case's inputs and outputs may be nested in (namedtuples are tuples)."""
 
 
 class MethodTestCase:
@@ -19,7 +39,7 @@ class MethodTestCase:
     leaf must be a tensor, an int, a bool or a float.
     """
 
-    def __init__(self, inputs: Any, expected_outputs: Any = None):
+    def __init__(self, inputs: MethodInputType | DataContainer, expected_outputs: Any = None):
         self.inputs = _flat(inputs)
         self.expected_outputs = [] if expected_outputs is None else _flat(expected_outputs)
 
@@ -27,7 +47,7 @@ class MethodTestCase:
 def _flat(values: Any) -> list[ConfigValue]:
     leaves = pytree.tree_leaves(values)
     for leaf in leaves:
-        assert isinstance(leaf, (torch.Tensor, int, bool, float)), (
+        assert isinstance(leaf, typing.get_args(ConfigValue)), (
             f"The type of input {leaf} with type {type(leaf)} is not supported.\n"
         )
     return leaves

@@ -8,8 +8,18 @@ from edgetorch.exir.etrecord import (
     ETRecord,
     ETRecordError,
     ETRecordReservedFileNames,
+    _get_reference_outputs,
+    _get_representative_inputs,
     generate_etrecord,
     parse_etrecord,
 )
 
-__all__ = ["ETRecord", "ETRecordError", "ETRecordReservedFileNames", "generate_etrecord", "parse_etrecord"]
+__all__ = [
+    "ETRecord",
+    "ETRecordError",
+    "ETRecordReservedFileNames",
+    "_get_reference_outputs",
+    "_get_representative_inputs",
+    "generate_etrecord",
+    "parse_etrecord",
+]

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import copy
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, overload
 
 import torch
@@ -43,6 +44,7 @@ from edgetorch.exir.backend.partitioner import DelegationSpec, Partitioner
 
 __all__ = [
     "LoweredBackendModule",
+    "MethodProgramsPartitionerSpec",
     "PartitionerError",
     "disable_validation",
     "lower_methods",
@@ -76,26 +78,43 @@ def validation_disabled() -> Iterator[None]:
         _validation["enabled"] = before
 
 
+@dataclass
+class MethodProgramsPartitionerSpec:
+    """Several methods lowered in one ``to_backend`` call: method -> Edge program, method -> its partitioner.
+
+    Methods without a partitioner come back unchanged; a backend compiles the partitions of every
+    method together (``preprocess_multimethod``), so it can share data between them.
+    """
+
+    method_to_edge_program: Mapping[str, ExportedProgram]
+    method_to_partitioner: Mapping[str, Partitioner]
+
+
 @overload
 def to_backend(
     backend_id: str, edge_program: ExportedProgram, compile_specs: list[CompileSpec]
 ) -> LoweredBackendModule: ...
 @overload
 def to_backend(edge_program: ExportedProgram, partitioner: Partitioner | type[Partitioner]) -> ExportedProgram: ...
+@overload
+def to_backend(first: MethodProgramsPartitionerSpec) -> dict[str, ExportedProgram]: ...
 def to_backend(first: Any, *args: Any) -> Any:
     """Lower an Edge program to a backend, whole (by backend id) or in partitions (by partitioner).
 
     ``to_backend("MyBackend", program, compile_specs)`` -> ``LoweredBackendModule``;
-    ``to_backend(program, partitioner)`` -> ``ExportedProgram`` with delegate calls.
+    ``to_backend(program, partitioner)`` -> ``ExportedProgram`` with delegate calls;
+    ``to_backend(MethodProgramsPartitionerSpec(programs, partitioners))`` -> method -> ``ExportedProgram``.
     A partitioner class is accepted as well as an instance (the tutorial passes the class).
     """
     if isinstance(first, str):
         return lower_program(first, *args)
     if isinstance(first, ExportedProgram):
         return partition_and_lower(first, *args)
+    if isinstance(first, MethodProgramsPartitionerSpec) and not args:
+        return lower_methods(dict(first.method_to_edge_program), dict(first.method_to_partitioner))
     raise TypeError(
-        f"to_backend expects (backend_id: str, ExportedProgram, compile_specs) or (ExportedProgram, Partitioner), "
-        f"found a first argument of type {type(first).__name__}"
+        f"to_backend expects (backend_id: str, ExportedProgram, compile_specs), (ExportedProgram, Partitioner) "
+        f"or (MethodProgramsPartitionerSpec), found a first argument of type {type(first).__name__}"
     )
 
 
@@ -119,6 +138,8 @@ def _fill(lowered: LoweredBackendModule, result: Any, backend_id: str) -> None:
     lowered._processed_bytes = bytes(result.processed_bytes)
     lowered._named_data_store_output = result.data_store_output
     lowered.meta["debug_handle_map"] = result.debug_handle_map
+    if result._delegate_info_meta is not None:
+        lowered.meta["_delegate_info_meta"] = result._delegate_info_meta
 
 
 def partition_and_lower(edge_program: ExportedProgram, partitioner: Partitioner | type[Partitioner]) -> ExportedProgram:
@@ -179,6 +200,7 @@ def _cut_partitions(
             f"{type(partitioner).__name__}.partition changed the graph; a partitioner may only set node.meta[{TAG!r}] "
             "(or run it inside validation_disabled() if the change is deliberate)"
         )
+    _check_tagged_inputs_and_output(program)
     cut = _Cutter(program)
     found = list(nodes_by_tag(program.graph_module))
     missing = [t for t in found if t not in tags]
@@ -188,6 +210,24 @@ def _cut_partitions(
         # Looked up again each time: cutting a partition re-sorts the graph into new nodes.
         cut.lower(tag, nodes_by_tag(cut.gm)[tag], tags[tag])
     return cut.finish(), cut.modules
+
+
+def _check_tagged_inputs_and_output(program: ExportedProgram) -> None:
+    """A delegate may own constants, never the program's output or a user input: refuse such tags."""
+    kinds = {s.arg.name: s.kind for s in program.graph_signature.input_specs}
+    constant = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+    for node in program.graph.nodes:
+        if TAG not in node.meta:
+            continue
+        if node.op == "output":
+            raise PartitionerError(
+                f"output node {node} should not be tagged; tag the nodes that compute the outputs instead"
+            )
+        if node.op == "placeholder" and kinds.get(node.name) not in constant:
+            raise PartitionerError(
+                f"placeholder node for non-params, non-buffer, and non-tensor constants should not be tagged: "
+                f"{node} is a {kinds.get(node.name, 'user input')}; tag only parameters, buffers and constants"
+            )
 
 
 def _fingerprint(graph_module: torch.fx.GraphModule) -> list[tuple]:

@@ -26,11 +26,14 @@ class PreprocessResult:
     ``debug_handle_map``: delegate-internal id -> debug handles of the Edge nodes it
     covers (for ETRecord and the Inspector). ``data_store_output``: named data
     (weights shared through the program's named data map), if the backend uses it.
+    ``_delegate_info_meta``: anything the backend wants kept on the lowered module's ``meta``
+    for tools (not written to the program).
     """
 
     processed_bytes: bytes = b""
     debug_handle_map: dict[int | str, tuple[int, ...]] | None = None
     data_store_output: Any = None
+    _delegate_info_meta: Any = None
 
 
 class BackendDetails(ABC):

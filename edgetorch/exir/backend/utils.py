@@ -10,18 +10,23 @@ buffers its nodes use. May import torch.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 
-from edgetorch.exir.backend.delegate import is_lowered_module
+from edgetorch.exir.backend.delegate import executorch_call_delegate, is_lowered_module
 from edgetorch.exir.backend.partition_utils import TAG, tag_constant_data
 
 __all__ = [
     "DelegateMappingBuilder",
     "format_delegated_graph",
+    "get_delegated_payload",
     "get_delegates",
+    "get_non_lowered_nodes",
+    "is_identical_graph",
     "print_delegated_graph",
     "tag_constant_data",
     "tag_mutated_buffer",
@@ -41,6 +46,58 @@ def get_delegates(graph: torch.fx.Graph) -> list[torch.fx.Node]:
             else n.name.startswith("lowered_module_")
         )
     ]
+
+
+def get_delegated_payload(graph_module: torch.fx.GraphModule) -> dict[str, tuple[str, list[Any], bytes]]:
+    """Each delegate of a lowered graph: its ``lowered_module_N`` name -> (backend id, compile specs, the blob
+    its backend's ``preprocess`` produced)."""
+    payloads: dict[str, tuple[str, list[Any], bytes]] = {}
+    for node in graph_module.graph.nodes:
+        if node.op == "get_attr" and node.name.startswith("lowered_module_"):
+            module = getattr(graph_module, node.name, None)
+            if is_lowered_module(module):
+                payloads[node.name] = (module.backend_id, module.compile_specs, module.processed_bytes)
+    return payloads
+
+
+def _is_delegate_output(node: torch.fx.Node) -> bool:
+    """A getitem that picks one output of an executorch_call_delegate (delegate outputs come flattened)."""
+    return (
+        node.target == operator.getitem
+        and len(node.args) == 2
+        and isinstance(node.args[0], torch.fx.Node)
+        and node.args[0].target == executorch_call_delegate
+        and isinstance(node.args[1], int)
+    )
+
+
+def get_non_lowered_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The operator calls a lowering left in the program: neither delegate calls nor the getitems reading them."""
+    return [
+        n
+        for n in graph.nodes
+        if n.op == "call_function" and n.target != executorch_call_delegate and not _is_delegate_output(n)
+    ]
+
+
+def is_identical_graph(graph_left: torch.fx.GraphModule, graph_right: torch.fx.GraphModule) -> bool:
+    """True when the two graphs have as many nodes and, node by node in order, each pair computes the same
+    thing: the same op and target, applied to inputs that are the same in the same way (compared through
+    the whole chain of producers, not by name)."""
+    left, right = list(graph_left.graph.nodes), list(graph_right.graph.nodes)
+    if len(left) != len(right):
+        return False
+    # One structural key per node (op, target, keys of its inputs), built in graph order so that
+    # a node's inputs already have theirs; equal keys mean equal producer trees.
+    keys: dict[tuple, int] = {}
+    node_key: dict[torch.fx.Node, int] = {}
+
+    def key(node: torch.fx.Node) -> int:
+        inputs = tuple(node_key[a] if a in node_key else key(a) for a in node.all_input_nodes)
+        node_key[node] = keys.setdefault((node.op, node.target, inputs), len(keys))
+        return node_key[node]
+
+    return all(key(a) == key(b) for a, b in zip(left, right))
 
 
 def tag_mutated_buffer(program: ExportedProgram) -> None:

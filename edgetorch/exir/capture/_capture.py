@@ -14,7 +14,8 @@ May import torch only.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,15 @@ import torch
 from torch.export import Dim, ExportedProgram
 from torch.utils import _pytree as pytree
 
-__all__ = ["DimConstraint", "EqualityConstraint", "capture_pre_autograd_graph", "dynamic_dim", "export"]
+__all__ = [
+    "DimConstraint",
+    "EqualityConstraint",
+    "WrapperModule",
+    "capture_pre_autograd_graph",
+    "dynamic_dim",
+    "export",
+    "patch_forward",
+]
 
 
 @dataclass(eq=False)
@@ -179,6 +188,27 @@ def _as_module(fn: Callable[..., Any]) -> torch.nn.Module:
     forward.__signature__ = signature.replace(parameters=[self_param, *signature.parameters.values()])
     name = getattr(fn, "__name__", "function")
     return type(f"{name}_module", (torch.nn.Module,), {"forward": forward})()
+
+
+@contextmanager
+def patch_forward(obj: torch.nn.Module, new_method: Callable[..., Any]) -> Iterator[None]:
+    """Within the block, ``obj.forward`` is ``new_method`` bound to ``obj``, so ``torch.export`` captures
+    another method of a module (``with patch_forward(m, type(m).encode): export(m, args)``); the original
+    forward is back afterwards, even when the block raises."""
+    original = obj.forward
+    obj.forward = new_method.__get__(obj, type(obj))  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        obj.forward = original  # type: ignore[method-assign]
+
+
+class WrapperModule(torch.nn.Module):
+    """A Module whose forward is the function ``f``: the way to export a plain function."""
+
+    def __init__(self, f: Callable[..., Any]) -> None:
+        super().__init__()
+        self.forward = f  # type: ignore[method-assign]
 
 
 def export(

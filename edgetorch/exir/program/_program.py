@@ -180,8 +180,7 @@ def _start_etrecord(manager: EdgeProgramManager, programs: Any) -> EdgeProgramMa
     from edgetorch.exir.etrecord import ETRecord
 
     record = ETRecord()
-    if isinstance(programs, ExportedProgram):
-        record.add_exported_program(programs)
+    record.add_exported_program(programs)  # one program, or a dict's "forward"
     record.add_edge_dialect_program(copy.deepcopy(manager._edge_programs))
     manager._etrecord = record
     return manager
