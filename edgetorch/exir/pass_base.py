@@ -27,6 +27,7 @@ from torch._higher_order_ops.executorch_call_delegate import is_lowered_module
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from edgetorch.errors import EdgetorchError
 from edgetorch.exir.dialects import EdgeOpOverload
 
 __all__ = [
@@ -80,7 +81,7 @@ class ExportPass(_ExportPassBaseDeprecatedDoNotUse):
         return self._fx("call_function", operator.getitem, (value, key), {}, meta)
 
 
-class ExportPassBaseError(RuntimeError):
+class ExportPassBaseError(EdgetorchError, RuntimeError):
     """A pass asked the pass infrastructure for something it cannot do (ExecuTorch's type)."""
 
 
@@ -174,9 +175,7 @@ def _no_call_method(graph_module: torch.fx.GraphModule) -> None:
             )
 
 
-def map_args(
-    op: Any, fn: Callable[[Any, torch.Argument], Any], args: tuple, kwargs: dict
-) -> tuple[tuple, dict]:
+def map_args(op: Any, fn: Callable[[Any, torch.Argument], Any], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """A call's arguments with ``fn(value, schema_argument)`` applied to each one ``op``'s schema names."""
     new_args, new_kwargs = list(args), dict(kwargs)
     for i, arg in enumerate(op._schema.arguments):

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
+from edgetorch.errors import EdgetorchError
 from edgetorch.format.program import AllocationDetails, ExtraTensorInfo, ScalarType, Tensor, TensorShapeDynamism
 
 DTYPE_TO_SCALAR: dict[torch.dtype, ScalarType] = {
@@ -48,7 +49,7 @@ SCALAR_TO_DTYPE: dict[ScalarType, torch.dtype] = {code: dtype for dtype, code in
 SymDim = Any  # an int or a torch.SymInt
 
 
-class AddressSpaceOverflowException(ValueError):
+class AddressSpaceOverflowException(EdgetorchError, ValueError):
     """A planned offset does not fit the schema's 64-bit (low, high) pair."""
 
 

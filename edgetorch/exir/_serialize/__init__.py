@@ -4,7 +4,6 @@ The package's names load on first use: ``_cord`` (used by the named data store, 
 imports) must be importable without ``_program``.
 """
 
-from importlib import import_module
 from typing import Any
 
 __all__ = ["_PTEFile", "_deserialize_pte_binary", "_serialize_pte_binary"]
@@ -12,5 +11,7 @@ __all__ = ["_PTEFile", "_deserialize_pte_binary", "_serialize_pte_binary"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        return getattr(import_module("edgetorch.exir._serialize._program"), name.removeprefix("_"))
+        from edgetorch.exir._serialize import _program
+
+        return getattr(_program, name.removeprefix("_"))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -76,7 +76,9 @@ class MemoryPlanningPass(PassBase):
         for alias in aliases:  # a view keeps its base alive
             base = alias.storage_base
             base.lifetime = [min(base.lifetime[0], alias.lifetime[0]), max(base.lifetime[1], alias.lifetime[1])]
-        specs = [s for s in graph_specs(graph_module) if not s.const and s.storage_base is None and id(s) not in skipped]
+        specs = [
+            s for s in graph_specs(graph_module) if not s.const and s.storage_base is None and id(s) not in skipped
+        ]
         bufsizes = run_algorithm(self.memory_planning_algo, self.alignment, specs, graph_module, graph_signature)
         for alias in aliases:
             alias.mem_id = alias.storage_base.mem_id

@@ -16,7 +16,7 @@ import numpy as np
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob
-from edgetorch.errors import DelegateLoadError
+from edgetorch.errors import DelegateLoadError, EdgetorchError
 
 _DTYPES = {
     xs.XNNDatatype.xnn_datatype_fp32: np.dtype(np.float32),
@@ -52,7 +52,7 @@ class QParams:
     nonbatch_dims: int = 1  # dynamic: one (scale, zero point) per index of the other, leading dims
 
 
-class Unsupported(Exception):
+class Unsupported(EdgetorchError):
     """A node or parameter combination this runtime cannot run; becomes a DelegateLoadError naming the node."""
 
 
