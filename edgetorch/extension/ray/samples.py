@@ -63,13 +63,19 @@ def list_samples(folder: str | pathlib.Path) -> list[dict[str, Any]]:
     return rows
 
 
-def image_normalization(scale: str | tuple[Sequence[float], Sequence[float]]) -> tuple[tuple[float, ...], ...]:
+def image_normalization(
+    scale: str | tuple[Sequence[float], Sequence[float]],
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The (mean, std) per channel of ``scale``: a name of :data:`IMAGE_SCALES` or a (mean, std) pair."""
     if isinstance(scale, str):
         if scale not in IMAGE_SCALES:
             raise InvalidArgumentError(f"unknown image scale {scale!r}; expected one of {', '.join(IMAGE_SCALES)}")
         return IMAGE_SCALES[scale]
-    mean, std = (tuple(float(v) for v in values) for values in scale)
+    if len(scale) != 2:
+        raise InvalidArgumentError(
+            f"an image scale is one of {', '.join(IMAGE_SCALES)} or a (mean, std) pair, got {scale!r}"
+        )
+    mean, std = tuple(float(v) for v in scale[0]), tuple(float(v) for v in scale[1])
     if len(mean) not in (1, 3) or len(std) not in (1, 3) or min(std) <= 0:
         raise InvalidArgumentError(
             f"an image scale as (mean, std) needs 1 or 3 values each and std > 0, got {mean} and {std}"
