@@ -86,7 +86,7 @@ def serve(conn) -> None:
     import torch
 
     Runtime = _import_runtime()
-    method = None
+    program = method = None
     while True:
         try:
             kind, payload = conn.recv()
@@ -94,8 +94,12 @@ def serve(conn) -> None:
             return
         try:
             if kind == "load":
-                method = None
-                method = Runtime.get().load_program(bytes(payload)).load_method("forward")
+                program = method = None
+                # Kept while the method runs: ExecuTorch's Method does not hold its Program, and a program loaded
+                # from bytes reads its constants from the bytes that Program holds (dropped, they are freed
+                # memory and the next run may segfault).
+                program = Runtime.get().load_program(bytes(payload))
+                method = program.load_method("forward")
                 conn.send(("ok", None))
             else:
                 outs = method.execute(list(payload))

@@ -1,6 +1,7 @@
 """``edgetorch eval PROGRAM --data DATA``: evaluate a program over a dataset on Ray (``edgetorch[ray]``).
 
-DATA is a folder of ``.npy``/``.npz`` files or images, or a Parquet file. The reference is another program
+DATA is a folder of ``.npy``/``.npz`` files or images, or a Parquet file; images are resized to the program's
+input size (or ``--image-size``) and scaled as ``--image-scale`` says. The reference is another program
 (``--reference``) or an eager model (``--eager FILE.py:FACTORY``, run in actors of its own); without one, top1
 compares against the labels. Prints a progress bar, then a summary table; writes the per-sample results as
 Parquet and the metric's histogram as a PNG. The program's workers are torch-free.
@@ -17,6 +18,7 @@ from edgetorch.cli._common import EXIT_ERROR, EXIT_OK
 
 def register(sub: Any) -> None:
     from edgetorch.extension.ray.metrics import METRICS
+    from edgetorch.extension.ray.samples import IMAGE_SCALES
 
     ev = sub.add_parser("eval", help="evaluate a .pte over a dataset on Ray: per-sample metric, summary, histogram")
     ev.add_argument("program", help="path to the .pte to evaluate")
@@ -26,6 +28,19 @@ def register(sub: Any) -> None:
     ref.add_argument("--eager", metavar="FILE.py:FACTORY", help="an eager PyTorch model to compare against")
     ev.add_argument(
         "--metric", choices=METRICS, help="per-sample metric (default: sqnr with a reference, top1 against labels)"
+    )
+    ev.add_argument(
+        "--image-scale",
+        choices=IMAGE_SCALES,
+        default="imagenet",
+        help="how image pixels become inputs: imagenet (torchvision's mean/std, the default), unit ([0, 1]), "
+        "symmetric ([-1, 1]: EfficientNet-Lite, TensorFlow's MobileNets)",
+    )
+    ev.add_argument(
+        "--image-size",
+        type=int,
+        metavar="N",
+        help="resize images to N x N (default: the program's planned input height and width)",
     )
     ev.add_argument("--method", default="forward", help="method to run (default: forward)")
     ev.add_argument("--address", help="join the Ray cluster at this address (default: start a local Ray)")
@@ -40,7 +55,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from edgetorch.extension.ray import evaluate
+    from edgetorch.extension.ray import SampleReader, evaluate
 
     output = pathlib.Path(args.output)
     histogram = pathlib.Path(args.histogram) if args.histogram else output.with_suffix(".png")
@@ -56,6 +71,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         output=output,
         progress=not args.no_progress,
+        reader=SampleReader(image_scale=args.image_scale, image_size=args.image_size),
     )
     print(result.format_summary())
     print(f"wrote {output} ({result.table.num_rows} rows)")

@@ -3,7 +3,7 @@
 Both programs are lowered by edgetorch's ``to_edge_transform_and_lower`` with its ``XnnpackPartitioner``; the
 int8 one is quantized first with edgetorch's ``XNNPACKQuantizer`` (static, per-channel symmetric weights),
 calibrated on the photos. Writes into OUT_DIR: ``lite0_fp32.pte``, ``lite0_int8.pte``, ``eager.npz`` (eager's
-logits per photo) and ``export.json`` (timings and sizes).
+logits per photo), ``export.json`` (timings and sizes) and ``photos/*.png`` (for ``edgetorch eval``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from lite0 import efficientnet_lite0, quantize_int8, weights_path  # noqa: E402
-from photos import PHOTOS, inputs  # noqa: E402
+from photos import PHOTOS, inputs, save_photos  # noqa: E402
 
 PROGRAMS = ("fp32", "int8")
 
@@ -72,6 +72,7 @@ def main() -> None:
     np.savez(args.out_dir / "eager.npz", logits=logits)
     info["eager_ms"] = float(np.median(times) * 1e3)
     (args.out_dir / "export.json").write_text(json.dumps(info, indent=2))
+    save_photos(args.out_dir / "photos")
 
 
 if __name__ == "__main__":

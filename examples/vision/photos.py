@@ -44,6 +44,16 @@ def preprocess(image: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray((resized / 127.5 - 1.0).transpose(2, 0, 1)[None])
 
 
+def save_photos(folder: pathlib.Path) -> None:
+    """Every photo of :data:`PHOTOS` as ``folder/NAME.png``, as taken (lossless): the data ``edgetorch eval``
+    reads, resizing and scaling each as :func:`preprocess` does (``--image-scale symmetric``)."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in PHOTOS:
+        Image.fromarray(load_photo(name)).save(folder / f"{name}.png")
+
+
 def inputs() -> dict[str, np.ndarray]:
     """Every photo of :data:`PHOTOS`, preprocessed."""
     return {name: preprocess(load_photo(name)) for name in PHOTOS}

@@ -182,9 +182,9 @@ def test_listing_and_reading_samples(folder, tmp_path):
     labelled = {r["name"]: r["label"] for r in rows}
     assert labelled["2/s0.npy"] == 2 and labelled["corrupt.npy"] == -1
     with pytest.raises(SampleError, match="cannot read sample .*corrupt.npy"):
-        read_sample(str(folder / "corrupt.npy"), [(1, 8)], (0.0,), (1.0,))
+        read_sample(str(folder / "corrupt.npy"), [(1, 8)])
     np.savez(tmp_path / "pair.npz", np.ones(2), np.zeros(3), label=np.int64(7))
-    arrays, label = read_sample(str(tmp_path / "pair.npz"), [], (0.0,), (1.0,))
+    arrays, label = read_sample(str(tmp_path / "pair.npz"), [])
     assert [a.shape for a in arrays] == [(2,), (3,)] and label == 7
     with pytest.raises(SampleError, match="holds no sample"):
         list_samples(tmp_path / "pair.npz" if False else _empty(tmp_path))
@@ -195,14 +195,34 @@ def _empty(tmp_path):
     return tmp_path / "empty"
 
 
-def test_reading_an_image(tmp_path):
+@pytest.mark.parametrize(
+    "scale,red,other",
+    [
+        ("symmetric", 1.0, -1.0),
+        ("unit", 1.0, 0.0),
+        ("imagenet", (1 - 0.485) / 0.229, [[-0.456 / 0.224], [-0.406 / 0.225]]),
+        (((0.5,), (0.25,)), 2.0, -2.0),  # a (mean, std) pair of one value for every channel
+    ],
+)
+def test_reading_an_image(tmp_path, scale, red, other):
     image = pytest.importorskip("PIL.Image")
     pixels = np.zeros((10, 20, 3), np.uint8)
     pixels[..., 0] = 255
     image.fromarray(pixels).save(tmp_path / "red.png")
-    (x,), label = read_sample(str(tmp_path / "red.png"), [(1, 3, 4, 6)], (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
-    assert x.shape == (3, 4, 6) and x.dtype == np.float32 and label is None
-    np.testing.assert_allclose(x[0], 1.0) and np.testing.assert_allclose(x[1:], -1.0)
+    (x,), label = read_sample(str(tmp_path / "red.png"), [(1, 3, 4, 6)], scale)
+    assert x.shape == (3, 4, 6) and x.dtype == np.float32 and label is None  # resized to the planned 4 x 6
+    np.testing.assert_allclose(x[0], red, rtol=1e-6)
+    np.testing.assert_allclose(x[1:].reshape(2, -1), np.broadcast_to(other, (2, 24)), rtol=1e-6)
+    (y,), _ = read_sample(str(tmp_path / "red.png"), [(1, 3, 4, 6)], scale, image_size=(5, 7))
+    assert y.shape == (3, 5, 7)
+
+
+def test_image_options_are_checked_in_the_driver():
+    with pytest.raises(ValueError, match="unknown image scale 'tf'; expected one of imagenet, unit, symmetric"):
+        SampleReader(image_scale="tf")
+    with pytest.raises(ValueError, match="image_size must be a positive int or \\(height, width\\), got 0"):
+        SampleReader(image_size=0)
+    assert SampleReader(image_scale="symmetric", image_size=224).image_size == 224
 
 
 # --- on a real local Ray -----------------------------------------------------------------------------------
@@ -313,8 +333,10 @@ def test_cli_eval_over_parquet(local_ray, programs, tmp_path, capsys):
     pq.write_table(pa.table({"x": pa.array(list(x), pa.list_(pa.float32())), "label": labels}), tmp_path / "d.parquet")
     out = tmp_path / "r.parquet"
     code = main(["eval", programs["static4"], "--data", str(tmp_path / "d.parquet"), "--output", str(out)])
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert code == 0, printed
+    assert "evaluating" in captured.err and "9/9" in captured.err  # the progress bar, at its end
     assert "top1" in printed and f"wrote {out} (9 rows)" in printed and (tmp_path / "r.png").exists()
     table = pq.read_table(out)
     assert table.column("top1").to_pylist() == [0.0] + [1.0] * 8

@@ -229,7 +229,12 @@ def evaluate(
     a progress bar (tqdm's, else Ray's own).
     """
     init_ray(address)
+    from ray.data import DataContext
+
     metric = metric or ("sqnr" if reference is not None or eager is not None else "top1")
+    tqdm = _tqdm() if progress else None
+    # Ray's own progress output only without tqdm's bar; a Dataset keeps the context it was made in, so set it first
+    DataContext.get_current().enable_progress_bars = progress and tqdm is None
     dataset, n = read_dataset(data, batch_size)
     mapped = map_program(
         dataset,
@@ -244,7 +249,7 @@ def evaluate(
         reader=reader,
     )
     start = time.perf_counter()
-    table = _gather(mapped, n, progress)
+    table = _gather(mapped, None if tqdm is None else tqdm(total=n, unit="sample", desc="evaluating"))
     result = EvalResult(table, metric, time.perf_counter() - start, workers)
     if output is not None:
         import pyarrow.parquet as pq
@@ -255,20 +260,19 @@ def evaluate(
     return result
 
 
-def _gather(dataset: Any, total: int, progress: bool) -> Any:
-    """Run ``dataset`` and return its rows as one pyarrow Table sorted by ``sample``."""
+def _tqdm() -> Any:
+    """tqdm's progress bar class, or None without tqdm (Ray's own progress output shows instead)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm
+
+
+def _gather(dataset: Any, bar: Any) -> Any:
+    """Run ``dataset`` and return its rows as one pyarrow Table sorted by ``sample``; ``bar`` counts them."""
     import pyarrow as pa
-    from ray.data import DataContext
 
-    bar = None
-    if progress:
-        try:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, unit="sample", desc="evaluating")
-        except ImportError:
-            pass
-    DataContext.get_current().enable_progress_bars = progress and bar is None
     tables = []
     try:
         for block in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):

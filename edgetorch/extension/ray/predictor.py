@@ -20,14 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.extension.ray.metrics import measure, prediction
-from edgetorch.extension.ray.samples import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    SampleError,
-    fit_to_input,
-    read_sample,
-)
+from edgetorch.extension.ray.samples import SampleError, fit_to_input, image_normalization, read_sample
 
 ERROR_COLUMNS = ("error_type", "error")
 REFERENCE_PREFIX = "reference_"
@@ -39,21 +34,34 @@ class SampleReader:
     """How a row of the dataset becomes a method's inputs (shared by the program and eager reference actors).
 
     A row with a ``path`` is read from that file (see :mod:`edgetorch.extension.ray.samples`); any other row
-    takes its inputs from ``input_columns``, in order. ``transform``, when given, maps the list of input
-    arrays of one sample to the list the method gets (a user's own preprocessing).
+    takes its inputs from ``input_columns``, in order. An image is resized to ``image_size`` (an int for a
+    square, or (height, width); default: the method's planned input size) and its pixels scaled as
+    ``image_scale`` says: ``"imagenet"`` (torchvision's mean/std), ``"unit"`` ([0, 1]), ``"symmetric"``
+    ([-1, 1]) or a (mean, std) pair of per-channel values for ``pixel / 255``. ``transform``, when given, maps
+    the list of input arrays of one sample to the list the method gets (a user's own preprocessing).
     """
 
     input_columns: tuple[str, ...] = ()
-    image_mean: tuple[float, ...] = IMAGENET_MEAN
-    image_std: tuple[float, ...] = IMAGENET_STD
+    image_scale: str | tuple[tuple[float, ...], tuple[float, ...]] = "imagenet"
+    image_size: int | tuple[int, int] | None = None
     transform: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
+
+    def __post_init__(self) -> None:
+        image_normalization(self.image_scale)  # an unknown scale fails here, in the driver, not once per row
+        size = self.image_size
+        if size is not None:
+            pair = (size, size) if isinstance(size, int) else tuple(size)
+            if len(pair) != 2 or not all(isinstance(n, int) and n > 0 for n in pair):
+                raise InvalidArgumentError(f"image_size must be a positive int or (height, width), got {size!r}")
 
     def read(self, batch: Mapping[str, np.ndarray], i: int, infos: Sequence[Any]) -> tuple[list[Any], int | None]:
         """Row ``i``'s input arrays, as the method's inputs ``infos`` plan them, and its label (or None)."""
         label = int(batch["label"][i]) if "label" in batch else None
         if "path" in batch:
             sizes = [info.sizes for info in infos if not isinstance(info, str)]
-            arrays, own = read_sample(str(batch["path"][i]), sizes, self.image_mean, self.image_std)
+            size = self.image_size
+            square = (size, size) if isinstance(size, int) else size
+            arrays, own = read_sample(str(batch["path"][i]), sizes, self.image_scale, square)
             label = own if own is not None else label
         else:
             arrays = [batch[c][i] for c in self.input_columns]

@@ -1,9 +1,9 @@
 """Samples of an evaluation dataset: finding them in a folder, reading one, shaping it for a method's inputs.
 
 A sample is one item of the dataset: a ``.npy`` file (one input), a ``.npz`` file (its arrays are the inputs in
-``np.savez`` order; an array named ``label`` is the label), an image (one input: RGB, resized to the input's
-height and width, scaled to [0, 1] and normalized by a mean and std per channel, channels first), or a row of
-a Parquet file. Files in class subfolders get the subfolder as their label: its number when every subfolder is
+``np.savez`` order; an array named ``label`` is the label), an image (one input: RGB, resized (bilinear) to the
+input's planned height and width or to a size given, its pixels scaled as :data:`IMAGE_SCALES` names, channels
+first), or a row of a Parquet file. Files in class subfolders get the subfolder as their label: its number when every subfolder is
 named by an integer, else its index among the sorted subfolder names (torchvision's ImageFolder order).
 
 Torch-free and Ray-free: the workers import this module.
@@ -17,13 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.errors import EdgetorchError
+from edgetorch.errors import EdgetorchError, InvalidArgumentError
 
 ARRAY_SUFFIXES = (".npy", ".npz")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
-# torchvision's ImageNet normalization, the one the vision models of the bench were trained with.
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+# How an image's pixels become input values: ((pixel / 255) - mean) / std per channel, by the name a model's
+# training used. "imagenet" is torchvision's normalization (the bench's vision models); "unit" is [0, 1];
+# "symmetric" is [-1, 1], as EfficientNet-Lite (examples/vision) and TensorFlow's MobileNets expect.
+IMAGE_SCALES: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "unit": ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
+    "symmetric": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+}
 # Columns with a meaning of their own; any other column of a Parquet file can be an input.
 RESERVED_COLUMNS = ("sample", "name", "path", "label")
 
@@ -58,13 +63,37 @@ def list_samples(folder: str | pathlib.Path) -> list[dict[str, Any]]:
     return rows
 
 
+def image_normalization(
+    scale: str | tuple[Sequence[float], Sequence[float]],
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The (mean, std) per channel of ``scale``: a name of :data:`IMAGE_SCALES` or a (mean, std) pair."""
+    if isinstance(scale, str):
+        if scale not in IMAGE_SCALES:
+            raise InvalidArgumentError(f"unknown image scale {scale!r}; expected one of {', '.join(IMAGE_SCALES)}")
+        return IMAGE_SCALES[scale]
+    if len(scale) != 2:
+        raise InvalidArgumentError(
+            f"an image scale is one of {', '.join(IMAGE_SCALES)} or a (mean, std) pair, got {scale!r}"
+        )
+    mean, std = tuple(float(v) for v in scale[0]), tuple(float(v) for v in scale[1])
+    if len(mean) not in (1, 3) or len(std) not in (1, 3) or min(std) <= 0:
+        raise InvalidArgumentError(
+            f"an image scale as (mean, std) needs 1 or 3 values each and std > 0, got {mean} and {std}"
+        )
+    return mean, std
+
+
 def read_sample(
-    path: str, sizes: Sequence[Sequence[int]], mean: Sequence[float], std: Sequence[float]
+    path: str,
+    sizes: Sequence[Sequence[int]],
+    scale: str | tuple[Sequence[float], Sequence[float]] = "imagenet",
+    image_size: tuple[int, int] | None = None,
 ) -> tuple[list[np.ndarray], int | None]:
     """The input arrays of the sample file at ``path`` and its label (None when the file has none).
 
-    ``sizes`` are the method's planned input shapes (an image is resized to the last two of the first);
-    ``mean``/``std`` normalize an image. Any failure to read is a :class:`SampleError` naming the file.
+    ``sizes`` are the method's planned input shapes: an image is resized to the last two of the first, or to
+    ``image_size`` (height, width) when given, and its pixels scaled by ``scale`` (see
+    :func:`image_normalization`). Any failure to read is a :class:`SampleError` naming the file.
     """
     suffix = pathlib.Path(path).suffix.lower()
     try:
@@ -76,7 +105,7 @@ def read_sample(
                 label = int(data["label"]) if "label" in data.files else None
                 return [data[k] for k in names], label
         if suffix in IMAGE_SUFFIXES:
-            return [read_image(path, sizes[0] if sizes else (), mean, std)], None
+            return [read_image(path, sizes[0] if sizes else (), scale, image_size)], None
     except SampleError:
         raise
     except Exception as e:  # numpy and PIL raise ValueError, OSError, EOFError, zipfile errors...
@@ -89,8 +118,15 @@ def _savez_order(name: str) -> tuple[int, str]:
     return (int(digits), name) if digits.isdigit() else (1 << 62, name)
 
 
-def read_image(path: str, sizes: Sequence[int], mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """An image as a float32 ``[3, H, W]`` array for an input planned as ``[..., 3, H, W]``."""
+def read_image(
+    path: str,
+    sizes: Sequence[int],
+    scale: str | tuple[Sequence[float], Sequence[float]] = "imagenet",
+    image_size: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """An image as a float32 ``[3, H, W]`` array for an input planned as ``[..., 3, H, W]`` (H, W: the plan's,
+    or ``image_size``), its pixels scaled as ``scale`` says (see :func:`image_normalization`)."""
+    mean, std = image_normalization(scale)
     try:
         from PIL import Image
     except ImportError:
@@ -99,7 +135,7 @@ def read_image(path: str, sizes: Sequence[int], mean: Sequence[float], std: Sequ
         raise SampleError(
             f"image {path!r}: the method's first input is planned as {list(sizes)}; an image needs [..., 3, H, W]"
         )
-    height, width = int(sizes[-2]), int(sizes[-1])
+    height, width = image_size or (int(sizes[-2]), int(sizes[-1]))
     with Image.open(path) as image:
         rgb = image.convert("RGB").resize((width, height), Image.Resampling.BILINEAR)
     pixels = (np.asarray(rgb, dtype=np.float32) / np.float32(255) - np.asarray(mean, np.float32)) / np.asarray(
