@@ -183,8 +183,12 @@ def _logical(template: str) -> Op:
 def _where() -> Op:
     def fits(a: list[Value], p: int) -> bool:
         shape = _broadcast(a[1].shape, a[2].shape)
-        return a[0].dtype == BOOL and _numeric(a[1]) and _numeric(a[2]) and shape is not None and (
-            _broadcast(a[0].shape, shape) is not None
+        return (
+            a[0].dtype == BOOL
+            and _numeric(a[1])
+            and _numeric(a[2])
+            and shape is not None
+            and (_broadcast(a[0].shape, shape) is not None)
         )
 
     def emit(r: Rendered, a: list[Value], p: int) -> Value:
