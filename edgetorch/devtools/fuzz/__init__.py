@@ -109,7 +109,7 @@ class Finding:
             )
             lines += ["", source(self.minimal).rstrip(), ""]
         if self.divergence:
-            lines += ["edgetorch debug on it (first call):", self.divergence]
+            lines += [f"edgetorch debug on it (call {self.outcome.call + 1}'s inputs):", self.divergence]
         return "\n".join(lines)
 
 
@@ -209,7 +209,7 @@ def _minimize(
     if outcome.status == MISMATCH and not failing.runner.reference:
         subject = case_subject(finding.minimal) if finding.minimal is not None else subjects(index)
         try:
-            finding.divergence = first_divergence(subject, failing.lowering.backend)
+            finding.divergence = first_divergence(subject, failing.lowering.backend, outcome.call)
         except Exception as e:  # the report is a help, not the finding: say why it is missing
             finding.divergence = f"(no per-operator report: {type(e).__name__}: {e})"
     return finding

@@ -19,6 +19,7 @@ Imports torch (it exports).
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,7 @@ class Outcome:
     status: str
     stage: str = ""  # lower, run, compare
     detail: str = ""
+    call: int = 0  # for a mismatch: the first call whose outputs differ
     reference: bool = False
 
     @property
@@ -179,12 +181,21 @@ def _nudged(calls: list[tuple[torch.Tensor, ...]]) -> list[tuple[torch.Tensor, .
     return [tuple(nudge(x) for x in call) for call in calls]
 
 
-def _compare_calls(got: list[list[torch.Tensor]], want: list[list[torch.Tensor]]) -> str:
+def _compare_calls(got: list[list[torch.Tensor]], want: list[list[torch.Tensor]]) -> tuple[int, str]:
+    """The first call whose outputs differ and how, or (0, "")."""
     for i, (g, w) in enumerate(zip(got, want)):
         text = compare_outputs(g, w, TOLERANCES)
         if text:
-            return f"call {i + 1}, {text}"
-    return ""
+            return i, f"call {i + 1}, {text}"
+    return 0, ""
+
+
+def _lower(lowering: Lowering, ep: torch.export.ExportedProgram) -> bytes:
+    """``ep`` lowered from a copy of its own (lowerings transform the graph); copying a graph module warns
+    about a deprecated pytree name, once per case, which says nothing about the case."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return lowering.lower(copy.deepcopy(ep))
 
 
 def check(subject: Subject, contenders: tuple[Contender, ...] = DEFAULT_CONTENDERS) -> Report:
@@ -204,7 +215,7 @@ def check(subject: Subject, contenders: tuple[Contender, ...] = DEFAULT_CONTENDE
         report.outcomes.append(outcome)
         if lowering.name not in lowerings:
             try:
-                lowerings[lowering.name] = (lowering.lower(copy.deepcopy(ep)), None)
+                lowerings[lowering.name] = (_lower(lowering, ep), None)
             except Exception as e:
                 lowerings[lowering.name] = (None, e)
         pte, failure = lowerings[lowering.name]
@@ -222,10 +233,10 @@ def check(subject: Subject, contenders: tuple[Contender, ...] = DEFAULT_CONTENDE
             outcome.status, outcome.detail = _failure(e, runner.reference and lowering.reference)
             continue
         outcome.stage = "compare"
-        text = _compare_calls(got, want)
+        outcome.call, text = _compare_calls(got, want)
         if text:
             if stability is None:
-                stability = _compare_calls(eager(subject, _nudged(subject.calls)), want)
+                stability = _compare_calls(eager(subject, _nudged(subject.calls)), want)[1]
             outcome.status, outcome.detail = (UNSTABLE if stability else MISMATCH), text
     _mark_shared(report, contenders)
     return report
@@ -247,8 +258,9 @@ def _mark_shared(report: Report, contenders: tuple[Contender, ...]) -> None:
             o.status = SHARED
 
 
-def first_divergence(subject: Subject, backend: str = "portable") -> str:
-    """``edgetorch debug``'s report for the subject's first call: the first operator beyond tolerance."""
+def first_divergence(subject: Subject, backend: str = "portable", call: int = 0) -> str:
+    """``edgetorch debug``'s report on call ``call``'s inputs (from the initial state, as the runtime's side
+    starts there too): the first operator beyond tolerance."""
     from edgetorch.devtools.debug import find_divergence
 
     ep = export(subject)
@@ -257,9 +269,7 @@ def first_divergence(subject: Subject, backend: str = "portable") -> str:
         from edgetorch.backends.xnnpack import XnnpackPartitioner
         from edgetorch.exir import to_edge_transform_and_lower
 
-        lowered = to_edge_transform_and_lower(
-            copy.deepcopy(ep), partitioner=[XnnpackPartitioner()], generate_etrecord=True
-        )
+        lowered = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], generate_etrecord=True)
         program = lowered.to_executorch()
     rtol, atol = TOLERANCES[torch.float32]
-    return str(find_divergence(ep, tuple(subject.calls[0]), program, rtol=rtol, atol=atol))
+    return str(find_divergence(ep, tuple(subject.calls[call]), program, rtol=rtol, atol=atol))
