@@ -196,7 +196,7 @@ def _where() -> Op:
         expr = f"torch.where({a[0].name}, {a[1].name}, {a[2].name})"
         return _line(r, expr, shape, _promote(a[1].dtype, a[2].dtype))
 
-    return Op(3, fits, emit)
+    return Op(3, fits, emit, 3.0)
 
 
 def _cast(target: str) -> Op:
@@ -356,7 +356,7 @@ def _conv2d() -> Op:
         r.init.append(f"self.{name} = torch.nn.Conv2d({c}, {out}, {k}, padding={pad})")
         return _line(r, f"self.{name}({a[0].name})", (a[0].shape[0], out, h, w), FLOAT)
 
-    return Op(1, fits, emit, 2.0)
+    return Op(1, fits, emit, 4.0)
 
 
 def _pool2d(kind: str) -> Op:
@@ -412,7 +412,7 @@ def _embedding() -> Op:
         r.init.append(f"self.{name} = torch.nn.Embedding(10, {dim})")
         return _line(r, f"self.{name}({a[0].name}.clamp(0, 9))", a[0].shape + (dim,), FLOAT)
 
-    return Op(1, lambda a, p: a[0].dtype in INTS and len(a[0].shape) < 4, emit)
+    return Op(1, lambda a, p: a[0].dtype in INTS and len(a[0].shape) < 4, emit, 3.0)
 
 
 def _buffer() -> Op:
@@ -424,7 +424,7 @@ def _buffer() -> Op:
         r.body.append(f"self.{name}.mul_({SCALARS[p % len(SCALARS)]}).add_({a[0].name}.mean())")
         return _line(r, f"{a[0].name} - self.{name}", a[0].shape, FLOAT)
 
-    return Op(1, lambda a, p: a[0].dtype == FLOAT, emit, 0.7)
+    return Op(1, lambda a, p: a[0].dtype == FLOAT, emit, 3.0)
 
 
 COND_BRANCHES = ("torch.sin(t)", "torch.cos(t) * 2", "t.abs() + 1", "torch.relu(t) - 0.5", "t * t")
@@ -436,7 +436,7 @@ def _cond() -> Op:
         expr = f"torch.cond({a[0].name}.sum() > 0, lambda t: {yes}, lambda t: {no}, ({a[0].name},))"
         return _line(r, expr, a[0].shape, FLOAT)
 
-    return Op(1, lambda a, p: a[0].dtype == FLOAT, emit, 0.5)
+    return Op(1, lambda a, p: a[0].dtype == FLOAT, emit, 2.0)
 
 
 OPS: dict[str, Op] = {

@@ -39,19 +39,25 @@ def _tidy(case: Case) -> Case:
 
 
 def shrink(case: Case, fails: Callable[[Case], bool], budget: int = 80) -> tuple[Case, int]:
-    """The smallest case found for which ``fails`` holds (``case`` itself must fail), and the calls it took."""
-    case, calls = _tidy(case), 0
-    changed = True
-    while changed and calls < budget:
-        changed = False
-        for candidate in _candidates(case):
-            if calls >= budget:
+    """The smallest case found for which ``fails`` holds (``case`` itself must fail), and the calls it took.
+
+    Passes over the candidates until one pass keeps none; after a kept change the pass goes on from the same
+    place (a candidate rejected once is not asked about again), which keeps the calls near linear in the size.
+    """
+    case, calls, place, kept, tried = _tidy(case), 0, 0, False, set()
+    while calls < budget:
+        candidates = list(_candidates(case))
+        if place >= len(candidates):
+            if not kept:
                 break
-            candidate = _tidy(candidate)
-            if candidate == case:
-                continue
+            place, kept = 0, False
+            continue
+        candidate = _tidy(candidates[place])
+        if candidate != case and candidate not in tried:
+            tried.add(candidate)
             calls += 1
             if fails(candidate):
-                case, changed = candidate, True
-                break
+                case, kept = candidate, True
+                continue  # the candidate now at this place is a new one
+        place += 1
     return case, calls
