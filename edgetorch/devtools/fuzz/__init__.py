@@ -170,10 +170,12 @@ def fuzz(
     """Check ``cases`` modules (generated from ``seed``, or from ``factory``); shrink each finding.
 
     Stops at the first finding with ``stop_at_first`` (what ``edgetorch fuzz`` does), or after ``seconds``.
+    Only the first finding of each signature (contender, status, error type) is shrunk.
     """
     campaign = Campaign(seed)
     t0 = time.perf_counter()
     subjects = factory_subjects(factory, seed) if factory is not None else None
+    shrunk: set[tuple[str, str, str]] = set()
     for index in range(cases):
         if seconds is not None and time.perf_counter() - t0 > seconds:
             break
@@ -183,7 +185,11 @@ def fuzz(
         if on_case is not None:
             on_case(index, report)
         if report.findings:
-            campaign.findings.append(_minimize(index, case, report.findings[0], contenders, shrink_budget, subjects))
+            first = report.findings[0]
+            # One shrink per kind of finding: the same failure again is counted, not shrunk again.
+            budget = shrink_budget if first.signature() not in shrunk else 0
+            shrunk.add(first.signature())
+            campaign.findings.append(_minimize(index, case, first, contenders, budget, subjects))
             if stop_at_first:
                 break
     campaign.seconds = time.perf_counter() - t0
@@ -204,9 +210,9 @@ def _minimize(
     finding = Finding(index, outcome, case)
     failing = next(c for c in contenders if c.name == outcome.contender)
     deciding = tuple(c for c in contenders if c is failing or c.reference)
-    if case is not None:
+    if case is not None and budget > 0:
         finding.minimal, finding.shrink_calls = shrink(case, _still_fails(outcome.signature(), deciding), budget)
-    if outcome.status == MISMATCH and not failing.runner.reference:
+    if outcome.status == MISMATCH and not failing.runner.reference and budget > 0:
         subject = case_subject(finding.minimal) if finding.minimal is not None else subjects(index)
         try:
             finding.divergence = first_divergence(subject, failing.lowering.backend, outcome.call)

@@ -11,7 +11,7 @@ An :class:`Outcome` per contender: ``ok``; ``mismatch`` (outputs beyond the tole
 ``refused`` (a typed edgetorch error, or any error of the reference); ``error`` (an untyped exception in
 edgetorch: a bug by definition); ``crash`` (the process running the program died); ``unstable`` (eager itself
 moves beyond tolerance when the inputs move by a few ulps: a near-tie no implementation can be held to);
-``shared`` (a refusal the reference makes too). A finding is an outcome of a contender that involves edgetorch
+``shared`` (a refusal the reference makes too, or the same wrong outputs). A finding is an outcome of a contender that involves edgetorch
 and is none of ok, unstable, shared. A module torch.export or eager refuses is ``skipped``: it tests nothing.
 Imports torch (it exports).
 """
@@ -209,6 +209,7 @@ def check(subject: Subject, contenders: tuple[Contender, ...] = DEFAULT_CONTENDE
         return report
     stability: str | None = None  # computed on the first mismatch only
     lowerings: dict[str, tuple[bytes | None, BaseException | None]] = {}
+    results: dict[str, list[list[torch.Tensor]]] = {}  # contender -> outputs, for a mismatch the reference shares
     for contender in contenders:
         lowering, runner = contender.lowering, contender.runner
         outcome = Outcome(contender.name, OK, reference=contender.reference)
@@ -230,32 +231,47 @@ def check(subject: Subject, contenders: tuple[Contender, ...] = DEFAULT_CONTENDE
             outcome.status, outcome.detail = CRASH, error_text(e)
             continue
         except Exception as e:
-            outcome.status, outcome.detail = _failure(e, runner.reference and lowering.reference)
+            outcome.status, outcome.detail = _failure(e, runner.reference)
             continue
         outcome.stage = "compare"
+        results[contender.name] = got
         outcome.call, text = _compare_calls(got, want)
         if text:
             if stability is None:
                 stability = _compare_calls(eager(subject, _nudged(subject.calls)), want)[1]
             outcome.status, outcome.detail = (UNSTABLE if stability else MISMATCH), text
-    _mark_shared(report, contenders)
+    _mark_shared(report, contenders, results)
     return report
 
 
 def _failure(e: BaseException | None, reference: bool) -> tuple[str, str]:
-    """A typed refusal, or (in edgetorch) an untyped error: a bug whatever the input."""
+    """A refusal: typed, or raised by the reference (``reference``: the stage that raised is ExecuTorch's);
+    else an untyped error in edgetorch, a bug whatever the input."""
     typed = reference or isinstance(e, EdgetorchError)
     return (REFUSED if typed else ERROR), error_text(e) if e is not None else ""
 
 
-def _mark_shared(report: Report, contenders: tuple[Contender, ...]) -> None:
-    """A refusal is shared when ExecuTorch's own pair for the same backend refuses the module too."""
+def _mark_shared(
+    report: Report, contenders: tuple[Contender, ...], results: dict[str, list[list[torch.Tensor]]]
+) -> None:
+    """Shared: a refusal when ExecuTorch's own pair for the same backend refuses the module too; a mismatch when
+    that pair gives the same wrong outputs (ExecuTorch's answer, reproduced: not a fault of edgetorch's)."""
     refused = {
         c.lowering.backend for c, o in zip(contenders, report.outcomes) if c.reference and o.status in (REFUSED, CRASH)
     }
+    wrong = {
+        c.lowering.backend: results[c.name]
+        for c, o in zip(contenders, report.outcomes)
+        if c.reference and o.status in (MISMATCH, UNSTABLE)
+    }
     for c, o in zip(contenders, report.outcomes):
-        if not c.reference and o.status in (REFUSED, ERROR) and c.lowering.backend in refused:
+        if c.reference:
+            continue
+        if o.status in (REFUSED, ERROR) and c.lowering.backend in refused:
             o.status = SHARED
+        elif o.status == MISMATCH and c.lowering.backend in wrong:
+            if not _compare_calls(results[c.name], wrong[c.lowering.backend])[1]:
+                o.status, o.detail = SHARED, f"ExecuTorch gives the same outputs; {o.detail}"
 
 
 def first_divergence(subject: Subject, backend: str = "portable", call: int = 0) -> str:
