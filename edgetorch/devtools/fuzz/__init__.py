@@ -11,6 +11,7 @@ Imports torch.
 from __future__ import annotations
 
 import collections
+import hashlib
 import inspect
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from edgetorch.devtools.fuzz.generator import OTHER_BATCH, Case, build, generate, source
+from edgetorch.devtools.fuzz.generator import OTHER_BATCH, Case, generate, load_source, source
 from edgetorch.devtools.fuzz.harness import (
     DEFAULT_CONTENDERS,
     MISMATCH,
@@ -45,16 +46,24 @@ __all__ = [
     "generate",
     "shrink",
     "source",
+    "source_subject",
 ]
 
 
 def case_subject(case: Case) -> Subject:
     """A generated case as a subject: its module, its example inputs and a second call with other values (and,
     when the batch is dynamic, another batch size)."""
-    namespace = build(case)
+    return source_subject(source(case))
+
+
+def source_subject(text: str) -> Subject:
+    """The subject of a case's source (as :func:`source` writes it, e.g. a kept finding): ``factory()``'s module
+    and example inputs, then ``make_inputs`` with the next seed and, when the batch is dynamic, another size."""
+    namespace = load_source(text, f"edgetorch_fuzz_{hashlib.sha256(text.encode()).hexdigest()[:16]}")
     module, example, dynamic = namespace["factory"]()
-    batch = OTHER_BATCH if case.dynamic else case.base[0]
-    return Subject(module, [tuple(example), tuple(namespace["make_inputs"](case.seed + 1, batch))], dynamic)
+    seed, batch = namespace["make_inputs"].__defaults__
+    second = namespace["make_inputs"](seed + 1, OTHER_BATCH if dynamic is not None else batch)
+    return Subject(module, [tuple(example), tuple(second)], dynamic)
 
 
 def _resample(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
@@ -174,13 +183,13 @@ def fuzz(
     """
     campaign = Campaign(seed)
     t0 = time.perf_counter()
-    subjects = factory_subjects(factory, seed) if factory is not None else None
+    subjects = factory_subjects(factory, seed) if factory is not None else lambda i: case_subject(generate(seed, i))
     shrunk: set[tuple[str, str, str]] = set()
     for index in range(cases):
         if seconds is not None and time.perf_counter() - t0 > seconds:
             break
-        case = generate(seed, index) if subjects is None else None
-        report = check(case_subject(case) if case is not None else subjects(index), contenders)
+        case = generate(seed, index) if factory is None else None
+        report = check(subjects(index), contenders)
         campaign.add(report)
         if on_case is not None:
             on_case(index, report)
@@ -202,7 +211,7 @@ def _minimize(
     outcome: Outcome,
     contenders: tuple[Contender, ...],
     budget: int,
-    subjects: Callable[[int], Subject] | None,
+    subjects: Callable[[int], Subject],
 ) -> Finding:
     """A finding, its case shrunk (generated cases only: a user's module is opaque) with only the contenders
     that decide it (the failing one and ExecuTorch's, which tells a shared refusal), and for a mismatch the

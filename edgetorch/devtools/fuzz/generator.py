@@ -99,6 +99,17 @@ def _broadcast(a: Shape, b: Shape) -> Shape | None:
     return tuple(out)
 
 
+def _joint(*shapes: Shape) -> Shape:
+    """The broadcast shape of operands :func:`_broadcast` has already found compatible."""
+    out = shapes[0]
+    for shape in shapes[1:]:
+        joined = _broadcast(out, shape)
+        if joined is None:
+            raise ValueError(f"shapes {shapes} do not broadcast: a fits rule let them through")
+        out = joined
+    return out
+
+
 def _promote(a: str, b: str) -> str:
     if FLOAT in (a, b):
         return FLOAT
@@ -144,7 +155,7 @@ def _binary(template: str, float_only: bool = False) -> Op:
 
     def emit(r: Rendered, a: list[Value], p: int) -> Value:
         expr = template.format(a=a[0].name, b=a[1].name)
-        return _line(r, expr, _broadcast(a[0].shape, a[1].shape), _promote(a[0].dtype, a[1].dtype))
+        return _line(r, expr, _joint(a[0].shape, a[1].shape), _promote(a[0].dtype, a[1].dtype))
 
     return Op(2, fits, emit, 2.0)
 
@@ -165,7 +176,7 @@ def _compare(template: str) -> Op:
         return all(map(_numeric, a)) and _broadcast(a[0].shape, a[1].shape) is not None
 
     def emit(r: Rendered, a: list[Value], p: int) -> Value:
-        return _line(r, template.format(a=a[0].name, b=a[1].name), _broadcast(a[0].shape, a[1].shape), BOOL)
+        return _line(r, template.format(a=a[0].name, b=a[1].name), _joint(a[0].shape, a[1].shape), BOOL)
 
     return Op(2, fits, emit)
 
@@ -175,7 +186,7 @@ def _logical(template: str) -> Op:
         return a[0].dtype == a[1].dtype == BOOL and _broadcast(a[0].shape, a[1].shape) is not None
 
     def emit(r: Rendered, a: list[Value], p: int) -> Value:
-        return _line(r, template.format(a=a[0].name, b=a[1].name), _broadcast(a[0].shape, a[1].shape), BOOL)
+        return _line(r, template.format(a=a[0].name, b=a[1].name), _joint(a[0].shape, a[1].shape), BOOL)
 
     return Op(2, fits, emit)
 
@@ -192,7 +203,7 @@ def _where() -> Op:
         )
 
     def emit(r: Rendered, a: list[Value], p: int) -> Value:
-        shape = _broadcast(a[0].shape, _broadcast(a[1].shape, a[2].shape))
+        shape = _joint(a[0].shape, a[1].shape, a[2].shape)
         expr = f"torch.where({a[0].name}, {a[1].name}, {a[2].name})"
         return _line(r, expr, shape, _promote(a[1].dtype, a[2].dtype))
 
