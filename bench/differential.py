@@ -112,16 +112,8 @@ def run(args: argparse.Namespace, results: pathlib.Path) -> int:
         text = report.skipped or ("; ".join(notes) if notes else "all agree")
         print(f"[difffuzz] case {index}: {text[:600]}", flush=True)
 
-    campaign = difffuzz.fuzz(
-        args.cases,
-        seed=args.seed,
-        contenders=CONTENDERS,
-        stop_at_first=False,
-        shrink_budget=args.shrink_budget,
-        seconds=args.seconds,
-        on_case=progress,
-    )
-    for finding in campaign.findings:
+    def keep(finding: difffuzz.Finding) -> None:
+        """Record a finding (and write its minimal module) as soon as it is shrunk: a long campaign may be cut."""
         text = difffuzz.source(finding.minimal) if finding.minimal is not None else ""
         key = text or f"{args.seed}:{finding.index}:{finding.outcome.contender}"  # unshrunk: a repeat of a kind
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -133,7 +125,7 @@ def run(args: argparse.Namespace, results: pathlib.Path) -> int:
             "status": finding.outcome.status,
             "stage": finding.outcome.stage,
             "detail": finding.outcome.detail[:400],
-            "steps": [len(finding.case.steps), len(finding.minimal.steps)] if finding.minimal else [],
+            "steps": [len(finding.case.steps), len(finding.minimal.steps)] if finding.case and finding.minimal else [],
         }
         found.append(record)
         print(finding.describe(), flush=True)
@@ -141,6 +133,17 @@ def run(args: argparse.Namespace, results: pathlib.Path) -> int:
             args.keep.mkdir(parents=True, exist_ok=True)
             header = "".join(f"# {k}: {v}\n" for k, v in record.items() if k != "steps")
             args.keep.joinpath(f"case_{digest}.py").write_text(header + text)
+
+    campaign = difffuzz.fuzz(
+        args.cases,
+        seed=args.seed,
+        contenders=CONTENDERS,
+        stop_at_first=False,
+        shrink_budget=args.shrink_budget,
+        seconds=args.seconds,
+        on_case=progress,
+        on_finding=keep,
+    )
     print(campaign.summary(), flush=True)
     totals = _merge(results, campaign, found, command)
     print(f"[difffuzz] totals in {results}: {totals['cases']} cases, {totals['with_findings']} with findings")

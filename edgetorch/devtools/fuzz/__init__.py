@@ -175,6 +175,7 @@ def fuzz(
     shrink_budget: int = 60,
     seconds: float | None = None,
     on_case: Callable[[int, Report], None] | None = None,
+    on_finding: Callable[[Finding], None] | None = None,
 ) -> Campaign:
     """Check ``cases`` modules (generated from ``seed``, or from ``factory``); shrink each finding.
 
@@ -199,6 +200,8 @@ def fuzz(
             budget = shrink_budget if first.signature() not in shrunk else 0
             shrunk.add(first.signature())
             campaign.findings.append(_minimize(index, case, first, contenders, budget, subjects))
+            if on_finding is not None:
+                on_finding(campaign.findings[-1])
             if stop_at_first:
                 break
     campaign.seconds = time.perf_counter() - t0
