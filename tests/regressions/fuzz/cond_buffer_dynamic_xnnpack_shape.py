@@ -21,9 +21,7 @@ class Fuzzed(torch.nn.Module):
 
 def make_inputs(seed=1000016, batch=2):
     g = torch.Generator().manual_seed(seed)
-    return (
-        torch.randn((batch,), generator=g),
-    )
+    return (torch.randn((batch,), generator=g),)
 
 
 def factory():
