@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/fuzz.py --cases 3000 [--seconds-per-case 10] [--memory-mb 4096] [--seed 0]
         [--ray [--address ADDR] [--workers N]]
+    .venv/bin/python bench/fuzz.py --differential --cases 200 [--seed 0] [--seconds S] [--keep DIR]
+
+``--differential`` is the other campaign: random modules through edgetorch and ExecuTorch, each program on
+both runtimes, compared with eager (bench/differential.py); its totals go under ``differential`` in the same
+results file. Without it:
 
 Seeds are real files written by edgetorch and by ExecuTorch 1.5.1: portable programs (an MLP, a CNN, a model
 with dynamic shapes, one with ``cond`` control flow), XNNPACK programs, ``.ptd`` data files, raw XNNPACK blobs,
@@ -428,8 +433,20 @@ def main() -> int:
     ap.add_argument("--address", help="with --ray: the Ray cluster's address (default: start a local Ray)")
     ap.add_argument("--workers", type=int, default=2, help="with --ray: parts per batch (and local Ray's CPUs)")
     ap.add_argument("--results", type=pathlib.Path, default=RESULTS, help="the summary's file")
+    ap.add_argument(
+        "--differential",
+        action="store_true",
+        help="differential fuzzing: generated modules through edgetorch and ExecuTorch (bench/differential.py)",
+    )
+    ap.add_argument("--seconds", type=float, help="with --differential: stop starting cases after this long")
+    ap.add_argument("--shrink-budget", type=int, default=40, help="with --differential: checks per finding")
+    ap.add_argument("--keep", type=pathlib.Path, help="with --differential: folder for the findings' minimal modules")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.differential:
+        from bench import differential
+
+        return differential.run(args, args.results)
     if args.ray:
         from bench import ray_pool
 
@@ -524,6 +541,10 @@ def main() -> int:
         "failures": failures[:200],
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)
+    if args.results.exists():  # the differential campaigns' totals live in the same file
+        previous = json.loads(args.results.read_text())
+        if "differential" in previous:
+            summary["differential"] = previous["differential"]
     args.results.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}, indent=1))
     for f in failures[:20]:

@@ -16,7 +16,7 @@ from edgetorch.cli._common import EXIT_ERROR
 
 # The subcommands, in the order ``edgetorch --help`` lists them: each names a module of this package
 # with ``register(subparsers)``.
-COMMANDS = ("run", "inspect", "ops", "export", "debug", "bench", "devtools", "llm", "asr", "eval", "warmup")
+COMMANDS = ("run", "inspect", "ops", "export", "debug", "fuzz", "bench", "devtools", "llm", "asr", "eval", "warmup")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -225,7 +225,7 @@ def check_op(op: Any, dtype: torch.dtype, samples: int = 1, lowering: Lowering =
             if sum(r.status != SKIP for r in results) >= samples or len(results) >= samples + MAX_SKIPPED:
                 break
     except Exception as e:  # the OpInfo's own sample generator failed
-        results.append(SampleResult(name, dname, len(results), SKIP, f"sample_inputs raised {_error_text(e)}"))
+        results.append(SampleResult(name, dname, len(results), SKIP, f"sample_inputs raised {error_text(e)}"))
     return results
 
 
@@ -264,12 +264,12 @@ def _check_sample(op: Any, sample: Any, lowering: Lowering, result: SampleResult
         stage = RUNTIME_ERROR
         got = lowering.execute(method, [t.clone() for t in tensors])
     except RuntimeCrashed as e:
-        result.status, result.detail = CRASH, f"{stage}: {_error_text(e)}"
+        result.status, result.detail = CRASH, f"{stage}: {error_text(e)}"
         return
     except Exception as e:  # every failure is recorded with the stage it happened in
-        result.status, result.detail = stage, _error_text(e)
+        result.status, result.detail = stage, error_text(e)
         return
-    mismatch = _compare_random(got, _more_draws(ep.module(), tensors, want)) if random else _compare(got, want)
+    mismatch = _compare_random(got, _more_draws(ep.module(), tensors, want)) if random else compare_outputs(got, want)
     if mismatch:
         result.status, result.detail = MISMATCH, mismatch
     elif random:
@@ -302,7 +302,7 @@ def _eager(module: torch.nn.Module, tensors: list[torch.Tensor]) -> tuple[list[t
             first = module(*[t.clone() for t in tensors])
             second = module(*[t.clone() for t in tensors])
     except Exception as e:
-        return None, f"eager raised {_error_text(e)}"
+        return None, f"eager raised {error_text(e)}"
     want, again = pytree.tree_leaves(first), pytree.tree_leaves(second)
     if not want or not all(isinstance(x, torch.Tensor) for x in want):
         return None, f"non-tensor output {type(first).__name__}"
@@ -359,24 +359,28 @@ def _compare_random(got: list[torch.Tensor], draws: list[list[torch.Tensor]]) ->
     return ""
 
 
-def _compare(got: list[torch.Tensor], want: list[torch.Tensor]) -> str:
-    """Empty when ``got`` matches ``want``; otherwise what differs."""
+def compare_outputs(
+    got: list[torch.Tensor], want: list[torch.Tensor], tolerances: dict[torch.dtype, tuple[float, float]] = TOLERANCES
+) -> str:
+    """Empty when ``got`` matches ``want`` within ``tolerances`` (rtol, atol per floating dtype; integers and
+    bools compare exactly); otherwise what differs."""
     if len(got) != len(want):
         return f"{len(got)} outputs, expected {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
         rtol, atol = (
-            TOLERANCES.get(w.dtype, TOLERANCES[torch.float32])
+            tolerances.get(w.dtype, tolerances[torch.float32])
             if w.is_floating_point() or w.is_complex()
             else (0.0, 0.0)
         )
         try:
             torch.testing.assert_close(g, w, rtol=rtol, atol=atol, equal_nan=True, check_device=False)
         except AssertionError as e:
-            return f"output {i}: {_error_text(e)}"
+            return f"output {i}: {error_text(e)}"
     return ""
 
 
-def _error_text(e: BaseException) -> str:
+def error_text(e: BaseException) -> str:
+    """An exception as one short line: its type and the first lines of its message."""
     lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
     text = " ".join(lines[:3]) if lines else ""
     return f"{type(e).__name__}: {text}"[:400]

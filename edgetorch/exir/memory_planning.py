@@ -56,7 +56,26 @@ def assign_lifetimes(gm: torch.fx.GraphModule) -> int:
     output = gm.graph.output_node()
     for spec in spec_leaves([a.meta.get("spec") for a in output.all_input_nodes]):
         spec.lifetime[1] = end
+    _tie_branch_outputs(gm)
     return end + 1
+
+
+def _tie_branch_outputs(gm: torch.fx.GraphModule) -> None:
+    """A cond's result is its branch's output moved in (a MoveCall moves the value, so the result then *is* the
+    branch output's tensor, in the branch output's bytes): those bytes must stay live as long as the result."""
+    for node in gm.graph.nodes:
+        if not (node.op == "call_function" and node.target in CONTROL_FLOW_OPS):
+            continue
+        results = spec_leaves(node.meta.get("spec"))
+        for branch in node.args[1:3]:
+            sub = getattr(gm, branch.target)
+            outputs = spec_leaves(
+                [a.meta.get("spec") if isinstance(a, torch.fx.Node) else None for a in sub.graph.output_node().args[0]]
+            )
+            for result, out in zip(results, outputs):
+                if result is not out and None not in (*result.lifetime, *out.lifetime):
+                    out.lifetime = [out.lifetime[0], max(out.lifetime[1], result.lifetime[1])]
+            _tie_branch_outputs(sub)  # after the extension: an inner cond's result may be this branch's output
 
 
 def _walk(gm: torch.fx.GraphModule, step: int) -> int:

@@ -355,7 +355,11 @@ class _Cutter:
             self.state_dict.pop(spec.target, None)
             self.constants.pop(spec.target, None)
             graph.erase_node(node)
-        legalize_graph(self.gm)
+        legalize_graph(self.gm)  # sets a new graph on the module
+        output = next(n for n in self.gm.graph.nodes if n.op == "output")
+        last = next(iter(reversed(self.gm.graph.nodes)))
+        if last is not output:  # legalize_graph sorts a dead node (one with no users) after the output
+            last.append(output)
 
     def _next_debug_handle(self) -> int:
         return 1 + max((n.meta.get("debug_handle", 0) for n in self.gm.graph.nodes), default=0)
