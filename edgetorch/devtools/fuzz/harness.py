@@ -46,7 +46,7 @@ TOLERANCES = {torch.float32: (1e-3, 1e-4), torch.float16: (2e-2, 2e-3), torch.bf
 NUDGE = 1e-6  # relative size of the input change that tells an ill-conditioned module (see ``unstable``)
 
 
-class ProcessCrashed(RuntimeError):
+class ProcessCrashed(EdgetorchError, RuntimeError):
     """The process running a program died (signal, abort, hang): a :class:`Runner` raises it to report a crash."""
 
 
