@@ -183,24 +183,13 @@ def export_programs(out: Path) -> dict[str, Path]:
 def executorch_program(folder: Path) -> bytes:
     """ExecuTorch 1.5.1's ``to_edge_transform_and_lower`` + ``XnnpackPartitioner`` on edgetorch's three Whisper
     modules, with the same constant methods."""
-    import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
 
-    from edgetorch.extension.asr.whisper import AudioEncoder, CrossKV, TextDecoder, load_whisper, whisper_metadata
+    from edgetorch.extension.asr.whisper import load_whisper, whisper_metadata, whisper_programs
 
     model = load_whisper(folder)
-    mel = torch.zeros(1, model.config.num_mel_bins, 3000)
-    encoder, cross, decoder = AudioEncoder(model), CrossKV(model), TextDecoder(model)
-    with torch.no_grad():
-        hidden = encoder(mel)
-        values = cross(hidden)
-        token, pos = torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long)
-        programs = {
-            "audio_encoder": torch.export.export(encoder, (mel,), strict=False),
-            "cross_kv": torch.export.export(cross, (hidden,), strict=False),
-            "text_decoder": torch.export.export(decoder, (token, pos, *values), strict=False),
-        }
+    programs = whisper_programs(model)
     edge = to_edge_transform_and_lower(
         programs,
         partitioner=[XnnpackPartitioner()],

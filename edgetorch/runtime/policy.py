@@ -35,15 +35,15 @@ def _numba_found() -> bool:
 
 
 def _default_threads() -> int:
-    """``EDGETORCH_NUM_THREADS`` when set (a positive integer), else the CPUs this process may run on."""
-    value = os.environ.get("EDGETORCH_NUM_THREADS", "").strip()
-    if value:
-        return checked_threads(value, "EDGETORCH_NUM_THREADS")
-    return _cpus()
+    """``EDGETORCH_NUM_THREADS`` when set (a positive integer), else the CPUs this process may run on. Read
+    at every split, so the variable may change while a program is loaded; each value is parsed once."""
+    return _threads_for(os.environ.get("EDGETORCH_NUM_THREADS", ""))
 
 
 @functools.cache
-def _cpus() -> int:
+def _threads_for(value: str) -> int:
+    if value.strip():
+        return checked_threads(value.strip(), "EDGETORCH_NUM_THREADS")
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 

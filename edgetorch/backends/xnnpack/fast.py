@@ -394,10 +394,9 @@ def _bind() -> bool:
     return True
 
 
-def compiled(name: str, fn: Any, **options: Any) -> Any:
-    """``fn`` compiled with numba (cached on disk, see compiled_kernels.compiled; ``options`` go to
-    ``numba.njit``) and kept under ``name``, or None when the tier is not usable."""
-    return compiled_kernels.compiled(name, fn, **options) if policy.compiled_tier() else None
+# ``fn`` compiled with numba and kept under ``name``, or None when the policy turns the tier off: the one
+# compile cache of the runtime (kernels/compiled.py), shared with the portable kernels.
+compiled = compiled_kernels.compiled
 
 
 def kernel(name: str) -> Any:

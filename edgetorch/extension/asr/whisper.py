@@ -30,6 +30,7 @@ from torch import nn
 from edgetorch.errors import InvalidInputError
 from edgetorch.extension.asr.ctranslate2 import read_model_bin
 from edgetorch.extension.asr.tokens import special_ids
+from edgetorch.extension.llm.export.exporter import lower_to_pte
 
 __all__ = [
     "AudioEncoder",
@@ -289,35 +290,23 @@ def export_whisper(
     metadata = whisper_metadata(model, checkpoint)
     if quantize == "int8":
         _quantize_int8(model)
-    config = model.config
-    mel = torch.zeros(1, config.num_mel_bins, N_FRAMES)
+    return lower_to_pte(whisper_programs(model), backend, metadata, output)
+
+
+def whisper_programs(model: Any) -> dict[str, Any]:
+    """The three methods' exported programs: ``audio_encoder`` (log-mel -> hidden states), ``cross_kv`` (each
+    layer's cross-attention keys and values) and ``text_decoder`` (one token with the self-attention KV cache)."""
+    mel = torch.zeros(1, model.config.num_mel_bins, N_FRAMES)
     encoder, cross, decoder = AudioEncoder(model), CrossKV(model), TextDecoder(model)
     with torch.no_grad():
         hidden = encoder(mel)
         cross_values = cross(hidden)
         token, pos = torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long)
-        programs = {
+        return {
             "audio_encoder": torch.export.export(encoder, (mel,), strict=False),
             "cross_kv": torch.export.export(cross, (hidden,), strict=False),
             "text_decoder": torch.export.export(decoder, (token, pos, *cross_values), strict=False),
         }
-    from edgetorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
-
-    partitioners = []
-    if backend == "xnnpack":
-        from edgetorch.backends.xnnpack import XnnpackPartitioner
-
-        partitioners.append(XnnpackPartitioner())
-    edge = to_edge_transform_and_lower(
-        programs,
-        partitioner=partitioners,
-        constant_methods=metadata,
-        compile_config=EdgeCompileConfig(_check_ir_validity=False),
-    )
-    buffer = edge.to_executorch(ExecutorchBackendConfig(run_reinplace_pass=True)).buffer
-    if output is not None:
-        Path(output).write_bytes(buffer)
-    return buffer
 
 
 def reference_greedy(model: Any, mel: np.ndarray, metadata: dict[str, Any], max_new_tokens: int = -1) -> list[int]:

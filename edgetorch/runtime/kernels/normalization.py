@@ -14,9 +14,9 @@ import numpy as np
 from edgetorch.runtime.kernels import compiled
 from edgetorch.runtime.kernels.reduction import (
     acc_dtype,
-    blas_row_sum_applies,
     extreme_last_axis,
     moments,
+    row_sums,
     wrap_dim,
 )
 from edgetorch.runtime.kernels.registry import kernel
@@ -56,18 +56,11 @@ def _softmax(x: np.ndarray, dim: int, out: np.ndarray, log: bool) -> np.ndarray:
         shift = extreme_last_axis(np.argmax, xs) if last else np.maximum.reduce(xs, axis=axis, keepdims=True)
         np.subtract(xs, shift, out=ws)
         if log:
-            ws -= np.log(_row_sums(np.exp(ws), axis))
+            ws -= np.log(row_sums(np.exp(ws), axis))
         else:
             np.exp(ws, out=ws)
-            ws *= np.reciprocal(_row_sums(ws, axis))
+            ws *= np.reciprocal(row_sums(ws, axis))
     return _finish(work, out)
-
-
-def _row_sums(x: np.ndarray, axis: int) -> np.ndarray:
-    """Keepdim-shaped sums over ``axis``, through BLAS when that is faster."""
-    if blas_row_sum_applies(x, (axis,)):
-        return np.matmul(x, np.ones(x.shape[-1], x.dtype))[..., None]
-    return np.add.reduce(x, axis=axis, keepdims=True)
 
 
 @kernel("aten::_softmax.out", "aten::softmax.int_out")
@@ -91,7 +84,7 @@ def _normalize_rows(x2: np.ndarray, eps: float, work: np.ndarray) -> tuple[np.nd
     inner = x2.shape[1]
     acc = work.dtype
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = _row_sums(x2, 1) if x2.dtype == acc else np.add.reduce(x2, axis=1, dtype=acc, keepdims=True)
+        mean = row_sums(x2, 1) if x2.dtype == acc else np.add.reduce(x2, axis=1, dtype=acc, keepdims=True)
         mean /= inner
         np.subtract(x2, mean, out=work, casting="unsafe")
         var = np.einsum("ij,ij->i", work, work)[:, None]

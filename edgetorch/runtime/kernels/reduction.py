@@ -33,6 +33,13 @@ def blas_row_sum_applies(x: np.ndarray, axes: tuple[int, ...] | None) -> bool:
     return x.dtype in BLAS_FLOATS and x.ndim > 0 and axes == (x.ndim - 1,) and x.shape[-1] <= BLAS_ROW_SUM_MAX
 
 
+def row_sums(x: np.ndarray, axis: int) -> np.ndarray:
+    """Keepdim-shaped sums of ``x`` over ``axis``, through BLAS (a product with ones) when that is faster."""
+    if blas_row_sum_applies(x, (axis,)):
+        return np.matmul(x, np.ones(x.shape[-1], x.dtype))[..., None]
+    return np.add.reduce(x, axis=axis, keepdims=True)
+
+
 def extreme_last_axis(find: Callable, x: np.ndarray) -> np.ndarray:
     """The keepdim-shaped maximum (``find=np.argmax``) or minimum (``np.argmin``) over the last axis of ``x``.
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled
-from edgetorch.runtime.kernels.reduction import blas_row_sum_applies, extreme_last_axis
+from edgetorch.runtime.kernels.reduction import extreme_last_axis, row_sums
 from edgetorch.runtime.ops.numeric import ERFC_EXPONENT, blockwise, erf_block, horner
 
 Step = Callable[[], object]
@@ -97,11 +97,4 @@ def _softmax_rows(x: np.ndarray, y: np.ndarray) -> None:
         shift = extreme_last_axis(np.argmax, xs)  # argmax stops at the first NaN: torch's propagation
         np.subtract(xs, shift, out=ys)
         np.exp(ys, out=ys)
-        ys *= np.reciprocal(_row_sums(ys))
-
-
-def _row_sums(x: np.ndarray) -> np.ndarray:
-    """Keepdim-shaped sums over the last axis, through BLAS when that is faster."""
-    if blas_row_sum_applies(x, (x.ndim - 1,)):
-        return np.matmul(x, np.ones(x.shape[-1], x.dtype))[..., None]
-    return np.add.reduce(x, axis=-1, keepdims=True)
+        ys *= np.reciprocal(row_sums(ys, ys.ndim - 1))

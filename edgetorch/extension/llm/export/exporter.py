@@ -224,7 +224,15 @@ def export_llm(
         quantize_model(model, quantize, group_size, blocks)
     program = export_program(model)
     constants = metadata_of(checkpoint.args, checkpoint.bos_id, checkpoint.eos_ids) | (metadata or {})
-    from edgetorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    return lower_to_pte(program, backend, constants, output)
+
+
+def lower_to_pte(
+    programs: Any, backend: str, constant_methods: dict[str, Any], output: str | Path | None = None
+) -> bytes:
+    """Exported program(s) of a decoder with KV caches lowered to ``.pte`` bytes (written to ``output`` when
+    given): portable kernels, or XNNPACK delegates (``backend="xnnpack"``), with ``constant_methods``."""
+    from edgetorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
 
     partitioners = []
     if backend == "xnnpack":
@@ -232,13 +240,11 @@ def export_llm(
 
         partitioners.append(XnnpackPartitioner())
     edge = to_edge_transform_and_lower(
-        program,
+        programs,
         partitioner=partitioners,
-        constant_methods=constants,
+        constant_methods=constant_methods,
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
-    from edgetorch.exir import ExecutorchBackendConfig
-
     # The KV caches are updated in place (index_put_) rather than copied into a new tensor and back.
     buffer = edge.to_executorch(ExecutorchBackendConfig(run_reinplace_pass=True)).buffer
     if output is not None:
