@@ -31,7 +31,14 @@ class Whisper:
     """The reference model's answers on the test speech, and edgetorch's programs as files."""
 
     def __init__(self, checkpoint: Path, speech: Path, folder: Path) -> None:
-        from edgetorch.extension.asr.whisper import export_whisper, load_whisper, reference_greedy, whisper_metadata
+        from edgetorch.extension.asr.whisper import (
+            export_whisper,
+            load_whisper,
+            reference_greedy,
+            whisper_metadata,
+            whisper_programs,
+        )
+        from edgetorch.extension.llm.export.exporter import lower_to_pte
 
         self.checkpoint = checkpoint
         model = load_whisper(checkpoint)
@@ -42,10 +49,15 @@ class Whisper:
         self.reference_text = self.runner.tokenizer.decode(self.reference_ids).strip()
         with torch.no_grad():
             self.encoder_out = model.model.encoder(torch.from_numpy(self.mel)).last_hidden_state.numpy()
-        self.paths = {}
+        self.paths = {name: folder / f"whisper_{name}.pte" for name in PROGRAMS}
+        # The float programs share one export (lowering leaves an exported program as it was); the int8 one goes
+        # through export_whisper, as `edgetorch asr export` does.
+        programs = whisper_programs(model)
         for name, (backend, quantize) in PROGRAMS.items():
-            self.paths[name] = folder / f"whisper_{name}.pte"
-            export_whisper(checkpoint, self.paths[name], backend=backend, quantize=quantize)
+            if quantize == "none":
+                lower_to_pte(programs, backend, self.metadata, self.paths[name])
+            else:
+                export_whisper(checkpoint, self.paths[name], backend=backend, quantize=quantize)
 
         self._runners: dict[str, AsrRunner] = {}
 
