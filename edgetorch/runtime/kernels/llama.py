@@ -137,3 +137,60 @@ def custom_sdpa(query, key, value, start_pos, attn_mask, drpout_p, is_causal, sc
 def update_cache(value, cache, start_pos, out):
     _write(value, cache, start_pos)
     return out
+
+
+@kernel("llama::update_cache_with_indices.out")
+def update_cache_with_indices(value, cache, start_pos, indices, out):
+    """Row ``s`` of batch ``b`` of ``value`` goes to cache position ``indices[b, s]`` (``start_pos`` unused)."""
+    if indices.ndim != 2 or indices.shape != value.shape[:2] or indices.dtype.kind not in "iu":
+        raise InvalidInputError(
+            f"update_cache_with_indices expects integer indices shaped [batch, seq_len] = {list(value.shape[:2])}; "
+            f"found {indices.dtype} {list(indices.shape)}"
+        )
+    if value.shape[0] != cache.shape[0] or value.shape[2:] != cache.shape[2:]:
+        raise InvalidInputError(
+            f"cache write expects a value shaped like the cache except dim 1 ({list(cache.shape)}); "
+            f"found {list(value.shape)}"
+        )
+    if indices.size and (indices.min() < 0 or indices.max() >= cache.shape[1]):
+        raise OutOfRangeError(
+            f"cache write at positions {indices.min()}..{indices.max()} does not fit a cache of length "
+            f"{cache.shape[1]}; keep every index within the model's max context length"
+        )
+    for b in range(value.shape[0]):
+        cache[b, indices[b]] = value[b]
+    return out
+
+
+def _dequantize_per_token(name: str, values: np.ndarray, zero_points: object, scales: object) -> np.ndarray:
+    want = (*values.shape[:-1], 1)
+    if values.dtype != np.int8 or not isinstance(zero_points, np.ndarray) or not isinstance(scales, np.ndarray):
+        raise InvalidInputError(
+            f"custom_quantized_sdpa expects an int8 {name} with its zero points and scales; found a {values.dtype} "
+            f"{name}, zero points {type(zero_points).__name__}, scales {type(scales).__name__}"
+        )
+    if zero_points.shape != want or scales.shape != want:
+        raise InvalidInputError(
+            f"custom_quantized_sdpa expects the {name}'s zero points and scales shaped {list(want)} (one per token); "
+            f"found {list(zero_points.shape)} and {list(scales.shape)}"
+        )
+    return (values.astype(np.float32) - zero_points.astype(np.float32)) * scales.astype(np.float32)
+
+
+@kernel("llama::custom_quantized_sdpa.out")
+def custom_quantized_sdpa(
+    query, key, value, start_pos, attn_mask, drpout_p, is_causal, scale,
+    q_zero_points, q_scales, k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out,
+):  # fmt: skip
+    """Attention over int8 queries, keys and values quantized per token, dequantized to float32 first; with
+    ``is_seq_at_dim_2`` every tensor (and the output) is ``[batch, heads, seq, head_dim]``."""
+    q = _dequantize_per_token("query", query, q_zero_points, q_scales)
+    k = _dequantize_per_token("key", key, k_zero_points, k_scales)
+    v = _dequantize_per_token("value", value, v_zero_points, v_scales)
+    if not is_seq_at_dim_2:
+        return _attention(q, k, v, start_pos, attn_mask, is_causal, scale, out)
+    q, k, v = (np.ascontiguousarray(t.transpose(0, 2, 1, 3)) for t in (q, k, v))
+    result = _attention(q, k, v, start_pos, attn_mask, is_causal, scale, np.empty(q.shape, np.float32))
+    out = resize(out, query.shape)
+    out[...] = result.transpose(0, 2, 1, 3)
+    return out

@@ -97,6 +97,69 @@ def test_update_cache_and_bounds():
         fn(value.numpy(), cache_np, 5, np.empty(1, np.float32))
 
 
+def _update_with_indices_reference(value, cache, indices):
+    want = cache.clone()
+    for b in range(value.shape[0]):
+        for s, position in enumerate(indices[b].tolist()):
+            want[b, position] = value[b, s]
+    return want
+
+
+def test_update_cache_with_indices_writes_where_told():
+    _, cache, _ = _tensors(length=9, kv_heads=2)
+    cache = torch.cat([cache, cache + 1])  # two batches
+    value = torch.randn(2, 3, 2, 8)
+    indices = torch.tensor([[8, 2, 5], [0, 7, 1]])
+    want = _update_with_indices_reference(value, cache, indices)
+    cache_np = cache.numpy().copy()
+    torch.ops.llama.update_cache_with_indices(value, cache, 0, indices)
+    torch.testing.assert_close(cache, want)
+    fn, nargs = lookup("llama::update_cache_with_indices.out")
+    assert nargs == 5
+    fn(value.numpy(), cache_np, 0, indices.numpy(), np.empty(1, np.float32))
+    np.testing.assert_array_equal(cache_np, want.numpy())
+    from edgetorch.errors import InvalidInputError, OutOfRangeError
+
+    with pytest.raises(OutOfRangeError, match="does not fit a cache of length 9"):
+        fn(value.numpy(), cache_np, 0, indices.numpy() + 2, np.empty(1, np.float32))
+    with pytest.raises(InvalidInputError, match=r"shaped \[batch, seq_len\]"):
+        fn(value.numpy(), cache_np, 0, indices.numpy()[:, :2], np.empty(1, np.float32))
+
+
+def _quantized(x: torch.Tensor):
+    """``x`` quantized per token to int8 with torch's own decomposed ops, and the (zero points, scales) used."""
+    from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
+
+    ops = torch.ops.quantized_decomposed
+    scales, zero_points = ops.choose_qparams_per_token_asymmetric(x, torch.int8)
+    q = ops.quantize_per_token(x, scales, zero_points, -128, 127, torch.int8)
+    dequantized = ops.dequantize_per_token(q, scales, zero_points, -128, 127, torch.int8, torch.float32)
+    return q, zero_points.to(torch.int8), scales.to(torch.float32), dequantized
+
+
+@pytest.mark.parametrize("seq_at_dim_2", [False, True])
+@pytest.mark.parametrize("start", [0, 5])
+def test_custom_quantized_sdpa_is_attention_over_dequantized_tensors(seq_at_dim_2, start):
+    q, k, v = _tensors(seq=3, length=12, kv_heads=2)
+    if seq_at_dim_2:
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    (qq, qz, qs, qd), (kq, kz, ks, kd), (vq, vz, vs, vd) = (_quantized(t) for t in (q, k, v))
+    args = (qq, kq, vq, start, None, 0.0, True, None, qz, qs, kz, ks, vz, vs, seq_at_dim_2)
+    got = torch.ops.llama.custom_quantized_sdpa(*args)
+    if seq_at_dim_2:
+        qd, kd, vd = (t.transpose(1, 2) for t in (qd, kd, vd))
+    want = _reference(qd, kd, vd, start, start + 3, True)
+    torch.testing.assert_close(got, want.transpose(1, 2) if seq_at_dim_2 else want)
+    out = np.empty(qq.shape, np.float32)
+    numpy_args = [a.numpy() if isinstance(a, torch.Tensor) else a for a in args]
+    lookup("llama::custom_quantized_sdpa.out")[0](*numpy_args, out)
+    np.testing.assert_allclose(out, got.numpy(), rtol=1e-5, atol=1e-5)
+    from edgetorch.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="int8 query"):
+        lookup("llama::custom_quantized_sdpa.out")[0](q.numpy(), *numpy_args[1:], out)
+
+
 def test_executorch_custom_ops_import_after_ours():
     """ExecuTorch's own custom-ops library loads in a process where edgetorch registered ``llama`` first."""
     code = textwrap.dedent(
@@ -110,6 +173,19 @@ def test_executorch_custom_ops_import_after_ours():
         assert not custom_ops.LIBRARY.defined_by_edgetorch
         theirs = torch.ops.llama.custom_sdpa(q, k, v, 1, None, 0.0, True)
         torch.testing.assert_close(ours, theirs)
+        # edgetorch's eager kernels, called directly, against ExecuTorch's compiled ones (now the live definitions).
+        from edgetorch.extension.llm.custom_ops import _custom_quantized_sdpa, _update_cache_with_indices
+        value = torch.randn(1, 3, 2, 8); indices = torch.tensor([[4, 0, 2]])
+        ours_cache, their_cache = torch.zeros(1, 6, 2, 8), torch.zeros(1, 6, 2, 8)
+        _update_cache_with_indices(value, ours_cache, 0, indices)
+        torch.ops.llama.update_cache_with_indices(value, their_cache, 0, indices)
+        torch.testing.assert_close(ours_cache, their_cache)
+        g = torch.Generator().manual_seed(0)
+        qq, kq, vq = (torch.randint(-128, 128, s, dtype=torch.int8, generator=g) for s in [(1, 2, 4, 8), (1, 6, 2, 8), (1, 6, 2, 8)])
+        zs = [torch.randint(-5, 5, (*t.shape[:-1], 1), dtype=torch.int8, generator=g) for t in (qq, kq, vq)]
+        ss = [torch.rand(*t.shape[:-1], 1, generator=g) * 0.05 + 0.01 for t in (qq, kq, vq)]
+        args = (qq, kq, vq, 3, None, 0.0, True, None, zs[0], ss[0], zs[1], ss[1], zs[2], ss[2], False)
+        torch.testing.assert_close(_custom_quantized_sdpa(*args), torch.ops.llama.custom_quantized_sdpa(*args), atol=1e-4, rtol=1e-4)
         print("ok")
         """
     )
