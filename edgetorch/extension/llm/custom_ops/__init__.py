@@ -14,9 +14,8 @@ May import torch only.
 
 from __future__ import annotations
 
-import math
-
 import torch
+import torch.nn.functional as F
 
 from edgetorch.exir.dialects.shared_library import SharedLibrary
 
@@ -62,19 +61,20 @@ def attention(
     Without a mask the first ``start_pos + seq_len`` rows are read (causally if ``is_causal``); with a
     2-D additive mask ``[seq_len, n]``, the first ``n``. Key/value heads are shared by query-head groups.
     """
-    seq_len, heads, head_dim = query.shape[1:]
+    seq_len = query.shape[1]
     n_keys = attn_mask.shape[-1] if attn_mask is not None else start_pos + seq_len
-    group = heads // keys.shape[2]
+    group = query.shape[2] // keys.shape[2]
     k = keys[:, :n_keys].repeat_interleave(group, dim=2).transpose(1, 2).float()
     v = values[:, :n_keys].repeat_interleave(group, dim=2).transpose(1, 2).float()
-    q = query.transpose(1, 2).float()
-    scores = (q @ k.transpose(-1, -2)) * (scale if scale is not None else 1.0 / math.sqrt(head_dim))
     if attn_mask is not None:
-        scores = scores + attn_mask.float()
-    elif is_causal:
-        rows = torch.arange(seq_len).unsqueeze(1) + start_pos
-        scores = scores.masked_fill(torch.arange(n_keys).unsqueeze(0) > rows, float("-inf"))
-    return (scores.softmax(-1) @ v).transpose(1, 2).to(query.dtype)
+        bias = attn_mask.float()
+    else:  # an additive mask: 0 where a query sees a key, -inf where causality hides it
+        bias = torch.zeros(seq_len, n_keys)
+        if is_causal:
+            rows = torch.arange(seq_len).unsqueeze(1) + start_pos
+            bias = bias.masked_fill(torch.arange(n_keys).unsqueeze(0) > rows, float("-inf"))
+    out = F.scaled_dot_product_attention(query.transpose(1, 2).float(), k, v, attn_mask=bias, scale=scale)
+    return out.transpose(1, 2).to(query.dtype)
 
 
 def _sdpa_with_kv_cache(
