@@ -216,6 +216,7 @@ class Method:
         self._generator = np.random.default_rng(seed)
         # One method's planned memory serves one run at a time: runs from several threads take turns.
         self._lock = threading.Lock()
+        self._given_outputs: dict[int, tuple[np.ndarray, Any]] = {}  # index -> (array written, object returned)
 
     @property
     def name(self) -> str:
@@ -240,12 +241,63 @@ class Method:
             use_generator(self._generator)
             ex.run()
             outputs = ex.outputs(clone_outputs)
-        return outputs if torch is None else [_to_torch(v, torch) for v in outputs]
+            given = {i: self._write_given(i, outputs[i]) for i in self._given_outputs}
+        outputs = outputs if torch is None else [_to_torch(v, torch) for v in outputs]
+        for i, returned in given.items():
+            outputs[i] = returned
+        return outputs
+
+    def set_output(self, value: Any, index: int = 0) -> None:
+        """Have every later run write output ``index`` into ``value`` (an array, or a CPU torch tensor), which
+        the run then returns in that place, as ExecuTorch's ``set_output``/``set_output_data_ptr``. Only a
+        tensor output that the program does not memory-plan takes one (export with
+        ``MemoryPlanningPass(alloc_graph_output=False)``); ``value`` must have its shape and dtype."""
+        info = self.metadata.output_tensor_meta(index)  # IndexError naming the method and its output count
+        if not isinstance(info, TensorInfo):
+            raise InvalidInputError(
+                f"output {index} of method {self.name!r} is a {info}, not a tensor; only tensor outputs take a "
+                "caller's buffer"
+            )
+        if info.is_memory_planned():
+            raise InvalidInputError(
+                f"output {index} of method {self.name!r} is memory-planned: the program owns its memory. Export "
+                "with MemoryPlanningPass(alloc_graph_output=False) to give outputs buffers of your own",
+                code=Error.InvalidState,
+            )
+        torch = _torch_of([value])
+        array = _from_torch(value, torch) if torch is not None else value
+        if not isinstance(array, np.ndarray) or not array.flags.writeable:
+            raise InvalidInputError(
+                f"set_output expects a writable NumPy array or CPU torch tensor for output {index} of method "
+                f"{self.name!r}; got {type(value).__name__}"
+            )
+        want_shape, want_dtype = tuple(info.sizes), info.numpy_dtype
+        if array.dtype != want_dtype or (not info.dynamic and array.shape != want_shape):
+            raise InvalidInputError(
+                f"output {index} of method {self.name!r} is {want_dtype} {list(want_shape)}; the buffer given is "
+                f"{array.dtype} {list(array.shape)}. Pass a buffer of that shape and dtype"
+            )
+        with self._lock:
+            self._given_outputs[index] = (array, value)
+
+    def _write_given(self, index: int, result: Any) -> Any:
+        array, returned = self._given_outputs[index]
+        if np.shape(result) != array.shape:
+            raise InvalidInputError(
+                f"output {index} of method {self.name!r} came out {list(np.shape(result))}, but the buffer given "
+                f"with set_output is {list(array.shape)}; give a buffer of the output's size for these inputs"
+            )
+        np.copyto(array, result)
+        return returned
 
     def outputs(self, clone_outputs: bool = True) -> list[Any]:
         """The output values as the last run left them (before any run: the planned memory's initial state,
-        so a joint-graph method's parameters); ``clone_outputs`` as in :meth:`execute`."""
-        return self._executor.outputs(clone_outputs)
+        so a joint-graph method's parameters); ``clone_outputs`` as in :meth:`execute`. An output given a buffer
+        with :meth:`set_output` is that buffer."""
+        outputs = self._executor.outputs(clone_outputs)
+        for i, (_, returned) in self._given_outputs.items():
+            outputs[i] = returned
+        return outputs
 
     __call__ = execute
 
@@ -704,21 +756,27 @@ class Module:
         self._staged[method_name] = inputs
 
     def set_input(self, *args: Any) -> None:
-        """Stage one input: ``set_input(value, index)`` for forward, or ``set_input(method_name, value, index)``."""
+        """Stage one input: ``set_input(value, index)`` for forward, or ``set_input(method_name, value, index)``;
+        ``value=None`` unstages it. A later run given fewer inputs takes the staged ones after them."""
         method_name, (value, index) = _split_method_name(args, 2, "set_input(method_name, value, index)")
         meta = self.method_meta(method_name)
         meta.input_tensor_meta(index)  # IndexError names the method and its input count
         staged = self._staged.setdefault(method_name, [_UNSET] * meta.num_inputs)
-        staged[index] = value
+        staged[index] = _UNSET if value is None else value  # None clears it, as ExecuTorch's empty EValue
 
     def execute(self, method_name: str = "forward", inputs: Iterable[Any] | None = None) -> list[Any]:
         """Run ``method_name`` on ``inputs``, or on the inputs staged with ``set_inputs``/``set_input``."""
         if inputs is None:
             inputs = self._staged_inputs(method_name)
-        return self.load_method(method_name).execute(list(inputs))
+        else:
+            inputs = list(inputs)
+            staged = self._staged.get(method_name, [])
+            if len(inputs) < len(staged):  # given inputs first, inputs staged at later indices after them
+                inputs = self._staged_inputs(method_name, inputs + staged[len(inputs) :])
+        return self.load_method(method_name).execute(inputs)
 
-    def _staged_inputs(self, method_name: str) -> list[Any]:
-        staged = self._staged.get(method_name, [])
+    def _staged_inputs(self, method_name: str, staged: list[Any] | None = None) -> list[Any]:
+        staged = self._staged.get(method_name, []) if staged is None else staged
         missing = [i for i, v in enumerate(staged) if v is _UNSET]
         if missing or len(staged) != self.method_meta(method_name).num_inputs:
             raise InvalidInputError(
@@ -732,6 +790,31 @@ class Module:
         if not clone_outputs:
             return self.load_method(method_name).execute(self._staged_inputs(method_name), clone_outputs=False)
         return self.execute(method_name)
+
+    def set_output(self, *args: Any) -> None:
+        """Give an output a buffer of the caller's (see :meth:`Method.set_output`): ``set_output(value,
+        index=0)`` for forward, or ``set_output(method_name, value, index=0)``."""
+        if args and isinstance(args[0], str):
+            method_name, rest = args[0], args[1:]
+        else:
+            method_name, rest = "forward", args
+        if not 1 <= len(rest) <= 2:
+            raise TypeError(
+                f"expected set_output([method_name,] value, index=0), with method_name optional; got {len(args)} "
+                "arguments"
+            )
+        self.load_method(method_name).set_output(*rest)
+
+    def set_outputs(self, *args: Any) -> None:
+        """Give every output a buffer: ``set_outputs(values)`` for forward, or ``set_outputs(method_name,
+        values)``."""
+        method_name, (values,) = _split_method_name(args, 1, "set_outputs(method_name, values)")
+        values = list(values)
+        expected = self.method_meta(method_name).num_outputs
+        if len(values) != expected:
+            raise InvalidInputError(f"method {method_name!r} has {expected} outputs, got {len(values)} buffers")
+        for index, value in enumerate(values):
+            self.set_output(method_name, value, index)
 
     def get_outputs(self, method_name: str = "forward") -> list[Any]:
         """The outputs of the last run of ``method_name`` (copies), as ExecuTorch's ``Module::get_outputs``."""

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgetorch.errors import InvalidInputError
+from edgetorch.errors import Error, InvalidInputError
 from edgetorch.exir import ExecutorchBackendConfig, to_edge
 from edgetorch.exir.passes import MemoryPlanningPass
 from edgetorch.extension.pybindings import portable_lib
@@ -231,6 +231,53 @@ def test_module_loads_lazily_and_runs_staged_inputs():
     assert module.method_meta("other").input_tensor_meta(0).sizes() == (4, 3)
     assert module.unload_method("forward") and not module.is_method_loaded("forward")
     assert not module.unload_method("forward")
+
+
+def test_partial_staging_then_forward_takes_the_later_staged_inputs():
+    x, y = np.full((2, 3), 2, np.float32), np.ones((2, 3), np.float32)
+    module = Module(two_methods())
+    module.set_input(y, 1)
+    np.testing.assert_array_equal(module.forward(x)[0], x + y)
+    np.testing.assert_array_equal(module.forward([y])[0], y + y)  # y still staged at index 1
+    module.set_input(None, 1)  # unstaged
+    with pytest.raises(InvalidInputError, match=r"unset inputs \[1\]"):
+        module.forward(x)
+
+
+def _unplanned_outputs() -> bytes:
+    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_output=False))
+    return lower(TwoOutputs(), (torch.ones(2, 3), torch.ones(2, 3)), config=config)
+
+
+def test_set_output_writes_every_run_into_the_callers_buffer():
+    x, y = np.full((2, 3), 2, np.float32), np.ones((2, 3), np.float32)
+    module = Module(_unplanned_outputs())
+    assert not module.method_meta().output_tensor_meta(0).is_memory_planned()
+    total = np.zeros((2, 3), np.float32)
+    module.set_output(total)
+    got = module.forward(x, y)
+    assert got[0] is total
+    np.testing.assert_array_equal(total, x + y)
+    module.forward(y, y)
+    np.testing.assert_array_equal(total, y + y)  # the buffer persists across runs
+    scaled = torch.zeros(2, 3, dtype=torch.int32)
+    module.set_output("forward", scaled, 1)
+    assert module.forward(torch.from_numpy(x), torch.from_numpy(y))[1] is scaled
+    torch.testing.assert_close(scaled, torch.full((2, 3), 8, dtype=torch.int32))
+    assert module.get_output(1) is scaled
+    module.set_outputs([np.zeros((2, 3), np.float32), np.zeros((2, 3), np.int32)])
+
+    with pytest.raises(InvalidInputError, match=r"is int32 \[2, 3\]; the buffer given is float32") as e:
+        module.set_output(np.zeros((2, 3), np.float32), 1)
+    assert e.value.code == Error.InvalidArgument
+    with pytest.raises(IndexError):
+        module.set_output(total, 2)
+    with pytest.raises(InvalidInputError, match="has 2 outputs, got 1"):
+        module.set_outputs([total])
+    planned = Module(two_methods())
+    with pytest.raises(InvalidInputError, match="memory-planned") as e:
+        planned.set_output(total)
+    assert e.value.code == Error.InvalidState
 
 
 def test_portable_lib_runs_with_torch_blocked(tmp_path):
