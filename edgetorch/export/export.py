@@ -23,6 +23,7 @@ from torch import nn
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.export.recipe import ExportRecipe, LoweringRecipe, QuantizationRecipe
 from edgetorch.export.stages import (
     EdgeProgramManagerTransformStage,
@@ -78,6 +79,10 @@ def export(
     )
     session.export()
     return session
+
+
+class MissingOutputNameError(InvalidArgumentError, AssertionError):
+    """``save_to_pte`` without a file name. Also an AssertionError, which is what ExecuTorch raises there."""
 
 
 class ExportSession:
@@ -282,7 +287,7 @@ class ExportSession:
         from edgetorch.extension.export_util.utils import save_pte_program
 
         if not output_name:
-            raise ValueError("save_to_pte needs a file name, e.g. 'model.pte'")
+            raise MissingOutputNameError(f"save_to_pte needs a file name, e.g. 'model.pte'; got {output_name!r}")
         save_pte_program(self.get_executorch_program_manager(), output_name)
 
     def get_example_input(self, method_name: str = "forward") -> tuple:

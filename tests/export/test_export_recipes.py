@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from edgetorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from edgetorch.backends.xnnpack.recipes import XNNPACKRecipeProvider, XNNPackRecipeType
+from edgetorch.errors import EdgetorchError
 from edgetorch.export import ExportRecipe, LoweringRecipe, StageType, export, recipe_registry
 from edgetorch.format.pte import load_pte
 from edgetorch.runtime import Runtime
@@ -102,6 +103,10 @@ def test_exported_program_input_and_custom_pipeline(net, tmp_path):
     np.testing.assert_allclose(method.execute([inputs[0][0].numpy()])[0], model(*inputs[0]).detach().numpy(), atol=1e-5)
     with pytest.raises(RuntimeError, match="Run Torch Export Stage first"):
         session.get_exported_program()
+    for name in ("", None):  # ExecuTorch asserts; ours is typed and an AssertionError too
+        with pytest.raises(AssertionError, match="needs a file name") as e:
+            session.save_to_pte(name)
+        assert isinstance(e.value, EdgetorchError)
 
 
 def test_bad_arguments(net):
