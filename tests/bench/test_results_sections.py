@@ -31,3 +31,20 @@ def test_missing_section_is_appended_with_its_marker(tmp_path):
     replace_section(path, HEAD, f"{HEAD}\n\nnewer table")  # idempotent: one section, one marker
     text = path.read_text()
     assert text.count(HEAD) == 1 and text.count(KEEP_BELOW) == 1 and "newer table" in text and "new table\n" not in text
+
+
+def test_the_suite_keeps_one_section_per_cpu(tmp_path):
+    from bench.suite import merged_report
+
+    path = tmp_path / "RESULTS.md"
+    path.write_text(
+        "# edgetorch benchmark results\n\n## Time ratios\n\nold-format table\n\n"
+        "## Suite on Intel Xeon\n\n### Time ratios\n\nxeon table\n\n## LLM\n\nllm table\n"
+    )
+    path.write_text(merged_report(path, "## Suite on AMD EPYC\n\n### Time ratios\n\nepyc table"))
+    path.write_text(merged_report(path, "## Suite on AMD EPYC\n\n### Time ratios\n\nnewer epyc table"))
+    text = path.read_text()
+    assert "old-format table" not in text and "epyc table\n" not in text.replace("newer epyc table", "")
+    order = ["## Suite on AMD EPYC", "newer epyc table", "## Suite on Intel Xeon", "xeon table", "## LLM"]
+    assert [text.index(s) for s in order] == sorted(text.index(s) for s in order)
+    assert text.count("## Suite on") == 2
