@@ -79,7 +79,6 @@ def _lower_child(name: str, which: str, path: str) -> None:
 
 def load_edgetorch(pte: bytes) -> tuple:
     """The loaded method and the XNNPACK delegates its load initialised."""
-    from edgetorch.backends.xnnpack.blob import parse_blob
     from edgetorch.backends.xnnpack.runtime import XnnpackBackend
     from edgetorch.runtime import Runtime
 
@@ -87,7 +86,7 @@ def load_edgetorch(pte: bytes) -> tuple:
 
     def capture(self, processed, *args):
         handle = init(self, processed, *args)
-        delegates.append((handle, parse_blob(processed).graph.xnodes))
+        delegates.append((handle, handle.xnodes))  # the nodes it compiled (after the load-time rewrites)
         return handle
 
     XnnpackBackend.init = capture

@@ -1,12 +1,14 @@
 """Load-time fusions of the XNNPACK runtime half: a float clamp (ReLU, ReLU6, hardtanh) that is the only
 reader of a layer's output moves into the layer (and, in the fast tier, into the layer's last pass with its
-bias), with the same float32 results in both tiers and eager's within float rounding."""
+bias), with the same float32 results in both tiers and eager's within float rounding; and zero padding along
+height and width (TensorFlow-style "same" padding written as ``F.pad``) folds into the convolution reading it."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from edgetorch.backends.xnnpack import XnnpackPartitioner
@@ -108,3 +110,58 @@ def test_a_clamp_with_a_shared_input_leaves_the_input_alone(monkeypatch, set_pol
         for got, want in zip(outs, module(x)):
             np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
     assert (outs[1] < 0).any(), "the unclamped output has no negative entries to tell the cases apart"
+
+
+class SamePadded(nn.Module):
+    """EfficientNet-Lite's strided blocks: explicit asymmetric zero pads before a depthwise and a regular
+    convolution; then a pad that may not fold (non-zero value) and one whose output has two readers."""
+
+    def __init__(self):
+        super().__init__()
+        self.depthwise = nn.Conv2d(6, 6, 3, stride=2, groups=6)
+        self.conv = nn.Conv2d(6, 8, 3, stride=2, padding=1)
+        self.last = nn.Conv2d(8, 8, 3, groups=8)
+
+    def forward(self, x):
+        y = torch.relu(self.depthwise(F.pad(x, (0, 1, 0, 1))))
+        y = self.conv(F.pad(y, (1, 2, 0, 1)))
+        shared = F.pad(y, (1, 1, 1, 1))
+        return self.last(F.pad(y, (1, 1, 1, 1), value=0.5)) + self.last(shared), shared
+
+
+def _pads(delegate) -> int:
+    return sum(isinstance(n.xnode_union, xs.XNNStaticConstantPad) for n in delegate.xnodes)
+
+
+@pytest.mark.parametrize(
+    "tier", [False, pytest.param(True, marks=pytest.mark.skipif(not policy.compiled_tier(), reason="numba"))]
+)
+def test_zero_pads_fold_into_the_convolution_reading_them(tier, monkeypatch, set_policy):
+    torch.manual_seed(3)
+    module, x = SamePadded().eval(), torch.randn(2, 6, 11, 9)
+    lowered = to_edge_transform_and_lower(torch.export.export(module, (x,)), partitioner=[XnnpackPartitioner()])
+    blob_pads = sum(
+        isinstance(n.xnode_union, xs.XNNStaticConstantPad)
+        for d in [lowered]
+        for n in _blob_nodes(d.to_executorch().buffer)
+    )
+    assert blob_pads == 4, "the lowering no longer writes the pads as nodes; this test needs a new subject"
+    outs, delegates = run(module, x, tier, monkeypatch, set_policy)
+    with torch.no_grad():
+        for got, want in zip(outs, module(x)):
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+    # The two zero pads with one convolution reading them are gone; the 0.5 pad and the shared one stay.
+    assert sum(_pads(d) for d in delegates) == 2
+
+
+def _blob_nodes(pte: bytes) -> list:
+    from edgetorch.backends.xnnpack.blob import parse_blob
+    from edgetorch.format.pte import load_pte
+
+    loaded = load_pte(pte)
+    nodes = []
+    for d in loaded.program.execution_plan[0].delegates:
+        ref = d.processed
+        data = loaded.program.backend_delegate_data[ref.index].data if ref.location == 0 else loaded.segment(ref.index)
+        nodes += parse_blob(data).graph.xnodes
+    return nodes

@@ -11,8 +11,8 @@ NCHW tensors the delegate exchanges with the program.
 The modules, each one idea: ``values`` (the value table and quantization parameters), ``memory`` (the
 scratch arena, buffer pooling and aliasing), ``geometry`` (window geometry), ``epilogues`` (bias and
 clamp steps), ``float_layers`` and ``float_elementwise`` (the float planners, joined in ``planners``),
-``quantization`` and ``quantized_nodes`` (the quantized planners), ``clamps`` (clamp fusion at load) and
-``delegate`` (compile, plan, run; the BackendInterface).
+``quantization`` and ``quantized_nodes`` (the quantized planners), ``clamps`` (clamp fusion at load), ``pads``
+(zero pads folded into convolutions at load) and ``delegate`` (compile, plan, run; the BackendInterface).
 
 Imports only the standard library, NumPy and the format code; registers itself as ``XnnpackBackend`` at
 import.

@@ -16,6 +16,7 @@ from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.backends.xnnpack.runtime.clamps import fuse_clamps, fuse_float_clamps
 from edgetorch.backends.xnnpack.runtime.epilogues import min_max, with_activation
 from edgetorch.backends.xnnpack.runtime.memory import RUN, Env, Planner
+from edgetorch.backends.xnnpack.runtime.pads import fold_pads
 from edgetorch.backends.xnnpack.runtime.planners import APPLY_ACTIVATION, FLOAT_PLANNERS
 from edgetorch.backends.xnnpack.runtime.quantized_nodes import quantized_node
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported, read_ids
@@ -83,7 +84,7 @@ class XnnpackDelegate:
 
     def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
         self.graph = Graph(blob, named_data)
-        self.xnodes = list(blob.graph.xnodes)
+        self.xnodes = fold_pads(self.graph, list(blob.graph.xnodes))
         self.graph.needs_int8 = {vid for _, vid in self.graph.outputs} | {
             vid
             for node in blob.graph.xnodes
@@ -95,7 +96,7 @@ class XnnpackDelegate:
             for node in blob.graph.xnodes
             if isinstance(node.xnode_union, xs.XNNFullyConnected)
         }
-        self.reads = [read_ids(node.xnode_union) for node in blob.graph.xnodes]
+        self.reads = [read_ids(node.xnode_union) for node in self.xnodes]
         fuse_clamps(self.graph, self.xnodes, self.reads)
         compiled = fuse_float_clamps(self.graph, self.xnodes, self.reads)
         self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(compiled)]
