@@ -76,6 +76,81 @@ def _give_cores_back() -> None:
 _give_cores_back()
 
 
+class SplitChoice:
+    """Whether one kernel call site that may split (``compiled.split``) runs its parallel or its serial
+    variant, decided from how long each took there: both are timed in turn at first, then the faster one runs
+    and the other is tried again now and then, less often each time it still loses. A split whose threads
+    cannot all run at once (a busy neighbour, a loaded machine) waits at its barrier for a descheduled thread
+    and takes longer than the serial loop; the site then stops splitting until a later trial finds the
+    threads fast again. Splitting must win by :attr:`MARGIN`, since its threads take cores others may want.
+
+    Pure bookkeeping, no clock of its own: the caller times each call and passes the nanoseconds to
+    :meth:`record` (so the decision logic is tested without timing anything)."""
+
+    TRIALS = 2
+    """Timed calls of each variant before the first choice (after one untimed call each: its first call may
+    compile or load the kernel)."""
+    MARGIN = 0.9
+    """Split only where the parallel variant takes at most this fraction of the serial one."""
+    FIRST_INTERVAL = 32
+    """Calls between a trial of the losing variant and the next, after a switch; doubled after each trial that
+    does not change the choice, up to :attr:`MAX_INTERVAL`."""
+    MAX_INTERVAL = 512
+
+    __slots__ = ("samples", "estimate", "parallel", "interval", "countdown", "trying")
+
+    def __init__(self) -> None:
+        self.samples: tuple[list[int], list[int]] = ([], [])  # timed calls while exploring: serial, parallel
+        self.estimate = [0.0, 0.0]  # ns a call, serial and parallel, once explored
+        self.parallel = True  # the variant chosen
+        self.interval = self.FIRST_INTERVAL
+        self.countdown = -1  # calls until the next trial; -1 while exploring
+        self.trying = False  # the next call is a trial of the losing variant
+
+    def next_parallel(self) -> bool:
+        """Whether the next call should run the parallel variant."""
+        if self.countdown < 0:  # exploring: the variant with fewer calls so far, parallel first
+            serial, parallel = self.samples
+            return len(parallel) <= len(serial)
+        if self.countdown == 0:
+            self.trying = True
+            return not self.parallel
+        return self.parallel
+
+    def record(self, parallel: bool, ns: int) -> None:
+        """The call that just ran ``parallel`` (or serial) took ``ns`` nanoseconds."""
+        if self.countdown < 0:
+            self.samples[parallel].append(ns)
+            if min(map(len, self.samples)) > self.TRIALS:  # the first call of each is not counted
+                self.estimate = [float(min(s[1:])) for s in self.samples]
+                self.samples = ([], [])
+                self.parallel = self._parallel_wins()
+                self.countdown = self.interval
+            return
+        if self.trying:  # the loser's trial: a faster time is believed at once, a slower one halfway
+            self.trying = False
+            old = self.estimate[parallel]
+            self.estimate[parallel] = float(ns) if ns < old else (old + ns) / 2
+            if self._parallel_wins() != self.parallel:
+                self._switch()
+            else:
+                self.interval = min(2 * self.interval, self.MAX_INTERVAL)
+                self.countdown = self.interval
+            return
+        self.estimate[parallel] += (ns - self.estimate[parallel]) / 8
+        self.countdown -= 1
+        if self._parallel_wins() != self.parallel:
+            self._switch()
+
+    def _parallel_wins(self) -> bool:
+        return self.estimate[1] <= self.MARGIN * self.estimate[0]
+
+    def _switch(self) -> None:
+        self.parallel = not self.parallel
+        self.interval = self.FIRST_INTERVAL
+        self.countdown = self.interval
+
+
 _MAX_ROWS = MappingProxyType({("qc8w", False): 32, ("qc8w", True): 16, ("qb4w", False): 16, ("qb4w", True): 8})
 
 
@@ -101,6 +176,9 @@ class Policy:
     """Bytes of transformed inputs one block of Winograd's convolution holds."""
     gemv_split_macs: int = 300_000
     """Multiply-adds from which an integer GEMV of the XNNPACK delegate splits over threads."""
+    split_adapts: bool = True
+    """Each call site that may split times its parallel and serial variants and runs the faster
+    (:class:`SplitChoice`); off: it splits whenever it has more than one thread, as before."""
     gemv_wide: int = 2048
     """Output channels from which a 4-bit weight's bytes are grouped over all channels, not 64."""
     gemv_float_budget: int = 16 << 20
