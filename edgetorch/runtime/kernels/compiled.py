@@ -186,8 +186,28 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 
         if not COMPILING.listening:
             COMPILING.listen(numba.core.event)
-        got = _compiled[name] = numba.njit(cache=True, nogil=True, **options)(fn)
+        try:
+            got = numba.njit(cache=True, nogil=True, **options)(fn)
+        except RuntimeError:  # no writable cache location (read-only install, no home, NUMBA_CACHE_DIR unusable)
+            _no_cache_notice()
+            got = numba.njit(nogil=True, **options)(fn)
+        _compiled[name] = got
     return got
+
+
+_told_no_cache = False
+
+
+def _no_cache_notice() -> None:
+    global _told_no_cache
+    if not _told_no_cache:
+        _told_no_cache = True
+        print(
+            "edgetorch: numba found no writable cache directory; the fast tier's kernels are compiled again in "
+            "every process (set NUMBA_CACHE_DIR to a writable directory to keep them)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def kernel_if_loaded(name: str) -> Any:
