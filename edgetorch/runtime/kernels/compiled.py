@@ -128,13 +128,14 @@ def split(serial: Any, parallel: Any, limit: int) -> None:
     if choice is None:
         parallel(min(threads, limit))
     else:
-        parallel_now = choice.next_parallel()
         start = time.perf_counter_ns()
+        parallel_now = choice.next_parallel(start)
         if parallel_now:
             parallel(min(threads, limit))
         else:
             serial()
-        choice.record(parallel_now, time.perf_counter_ns() - start)
+        end = time.perf_counter_ns()
+        choice.record(parallel_now, end - start, end)
         if not parallel_now:
             return
     if SPLITS is None:  # the first parallel loop of the process chose numba's layer
