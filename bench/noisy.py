@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -97,6 +98,7 @@ def _llm_worker(pte: str, gguf: str, threads: int, new_tokens: int) -> dict:
 def _one(args: argparse.Namespace, threads: int) -> dict:
     cmd = [sys.executable, __file__, "--pte", args.pte, "--worker", str(threads), "--seconds", str(args.seconds)]
     cmd += ["--new-tokens", str(args.new_tokens)] + (["--gguf", args.gguf] if args.gguf else [])
+    cmd += ["--fixed-split"] if args.fixed_split else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -114,9 +116,16 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=2.0, help="a float program's timing budget per setting")
     parser.add_argument("--json", help="also write the runs here")
+    parser.add_argument(
+        "--fixed-split", action="store_true", help="split whenever there are threads (policy split_adapts off)"
+    )
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
+        if args.fixed_split:
+            from edgetorch.runtime import policy
+
+            policy.install(dataclasses.replace(policy.current(), split_adapts=False))
         if args.gguf:
             print(json.dumps(_llm_worker(args.pte, args.gguf, args.worker, args.new_tokens)))
         else:
@@ -135,7 +144,8 @@ def main() -> None:
             runs.append({"neighbours": n, "threads": t, "load": load, "where": where, **got})
             print(f"round {r}: {where}, {t} thread(s), load {load:.2f}: {got.get(key, got.get('error'))}", flush=True)
     unit = "decode tok/s" if args.gguf else "ms a run (median)"
-    print(f"\n{Path(args.pte).name}, {unit}, {args.rounds} interleaved round(s); load = 1-min load average before each")
+    adapt = "fixed split" if args.fixed_split else "adaptive split"
+    print(f"\n{Path(args.pte).name}, {unit}, {adapt}, {args.rounds} interleaved round(s); load = 1-min load average")
     print("| neighbours | threads | runs (load) | median |\n|---|---|---|---|")
     for n, t in settings:
         mine = [x for x in runs if x["neighbours"] == n and x["threads"] == t and key in x]
