@@ -137,8 +137,9 @@ def test_split_runs_both_variants_and_keeps_its_choice_on_the_site(kernel_thread
     monkeypatch.setattr(compiled, "SPLITS", True)
     kernel_threads(2)
     ran, serial, parallel = _fake_site()
-    for _ in range(4):
-        compiled.split(serial, parallel, 8)
+    with policy.using(split_adapts=True):
+        for _ in range(4):
+            compiled.split(serial, parallel, 8)
     assert ran == ["serial", 2, "serial", 2]
     assert isinstance(parallel.edgetorch_split, SplitChoice)
 
