@@ -23,6 +23,7 @@ from torchgen.model import FunctionSchema, SchemaKind
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
 from edgetorch.exir.dialects import quantized, to_aten
+from edgetorch.exir.passes.reinplace import writes_in_place
 from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, is_inplace
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
 
@@ -81,6 +82,8 @@ def insert_buffer_write_back(ep: ExportedProgram) -> None:
             target = placeholders[spec.target]
         else:
             continue
+        if writes_in_place(results[i], target):
+            continue  # already written in place (re-inplace pass): nothing to copy back
         with graph.inserting_before(output):
             copy = graph.call_function(torch.ops.aten.copy_.default, (target, results[i]))
         copy.meta["val"] = target.meta["val"]
