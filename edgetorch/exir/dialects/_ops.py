@@ -49,14 +49,24 @@ class EdgeOpOverload:
     @property
     def _schema(self) -> Any:
         """The ATen schema; for an op with dtype constraints each argument also has ``allowed_types``."""
-        if self._edge_schema is None:
-            from edgetorch.exir.dialects.dtype_constraints import EdgeFunctionSchema, dtype_constraint
+        from edgetorch.exir.dialects.dtype_constraints import EdgeFunctionSchema, schema_constraint
 
-            constraint = dtype_constraint(self._op)
-            self._edge_schema = (
-                self._op._schema if constraint is None else EdgeFunctionSchema(self._op._schema, constraint)
-            )
+        constraint = schema_constraint(self._op)  # registering a constraint later changes it
+        if self._edge_schema is None or self._edge_schema.dtype_constraint is not constraint:
+            self._edge_schema = EdgeFunctionSchema(self._op._schema, constraint)
         return self._edge_schema
+
+    def to_out_variant(self) -> torch._ops.OpOverload:
+        """The out-variant overload (the functional schema plus out arguments); RuntimeError if there is none."""
+        from edgetorch.exir.passes.out_variant import find_out_variant
+
+        found = find_out_variant(self._op)
+        if found is None:
+            raise RuntimeError(
+                f"SchemaKind.out variant of operator {self._op.name()} can't be found. "
+                "Define an out overload (..., *, Tensor(a!) out) -> Tensor(a!) for it, or keep it out of the program"
+            )
+        return found
 
     def name(self) -> str:
         return self._op.name()

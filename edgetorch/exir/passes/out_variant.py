@@ -227,6 +227,11 @@ def _out_variant(op: torch._ops.OpOverload) -> tuple[Any, tuple[str, ...]]:
     return quantized.out_variant(op)
 
 
+def find_out_variant(op: torch._ops.OpOverload) -> Any:
+    """The out variant of ``op``, or None; looked up afresh (an out overload may be defined after a first miss)."""
+    return _out_variant.__wrapped__(op)[0]
+
+
 def _parse(op: torch._ops.OpOverload) -> FunctionSchema | None:
     try:
         return FunctionSchema.parse(str(op._schema))
