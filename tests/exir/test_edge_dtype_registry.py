@@ -65,3 +65,11 @@ def test_to_out_variant():
     assert ops.edge.aten.add.Tensor.to_out_variant() is torch.ops.aten.add.out
     with pytest.raises(RuntimeError, match="aten::view"):
         ops.edge.aten.view.default.to_out_variant()
+
+
+def test_backend_dialect_refuses_non_backend_namespaces():
+    from edgetorch.exir.dialects._ops import _DialectNamespace, _Ops
+
+    assert isinstance(ops, _Ops) and isinstance(ops.edge, _DialectNamespace) and list(ops) == ["edge", "backend"]
+    with pytest.raises(RuntimeError, match="does not belong to backend ops"):
+        _ = ops.backend.aten

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.library import Library
 
+from edgetorch.errors import UnsupportedOperatorError
+
 
 class EdgeOpOverload:
     """An ATen (or custom) OpOverload as it appears in the Edge dialect."""
@@ -201,7 +203,9 @@ class _Namespace:
         return self._packet(getattr(getattr(torch.ops, self._ns), name))
 
 
-class _Dialect:
+class _DialectNamespace:
+    """``exir_ops.edge`` / ``exir_ops.backend``: its attributes are op namespaces (``aten``, ``quantized_decomposed``)."""
+
     def __init__(self, packet: type[EdgeOpOverloadPacket], namespaces: set[str] | None = None):
         self._packet = packet
         self._namespaces = namespaces
@@ -210,17 +214,22 @@ class _Dialect:
         if ns.startswith("__"):
             raise AttributeError(ns)
         if self._namespaces is not None and ns not in self._namespaces:
-            raise AttributeError(
-                f"{ns!r} is not a backend op namespace (known: {sorted(self._namespaces)}); "
+            raise UnsupportedOperatorError(
+                f"{ns!r} op library does not belong to backend ops: expected one of {sorted(self._namespaces)}; "
                 "declare its ops with bind_pattern_to_op(library, schema) first"
             )
         return _Namespace(ns, self._packet)
 
 
-class _ExirOps:
-    edge = _Dialect(EdgeOpOverloadPacket)
-    backend = _Dialect(BackendOpOverloadPacket, BACKEND_NAMESPACES)
+class _Ops:
+    """``exir_ops``: the dialects (iterating gives their names)."""
+
+    edge = _DialectNamespace(EdgeOpOverloadPacket)
+    backend = _DialectNamespace(BackendOpOverloadPacket, BACKEND_NAMESPACES)
+
+    def __iter__(self) -> Any:
+        return iter(("edge", "backend"))
 
 
-exir_ops = _ExirOps()
+exir_ops = _Ops()
 ops = exir_ops  # the name ExecuTorch's docs import
