@@ -90,3 +90,23 @@ def test_buffer_updated_in_place_runs_like_eager():
     for _ in range(2):  # the buffer keeps its update across calls
         expected = eager(*args).numpy()
         np.testing.assert_allclose(method.execute([a.numpy() for a in args])[0], expected)
+
+
+class _Cat(torch.nn.Module):
+    def forward(self, x, y):
+        empty = torch.empty((0, 3))
+        return torch.cat([empty, x, empty, y])
+
+
+def test_empty_cat_inputs_pruned_in_to_edge():
+    from edgetorch.exir.passes.prune_empty_tensors_pass import PruneEmptyTensorsPass
+
+    args = (torch.ones(2, 3), torch.full((1, 3), 2.0))
+    ep = _edge(_Cat(), args).exported_program()
+    (cat,) = [n for n in ep.graph.nodes if "cat" in str(n.target)]
+    assert len(cat.args[0]) == 2
+    torch.testing.assert_close(ep.module()(*args), _Cat()(*args))
+    # All inputs empty: the cat becomes full(shape, 0).
+    gm = torch.export.export(_Cat(), (torch.ones(0, 3), torch.ones(0, 3)), strict=True).graph_module
+    assert PruneEmptyTensorsPass()(gm).modified
+    assert [str(n.target) for n in gm.graph.nodes if n.op == "call_function"] == ["aten.full.default"]

@@ -33,6 +33,7 @@ from edgetorch.exir.pass_manager import ExportedProgramPassManager, updated_grap
 from edgetorch.exir.passes.debug_handle_generator_pass import assign_debug_handles
 from edgetorch.exir.passes.decompose import decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
+from edgetorch.exir.passes.prune_empty_tensors_pass import PruneEmptyTensorsPass
 from edgetorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
 from edgetorch.exir.passes.to_edge import ToEdgePass
 from edgetorch.exir.verification import EdgeVerifier, verify_aten_graph, verify_edge_graph
@@ -145,6 +146,7 @@ def lower_to_edge(
     if config._check_ir_validity:
         verify_aten_graph(program.graph_module)
     program = remove_unused_parameters_pass(decompose(program, keep))
+    PruneEmptyTensorsPass()(program.graph_module)
     graph_module = ToEdgePass(skip_dim_order=config._skip_dim_order)(program.graph_module).graph_module
     edge = rebuild_program(program, graph_module)
     if config._check_ir_validity:
