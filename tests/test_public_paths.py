@@ -116,6 +116,8 @@ NAMED_PATHS = tuple(
         "pass_manager.ExportedProgramPassManager",
         "passes.ScalarToTensorPass",
         "passes.constant_prop_pass.constant_prop_pass",
+        "passes.DebugPass",
+        "passes.ExportPass",
         "passes.dead_code_elimination_pass",
         "passes.debug_handle_generator_pass.DebugHandleGeneratorPass",
         "passes.debug_handle_generator_pass.generate_missing_debug_handles",

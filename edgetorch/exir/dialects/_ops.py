@@ -60,9 +60,9 @@ class EdgeOpOverload:
 
     def to_out_variant(self) -> torch._ops.OpOverload:
         """The out-variant overload (the functional schema plus out arguments); RuntimeError if there is none."""
-        from edgetorch.exir.passes.out_variant import find_out_variant
+        from edgetorch.exir.dialects.out_variants import find_out_variant
 
-        found = find_out_variant(self._op)
+        found, _ = find_out_variant(self._op)
         if found is None:
             raise RuntimeError(
                 f"SchemaKind.out variant of operator {self._op.name()} can't be found. "
