@@ -27,6 +27,7 @@ __all__ = [
     "EdgeFunctionSchema",
     "FunctionDtypeConstraint",
     "dtype_constraint",
+    "call_tensor_dtypes",
     "node_tensor_dtypes",
     "schema_constraint",
 ]
@@ -316,19 +317,24 @@ def _dtype_of(value: Any) -> tuple[bool, torch.dtype | None]:
 
 def node_tensor_dtypes(op: torch._ops.OpOverload, node: torch.fx.Node) -> dict[str, torch.dtype | None]:
     """The dtype of each tensor argument and returned tensor of ``node``, a call to ``op``, by schema name."""
+    return call_tensor_dtypes(op, node.args, node.kwargs, node.meta.get("val"))
+
+
+def call_tensor_dtypes(op: torch._ops.OpOverload, args: Sequence, kwargs: Mapping, result: Any) -> dict:
+    """The dtype of each tensor argument and returned tensor of a call to ``op`` (values or graph nodes)."""
     types: dict[str, torch.dtype | None] = {}
     schema = op._schema
     for i, arg in enumerate(schema.arguments):
-        if arg.name in node.kwargs:
-            value = node.kwargs[arg.name]
-        elif not arg.kwarg_only and i < len(node.args):
-            value = node.args[i]
+        if arg.name in kwargs:
+            value = kwargs[arg.name]
+        elif not arg.kwarg_only and i < len(args):
+            value = args[i]
         else:
             continue
         is_tensor, dtype = _dtype_of(value)
         if is_tensor and "Tensor" in str(arg.real_type):
             types[arg.name] = dtype
-    val = node.meta.get("val")
+    val = result
     results = val if len(schema.returns) > 1 else (val,)
     for i, (ret, value) in enumerate(zip(schema.returns, results)):
         is_tensor, dtype = _dtype_of(value)
