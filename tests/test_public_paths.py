@@ -138,6 +138,7 @@ NAMED_PATHS = tuple(
         "program._program.to_edge_transform_and_lower",
         "scalar_type.ScalarType",
         "verification.arg_validator.EdgeOpArgValidator",
+        "verification.verifier.EXIREdgeDialectVerifier",
         "schema.ExecutionPlan",
         "schema.KernelTypes",
         "schema.Program",
