@@ -140,6 +140,24 @@ class TensorSpec:
         self.alignment = alignment
         return self.allocated_memory
 
+    @property
+    def shape_dynamism(self) -> TensorShapeDynamism:
+        """DYNAMIC_BOUND for a tensor planned at its upper-bound shape, else STATIC."""
+        return TensorShapeDynamism.DYNAMIC_BOUND if self.dynamic else TensorShapeDynamism.STATIC
+
+    @property
+    def is_upper_bound_tensor(self) -> bool:
+        return self.shape_dynamism == TensorShapeDynamism.DYNAMIC_BOUND
+
+    def debug(self) -> str:
+        """Every planning field on one line (``__repr__`` is the short form)."""
+        return (
+            f"TensorSpec(id={id(self)}, name={self.name}, const={self.const}, scalar_type={self.scalar_type}, "
+            f"allocated_memory={self.allocated_memory}, mem_id={self.mem_id}, mem_offset={self.mem_offset}, "
+            f"lifetime={self.lifetime}, shape_dynamism={self.shape_dynamism}, shape={self.shape}, "
+            f"sym_shape={self.sym_shape})"
+        )
+
     def __repr__(self) -> str:
         return f"TensorSpec({self.name}, {self.dtype}, {self.shape or self.sym_shape}, mem_id={self.mem_id}, offset={self.mem_offset})"
 

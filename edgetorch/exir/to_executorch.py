@@ -29,7 +29,7 @@ from edgetorch.exir.passes.constant_prop_pass import constant_prop_pass
 from edgetorch.exir.passes.external_constants_pass import DEFAULT_EXTERNAL_TAG, external_constants_pass
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.passes.out_variant import ToOutVarPass, insert_buffer_write_back
-from edgetorch.exir.passes.reinplace import reinplace_buffer_updates
+from edgetorch.exir.passes.reinplace import DEFAULT_INPLACEABLE_OPS, reinplace_pass
 from edgetorch.exir.passes.replace_view_copy_with_view_pass import ReplaceViewCopyWithViewPass
 from edgetorch.exir.passes.spec_prop import TRAINABLE, SpecPropPass, mark_constants
 from edgetorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass, HintBasedSymShapeEvalPass
@@ -71,6 +71,9 @@ class ExecutorchBackendConfig:
     run_reinplace_pass: bool = False
     """Write mutable buffers updated by ``index_put`` in place (``index_put_``, no copy and no write-back)
     when nothing reads their old value afterwards: an LLM's KV caches (see ``passes.reinplace``)."""
+    reinplace_extra_ops: frozenset[Any] | None = None
+    """More functional edge ops to rewrite in place when safe (``ops.edge.aten.add.Tensor`` -> ``add_``);
+    setting it runs the re-inplace pass too."""
     external_constants: bool | Callable[[torch.fx.Node], str | None] = False
     """Keep constants (weights) out of the ``.pte``: True puts all of them in ``_default_external_constant.ptd``;
     a function of the placeholder node names the file (without ``.ptd``) per constant, None keeping it inside.
@@ -249,9 +252,9 @@ class ExecutorchProgramManager:
         if self._config.do_quant_fusion_and_const_prop:
             ep = _fuse_and_fold(name, ep)
         weights_to_outputs(ep)
+        if self._config.run_reinplace_pass or self._config.reinplace_extra_ops:
+            reinplace_pass(ep, DEFAULT_INPLACEABLE_OPS | (self._config.reinplace_extra_ops or frozenset()))
         insert_buffer_write_back(ep)
-        if self._config.run_reinplace_pass:
-            reinplace_buffer_updates(ep)
         if self._config.passes:
             _adopt(ep.graph_module, PassManager(self._config.passes)(ep.graph_module).graph_module)
         gm = ep.graph_module

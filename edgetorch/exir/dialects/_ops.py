@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.library import Library
 
+from edgetorch.errors import UnsupportedOperatorError
+
 
 class EdgeOpOverload:
     """An ATen (or custom) OpOverload as it appears in the Edge dialect."""
@@ -49,14 +51,24 @@ class EdgeOpOverload:
     @property
     def _schema(self) -> Any:
         """The ATen schema; for an op with dtype constraints each argument also has ``allowed_types``."""
-        if self._edge_schema is None:
-            from edgetorch.exir.dialects.dtype_constraints import EdgeFunctionSchema, dtype_constraint
+        from edgetorch.exir.dialects.dtype_constraints import EdgeFunctionSchema, schema_constraint
 
-            constraint = dtype_constraint(self._op)
-            self._edge_schema = (
-                self._op._schema if constraint is None else EdgeFunctionSchema(self._op._schema, constraint)
-            )
+        constraint = schema_constraint(self._op)  # registering a constraint later changes it
+        if self._edge_schema is None or self._edge_schema.dtype_constraint is not constraint:
+            self._edge_schema = EdgeFunctionSchema(self._op._schema, constraint)
         return self._edge_schema
+
+    def to_out_variant(self) -> torch._ops.OpOverload:
+        """The out-variant overload (the functional schema plus out arguments); RuntimeError if there is none."""
+        from edgetorch.exir.dialects.out_variants import find_out_variant
+
+        found, _ = find_out_variant(self._op)
+        if found is None:
+            raise RuntimeError(
+                f"SchemaKind.out variant of operator {self._op.name()} can't be found. "
+                "Define an out overload (..., *, Tensor(a!) out) -> Tensor(a!) for it, or keep it out of the program"
+            )
+        return found
 
     def name(self) -> str:
         return self._op.name()
@@ -191,7 +203,9 @@ class _Namespace:
         return self._packet(getattr(getattr(torch.ops, self._ns), name))
 
 
-class _Dialect:
+class _DialectNamespace:
+    """``exir_ops.edge`` / ``exir_ops.backend``: its attributes are op namespaces (``aten``, ``quantized_decomposed``)."""
+
     def __init__(self, packet: type[EdgeOpOverloadPacket], namespaces: set[str] | None = None):
         self._packet = packet
         self._namespaces = namespaces
@@ -200,17 +214,22 @@ class _Dialect:
         if ns.startswith("__"):
             raise AttributeError(ns)
         if self._namespaces is not None and ns not in self._namespaces:
-            raise AttributeError(
-                f"{ns!r} is not a backend op namespace (known: {sorted(self._namespaces)}); "
+            raise UnsupportedOperatorError(
+                f"{ns!r} op library does not belong to backend ops: expected one of {sorted(self._namespaces)}; "
                 "declare its ops with bind_pattern_to_op(library, schema) first"
             )
         return _Namespace(ns, self._packet)
 
 
-class _ExirOps:
-    edge = _Dialect(EdgeOpOverloadPacket)
-    backend = _Dialect(BackendOpOverloadPacket, BACKEND_NAMESPACES)
+class _Ops:
+    """``exir_ops``: the dialects (iterating gives their names)."""
+
+    edge = _DialectNamespace(EdgeOpOverloadPacket)
+    backend = _DialectNamespace(BackendOpOverloadPacket, BACKEND_NAMESPACES)
+
+    def __iter__(self) -> Any:
+        return iter(("edge", "backend"))
 
 
-exir_ops = _ExirOps()
+exir_ops = _Ops()
 ops = exir_ops  # the name ExecuTorch's docs import

@@ -4,7 +4,12 @@ Each constrained op has a list of allowed rows, one dtype per typed argument and
 tensor (measured in PyTorch eager by ``scripts/gen_edge_dtypes.py``, kept in ``_dtype_table.py``).
 ``exir_ops.edge.aten.sigmoid.default._schema.arguments[0].allowed_types`` shows the union over
 rows, as in ExecuTorch; ``DtypeConstraint.validate`` is what the Edge verifier checks for every
-node. Ops without an entry are unconstrained. May import torch.
+node. Ops without an entry are unconstrained.
+
+A constraint can also be registered in the entry format of ExecuTorch's ``edge.yaml``
+(``_edge_dialect_info["ns::op.overload"] = {"type_alias": {"T0": ["Float", ...]}, "type_constraint":
+[{"self": "T0", "__ret_0": "T0"}, ...]}``); a registered entry takes precedence over the measured
+table, for the schema shown and for the verifier. May import torch.
 """
 
 from __future__ import annotations
@@ -15,7 +20,147 @@ from typing import Any
 
 import torch
 
-__all__ = ["DtypeConstraint", "EdgeArgument", "EdgeFunctionSchema", "dtype_constraint", "node_tensor_dtypes"]
+__all__ = [
+    "AllowedDtypeSet",
+    "DtypeConstraint",
+    "EdgeArgument",
+    "EdgeFunctionSchema",
+    "FunctionDtypeConstraint",
+    "dtype_constraint",
+    "call_tensor_dtypes",
+    "node_tensor_dtypes",
+    "schema_constraint",
+]
+
+DTYPE_NAMES: dict[str, torch.dtype] = {
+    "Bool": torch.bool,
+    "Byte": torch.uint8,
+    "Char": torch.int8,
+    "Short": torch.int16,
+    "Int": torch.int32,
+    "Long": torch.int64,
+    "Half": torch.float16,
+    "BFloat16": torch.bfloat16,
+    "Float": torch.float32,
+    "Double": torch.float64,
+    "UInt16": torch.uint16,
+    "ComplexFloat": torch.complex64,
+    "ComplexDouble": torch.complex128,
+}
+"""The dtype names of ``edge.yaml`` entries (ExecuTorch's scalar type names)."""
+
+_edge_dialect_info: dict[str, dict[str, Any]] = {}
+"""Registered constraints, ``"ns::op.overload"`` -> an ``edge.yaml`` entry (see the module docstring)."""
+
+
+class AllowedDtypeSet:
+    """The dtypes a type alias (``T0``) allows; ``reduce_to`` binds it to one of them until ``clear``."""
+
+    def __init__(self, types: set[torch.dtype]):
+        self.types = set(types)
+        self._bound: torch.dtype | None = None
+
+    def reduce_to(self, dtype: torch.dtype) -> bool:
+        """Bind the alias to ``dtype`` if it allows it (and is unbound or bound to it); False otherwise."""
+        if dtype not in self:
+            return False
+        self._bound = dtype
+        return True
+
+    def clear(self) -> None:
+        self._bound = None
+
+    def __contains__(self, dtype: object) -> bool:
+        return dtype == self._bound if self._bound is not None else dtype in self.types
+
+    def __repr__(self) -> str:
+        return f"AllowedDtypeSet({sorted(map(str, self.types))}, bound={self._bound})"
+
+
+class FunctionDtypeConstraint:
+    """A constraint in ``edge.yaml``'s form: type aliases, and rows naming an alias per tensor input and output.
+
+    A combination is allowed when one row can bind each alias to a single dtype it allows, consistently
+    over every named tensor (None, an empty tensor list, binds nothing).
+    """
+
+    def __init__(
+        self,
+        essential_tensor_io_names: Sequence[str],
+        optional_tensor_io_names: Sequence[str],
+        type_alias: Mapping[str, Sequence[torch.dtype]],
+        type_constraint: Sequence[Mapping[str, str]],
+    ):
+        self.essential_tensor_io_names = list(essential_tensor_io_names)
+        self.optional_tensor_io_names = list(optional_tensor_io_names)
+        self.type_alias = {alias: AllowedDtypeSet(set(types)) for alias, types in type_alias.items()}
+        self.type_constraint = [dict(row) for row in type_constraint]
+        if not self.type_constraint:
+            raise ValueError("expected at least one type_constraint row, found none")
+        names = set(self.essential_tensor_io_names) | set(self.optional_tensor_io_names)
+        for row in self.type_constraint:
+            if not names <= set(row):
+                raise ValueError(
+                    f"expected every type_constraint row to name each tensor argument and return {sorted(names)}, "
+                    f"found a row naming {sorted(row)}; add the missing names"
+                )
+            unknown = set(row.values()) - set(self.type_alias)
+            if unknown:
+                raise ValueError(f"type_constraint names aliases {sorted(unknown)} that type_alias does not define")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.type_constraint[0]
+
+    def __getitem__(self, name: str) -> set[torch.dtype]:
+        """Every dtype ``name`` may have in some row (empty if ``name`` is no tensor of the op)."""
+        if name not in self:
+            return set()
+        return set().union(*(self.type_alias[row[name]].types for row in self.type_constraint))
+
+    def validate(self, types: Mapping[str, torch.dtype | None]) -> bool:
+        if any(name not in self for name in types):
+            return False
+        if any(name not in types for name in self.essential_tensor_io_names):
+            return False
+        for row in self.type_constraint:
+            try:
+                if all(d is None or self.type_alias[row[n]].reduce_to(d) for n, d in types.items()):
+                    return True
+            finally:
+                for alias in self.type_alias.values():
+                    alias.clear()
+        return False
+
+
+def _tensor_io_names(schema: torch.FunctionSchema) -> tuple[list[str], list[str], list[str]]:
+    """(essential, optional, all) tensor input and output names; outputs are essential (``__ret_<i>`` if unnamed)."""
+    kinds = {"Tensor": "essential", "List[Tensor]": "essential", "Optional[Tensor]": "optional"}
+    essential = [a.name for a in schema.arguments if kinds.get(str(a.type)) == "essential"]
+    optional = [a.name for a in schema.arguments if kinds.get(str(a.type)) == "optional"]
+    every = [a.name for a in schema.arguments if str(a.type) in kinds]
+    returns = [r for r in schema.returns if str(r.type) in kinds]
+    returned = [r.name or f"__ret_{i}" for i, r in enumerate(returns)]
+    return essential + returned, optional, every + returned
+
+
+def _from_entry(schema: torch.FunctionSchema, entry: Mapping[str, Any]) -> FunctionDtypeConstraint:
+    try:
+        aliases = {alias: [DTYPE_NAMES[t] for t in names] for alias, names in entry["type_alias"].items()}
+        rows = entry["type_constraint"]
+    except KeyError as e:
+        raise ValueError(
+            f"registered dtype constraint of {schema.name}: expected type_alias and type_constraint with dtype names "
+            f"among {sorted(DTYPE_NAMES)}, found no {e}; fix the _edge_dialect_info entry"
+        ) from None
+    essential, optional, _ = _tensor_io_names(schema)
+    return FunctionDtypeConstraint(essential, optional, aliases, rows)
+
+
+def _any_dtype(schema: torch.FunctionSchema) -> FunctionDtypeConstraint:
+    """The constraint of an op nothing constrains: each tensor any ExecuTorch dtype, essential ones required."""
+    essential, optional, every = _tensor_io_names(schema)
+    aliases = {f"T{i}": list(DTYPE_NAMES.values()) for i in range(len(every))}
+    return FunctionDtypeConstraint(essential, optional, aliases, [{n: f"T{i}" for i, n in enumerate(every)}])
 
 
 class DtypeConstraint:
@@ -109,8 +254,40 @@ def _table() -> dict[str, str]:
     return {line.split(" ", 1)[0]: line for line in TABLE.splitlines() if line}
 
 
+def dtype_constraint(op: torch._ops.OpOverload) -> DtypeConstraint | FunctionDtypeConstraint | None:
+    """The constraint of overload ``op``: registered, else measured, else None (unconstrained)."""
+    entry = _edge_dialect_info.get(op.name())
+    if entry is not None:
+        return _registered(op, id(entry))
+    return _measured(op)
+
+
+def schema_constraint(op: torch._ops.OpOverload) -> DtypeConstraint | FunctionDtypeConstraint:
+    """:func:`dtype_constraint`, or for an unconstrained op one allowing any ExecuTorch dtype per tensor."""
+    found = dtype_constraint(op)
+    return found if found is not None else _unconstrained(op)
+
+
 @cache
-def dtype_constraint(op: torch._ops.OpOverload) -> DtypeConstraint | None:
+def _unconstrained(op: torch._ops.OpOverload) -> DtypeConstraint | FunctionDtypeConstraint:
+    try:
+        return _any_dtype(op._schema)
+    except ValueError:  # no tensor at all: nothing to constrain
+        return DtypeConstraint((), (), [()])
+
+
+def _registered(op: torch._ops.OpOverload, entry_id: int) -> FunctionDtypeConstraint:
+    cached = _REGISTERED.get(op)
+    if cached is None or cached[0] != entry_id:
+        cached = _REGISTERED[op] = (entry_id, _from_entry(op._schema, _edge_dialect_info[op.name()]))
+    return cached[1]
+
+
+_REGISTERED: dict[Any, tuple[int, FunctionDtypeConstraint]] = {}
+
+
+@cache
+def _measured(op: torch._ops.OpOverload) -> DtypeConstraint | None:
     """The measured constraint of ATen overload ``op``, or None when the table has none."""
     from edgetorch.exir.dialects._dtype_table import DTYPES
 
@@ -140,19 +317,24 @@ def _dtype_of(value: Any) -> tuple[bool, torch.dtype | None]:
 
 def node_tensor_dtypes(op: torch._ops.OpOverload, node: torch.fx.Node) -> dict[str, torch.dtype | None]:
     """The dtype of each tensor argument and returned tensor of ``node``, a call to ``op``, by schema name."""
+    return call_tensor_dtypes(op, node.args, node.kwargs, node.meta.get("val"))
+
+
+def call_tensor_dtypes(op: torch._ops.OpOverload, args: Sequence, kwargs: Mapping, result: Any) -> dict:
+    """The dtype of each tensor argument and returned tensor of a call to ``op`` (values or graph nodes)."""
     types: dict[str, torch.dtype | None] = {}
     schema = op._schema
     for i, arg in enumerate(schema.arguments):
-        if arg.name in node.kwargs:
-            value = node.kwargs[arg.name]
-        elif not arg.kwarg_only and i < len(node.args):
-            value = node.args[i]
+        if arg.name in kwargs:
+            value = kwargs[arg.name]
+        elif not arg.kwarg_only and i < len(args):
+            value = args[i]
         else:
             continue
         is_tensor, dtype = _dtype_of(value)
         if is_tensor and "Tensor" in str(arg.real_type):
             types[arg.name] = dtype
-    val = node.meta.get("val")
+    val = result
     results = val if len(schema.returns) > 1 else (val,)
     for i, (ret, value) in enumerate(zip(schema.returns, results)):
         is_tensor, dtype = _dtype_of(value)

@@ -8,6 +8,7 @@ import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
 from edgetorch._lazy import lazy_exports
+from edgetorch.exir.pass_base import ExportPass
 from edgetorch.exir.passes.decompose import core_aten_decompositions, decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
 from edgetorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
@@ -15,6 +16,8 @@ from edgetorch.exir.passes.to_edge import ToEdgePass, view_copy_of
 from edgetorch.exir.passes.weights_to_outputs_pass import weights_to_outputs_pass
 
 _BACK_HALF = {
+    "DebugPass": "debug_pass",
+    "PruneEmptyTensorsPass": "prune_empty_tensors_pass",
     "MemoryPlanningPass": "memory_planning_pass",
     "ToOutVarPass": "out_variant",
     "ReplaceViewCopyWithViewPass": "replace_view_copy_with_view_pass",
@@ -26,8 +29,11 @@ _BACK_HALF = {
 
 __all__ = [
     "ConstraintBasedSymShapeEvalPass",
+    "DebugPass",
+    "ExportPass",
     "HintBasedSymShapeEvalPass",
     "MemoryPlanningPass",
+    "PruneEmptyTensorsPass",
     "ReplaceViewCopyWithViewPass",
     "ScalarToTensorPass",
     "SpecPropPass",

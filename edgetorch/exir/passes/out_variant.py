@@ -18,11 +18,12 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import OutputKind, TensorArgument
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
-from torchgen.model import FunctionSchema, SchemaKind
 
 from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
 from edgetorch.exir.dialects import quantized, to_aten
+from edgetorch.exir.dialects.out_variants import find_out_variant, parse_schema
+from edgetorch.exir.passes.reinplace import writes_in_place
 from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, is_inplace
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
 
@@ -81,6 +82,8 @@ def insert_buffer_write_back(ep: ExportedProgram) -> None:
             target = placeholders[spec.target]
         else:
             continue
+        if writes_in_place(results[i], target):
+            continue  # already written in place (re-inplace pass): nothing to copy back
         with graph.inserting_before(output):
             copy = graph.call_function(torch.ops.aten.copy_.default, (target, results[i]))
         copy.meta["val"] = target.meta["val"]
@@ -196,39 +199,8 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
-@cache
-def _out_variant(op: torch._ops.OpOverload) -> tuple[Any, tuple[str, ...]]:
-    """The overload whose schema is ``op``'s functional schema plus out arguments, and those arguments' names.
-
-    torch's own overloads come first; ExecuTorch's quantized kernel library's out variants, which torch
-    knows only when that library is loaded, come from :mod:`edgetorch.exir.dialects.quantized` otherwise.
-    """
-    functional = _parse(op)
-    if functional is None:
-        return None, ()
-    signature = functional.signature(strip_default=True)  # bernoulli.p: p has no default; float_out: 0.5
-    packets = [op.overloadpacket]
-    if functional.name.name.functional_overload:  # normal_functional's out form is normal.out
-        packets.append(getattr(getattr(torch.ops, op.namespace), str(functional.name.name.base), None))
-    for packet in filter(None, packets):
-        for name in packet.overloads():
-            candidate = getattr(packet, name)
-            schema = _parse(candidate)
-            if (
-                schema is not None
-                and schema.kind() == SchemaKind.out
-                and schema.signature(strip_default=True) == signature
-                and len(schema.arguments.out) == len(functional.returns)
-            ):
-                return candidate, tuple(a.name for a in schema.arguments.out)
-    return quantized.out_variant(op)
-
-
-def _parse(op: torch._ops.OpOverload) -> FunctionSchema | None:
-    try:
-        return FunctionSchema.parse(str(op._schema))
-    except (AssertionError, RuntimeError, KeyError):  # schemas torchgen cannot read (e.g. generic list ops)
-        return None
+_out_variant = cache(find_out_variant)
+_parse = parse_schema
 
 
 def _where(node: torch.fx.Node) -> str:

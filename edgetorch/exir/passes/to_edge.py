@@ -16,6 +16,7 @@ May import torch and edgetorch.exir.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import torch
@@ -136,11 +137,7 @@ class ToEdgePass(ExportPass):
 
     @staticmethod
     def _to_dim_order(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[Any, dict]:
-        replacement = {
-            aten._to_copy.default: torch.ops.dim_order_ops._to_dim_order_copy.default,
-            aten.clone.default: torch.ops.dim_order_ops._clone_dim_order.default,
-            aten.empty.memory_format: torch.ops.dim_order_ops._empty_dim_order.default,
-        }.get(op)
+        replacement = dim_order_forms().get(op)
         if replacement is None:
             return op, kwargs
         kwargs = dict(kwargs)
@@ -155,6 +152,17 @@ class ToEdgePass(ExportPass):
         else:
             kwargs["dim_order"] = dim_order_of(fmt or torch.contiguous_format, rank)
         return replacement, kwargs
+
+
+@cache
+def dim_order_forms() -> dict[torch._ops.OpOverload, torch._ops.OpOverload]:
+    """The ops taking a ``memory_format`` -> their ``dim_order`` forms, which Edge graphs use unless ``_skip_dim_order``."""
+    ensure_registered()
+    return {
+        aten._to_copy.default: torch.ops.dim_order_ops._to_dim_order_copy.default,
+        aten.clone.default: torch.ops.dim_order_ops._clone_dim_order.default,
+        aten.empty.memory_format: torch.ops.dim_order_ops._empty_dim_order.default,
+    }
 
 
 def is_edge_target(target: Any) -> bool:

@@ -33,9 +33,10 @@ from edgetorch.exir.pass_manager import ExportedProgramPassManager, updated_grap
 from edgetorch.exir.passes.debug_handle_generator_pass import assign_debug_handles
 from edgetorch.exir.passes.decompose import decompose
 from edgetorch.exir.passes.lift_constants import lift_constants
+from edgetorch.exir.passes.prune_empty_tensors_pass import PruneEmptyTensorsPass
 from edgetorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
 from edgetorch.exir.passes.to_edge import ToEdgePass
-from edgetorch.exir.verification import EdgeVerifier, verify_aten_graph, verify_edge_graph
+from edgetorch.exir.verification import EdgeVerifier, check_preserve_ops, verify_aten_graph, verify_edge_graph
 
 if TYPE_CHECKING:
     from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
@@ -145,6 +146,7 @@ def lower_to_edge(
     if config._check_ir_validity:
         verify_aten_graph(program.graph_module)
     program = remove_unused_parameters_pass(decompose(program, keep))
+    PruneEmptyTensorsPass()(program.graph_module)
     graph_module = ToEdgePass(skip_dim_order=config._skip_dim_order)(program.graph_module).graph_module
     edge = rebuild_program(program, graph_module)
     if config._check_ir_validity:
@@ -169,6 +171,8 @@ def to_edge(
     if isinstance(constant_methods, EdgeCompileConfig):
         raise TypeError("to_edge's second argument is constant_methods; pass the config as compile_config=...")
     config = compile_config or EdgeCompileConfig()
+    if config._check_ir_validity:
+        check_preserve_ops(config.preserve_ops)
     named = {"forward": programs} if isinstance(programs, ExportedProgram) else dict(programs)
     edge = {name: lower_to_edge(program, config) for name, program in named.items()}
     manager = EdgeProgramManager(edge, constant_methods, config)

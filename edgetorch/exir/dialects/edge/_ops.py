@@ -5,6 +5,22 @@ Edge graph targets report this module as theirs, so a printed node reads
 """
 
 from edgetorch.exir.dialects._ops import EdgeOpOverload, EdgeOpOverloadPacket, edge_op, to_aten
-from edgetorch.exir.dialects.dtype_constraints import EdgeArgument, EdgeFunctionSchema
+from edgetorch.exir.dialects.dtype_constraints import (
+    AllowedDtypeSet,
+    EdgeArgument,
+    EdgeFunctionSchema,
+    FunctionDtypeConstraint,
+    _edge_dialect_info,
+)
 
-__all__ = ["EdgeArgument", "EdgeFunctionSchema", "EdgeOpOverload", "EdgeOpOverloadPacket", "edge_op", "to_aten"]
+__all__ = [
+    "AllowedDtypeSet",
+    "EdgeArgument",
+    "EdgeFunctionSchema",
+    "EdgeOpOverload",
+    "EdgeOpOverloadPacket",
+    "FunctionDtypeConstraint",
+    "_edge_dialect_info",
+    "edge_op",
+    "to_aten",
+]

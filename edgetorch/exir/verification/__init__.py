@@ -11,14 +11,16 @@ torch cannot decompose is valid when the runtime has its kernel).
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
 import torch
+from torch._export.verifier import SpecViolationError as _TorchSpecViolationError
 from torch._export.verifier import Verifier
 
-from edgetorch.errors import EdgetorchError
+from edgetorch.errors import EdgetorchError, UnsupportedOperatorError
 from edgetorch.exir.dialects import EdgeOpOverload
 from edgetorch.exir.dialects.dtype_constraints import dtype_constraint, node_tensor_dtypes
 from edgetorch.exir.passes.decompose import core_aten_decompositions
@@ -59,7 +61,7 @@ _SYM_MODULES = {"_operator", "builtins", "math"}
 _TORCH_SYM_FNS = {torch.sym_int, torch.sym_float, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_ite}
 
 
-class SpecViolationError(EdgetorchError, ValueError):
+class SpecViolationError(EdgetorchError, _TorchSpecViolationError, ValueError):
     """A graph is not valid Edge dialect (an op outside the Edge op set, an unsupported dtype, ...)."""
 
 
@@ -185,6 +187,27 @@ def _flat_nodes(graph_module: torch.fx.GraphModule, hint: str) -> Iterable[torch
                 yield node
 
 
+def check_preserve_ops(ops: Iterable[Any]) -> None:
+    """Refuse ops that cannot be kept whole through decomposition: non-ATen ops and views.
+
+    A preserved view would reach memory planning as an alias it does not plan for; a preserved mutating op
+    never shows up (functionalization rewrites it), so it only gets a warning.
+    """
+    for op in ops:
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+            raise UnsupportedOperatorError(
+                f"Only preserve aten ops: expected aten OpOverloads in preserve_ops, found {op!r}; "
+                "other namespaces are never decomposed, so leave them out"
+            )
+        if op.is_view:
+            raise UnsupportedOperatorError(
+                f"Cannot preserve operator {op} because it is a view: remove it from preserve_ops "
+                "(its *_copy form is what Edge programs hold)"
+            )
+        if op._schema.is_mutable:
+            warnings.warn(f"preserving the mutating op {op} does nothing: export functionalizes it away", stacklevel=3)
+
+
 def verify_aten_graph(graph_module: torch.fx.GraphModule) -> None:
     """Raise SpecViolationError unless ``graph_module`` is a flat ATen graph ``to_edge`` can lower."""
     for node in _flat_nodes(graph_module, "Export the model with torch.export.export."):
@@ -212,4 +235,11 @@ def verify_edge_graph(graph_module: torch.fx.GraphModule, allowed_aten: Iterable
             _check_dtypes(node)
 
 
-__all__ = ["EdgeVerifier", "SUPPORTED_DTYPES", "SpecViolationError", "verify_aten_graph", "verify_edge_graph"]
+__all__ = [
+    "check_preserve_ops",
+    "EdgeVerifier",
+    "SUPPORTED_DTYPES",
+    "SpecViolationError",
+    "verify_aten_graph",
+    "verify_edge_graph",
+]
