@@ -14,15 +14,23 @@ from torch.export import ExportedProgram
 
 from edgetorch.backends.transforms.remove_getitem_op import RemoveGetItemPass
 from edgetorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
+from edgetorch.backends.xnnpack._passes.fuse_batch_norm import FuseBatchNormPass
 from edgetorch.backends.xnnpack._passes.remove_noop_expand_copy_pass import RemoveNoopExpandCopyPass
 from edgetorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
 from edgetorch.errors import InvalidArgumentError
 from edgetorch.exir.pass_base import ExportPass
 from edgetorch.exir.program._program import _transform
 
-__all__ = ["ConvertToLinearPass", "RemoveGetItemPass", "RemoveNoopExpandCopyPass", "XNNPACKPass", "XNNPACKPassManager"]
+__all__ = [
+    "ConvertToLinearPass",
+    "FuseBatchNormPass",
+    "RemoveGetItemPass",
+    "RemoveNoopExpandCopyPass",
+    "XNNPACKPass",
+    "XNNPACKPassManager",
+]
 
-DEFAULT_PASSES: list[type[ExportPass]] = [ConvertToLinearPass, RemoveGetItemPass]
+DEFAULT_PASSES: list[type[ExportPass]] = [ConvertToLinearPass, FuseBatchNormPass, RemoveGetItemPass]
 
 
 class XNNPACKPassManager:
