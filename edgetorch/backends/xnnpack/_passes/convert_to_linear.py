@@ -2,7 +2,7 @@
 
 Export decomposes ``nn.Linear`` / ``F.linear`` into ``addmm(bias, x, permute_copy(w, [1, 0]))`` (or ``mm``
 without a bias); XNNPACK's fully-connected node takes the untransposed weight, so the pass rebuilds
-``linear(x, w, bias)``. Only matmuls that came from a linear (``source_fn_stack``) and whose second operand
+``linear(x, w, bias)``. Only matmuls that export recorded as coming from a linear and whose second operand
 is a transpose of a 2-D weight are rewritten; the transpose is dropped when nothing else reads it. Imports torch.
 """
 
@@ -21,12 +21,14 @@ _LINEAR_SOURCES = (torch.nn.Linear, torch.nn.functional.linear, "linear")
 
 
 def _from_linear(node: torch.fx.Node) -> bool:
-    """Whether export recorded ``node`` as part of a linear layer (nodes without the record count as such)."""
+    """Whether export recorded ``node`` as part of a linear layer (``source_fn_stack``, or ``torch_fn`` as
+    newer torch records it); a matmul written as such stays a matmul."""
     stack = node.meta.get("source_fn_stack")
-    if not stack:
-        return True
-    source = stack[-1][1]
-    return source in _LINEAR_SOURCES or getattr(source, "__name__", None) == "linear"
+    if stack:
+        source = stack[-1][1]
+        return source in _LINEAR_SOURCES or getattr(source, "__name__", None) == "linear"
+    torch_fn = node.meta.get("torch_fn")
+    return bool(torch_fn) and str(torch_fn[1]).rsplit(".", 1)[-1] == "linear"
 
 
 def _untransposed_weight(node: object) -> torch.fx.Node | None:

@@ -13,7 +13,6 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx.passes.infra.pass_base import PassResult
-from torch.nn.utils.fusion import fuse_conv_bn_weights, fuse_linear_bn_weights
 
 from edgetorch.backends.transforms.utils import (
     create_constant_placeholder,
@@ -23,13 +22,40 @@ from edgetorch.backends.transforms.utils import (
 from edgetorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
 from edgetorch.exir.dialects import to_aten
 
-__all__ = ["FuseBatchNormPass"]
+__all__ = ["FuseBatchNormPass", "fused_batch_norm_weights"]
 
 _BATCH_NORMS = {
     # op: (index of eps, the op's arguments are (input, weight, bias, running_mean, running_var, ...))
     torch.ops.aten._native_batch_norm_legit_no_training.default: 6,
     torch.ops.aten.native_batch_norm.default: 7,
 }
+
+
+def fused_batch_norm_weights(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    bn: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor],
+    eps: float,
+    transposed: bool = False,
+    groups: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (weight, bias) of a convolution or linear layer with the batch norm ``bn`` after it folded in.
+
+    ``bn`` is (γ, β, running mean, running var), γ and β None when the norm has no affine part. A plain
+    layer's output channels are its weight's dim 0; a transposed convolution's are dim 1 of
+    ``[in, out/groups, k...]``, numbered group by group.
+    """
+    gamma, beta, mean, var = (None if t is None else t.to(torch.float32) for t in bn)
+    weight = weight.to(torch.float32)
+    scale = torch.rsqrt(var + eps) * (gamma if gamma is not None else 1.0)
+    old_bias = bias.to(torch.float32) if bias is not None else torch.zeros_like(mean)
+    new_bias = (old_bias - mean) * scale + (beta if beta is not None else 0.0)
+    if transposed:
+        cin, cout_g = weight.shape[:2]
+        grouped = weight.reshape(groups, cin // groups, cout_g, *weight.shape[2:])
+        shape = (groups, 1, cout_g) + (1,) * (weight.dim() - 2)
+        return (grouped * scale.reshape(shape)).reshape(weight.shape), new_bias
+    return weight * scale.reshape((-1,) + (1,) * (weight.dim() - 1)), new_bias
 
 
 def _batch_norm_after(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -97,23 +123,23 @@ class FuseBatchNormPass(XNNPACKPass):
         weight = tensor(node.args[1])
         assert weight is not None  # can_fuse checked it
         bias = tensor(node.args[2]) if len(node.args) > 2 else None
-        bn_weight, bn_bias, mean, var = (tensor(a) for a in bn.args[1:5])
-        channels = mean.shape[0]
-        bn_weight = torch.ones(channels) if bn_weight is None else bn_weight
-        bn_bias = torch.zeros(channels) if bn_bias is None else bn_bias
-        eps = bn.args[_BATCH_NORMS[to_aten(bn.target)]]
+        gamma, beta, mean, var = (tensor(a) for a in bn.args[1:5])
+        assert mean is not None and var is not None  # can_fuse checked them
+        eps = float(bn.args[_BATCH_NORMS[to_aten(bn.target)]])
+        conv = to_aten(node.target) == torch.ops.aten.convolution.default
+        transposed, groups = (bool(node.args[6]), int(node.args[8])) if conv else (False, 1)
         with torch.no_grad():
-            if to_aten(node.target) == torch.ops.aten.convolution.default:
-                fused_w, fused_b = fuse_conv_bn_weights(
-                    weight, bias, mean, var, eps, bn_weight, bn_bias, transpose=bool(node.args[6])
-                )
-            else:
-                fused_w, fused_b = fuse_linear_bn_weights(weight, bias, mean, var, eps, bn_weight, bn_bias)
+            fused_w, fused_b = fused_batch_norm_weights(
+                weight.detach(),
+                None if bias is None else bias.detach(),
+                (gamma, beta, mean, var),
+                eps,
+                transposed,
+                groups,
+            )
         base = node.args[1].name
-        w_node = create_constant_placeholder(program, graph, f"{base}_fused_bn", InputKind.PARAMETER, fused_w.detach())
-        b_node = create_constant_placeholder(
-            program, graph, f"{base}_fused_bn_bias", InputKind.PARAMETER, fused_b.detach()
-        )
+        w_node = create_constant_placeholder(program, graph, f"{base}_fused_bn", InputKind.PARAMETER, fused_w)
+        b_node = create_constant_placeholder(program, graph, f"{base}_fused_bn_bias", InputKind.PARAMETER, fused_b)
         args = list(node.args)
         if len(args) < 3:
             args.append(None)
