@@ -176,6 +176,9 @@ LEFT_OUT: dict[str, str] = {
 _PREFIX = re.compile(
     r"(?<![\w.])executorch(?=\.[A-Za-z_])|(?<=\bimport )executorch\b|(?<=\bfrom )executorch(?= import)"
 )
+# torch.fx spells an op's module path with underscores in generated code ("executorch_exir_dialects_edge__ops_
+# aten_add_Tensor"), and ExecuTorch's tests match graphs on that spelling; it is the same prefix, rewritten alike.
+_GRAPH_NAME = re.compile(r"(?<![A-Za-z0-9])executorch(?=_exir_dialects_)")
 _RELATIVE = re.compile(r"^(\s*)from (\.+)([\w.]*) import", re.M)
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 _NO_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
@@ -202,7 +205,7 @@ def selected_files() -> list[tuple[str, str]]:
 
 def rewrite(source: str) -> str:
     """ExecuTorch's import prefix turned into edgetorch's; everything else untouched."""
-    return _PREFIX.sub("edgetorch", source)
+    return _GRAPH_NAME.sub("edgetorch", _PREFIX.sub("edgetorch", source))
 
 
 def is_helper(rel: Path) -> bool:

@@ -154,6 +154,22 @@ NAMED_PATHS = tuple(
         "tensor_layout.TensorLayout",
     )
 )
+# The XNNPACK pass paths ExecuTorch's XNNPACK Tester and pass tests import; behaviour tests in
+# tests/backends/xnnpack/test_passes.py and test_partitioner_configs.py.
+NAMED_PATHS += tuple(
+    "executorch.backends." + path
+    for path in (
+        "transforms.remove_getitem_op.RemoveGetItemPass",
+        "transforms.utils.create_constant_placeholder",
+        "transforms.utils.delete_constant_placeholder",
+        "xnnpack._passes.XNNPACKPassManager",
+        "xnnpack._passes.convert_to_linear.ConvertToLinearPass",
+        "xnnpack._passes.fuse_batch_norm.FuseBatchNormPass",
+        "xnnpack._passes.xnnpack_pass.XNNPACKPass",
+        "xnnpack.serialization.xnnpack_graph_serialize._HEADER_BYTEORDER",
+        "xnnpack.serialization.xnnpack_graph_serialize.XNNHeader",
+    )
+)
 
 _IDENT = r"[A-Za-z_]\w*"
 _PATH = re.compile(rf"\bexecutorch(?:\.{_IDENT})+")

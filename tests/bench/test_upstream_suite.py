@@ -21,6 +21,7 @@ def test_rewrite_changes_import_prefixes_only() -> None:
         "torch.ops.executorch_prims.add.int\n"
         "prog.to_executorch()\n"
         'Library("executorch", "DEF")\n'
+        'check_count({"executorch_exir_dialects_edge__ops_aten_add_Tensor": 1, "executorch_call_delegate": 1})\n'
     )
     assert us.rewrite(source) == (
         "import edgetorch\n"
@@ -31,6 +32,7 @@ def test_rewrite_changes_import_prefixes_only() -> None:
         "torch.ops.executorch_prims.add.int\n"
         "prog.to_executorch()\n"
         'Library("executorch", "DEF")\n'
+        'check_count({"edgetorch_exir_dialects_edge__ops_aten_add_Tensor": 1, "executorch_call_delegate": 1})\n'
     )
 
 

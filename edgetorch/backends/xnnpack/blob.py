@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from edgetorch.backends.xnnpack.schema import (
     FILE_IDENTIFIER,
@@ -35,12 +36,35 @@ class BlobError(EdgetorchError, ValueError):
 
 @dataclass
 class XNNHeader:
+    """The ``XH00`` header, with ExecuTorch's API: ``from_bytes`` parses exactly a header's bytes (magic and
+    length checked, ValueError otherwise), ``is_valid`` checks the offsets, ``to_bytes`` refuses an invalid
+    header. ``read`` finds the header at the start of a whole blob, as a loader needs."""
+
+    MAGIC_OFFSET: ClassVar[slice] = slice(4, 8)
+    HEADER_SIZE_OFFSET: ClassVar[slice] = slice(8, 10)
+    FLATBUFFER_OFFSET_OFFSET: ClassVar[slice] = slice(10, 14)
+    FLATBUFFER_SIZE_OFFSET: ClassVar[slice] = slice(14, 18)
+    CONSTANT_DATA_OFFSET_OFFSET: ClassVar[slice] = slice(18, 22)
+    CONSTANT_DATA_SIZE_OFFSET: ClassVar[slice] = slice(22, 30)
+    EXPECTED_MAGIC: ClassVar[bytes] = HEADER_MAGIC
+    EXPECTED_LENGTH: ClassVar[int] = HEADER_LENGTH
+
     flatbuffer_offset: int
     flatbuffer_size: int
     constant_data_offset: int
     constant_data_size: int
 
+    def is_valid(self) -> bool:
+        """A non-empty flatbuffer, and constant data (of non-negative size) that starts after it."""
+        after_flatbuffer = self.constant_data_offset >= self.flatbuffer_offset + self.flatbuffer_size
+        return self.flatbuffer_size > 0 and after_flatbuffer and self.constant_data_size >= 0
+
     def to_bytes(self) -> bytes:
+        if not self.is_valid():
+            raise BlobError(
+                f"Invalid XNNHeader: header failed is_valid() check ({self}); expected a non-empty flatbuffer "
+                "and constant data starting after it"
+            )
         return _HEADER.pack(
             b"\0\0\0\0",
             HEADER_MAGIC,
@@ -52,8 +76,28 @@ class XNNHeader:
         )
 
     @staticmethod
-    def from_bytes(data: bytes | memoryview) -> XNNHeader | None:
-        """The header at the start of ``data``, or None when ``data`` starts with a bare flatbuffer."""
+    def from_bytes(data: bytes | memoryview) -> XNNHeader:
+        """The header ``data`` holds: at most ``EXPECTED_LENGTH`` bytes, as many as its length field says."""
+        if len(data) > HEADER_LENGTH:
+            raise BlobError(
+                f"Invalid XNNHeader: expected no more than {HEADER_LENGTH} bytes, got {len(data)}; "
+                "pass the header's bytes only (XNNHeader.read finds it at the start of a blob)"
+            )
+        magic = bytes(data[XNNHeader.MAGIC_OFFSET])
+        if magic != HEADER_MAGIC:
+            raise BlobError(f"Invalid XNNHeader: invalid magic bytes {magic!r}, expected {HEADER_MAGIC!r}")
+        length = int.from_bytes(bytes(data[XNNHeader.HEADER_SIZE_OFFSET]), "little")
+        if length != len(data):
+            raise BlobError(
+                f"Invalid XNNHeader: Invalid parsed length: data given was {len(data)} bytes, "
+                f"parsed length was {length} bytes"
+            )
+        _, _, _, fb_off, fb_size, const_off, const_size = _HEADER.unpack_from(data, 0)
+        return XNNHeader(fb_off, fb_size, const_off, const_size)
+
+    @staticmethod
+    def read(data: bytes | memoryview) -> XNNHeader | None:
+        """The header at the start of the blob ``data``, checked against its size; None for a bare flatbuffer."""
         if len(data) < 8 or bytes(data[4:8]) != HEADER_MAGIC:
             return None
         if len(data) < HEADER_LENGTH:
@@ -122,7 +166,7 @@ def _named(key: str, size: int, named_data: Mapping[str, memoryview]) -> memoryv
 def parse_blob(data: bytes | memoryview) -> XnnpackBlob:
     """Decode a delegate blob; the constant data stays a view of ``data``."""
     view = memoryview(data).cast("B")
-    header = XNNHeader.from_bytes(view)
+    header = XNNHeader.read(view)
     if header is None:
         fb_view, consts = view, view[:0]
     else:

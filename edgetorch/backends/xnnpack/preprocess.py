@@ -16,6 +16,7 @@ import operator
 import torch
 from torch.export import ExportedProgram
 
+from edgetorch.backends.xnnpack._passes.fuse_batch_norm import fused_batch_norm_weights
 from edgetorch.backends.xnnpack.serialize import XnnpackGraphBuilder, constant_placeholders
 from edgetorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from edgetorch.exir.backend.compile_spec_schema import CompileSpec
@@ -74,17 +75,8 @@ def _foldable(conv: object, bn: Node, constants: dict[Node, torch.Tensor]) -> bo
 
 
 def _folded(conv: Node, bn: Node, constants: dict[Node, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    weight = constants[conv.args[1]].to(torch.float32)
-    transposed, groups = conv.args[6], conv.args[8]
-    gamma, beta, mean, var = (None if a is None else constants[a].to(torch.float32) for a in bn.args[1:5])
-    eps = float(bn.args[6])
-    scale = torch.rsqrt(var + eps) * (gamma if gamma is not None else 1.0)
-    bias = constants[conv.args[2]].to(torch.float32) if conv.args[2] is not None else torch.zeros_like(mean)
-    new_bias = (bias - mean) * scale + (beta if beta is not None else 0.0)
-    if transposed:
-        # Output channels are dim 1 of [in, out/groups, k...], numbered group by group.
-        cin, cout_g = weight.shape[:2]
-        grouped = weight.reshape(groups, cin // groups, cout_g, *weight.shape[2:])
-        shape = (groups, 1, cout_g) + (1,) * (weight.dim() - 2)
-        return (grouped * scale.reshape(shape)).reshape(weight.shape), new_bias
-    return weight * scale.reshape((-1,) + (1,) * (weight.dim() - 1)), new_bias
+    bias = constants[conv.args[2]] if conv.args[2] is not None else None
+    norm = tuple(None if a is None else constants[a] for a in bn.args[1:5])
+    return fused_batch_norm_weights(
+        constants[conv.args[1]], bias, norm, float(bn.args[6]), bool(conv.args[6]), int(conv.args[8])
+    )

@@ -236,8 +236,13 @@ def test_serialize_xnnpack_binary_round_trips():
     flat = convert_to_flatbuffer(graph)
     assert flat[4:8] == b"XN01"
     blob = serialize_xnnpack_binary(graph, b"\x01\x02\x03")
-    header = XNNHeader.from_bytes(blob)
-    assert header is not None and header.constant_data_size == 3 and header.constant_data_offset % 16 == 0
+    header = XNNHeader.from_bytes(blob[: XNNHeader.EXPECTED_LENGTH])
+    assert (
+        header.is_valid()
+        and XNNHeader.read(blob) == header
+        and header.constant_data_size == 3
+        and header.constant_data_offset % 16 == 0
+    )
     assert blob[header.constant_data_offset :] == b"\x01\x02\x03"
     assert parse_blob(blob).graph == graph
 
@@ -257,3 +262,20 @@ def test_remove_noop_expand_copy_pass():
     pte = edge.to_executorch(get_xnnpack_executorch_backend_config()).buffer
     out = Runtime.get().load_program(pte).load_method("forward").execute([x.numpy(), y.numpy()])
     np.testing.assert_allclose(out[0], (x + y).numpy(), rtol=1e-6)
+
+
+def test_xnn_header_from_bytes_checks_magic_length_and_validity():
+    from edgetorch.backends.xnnpack.blob import BlobError
+    from edgetorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
+
+    data = XNNHeader(32, 64, 96, 8).to_bytes()
+    assert XNNHeader.from_bytes(data) == XNNHeader(32, 64, 96, 8)
+    with pytest.raises(ValueError, match="invalid magic bytes b'XH01'"):
+        XNNHeader.from_bytes(data[:4] + b"XH01" + data[8:])
+    with pytest.raises(BlobError, match="parsed length was 29"):
+        XNNHeader.from_bytes(data[:8] + b"\x1d\x00" + data[10:])
+    with pytest.raises(ValueError, match="no more than 30 bytes, got 31"):
+        XNNHeader.from_bytes(data + b"\0")
+    assert not XNNHeader(32, 64, 95, 8).is_valid() and not XNNHeader(32, 0, 96, 8).is_valid()
+    with pytest.raises(ValueError, match="is_valid"):
+        XNNHeader(32, 64, 95, 8).to_bytes()

@@ -7,6 +7,7 @@ the portable runtime. Why a node is refused is logged at debug level on the
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +35,18 @@ __all__ = [
 ]
 
 logger = logging.getLogger("edgetorch.backends.xnnpack.partition")
+_workflow_logger = logging.getLogger(__name__)
+
+
+def _called_through_to_backend() -> bool:
+    """Whether the partitioner runs under ``to_backend`` but not under ``to_edge_transform_and_lower``: the
+    older workflow, which partitions after Edge decomposed the ops XNNPACK would take whole."""
+    frame = inspect.currentframe()
+    names: set[str] = set()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return "to_backend" in names and "to_edge_transform_and_lower" not in names
 
 
 def get_xnnpack_edge_compile_config(skip_dim_order: bool = False) -> EdgeCompileConfig:
@@ -86,6 +99,11 @@ class XnnpackPartitioner(Partitioner):
         self.delegation_spec = DelegationSpec(XnnpackBackend.__name__, [])
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        if _called_through_to_backend():
+            _workflow_logger.warning(
+                "DEPRECATION WARNING: the to_edge() + to_backend() workflow lowers ops Edge has already "
+                "decomposed (linear as addmm, ...); use to_edge_transform_and_lower() with this partitioner"
+            )
         support = Support(exported_program, self.configs)
         if self.per_op_mode:
             groups = support.per_op_groups(exported_program.graph_module)

@@ -59,7 +59,10 @@ class XNNPACKRecipeProvider(BackendRecipeProvider):
             logger.warning("recipe %s ignores options %s", recipe_type.value, sorted(set(kwargs) - takes))
         group_size = kwargs.get("group_size", 32)
         if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0:
-            raise ValueError(f"group_size must be a positive int (a multiple of 32 for XNNPACK); found {group_size!r}")
+            raise ValueError(
+                f"Parameter 'group_size' must be an integer, got {type(group_size).__name__}: {group_size}; "
+                "pass a positive int (a multiple of 32 for XNNPACK)"
+            )
         quantization = None
         if recipe_type in PT2E:
             quantization = _pt2e(*PT2E[recipe_type])

@@ -7,6 +7,8 @@ writes and parses. Torch-free.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from edgetorch.backends.xnnpack.blob import CONSTANT_ALIGNMENT, XNNHeader, build_blob
 from edgetorch.backends.xnnpack.schema import FILE_IDENTIFIER, XNNGraph
 from edgetorch.format.flatbuffer import encode
@@ -14,6 +16,7 @@ from edgetorch.format.flatbuffer import encode
 __all__ = ["CONSTANT_TENSOR_ALIGNMENT", "XNNHeader", "convert_to_flatbuffer", "serialize_xnnpack_binary"]
 
 CONSTANT_TENSOR_ALIGNMENT = CONSTANT_ALIGNMENT
+_HEADER_BYTEORDER: Literal["little"] = "little"  # the byte order of the header's fields, as ExecuTorch names it
 
 
 def convert_to_flatbuffer(xnnpack_graph: XNNGraph) -> bytes:

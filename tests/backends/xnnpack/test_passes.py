@@ -1,0 +1,126 @@
+"""The XNNPACK graph passes at ExecuTorch's paths (``backends.xnnpack._passes``, ``backends.transforms``):
+each rewrite leaves the program computing what eager PyTorch computes, with the ops ExecuTorch's namesake
+leaves, and ``XNNPACKPassManager`` runs a list of them (or its default list) as ExecuTorch's does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from edgetorch.backends.transforms.remove_getitem_op import RemoveGetItemPass
+from edgetorch.backends.transforms.utils import get_param_tensor
+from edgetorch.backends.xnnpack._passes import (
+    ConvertToLinearPass,
+    FuseBatchNormPass,
+    XNNPACKPassManager,
+)
+from edgetorch.backends.xnnpack.utils.configs import get_xnnpack_edge_compile_config
+from edgetorch.errors import InvalidArgumentError
+from edgetorch.exir import to_edge
+from edgetorch.exir.dialects import to_aten
+
+
+def _edge(model: nn.Module, *inputs: torch.Tensor) -> torch.export.ExportedProgram:
+    program = torch.export.export(model.eval(), inputs)
+    return to_edge(program, compile_config=get_xnnpack_edge_compile_config()).exported_program()
+
+
+def _ops(program: torch.export.ExportedProgram) -> list[str]:
+    targets = [to_aten(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    return [t._opname if isinstance(t, torch._ops.OpOverload) else t.__name__ for t in targets]
+
+
+class ConvBN(nn.Module):
+    """A conv whose only reader is a batch norm (fusable), and the same conv read by an add (not fusable)."""
+
+    def __init__(self, transposed: bool, groups: int):
+        super().__init__()
+        conv = nn.ConvTranspose2d if transposed else nn.Conv2d
+        self.conv = conv(4, 4, 2, groups=groups)
+        self.bn = nn.BatchNorm2d(4)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 2)
+            self.bn.bias.uniform_(-1, 1)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        y = self.conv(y)
+        return self.bn(y + y)
+
+
+@pytest.mark.parametrize("transposed,groups", [(False, 1), (True, 1), (True, 2), (False, 2)])
+def test_fuse_batch_norm_folds_the_fusable_norm_into_new_parameters(transposed, groups):
+    torch.manual_seed(0)
+    model, x = ConvBN(transposed, groups), torch.randn(1, 4, 6, 6)
+    program = XNNPACKPassManager(_edge(model, x), [FuseBatchNormPass]).transform()
+    assert _ops(program).count("_native_batch_norm_legit_no_training") == 1
+    torch.testing.assert_close(program.module()(x), model(x), rtol=1e-5, atol=1e-5)
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    assert [s.arg.name for s in program.graph_signature.input_specs] == [p.name for p in placeholders]
+    fused = [p for p in placeholders if "fused_bn" in p.name]
+    assert len(fused) == 2 and all(get_param_tensor(program, p) is not None for p in fused)
+
+
+def test_fuse_batch_norm_folds_linear_and_drops_unused_weights():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5)).eval()
+    model[1].running_mean.uniform_(-1, 1)
+    x = torch.randn(4, 3)
+    program = XNNPACKPassManager(_edge(model, x), [ConvertToLinearPass, FuseBatchNormPass]).transform()
+    assert _ops(program) == ["linear"]
+    assert len(program.state_dict) == 2 + 1  # fused weight and bias, and the untouched num_batches_tracked buffer
+    torch.testing.assert_close(program.module()(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_convert_to_linear_rebuilds_linear_with_and_without_bias():
+    model = nn.Sequential(nn.Linear(6, 4), nn.Linear(4, 3, bias=False))
+    x = torch.randn(2, 5, 6)
+    program = XNNPACKPassManager(_edge(model, x), [ConvertToLinearPass]).transform()
+    ops = _ops(program)
+    assert ops.count("linear") == 2 and "addmm" not in ops and "mm" not in ops and "permute_copy" not in ops
+    torch.testing.assert_close(program.module()(x), model(x))
+
+
+def test_convert_to_linear_leaves_a_plain_matmul():
+    class MatMul(nn.Module):
+        def forward(self, a, b):
+            return a @ b.t()
+
+    a, b = torch.randn(3, 4), torch.randn(5, 4)
+    program = XNNPACKPassManager(_edge(MatMul(), a, b), [ConvertToLinearPass]).transform()
+    assert "linear" not in _ops(program)
+
+
+class MaxBoth(nn.Module):
+    def forward(self, x):
+        values, indices = torch.max(x, dim=1, keepdim=True)
+        return nn.functional.max_pool2d(x, 2), values, indices
+
+
+class MaxValues(nn.Module):
+    def forward(self, x):
+        return nn.functional.max_pool2d(x, 2), torch.max(x, dim=1)[0]
+
+
+def test_remove_getitem_keeps_ops_whose_indices_are_read():
+    x = torch.randn(1, 2, 4, 4)
+    program = XNNPACKPassManager(_edge(MaxBoth(), x), [RemoveGetItemPass]).transform()
+    assert _ops(program).count("max_pool2d") == 1 and "max" in _ops(program) and "amax" not in _ops(program)
+    values = XNNPACKPassManager(_edge(MaxValues(), x), [RemoveGetItemPass]).transform()
+    assert sorted(_ops(values)) == ["amax", "max_pool2d"]
+    for got, want in zip(values.module()(x), MaxValues()(x)):
+        torch.testing.assert_close(got, want)
+
+
+def test_pass_manager_default_list_and_refusal():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 2, 1), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(32, 3))
+    x = torch.randn(1, 2, 4, 4)
+    program = XNNPACKPassManager(_edge(model, x)).transform()
+    assert "linear" in _ops(program) and "_native_batch_norm_legit_no_training" not in _ops(program)
+    torch.testing.assert_close(program.module()(x), model.eval()(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(InvalidArgumentError, match="ExportPass classes"):
+        XNNPACKPassManager(program, [ConvertToLinearPass()]).transform()
