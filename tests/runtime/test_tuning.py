@@ -1,0 +1,150 @@
+"""Kernel choice by measuring the host (runtime/tuning.py): the decision rules, the on-disk cache (per host,
+corrupt or unwritable files), and the GEMM family's candidates computing the same result."""
+
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from edgetorch.runtime import policy, tuning
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """Tuning on, with an empty cache directory of its own."""
+    monkeypatch.setenv("EDGETORCH_CACHE_DIR", str(tmp_path))
+    tuning.forget()
+    with policy.using(tune=True, kernel_choices={}):
+        yield tmp_path
+    tuning.forget()
+
+
+def _candidates(calls, slow="slow"):
+    """Two candidates: ``slow`` sleeps 2 ms a call, the other returns at once; ``calls`` counts the calls."""
+
+    def build():
+        def fast():
+            calls["fast"] = calls.get("fast", 0) + 1
+
+        def sleepy():
+            calls[slow] = calls.get(slow, 0) + 1
+            import time
+
+            time.sleep(0.002)
+
+        return {"fast": fast, slow: sleepy}
+
+    return build
+
+
+def test_measures_once_then_reads_the_cache(cache):
+    calls = {}
+    first = tuning.choose("demo", "8x8", ["slow", "fast"], _candidates(calls))
+    assert (first.kernel, first.reason) == ("fast", tuning.MEASURED)
+    assert first.times["slow"] > first.times["fast"]
+    assert 2 <= calls["fast"] <= 1 + tuning.REPEATS
+    saved = json.loads((cache / tuning.FILE_NAME).read_text())
+    assert saved["format"] == tuning.FORMAT and len(saved["hosts"]) == 1
+    tuning.forget()  # a new process: read back from disk, nothing timed
+    calls.clear()
+    again = tuning.choose("demo", "8x8", ["slow", "fast"], _candidates(calls))
+    assert (again.kernel, again.reason, calls) == ("fast", tuning.CACHED, {})
+    assert "slow" in again.describe() and "cached" in again.describe()
+
+
+def test_off_fixed_only_and_budget(cache):
+    calls = {}
+    with policy.using(tune=False):
+        assert tuning.choose("demo", "a", ["slow", "fast"], _candidates(calls)).reason == tuning.POLICY_OFF
+    with policy.using(kernel_choices={"demo": "fast"}):
+        assert tuning.choose("demo", "a", ["slow", "fast"], _candidates(calls)).kernel == "fast"
+    with policy.using(kernel_choices={"demo:a": "slow", "demo": "fast"}):
+        d = tuning.choose("demo", "a", ["slow", "fast"], _candidates(calls))
+        assert (d.kernel, d.reason) == ("slow", tuning.FIXED)
+    assert tuning.choose("demo", "a", ["slow"], _candidates(calls)).reason == tuning.ONLY
+    assert calls == {}  # none of these timed anything
+    with tuning.loading():
+        tuning._BUDGET.local.spent = tuning.LOAD_SECONDS
+        d = tuning.choose("demo", "b", ["slow", "fast"], _candidates(calls))
+        assert (d.kernel, d.reason, calls) == ("slow", tuning.BUDGET, {})
+    with tuning.loading():  # the next load has its own budget
+        assert tuning.choose("demo", "b", ["slow", "fast"], _candidates(calls)).reason == tuning.MEASURED
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"format": 1, "hosts": {"x": {"k": {"a": "eval(1)"}}}}'])
+def test_corrupt_file_is_ignored_and_rewritten(cache, content):
+    (cache / tuning.FILE_NAME).write_text(content)
+    assert tuning.choose("demo", "c", ["slow", "fast"], _candidates({})).reason == tuning.MEASURED
+    saved = json.loads((cache / tuning.FILE_NAME).read_text())
+    assert any("demo|c" in decisions for decisions in saved["hosts"].values())
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs a directory the user cannot write")
+def test_unwritable_directory_keeps_decisions_in_memory(tmp_path, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    monkeypatch.setenv("EDGETORCH_CACHE_DIR", str(locked / "edgetorch"))
+    tuning.forget()
+    try:
+        with policy.using(tune=True):
+            calls = {}
+            assert tuning.choose("demo", "d", ["slow", "fast"], _candidates(calls)).reason == tuning.MEASURED
+            assert tuning.choose("demo", "d", ["slow", "fast"], _candidates(calls)).reason == tuning.CACHED
+    finally:
+        locked.chmod(stat.S_IRWXU)
+        tuning.forget()
+    assert not (locked / "edgetorch").exists()
+
+
+def test_cache_dir_order(monkeypatch, tmp_path):
+    monkeypatch.delenv("EDGETORCH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert tuning.cache_dir() == tmp_path / "edgetorch"
+    monkeypatch.setenv("EDGETORCH_CACHE_DIR", str(tmp_path / "own"))
+    assert tuning.cache_dir() == tmp_path / "own"
+    assert set(tuning.host()) >= {"cpu", "flags", "edgetorch", "numpy", "numba", "llvmlite"}
+
+
+def test_recording_names_the_node(cache):
+    with tuning.recording() as log:
+        tuning.choose("demo", "e", ["slow"], _candidates({}), where="node 3")
+    assert [(w, d.kernel, d.reason) for w, d in log] == [("node 3", "slow", tuning.ONLY)]
+
+
+@pytest.mark.parametrize("rows,k,n", [(1, 7, 5), (6, 16, 16), (13, 40, 33), (64, 96, 130)])
+@pytest.mark.parametrize("bias,act", [(False, (-np.inf, np.inf)), (True, (0.0, 6.0))])
+def test_gemm_candidates_agree(rows, k, n, bias, act):
+    from edgetorch.runtime.kernels import gemm
+
+    if not policy.compiled_tier():
+        pytest.skip("the packed GEMM needs the [fast] tier")
+    rng = np.random.default_rng(rows * k + n)
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    b = rng.standard_normal(n, dtype=np.float32) if bias else None
+    x = rng.standard_normal((rows, k), dtype=np.float32)
+    packed = gemm.PackedGemm(w, b, *act)
+    outs = {}
+    for name, weights in (("packed", None), ("sgemm", w), ("sgemm transposed view", np.asfortranarray(w))):
+        y = np.full((rows, n), np.nan, np.float32)
+        step = packed.step(x, y) if weights is None else gemm.sgemm_step(x, weights, b, *act, y)
+        step()
+        outs[name] = y
+    expected = np.clip(x.astype(np.float64) @ w + (0 if b is None else b), *act)
+    for name, y in outs.items():
+        np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4 * np.sqrt(k), err_msg=name)
+
+
+def test_choose_linear_measures_both(cache):
+    from edgetorch.runtime.kernels import gemm
+
+    if not policy.compiled_tier():
+        pytest.skip("the packed GEMM needs the [fast] tier")
+    w = np.ones((32, 48), np.float32)
+    d = gemm.choose_linear(gemm.PackedGemm(w, None), w, 24)
+    assert d.reason == tuning.MEASURED and set(d.times) == set(gemm.LINEAR_KERNELS)
+    assert d.kernel == min(d.times, key=d.times.get)
+    with policy.using(kernel_choices={"gemm": "sgemm"}):
+        assert gemm.choose_linear(gemm.PackedGemm(w, None), w, 24).kernel == "sgemm"
