@@ -9,7 +9,8 @@ overwrite), and gets a :class:`Decision` back.
 
 Bounded: candidates are timed on one thread (NumPy's BLAS and the compiled tier's split alike), alternately,
 the best of a few calls, for at most ``SHAPE_SECONDS`` a shape after one warm-up call each, and a program load
-(:func:`loading`) spends at most ``LOAD_SECONDS``; past it the default (the first name) runs. A shape with one
+(:func:`loading`) spends at most ``LOAD_SECONDS`` on the timed calls (not on the warm-ups, whose first one
+compiles a kernel once a process); past it the default (the first name) runs. A shape with one
 eligible candidate is not timed. With the policy's ``tune`` off the default runs, or the name the policy's
 ``kernel_choices`` fixes (tests use these, so their results never depend on timing).
 
@@ -117,18 +118,25 @@ def _decide(
         return Decision(family, key, min(names, key=cached.__getitem__), CACHED, MappingProxyType(cached))
     if _BUDGET.spent() >= LOAD_SECONDS:
         return Decision(family, key, names[0], BUDGET)
+    candidates = build()
+    with policy.using(threads=1), blas_threads.ONE_THREAD:
+        for run in candidates.values():  # the warm-up (a first call compiles): not charged to the load
+            run()
     with _BUDGET.counting():
-        times = measure(build())
+        times = measure(candidates, warm_up=False)
     _CACHE.put(family, key, times)
     return Decision(family, key, min(names, key=times.__getitem__), MEASURED, MappingProxyType(times))
 
 
-def measure(candidates: Mapping[str, Callable[[], object]], seconds: float = SHAPE_SECONDS) -> dict[str, float]:
+def measure(
+    candidates: Mapping[str, Callable[[], object]], seconds: float = SHAPE_SECONDS, warm_up: bool = True
+) -> dict[str, float]:
     """Each candidate's best time (seconds) over up to ``REPEATS`` calls taken in turn, after one warm-up
-    call each (compiles, pages in the operands), stopping once ``seconds`` have passed; on one thread."""
+    call each (compiles, pages in the operands) unless ``warm_up`` is False, stopping once ``seconds`` have
+    passed; on one thread."""
     with policy.using(threads=1), blas_threads.ONE_THREAD:
         start = time.perf_counter()
-        for run in candidates.values():
+        for run in candidates.values() if warm_up else ():
             run()
         best = dict.fromkeys(candidates, math.inf)
         for _ in range(REPEATS):
