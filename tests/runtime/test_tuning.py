@@ -148,3 +148,42 @@ def test_choose_linear_measures_both(cache):
     assert d.kernel == min(d.times, key=d.times.get)
     with policy.using(kernel_choices={"gemm": "sgemm"}):
         assert gemm.choose_linear(gemm.PackedGemm(w, None), w, 24).kernel == "sgemm"
+
+
+@pytest.mark.parametrize("kind", ["qc8w", "qb4w"])
+@pytest.mark.parametrize("rows", [1, 5, 24])
+def test_qgemv_candidates_agree(kind, rows):
+    """The integer GEMV and sgemm on the dequantized weights, the two candidates of a dynamically quantized
+    fully connected, compute the same layer."""
+    from edgetorch.backends.xnnpack import qgemv
+
+    if not policy.compiled_tier():
+        pytest.skip("the integer GEMV needs the [fast] tier")
+    rng = np.random.default_rng(rows)
+    n, k, block = 48, 64, 32
+    bias = rng.standard_normal(n, dtype=np.float32)
+    if kind == "qc8w":
+        w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+        wscale = rng.uniform(0.001, 0.01, n).astype(np.float32)
+        layer = qgemv.IntegerLinear.qc8w(w, wscale, bias)
+        dense = w.astype(np.float64) * wscale[:, None]
+    else:
+        codes = rng.integers(0, 16, (n, k)).astype(np.uint8)
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+        scales = rng.uniform(0.001, 0.01, (n, k // block)).astype(np.float32)
+        layer = qgemv.IntegerLinear.qb4w(packed, scales, block, n, k, bias)
+        dense = (codes.astype(np.float64) - 8) * np.repeat(scales, block, axis=1)
+    assert layer is not None
+    xc = rng.integers(-128, 128, (rows, k)).astype(np.float32)
+    xscale = rng.uniform(0.01, 0.02, (rows, 1)).astype(np.float32)
+    gemv, sgemm = np.empty((rows, n), np.float32), np.empty((rows, n), np.float32)
+    for step in layer.steps(xc, xscale, gemv, -np.inf, np.inf):
+        step()
+    layer.matmul(np.hstack([xc * xscale, np.ones((rows, 1), np.float32)]), sgemm)
+    expected = (xc * xscale) @ dense.T + bias
+    np.testing.assert_allclose(gemv, expected, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(sgemm, expected, rtol=1e-4, atol=1e-3)
+    with policy.using(tune=True, kernel_choices={"qgemv": "sgemm"}):
+        assert not layer.uses_gemv(1)
+    with policy.using(tune=False):
+        assert layer.uses_gemv(rows) == (rows <= layer.max_rows)
