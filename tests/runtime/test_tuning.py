@@ -187,3 +187,22 @@ def test_qgemv_candidates_agree(kind, rows):
         assert not layer.uses_gemv(1)
     with policy.using(tune=False):
         assert layer.uses_gemv(rows) == (rows <= layer.max_rows)
+
+
+def test_choose_linear_times_part_of_a_large_product(cache, monkeypatch):
+    from edgetorch.runtime.kernels import gemm
+
+    if not policy.compiled_tier():
+        pytest.skip("the packed GEMM needs the [fast] tier")
+    monkeypatch.setattr(gemm, "TUNE_MACS", 6 * 32 * 40)
+    w = np.ones((32, 100), np.float32)
+    shapes = []
+    real = gemm.PackedGemm.step
+
+    def step(self, x2, y2):
+        shapes.append(y2.shape)
+        return real(self, x2, y2)
+
+    monkeypatch.setattr(gemm.PackedGemm, "step", step)
+    d = gemm.choose_linear(gemm.PackedGemm(w, None), w, 6)
+    assert d.key == "6x32x100" and shapes == [(6, 32)]  # 40 channels rounded down to whole panels

@@ -292,6 +292,7 @@ class PackedGemm:
 
 
 LINEAR_KERNELS = ("packed", "sgemm")
+TUNE_MACS = 16_000_000  # largest product choose_linear times in full
 
 
 def sgemm_step(
@@ -315,13 +316,17 @@ def _all(steps: list[Callable[[], Any]]) -> None:
 def choose_linear(packed: PackedGemm, w: np.ndarray, rows: int, where: str = "") -> tuning.Decision:
     """Which of ``LINEAR_KERNELS`` computes ``rows`` rows of the layer ``packed`` holds (``w`` [K, N]: its
     weights as sgemm would read them), by the host's measurement (runtime/tuning.py); the packed GEMM unless
-    measured slower. Both are timed on random inputs of the shape, with the layer's bias and clamp."""
+    measured slower. Both are timed on random inputs of the shape, with the layer's bias and clamp; a product
+    of more than ``TUNE_MACS`` multiply-adds on its first output channels only (a whole number of panels, at
+    least one), so that a language model's head is not run in full four times at load."""
 
     def candidates() -> dict[str, Callable[[], object]]:
         x = np.random.default_rng(0).standard_normal((rows, packed.k), dtype=np.float32)
-        y = np.empty((rows, packed.n), np.float32)
-        bias = packed.bias[: packed.n] if packed.has_bias else None
-        return {"packed": packed.step(x, y), "sgemm": sgemm_step(x, w, bias, packed.lo, packed.hi, y)}
+        n = min(packed.n, max(WIDTH, TUNE_MACS // max(1, rows * packed.k) // WIDTH * WIDTH))
+        part = packed if n == packed.n else PackedGemm(w[:, :n], packed.bias[:n], packed.lo, packed.hi)
+        y = np.empty((rows, n), np.float32)
+        bias = packed.bias[:n] if packed.has_bias else None
+        return {"packed": part.step(x, y), "sgemm": sgemm_step(x, w[:, :n], bias, packed.lo, packed.hi, y)}
 
     return tuning.choose("gemm", f"{rows}x{packed.k}x{packed.n}", LINEAR_KERNELS, candidates, where)
 
