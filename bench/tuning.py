@@ -7,6 +7,9 @@ run in turn, ``--pairs`` times (alternate A/B), and the table gives each one's m
 recorded before each round.
 
     .venv/bin/python bench/tuning.py [--models gpt2,mlp] [--pairs 3] [--runs 3] [--workdir DIR]
+
+``--gemm`` instead prints, for bench/gemm.py's shapes (with a ReLU6 clamp and a bias), what tuning measures on
+this host (one thread, an empty cache): each candidate's time and the one chosen.
 """
 
 from __future__ import annotations
@@ -91,6 +94,32 @@ def measure(path: pathlib.Path, config: str, cache: pathlib.Path, runs: int) -> 
     return json.loads(out.strip().splitlines()[-1])
 
 
+def gemm_table() -> None:
+    """The decisions tuning takes for bench/gemm.py's shapes, timed now (an empty cache in a temporary dir)."""
+    import numpy as np
+
+    from bench.gemm import SHAPES
+    from edgetorch.runtime import policy, tuning
+    from edgetorch.runtime.kernels import gemm
+
+    rng = np.random.default_rng(0)
+    print(f"load average (1 min): {os.getloadavg()[0]:.1f}; one thread; us a call (best of tuning's calls)")
+    print("| M x K x N | N timed | packed | sgemm | chosen | packed / chosen |")
+    print("|---|---|---|---|---|---|")
+    ratios = []
+    with tempfile.TemporaryDirectory() as cache, policy.using(tune=True, kernel_choices={}):
+        os.environ["EDGETORCH_CACHE_DIR"] = cache
+        tuning.forget()
+        for m, k, n in SHAPES:
+            w = rng.standard_normal((k, n), dtype=np.float32)
+            d = gemm.choose_linear(gemm.PackedGemm(w, rng.standard_normal(n, dtype=np.float32), 0.0, 6.0), w, m)
+            packed, sgemm = d.times["packed"], d.times["sgemm"]
+            ratios.append(packed / min(packed, sgemm))
+            timed = min(n, max(gemm.WIDTH, gemm.TUNE_MACS // (m * k) // gemm.WIDTH * gemm.WIDTH))
+            print(f"| {m}x{k}x{n} | {timed} | {packed * 1e6:.0f} | {sgemm * 1e6:.0f} | {d.kernel} | {ratios[-1]:.2f} |")
+    print(f"geomean packed / chosen: {statistics.geometric_mean(ratios):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt2")
@@ -99,7 +128,11 @@ def main() -> None:
     parser.add_argument("--workdir", default=str(pathlib.Path(tempfile.gettempdir()) / "edgetorch-bench-tuning"))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
+    parser.add_argument("--gemm", action="store_true", help="tuning's decisions on bench/gemm.py's shapes")
     args = parser.parse_args()
+    if args.gemm:
+        gemm_table()
+        return
     if args.export:
         export_child(args.export.split(","), pathlib.Path(args.workdir))
         return
