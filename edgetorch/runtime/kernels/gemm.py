@@ -323,10 +323,11 @@ def choose_linear(packed: PackedGemm, w: np.ndarray, rows: int, where: str = "")
     def candidates() -> dict[str, Callable[[], object]]:
         x = np.random.default_rng(0).standard_normal((rows, packed.k), dtype=np.float32)
         n = min(packed.n, max(WIDTH, TUNE_MACS // max(1, rows * packed.k) // WIDTH * WIDTH))
-        part = packed if n == packed.n else PackedGemm(w[:, :n], packed.bias[:n], packed.lo, packed.hi)
+        lo, hi = float(packed.lo), float(packed.hi)
+        part = packed if n == packed.n else PackedGemm(w[:, :n], packed.bias[:n], lo, hi)
         y = np.empty((rows, n), np.float32)
         bias = packed.bias[:n] if packed.has_bias else None
-        return {"packed": part.step(x, y), "sgemm": sgemm_step(x, w[:, :n], bias, packed.lo, packed.hi, y)}
+        return {"packed": part.step(x, y), "sgemm": sgemm_step(x, w[:, :n], bias, lo, hi, y)}
 
     return tuning.choose("gemm", f"{rows}x{packed.k}x{packed.n}", LINEAR_KERNELS, candidates, where)
 
