@@ -31,6 +31,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _split_always():
+    """Kernels split whenever they have threads (the runtime's default times both variants per call site and
+    may run either, so a test of the parallel variant's results could silently run the serial one). The
+    choice itself is tested in tests/runtime/test_split_choice.py, with ``split_adapts=True``."""
+    from edgetorch.runtime import policy
+
+    with policy.using(split_adapts=False):
+        yield
+
+
 @pytest.fixture
 def kernel_threads():
     """``compiled.set_num_threads`` for one test; the policy in force before comes back after."""

@@ -76,6 +76,127 @@ def _give_cores_back() -> None:
 _give_cores_back()
 
 
+class TrialBudget:
+    """The time that trials of splitting may lose, process-wide: each trial of a parallel variant that took
+    longer than its site's serial one adds the difference, which is paid back at :attr:`RATE` of the wall
+    time; no parallel trial starts while more than :attr:`BURST_NS` is owed. On a quiet machine a split that
+    wins owes nothing; on a busy one, where a split can wait milliseconds for a descheduled thread, the many
+    call sites of a model (an LLM has hundreds) cannot spend more than a few percent of the run finding out."""
+
+    RATE = 0.05
+    BURST_NS = 2_000_000
+
+    __slots__ = ("owed", "last")
+
+    def __init__(self) -> None:
+        self.owed = 0.0
+        self.last = 0
+
+    def allows(self, now_ns: int) -> bool:
+        """Whether a parallel trial may start at ``now_ns`` (a monotonic clock in nanoseconds)."""
+        self._repay(now_ns)
+        return self.owed < self.BURST_NS
+
+    def spend(self, lost_ns: float, now_ns: int) -> None:
+        """A parallel trial ending at ``now_ns`` took ``lost_ns`` longer than the serial variant."""
+        self._repay(now_ns)
+        self.owed += max(lost_ns, 0.0)
+
+    def _repay(self, now_ns: int) -> None:
+        if now_ns > self.last:
+            self.owed = max(0.0, self.owed - (now_ns - self.last) * self.RATE)
+            self.last = now_ns
+
+
+TRIAL_BUDGET = TrialBudget()
+
+
+class SplitChoice:
+    """Whether one kernel call site that may split (``compiled.split``) runs its parallel or its serial
+    variant, decided from how long each took there: both are timed in turn at first (serial first), then the
+    faster one runs and the other is tried again now and then, less often each time it still loses. A split
+    whose threads cannot all run at once (a busy neighbour, a loaded machine) waits at its barrier for a
+    descheduled thread and takes longer than the serial loop; the site then stops splitting until a later
+    trial finds the threads fast again. Splitting must win by :attr:`MARGIN`, since its threads take cores
+    others may want, and parallel trials draw on a :class:`TrialBudget` shared by every site.
+
+    Pure bookkeeping, no clock of its own: the caller passes the clock and each call's duration in nanoseconds
+    (so the decision logic is tested without timing anything)."""
+
+    TRIALS = 2
+    """Timed calls of each variant before the first choice (after one untimed call each: its first call may
+    compile or load the kernel)."""
+    MARGIN = 0.9
+    """Split only where the parallel variant takes at most this fraction of the serial one."""
+    FIRST_INTERVAL = 32
+    """Calls between a trial of the losing variant and the next, after a switch; doubled after each trial that
+    does not change the choice, up to :attr:`MAX_INTERVAL`."""
+    MAX_INTERVAL = 512
+
+    __slots__ = ("samples", "estimate", "parallel", "interval", "countdown", "trying", "budget")
+
+    def __init__(self, budget: TrialBudget | None = None) -> None:
+        self.samples: tuple[list[int], list[int]] = ([], [])  # calls while exploring: serial, parallel
+        self.estimate = [0.0, 0.0]  # ns a call, serial and parallel, once explored
+        self.parallel = True  # the variant chosen
+        self.interval = self.FIRST_INTERVAL
+        self.countdown = -1  # calls until the next trial; -1 while exploring
+        self.trying = False  # this call is a trial of the losing variant
+        self.budget = TRIAL_BUDGET if budget is None else budget
+
+    def next_parallel(self, now_ns: int = 0) -> bool:
+        """Whether the call starting at ``now_ns`` should run the parallel variant."""
+        if self.countdown < 0:  # exploring: the variant with fewer calls so far, serial first
+            serial, parallel = self.samples
+            return len(parallel) < len(serial) and self.budget.allows(now_ns)
+        if self.countdown == 0 and (self.parallel or self.budget.allows(now_ns)):
+            self.trying = True
+            return not self.parallel
+        return self.parallel
+
+    def record(self, parallel: bool, ns: int, now_ns: int = 0) -> None:
+        """The call that just ran ``parallel`` (or serial) took ``ns`` nanoseconds, ending at ``now_ns``."""
+        if self.countdown < 0:
+            mine = self.samples[parallel]
+            if len(mine) <= self.TRIALS:
+                mine.append(ns)
+            else:  # serial calls while the budget holds parallel trials back: keep the fastest
+                mine[-1] = min(mine[-1], ns)
+            if parallel:  # a first call may compile: what it may owe is capped
+                lost = ns - min(self.samples[0][1:] or self.samples[0])
+                self.budget.spend(lost if len(mine) > 1 else min(lost, self.budget.BURST_NS), now_ns)
+            if min(map(len, self.samples)) > self.TRIALS:  # the first call of each is not counted
+                self.estimate = [float(min(s[1:])) for s in self.samples]
+                self.samples = ([], [])
+                self.parallel = self._parallel_wins()
+                self.countdown = self.interval
+            return
+        if self.trying:  # the loser's trial: a faster time is believed at once, a slower one halfway
+            self.trying = False
+            if parallel:
+                self.budget.spend(ns - self.estimate[0], now_ns)
+            old = self.estimate[parallel]
+            self.estimate[parallel] = float(ns) if ns < old else (old + ns) / 2
+            if self._parallel_wins() != self.parallel:
+                self._switch()
+            else:
+                self.interval = min(2 * self.interval, self.MAX_INTERVAL)
+                self.countdown = self.interval
+            return
+        self.estimate[parallel] += (ns - self.estimate[parallel]) / 8
+        self.countdown = max(self.countdown - 1, 0)  # stays due while the budget holds a parallel trial back
+        if self._parallel_wins() != self.parallel:
+            self._switch()
+
+    def _parallel_wins(self) -> bool:
+        return self.estimate[1] <= self.MARGIN * self.estimate[0]
+
+    def _switch(self) -> None:
+        self.parallel = not self.parallel
+        self.interval = self.FIRST_INTERVAL
+        self.countdown = self.interval
+
+
 _MAX_ROWS = MappingProxyType({("qc8w", False): 32, ("qc8w", True): 16, ("qb4w", False): 16, ("qb4w", True): 8})
 
 
@@ -101,6 +222,9 @@ class Policy:
     """Bytes of transformed inputs one block of Winograd's convolution holds."""
     gemv_split_macs: int = 300_000
     """Multiply-adds from which an integer GEMV of the XNNPACK delegate splits over threads."""
+    split_adapts: bool = True
+    """Each call site that may split times its parallel and serial variants and runs the faster
+    (:class:`SplitChoice`); off: it splits whenever it has more than one thread, as before."""
     gemv_wide: int = 2048
     """Output channels from which a 4-bit weight's bytes are grouped over all channels, not 64."""
     gemv_float_budget: int = 16 << 20

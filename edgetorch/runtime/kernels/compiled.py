@@ -107,23 +107,55 @@ def _threading_layer() -> str | None:
 
 
 def split(serial: Any, parallel: Any, limit: int) -> None:
-    """Run ``parallel(parts)`` with a part a thread (at most ``limit`` parts), or ``serial()`` with one thread
-    (:func:`get_num_threads`) or when numba's threading layer is its workqueue (``SPLITS``): the one way the
+    """Run ``parallel(parts)`` with a part a thread (at most ``limit`` parts), or ``serial()``: the one way the
     kernels that split their work (gemm.py, the XNNPACK delegate's depthwise convolution and integer GEMVs)
-    decide at each call.
+    decide at each call. Serial with one thread (:func:`get_num_threads`) or when numba's threading layer is its
+    workqueue (``SPLITS``); otherwise, under the policy's ``split_adapts``, whichever variant has been faster at
+    this call site (a :class:`~edgetorch.runtime.policy.SplitChoice` kept on ``parallel``): on a busy machine a
+    split waits for threads the OS has descheduled and the site runs serially until a later trial finds the
+    threads fast again, so that N threads are not slower than one.
 
     numba's own thread count is left alone: calling ``numba.set_num_threads`` with the parts (to wake no more of
     its threads than there are parts, on a machine of many cores) made SmolLM2's decode slower on 2 cores,
     though it set the count numba had (docs/benchmarks.md, "Figures behind the code")."""
     global SPLITS
-    threads = get_num_threads()
+    mode = policy.current()
+    threads = mode.thread_count()
     if threads < 2 or SPLITS is False:
         serial()
         return
-    parallel(min(threads, limit))
+    choice = _choice(parallel) if mode.split_adapts else None
+    if choice is None:
+        parallel(min(threads, limit))
+    else:
+        start = time.perf_counter_ns()
+        parallel_now = choice.next_parallel(start)
+        if parallel_now:
+            parallel(min(threads, limit))
+        else:
+            serial()
+        end = time.perf_counter_ns()
+        choice.record(parallel_now, end - start, end)
+        if not parallel_now:
+            return
     if SPLITS is None:  # the first parallel loop of the process chose numba's layer
         layer = _threading_layer()
         SPLITS = None if layer is None else layer != "workqueue"
+
+
+def _choice(parallel: Any) -> policy.SplitChoice | None:
+    """The call site's record, kept as an attribute of its ``parallel`` callable (a bound ``partial``, one per
+    site, which dies with the site); None where the callable takes no attributes (the site then always splits)."""
+    try:
+        return parallel.edgetorch_split  # type: ignore[no-any-return]
+    except AttributeError:
+        pass
+    choice = policy.SplitChoice()
+    try:
+        parallel.edgetorch_split = choice
+    except (AttributeError, TypeError):
+        return None
+    return choice
 
 
 def split_step(serial: Any, parallel: Any, args: tuple, limit: int, worth: bool) -> Any:
@@ -155,8 +187,28 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 
         if not COMPILING.listening:
             COMPILING.listen(numba.core.event)
-        got = _compiled[name] = numba.njit(cache=True, nogil=True, **options)(fn)
+        try:
+            got = numba.njit(cache=True, nogil=True, **options)(fn)
+        except RuntimeError:  # no writable cache location (read-only install, no home, NUMBA_CACHE_DIR unusable)
+            _no_cache_notice()
+            got = numba.njit(nogil=True, **options)(fn)
+        _compiled[name] = got
     return got
+
+
+_told_no_cache = False
+
+
+def _no_cache_notice() -> None:
+    global _told_no_cache
+    if not _told_no_cache:
+        _told_no_cache = True
+        print(
+            "edgetorch: numba found no writable cache directory; the fast tier's kernels are compiled again in "
+            "every process (set NUMBA_CACHE_DIR to a writable directory to keep them)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def kernel_if_loaded(name: str) -> Any:
