@@ -206,3 +206,36 @@ def test_choose_linear_times_part_of_a_large_product(cache, monkeypatch):
     monkeypatch.setattr(gemm.PackedGemm, "step", step)
     d = gemm.choose_linear(gemm.PackedGemm(w, None), w, 6)
     assert d.key == "6x32x100" and shapes == [(6, 32)]  # 40 channels rounded down to whole panels
+
+
+@pytest.mark.parametrize("delegated", [False, True], ids=["portable", "xnnpack"])
+def test_programs_agree_whichever_kernel_each_layer_runs(delegated, cache):
+    """A linear program loaded with every layer's choice fixed to each candidate, and once measured: same
+    results as eager within float32 rounding, and the decisions are the ones asked for."""
+    torch = pytest.importorskip("torch")
+    from edgetorch.exir import to_edge, to_edge_transform_and_lower
+    from edgetorch.runtime import Runtime
+    from edgetorch.runtime.kernels import gemm
+
+    if not policy.compiled_tier():
+        pytest.skip("the packed GEMM needs the [fast] tier")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(), torch.nn.Linear(40, 8)).eval()
+    x = torch.randn(10, 24)
+    ep = torch.export.export(model, (x,))
+    if delegated:
+        from edgetorch.backends.xnnpack import XnnpackPartitioner
+
+        pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    else:
+        pte = to_edge(ep).to_executorch().buffer
+    want = model(x).detach().numpy()
+    for choices in ({"gemm": "packed"}, {"gemm": "sgemm"}, {}):
+        with policy.using(kernel_choices=choices), tuning.recording() as log:
+            method = Runtime.get().load_program(pte).load_method("forward")
+            got = method.execute([x.numpy()])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert len(log) == 2 and all(d.family == "gemm" and d.key.startswith("10x") for _, d in log)
+        expected = {choices["gemm"]} if choices else set(gemm.LINEAR_KERNELS)
+        assert {d.kernel for _, d in log} <= expected
+        assert all(d.reason == (tuning.FIXED if choices else tuning.MEASURED) for _, d in log)
