@@ -50,6 +50,7 @@ REPEATS = 5
 FORMAT = 1
 MAX_HOSTS = 8  # host entries one file keeps (a home directory shared between machines)
 FILE_NAME = "kernels.json"
+CPUINFO = "/proc/cpuinfo"
 
 MEASURED, CACHED, ONLY, POLICY_OFF, FIXED, BUDGET = (
     "measured",
@@ -210,23 +211,21 @@ def cache_dir() -> Path:
 
 
 def _cpu() -> tuple[str, str]:
-    """The CPU model and its ISA flags (sorted, space-separated) from /proc/cpuinfo; the platform's names
+    """The CPU model and its ISA flags (sorted, space-separated) from the first processor of /proc/cpuinfo
+    (x86's ``model name`` and ``flags``, Arm's ``CPU part`` and ``Features``); the platform's names
     elsewhere."""
-    model, flags = platform.processor() or platform.machine(), ""
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as f:
             for line in f:
+                if not line.strip() and fields:
+                    break  # the first processor's block ends
                 name, _, value = line.partition(":")
-                name = name.strip()
-                if name in ("model name", "Model", "CPU part") and model in ("", platform.processor()):
-                    model = value.strip()
-                elif name in ("flags", "Features") and not flags:
-                    flags = " ".join(sorted(value.split()))
-                if line.strip() == "" and flags:
-                    break
+                fields.setdefault(name.strip(), value.strip())
     except OSError:
         pass
-    return model, flags
+    model = fields.get("model name") or fields.get("CPU part") or platform.processor() or platform.machine()
+    return model, " ".join(sorted((fields.get("flags") or fields.get("Features") or "").split()))
 
 
 def _version(package: str) -> str:

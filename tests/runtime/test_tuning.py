@@ -239,3 +239,14 @@ def test_programs_agree_whichever_kernel_each_layer_runs(delegated, cache):
         expected = {choices["gemm"]} if choices else set(gemm.LINEAR_KERNELS)
         assert {d.kernel for _, d in log} <= expected
         assert all(d.reason == (tuning.FIXED if choices else tuning.MEASURED) for _, d in log)
+
+
+def test_host_reads_the_first_processor(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    block = "processor\t: {}\nmodel name\t: Example CPU {}\nflags\t\t: sse2 avx2 fma{}\n\n"
+    info.write_text(block.format(0, 1, "") + block.format(1, 2, " avx512f"))
+    monkeypatch.setattr(tuning, "CPUINFO", str(info))
+    assert tuning._cpu() == ("Example CPU 1", "avx2 fma sse2")
+    first = tuning.host()
+    info.write_text(block.format(0, 1, " avx512f"))  # another ISA: another host key
+    assert tuning.host()["flags"] != first["flags"] and tuning.host()["cpu"] == first["cpu"]
