@@ -9,6 +9,10 @@ import os
 
 import pytest
 
+# Kernel choice by timing (runtime/tuning.py) stays off in tests, so results never depend on the host's
+# timings; tests of tuning turn it on with their own cache directory.
+os.environ.setdefault("EDGETORCH_TUNE", "0")
+
 
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", help="also run the tests marked slow")

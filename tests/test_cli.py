@@ -1,5 +1,6 @@
 """The edgetorch command: export, inspect, run; one-line errors with exit code 1."""
 
+import os
 import re
 import subprocess
 import sys
@@ -30,6 +31,13 @@ def test_export_inspect_run(tmp_path):
     assert r.returncode == 0 and "aten::addmm.out" in r.stdout and "planned memory id 1" in r.stdout
     r = _cli("inspect", str(pte), "--instructions")
     assert r.returncode == 0 and re.search(r"\n +0  %\d+ = aten::\w+\.out\(.*\)  \[arena 1 @ \d+, ", r.stdout), r.stdout
+    env = dict(os.environ, EDGETORCH_TUNE="1", EDGETORCH_CACHE_DIR=str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "edgetorch", "inspect", str(pte), "--kernels"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and "kernels: compiled tier" in r.stdout, r.stderr[-2000:]
+    if "compiled tier on" in r.stdout:  # the two linear layers choose between the packed GEMM and sgemm
+        assert len(re.findall(r"instruction \d+: gemm 3x(4x8|8x2) -> (packed|sgemm) \(measured: ", r.stdout)) == 2
+        assert (tmp_path / "cache" / "kernels.json").exists()
     np.save(tmp_path / "x.npy", np.ones((3, 4), np.float32))
     r = _cli("run", str(pte), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y"))
     assert r.returncode == 0, r.stderr

@@ -2,6 +2,8 @@
 
 ``--memory-plot out.png`` also draws the memory plan (one panel per memory id; needs matplotlib) and
 ``--html out.html`` writes the program as a self-contained page with its graph (see ``edgetorch.devtools``).
+``--kernels`` loads every method and prints, for each layer with a choice of kernels, the one chosen and why
+(measured on this host, read from the cache, the only candidate, tuning off): see ``edgetorch.runtime.tuning``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ def register(sub: Any) -> None:
     )
     inspect.add_argument("--memory-plot", metavar="OUT.png", help="draw the memory plan: tensors over instructions")
     inspect.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML view of the program's graph")
+    inspect.add_argument(
+        "--kernels", action="store_true", help="load each method and print the kernel each layer runs and why"
+    )
     inspect.set_defaults(func=cmd_inspect)
 
 
@@ -69,6 +74,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"  segment {i}: offset {seg.offset}, {seg.size} bytes")
     for nd in prog.named_data or []:
         print(f"  named data {nd.key!r} -> segment {nd.segment_index}")
+    if args.kernels:
+        _print_kernels(program, [program.get_method_name(i) for i in range(program.num_methods)])
     if args.memory_plot:
         from edgetorch.devtools.memory_plan import plot_memory_timeline
 
@@ -80,3 +87,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         save_program_html(program, args.html, title=args.program)
         print(f"wrote HTML view {args.html}")
     return EXIT_OK
+
+
+def _print_kernels(program: Any, names: list[str]) -> None:
+    """Each method loaded, with the kernel decisions its load took (runtime/tuning.py)."""
+    from edgetorch.runtime import policy, tuning
+
+    current = policy.current()
+    tier = "on" if policy.compiled_tier() else "off (NumPy kernels only: products run sgemm)"
+    print(f"\nkernels: compiled tier {tier}; tuning {'on' if current.tune else 'off (EDGETORCH_TUNE=0)'}")
+    if current.tune:
+        print(f"  decisions cached in {tuning.cache_dir() / tuning.FILE_NAME}")
+    for name in names:
+        with tuning.recording() as log:
+            program.load_method(name)
+        print(f"  method {name!r}: {len(log)} choice{'s' if len(log) != 1 else ''}")
+        for where, decision in log:
+            print(f"    {where or '-'}: {decision.family} {decision.key} -> {decision.describe()}")

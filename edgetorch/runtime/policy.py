@@ -236,13 +236,21 @@ class Policy:
     """Most input rows the integer GEMV kernels take, by (weight kind, float32 copies kept); sgemm beyond: the
     row counts up to which each kernel beat the sgemm on every shape measured (bench/qgemv_ab.py --gemv). All
     0: every node as before the GEMV."""
+    tune: bool = True
+    """Choose among candidate kernels by timing them on this host when a program loads, the decisions cached on
+    disk (runtime/tuning.py; off: ``EDGETORCH_TUNE=0``, and the thresholds above decide)."""
+    kernel_choices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Fixed decisions that override tuning: ``"family"`` or ``"family:key"`` (e.g. ``"gemm"``,
+    ``"gemm:64x128x256"``) -> the kernel's name, for tests and benchmarks that must not depend on timing."""
 
     def thread_count(self) -> int:
         """:attr:`threads`, or the default when unset."""
         return self.threads if self.threads is not None else _default_threads()
 
 
-_current = Policy(compiled=os.environ.get("EDGETORCH_FAST", "1") != "0")
+_current = Policy(
+    compiled=os.environ.get("EDGETORCH_FAST", "1") != "0", tune=os.environ.get("EDGETORCH_TUNE", "1") != "0"
+)
 _numba: bool | None = None  # None: not tried; then whether numba imported
 
 

@@ -19,6 +19,7 @@ from edgetorch.format.flatbuffer import FlatbufferError
 from edgetorch.format.program import ScalarType
 from edgetorch.format.ptd import load_ptd
 from edgetorch.format.pte import FormatError, PteFile, load_pte
+from edgetorch.runtime import tuning
 from edgetorch.runtime.backends import BackendRegistry
 from edgetorch.runtime.bundled import bundled_expected_outputs, bundled_inputs, get_program_data, verify_outputs
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
@@ -442,7 +443,8 @@ class Program:
         tracer = event_tracer if event_tracer is not None else self.etdump
         start = clock_ns()
         try:
-            executor = MethodExecutor(plan, self, self.max_memory, elide=tracer is None)
+            with tuning.loading():  # kernel choices timed while the method loads share one budget
+                executor = MethodExecutor(plan, self, self.max_memory, elide=tracer is None)
         except (FormatError, FlatbufferError) as e:
             raise ProgramLoadError(str(e)) from None
         method = Method(executor, self.metadata(name), seed)

@@ -347,7 +347,7 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         epilogue = _rows(plan, "bias_add", product, b, residual.reshape(product.shape), y.reshape(product.shape))
     else:
         raise _NoMatch
-    matmul = _packed(plan, lhs, w, product) or partial(np.matmul, lhs, rhs, out=product)
+    matmul = _packed(plan, lhs, w, product, pc=pc) or partial(np.matmul, lhs, rhs, out=product)
     assert epilogue is not None  # the tier is usable (checked above)
 
     def linear() -> None:
@@ -358,10 +358,11 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
 
 
 def _packed(
-    plan: _StaticPlan, lhs: np.ndarray, w: int, out: np.ndarray, bias: np.ndarray | None = None
+    plan: _StaticPlan, lhs: np.ndarray, w: int, out: np.ndarray, bias: np.ndarray | None = None, pc: int = -1
 ) -> Callable | None:
-    """The packed GEMM's step ``out = lhs @ w + bias`` when value ``w`` is a 2-D float32 constant and the
-    method's packing budget allows; else None (the caller keeps sgemm)."""
+    """The step ``out = lhs @ w + bias`` when value ``w`` is a 2-D float32 constant and the method's packing
+    budget allows: the packed GEMM, or sgemm where the host measured it faster (gemm.choose_linear); else None
+    (the caller keeps sgemm)."""
     try:
         rhs = _constant(plan.ex, w)
     except _NoMatch:
@@ -374,8 +375,11 @@ def _packed(
         return None
     if not compiled.flat_float32(out):
         return None
+    packed = gemm.PackedGemm(rhs, bias)
+    if gemm.choose_linear(packed, rhs, lhs.shape[0], f"instruction {pc}").kernel != "packed":
+        return gemm.sgemm_step(lhs, rhs, bias, -np.inf, np.inf, out)
     plan.threaded = True
-    return gemm.PackedGemm(rhs, bias).step(lhs, out)
+    return packed.step(lhs, out)
 
 
 def _rows(plan: _StaticPlan, name: str, *args: Any) -> Callable | None:
@@ -431,7 +435,7 @@ def _packed_linear(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     (product,) = _flat_f32(ex, out)
     if b is not None and b.size != product.shape[-1]:
         raise _NoMatch
-    step = _packed(plan, lhs, w, product, b)
+    step = _packed(plan, lhs, w, product, b, pc)
     if step is None:
         raise _NoMatch
     return 1, step
@@ -461,7 +465,7 @@ def _expanded_linear(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     (k, n), rows = weight.shape, xa.size // max(1, weight.shape[0])
     if xa.ndim != 3 or xa.shape[-1] != k or ya.shape != xa.shape[:-1] + (n,) or np.shares_memory(xa, ya):
         raise _NoMatch
-    step = _packed(plan, xa.reshape(rows, k), w, ya.reshape(rows, n))
+    step = _packed(plan, xa.reshape(rows, k), w, ya.reshape(rows, n), pc=pc)
     if step is None:
         raise _NoMatch
     return 2, step

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.backends.xnnpack import fast
-from edgetorch.runtime import policy
+from edgetorch.runtime import policy, tuning
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 
 # QB4W output channels whose 8 bytes are stored together (``arrange_qb4w``): GROUP, or all N from the policy's
@@ -477,6 +477,14 @@ def _scratch_buffer(size: int) -> np.ndarray:
     return buf[:size]
 
 
+TUNED_ROWS = 64  # most rows for which tuning times the integer kernel against sgemm; sgemm beyond
+
+
+def _run_all(steps: list) -> None:
+    for step in steps:
+        step()
+
+
 class IntegerLinear:
     """A dynamically quantized fully connected's weights held as integers, with the kernel that multiplies them.
 
@@ -560,6 +568,28 @@ class IntegerLinear:
         if self.keep or limit < 2 or m * self.n * self.k < policy.current().gemv_split_macs:
             return [serial]
         return [partial(compiled_kernels.split, serial, partial(self.kernel(parallel=True), *args), limit)]
+
+    def uses_gemv(self, rows: int, where: str = "") -> bool:
+        """Whether an input of ``rows`` rows runs the integer kernel (:meth:`steps`) rather than sgemm on the
+        dequantized weights (:meth:`matmul`): up to ``max_rows`` rows, or, with the policy's ``tune``, what the
+        host measured for the shape (runtime/tuning.py) up to ``TUNED_ROWS`` rows."""
+        fixed = rows <= self.max_rows
+        if not policy.current().tune or rows > TUNED_ROWS:
+            return fixed
+        kind = "qc8w" if len(self.weights) == 2 else "qb4w"
+        names = ("gemv", "sgemm") if fixed else ("sgemm", "gemv")
+
+        def candidates() -> dict[str, Any]:
+            rng = np.random.default_rng(0)
+            xc = rng.integers(-128, 128, (rows, self.k)).astype(np.float32)
+            xscale = np.full((rows, 1), 0.01, np.float32)
+            xa = np.ones((rows, self.k + 1), np.float32)
+            y = np.empty((rows, self.n), np.float32)
+            gemv = self.steps(xc, xscale, y, -np.inf, np.inf)
+            return {"gemv": partial(_run_all, gemv), "sgemm": partial(self.matmul, xa, y)}
+
+        key = f"{kind}{'-kept' if self.keep else ''}:{rows}x{self.k}x{self.n}"
+        return tuning.choose("qgemv", key, names, candidates, where).kernel == "gemv"
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @

@@ -31,7 +31,11 @@ scores and weighted values): each batch's [K, N] operand is packed into a scratc
 K x N copies against M x K x N multiply-adds, so it is taken from 6 rows on, where it beats OpenBLAS on the
 one thread OpenBLAS keeps beside numba's (and on two).
 
-Imports only NumPy and compiled.py (numba and llvmlite on the first compile).
+Which of the packed GEMM and NumPy's sgemm a layer runs is measured on the host (:func:`choose_linear`, through
+runtime/tuning.py): the packed GEMM is faster for few rows or few inputs on one CPU, sgemm on large products
+on another.
+
+Imports only NumPy, compiled.py and tuning.py (numba and llvmlite on the first compile).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.runtime import policy
+from edgetorch.runtime import policy, tuning
 from edgetorch.runtime.kernels import compiled
 
 WIDTH = 16  # output channels a panel: two 8-lane vectors
@@ -266,6 +270,7 @@ class PackedGemm:
             raise RuntimeError("the packed GEMM needs the [fast] tier (numba); check policy.compiled_tier() first")
         self.k, self.n = w.shape
         self.wp, self.bias = pack(w, bias)
+        self.has_bias = bias is not None
         self.lo, self.hi = np.float32(lo), np.float32(hi)
 
     def step(self, x2: np.ndarray, y2: np.ndarray) -> Callable[[], None]:
@@ -284,6 +289,47 @@ class PackedGemm:
         return compiled.split_step(
             serial, parallel, args, limit, x2.shape[0] * self.k * self.n >= policy.current().split_macs
         )
+
+
+LINEAR_KERNELS = ("packed", "sgemm")
+TUNE_MACS = 16_000_000  # largest product choose_linear times in full
+
+
+def sgemm_step(
+    x2: np.ndarray, w: np.ndarray, bias: np.ndarray | None, lo: float, hi: float, y2: np.ndarray
+) -> Callable[[], None]:
+    """``y2 = clamp(x2 @ w + bias, lo, hi)`` with NumPy's matmul (sgemm on ``w`` as stored, transposed views
+    included) and the bias and clamp as two more passes: the packed GEMM's other candidate."""
+    steps: list[Callable[[], Any]] = [partial(np.matmul, x2, w, out=y2)]
+    if bias is not None:
+        steps.append(partial(np.add, y2, bias, out=y2))
+    if lo > -np.inf or hi < np.inf:
+        steps.append(partial(np.clip, y2, lo, hi, out=y2))
+    return steps[0] if len(steps) == 1 else partial(_all, steps)
+
+
+def _all(steps: list[Callable[[], Any]]) -> None:
+    for step in steps:
+        step()
+
+
+def choose_linear(packed: PackedGemm, w: np.ndarray, rows: int, where: str = "") -> tuning.Decision:
+    """Which of ``LINEAR_KERNELS`` computes ``rows`` rows of the layer ``packed`` holds (``w`` [K, N]: its
+    weights as sgemm would read them), by the host's measurement (runtime/tuning.py); the packed GEMM unless
+    measured slower. Both are timed on random inputs of the shape, with the layer's bias and clamp; a product
+    of more than ``TUNE_MACS`` multiply-adds on its first output channels only (a whole number of panels, at
+    least one), so that a language model's head is not run in full four times at load."""
+
+    def candidates() -> dict[str, Callable[[], object]]:
+        x = np.random.default_rng(0).standard_normal((rows, packed.k), dtype=np.float32)
+        n = min(packed.n, max(WIDTH, TUNE_MACS // max(1, rows * packed.k) // WIDTH * WIDTH))
+        lo, hi = float(packed.lo), float(packed.hi)
+        part = packed if n == packed.n else PackedGemm(w[:, :n], packed.bias[:n], lo, hi)
+        y = np.empty((rows, n), np.float32)
+        bias = packed.bias[:n] if packed.has_bias else None
+        return {"packed": part.step(x, y), "sgemm": sgemm_step(x, w[:, :n], bias, lo, hi, y)}
+
+    return tuning.choose("gemm", f"{rows}x{packed.k}x{packed.n}", LINEAR_KERNELS, candidates, where)
 
 
 def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:

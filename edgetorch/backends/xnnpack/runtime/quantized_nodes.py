@@ -227,7 +227,7 @@ def _dynamic_fully_connected(
         c = env.centred.get(n.input1_id)
         lo, hi = min_max(node)
         clamp = clamp_steps(y2, y2, lo, hi)  # no steps without a clamp
-        if integer is not None and x2.shape[0] <= integer.max_rows:
+        if integer is not None and integer.uses_gemv(x2.shape[0], f"dynamic fully connected, node {node.debug_handle}"):
             if c is not None and c.flags.c_contiguous:
                 return integer.steps(c.reshape(x2.shape), scale, y2, lo, hi)
             xc = np.empty(x2.shape, np.float32)
