@@ -76,7 +76,7 @@ class Host:
         return f"{self.model} ({self.machine}; {self.cores} CPUs; {' '.join(self.isa) or 'no SIMD extensions listed'})"
 
 
-def _cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
+def read_cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
     """The first processor's ``key: value`` lines of /proc/cpuinfo (empty where there is none)."""
     fields: dict[str, str] = {}
     try:
@@ -96,7 +96,7 @@ def _cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
 @functools.cache
 def host() -> Host:
     """This process's CPU."""
-    return host_from(_cpuinfo())
+    return host_from(read_cpuinfo())
 
 
 def host_from(info: dict[str, str]) -> Host:

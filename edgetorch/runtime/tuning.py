@@ -42,6 +42,8 @@ from types import MappingProxyType
 from typing import Any
 
 from edgetorch.runtime import policy
+from edgetorch.runtime.host import host as this_host
+from edgetorch.runtime.host import host_from, read_cpuinfo
 from edgetorch.runtime.kernels import blas_threads
 
 SHAPE_SECONDS = 0.05
@@ -50,7 +52,6 @@ REPEATS = 5
 FORMAT = 1
 MAX_HOSTS = 8  # host entries one file keeps (a home directory shared between machines)
 FILE_NAME = "kernels.json"
-CPUINFO = "/proc/cpuinfo"
 
 MEASURED, CACHED, ONLY, POLICY_OFF, FIXED, BUDGET = (
     "measured",
@@ -210,22 +211,13 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "edgetorch"
 
 
+CPUINFO: str | None = None  # another cpuinfo file to read instead of this host's (tests)
+
+
 def _cpu() -> tuple[str, str]:
-    """The CPU model and its ISA flags (sorted, space-separated) from the first processor of /proc/cpuinfo
-    (x86's ``model name`` and ``flags``, Arm's ``CPU part`` and ``Features``); the platform's names
-    elsewhere."""
-    fields: dict[str, str] = {}
-    try:
-        with open(CPUINFO, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.strip() and fields:
-                    break  # the first processor's block ends
-                name, _, value = line.partition(":")
-                fields.setdefault(name.strip(), value.strip())
-    except OSError:
-        pass
-    model = fields.get("model name") or fields.get("CPU part") or platform.processor() or platform.machine()
-    return model, " ".join(sorted((fields.get("flags") or fields.get("Features") or "").split()))
+    """The CPU model and all its flags (sorted, space-separated), as :mod:`edgetorch.runtime.host` reads them."""
+    h = this_host() if CPUINFO is None else host_from(read_cpuinfo(CPUINFO))
+    return h.model, " ".join(sorted(h.flags))
 
 
 def _version(package: str) -> str:

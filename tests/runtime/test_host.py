@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgetorch.runtime.host import _cpuinfo, host, host_from
+from edgetorch.runtime.host import host, host_from, read_cpuinfo
 
 XEON = {
     "model name": "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz",
@@ -29,8 +29,8 @@ def test_an_arm_server_and_a_bare_machine():
 
 def test_this_machine_and_a_missing_cpuinfo(tmp_path):
     assert host().cores >= 1 and host().model
-    assert _cpuinfo(str(tmp_path / "absent")) == {}
+    assert read_cpuinfo(str(tmp_path / "absent")) == {}
     (tmp_path / "cpuinfo").write_text(
         "processor\t: 0\nmodel name\t: A\nflags\t\t: avx2\n\nprocessor\t: 1\nmodel name\t: B\n"
     )
-    assert _cpuinfo(str(tmp_path / "cpuinfo")) == {"processor": "0", "model name": "A", "flags": "avx2"}
+    assert read_cpuinfo(str(tmp_path / "cpuinfo")) == {"processor": "0", "model name": "A", "flags": "avx2"}
