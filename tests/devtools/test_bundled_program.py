@@ -155,3 +155,24 @@ def test_test_case_flattens_nested_containers_and_refuses_other_leaves():
     assert isinstance((1,), DataContainer) and isinstance({}, DataContainer)
     with pytest.raises(AssertionError, match="is not supported"):
         MethodTestCase(inputs=["text"])
+
+
+def test_schema_module_is_the_file_format():
+    """devtools.bundled_program.schema names the dataclasses the .bpte reader and writer use."""
+    import edgetorch.devtools.bundled_program.schema as bp_schema
+    from edgetorch.format import bundled_program as fbp
+
+    value = bp_schema.Value(val=bp_schema.Int(int_val=7))
+    bundle = bp_schema.BundledProgram(
+        version=fbp.SCHEMA_VERSION,
+        method_test_suites=[
+            bp_schema.BundledMethodTestSuite(
+                method_name="forward",
+                test_cases=[bp_schema.BundledMethodTestCase(inputs=[value], expected_outputs=[value])],
+            )
+        ],
+        program=b"",
+    )
+    back = fbp.deserialize_bundled_program(fbp.serialize_bundled_program(bundle))
+    assert type(back.method_test_suites[0].test_cases[0].inputs[0].val) is bp_schema.Int
+    assert back.method_test_suites[0].test_cases[0].inputs[0].val.int_val == 7
