@@ -45,6 +45,15 @@ class ValueType(enum.IntEnum):
     Tensor = 5
     TensorList = 6
     String = 7
+    # ExecuTorch's devtools spell the members in capitals (``ValueType.TENSOR``): the same members.
+    NULL = 0
+    INT = 1
+    BOOL = 2
+    FLOAT = 3
+    DOUBLE = 4
+    TENSOR = 5
+    TENSOR_LIST = 6
+    STRING = 7
 
 
 @dataclass

@@ -155,3 +155,38 @@ def test_test_case_flattens_nested_containers_and_refuses_other_leaves():
     assert isinstance((1,), DataContainer) and isinstance({}, DataContainer)
     with pytest.raises(AssertionError, match="is not supported"):
         MethodTestCase(inputs=["text"])
+
+
+def test_schema_module_is_the_file_format():
+    """devtools.bundled_program.schema names the dataclasses the .bpte reader and writer use."""
+    import edgetorch.devtools.bundled_program.schema as bp_schema
+    from edgetorch.format import bundled_program as fbp
+
+    value = bp_schema.Value(val=bp_schema.Int(int_val=7))
+    bundle = bp_schema.BundledProgram(
+        version=fbp.SCHEMA_VERSION,
+        method_test_suites=[
+            bp_schema.BundledMethodTestSuite(
+                method_name="forward",
+                test_cases=[bp_schema.BundledMethodTestCase(inputs=[value], expected_outputs=[value])],
+            )
+        ],
+        program=b"",
+    )
+    back = fbp.deserialize_bundled_program(fbp.serialize_bundled_program(bundle))
+    assert type(back.method_test_suites[0].test_cases[0].inputs[0].val) is bp_schema.Int
+    assert back.method_test_suites[0].test_cases[0].inputs[0].val.int_val == 7
+
+
+def test_bundled_module_runs_and_checks_its_own_cases(bundled):
+    """portable_lib's BundledModule: verify_result_with_bundled_expected_output(method, i) runs case i and checks it."""
+    from edgetorch.extension.pybindings.portable_lib import _load_bundled_program_from_buffer
+
+    model, inputs, prog, _, data = bundled
+    bundle = _load_bundled_program_from_buffer(data)
+    outputs = bundle.verify_result_with_bundled_expected_output("forward", 1)
+    torch.testing.assert_close(torch.as_tensor(outputs[0]), model(*inputs[1]))
+    wrong = [MethodTestCase(inputs=x, expected_outputs=(model(*x) + 1,)) for x in inputs[:1]]
+    bad = serialize_from_bundled_program_to_flatbuffer(BundledProgram(prog, [MethodTestSuite("forward", wrong)]))
+    with pytest.raises(BundledVerificationError, match="output 0 differs"):
+        _load_bundled_program_from_buffer(bad).verify_result_with_bundled_expected_output("forward", 0)

@@ -139,7 +139,7 @@ def test_flat_tensor_serializer_round_trip():
     assert header.is_valid() and header.segment_base_offset % 64 == 0
     assert header.segment_data_size == len(blob) - header.segment_base_offset
     assert FlatTensorHeader.from_bytes(header.to_bytes()) == header
-    back = serializer.deserialize(blob)
+    back = serializer.read_named_data(blob)
     assert back["w"] == (weight, layout) and back["same"] == (weight, None) and back["b"][0] == b"\x01\x02"
     assert not FlatTensorHeader.from_bytes(b"XXXX" + bytes(36)).is_valid()
     with pytest.raises(ValueError, match="40 bytes"):

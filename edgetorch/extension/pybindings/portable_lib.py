@@ -9,7 +9,9 @@ error code (``error 0x12``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Any
 
 from edgetorch.errors import ProgramLoadError
 from edgetorch.format import bundled_program as fbp
@@ -20,8 +22,30 @@ from edgetorch.runtime.program import MethodMeta, Module, Program, Runtime, Tens
 
 ExecuTorchModule = Module
 ExecuTorchProgram = Program
-BundledModule = fbp.BundledProgram
-"""What ``_load_bundled_program_from_buffer`` returns: the parsed BundledProgram (its program and test cases)."""
+
+
+class BundledModule(fbp.BundledProgram):
+    """What ``_load_bundled_program_from_buffer`` returns: the parsed BundledProgram (its program and test
+    cases), which can also run its own test cases (``verify_result_with_bundled_expected_output``)."""
+
+    _module: Module | None = None
+
+    @classmethod
+    def of(cls, bundle: fbp.BundledProgram) -> BundledModule:
+        return cls(**{f.name: getattr(bundle, f.name) for f in dataclasses.fields(bundle)})
+
+    def verify_result_with_bundled_expected_output(
+        self, method_name: str, testset_idx: int, rtol: float = 1e-5, atol: float = 1e-8
+    ) -> list[Any]:
+        """Run test case ``testset_idx`` of ``method_name`` on the bundled program and check its outputs against
+        the expected ones (``BundledVerificationError``, an AssertionError, on a mismatch); returns the outputs."""
+        if self._module is None:
+            self._module = _load_for_executorch_from_buffer(bytes(self.program))
+        module = self._module
+        module.load_bundled_input(self, method_name, testset_idx)
+        outputs = module.plan_execute(method_name)
+        module.verify_result_with_bundled_expected_output(self, method_name, testset_idx, rtol, atol)
+        return outputs
 
 
 def _load_for_executorch(
@@ -72,7 +96,7 @@ def _load_bundled_program_from_buffer(buffer: bytes, non_const_pool_size: int = 
     inputs; edgetorch allocates inputs as it stages them, so any size works."""
     if not fbp.is_bundled_program(buffer):
         raise ProgramLoadError("the buffer is not a BundledProgram (no 'BP08' identifier); expected a .bpte file")
-    return load_bundled_program(buffer)
+    return BundledModule.of(load_bundled_program(buffer))
 
 
 def _load_for_executorch_from_bundled_program(

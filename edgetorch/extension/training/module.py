@@ -5,12 +5,16 @@ loss first), then one gradient per trainable parameter, then the parameters them
 methods say where each part starts and name the parameters: ``__et_training_gradients_index_m``,
 ``__et_training_parameters_index_m`` and ``__et_training_fqn_m``. The parameters live in the method's
 planned memory and keep their values from one run to the next, so the arrays ``named_parameters``
-returns are that memory: an optimizer that updates them in place trains the model. Torch-free.
+returns are that memory: an optimizer that updates them in place trains the model. Once a method has been
+run on torch tensors, outputs, gradients and parameters come back as torch tensors (parameters still
+sharing the method's memory), as ExecuTorch's module returns them. Torch-free (torch is only used when
+the caller passes its tensors).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +53,7 @@ class TrainingModule:
         self._layouts: dict[str, _Layout] = {}
         self._gradients: dict[str, dict[str, np.ndarray]] = {}
         self._last = "forward"
+        self._torch: Any = None  # the caller's torch module, once inputs came as torch tensors
 
     def forward_backward(self, method_name: str, inputs: Sequence[Any]) -> list[Any]:
         """Run ``method_name`` (forward and backward) on ``inputs``.
@@ -57,11 +62,15 @@ class TrainingModule:
         :meth:`named_gradients`.
         """
         layout = self._layout(method_name)
+        torch = sys.modules.get("torch")
+        if torch is not None and any(isinstance(x, torch.Tensor) for x in inputs):
+            self._torch = torch
         outputs = self._method(method_name).execute(list(inputs), clone_outputs=False)
         grads = outputs[layout.gradients : layout.parameters]
         self._gradients[method_name] = {name: np.array(g, copy=True) for name, g in zip(layout.names, grads)}
         self._last = method_name
-        return [np.array(o, copy=True) if isinstance(o, np.ndarray) else o for o in outputs[: layout.gradients]]
+        # the outputs are views of the method's memory, which the next run overwrites: hand out copies
+        return [self._out(np.array(o, copy=True)) if _is_array(o) else o for o in outputs[: layout.gradients]]
 
     def named_gradients(self, method_name: str | None = None) -> dict[str, np.ndarray]:
         """The gradients of the last :meth:`forward_backward` of the method, by parameter name."""
@@ -70,14 +79,19 @@ class TrainingModule:
             raise InvalidInputError(
                 f"no gradients for method {name!r} yet; call forward_backward({name!r}, inputs) first"
             )
-        return dict(self._gradients[name])
+        return {key: self._out(g) for key, g in self._gradients[name].items()}
 
     def named_parameters(self, method_name: str | None = None) -> dict[str, np.ndarray]:
         """The method's trainable parameters by name: views of its memory, so writing to them changes the
         parameters the next run uses (available before the first run, holding the initial values)."""
         name = method_name or self._last
         layout = self._layout(name)
-        return dict(zip(layout.names, self._method(name).outputs(clone_outputs=False)[layout.parameters :]))
+        params = self._method(name).outputs(clone_outputs=False)[layout.parameters :]
+        return {key: self._out(p) for key, p in zip(layout.names, params)}
+
+    def _out(self, array: np.ndarray) -> Any:
+        """``array`` as the caller's kind of tensor: a torch tensor sharing its memory once torch inputs were seen."""
+        return array if self._torch is None or not isinstance(array, np.ndarray) else self._torch.from_numpy(array)
 
     def _method(self, name: str) -> Method:
         if name not in self._methods:
@@ -117,6 +131,12 @@ class TrainingModule:
         if len(values) != 1 or not isinstance(values[0], int) or isinstance(values[0], bool):
             raise ProgramLoadError(f"constant method {method!r} must return one int, found {values!r}")
         return values[0]
+
+
+def _is_array(value: Any) -> bool:
+    """A NumPy array, or a torch tensor (what the runtime returns for torch inputs)."""
+    torch = sys.modules.get("torch")
+    return isinstance(value, np.ndarray) or (torch is not None and isinstance(value, torch.Tensor))
 
 
 def _load_for_executorch_for_training(path: Source, data_path: Source | None = None) -> TrainingModule:

@@ -35,14 +35,18 @@ class SGD:
                 f"Nesterov momentum needs momentum > 0 and dampening 0, found momentum {momentum}, "
                 f"dampening {dampening}"
             )
+        params: dict[str, np.ndarray] = {}
         for name, p in named_parameters.items():
+            if not isinstance(p, np.ndarray) and callable(getattr(p, "numpy", None)):
+                p = p.detach().numpy()  # a torch tensor: its memory, as an array
             if not isinstance(p, np.ndarray) or not p.flags.writeable:
                 raise InvalidInputError(
                     f"parameter {name!r} must be a writable NumPy array, found "
                     f"{'a read-only array' if isinstance(p, np.ndarray) else type(p).__name__}; "
                     "pass TrainingModule.named_parameters(), whose arrays are the program's parameters"
                 )
-        self.params = dict(named_parameters)
+            params[name] = p
+        self.params = params
         self.lr, self.momentum, self.dampening = lr, momentum, dampening
         self.weight_decay, self.nesterov = weight_decay, nesterov
         self.momentum_buffers: dict[str, np.ndarray] = {}

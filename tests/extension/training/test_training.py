@@ -335,3 +335,20 @@ def test_trains_with_torch_blocked(compiled, tmp_path):
     losses = np.load(tmp_path / "losses.npy")
     np.testing.assert_allclose(losses[:1], want, rtol=1e-5)
     assert losses[1] != losses[0]
+
+
+def test_torch_inputs_give_torch_tensors_that_train(compiled):
+    """Run on torch tensors, the module hands out torch tensors: losses are copies (a later run does not
+    overwrite them), parameters share the program's memory, and SGD takes them as they are."""
+    module = _load_for_executorch_for_training_from_buffer(compiled["ours"])
+    x, y = (torch.from_numpy(np.asarray(a)) for a in _batches()[0])
+    first = module.forward_backward("forward", (x, y))[0]
+    params = module.named_parameters()
+    assert all(isinstance(p, torch.Tensor) for p in params.values())
+    assert all(isinstance(g, torch.Tensor) for g in module.named_gradients().values())
+    before = {k: p.clone() for k, p in params.items()}
+    get_sgd_optimizer(params, 0.1).step(module.named_gradients())
+    assert all(not torch.equal(module.named_parameters()[k], before[k]) for k in before)
+    first_value = first.item()
+    second = module.forward_backward("forward", (x, y))[0]
+    assert first.item() == first_value and second.item() != first_value
