@@ -42,81 +42,6 @@ from edgetorch.runtime.kernels import compiled as compiled_kernels
 flat_float32 = compiled_kernels.flat_float32
 
 
-def _depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi):  # pragma: no cover - compiled
-    """y[n, i, j, c] = sum over taps (ki, kj) of x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c] * w[tap, c]
-    (out-of-range input pixels read as zero), plus bias[c], clamped to [lo, hi]; channel multiplier 1."""
-    _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, 0, y.shape[0] * y.shape[1])
-
-
-def _depthwise_split(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, parts):  # pragma: no cover
-    """``_depthwise_nhwc`` with its output rows cut into ``parts`` runs, run on numba's threads (each output
-    computed as on one thread)."""
-    rows = y.shape[0] * y.shape[1]
-    step = -(-rows // parts)
-    for p in prange(parts):
-        first = min(rows, p * step)
-        _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, min(rows, first + step))
-
-
-def _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last):  # pragma: no cover
-    """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of ``_depthwise_nhwc``.
-
-    A 3x3 window whose taps all fall inside the input (every pixel but the border ones) is summed in one
-    expression per channel: nine loads, one store, the sum in a register (faster than accumulating tap by tap
-    into the output). The taps are added in the same order either way."""
-    nb, h, wd, c = x.shape
-    _, oh, ow, _ = y.shape
-    with_bias = bias.shape[0] > 0
-    for r in range(first, last):
-        n = r // oh
-        i = r % oh
-        r0 = i * sh - top
-        inner_rows = kh == 3 and kw == 3 and r0 >= 0 and r0 + 2 * dh < h
-        for j in range(ow):
-            c0 = j * sw - left
-            out = y[n, i, j]
-            if inner_rows and c0 >= 0 and c0 + 2 * dw < wd:
-                x0, x1, x2 = x[n, r0], x[n, r0 + dh], x[n, r0 + 2 * dh]
-                a, b, d = c0, c0 + dw, c0 + 2 * dw
-                for ch in range(c):
-                    v = x0[a, ch] * taps[0, ch]
-                    v += x0[b, ch] * taps[1, ch]
-                    v += x0[d, ch] * taps[2, ch]
-                    v += x1[a, ch] * taps[3, ch]
-                    v += x1[b, ch] * taps[4, ch]
-                    v += x1[d, ch] * taps[5, ch]
-                    v += x2[a, ch] * taps[6, ch]
-                    v += x2[b, ch] * taps[7, ch]
-                    v += x2[d, ch] * taps[8, ch]
-                    if with_bias:
-                        v += bias[ch]
-                    if v < lo:
-                        v = lo
-                    elif v > hi:
-                        v = hi
-                    out[ch] = v
-                continue
-            out[:] = 0.0
-            for ki in range(kh):
-                row = r0 + ki * dh
-                if row < 0 or row >= h:
-                    continue
-                for kj in range(kw):
-                    col = c0 + kj * dw
-                    if col < 0 or col >= wd:
-                        continue
-                    src = x[n, row, col]
-                    for ch in range(c):
-                        out[ch] += src[ch] * taps[ki * kw + kj, ch]
-            for ch in range(c):  # a NaN stays NaN, as with np.clip
-                v = out[ch] + bias[ch] if with_bias else out[ch]
-                if v < lo:
-                    v = lo
-                elif v > hi:
-                    v = hi
-                out[ch] = v
-
-
 def _bias_clamp(y, bias, lo, hi):  # pragma: no cover - compiled
     """In place on the [M, C] ``y``: y[m, c] = clamp(y[m, c] + bias[c], lo, hi); an empty bias adds nothing.
     The same float32 add then compare as NumPy's add and clip, so the result is the same bit for bit."""
@@ -299,20 +224,6 @@ _KERNELS = {"bias_clamp": _bias_clamp}
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
 
 
-def depthwise(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
-    """The step of the compiled depthwise convolution ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh,
-    dw, top, left, lo, hi)`` (``window`` is kh .. hi): from the policy's ``split_outputs`` outputs on, its rows split over the
-    threads ``compiled_kernels.split`` gives it at each call; None when the tier is not usable."""
-    if not _bind():
-        return None
-    args = (x, taps, bias, y, *window)
-    serial = partial(compiled("depthwise", _depthwise_nhwc), *args)
-    parallel = compiled("depthwise_split", _depthwise_split, parallel=True)
-    return compiled_kernels.split_step(
-        serial, parallel, args, y.shape[0] * y.shape[1], y.size >= policy.current().split_outputs
-    )
-
-
 def im2col(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
     """The step that fills the [N * OH * OW, KH * KW * C] float32 ``cols`` from the NHWC float32 ``x``
     (C-contiguous both; ``window`` is kh, kw, sh, sw, dh, dw, top, left), padding included: one pass instead of
@@ -378,14 +289,13 @@ def permute(x: Any, view: Any, y: Any) -> Any:
 def _bind() -> bool:
     """Whether the tier is usable; on the first call, binds numba's ``prange`` and compiles the row helpers the
     split kernels call (numba resolves a kernel's globals when it compiles it)."""
-    global prange, _depthwise_rows, _im2col_rows, _permute_rows, _max_pool_rows, _larger, _add_clamp_part
+    global prange, _im2col_rows, _permute_rows, _max_pool_rows, _larger, _add_clamp_part
     if not policy.compiled_tier():
         return False
     if prange is range:
         import numba
 
         prange = numba.prange
-        _depthwise_rows = compiled("depthwise_rows", _depthwise_rows)
         _im2col_rows = compiled("im2col_rows", _im2col_rows)
         _permute_rows = compiled("permute_rows", _permute_rows)
         _larger = numba.njit(cache=True, nogil=True, inline="always")(_larger)  # first: the row kernel calls it

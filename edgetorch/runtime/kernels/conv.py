@@ -2,8 +2,8 @@
 
 A convolution is im2col + one batched ``np.matmul``: the input (zero-padded once) is seen through a strided
 window view, copied into a column matrix and multiplied by the weight for every group at once. Pointwise
-convolutions skip the column matrix; depthwise ones multiply each channel's columns by its taps, a cache-sized
-block of channels per batched matmul (with the fast tier, a 3x3 one is a compiled pass: compiled.py). Padded inputs and columns are scratch arrays reused from call to call.
+convolutions skip the column matrix; depthwise ones are the op layer's (edgetorch/runtime/ops/conv.py). Padded
+inputs and columns are scratch arrays reused from call to call.
 Transposed convolution is the matmul followed by col2im (one strided add per tap). The window helpers here are
 shared with the pooling kernels. Imports only NumPy and the runtime's own modules.
 """
@@ -15,67 +15,23 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from edgetorch.errors import InvalidArgumentError
-from edgetorch.runtime.kernels import compiled
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.kernels.scratch import scratch
 from edgetorch.runtime.memory import resize
+from edgetorch.runtime.ops import conv as conv_op
 from edgetorch.runtime.ops import window
+from edgetorch.runtime.ops.conv import padded, tap_major, window_view
 
-# Depthwise columns are built and multiplied in channel blocks of about this many bytes, so that a block is still
-# in cache when the matmul reads it (256 KiB-1 MiB measured best on MobileNetV2's layers; whole tensors ~25% slower).
-_BLOCK_BYTES = 1 << 19
+__all__ = ["padded", "window_view"]  # shared with the pooling and backward kernels
 
 
 def expand(values: Sequence[int], n: int) -> list[int]:
     """An int-list parameter with ``n`` entries (torch lets one value stand for every spatial dim)."""
     values = [int(v) for v in values]
     return values * n if len(values) == 1 else values
-
-
-def padded(
-    x: np.ndarray,
-    lo: Sequence[int],
-    extent: Sequence[int],
-    value: float,
-    dtype: np.dtype,
-    purpose: str | None = None,
-) -> np.ndarray:
-    """``x`` with its last ``len(lo)`` dims shifted by ``lo`` inside a ``value``-filled box of size ``extent``.
-
-    Returns ``x`` itself (no copy) when nothing needs padding and the dtype already matches. With ``purpose`` the
-    box is a scratch array reused by every call with the same shapes (only its inside is rewritten), so the
-    result is only valid until the caller returns.
-    """
-    d = len(lo)
-    sizes = x.shape[-d:]
-    if dtype == x.dtype and not any(lo) and all(e <= s for e, s in zip(extent, sizes)):
-        return x
-    shape = x.shape[:-d] + tuple(extent)
-    if purpose is None:
-        buf = np.full(shape, value, dtype)
-    else:
-        buf = scratch((purpose, tuple(lo), x.shape), shape, dtype, fill=value)
-    dst = tuple(slice(p, min(p + s, e)) for p, s, e in zip(lo, sizes, extent))
-    src = tuple(slice(0, r.stop - r.start) for r in dst)
-    np.copyto(buf[(Ellipsis,) + dst], x[(Ellipsis,) + src], casting="unsafe")
-    return buf
-
-
-def window_view(
-    x: np.ndarray, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out_sizes: Sequence[int]
-) -> np.ndarray:
-    """Read-only view ``(*lead, *out_sizes, *kernel)`` of ``x``'s sliding windows over its last ``len(kernel)`` dims."""
-    d = len(kernel)
-    spatial = x.strides[-d:]
-    shape = x.shape[:-d] + tuple(out_sizes) + tuple(kernel)
-    strides = (
-        x.strides[:-d] + tuple(s * t for s, t in zip(spatial, stride)) + tuple(s * t for s, t in zip(spatial, dilation))
-    )
-    return as_strided(x, shape, strides, writeable=False)
 
 
 def tap_slices(
@@ -101,22 +57,13 @@ def _add_bias(target: np.ndarray, bias: np.ndarray | None) -> None:
         np.add(target, upcast(bias).reshape((-1,) + (1,) * (target.ndim - 2)), out=target, casting="unsafe")
 
 
-def _tap_major(
-    xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out_sizes: Sequence[int]
-) -> np.ndarray:
-    """Read-only view ``(N, C, *kernel, *out_sizes)``: what each kernel tap reads at every output position."""
-    d = len(kernel)
-    win = window_view(xp, kernel, stride, dilation, out_sizes)
-    return win.transpose((0, 1, *range(2 + d, 2 + 2 * d), *range(2, 2 + d)))
-
-
 def _columns(
     xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out_sizes: Sequence[int]
 ) -> np.ndarray:
     """im2col of the padded input: ``(N, C, *kernel, *out_sizes)`` in ``xp``'s layout, one strided copy into a
     scratch array (valid until the calling kernel returns)."""
     cols = scratch("conv.columns", xp.shape[:2] + tuple(kernel) + tuple(out_sizes), _compute_dtype(xp))
-    np.copyto(cols, _tap_major(xp, kernel, stride, dilation, out_sizes), casting="unsafe")
+    np.copyto(cols, tap_major(xp, kernel, stride, dilation, out_sizes), casting="unsafe")
     return cols
 
 
@@ -188,48 +135,6 @@ class TapSweep:
         return np.broadcast_to(total, tuple(self.plane)).reshape(-1)[: self.length]
 
 
-def _depthwise(
-    xp: np.ndarray,
-    w: np.ndarray,
-    stride: Sequence[int],
-    dilation: Sequence[int],
-    target: np.ndarray,
-) -> None:
-    """Depthwise convolution (one input channel per group) of the padded input ``xp``.
-
-    Per channel it is a (multiplier x taps) @ (taps x positions) product over that channel's im2col columns; a
-    block of channels at a time is copied into columns and multiplied, one batched matmul per block.
-    """
-    n, c = xp.shape[:2]
-    kernel, out_sizes = w.shape[2:], target.shape[2:]
-    taps, positions = math.prod(kernel), math.prod(out_sizes)
-    taps_view = _tap_major(xp, kernel, stride, dilation, out_sizes)
-    wm = upcast(w).reshape(c, -1, taps)
-    result = target.reshape(n, c, wm.shape[1], positions)
-    block = max(1, _BLOCK_BYTES // (n * taps * positions * target.itemsize))
-    for start in range(0, c, block):
-        stop = min(c, start + block)
-        cols = scratch("conv.depthwise", (n, stop - start, *kernel, *out_sizes), target.dtype)
-        np.copyto(cols, taps_view[:, start:stop], casting="unsafe")
-        np.matmul(wm[start:stop], cols.reshape(n, stop - start, taps, positions), out=result[:, start:stop])
-
-
-def _depthwise3x3(xp: np.ndarray, w: np.ndarray, stride: list[int], dilation: list[int], target: np.ndarray) -> bool:
-    """The fast tier's 3x3 depthwise kernel (compiled.py) on the padded input, when it applies (float32, square
-    stride 1 or 2, no dilation, channel multiplier 1); False otherwise, and the caller takes the NumPy path."""
-    n, c = xp.shape[:2]
-    if w.shape[1:] != (1, 3, 3) or w.shape[0] != c or list(dilation) != [1, 1] or stride[0] != stride[1]:
-        return False
-    if stride[0] not in (1, 2) or not compiled.flat_float32(xp, w, target):
-        return False
-    fused = compiled.kernel("depthwise3x3")
-    if fused is None:
-        return False
-    tmp = scratch("conv.depthwise3x3", (xp.shape[2] * (xp.shape[3] + 1),), np.dtype(np.float32))
-    fused(xp, w.reshape(c, 3, 3), stride[0], target, tmp, 0, n * c)
-    return True
-
-
 def _conv_forward(
     x: np.ndarray,
     w: np.ndarray,
@@ -242,13 +147,12 @@ def _conv_forward(
     d = w.ndim - 2
     n, c = x.shape[:2]
     kernel, out_sizes = w.shape[2:], target.shape[2:]
+    if groups > 1 and groups == c and w.shape[1] == 1:
+        for step in conv_op.depthwise(x, w, None, target, stride, [(p, p) for p in padding], dilation, "NCHW"):
+            step()
+        return
     extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
     xp = padded(x, padding, extent, 0, _compute_dtype(x), "conv.input")
-    if groups > 1 and groups == c and w.shape[1] == 1:
-        if _depthwise3x3(xp, w, stride, dilation, target):
-            return
-        _depthwise(xp, w, stride, dilation, target)
-        return
     cg, og, taps = c // groups, w.shape[0] // groups, math.prod(kernel)
     if taps == 1:
         cols = xp[(Ellipsis,) + tap_slices((0,) * d, stride, dilation, out_sizes)]

@@ -14,13 +14,14 @@ import numpy as np
 
 from edgetorch.backends.xnnpack import fast
 from edgetorch.backends.xnnpack import schema as xs
-from edgetorch.backends.xnnpack.runtime.epilogues import NO_CLAMP, bias_act_steps, bias_steps, clamp_steps
+from edgetorch.backends.xnnpack.runtime.epilogues import NO_CLAMP, bias_act_steps, bias_steps
 from edgetorch.backends.xnnpack.runtime.float_elementwise import softmax_steps
 from edgetorch.backends.xnnpack.runtime.geometry import Window, conv_window, nhwc, pool_window
 from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
 from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import gemm, winograd
+from edgetorch.runtime.ops import conv as conv_op
 
 
 def _packed_gemm(
@@ -186,12 +187,13 @@ def _grouped_convolution(
 
 
 def _depthwise_convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO_CLAMP) -> Planner:
+    """The op layer's NHWC depthwise convolution (edgetorch/runtime/ops/conv.py) with the bias and clamp."""
     win, channels, mult = conv_window(n), n.groups, n.group_output_channels
     if n.group_input_channels != 1:
         raise Unsupported(f"depthwise convolution with {n.group_input_channels} input channels per group")
-    # [1, KH, KW, C*mult] -> one [C, mult] weight per tap
-    taps = np.ascontiguousarray(g.constant(n.filter_id, "filter").reshape(win.kh * win.kw, channels, mult))
-    first_column = np.ascontiguousarray(taps[:, :, 0])
+    # [1, KH, KW, C*mult] -> torch's [C*mult, 1, KH, KW], the op's weight layout
+    filt = g.constant(n.filter_id, "filter").reshape(win.kh, win.kw, channels * mult)
+    w = np.ascontiguousarray(filt.transpose(2, 0, 1)[:, None])
 
     def plan(env: Env) -> list:
         x = env[n.input1_id]
@@ -200,25 +202,9 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, f
             raise ValueError(f"depthwise convolution expects {channels} channels, found input shape {x.shape}")
         oh, ow = win.out_hw(h, wd)
         y = env.empty(n.output_id, (nb, oh, ow, c * mult))
-        if mult == 1 and x.dtype == y.dtype == np.float32:  # one pass with the bias and the clamp (fast.py)
-            bias = env[n.bias_id].reshape(-1) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(0, np.float32)
-            window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
-            compiled = fast.depthwise(x, first_column, bias, y, *window, np.float32(act[0]), np.float32(act[1]))
-            if compiled is not None:
-                return [compiled]
-        views, steps = win.tap_views(x, 0.0)
-        acc = y if mult == 1 else y.reshape(nb, oh, ow, c, mult)
-        tmp = np.empty_like(acc)
-        for t, view in enumerate(views):
-            if mult == 1:  # a weight row per output column lets NumPy run one long inner loop
-                wt = np.ascontiguousarray(np.broadcast_to(taps[t, :, 0], (ow, c)))
-            else:
-                view, wt = view[..., None], taps[t]
-            if t == 0:
-                steps.append(partial(np.multiply, view, wt, out=acc))
-            else:
-                steps += [partial(np.multiply, view, wt, out=tmp), partial(np.add, acc, tmp, out=acc)]
-        return steps + bias_steps(y.reshape(-1, c * mult), env, n.bias_id) + clamp_steps(y, y, *act)
+        bias = env[n.bias_id].reshape(-1) if n.bias_id != xs.INVALID_VALUE_ID else None
+        padding = [(win.top, win.bottom), (win.left, win.right)]
+        return conv_op.depthwise(x, w, bias, y, (win.sh, win.sw), padding, (win.dh, win.dw), "NHWC", act)
 
     return plan
 

@@ -1,100 +1,18 @@
-"""Sliding-window geometry for the XNNPACK runtime's convolutions and pooling over NHWC tensors: output
-sizes, padding, the view each kernel tap reads (from stride-phase planes when strided) and im2col views.
+"""The XNNPACK runtime's sliding windows: a node's kernel, stride, dilation and padding as the op layer's
+NHWC :class:`~edgetorch.runtime.ops.window.Window` (output sizes, tap views, im2col views live there).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.runtime.values import Unsupported
-from edgetorch.runtime.ops import window
+from edgetorch.runtime.ops.window import Window
 
-
-@dataclass(frozen=True)
-class Window:
-    """A 2-D sliding window over NHWC data: kernel, stride, dilation and padding."""
-
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    top: int
-    right: int
-    bottom: int
-    left: int
-
-    @property
-    def padded(self) -> bool:
-        return bool(self.top or self.right or self.bottom or self.left)
-
-    def out_hw(self, h: int, w: int) -> tuple[int, int]:
-        oh = window.output_size(h, self.kh, self.sh, self.top, self.bottom, self.dh)
-        ow = window.output_size(w, self.kw, self.sw, self.left, self.right, self.dw)
-        if oh <= 0 or ow <= 0:
-            raise ValueError(f"a {self.kh}x{self.kw} window does not fit a {h}x{w} input")
-        return oh, ow
-
-    def pad(self, x: np.ndarray, fill: float) -> tuple[np.ndarray, list]:
-        """``x`` with its borders padded by ``fill`` (set once), and the step that copies the interior in."""
-        if not self.padded:
-            return x, []
-        n, h, w, c = x.shape
-        xp = np.full((n, h + self.top + self.bottom, w + self.left + self.right, c), fill, x.dtype)
-        return xp, [partial(np.copyto, xp[:, self.top : self.top + h, self.left : self.left + w, :], x)]
-
-    def tap(self, xp: np.ndarray, i: int, j: int, oh: int, ow: int) -> np.ndarray:
-        """The [N, OH, OW, C] view of ``xp`` that kernel tap (i, j) reads."""
-        r, c = i * self.dh, j * self.dw
-        return xp[:, r : r + self.sh * (oh - 1) + 1 : self.sh, c : c + self.sw * (ow - 1) + 1 : self.sw, :]
-
-    def taps(self) -> list[tuple[int, int]]:
-        return [(i, j) for i in range(self.kh) for j in range(self.kw)]
-
-    def tap_views(self, x: np.ndarray, fill: float) -> tuple[list[np.ndarray], list]:
-        """The [N, OH, OW, C] view of every tap (in ``taps()`` order) over ``x`` padded by ``fill``, and the
-        steps that refresh the views' memory from ``x``.
-
-        A strided window reads from one persistent padded plane per stride phase (for stride 2: even and odd
-        rows times even and odd columns), so each tap view has contiguous rows and NumPy runs one long inner
-        loop per row instead of one per pixel.
-        """
-        n, h, w, c = x.shape
-        oh, ow = self.out_hw(h, w)
-        if not self.padded and (self.sh == self.sw == 1 or self.kh * self.kw <= self.sh * self.sw):
-            return [self.tap(x, i, j, oh, ow) for i, j in self.taps()], []
-        hp, wp = h + self.top + self.bottom, w + self.left + self.right
-        planes, steps = {}, []
-        for a in range(self.sh):
-            for b in range(self.sw):
-                plane = np.full((n, len(range(a, hp, self.sh)), len(range(b, wp, self.sw)), c), fill, x.dtype)
-                h0, w0 = (a - self.top) % self.sh, (b - self.left) % self.sw  # first rows/columns of x it holds
-                src = x[:, h0 :: self.sh, w0 :: self.sw]
-                k0, l0 = (h0 + self.top - a) // self.sh, (w0 + self.left - b) // self.sw
-                if src.size:
-                    steps.append(partial(np.copyto, plane[:, k0 : k0 + src.shape[1], l0 : l0 + src.shape[2]], src))
-                planes[a, b] = plane
-        views = []
-        for i, j in self.taps():
-            r, s = i * self.dh, j * self.dw
-            plane = planes[r % self.sh, s % self.sw]
-            views.append(plane[:, r // self.sh : r // self.sh + oh, s // self.sw : s // self.sw + ow])
-        return views, steps
-
-    def im2col(self, xp: np.ndarray, oh: int, ow: int) -> np.ndarray:
-        """The read-only [N, OH, OW, KH, KW, C] view of every window of ``xp``."""
-        n, _, _, c = xp.shape
-        s0, s1, s2, s3 = xp.strides
-        shape = (n, oh, ow, self.kh, self.kw, c)
-        strides = (s0, s1 * self.sh, s2 * self.sw, s1 * self.dh, s2 * self.dw, s3)
-        return as_strided(xp, shape, strides, writeable=False)
+__all__ = ["Window", "conv_window", "nhwc", "pool_window"]
 
 
 def _explicit_padding(n: Any) -> None:
