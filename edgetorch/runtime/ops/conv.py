@@ -123,7 +123,8 @@ def depthwise(
         if d != 2:
             raise InvalidArgumentError(f"NHWC depthwise convolution is 2-d, found a {d}-d kernel {w.shape[2:]}")
         (top, bottom), (left, right) = padding
-        win = window.Window(*w.shape[2:], *stride, *dilation, top, right, bottom, left)
+        (kh, kw), (sh, sw), (dh, dw) = w.shape[2:], stride, dilation
+        win = window.Window(kh, kw, sh, sw, dh, dw, top, right, bottom, left)
         return _nhwc(x, w, bias, y, win, clamp)
     return [partial(_nchw, x, w, bias, y, list(stride), [p[0] for p in padding], list(dilation), clamp)]
 
