@@ -104,6 +104,15 @@ def _decode_attention(
     return out
 
 
+def _check_value(value: np.ndarray, cache: np.ndarray) -> None:
+    """A cache write's value must have the cache's shape but along dim 1 (the positions written)."""
+    if value.shape[0] != cache.shape[0] or value.shape[2:] != cache.shape[2:]:
+        raise InvalidInputError(
+            f"cache write expects a value shaped like the cache except dim 1 ({list(cache.shape)}); "
+            f"found {list(value.shape)}"
+        )
+
+
 def _write(value: np.ndarray, cache: np.ndarray, start_pos: int) -> None:
     seq_len = value.shape[1]
     if not 0 <= start_pos or start_pos + seq_len > cache.shape[1]:
@@ -111,11 +120,7 @@ def _write(value: np.ndarray, cache: np.ndarray, start_pos: int) -> None:
             f"cache write of {seq_len} rows at position {start_pos} does not fit a cache of length "
             f"{cache.shape[1]}; keep start_pos + seq_len within the model's max context length"
         )
-    if value.shape[0] != cache.shape[0] or value.shape[2:] != cache.shape[2:]:
-        raise InvalidInputError(
-            f"cache write expects a value shaped like the cache except dim 1 ({list(cache.shape)}); "
-            f"found {list(value.shape)}"
-        )
+    _check_value(value, cache)
     cache[:, start_pos : start_pos + seq_len] = value
 
 
@@ -147,18 +152,13 @@ def update_cache_with_indices(value, cache, start_pos, indices, out):
             f"update_cache_with_indices expects integer indices shaped [batch, seq_len] = {list(value.shape[:2])}; "
             f"found {indices.dtype} {list(indices.shape)}"
         )
-    if value.shape[0] != cache.shape[0] or value.shape[2:] != cache.shape[2:]:
-        raise InvalidInputError(
-            f"cache write expects a value shaped like the cache except dim 1 ({list(cache.shape)}); "
-            f"found {list(value.shape)}"
-        )
+    _check_value(value, cache)
     if indices.size and (indices.min() < 0 or indices.max() >= cache.shape[1]):
         raise OutOfRangeError(
             f"cache write at positions {indices.min()}..{indices.max()} does not fit a cache of length "
             f"{cache.shape[1]}; keep every index within the model's max context length"
         )
-    for b in range(value.shape[0]):
-        cache[b, indices[b]] = value[b]
+    cache[np.arange(value.shape[0])[:, None], indices] = value
     return out
 
 

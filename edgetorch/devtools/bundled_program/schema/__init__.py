@@ -1,27 +1,6 @@
 """The BundledProgram schema as dataclasses (``executorch.devtools.bundled_program.schema``). Torch-free."""
 
-from edgetorch.devtools.bundled_program.schema.bundled_program_schema import (
-    Bool,
-    BundledMethodTestCase,
-    BundledMethodTestSuite,
-    BundledProgram,
-    Double,
-    Int,
-    ScalarType,
-    Tensor,
-    Value,
-    ValueUnion,
-)
+from edgetorch.devtools.bundled_program.schema import bundled_program_schema
+from edgetorch.devtools.bundled_program.schema.bundled_program_schema import *  # noqa: F403
 
-__all__ = [
-    "Bool",
-    "BundledMethodTestCase",
-    "BundledMethodTestSuite",
-    "BundledProgram",
-    "Double",
-    "Int",
-    "ScalarType",
-    "Tensor",
-    "Value",
-    "ValueUnion",
-]
+__all__ = list(bundled_program_schema.__all__)

@@ -118,8 +118,7 @@ def _update_cache_out(value, cache, start_pos, *, out):
 
 def _update_cache_with_indices(value, cache, start_pos, indices):
     """Row ``s`` of batch ``b`` of ``value`` goes to cache position ``indices[b, s]``; ``start_pos`` is unused."""
-    for b in range(value.shape[0]):
-        cache[b, indices[b]] = value[b]
+    cache[torch.arange(value.shape[0]).unsqueeze(1), indices] = value
     return torch.empty((1,), dtype=value.dtype)
 
 
