@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def _sweep(out: pathlib.Path, *extra: str) -> dict:
     subprocess.run(
-        [sys.executable, "bench/opinfo_compare.py", "--ops", "add,mul", "--results", str(out), *extra],
+        [sys.executable, "bench/opinfo_compare.py", "--ops", "add", "--results", str(out), *extra],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -37,7 +37,7 @@ def _sweep(out: pathlib.Path, *extra: str) -> dict:
 def test_opinfo_sweep_on_ray_matches_the_plain_run(tmp_path):
     plain = _sweep(tmp_path / "plain")
     ray = _sweep(tmp_path / "ray", "--ray", "--workers", "2")
-    assert {op for op, *_ in plain["samples"]} == {"add", "mul"}
+    assert {op for op, *_ in plain["samples"]} == {"add"}
     assert ray == plain
 
 
