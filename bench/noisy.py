@@ -95,11 +95,14 @@ def _llm_worker(pte: str, gguf: str, threads: int, new_tokens: int) -> dict:
     return {"decode_tps": r["decode_tps"], "prefill_tps": r["prefill_tps"]}
 
 
-def _one(args: argparse.Namespace, threads: int) -> dict:
+def _one(args: argparse.Namespace, threads: int, spin: str = "") -> dict:
     cmd = [sys.executable, __file__, "--pte", args.pte, "--worker", str(threads), "--seconds", str(args.seconds)]
     cmd += ["--new-tokens", str(args.new_tokens)] + (["--gguf", args.gguf] if args.gguf else [])
     cmd += ["--fixed-split"] if args.fixed_split else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("GOMP_SPINCOUNT", None)
+    if spin:  # else the runtime's own choice (runtime/policy.py SPIN_COUNT)
+        env["GOMP_SPINCOUNT"] = spin
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
@@ -119,6 +122,11 @@ def main() -> None:
     parser.add_argument(
         "--fixed-split", action="store_true", help="split whenever there are threads (policy split_adapts off)"
     )
+    parser.add_argument(
+        "--spin",
+        default="",
+        help="GOMP_SPINCOUNT values to compare, comma-separated (default: the runtime's own setting only)",
+    )
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
@@ -131,27 +139,34 @@ def main() -> None:
         else:
             print(json.dumps(_program_worker(args.pte, args.worker, args.seconds)))
         return
+    spins = args.spin.split(",") if args.spin else [""]
     settings = list(
-        itertools.product([int(n) for n in args.neighbours.split(",")], [int(t) for t in args.threads.split(",")])
+        itertools.product(
+            [int(n) for n in args.neighbours.split(",")], [int(t) for t in args.threads.split(",")], spins
+        )
     )
     key = "decode_tps" if args.gguf else "ms"
     runs: list[dict] = []
     for r in range(args.rounds):
-        for n, t in settings if r % 2 == 0 else reversed(settings):
+        for n, t, spin in settings if r % 2 == 0 else reversed(settings):
             with neighbours(n) as where:
                 load = os.getloadavg()[0]
-                got = _one(args, t)
-            runs.append({"neighbours": n, "threads": t, "load": load, "where": where, **got})
-            print(f"round {r}: {where}, {t} thread(s), load {load:.2f}: {got.get(key, got.get('error'))}", flush=True)
+                got = _one(args, t, spin)
+            runs.append({"neighbours": n, "threads": t, "spin": spin or "runtime", "load": load, "where": where, **got})
+            said = f", GOMP_SPINCOUNT={spin}" if spin else ""
+            print(
+                f"round {r}: {where}, {t} thread(s){said}, load {load:.2f}: {got.get(key, got.get('error'))}",
+                flush=True,
+            )
     unit = "decode tok/s" if args.gguf else "ms a run (median)"
     adapt = "fixed split" if args.fixed_split else "adaptive split"
     print(f"\n{Path(args.pte).name}, {unit}, {adapt}, {args.rounds} interleaved round(s); load = 1-min load average")
-    print("| neighbours | threads | runs (load) | median |\n|---|---|---|---|")
-    for n, t in settings:
-        mine = [x for x in runs if x["neighbours"] == n and x["threads"] == t and key in x]
+    print("| neighbours | threads | GOMP_SPINCOUNT | runs (load) | median |\n|---|---|---|---|---|")
+    for n, t, spin in settings:
+        mine = [x for x in runs if (x["neighbours"], x["threads"], x["spin"]) == (n, t, spin or "runtime") and key in x]
         cells = ", ".join(f"{x[key]:.1f} ({x['load']:.1f})" for x in mine)
         med = f"{statistics.median(x[key] for x in mine):.1f}" if mine else "-"
-        print(f"| {n} | {t} | {cells} | {med} |")
+        print(f"| {n} | {t} | {spin or 'runtime'} | {cells} | {med} |")
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))
 
