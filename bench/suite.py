@@ -226,7 +226,10 @@ def write_report(results: dict, out: pathlib.Path) -> pathlib.Path:
         "have parked); at least 5 runs (ExecuTorch portable: 2 within 40 s). The 1-minute load average was "
         f"{meta['load_average_start']} at the start and {meta['load_average_end']} at the end: with more runnable "
         "processes than cores, multi-threaded runtimes wait at every barrier for a descheduled thread, so a high "
-        "load inflates all numbers, PyTorch eager's most. Each CPU the suite runs on keeps a section of its own "
+        "load inflates all numbers, PyTorch eager's most. torch loads libgomp before edgetorch is imported, so "
+        f"OpenMP workers (ours included) spin as GOMP_SPINCOUNT={meta.get('gomp_spincount', 'unset')} says "
+        "(unset: libgomp's default, 300,000); a torch-free edgetorch process spins 0 "
+        "(docs/benchmarks.md, 'How long a worker spins'). Each CPU the suite runs on keeps a section of its own "
         "in this file; a run replaces only its own CPU's.",
         "### Contenders\n\n" + "\n".join(f"- **{LABELS[c]}**: {WHAT[c]}" for c in results["contenders"]),
         "### Time ratios",
@@ -341,6 +344,16 @@ def _footprint(results: dict, repeats: int) -> dict:
     return {"model": name, "rows": footprint.measure(res["artifacts"], res["inputs"], repeats)}
 
 
+def _spin_at_start() -> str:
+    """GOMP_SPINCOUNT as this process started (edgetorch's import may set it later, after torch loaded libgomp)."""
+    try:
+        start = pathlib.Path("/proc/self/environ").read_bytes().split(b"\0")
+    except OSError:
+        return "unknown"
+    found = [e.split(b"=", 1)[1].decode() for e in start if e.startswith(b"GOMP_SPINCOUNT=")]
+    return found[0] if found else "unset"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(SUITE_MODELS), help=f"comma-separated, from {sorted(MODELS)}")
@@ -364,7 +377,11 @@ def main(argv: list[str] | None = None) -> None:
         repeats = args.footprint_repeats if args.footprint_repeats is not None else 1 if args.quick else 5
         if repeats:
             results["footprint"] = _footprint(results, repeats)
-    results["meta"] = {**_meta(args), "load_average_start": load_start}
+    results["meta"] = {
+        **_meta(args),
+        "load_average_start": load_start,
+        "gomp_spincount": _spin_at_start(),
+    }
     path = write_report(results, args.out)
     print("\n" + ratio_table(results) + "\n\n" + latency_table(results))
     print(f"\nwrote {path}")
