@@ -166,9 +166,9 @@ def node_profile(delegates: list, runs: int) -> tuple[collections.Counter, int]:
     number of steps those plans run."""
     totals, count = collections.Counter(), 0
     for d, nodes in delegates:
-        for shapes, old in list(d.plans.items()):
+        for shapes, old in list(d.schedules.items()):
             kinds = _step_kinds(d, nodes, shapes)
-            plan = d.plans[shapes]
+            plan = d.schedules[shapes]
             for dst, src in zip(plan.inputs, old.inputs):  # the last run's inputs, so the steps see real data
                 np.copyto(dst, src)
             per_step = [[] for _ in plan.steps]
@@ -226,8 +226,8 @@ def _step_kinds(delegate, nodes: list, shapes: tuple) -> list[str]:
 
     delegate.planners = [labelled(p, type(n.xnode_union).__name__.removeprefix("XNN")) for p, n in zip(planners, nodes)]
     try:
-        del delegate.plans[shapes]
-        delegate.plan(shapes)
+        del delegate.schedules[shapes]
+        delegate.schedule(shapes)
     finally:
         delegate.planners = planners
     return kinds

@@ -55,7 +55,7 @@ class _NoMatch(Exception):
     pass
 
 
-class _Plan:
+class _FusionContext:
     """What the patterns ask about a method: its executor, each value's readers, the values a chain must not
     keep to itself (inputs, outputs, bases of views), and the values some instruction writes."""
 
@@ -85,25 +85,25 @@ def fuse_steps(ex: Any) -> tuple[list[Callable], list[int]] | None:
         return None
     if len(ex.steps) != len(ex.instructions):
         return None
-    return apply_patterns(_Plan(ex), _PATTERNS, dict(enumerate(ex.steps)))
+    return apply_patterns(_FusionContext(ex), _PATTERNS, dict(enumerate(ex.steps)))
 
 
 Pattern = Callable[[Any, int], tuple[int, Callable]]
 
 
 def apply_patterns(
-    plan: _Plan, patterns: Sequence[Pattern], by_pc: dict[int, Callable]
+    ctx: _FusionContext, patterns: Sequence[Pattern], by_pc: dict[int, Callable]
 ) -> tuple[list[Callable], list[int]] | None:
     """The method's steps (``by_pc``: each instruction's step; a folded or elided instruction has none) with
     every chain a pattern matches replaced by the pattern's one step, and each step's first instruction; None
     when nothing matches. A chain starts only at an instruction that has a step."""
     steps: list[Callable] = []
     pcs: list[int] = []
-    pc, n, fused = 0, len(plan.ex.instructions), 0
+    pc, n, fused = 0, len(ctx.ex.instructions), 0
     while pc < n:
         for pattern in patterns if pc in by_pc else ():
             try:
-                length, step = pattern(plan, pc)
+                length, step = pattern(ctx, pc)
             except _NoMatch:
                 continue
             except (ValueError, TypeError, IndexError, KeyError):
@@ -123,12 +123,12 @@ def apply_patterns(
     return (steps, pcs) if fused else None
 
 
-def _private(plan: _Plan, chain: _Chain, ks: Sequence[int]) -> None:
+def _private(ctx: _FusionContext, chain: _Chain, ks: Sequence[int]) -> None:
     """Require the results of instructions ``ks`` to be float32 and read only inside the chain."""
     end = chain.pc + len(chain.args)
     for k in ks:
         j = chain.out(k)
-        if j in plan.protected or any(not chain.pc <= r < end for r in plan.readers.get(j, ())):
+        if j in ctx.protected or any(not chain.pc <= r < end for r in ctx.readers.get(j, ())):
             raise _NoMatch
         _f32(chain.ex, j)
 
@@ -139,21 +139,21 @@ def _f32(ex: Any, j: int) -> None:
         raise _NoMatch
 
 
-def _int(plan: _Plan, j: int) -> int:
+def _int(ctx: _FusionContext, j: int) -> int:
     """A load-time integer argument (an Int value no instruction writes)."""
-    v = plan.ex.bound[j]
-    if isinstance(v, bool) or not isinstance(v, int) or j in plan.ex.slots:
+    v = ctx.ex.bound[j]
+    if isinstance(v, bool) or not isinstance(v, int) or j in ctx.ex.slots:
         raise _NoMatch
-    if j in plan.writers:
+    if j in ctx.writers:
         raise _NoMatch
     return v
 
 
-def _int_list(plan: _Plan, j: int) -> list[int]:
-    v = plan.ex.bound[j]
+def _int_list(ctx: _FusionContext, j: int) -> list[int]:
+    v = ctx.ex.bound[j]
     if not isinstance(v, ListRef):
         raise _NoMatch
-    return [_int(plan, i) for i in v.items]
+    return [_int(ctx, i) for i in v.items]
 
 
 def _none(ex: Any, j: int) -> None:
@@ -198,9 +198,9 @@ def _unless_0d(vals: Any, slot: int, unfused: Sequence[Callable], fused: Callabl
 # ---------------------------------------------------------------------------------------------- patterns
 
 
-def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _rms_norm(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     """``w * (x * rsqrt(mean(x ** 2, -1, keepdim) + eps))``: pow, mean, add, rsqrt, mul, mul."""
-    ex = plan.ex
+    ex = ctx.ex
     c = _Chain(
         ex,
         pc,
@@ -208,18 +208,18 @@ def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
          "aten::mul.out"],
     )  # fmt: skip
     (x, two, sq), (sq2, dims, keep, dtype, m), (m2, eps, alpha, a), (a2, r), (p, q, e), (u, v, y) = c.args
-    if sq2 != sq or m2 != m or a2 != a or _int(plan, alpha) != 1:
+    if sq2 != sq or m2 != m or a2 != a or _int(ctx, alpha) != 1:
         raise _NoMatch
     power = ex.bound[two]
-    if isinstance(power, bool) or not isinstance(power, (int, float)) or two in plan.writers:
+    if isinstance(power, bool) or not isinstance(power, (int, float)) or two in ctx.writers:
         raise _NoMatch
-    if _int_list(plan, dims) != [-1] or ex.bound[keep] is not True:
+    if _int_list(ctx, dims) != [-1] or ex.bound[keep] is not True:
         raise _NoMatch
     _none(ex, dtype)
     if {p, q} != {x, r} or r not in (p, q) or e not in (u, v):
         raise _NoMatch
     w = v if u == e else u
-    _private(plan, c, range(5))
+    _private(ctx, c, range(5))
     for j in (x, w, eps, y):
         _f32(ex, j)
     if not ex.slots[eps].constant or not ex.slots[w].constant:
@@ -252,18 +252,18 @@ def _rms_norm(plan: _Plan, pc: int) -> tuple[int, Callable]:
     return 6, _unless_0d(vals, x, unfused, rms_norm)
 
 
-def _rope(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _rope(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     """``x * cos + index_select(x, -1, perm) * sin``: mul, index_select, mul, add."""
-    ex = plan.ex
+    ex = ctx.ex
     c = _Chain(ex, pc, ["aten::mul.out", "aten::index_select.out", "aten::mul.out", "aten::add.out"])
     (x, cos, t1), (x2, dim, perm, t2), (m1, m2, t3), (s1, s2, alpha, y) = c.args
-    if x2 not in (x, cos) or t2 not in (m1, m2) or {s1, s2} != {t1, t3} or _int(plan, alpha) != 1:
+    if x2 not in (x, cos) or t2 not in (m1, m2) or {s1, s2} != {t1, t3} or _int(ctx, alpha) != 1:
         raise _NoMatch
     if x2 == cos:  # mul(cos, x)
         x, cos = cos, x
     sin = m2 if m1 == t2 else m1
-    axis = _int(plan, dim)
-    _private(plan, c, range(3))
+    axis = _int(ctx, dim)
+    _private(ctx, c, range(3))
     for j in (x, cos, sin, y):
         _f32(ex, j)
     perm_slot = ex.slots.get(perm)
@@ -281,9 +281,9 @@ def _rope(plan: _Plan, pc: int) -> tuple[int, Callable]:
     return 4, _unless_0d(vals, x, unfused, rope)
 
 
-def _swiglu(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _swiglu(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     """``silu(h[..., :n]) * h[..., n:]`` of a packed gate/up product: slice, sigmoid, mul, slice, mul."""
-    ex = plan.ex
+    ex = ctx.ex
     c = _Chain(
         ex,
         pc,
@@ -293,11 +293,11 @@ def _swiglu(plan: _Plan, pc: int) -> tuple[int, Callable]:
     (h, d1, s1, e1, st1, g), (g2, s), (p, q, silu), (h2, d2, s2, e2, st2, u), (m1, m2, y) = c.args
     if g2 != g or {p, q} != {g, s} or h2 != h or {m1, m2} != {silu, u}:
         raise _NoMatch
-    if _int(plan, st1) != 1 or _int(plan, st2) != 1:
+    if _int(ctx, st1) != 1 or _int(ctx, st2) != 1:
         raise _NoMatch
-    dim_a, dim_b = _int(plan, d1), _int(plan, d2)
-    bounds = (_int(plan, s1), _int(plan, e1), _int(plan, s2), _int(plan, e2))
-    _private(plan, c, range(4))
+    dim_a, dim_b = _int(ctx, d1), _int(ctx, d2)
+    bounds = (_int(ctx, s1), _int(ctx, e1), _int(ctx, s2), _int(ctx, e2))
+    _private(ctx, c, range(4))
     for j in (h, y):
         _f32(ex, j)
     vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc : pc + 5]
@@ -322,11 +322,11 @@ def _swiglu(plan: _Plan, pc: int) -> tuple[int, Callable]:
 # dtype promotion and scalar handling (which cost more than adding 576 floats).
 
 
-def _add(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _add(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     """``a + b`` (alpha 1) of two float32 tensors."""
-    ex = plan.ex
+    ex = ctx.ex
     ((a, b, alpha, y),) = _Chain(ex, pc, ["aten::add.out"]).args
-    if _int(plan, alpha) != 1:
+    if _int(ctx, alpha) != 1:
         raise _NoMatch
     for j in (a, b, y):
         _f32(ex, j)
@@ -339,11 +339,11 @@ def _add(plan: _Plan, pc: int) -> tuple[int, Callable]:
     return 1, add
 
 
-def _mean(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _mean(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     """The mean of a float32 tensor over its last dimension."""
-    ex = plan.ex
+    ex = ctx.ex
     ((x, dims, keep, dtype, y),) = _Chain(ex, pc, ["aten::mean.out"]).args
-    if _int_list(plan, dims) != [-1] or not isinstance(ex.bound[keep], bool) or keep in plan.writers:
+    if _int_list(ctx, dims) != [-1] or not isinstance(ex.bound[keep], bool) or keep in ctx.writers:
         raise _NoMatch
     _none(ex, dtype)
     for j in (x, y):
@@ -367,31 +367,31 @@ def _mean(plan: _Plan, pc: int) -> tuple[int, Callable]:
 # no copy and no kernel call.
 
 
-def _elidable(plan: _Plan, pc: int, source: int, result: int) -> None:
+def _elidable(ctx: _FusionContext, pc: int, source: int, result: int) -> None:
     """Require that ``result`` (written by instruction ``pc`` only) can be a view of ``source``.
 
     The view reads ``source``'s memory (or, when ``source`` is a view itself, its root's) until the last
     reader of ``result``; so no instruction from ``pc`` on up to that reader may write a value whose planned
     memory overlaps it, nor the root itself (a cache written in place), and no reader may write ``result``.
     A delegate counts as writing all its arguments, so a result a delegate reads stays a copy."""
-    ex = plan.ex
-    root = plan.root.get(source, source)
+    ex = ctx.ex
+    root = ctx.root.get(source, source)
     slot, src = ex.slots.get(result), ex.slots.get(root)
-    if result in plan.protected or slot is None or src is None or source not in ex.slots:
+    if result in ctx.protected or slot is None or src is None or source not in ex.slots:
         raise _NoMatch
-    if slot.dtype != ex.slots[source].dtype or plan.writers.get(result) != {pc}:
+    if slot.dtype != ex.slots[source].dtype or ctx.writers.get(result) != {pc}:
         raise _NoMatch
-    readers = plan.readers.get(result, set()) - {pc}  # its own out argument
+    readers = ctx.readers.get(result, set()) - {pc}  # its own out argument
     if not readers or min(readers) < pc:
         raise _NoMatch
-    memory = None if src.constant else plan.planned_range(root)
+    memory = None if src.constant else ctx.planned_range(root)
     if memory is None and not src.constant:
         raise _NoMatch  # memory we cannot see the writers of
     for q in range(pc + 1, max(readers) + 1):
-        for w in plan.writes[q]:
-            if w == root or (memory is not None and plan.overlaps(w, memory)):
+        for w in ctx.writes[q]:
+            if w == root or (memory is not None and ctx.overlaps(w, memory)):
                 raise _NoMatch
-    plan.root[result] = root
+    ctx.root[result] = root
 
 
 def _reader(ex: Any, j: int) -> Callable[[], Any]:
@@ -410,12 +410,12 @@ def _sizes(ex: Any, j: int) -> ListRef:
     return ref
 
 
-def _view_copy(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _view_copy(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     """``view_copy(x, size)`` as ``x.reshape(size)`` (a copy only where NumPy cannot view, as the kernel's)."""
-    ex = plan.ex
+    ex = ctx.ex
     ((x, size, y),) = _Chain(ex, pc, ["aten::view_copy.out"]).args
     ref = _sizes(ex, size)
-    _elidable(plan, pc, x, y)
+    _elidable(ctx, pc, x, y)
     vals = ex.vals
 
     def view() -> None:
@@ -424,17 +424,17 @@ def _view_copy(plan: _Plan, pc: int) -> tuple[int, Callable]:
     return 1, view
 
 
-def _slice_copy(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _slice_copy(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     """``slice_copy(x, dim, start, end, 1)`` as the view ``x[..., start:end]`` along ``dim``."""
-    ex = plan.ex
+    ex = ctx.ex
     ((x, dim, start, end, step, y),) = _Chain(ex, pc, ["aten::slice_copy.Tensor_out"]).args
-    if _int(plan, step) != 1:
+    if _int(ctx, step) != 1:
         raise _NoMatch
-    axis, rank = _int(plan, dim), len(ex.slots[x].sizes) if x in ex.slots else 0
+    axis, rank = _int(ctx, dim), len(ex.slots[x].sizes) if x in ex.slots else 0
     if not -rank <= axis < rank:
         raise _NoMatch  # the kernel reports it
     lo, hi = _reader(ex, start), _reader(ex, end)
-    _elidable(plan, pc, x, y)
+    _elidable(ctx, pc, x, y)
     vals, lead = ex.vals, (slice(None),) * (axis % rank)
 
     def view_slice() -> None:
@@ -443,7 +443,7 @@ def _slice_copy(plan: _Plan, pc: int) -> tuple[int, Callable]:
     return 1, view_slice
 
 
-def _into_view(plan: _Plan, pc: int) -> tuple[int, Callable]:
+def _into_view(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     """A kernel whose only reader is the ``view_copy`` after it, writing straight into the view's memory.
 
     The planner often lets the view take the kernel's result's memory as soon as the copy has read it
@@ -451,25 +451,25 @@ def _into_view(plan: _Plan, pc: int) -> tuple[int, Callable]:
     later; instead the kernel's ``out`` becomes the view's planned slot seen at the result's shape (the same
     number of elements), and the view is then a reshape of it. The kernel's inputs must not lie in that
     memory (the planner may have given it to a value that dies at the kernel)."""
-    ex = plan.ex
+    ex = ctx.ex
     a, b = (ex.instructions[pc + k].instr_args if pc + k < len(ex.instructions) else None for k in (0, 1))
     if not isinstance(a, fbp.KernelCall) or not isinstance(b, fbp.KernelCall):
         raise _NoMatch
     ((x, size, y),) = _Chain(ex, pc + 1, ["aten::view_copy.out"]).args
     fn, nargs = ex.kernels[a.op_index]
     params = list(a.args[:nargs])
-    if kernel_results(fn, a.args, nargs) != [x] or x not in params or plan.readers.get(x, set()) != {pc, pc + 1}:
+    if kernel_results(fn, a.args, nargs) != [x] or x not in params or ctx.readers.get(x, set()) != {pc, pc + 1}:
         raise _NoMatch
     ref = _sizes(ex, size)
     into, planned = ex.bound[y], ex.bound[x]
-    if x in plan.protected or y in plan.protected or x not in ex.slots or y not in ex.slots:
+    if x in ctx.protected or y in ctx.protected or x not in ex.slots or y not in ex.slots:
         raise _NoMatch
     if into.dtype != planned.dtype or into.size != planned.size or not into.flags.c_contiguous:
         raise _NoMatch
-    memory = plan.planned_range(y)
-    if plan.writers.get(y) != {pc + 1} or memory is None:
+    memory = ctx.planned_range(y)
+    if ctx.writers.get(y) != {pc + 1} or memory is None:
         raise _NoMatch
-    if any(j != x and plan.overlaps(plan.root.get(j, j), memory) for j in ex.facts.items(params)):
+    if any(j != x and ctx.overlaps(ctx.root.get(j, j), memory) for j in ex.facts.items(params)):
         raise _NoMatch
     ex.bound[x] = into.reshape(planned.shape)  # the slot the kernel's step binds as its out
     try:

@@ -54,7 +54,7 @@ import numpy as np
 
 from edgetorch.format import program as fbp
 from edgetorch.runtime import policy
-from edgetorch.runtime.fusion import _F32, _int, _NoMatch, _Plan, apply_patterns
+from edgetorch.runtime.fusion import _F32, _FusionContext, _int, _NoMatch, apply_patterns
 from edgetorch.runtime.kernels import compiled, gemm
 from edgetorch.runtime.ops import activation
 
@@ -71,7 +71,7 @@ _MASK_TAIL = {
 _TAIL_LENGTH = sum(_MASK_TAIL.values())
 
 
-class _StaticPlan(_Plan):
+class _StaticContext(_FusionContext):
     """The method's facts the patterns ask about, and the static views planned over each computed tensor."""
 
     def __init__(self, ex: Any, live: set[int]):
@@ -104,9 +104,9 @@ def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
         _batch_norm, _safe_softmax, _masked_rows, _linear_epilogue, _packed_linear, _expanded_linear,
         _max_pool_values, _direct,
     )  # fmt: skip
-    plan = _StaticPlan(ex, set(by_pc))
-    fused = apply_patterns(plan, patterns, by_pc)
-    ex.own_threads = plan.threaded
+    ctx = _StaticContext(ex, set(by_pc))
+    fused = apply_patterns(ctx, patterns, by_pc)
+    ex.own_threads = ctx.threaded
     return fused
 
 
@@ -147,29 +147,29 @@ def _constant(ex: Any, j: int) -> np.ndarray | None:
     return v
 
 
-def _scalar(plan: _StaticPlan, j: int) -> float:
+def _scalar(ctx: _StaticContext, j: int) -> float:
     """A load-time number argument (no instruction writes it)."""
-    v = plan.ex.bound[j]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or j in plan.ex.slots or j in plan.writers:
+    v = ctx.ex.bound[j]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or j in ctx.ex.slots or j in ctx.writers:
         raise _NoMatch
     return float(v)
 
 
-def _only_readers(plan: _StaticPlan, j: int, first: int, end: int, kept: set[int] | None = None) -> None:
+def _only_readers(ctx: _StaticContext, j: int, first: int, end: int, kept: set[int] | None = None) -> None:
     """Require value ``j`` to be named by instructions ``first..end-1`` alone (which includes its writer) and
-    not be in ``kept`` (default: the plan's inputs, outputs and view bases)."""
-    if j in (plan.protected if kept is None else kept) or any(not first <= r < end for r in plan.readers.get(j, ())):
+    not be in ``kept`` (default: the method's inputs, outputs and view bases)."""
+    if j in (ctx.protected if kept is None else kept) or any(not first <= r < end for r in ctx.readers.get(j, ())):
         raise _NoMatch
 
 
-def _batch_norm(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
-    ex = plan.ex
+def _batch_norm(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
+    ex = ctx.ex
     args = _call(ex, pc, _BATCH_NORM)
     if len(args) < 10:
         raise _NoMatch
     x, weight, bias, mean, var, _momentum, eps, out, save_mean, save_invstd = args[:10]
     for j in (save_mean, save_invstd):
-        _only_readers(plan, j, pc, pc + 1)
+        _only_readers(ctx, j, pc, pc + 1)
     xa, oa = _flat_f32(ex, x, out)
     if xa.shape != oa.shape or xa.ndim < 2:
         raise _NoMatch
@@ -178,12 +178,12 @@ def _batch_norm(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         raise _NoMatch
     from edgetorch.runtime.kernels.normalization import batch_norm_scale_shift  # its family, only when used
 
-    scale, shift = batch_norm_scale_shift(w, b, m, v, _scalar(plan, eps), oa.dtype)
+    scale, shift = batch_norm_scale_shift(w, b, m, v, _scalar(ctx, eps), oa.dtype)
     if scale.dtype != _F32 or scale.shape != (xa.shape[1],):
         raise _NoMatch
     lo, hi, length, final = -np.inf, np.inf, 1, oa
     try:
-        lo, hi, final = _clamp_after(plan, pc + 1, out)
+        lo, hi, final = _clamp_after(ctx, pc + 1, out)
         length = 2
     except _NoMatch:
         pass
@@ -208,17 +208,17 @@ def _batch_norm(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     return length, batch_norm
 
 
-def _clamp_after(plan: _StaticPlan, pc: int, source: int) -> tuple[float, float, np.ndarray]:
+def _clamp_after(ctx: _StaticContext, pc: int, source: int) -> tuple[float, float, np.ndarray]:
     """The bounds and output of a ``hardtanh`` or ``relu`` at ``pc`` that is the only reader of ``source``."""
-    ex = plan.ex
-    _only_readers(plan, source, pc - 1, pc + 1)
-    if pc not in plan.live:
+    ex = ctx.ex
+    _only_readers(ctx, source, pc - 1, pc + 1)
+    if pc not in ctx.live:
         raise _NoMatch
     try:
         args = _call(ex, pc, "aten::hardtanh.out")
         if len(args) != 5 or args[0] != source or args[3] != args[4]:
             raise _NoMatch
-        lo, hi, out = _scalar(plan, args[1]), _scalar(plan, args[2]), args[3]
+        lo, hi, out = _scalar(ctx, args[1]), _scalar(ctx, args[2]), args[3]
     except _NoMatch:
         args = _call(ex, pc, "aten::relu.out")
         if len(args) != 3 or args[0] != source or args[1] != args[2]:
@@ -230,10 +230,10 @@ def _clamp_after(plan: _StaticPlan, pc: int, source: int) -> tuple[float, float,
     return lo, hi, final
 
 
-def _mask_tail(plan: _StaticPlan, pc: int) -> tuple[int, int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _mask_tail(ctx: _StaticContext, pc: int) -> tuple[int, int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The scores and softmax values the zeroing tail at ``pc`` reads (see _MASK_TAIL), and the scores, the
     softmax and the result as [rows, n] float32 arrays; its intermediate values are read only inside it."""
-    ex = plan.ex
+    ex = ctx.ex
     calls: dict[str, list[list[int]]] = {}
     for p in range(pc, pc + _TAIL_LENGTH):
         if p >= len(ex.instructions):
@@ -247,7 +247,7 @@ def _mask_tail(plan: _StaticPlan, pc: int) -> tuple[int, int, tuple[np.ndarray, 
         calls.setdefault(ex.operators[a.op_index], []).append(list(a.args[:nargs]))
     if {name: len(c) for name, c in calls.items()} != _MASK_TAIL:
         raise _NoMatch
-    if not all(p in plan.live or ex.operators[ex.instructions[p].instr_args.op_index] == "aten::full_like.out"
+    if not all(p in ctx.live or ex.operators[ex.instructions[p].instr_args.op_index] == "aten::full_like.out"
                for p in range(pc, pc + _TAIL_LENGTH)):  # fmt: skip
         raise _NoMatch  # only the zeros may have been folded
     ((x, inf, e),) = calls["aten::eq.Scalar_out"]
@@ -258,7 +258,7 @@ def _mask_tail(plan: _StaticPlan, pc: int) -> tuple[int, int, tuple[np.ndarray, 
     if z != calls["aten::full_like.out"][0][-1] or ex.bound[inf] != -np.inf or ex.bound[keep] is not True:
         raise _NoMatch
     xa, sa, ra = _flat_f32(ex, x, s, r)
-    if not xa.shape == sa.shape == ra.shape or xa.ndim < 1 or _int(plan, dim) % xa.ndim != xa.ndim - 1:
+    if not xa.shape == sa.shape == ra.shape or xa.ndim < 1 or _int(ctx, dim) % xa.ndim != xa.ndim - 1:
         raise _NoMatch
     zeros = ex.bound[z]
     if not isinstance(zeros, np.ndarray) or zeros.shape != xa.shape or np.any(zeros):
@@ -266,65 +266,65 @@ def _mask_tail(plan: _StaticPlan, pc: int) -> tuple[int, int, tuple[np.ndarray, 
     _same_or_apart(xa, ra)
     _same_or_apart(sa, ra)
     for j in (e, ne, a, m, z):
-        _only_readers(plan, j, pc, pc + _TAIL_LENGTH)
+        _only_readers(ctx, j, pc, pc + _TAIL_LENGTH)
     n = xa.shape[-1]
     return x, s, (xa.reshape(-1, n), sa.reshape(-1, n), ra.reshape(-1, n))
 
 
-def _safe_softmax(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
+def _safe_softmax(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     """softmax(x) then the zeroing tail: the compiled softmax with ``safe``, straight into the tail's result."""
-    ex = plan.ex
+    ex = ctx.ex
     x, dim, half, s = _call(ex, pc, "aten::_softmax.out")[:4]
     if not policy.compiled_tier() or ex.bound[half] not in (False, 0):
         raise _NoMatch
-    tail_x, tail_s, (scores, _, result) = _mask_tail(plan, pc + 1)
-    if (tail_x, tail_s) != (x, s) or _int(plan, dim) % ex.bound[x].ndim != ex.bound[x].ndim - 1:
+    tail_x, tail_s, (scores, _, result) = _mask_tail(ctx, pc + 1)
+    if (tail_x, tail_s) != (x, s) or _int(ctx, dim) % ex.bound[x].ndim != ex.bound[x].ndim - 1:
         raise _NoMatch
-    _only_readers(plan, s, pc, pc + 1 + _TAIL_LENGTH)
-    step = _rows(plan, "softmax", scores, result, True)
+    _only_readers(ctx, s, pc, pc + 1 + _TAIL_LENGTH)
+    step = _rows(ctx, "softmax", scores, result, True)
     assert step is not None  # the tier is usable (checked above)
     return 1 + _TAIL_LENGTH, step
 
 
-def _masked_rows(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
+def _masked_rows(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     """The zeroing tail alone (the softmax ran elsewhere, e.g. in a delegate): one compiled pass."""
     kernel = compiled.kernel("masked_rows")
     if kernel is None:
         raise _NoMatch
-    _, _, rows = _mask_tail(plan, pc)
+    _, _, rows = _mask_tail(ctx, pc)
     return _TAIL_LENGTH, partial(kernel, *rows)
 
 
-def _addmm(plan: _StaticPlan, pc: int) -> tuple[int, int, int, int]:
+def _addmm(ctx: _StaticContext, pc: int) -> tuple[int, int, int, int]:
     """The bias, input, weight and result of ``addmm.out`` at ``pc`` when it is ``bias + input @ weight``
     (beta and alpha 1)."""
-    args = _call(plan.ex, pc, "aten::addmm.out")
+    args = _call(ctx.ex, pc, "aten::addmm.out")
     if len(args) != 7:
         raise _NoMatch
     bias, a, w, beta, alpha, out = args[:6]
-    if _scalar(plan, beta) != 1 or _scalar(plan, alpha) != 1:
+    if _scalar(ctx, beta) != 1 or _scalar(ctx, alpha) != 1:
         raise _NoMatch
     return bias, a, w, out
 
 
-def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
+def _linear_epilogue(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     """``addmm(bias, x, w)`` then a GELU or a residual add of its result: the matrix product into the
     addmm's memory, then one compiled pass adds the bias and applies the GELU (``bias_gelu``) or the residual
     (``bias_add``), with the same float32 operations in the same order as the two kernels."""
-    ex = plan.ex
-    bias, a, w, out = _addmm(plan, pc)
+    ex = ctx.ex
+    bias, a, w, out = _addmm(ctx, pc)
     (product,) = _flat_f32(ex, out)
     lhs, rhs, b = ex.bound[a], ex.bound[w], _constant(ex, bias)
     if b is None or not all(isinstance(t, np.ndarray) and t.dtype == _F32 for t in (lhs, rhs, b)):
         raise _NoMatch
     if product.ndim != 2 or b.shape != (product.shape[1],) or lhs.ndim != 2 or rhs.ndim != 2:
         raise _NoMatch
-    seen = {out} | plan.views.get(out, set())  # the product as the next instruction may name it
+    seen = {out} | ctx.views.get(out, set())  # the product as the next instruction may name it
     outside = set(ex.plan.inputs) | set(ex.plan.outputs)  # the product is a view base: its views are in seen
     for j in seen:
-        _only_readers(plan, j, pc, pc + 2, outside)
+        _only_readers(ctx, j, pc, pc + 2, outside)
     nxt = pc + 1
-    following = ex.instructions[nxt].instr_args if nxt in plan.live else None
+    following = ex.instructions[nxt].instr_args if nxt in ctx.live else None
     name = ex.operators[following.op_index] if isinstance(following, fbp.KernelCall) else ""
     if name == "aten::gelu.out":
         x, approximate, result = _call(ex, nxt, name)[:3]
@@ -334,20 +334,20 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         if y.size != product.size:
             raise _NoMatch
         _same_or_apart(product, y)
-        epilogue = _rows(plan, "bias_gelu", product, b, y.reshape(product.shape), ex.bound[approximate] == "tanh")
+        epilogue = _rows(ctx, "bias_gelu", product, b, y.reshape(product.shape), ex.bound[approximate] == "tanh")
     elif name == "aten::add.out":
         first, second, add_alpha, result = _call(ex, nxt, name)[:4]
-        if not policy.compiled_tier() or _scalar(plan, add_alpha) != 1 or (first in seen) == (second in seen):
+        if not policy.compiled_tier() or _scalar(ctx, add_alpha) != 1 or (first in seen) == (second in seen):
             raise _NoMatch
         residual, y = _flat_f32(ex, second if first in seen else first, result)
         if not residual.size == y.size == product.size:
             raise _NoMatch
         _same_or_apart(product, y)
         _same_or_apart(residual, y)
-        epilogue = _rows(plan, "bias_add", product, b, residual.reshape(product.shape), y.reshape(product.shape))
+        epilogue = _rows(ctx, "bias_add", product, b, residual.reshape(product.shape), y.reshape(product.shape))
     else:
         raise _NoMatch
-    matmul = _packed(plan, lhs, w, product, pc=pc) or partial(np.matmul, lhs, rhs, out=product)
+    matmul = _packed(ctx, lhs, w, product, pc=pc) or partial(np.matmul, lhs, rhs, out=product)
     assert epilogue is not None  # the tier is usable (checked above)
 
     def linear() -> None:
@@ -358,18 +358,18 @@ def _linear_epilogue(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
 
 
 def _packed(
-    plan: _StaticPlan, lhs: np.ndarray, w: int, out: np.ndarray, bias: np.ndarray | None = None, pc: int = -1
+    ctx: _StaticContext, lhs: np.ndarray, w: int, out: np.ndarray, bias: np.ndarray | None = None, pc: int = -1
 ) -> Callable | None:
     """The step ``out = lhs @ w + bias`` when value ``w`` is a 2-D float32 constant and the method's packing
     budget allows: the packed GEMM, or sgemm where the host measured it faster (gemm.choose_linear); else None
     (the caller keeps sgemm)."""
     try:
-        rhs = _constant(plan.ex, w)
+        rhs = _constant(ctx.ex, w)
     except _NoMatch:
         return None
     if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not policy.compiled_tier() or np.shares_memory(lhs, out):
         return None
-    if not plan.packing:
+    if not ctx.packing:
         return None
     if lhs.ndim != 2 or out.shape != (lhs.shape[0], rhs.shape[1]) or lhs.shape[1] != rhs.shape[0]:
         return None
@@ -378,15 +378,15 @@ def _packed(
     packed = gemm.PackedGemm(rhs, bias)
     if gemm.choose_linear(packed, rhs, lhs.shape[0], f"instruction {pc}").kernel != "packed":
         return gemm.sgemm_step(lhs, rhs, bias, -np.inf, np.inf, out)
-    plan.threaded = True
+    ctx.threaded = True
     return packed.step(lhs, out)
 
 
-def _rows(plan: _StaticPlan, name: str, *args: Any) -> Callable | None:
+def _rows(ctx: _StaticContext, name: str, *args: Any) -> Callable | None:
     """The compiled row kernel ``name`` bound to ``args`` (None without the tier): split over numba's threads
-    (compiled.rows_step) in a method whose products run there (``plan.packing``), else on the calling thread."""
-    step = compiled.rows_step(name, *args, split=plan.packing)
-    plan.threaded = plan.threaded or compiled.splits(step)
+    (compiled.rows_step) in a method whose products run there (``ctx.packing``), else on the calling thread."""
+    step = compiled.rows_step(name, *args, split=ctx.packing)
+    ctx.threaded = ctx.threaded or compiled.splits(step)
     return step
 
 
@@ -414,13 +414,13 @@ def _products(ex: Any) -> tuple[int, int, int]:
     return linear, convolutions, constant_bytes
 
 
-def _packed_linear(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
+def _packed_linear(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     """``addmm(bias, x, w)`` or ``mm(x, w)`` on a constant ``w`` (and a constant bias of one row): one packed-GEMM
-    step with the bias in its pass (``_packed``). A ReLU after it stays a step: the plan gives the ReLU's output
+    step with the bias in its pass (``_packed``). A ReLU after it stays a step: the ctx gives the ReLU's output
     the memory of the layer's input, which the GEMM reads while it writes."""
-    ex = plan.ex
+    ex = ctx.ex
     try:
-        bias, a, w, out = _addmm(plan, pc)
+        bias, a, w, out = _addmm(ctx, pc)
         b = _constant(ex, bias)
         if b is None or b.dtype != _F32 or b.ndim > 2 or b.size != b.shape[-1]:
             raise _NoMatch
@@ -435,50 +435,50 @@ def _packed_linear(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     (product,) = _flat_f32(ex, out)
     if b is not None and b.size != product.shape[-1]:
         raise _NoMatch
-    step = _packed(plan, lhs, w, product, b, pc)
+    step = _packed(ctx, lhs, w, product, b, pc)
     if step is None:
         raise _NoMatch
     return 1, step
 
 
-def _expanded_linear(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
+def _expanded_linear(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     """``expand_copy`` of a constant [K, N] weight to [B, K, N], then ``bmm(x, it)``: the linear layer torch's
     decomposition writes for a 3-D input it cannot flatten (MiniLM's attention output projection). One packed
     GEMM over x's B x M rows instead: no B copies of the weight a call (6 x 4.7 MB a MiniLM run), no packing
     per call."""
-    ex = plan.ex
+    ex = ctx.ex
     args = _call(ex, pc, "aten::expand_copy.out")
-    if len(args) < 4 or pc + 1 not in plan.live:
+    if len(args) < 4 or pc + 1 not in ctx.live:
         raise _NoMatch
     w, expanded = args[0], args[3]
     weight = _constant(ex, w)
     if weight is None or weight.ndim != 2 or weight.dtype != _F32:
         raise _NoMatch
     x, e, result = _call(ex, pc + 1, "aten::bmm.out")[:3]
-    seen = {expanded} | plan.views.get(expanded, set())  # the expansion as the bmm may name it
+    seen = {expanded} | ctx.views.get(expanded, set())  # the expansion as the bmm may name it
     if e not in seen or x in seen:
         raise _NoMatch
     outside = set(ex.plan.inputs) | set(ex.plan.outputs)
     for j in seen:
-        _only_readers(plan, j, pc, pc + 2, outside)
+        _only_readers(ctx, j, pc, pc + 2, outside)
     xa, ya = _flat_f32(ex, x, result)
     (k, n), rows = weight.shape, xa.size // max(1, weight.shape[0])
     if xa.ndim != 3 or xa.shape[-1] != k or ya.shape != xa.shape[:-1] + (n,) or np.shares_memory(xa, ya):
         raise _NoMatch
-    step = _packed(plan, xa.reshape(rows, k), w, ya.reshape(rows, n), pc=pc)
+    step = _packed(ctx, xa.reshape(rows, k), w, ya.reshape(rows, n), pc=pc)
     if step is None:
         raise _NoMatch
     return 2, step
 
 
-def _max_pool_values(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
+def _max_pool_values(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     """``max_pool2d_with_indices`` whose indices nothing reads: the maxima alone (both tiers; same values)."""
-    ex = plan.ex
+    ex = ctx.ex
     args = _call(ex, pc, "aten::max_pool2d_with_indices.out")
     if len(args) < 9:  # the arguments, then the results (one list value, or the two tensors)
         raise _NoMatch
     x, kernel_size, stride, padding, dilation, ceil_mode, out, indices = args[:8]
-    _only_readers(plan, indices, pc, pc + 1)
+    _only_readers(ctx, indices, pc, pc + 1)
     xa, oa = ex.bound[x], ex.bound[out]
     if not isinstance(xa, np.ndarray) or not isinstance(oa, np.ndarray) or xa.dtype != oa.dtype:
         raise _NoMatch
@@ -500,11 +500,11 @@ _UFUNCS = {
 }
 
 
-def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
-    """A float32 kernel call whose shapes the plan fixes, bound straight to the NumPy ufunc, matmul or compiled
+def _direct(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
+    """A float32 kernel call whose shapes the method's plan fixes, bound straight to the NumPy ufunc, matmul or compiled
     kernel the portable kernel would reach after its checks, shape and dtype work; the same call, so the
     same bits."""
-    ex = plan.ex
+    ex = ctx.ex
     a = ex.instructions[pc].instr_args
     if not isinstance(a, fbp.KernelCall):
         raise _NoMatch
@@ -512,12 +512,12 @@ def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
     args = list(a.args)
     if name in _UFUNCS:
         with_alpha = name in ("aten::add.out", "aten::sub.out")
-        if len(args) != (5 if with_alpha else 4) or (with_alpha and _scalar(plan, args[2]) != 1):
+        if len(args) != (5 if with_alpha else 4) or (with_alpha and _scalar(ctx, args[2]) != 1):
             raise _NoMatch
         x, y, out = args[0], args[1], args[-2]
         (xa, oa) = _f32_arrays(ex, x, out)
         if name.endswith("Scalar_out"):
-            operand: Any = np.float32(_scalar(plan, y))
+            operand: Any = np.float32(_scalar(ctx, y))
             shape = xa.shape
         else:
             (operand,) = _f32_arrays(ex, y)
@@ -531,19 +531,19 @@ def _direct(plan: _StaticPlan, pc: int) -> tuple[int, Callable]:
         xa, ya, oa = _f32_arrays(ex, args[0], args[1], args[2])
         if xa.ndim != oa.ndim or xa.shape[:-1] != oa.shape[:-1] or ya.shape[-1] != oa.shape[-1]:
             raise _NoMatch
-        batched = gemm.batch_matmul(xa, ya, oa) if plan.packing and name == "aten::bmm.out" else None
-        plan.threaded = plan.threaded or compiled.splits(batched)
+        batched = gemm.batch_matmul(xa, ya, oa) if ctx.packing and name == "aten::bmm.out" else None
+        ctx.threaded = ctx.threaded or compiled.splits(batched)
         return 1, batched or partial(np.matmul, xa, ya, out=oa)
     if name == "aten::native_layer_norm.out":
-        return 1, _layer_norm(plan, args)
+        return 1, _layer_norm(ctx, args)
     if name == "aten::gelu.out" and len(args) == 4 and policy.compiled_tier():
         approximate = ex.bound[args[1]]
         xa, oa = _flat_f32(ex, args[0], args[2])
         if approximate not in ("none", "tanh") or xa.shape != oa.shape:
             raise _NoMatch
         _same_or_apart(xa, oa)
-        step = activation.gelu(xa, oa, approximate, split=plan.packing)
-        plan.threaded = plan.threaded or compiled.splits(step)
+        step = activation.gelu(xa, oa, approximate, split=ctx.packing)
+        ctx.threaded = ctx.threaded or compiled.splits(step)
         return 1, step
     raise _NoMatch
 
@@ -556,9 +556,9 @@ def _f32_arrays(ex: Any, *values: int) -> list[np.ndarray]:
     return arrays
 
 
-def _layer_norm(plan: _StaticPlan, args: list[int]) -> Callable:
+def _layer_norm(ctx: _StaticContext, args: list[int]) -> Callable:
     """native_layer_norm straight to the compiled kernel, its mean and rstd written into their outs."""
-    ex = plan.ex
+    ex = ctx.ex
     if not policy.compiled_tier() or len(args) < 9:
         raise _NoMatch
     x, shape, weight, bias, eps, out, mean, rstd = args[:8]
@@ -572,7 +572,7 @@ def _layer_norm(plan: _StaticPlan, args: list[int]) -> Callable:
         raise _NoMatch
     rows = xa.size // inner
     step = _rows(
-        plan, "layer_norm", xa.reshape(rows, inner), w, b, _F32.type(_scalar(plan, eps)), oa.reshape(rows, inner),
+        ctx, "layer_norm", xa.reshape(rows, inner), w, b, _F32.type(_scalar(ctx, eps)), oa.reshape(rows, inner),
         ma.reshape(-1), ra.reshape(-1),
     )  # fmt: skip
     assert step is not None  # the tier is usable (checked above)

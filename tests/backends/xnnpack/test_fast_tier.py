@@ -143,7 +143,7 @@ def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monk
     kernel_threads(2)
     got = outputs(Attention(), x, True, monkeypatch, set_policy)
     (delegate,) = handles
-    steps = [s for plan in delegate.plans.values() for s in plan.steps]
+    steps = [s for plan in delegate.schedules.values() for s in plan.steps]
     kernels = [s.args[0].func for s in steps if compiled.splits(s)]
     assert sum(s.args[0].func is gemm._batched for s in steps if compiled.splits(s)) == 2
     assert compiled.kernel("softmax") in kernels and compiled.kernel("gelu") in kernels

@@ -84,7 +84,7 @@ def test_clamps_fuse_into_their_layers(tier, monkeypatch, set_policy):
     clamps = [n for n in delegate.xnodes if isinstance(n.xnode_union, xs.XNNClamp)]
     assert len(clamps) >= 5, "the lowering no longer keeps clamp nodes; this test needs a new subject"
     # Every clamp moved into its producer: the plan holds no step of a clamp node.
-    plan = next(iter(delegate.plans.values()))
+    plan = next(iter(delegate.schedules.values()))
     starts = [0, *plan.ends[:-1]]
     for node, start, end in zip(delegate.xnodes, starts, plan.ends):
         if isinstance(node.xnode_union, xs.XNNClamp):

@@ -47,11 +47,11 @@ def test_delegates_and_shapes_alternate_on_shared_memory():
     for rows in (4, 7, 4, 1, 32, 7):
         x = rng.standard_normal((rows, 16)).astype(np.float32)
         np.testing.assert_allclose(method.execute([x])[0], _expected(model, x), rtol=1e-5, atol=1e-5)
-    ours = [d for d in delegates if d.plans]
+    ours = [d for d in delegates if d.schedules]
     assert len(ours) == 3
     # Every plan lays its buffers out from the start of the same scratch: the first delegate's input copy and
     # the second's occupy the same bytes (their calls never overlap), and both live in the shared chunks.
-    first, second = (next(iter(d.plans.values())).inputs[0] for d in ours[:2])
+    first, second = (next(iter(d.schedules.values())).inputs[0] for d in ours[:2])
     assert np.shares_memory(first, second)
     assert any(np.shares_memory(first, chunk) for chunk in SCRATCH)
 

@@ -225,7 +225,7 @@ def test_intermediates_share_memory_once_dead():
     [(blob, named)] = _delegates(executorch_pte(model, (x,), xnnpack=True))
     backend = XnnpackBackend()
     handle = backend.init(blob, {}, named)
-    [plan] = handle.plans.values()
+    [plan] = handle.schedules.values()
     outs = [s.keywords.get("out", s.args[0]) for s in plan.steps]  # the fast tier's bias + clamp: in place
     written = {id(o.base if o.base is not None else o) for o in outs}
     assert len(written) <= 3, f"six layer outputs use {len(written)} buffers; dead intermediates should be reused"

@@ -1,4 +1,4 @@
-"""The XNNPACK delegate: compiles a blob's nodes into planners at init, builds the plan (the bound steps)
+"""The XNNPACK delegate: compiles a blob's nodes into planners at init, builds the schedule (the bound steps)
 for each set of input shapes and runs it; ``XnnpackBackend`` is the BackendInterface the program calls.
 """
 
@@ -27,7 +27,7 @@ from edgetorch.runtime.kernels import blas_threads
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 from edgetorch.runtime.memory import resize
 
-_MAX_PLANS = 8
+_MAX_SCHEDULES = 8
 
 
 def _compile_node(index: int, node: xs.XNode, g: Graph) -> Planner:
@@ -54,23 +54,23 @@ def _compile_node(index: int, node: xs.XNode, g: Graph) -> Planner:
 
 
 def _named_planner(index: int, kind: str, planner: Planner) -> Planner:
-    """Make plan-time failures name the node they come from."""
+    """Make failures while building a schedule name the node they come from."""
 
     def plan(env: Env) -> list:
         try:
             return planner(env)
         except (ValueError, Unsupported) as e:
-            raise _PlanError(f"XNNPACK node {index} ({kind}): {e}") from None
+            raise _ScheduleError(f"XNNPACK node {index} ({kind}): {e}") from None
 
     return plan
 
 
-class _PlanError(Exception):
-    """Building a plan failed; the message names the node. Raised as a load or an input error by the caller."""
+class _ScheduleError(Exception):
+    """Building a schedule failed; the message names the node. Raised as a load or an input error by the caller."""
 
 
 @dataclass
-class _Plan:
+class _Schedule:
     """The bound steps for one set of input shapes."""
 
     inputs: list  # arrays the external inputs are copied into
@@ -80,7 +80,7 @@ class _Plan:
 
 
 class XnnpackDelegate:
-    """One initialised delegate: its graph, its compiled nodes and a plan per input-shape set."""
+    """One initialised delegate: its graph, its compiled nodes and a schedule per input-shape set."""
 
     def __init__(self, blob: XnnpackBlob, named_data: Mapping[str, memoryview]):
         self.graph = Graph(blob, named_data)
@@ -102,19 +102,19 @@ class XnnpackDelegate:
         self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(compiled)]
         self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
         self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
-        self.plans: OrderedDict[tuple, _Plan] = OrderedDict()
+        self.schedules: OrderedDict[tuple, _Schedule] = OrderedDict()
         declared = tuple(tuple(self.graph.value(vid).dims) for _, vid in self.graph.inputs)
         try:
             with RUN:
-                self.plan(declared)
-        except _PlanError as e:
+                self.schedule(declared)
+        except _ScheduleError as e:
             raise DelegateLoadError(str(e)) from None
 
-    def plan(self, shapes: tuple) -> _Plan:
+    def schedule(self, shapes: tuple) -> _Schedule:
         """The steps for external inputs of ``shapes``, built on first use and cached."""
-        plan = self.plans.get(shapes)
-        if plan is not None:
-            return plan
+        schedule = self.schedules.get(shapes)
+        if schedule is not None:
+            return schedule
         env = Env(self.graph, self.last_use, self.external)
         inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
         steps, ends = [], []
@@ -122,13 +122,13 @@ class XnnpackDelegate:
             steps += planner(env)
             ends.append(len(steps))
             env.release(index, reads)
-        plan = _Plan(inputs, steps, [env[vid] for _, vid in self.graph.outputs], ends)
+        schedule = _Schedule(inputs, steps, [env[vid] for _, vid in self.graph.outputs], ends)
         if any(compiled_kernels.splits(step) for step in steps):  # numba's threads run: BLAS's pool waits
             self.graph.own_threads = True
-        self.plans[shapes] = plan
-        if len(self.plans) > _MAX_PLANS:
-            self.plans.popitem(last=False)
-        return plan
+        self.schedules[shapes] = schedule
+        if len(self.schedules) > _MAX_SCHEDULES:
+            self.schedules.popitem(last=False)
+        return schedule
 
     def execute(self, args: Sequence[Any]) -> list | None:
         """Run on ``args`` (inputs then outputs); returns the outputs only when their shapes changed."""
@@ -140,36 +140,36 @@ class XnnpackDelegate:
         shapes = tuple(np.shape(a) for a in ins)
         with RUN:
             try:
-                plan = self.plan(shapes)
-            except _PlanError as e:
+                schedule = self.schedule(shapes)
+            except _ScheduleError as e:
                 raise InvalidInputError(
                     f"the XNNPACK delegate cannot run inputs of shapes {list(shapes)}: {e}"
                 ) from None
-            for dst, src in zip(plan.inputs, ins):
+            for dst, src in zip(schedule.inputs, ins):
                 np.copyto(dst, src)
             with blas_threads.held(self.graph.own_threads):
                 if etdump.tracing():
-                    self._traced(plan)
+                    self._traced(schedule)
                 else:
-                    for step in plan.steps:
+                    for step in schedule.steps:
                         step()
-            return self._write_outputs(plan, args)
+            return self._write_outputs(schedule, args)
 
-    def _traced(self, plan: _Plan) -> None:
+    def _traced(self, schedule: _Schedule) -> None:
         """Run the steps node by node, logging each node as a delegate event keyed by its debug handle
         (the identifier the delegate map of the ETRecord resolves), named after its node kind."""
         start = 0
-        for node, end in zip(self.xnodes, plan.ends):
+        for node, end in zip(self.xnodes, schedule.ends):
             t0 = etdump.clock_ns()
-            for step in plan.steps[start:end]:
+            for step in schedule.steps[start:end]:
                 step()
             kind = type(node.xnode_union).__name__
             etdump.event_tracer_log_profiling_delegate(kind, node.debug_handle, t0, etdump.clock_ns())
             start = end
 
-    def _write_outputs(self, plan: _Plan, args: Sequence[Any]) -> list | None:
+    def _write_outputs(self, schedule: _Schedule, args: Sequence[Any]) -> list | None:
         results, resized = [], False
-        for (ext, _), value in zip(self.graph.outputs, plan.outputs):
+        for (ext, _), value in zip(self.graph.outputs, schedule.outputs):
             dst = args[ext]
             if dst.shape != value.shape:
                 resized = True
