@@ -245,3 +245,37 @@ def test_host_reads_the_first_processor(tmp_path, monkeypatch):
     first = tuning.host()
     info.write_text(block.format(0, 1, " avx512f"))  # another ISA: another host key
     assert tuning.host()["flags"] != first["flags"] and tuning.host()["cpu"] == first["cpu"]
+
+
+def test_qb4w_tile_layout_follows_the_measured_winner(cache, set_policy):
+    """A QB4W layer that would be split over two threads is laid out in two tiles only where the host measured
+    the split faster than one tile on the calling thread (family ``qb4w-tiles``); both layouts give the same bits."""
+    from edgetorch.backends.xnnpack import qgemv
+    from edgetorch.runtime import set_num_threads
+
+    if not policy.compiled_tier():
+        pytest.skip("the integer GEMV needs the [fast] tier")
+    rng = np.random.default_rng(3)
+    n, k, block = 256, 64, 16
+    codes = rng.integers(0, 16, (n, k)).astype(np.uint8)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    scales = rng.uniform(0.001, 0.01, (n, k // block)).astype(np.float32)
+    set_policy(gemv_split_macs=0)
+    set_num_threads(2)
+    outputs, layouts = [], {}
+    xc = rng.integers(-128, 128, (1, k)).astype(np.float32)
+    xscale = np.full((1, 1), 0.01, np.float32)
+    for fixed in ("split", "one-tile", None):
+        with policy.using(kernel_choices={"qb4w-tiles": fixed} if fixed else {}), tuning.recording() as log:
+            layer = qgemv.IntegerLinear.qb4w(packed, scales, block, n, k, None)
+        layouts[fixed] = layer.weights[0].shape[0]
+        y = np.empty((1, n), np.float32)
+        for step in layer.steps(xc, xscale, y, -np.inf, np.inf):
+            step()
+        outputs.append(y)
+    assert layouts["split"] == 2 and layouts["one-tile"] == 1
+    [(_, measured)] = [entry for entry in log if entry[1].family == "qb4w-tiles"]
+    assert set(measured.times) == {"split", "one-tile"}  # timed on this host, the winner laid out
+    assert layouts[None] == (2 if measured.kernel == "split" else 1)
+    for y in outputs[1:]:
+        np.testing.assert_array_equal(y, outputs[0])

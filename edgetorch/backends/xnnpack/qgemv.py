@@ -537,13 +537,47 @@ class IntegerLinear:
         # small program, see steps)
         split = n * k >= policy.current().gemv_split_macs and not keep
         tiles = min(compiled_kernels.get_num_threads(), -(-n // GROUP)) if split else 1
+        if tiles > 1 and not cls._tiles_pay(packed, scales, block, n, k, tiles):
+            tiles = 1
         w, s = arrange_qb4w(packed, scales, n, k, tiles)
         return cls(qb4w, (w, block, s), (n, k), bias, rows, keep)
+
+    @classmethod
+    def _tiles_pay(cls, packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int, tiles: int) -> bool:
+        """Whether a one-row call on ``tiles`` tiles, a thread each, beats the one-tile layout on the calling
+        thread, as the host measures it (runtime/tuning.py, family ``qb4w-tiles``; without tuning: split).
+        The layout is fixed at load, and a split that does not repay its threads' wake-up leaves the tiled
+        layout slower than the untiled one even when the call site then runs serially."""
+
+        def candidates() -> dict[str, Any]:
+            xc = np.random.default_rng(0).integers(-128, 128, (1, k)).astype(np.float32)
+            xscale, y = np.full((1, 1), 0.01, np.float32), np.empty((1, n), np.float32)
+            runs = {}
+            for name, t in (("split", tiles), ("one-tile", 1)):
+                w, s = arrange_qb4w(packed, scales, n, k, t)
+                args = cls(qb4w, (w, block, s), (n, k), None, 1, False)._arguments(xc, xscale, y, -np.inf, np.inf)
+                runs[name] = partial(qb4w(parallel=t > 1), *args, t)
+            return runs
+
+        return tuning.choose("qb4w-tiles", f"{n}x{k}:{tiles}", ("split", "one-tile"), candidates).kernel == "split"
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
         """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
         [M, 1]), M <= ``max_rows``. Split across threads (``get_num_threads()`` when called) from the policy's ``gemv_split_macs``
         multiply-adds on; results identical either way (each output's arithmetic is the same)."""
+        m = xc.shape[0]
+        args = self._arguments(xc, xscale, y, lo, hi)
+        serial = partial(self.kernel(), *args, 1)
+        # Not in a small program (``keep``: one that holds float32 weights), whose float layers run sgemm on BLAS's
+        # threads between its GEMVs: OpenMP's worker spins a while after each split and takes the core BLAS's
+        # second thread needs (bench/models.py's MLP as 8da4w ran several times slower at 2 threads than at 1).
+        limit = self.n // GROUP if len(self.weights) == 2 else self.weights[0].shape[0]  # whole tiles
+        if self.keep or limit < 2 or m * self.n * self.k < policy.current().gemv_split_macs:
+            return [serial]
+        return [partial(compiled_kernels.split, serial, partial(self.kernel(parallel=True), *args), limit)]
+
+    def _arguments(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple:
+        """The kernel's arguments on these buffers, but for the part count."""
         m = xc.shape[0]
         lo32, hi32 = np.float32(lo), np.float32(hi)
         if len(self.weights) == 2:
@@ -551,7 +585,6 @@ class IntegerLinear:
             xi, dots = np.empty((m, self.k), np.int16), np.empty(m * self.n, np.int32)
             ahead = 0 if self.keep else AHEAD
             args: tuple = (xc, xi, w, xscale, wscale, self.bias, lo32, hi32, y, dots, ahead)
-            limit = self.n // GROUP  # parts of at least GROUP channels
         else:
             w, block, s = self.weights
             xe, xd, fix = (np.empty((m, self.k // size), np.int16) for size in (2, 2, 16))
@@ -560,14 +593,7 @@ class IntegerLinear:
             tiles, per = w.shape[0], w.shape[2] * w.shape[4]
             scratch = tuple(np.empty((tiles, per + 64 // t.itemsize), t) for t in map(np.dtype, "i2 i4 f4".split()))
             args = (xc, xe, xd, fix, w, block, s, xscale, self.bias, lo32, hi32, y, *scratch)
-            limit = w.shape[0]  # whole tiles
-        serial = partial(self.kernel(), *args, 1)
-        # Not in a small program (``keep``: one that holds float32 weights), whose float layers run sgemm on BLAS's
-        # threads between its GEMVs: OpenMP's worker spins a while after each split and takes the core BLAS's
-        # second thread needs (bench/models.py's MLP as 8da4w ran several times slower at 2 threads than at 1).
-        if self.keep or limit < 2 or m * self.n * self.k < policy.current().gemv_split_macs:
-            return [serial]
-        return [partial(compiled_kernels.split, serial, partial(self.kernel(parallel=True), *args), limit)]
+        return args
 
     def uses_gemv(self, rows: int, where: str = "") -> bool:
         """Whether an input of ``rows`` rows runs the integer kernel (:meth:`steps`) rather than sgemm on the
