@@ -25,10 +25,34 @@ _BACK_HALF = {
     "SpecPropPass": "spec_prop",
     "ConstraintBasedSymShapeEvalPass": "sym_shape_eval_pass",
     "HintBasedSymShapeEvalPass": "sym_shape_eval_pass",
+    "RemoveNoopPass": "remove_noop_pass",
+    "RemoveToCopyPass": "remove_noop_pass",
+    "ReplaceSymSizeOpPass": "replace_sym_size_op_pass",
+    "EdgeToBackendOpsPass": "replace_edge_with_backend_pass",
+    "MemoryFormatOpsPass": "memory_format_ops_pass",
+    "DimOrderOpsRevertPass": "memory_format_ops_pass",
+    "SymToTensorPass": "sym_to_tensor_pass",
+    "RemoveMixedTypeOperators": "remove_mixed_type_operators",
+    "RemoveGraphAssertsPass": "remove_graph_asserts_pass",
+    "NormalizeViewCopyBasePass": "normalize_view_copy_base_pass",
+    "FoldRedundantDequantizeQuantizePass": "fold_redundant_qdq_pass",
+    "CSEPass": "cse_pass",
 }
 
 __all__ = [
+    "CSEPass",
     "ConstraintBasedSymShapeEvalPass",
+    "DimOrderOpsRevertPass",
+    "EdgeToBackendOpsPass",
+    "FoldRedundantDequantizeQuantizePass",
+    "MemoryFormatOpsPass",
+    "NormalizeViewCopyBasePass",
+    "RemoveGraphAssertsPass",
+    "RemoveMixedTypeOperators",
+    "RemoveNoopPass",
+    "RemoveToCopyPass",
+    "ReplaceSymSizeOpPass",
+    "SymToTensorPass",
     "DebugPass",
     "ExportPass",
     "HintBasedSymShapeEvalPass",
@@ -43,6 +67,7 @@ __all__ = [
     "dead_code_elimination_pass",
     "decompose",
     "lift_constants",
+    "propagate_dynamic_shape",
     "remove_unused_parameters_pass",
     "view_copy_of",
     "weights_to_outputs_pass",
@@ -57,6 +82,16 @@ def dead_code_elimination_pass(graph_module: torch.fx.GraphModule) -> PassResult
             changed |= module.graph.eliminate_dead_code()
             module.recompile()
     return PassResult(graph_module, changed)
+
+
+def propagate_dynamic_shape(dynamic_memory_planning_mode: object = None) -> list:
+    """The passes that give a graph's tensors their specs with the upper bounds of their dynamic sizes (what a
+    partitioner needs before delegation): spec propagation, then hint-based size evaluation. The mode is
+    accepted for ExecuTorch's signature; upper bounds are the only mode these passes compute."""
+    from edgetorch.exir.passes.spec_prop import SpecPropPass
+    from edgetorch.exir.passes.sym_shape_eval_pass import HintBasedSymShapeEvalPass
+
+    return [SpecPropPass(), HintBasedSymShapeEvalPass()]
 
 
 __getattr__ = lazy_exports(__name__, _BACK_HALF)

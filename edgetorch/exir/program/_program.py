@@ -23,6 +23,9 @@ from torch._export.verifier import Verifier
 from torch.export import ExportedProgram
 from torch.export.graph_signature import (
     ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    TensorArgument,
 )
 
 from edgetorch._lazy import lazy_exports
@@ -369,3 +372,98 @@ def edge_manager_to_backend(
         raise KeyError(f"partitioners given for methods {sorted(unknown)}, which this program does not have")
     programs = lower_methods({name: manager.exported_program(name) for name in manager._edge_programs}, chosen)
     return EdgeProgramManager(programs, manager._constant_methods, manager.compile_config)
+
+
+def lift_constant_tensor_pass(ep: ExportedProgram) -> ExportedProgram:
+    """Turn the tensor ``get_attr`` constants of ``ep``'s graph into persistent buffers (placeholders before the
+    first user input, their values in ``ep.state_dict`` as ``_lifted_tensor_constantN``), in place."""
+    graph = ep.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if not placeholders:
+        return ep
+    signature = ep.graph_signature
+    first_user = next((n for n in placeholders if n.name in signature.user_inputs), None)
+    fake_mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in placeholders])
+    count = len(signature.buffers)
+    lifted: list[InputSpec] = []
+    for node in list(graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = getattr(ep.graph_module, node.target)
+        if not isinstance(value, torch.Tensor):
+            continue
+        name = f"_lifted_tensor_constant{count + len(lifted)}"
+        with graph.inserting_before(first_user):
+            placeholder = graph.placeholder(name)
+        placeholder.meta.update(node.meta)
+        fake = fake_mode.from_tensor(value, static_shapes=True) if fake_mode is not None else value
+        fake.constant = value
+        placeholder.meta["val"] = fake
+        node.replace_all_uses_with(placeholder)
+        graph.erase_node(node)
+        lifted.append(InputSpec(InputKind.BUFFER, TensorArgument(name=placeholder.name), target=name, persistent=True))
+        ep.state_dict[name] = value
+    specs: list[InputSpec] = []
+    for spec in signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT and lifted:
+            specs += lifted
+            lifted = []
+        specs.append(spec)
+    signature.input_specs = lifted + specs
+    ep.graph_module.recompile()
+    return ep
+
+
+# Ops a partitioner may not keep out of decomposition even when it asks: they break the passes that follow
+# (recursion through _to_copy, scalar promotion for the arithmetic ops, list outputs).
+_NEVER_PRESERVED = (
+    torch.ops.aten._to_copy.default,
+    torch.ops.aten.mul.Tensor,
+    torch.ops.aten.add.Tensor,
+    torch.ops.aten.sub.Tensor,
+    torch.ops.aten.div.Tensor,
+    torch.ops.aten.item.default,
+    torch.ops.aten._local_scalar_dense.default,
+    torch.ops.aten.unbind.int,
+    torch.ops.aten.split_with_sizes.default,
+)
+
+
+def _remove_invalid_ops_for_not_decompose(preserve_ops: list[torch._ops.OpOverload]) -> list[torch._ops.OpOverload]:
+    """The ops of ``preserve_ops`` that can stay whole: not mutating, returning no alias of an input, and not in
+    the list above (torchao's ``choose_qparams_affine`` is kept although it aliases). Each op dropped is logged
+    once, with why."""
+    import logging
+
+    allowed = set()
+    try:
+        allowed.add(torch.ops.torchao.choose_qparams_affine.default)
+    except (AttributeError, RuntimeError):  # torchao's ops not loaded
+        pass
+
+    def why_not(op: torch._ops.OpOverload) -> str | None:
+        if op in allowed:
+            return None
+        schema = op._schema
+        if schema.is_mutable:
+            return "it is mutable"
+        if any(r.alias_info is not None for r in schema.returns):
+            return "it aliases output"
+        if op in _NEVER_PRESERVED:
+            return "it is in a blocklist"
+        return None
+
+    kept = []
+    for op in preserve_ops:
+        reason = why_not(op)
+        if reason is None:
+            kept.append(op)
+        elif op not in _WARNED:
+            _WARNED.add(op)
+            logging.getLogger(__name__).warning(
+                "Op %s was requested for preservation by partitioner. This request is ignored because %s.", op, reason
+            )
+    return kept
+
+
+_WARNED: set[Any] = set()
