@@ -9,6 +9,7 @@ transpose, made once per value. Element-wise ops run in whichever layout their
 input has, so a conv -> relu -> pool chain never leaves NHWC. The delegate's
 inputs and outputs are contiguous (NCHW). Constant tensors are written in the
 layout each use asks for, as named data of the program (or of its ``.ptd``).
+An activation ``FuseActivationPass`` folded into its producer becomes that node's output clamp.
 Nodes whose inputs are all constants are evaluated here with torch and become
 constants. Quantized values (QS8, QD8, QC8, QB4) and the q/dq ops they come from
 are planned by ``operators.quant.plan_quantization`` before any node is visited.
@@ -29,6 +30,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack._passes.fuse_activation_pass import FUSED_ACTIVATION_TAG
 from edgetorch.backends.xnnpack.blob import CONSTANT_ALIGNMENT, build_blob
 from edgetorch.backends.xnnpack.operators import VISITORS, XnnpackLoweringError
 from edgetorch.backends.xnnpack.operators.node_visitor import TO_NCHW, TO_NHWC, Node, dims_of, permuted
@@ -102,7 +104,6 @@ class XnnpackGraphBuilder:
             self.external[node] = len(self.external)
         self.graph.num_externs = len(self.external)
         self.qspec: dict[Node, QuantSpec] = {}
-        self.fused: dict[Node, tuple[float, float]] = {}
         plan_quantization(self)
         self.debug = DelegateMappingBuilder()
         self._debug_handle = DEFAULT_DEBUG_HANDLE
@@ -142,11 +143,23 @@ class XnnpackGraphBuilder:
             )
         handle = node.meta.get("debug_handle")
         self._debug_handle = DEFAULT_DEBUG_HANDLE if handle is None else int(handle)
+        first = len(self.graph.xnodes)
         visitor(self, node)
-        if node in self.fused:
-            self.graph.xnodes[-1].output_min_max = xs.OutputMinMax(*self.fused[node])
+        clamp = self.fused_clamp(node)
+        if clamp is not None and all(x.output_min_max is None for x in self.graph.xnodes[first:]):
+            self.graph.xnodes[-1].output_min_max = xs.OutputMinMax(*clamp)
         if handle is not None and self._debug_handle not in self.debug.get_delegate_mapping():
             self.debug.insert_delegate_mapping_entry(handles=[handle], identifier=self._debug_handle)
+
+    @staticmethod
+    def fused_clamp(node: Node) -> tuple[float, float] | None:
+        """The (min, max) of the activation ``FuseActivationPass`` folded into ``node``, or None.
+
+        It goes on the XNNPACK node that computes ``node``: the last one its visitor adds, unless the
+        visitor placed it itself (a 1-d convolution ends with a reshape, which has no clamp).
+        """
+        fused = node.meta.get(FUSED_ACTIVATION_TAG)
+        return None if fused is None else (float(fused.output_min), float(fused.output_max))
 
     def _emit_output(self, node: Node) -> None:
         """Make sure ``node``'s external output value is written (by a transpose or copy if nothing wrote it)."""

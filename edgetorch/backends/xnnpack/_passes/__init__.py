@@ -14,6 +14,7 @@ from torch.export import ExportedProgram
 
 from edgetorch.backends.transforms.remove_getitem_op import RemoveGetItemPass
 from edgetorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
+from edgetorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivationPass
 from edgetorch.backends.xnnpack._passes.fuse_batch_norm import FuseBatchNormPass
 from edgetorch.backends.xnnpack._passes.remove_noop_expand_copy_pass import RemoveNoopExpandCopyPass
 from edgetorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
@@ -23,6 +24,7 @@ from edgetorch.exir.program._program import _transform
 
 __all__ = [
     "ConvertToLinearPass",
+    "FuseActivationPass",
     "FuseBatchNormPass",
     "RemoveGetItemPass",
     "RemoveNoopExpandCopyPass",
@@ -30,7 +32,7 @@ __all__ = [
     "XNNPACKPassManager",
 ]
 
-DEFAULT_PASSES: list[type[ExportPass]] = [ConvertToLinearPass, FuseBatchNormPass, RemoveGetItemPass]
+DEFAULT_PASSES: list[type[ExportPass]] = [ConvertToLinearPass, FuseBatchNormPass, FuseActivationPass, RemoveGetItemPass]
 
 
 class XNNPACKPassManager:

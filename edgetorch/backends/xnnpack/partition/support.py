@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from edgetorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivationPass
 from edgetorch.backends.xnnpack.operators import VISITORS, result_node
 from edgetorch.backends.xnnpack.operators import quant as q
 from edgetorch.backends.xnnpack.partition.config.precision import ConfigPrecisionType
@@ -101,7 +102,7 @@ class Support:
         """Whether ``node`` is a ReLU or hardtanh a delegated GEMM fuses: it goes with the GEMM whatever its own
         config's precisions."""
         source: Any = node.args[0] if node.args else None
-        fusable = to_aten(node.target) in q.ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1
+        fusable = to_aten(node.target) in FuseActivationPass.FUSEABLE_ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1
         return fusable and self.supported(source)
 
     def _float32(self, node: Node) -> bool:
@@ -155,7 +156,7 @@ class Support:
             return list(node.users)
         if op is operator.getitem:
             return [source]
-        if op in q.ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1:
+        if op in FuseActivationPass.FUSEABLE_ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1:
             return [source]
         return []
 
