@@ -164,6 +164,7 @@ NAMED_PATHS += tuple(
         "transforms.utils.delete_constant_placeholder",
         "xnnpack._passes.XNNPACKPassManager",
         "xnnpack._passes.convert_to_linear.ConvertToLinearPass",
+        "xnnpack._passes.fuse_activation_pass.FuseActivationPass",
         "xnnpack._passes.fuse_batch_norm.FuseBatchNormPass",
         "xnnpack._passes.xnnpack_pass.XNNPACKPass",
         "xnnpack.serialization.xnnpack_graph_serialize._HEADER_BYTEORDER",

@@ -4,21 +4,26 @@ leaves, and ``XNNPACKPassManager`` runs a list of them (or its default list) as 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from edgetorch.backends.transforms.remove_getitem_op import RemoveGetItemPass
 from edgetorch.backends.transforms.utils import get_param_tensor
+from edgetorch.backends.xnnpack import XnnpackPartitioner
 from edgetorch.backends.xnnpack._passes import (
     ConvertToLinearPass,
+    FuseActivationPass,
     FuseBatchNormPass,
     XNNPACKPassManager,
 )
+from edgetorch.backends.xnnpack.blob import parse_blob
 from edgetorch.backends.xnnpack.utils.configs import get_xnnpack_edge_compile_config
 from edgetorch.errors import InvalidArgumentError
-from edgetorch.exir import to_edge
+from edgetorch.exir import to_edge, to_edge_transform_and_lower
 from edgetorch.exir.dialects import to_aten
+from edgetorch.runtime import Runtime
 
 
 def _edge(model: nn.Module, *inputs: torch.Tensor) -> torch.export.ExportedProgram:
@@ -81,6 +86,7 @@ def test_convert_to_linear_rebuilds_linear_with_and_without_bias():
     program = XNNPACKPassManager(_edge(model, x), [ConvertToLinearPass]).transform()
     ops = _ops(program)
     assert ops.count("linear") == 2 and "addmm" not in ops and "mm" not in ops and "permute_copy" not in ops
+    assert "view_copy" not in ops  # the 3-D input's flatten and unflatten views went with the matmuls
     torch.testing.assert_close(program.module()(x), model(x))
 
 
@@ -124,3 +130,57 @@ def test_pass_manager_default_list_and_refusal():
     torch.testing.assert_close(program.module()(x), model.eval()(x), rtol=1e-5, atol=1e-5)
     with pytest.raises(InvalidArgumentError, match="ExportPass classes"):
         XNNPACKPassManager(program, [ConvertToLinearPass()]).transform()
+
+
+class Activations(nn.Module):
+    """Fusable: conv -> ReLU, 4-D linear -> hardtanh, add -> ReLU. Not fusable: a ReLU on a conv output
+    that is also returned, and a ReLU after a batch norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.shared = nn.Conv2d(4, 4, 1)
+        self.linear = nn.Linear(5, 3)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        shared = self.shared(y)
+        z = nn.functional.hardtanh(self.linear(shared), -0.5, 0.25)
+        w = torch.relu(z + 1.0)
+        return w, shared, torch.relu(shared), torch.relu(self.bn(y))
+
+
+def test_fuse_activation_tags_producers_and_the_lowering_writes_their_clamps():
+    torch.manual_seed(0)
+    model, x = Activations().eval(), torch.randn(1, 2, 5, 5)
+    program = XNNPACKPassManager(_edge(model, x), [ConvertToLinearPass, FuseActivationPass]).transform()
+    assert _ops(program).count("relu") == 2 and "hardtanh" not in _ops(program)
+    clamps = {
+        _ops_name(n): FuseActivationPass.get_fused_activation(n)
+        for n in program.graph.nodes
+        if n.op == "call_function" and FuseActivationPass.get_fused_activation(n) is not None
+    }
+    assert set(clamps) == {"convolution", "linear", "add"}
+    assert (clamps["linear"].output_min, clamps["linear"].output_max) == (-0.5, 0.25)
+    # The rewritten graph no longer computes the clamps; the delegate does, from the tags.
+    lowered = to_edge_transform_and_lower(torch.export.export(model, (x,)), partitioner=[XnnpackPartitioner()])
+    method = Runtime.get().load_program(lowered.to_executorch().buffer).load_method("forward")
+    for got, want in zip(method.execute([x.numpy()]), model(x)):
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    graph = parse_blob(lowered.exported_program().graph_module.lowered_module_0.processed_bytes).graph
+    fused = [(type(n.xnode_union).__name__, n.output_min_max) for n in graph.xnodes if n.output_min_max]
+    kinds = [kind for kind, _ in fused]
+    assert kinds.count("XNNConv2d") == 1 and "XNNFullyConnected" in kinds and "XNNAdd" in kinds, fused
+    assert ("XNNFullyConnected", (-0.5, 0.25)) in [(k, (m.output_min, m.output_max)) for k, m in fused]
+
+
+def test_fuse_activation_refuses_other_activations():
+    graph = torch.fx.Graph()
+    sigmoid = graph.call_function(torch.ops.aten.sigmoid.default, (graph.placeholder("x"),))
+    with pytest.raises(InvalidArgumentError, match="FuseActivationPass folds"):
+        FuseActivationPass(None).get_output_min_max_from_activation(sigmoid)
+
+
+def _ops_name(node: torch.fx.Node) -> str:
+    return to_aten(node.target)._opname
