@@ -102,7 +102,11 @@ class Support:
         """Whether ``node`` is a ReLU or hardtanh a delegated GEMM fuses: it goes with the GEMM whatever its own
         config's precisions."""
         source: Any = node.args[0] if node.args else None
-        fusable = to_aten(node.target) in FuseActivationPass.FUSEABLE_ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1
+        fusable = (
+            to_aten(node.target) in FuseActivationPass.FUSEABLE_ACTIVATIONS
+            and q.op_of(source) in GEMMS
+            and len(source.users) == 1
+        )
         return fusable and self.supported(source)
 
     def _float32(self, node: Node) -> bool:
@@ -353,10 +357,13 @@ def _getitem(s: Support, node: Node) -> bool:
 
 
 def _batch_norm(s: Support, node: Node) -> bool:
-    """A batch norm needs constant parameters, a 2-d+ input and only its first output read."""
+    """A batch norm needs constant parameters, an NC, NCL or NCHW input and only its first output read.
+
+    ExecuTorch's limit: it runs a batch norm as a 1x1 depthwise convolution, or folds it into the 1-d/2-d
+    convolution before it, so a 5-d one (after a Conv3d) stays with the portable kernels."""
     params = [p for p in node.args[1:5] if p is not None]
     users_ok = all(u.target is operator.getitem and u.args[1] == 0 for u in node.users)
-    return users_ok and rank(node.args[0]) >= 2 and all(s.is_constant(p) for p in params)
+    return users_ok and 2 <= rank(node.args[0]) <= 4 and all(s.is_constant(p) for p in params)
 
 
 def _attention(s: Support, node: Node) -> bool:
