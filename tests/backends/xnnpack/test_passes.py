@@ -13,6 +13,7 @@ from edgetorch.backends.transforms.remove_getitem_op import RemoveGetItemPass
 from edgetorch.backends.transforms.utils import get_param_tensor
 from edgetorch.backends.xnnpack import XnnpackPartitioner
 from edgetorch.backends.xnnpack._passes import (
+    ChannelsLastTaggedReshapePass,
     ConvertToLinearPass,
     FuseActivationPass,
     FuseBatchNormPass,
@@ -184,3 +185,68 @@ def test_fuse_activation_refuses_other_activations():
 
 def _ops_name(node: torch.fx.Node) -> str:
     return to_aten(node.target)._opname
+
+
+class ConvViewLinear(nn.Module):
+    """Two convs into an add (NHWC throughout), a view (NCHW) and a linear on a 4-d value (NCHW)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(2, 4, 1)
+        self.linear = nn.Linear(6, 2)
+
+    def forward(self, x, y):
+        z = self.conv1(x) + self.conv2(y)
+        return self.linear(z.view(1, 4, 6, 6)), torch.relu(z)
+
+
+def _copies(program: torch.export.ExportedProgram) -> list[tuple[str, bool]]:
+    """(input name, into NHWC) of each tagged ``_to_copy`` in graph order."""
+    return [
+        (n.args[0].name, n.kwargs["memory_format"] == torch.channels_last)
+        for n in program.graph.nodes
+        if n.op == "call_function" and _ops_name(n) == "_to_copy"
+    ]
+
+
+def test_channels_last_pass_converts_once_per_value_and_keeps_results():
+    torch.manual_seed(0)
+    model, x, y = ConvViewLinear().eval(), torch.randn(1, 3, 6, 6), torch.randn(1, 2, 6, 6)
+    program = XNNPACKPassManager(_edge(model, x, y), [ChannelsLastTaggedReshapePass]).transform()
+    copies = _copies(program)
+    # x and y into NHWC for the convs; the add's NHWC result back for the view, the relu's for the output.
+    assert copies == [("x", True), ("y", True), ("aten_add_tensor", False), ("aten_relu_default", False)], copies
+    tags = {n.name: n.meta.get(ChannelsLastTaggedReshapePass.XNN_NHWC_NODE) for n in program.graph.nodes}
+    assert tags["aten_add_tensor"] is True and tags["aten_view_copy_default"] is not True
+    for got, want in zip(program.module()(x, y), model(x, y)):
+        torch.testing.assert_close(got, want)
+    nhwc_x = x.to(memory_format=torch.channels_last)
+    program = XNNPACKPassManager(_edge(model, nhwc_x, y), [ChannelsLastTaggedReshapePass]).transform()
+    assert [name for name, _ in _copies(program)][0] == "y"  # a channels-last input needs no copy
+
+
+def test_channels_last_pass_keeps_quantized_values_quantized_around_copies():
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from edgetorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from edgetorch.backends.xnnpack.utils.quant_utils import is_tagged_as_implicit_q_dq
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval(), torch.randn(1, 3, 6, 6)
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    prepared(x)
+    quantized = convert_pt2e(prepared)
+    edge = to_edge(torch.export.export(quantized, (x,)), compile_config=get_xnnpack_edge_compile_config())
+    program = XNNPACKPassManager(edge.exported_program(), [ChannelsLastTaggedReshapePass]).transform()
+    ops = _ops(program)
+    ops = ops[ops.index("quantize_per_tensor") :]  # from the input's quantize on (the weight's dq comes first)
+    copy_in = ["quantize_per_tensor", "dequantize_per_tensor", "_to_copy", "quantize_per_tensor"]
+    assert ops[: len(copy_in) + 1] == [*copy_in, "dequantize_per_tensor"], ops
+    assert ops[-3:] == ["_to_copy", "quantize_per_tensor", "dequantize_per_tensor"], ops
+    implicit = [is_tagged_as_implicit_q_dq(n) for n in program.graph.nodes if "quantize_per_tensor" in str(n.target)]
+    assert implicit.count(True) == 4, implicit
+    torch.testing.assert_close(program.module()(x), quantized(x))

@@ -2,8 +2,9 @@
 
 ``XNNPACKPassManager`` runs a list of passes on an ExportedProgram, each through ``_transform``, as
 ExecuTorch's does: an ``XNNPACKPass`` is built with the program, any other ``ExportPass`` without
-arguments. Its default list holds the rewrites edgetorch does as graph passes; the NHWC layout and the
-activation fusion are done by the serializer while it writes the blob (``backends.xnnpack.serialize``).
+arguments. Its default list holds the rewrites the lowering relies on. ``ChannelsLastTaggedReshapePass``
+is not in it: the serializer decides the NHWC layout itself while it writes the blob
+(``backends.xnnpack.serialize``), and the pass shows that decision as a graph.
 Imports torch.
 """
 
@@ -13,6 +14,7 @@ from torch._export.pass_base import PassType
 from torch.export import ExportedProgram
 
 from edgetorch.backends.transforms.remove_getitem_op import RemoveGetItemPass
+from edgetorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
 from edgetorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
 from edgetorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivationPass
 from edgetorch.backends.xnnpack._passes.fuse_batch_norm import FuseBatchNormPass
@@ -23,6 +25,7 @@ from edgetorch.exir.pass_base import ExportPass
 from edgetorch.exir.program._program import _transform
 
 __all__ = [
+    "ChannelsLastTaggedReshapePass",
     "ConvertToLinearPass",
     "FuseActivationPass",
     "FuseBatchNormPass",
