@@ -13,6 +13,7 @@ An activation ``FuseActivationPass`` folded into its producer becomes that node'
 Nodes whose inputs are all constants are evaluated here with torch and become
 constants. Quantized values (QS8, QD8, QC8, QB4) and the q/dq ops they come from
 are planned by ``operators.quant.plan_quantization`` before any node is visited.
+A float16 node writes float16 values and constants (XNNPACK's fp16 datatype), as ExecuTorch does.
 Every graph passes ``validate.validate_graph`` before it is written.
 
 May import torch and edgetorch.exir.
@@ -49,6 +50,18 @@ aten = torch.ops.aten
 
 DEFAULT_DEBUG_HANDLE = 65535
 CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+FLOAT_DATATYPES = {torch.float32: xs.XNNDatatype.xnn_datatype_fp32, torch.float16: xs.XNNDatatype.xnn_datatype_fp16}
+
+
+def float_datatype(node: Node) -> xs.XNNDatatype:
+    """The XNNPACK datatype of the float values written for ``node``: fp16 for a float16 node, else fp32."""
+    val = node.meta.get("val")
+    if isinstance(val, list | tuple):
+        val = val[0] if val else None
+    fp16 = isinstance(val, torch.Tensor) and val.dtype == torch.float16
+    return xs.XNNDatatype.xnn_datatype_fp16 if fp16 else xs.XNNDatatype.xnn_datatype_fp32
 
 
 def constant_placeholders(program: ExportedProgram) -> dict[Node, torch.Tensor]:
@@ -106,6 +119,8 @@ class XnnpackGraphBuilder:
         self.qspec: dict[Node, QuantSpec] = {}
         plan_quantization(self)
         self.debug = DelegateMappingBuilder()
+        self._float = xs.XNNDatatype.xnn_datatype_fp32
+        """The datatype of float values being defined: the float16 or float32 of the node being written."""
         self._debug_handle = DEFAULT_DEBUG_HANDLE
 
     # ------------------------------------------------------------------ driver
@@ -113,8 +128,10 @@ class XnnpackGraphBuilder:
     def build(self) -> tuple[bytes, dict]:
         """The blob bytes and the debug handle map (XNNPACK node debug handle -> Edge debug handles)."""
         for node in self.inputs:
-            if not node.meta["val"].dtype == torch.float32:
-                raise XnnpackLoweringError(f"input {node.name} is {node.meta['val'].dtype}; XNNPACK lowers float32")
+            if node.meta["val"].dtype not in FLOAT_DATATYPES:
+                raise XnnpackLoweringError(
+                    f"input {node.name} is {node.meta['val'].dtype}; XNNPACK lowers float32 and float16 inputs"
+                )
             self._new_value(node, False)
         for node in self.program.graph.nodes:
             if node.op == "call_function":
@@ -141,6 +158,7 @@ class XnnpackGraphBuilder:
                 f"node {node.format_node()} (operator {op}) is not supported by the XNNPACK backend; "
                 "partition with XnnpackPartitioner, which leaves such nodes to the portable runtime"
             )
+        self._float = float_datatype(node)
         handle = node.meta.get("debug_handle")
         self._debug_handle = DEFAULT_DEBUG_HANDLE if handle is None else int(handle)
         first = len(self.graph.xnodes)
@@ -201,14 +219,15 @@ class XnnpackGraphBuilder:
         return result
 
     def constant(self, tensor: torch.Tensor, external_tag: str | None = None) -> int:
-        """A new static value holding ``tensor`` (as float32), stored as named data keyed by the SHA-256 of its
+        """A new static value holding ``tensor`` (as float32, or float16 in a float16 node), stored as named data keyed by the SHA-256 of its
         bytes: in the program, or with an ``external_tag`` in ``<external_tag>.ptd``.
 
         Never in the blob's own constant segment: ExecuTorch's XNNPACK runtime frees the blob once it has
         compiled it, while XNNPACK keeps pointing at the static operands of element-wise nodes (a scale, a
         mask) and reads them at every run; named data stays mapped for the life of the program.
         """
-        data = tensor.detach().to(torch.float32).contiguous()
+        dtype = torch.float16 if self._float == xs.XNNDatatype.xnn_datatype_fp16 else torch.float32
+        data = tensor.detach().to(dtype).contiguous()
         index = self._named_constant(data.numpy().tobytes(), external_tag)
         return self._define(list(data.shape) or [1], constant_index=index)
 
@@ -290,7 +309,7 @@ class XnnpackGraphBuilder:
     ) -> int:
         vid = len(self.graph.xvalues)
         value = xs.XNNTensorValue(
-            datatype=xs.XNNDatatype.xnn_datatype_fp32 if quant is None else quant.datatype,
+            datatype=self._float if quant is None else quant.datatype,
             num_dims=len(dims),
             dims=[int(d) for d in dims],
             constant_buffer_idx=constant_index,
@@ -312,11 +331,13 @@ class XnnpackGraphBuilder:
         return self._define(dims, quant=quant)
 
     def _external_output(self, node: Node) -> int:
+        self._float = float_datatype(node)
         vid = self._define(dims_of(node), external=self.external[node], flag=xs.VALUE_FLAG_EXTERNAL_OUTPUT)
         self.ids[node, False] = vid
         return vid
 
     def _new_value(self, node: Node, nhwc: bool) -> int:
+        self._float = float_datatype(node)
         if node in self.inputs and not nhwc:
             vid = self._define(dims_of(node), external=self.external[node], flag=xs.VALUE_FLAG_EXTERNAL_INPUT)
         elif node in self.outputs and not nhwc and node not in self.qspec:

@@ -83,8 +83,8 @@ class Support:
             return None if check(self, node) else _doc(check)
         if op not in VISITORS:
             return f"edgetorch's XNNPACK lowering has no {_name(op)}"
-        if not self._float32(node):
-            return "a tensor it reads or writes is not float32"
+        if not self._float_dtype(node):
+            return "its tensors are not all float32 or all float16"
         if any(q.is_quantized_weight(a) and not _private_weight(self, a) for a in node.all_input_nodes):
             return _doc(_private_weight)
         if getattr(config, "weight_idx", None) is not None:  # a GEMMConfig
@@ -109,12 +109,14 @@ class Support:
         )
         return fusable and self.supported(source)
 
-    def _float32(self, node: Node) -> bool:
+    def _float_dtype(self, node: Node) -> bool:
         # A constant placeholder may be any dtype (the lowering converts it); a value computed from constants
         # outside this node is an input of the delegate like any other, so it must be float32 too (torchao's
         # weight-only int8 dequantizes with a view of the int8 weight, then a copy to float32, sub and mul).
+        # float16 is delegated as ExecuTorch does (XNNPACK's fp16 datatype), when the node is float16 throughout.
         inputs = [a for a in node.all_input_nodes if a not in self.constants]
-        return all(first_tensor_dtype(n) == torch.float32 for n in [node, *inputs])
+        dtypes = {first_tensor_dtype(n) for n in [node, *inputs]}
+        return dtypes == {torch.float32} or dtypes == {torch.float16}
 
     def node_and_deps(self, node: Node) -> list[Node]:
         """The supported nodes delegated together with ``node`` in ``per_op_mode``, in graph order."""
