@@ -303,8 +303,8 @@ def _pow(s: Support, node: Node) -> bool:
 
 
 def _gelu(s: Support, node: Node) -> bool:
-    """A GELU needs approximate='none'."""
-    return node.kwargs.get("approximate", "none") == "none"
+    """A GELU needs approximate='none' and float32 (XNNPACK has no float16 GELU; ExecuTorch refuses it too)."""
+    return node.kwargs.get("approximate", "none") == "none" and first_tensor_dtype(node) == torch.float32
 
 
 def _elu(s: Support, node: Node) -> bool:
@@ -414,7 +414,8 @@ CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
     aten._native_batch_norm_legit_no_training.default: _batch_norm,
     aten.scaled_dot_product_attention.default: _attention,
 }
-"""ATen op -> what its arguments must satisfy for XNNPACK (ops not listed have no constraint beyond float32)."""
+"""ATen op -> what its arguments must satisfy for XNNPACK (ops not listed have no constraint beyond their float
+dtype: float32, or float16 throughout)."""
 
 
 # ------------------------------------------------------------- quantized patterns
