@@ -163,11 +163,18 @@ NAMED_PATHS += tuple(
         "transforms.utils.create_constant_placeholder",
         "transforms.utils.delete_constant_placeholder",
         "xnnpack._passes.XNNPACKPassManager",
+        "xnnpack._passes.channels_last_tagged_reshape_pass.ChannelsLastTaggedReshapePass",
         "xnnpack._passes.convert_to_linear.ConvertToLinearPass",
+        "xnnpack._passes.fuse_activation_pass.FuseActivationPass",
         "xnnpack._passes.fuse_batch_norm.FuseBatchNormPass",
         "xnnpack._passes.xnnpack_pass.XNNPACKPass",
         "xnnpack.serialization.xnnpack_graph_serialize._HEADER_BYTEORDER",
         "xnnpack.serialization.xnnpack_graph_serialize.XNNHeader",
+        "xnnpack.utils.quant_utils.is_dequant",
+        "xnnpack.utils.quant_utils.is_quant",
+        "xnnpack.utils.quant_utils.is_tagged_as_implicit_q_dq",
+        "xnnpack.utils.quant_utils.tag_as_implicit_q_dq",
+        "xnnpack.utils.utils.is_param_node",
     )
 )
 

@@ -1,7 +1,7 @@
 """``XnnpackBackend``: the compiler half of the XNNPACK delegate (ExecuTorch's backend id ``XnnpackBackend``).
 
-``preprocess`` folds inference batch norms into the convolutions before them,
-then writes the partition as an XNNPACK blob (``serialize.XnnpackGraphBuilder``)
+``preprocess`` folds inference batch norms into the convolutions before them
+and activations into the nodes before them (``FuseActivationPass``, in place, as ExecuTorch's does), then writes the partition as an XNNPACK blob (``serialize.XnnpackGraphBuilder``)
 that both ExecuTorch's XNNPACK runtime and ``edgetorch.backends.xnnpack.runtime``
 execute. Constants become named data, as ExecuTorch writes them: in the
 program, or, when tagged for external storage (``delegate_constant_tag``, see
@@ -16,11 +16,13 @@ import operator
 import torch
 from torch.export import ExportedProgram
 
+from edgetorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivationPass
 from edgetorch.backends.xnnpack._passes.fuse_batch_norm import fused_batch_norm_weights
 from edgetorch.backends.xnnpack.serialize import XnnpackGraphBuilder, constant_placeholders
 from edgetorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from edgetorch.exir.backend.compile_spec_schema import CompileSpec
 from edgetorch.exir.dialects import to_aten
+from edgetorch.exir.program._program import _transform
 
 __all__ = ["XnnpackBackend", "fold_batch_norms"]
 
@@ -34,6 +36,7 @@ class XnnpackBackend(BackendDetails):
 
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        edge_program = _transform(edge_program, FuseActivationPass(edge_program))
         overrides, aliases = fold_batch_norms(edge_program)
         builder = XnnpackGraphBuilder(edge_program, overrides, aliases)
         blob, debug_map = builder.build()

@@ -9,9 +9,11 @@ transpose, made once per value. Element-wise ops run in whichever layout their
 input has, so a conv -> relu -> pool chain never leaves NHWC. The delegate's
 inputs and outputs are contiguous (NCHW). Constant tensors are written in the
 layout each use asks for, as named data of the program (or of its ``.ptd``).
+An activation ``FuseActivationPass`` folded into its producer becomes that node's output clamp.
 Nodes whose inputs are all constants are evaluated here with torch and become
 constants. Quantized values (QS8, QD8, QC8, QB4) and the q/dq ops they come from
 are planned by ``operators.quant.plan_quantization`` before any node is visited.
+A float16 node writes float16 values and constants (XNNPACK's fp16 datatype), as ExecuTorch does.
 Every graph passes ``validate.validate_graph`` before it is written.
 
 May import torch and edgetorch.exir.
@@ -29,6 +31,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack._passes.fuse_activation_pass import FUSED_ACTIVATION_TAG
 from edgetorch.backends.xnnpack.blob import CONSTANT_ALIGNMENT, build_blob
 from edgetorch.backends.xnnpack.operators import VISITORS, XnnpackLoweringError
 from edgetorch.backends.xnnpack.operators.node_visitor import TO_NCHW, TO_NHWC, Node, dims_of, permuted
@@ -47,6 +50,18 @@ aten = torch.ops.aten
 
 DEFAULT_DEBUG_HANDLE = 65535
 CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+FLOAT_DATATYPES = {torch.float32: xs.XNNDatatype.xnn_datatype_fp32, torch.float16: xs.XNNDatatype.xnn_datatype_fp16}
+
+
+def float_datatype(node: Node) -> xs.XNNDatatype:
+    """The XNNPACK datatype of the float values written for ``node``: fp16 for a float16 node, else fp32."""
+    val = node.meta.get("val")
+    if isinstance(val, list | tuple):
+        val = val[0] if val else None
+    fp16 = isinstance(val, torch.Tensor) and val.dtype == torch.float16
+    return xs.XNNDatatype.xnn_datatype_fp16 if fp16 else xs.XNNDatatype.xnn_datatype_fp32
 
 
 def constant_placeholders(program: ExportedProgram) -> dict[Node, torch.Tensor]:
@@ -102,9 +117,10 @@ class XnnpackGraphBuilder:
             self.external[node] = len(self.external)
         self.graph.num_externs = len(self.external)
         self.qspec: dict[Node, QuantSpec] = {}
-        self.fused: dict[Node, tuple[float, float]] = {}
         plan_quantization(self)
         self.debug = DelegateMappingBuilder()
+        self._float = xs.XNNDatatype.xnn_datatype_fp32
+        """The datatype of float values being defined: the float16 or float32 of the node being written."""
         self._debug_handle = DEFAULT_DEBUG_HANDLE
 
     # ------------------------------------------------------------------ driver
@@ -112,8 +128,10 @@ class XnnpackGraphBuilder:
     def build(self) -> tuple[bytes, dict]:
         """The blob bytes and the debug handle map (XNNPACK node debug handle -> Edge debug handles)."""
         for node in self.inputs:
-            if not node.meta["val"].dtype == torch.float32:
-                raise XnnpackLoweringError(f"input {node.name} is {node.meta['val'].dtype}; XNNPACK lowers float32")
+            if node.meta["val"].dtype not in FLOAT_DATATYPES:
+                raise XnnpackLoweringError(
+                    f"input {node.name} is {node.meta['val'].dtype}; XNNPACK lowers float32 and float16 inputs"
+                )
             self._new_value(node, False)
         for node in self.program.graph.nodes:
             if node.op == "call_function":
@@ -140,13 +158,26 @@ class XnnpackGraphBuilder:
                 f"node {node.format_node()} (operator {op}) is not supported by the XNNPACK backend; "
                 "partition with XnnpackPartitioner, which leaves such nodes to the portable runtime"
             )
+        self._float = float_datatype(node)
         handle = node.meta.get("debug_handle")
         self._debug_handle = DEFAULT_DEBUG_HANDLE if handle is None else int(handle)
+        first = len(self.graph.xnodes)
         visitor(self, node)
-        if node in self.fused:
-            self.graph.xnodes[-1].output_min_max = xs.OutputMinMax(*self.fused[node])
+        clamp = self.fused_clamp(node)
+        if clamp is not None and all(x.output_min_max is None for x in self.graph.xnodes[first:]):
+            self.graph.xnodes[-1].output_min_max = xs.OutputMinMax(*clamp)
         if handle is not None and self._debug_handle not in self.debug.get_delegate_mapping():
             self.debug.insert_delegate_mapping_entry(handles=[handle], identifier=self._debug_handle)
+
+    @staticmethod
+    def fused_clamp(node: Node) -> tuple[float, float] | None:
+        """The (min, max) of the activation ``FuseActivationPass`` folded into ``node``, or None.
+
+        It goes on the XNNPACK node that computes ``node``: the last one its visitor adds, unless the
+        visitor placed it itself (a 1-d convolution ends with a reshape, which has no clamp).
+        """
+        fused = node.meta.get(FUSED_ACTIVATION_TAG)
+        return None if fused is None else (float(fused.output_min), float(fused.output_max))
 
     def _emit_output(self, node: Node) -> None:
         """Make sure ``node``'s external output value is written (by a transpose or copy if nothing wrote it)."""
@@ -188,14 +219,15 @@ class XnnpackGraphBuilder:
         return result
 
     def constant(self, tensor: torch.Tensor, external_tag: str | None = None) -> int:
-        """A new static value holding ``tensor`` (as float32), stored as named data keyed by the SHA-256 of its
+        """A new static value holding ``tensor`` (as float32, or float16 in a float16 node), stored as named data keyed by the SHA-256 of its
         bytes: in the program, or with an ``external_tag`` in ``<external_tag>.ptd``.
 
         Never in the blob's own constant segment: ExecuTorch's XNNPACK runtime frees the blob once it has
         compiled it, while XNNPACK keeps pointing at the static operands of element-wise nodes (a scale, a
         mask) and reads them at every run; named data stays mapped for the life of the program.
         """
-        data = tensor.detach().to(torch.float32).contiguous()
+        dtype = torch.float16 if self._float == xs.XNNDatatype.xnn_datatype_fp16 else torch.float32
+        data = tensor.detach().to(dtype).contiguous()
         index = self._named_constant(data.numpy().tobytes(), external_tag)
         return self._define(list(data.shape) or [1], constant_index=index)
 
@@ -277,7 +309,7 @@ class XnnpackGraphBuilder:
     ) -> int:
         vid = len(self.graph.xvalues)
         value = xs.XNNTensorValue(
-            datatype=xs.XNNDatatype.xnn_datatype_fp32 if quant is None else quant.datatype,
+            datatype=self._float if quant is None else quant.datatype,
             num_dims=len(dims),
             dims=[int(d) for d in dims],
             constant_buffer_idx=constant_index,
@@ -299,11 +331,13 @@ class XnnpackGraphBuilder:
         return self._define(dims, quant=quant)
 
     def _external_output(self, node: Node) -> int:
+        self._float = float_datatype(node)
         vid = self._define(dims_of(node), external=self.external[node], flag=xs.VALUE_FLAG_EXTERNAL_OUTPUT)
         self.ids[node, False] = vid
         return vid
 
     def _new_value(self, node: Node, nhwc: bool) -> int:
+        self._float = float_datatype(node)
         if node in self.inputs and not nhwc:
             vid = self._define(dims_of(node), external=self.external[node], flag=xs.VALUE_FLAG_EXTERNAL_INPUT)
         elif node in self.outputs and not nhwc and node not in self.qspec:

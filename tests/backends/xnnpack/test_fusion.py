@@ -82,7 +82,7 @@ def test_clamps_fuse_into_their_layers(tier, monkeypatch, set_policy):
         np.testing.assert_allclose(outs[0], module(x).numpy(), rtol=1e-5, atol=1e-6)
     (delegate,) = delegates
     clamps = [n for n in delegate.xnodes if isinstance(n.xnode_union, xs.XNNClamp)]
-    assert len(clamps) >= 5, "the lowering no longer keeps clamp nodes; this test needs a new subject"
+    assert len(clamps) >= 4, "the lowering no longer keeps clamp nodes; this test needs a new subject"
     # Every clamp moved into its producer: the plan holds no step of a clamp node.
     plan = next(iter(delegate.schedules.values()))
     starts = [0, *plan.ends[:-1]]

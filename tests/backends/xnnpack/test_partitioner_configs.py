@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 
 from edgetorch.backends.xnnpack import XnnpackDynamicallyQuantizedPartitioner
+from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack.blob import parse_blob
 from edgetorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS, ConfigPrecisionType
 from edgetorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig
 from edgetorch.backends.xnnpack.partition.config.generic_node_configs import AddConfig, ReLUConfig
@@ -186,8 +188,13 @@ def test_bad_options_raise():
         XnnpackPartitioner(config_precisions="fp32")
     with pytest.raises(TypeError, match="XNNPartitionerConfig subclasses"):
         XnnpackPartitioner(configs=[nn.Linear])
-    with pytest.raises(TypeError, match="unknown option"):
-        XnnpackPartitioner(not_an_option=True)
+    logger, records = logging.getLogger("edgetorch.backends.xnnpack.partition"), Records()
+    logger.addHandler(records)
+    try:
+        XnnpackPartitioner(force_fp32_dynamic_linear=True)  # ignored, as ExecuTorch's configs ignore it
+    finally:
+        logger.removeHandler(records)
+    assert any("unknown option 'force_fp32_dynamic_linear'" in m for m in records.messages)
     with pytest.raises(NotImplementedError, match="enable_bf16"):
         XnnpackPartitioner(enable_bf16=True)
     with pytest.raises(RuntimeError, match="both claim aten.linear.default"):
@@ -279,3 +286,28 @@ def test_xnn_header_from_bytes_checks_magic_length_and_validity():
     assert not XNNHeader(32, 64, 95, 8).is_valid() and not XNNHeader(32, 0, 96, 8).is_valid()
     with pytest.raises(ValueError, match="is_valid"):
         XNNHeader(32, 64, 95, 8).to_bytes()
+
+
+def test_batch_norms_after_a_conv3d_stay_portable():
+    """XNNPACK takes 2-d to 4-d batch norms; a 5-d one (after a Conv3d, which it lacks) stays portable."""
+    model = nn.Sequential(nn.Conv3d(2, 2, 2), nn.BatchNorm3d(2), nn.ReLU(), nn.BatchNorm3d(2)).eval()
+    edge = lower(torch.export.export(model, (torch.randn(1, 2, 4, 4, 4),)), XnnpackPartitioner())
+    ops = portable_ops(edge)
+    assert ops.count("_native_batch_norm_legit_no_training") == 2 and "convolution" in ops, ops
+    flat = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).eval()
+    assert portable_ops(lower(torch.export.export(flat, (torch.randn(2, 3),)), XnnpackPartitioner())) == ["delegate"]
+
+
+def test_float16_nodes_are_delegated_as_float16_except_gelu():
+    """ExecuTorch's default partitioner takes float16 graphs (XNNPACK's fp16 datatype), except GELU."""
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3), nn.GELU()).eval().half()
+    x = torch.randn(2, 4).half()
+    edge = lower(torch.export.export(model, (x,)), XnnpackPartitioner())
+    assert portable_ops(edge) == ["delegate", "gelu"]
+    graph = parse_blob(edge.exported_program().graph_module.lowered_module_0.processed_bytes).graph
+    assert {xs.tensor_value(v).datatype for v in graph.xvalues} == {xs.XNNDatatype.xnn_datatype_fp16}
+    out = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute([x.numpy()])[0]
+    with torch.no_grad():
+        want = model(x).float().numpy()
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float32), want, rtol=0, atol=1e-2)

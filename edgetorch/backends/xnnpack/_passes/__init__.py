@@ -2,8 +2,9 @@
 
 ``XNNPACKPassManager`` runs a list of passes on an ExportedProgram, each through ``_transform``, as
 ExecuTorch's does: an ``XNNPACKPass`` is built with the program, any other ``ExportPass`` without
-arguments. Its default list holds the rewrites edgetorch does as graph passes; the NHWC layout and the
-activation fusion are done by the serializer while it writes the blob (``backends.xnnpack.serialize``).
+arguments. Its default list holds the rewrites the lowering relies on. ``ChannelsLastTaggedReshapePass``
+is not in it: the serializer decides the NHWC layout itself while it writes the blob
+(``backends.xnnpack.serialize``), and the pass shows that decision as a graph.
 Imports torch.
 """
 
@@ -13,7 +14,9 @@ from torch._export.pass_base import PassType
 from torch.export import ExportedProgram
 
 from edgetorch.backends.transforms.remove_getitem_op import RemoveGetItemPass
+from edgetorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
 from edgetorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
+from edgetorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivationPass
 from edgetorch.backends.xnnpack._passes.fuse_batch_norm import FuseBatchNormPass
 from edgetorch.backends.xnnpack._passes.remove_noop_expand_copy_pass import RemoveNoopExpandCopyPass
 from edgetorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
@@ -22,7 +25,9 @@ from edgetorch.exir.pass_base import ExportPass
 from edgetorch.exir.program._program import _transform
 
 __all__ = [
+    "ChannelsLastTaggedReshapePass",
     "ConvertToLinearPass",
+    "FuseActivationPass",
     "FuseBatchNormPass",
     "RemoveGetItemPass",
     "RemoveNoopExpandCopyPass",
@@ -30,7 +35,7 @@ __all__ = [
     "XNNPACKPassManager",
 ]
 
-DEFAULT_PASSES: list[type[ExportPass]] = [ConvertToLinearPass, FuseBatchNormPass, RemoveGetItemPass]
+DEFAULT_PASSES: list[type[ExportPass]] = [ConvertToLinearPass, FuseBatchNormPass, FuseActivationPass, RemoveGetItemPass]
 
 
 class XNNPACKPassManager:

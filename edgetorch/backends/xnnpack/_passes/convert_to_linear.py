@@ -2,7 +2,9 @@
 
 Export decomposes ``nn.Linear`` / ``F.linear`` into ``addmm(bias, x, permute_copy(w, [1, 0]))`` (or ``mm``
 without a bias); XNNPACK's fully-connected node takes the untransposed weight, so the pass rebuilds
-``linear(x, w, bias)``. Only matmuls that export recorded as coming from a linear and whose second operand
+``linear(x, w, bias)``. A linear on an input of more than two dimensions is exported between a view that
+flattens the input to 2-D and one that restores the leading dimensions; the rebuilt linear reads and writes
+the unflattened tensors and both views go. Only matmuls that export recorded as coming from a linear and whose second operand
 is a transpose of a 2-D weight are rewritten; the transpose is dropped when nothing else reads it. Imports torch.
 """
 
@@ -17,6 +19,7 @@ from edgetorch.exir.pass_base import ExportPass
 __all__ = ["ConvertToLinearPass"]
 
 _TRANSPOSES = (torch.ops.aten.permute_copy.default, torch.ops.aten.t_copy.default, torch.ops.aten.permute.default)
+_VIEWS = (torch.ops.aten.view_copy.default, torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
 _LINEAR_SOURCES = (torch.nn.Linear, torch.nn.functional.linear, "linear")
 
 
@@ -40,6 +43,35 @@ def _untransposed_weight(node: object) -> torch.fx.Node | None:
     weight = node.args[0]
     val = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
     return weight if val is not None and val.dim() == 2 else None
+
+
+def _view_of(node: object) -> torch.fx.Node | None:
+    """The tensor ``node`` views, if ``node`` is a view_copy / view made by the same linear layer."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or not _from_linear(node):
+        return None
+    if to_aten(node.target) not in _VIEWS or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    return node.args[0]
+
+
+def _absorb_flattening_views(graph: torch.fx.Graph, linear: torch.fx.Node) -> None:
+    """Drop the view that flattened ``linear``'s input to 2-D and the one that restored its output's leading
+    dimensions, when the restored leading dimensions are the input's."""
+    source = _view_of(linear.args[0])
+    users = list(linear.users)
+    if source is None or len(users) != 1 or _view_of(users[0]) is not linear:
+        return
+    unflatten = users[0]
+    shape_in, shape_out = source.meta["val"].shape, unflatten.meta["val"].shape
+    if len(shape_in) < 3 or len(shape_in) != len(shape_out) or shape_in[:-1] != shape_out[:-1]:
+        return
+    flatten = linear.args[0]
+    linear.args = (source, *linear.args[1:])
+    linear.meta["val"] = unflatten.meta["val"]
+    unflatten.replace_all_uses_with(linear)
+    graph.erase_node(unflatten)
+    if not flatten.users:
+        graph.erase_node(flatten)
 
 
 class ConvertToLinearPass(ExportPass):
@@ -69,6 +101,7 @@ class ConvertToLinearPass(ExportPass):
             graph.erase_node(node)
             if not transposed.users:
                 graph.erase_node(transposed)
+            _absorb_flattening_views(graph, linear)
             modified = True
         if modified:
             graph_module.recompile()

@@ -95,7 +95,8 @@ def _convolution(b: XnnpackGraphBuilder, node: Node) -> None:
             bias_id=bias_id,
             output_id=output_id,
             flags=0,
-        )
+        ),
+        clamp=b.fused_clamp(node),
     )
     if one_d:
         _finish_conv1d(b, node, output_id)

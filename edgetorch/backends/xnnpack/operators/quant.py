@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from edgetorch.backends.xnnpack import schema as xs
-from edgetorch.backends.xnnpack.operators.elementwise import clamp_bounds
 from edgetorch.backends.xnnpack.operators.node_visitor import Node, XnnpackLoweringError, aten, visits
 from edgetorch.exir.dialects import to_aten
 
@@ -55,8 +54,6 @@ try:
     AFFINE_DEQUANTIZE = torch.ops.torchao.dequantize_affine.default
 except (ImportError, AttributeError):  # without torchao no graph holds them: names nothing matches
     AFFINE_CHOOSE = AFFINE_QUANTIZE = AFFINE_DEQUANTIZE = "torchao ops"
-ACTIVATIONS = (aten.relu.default, aten.hardtanh.default)
-FUSES_ACTIVATION = (aten.linear.default, aten.convolution.default, aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor)
 INT32_RANGE = (-(2**31), 2**31 - 1)
 
 
@@ -152,7 +149,7 @@ def plan_quantization(b: XnnpackGraphBuilder) -> None:
 
     A q/dq pair around a static quantized pattern is implicit: the pattern reads and writes QS8 values. Any
     other q or dq is explicit, a convert node between float and QS8. Fills ``b.qspec`` (node -> QuantSpec of
-    its value), ``b.aliases`` and ``b.fused`` (producer -> clamp of the activation folded into it).
+    its value) and ``b.aliases``.
     """
     implicit = set()
     for node in b.program.graph.nodes:
@@ -163,10 +160,7 @@ def plan_quantization(b: XnnpackGraphBuilder) -> None:
             b.qspec[node] = static_spec(q)
     for node in b.program.graph.nodes:
         op = op_of(node)
-        if op in ACTIVATIONS and _fusable(node) and node not in b.outputs:
-            b.fused[node.args[0]] = clamp_bounds(node)
-            b.alias(node, node.args[0])
-        elif op == QUANTIZE:
+        if op == QUANTIZE:
             if node in implicit:
                 b.alias(node, node.args[0])
             else:
@@ -176,15 +170,6 @@ def plan_quantization(b: XnnpackGraphBuilder) -> None:
             b.qspec[node] = QuantSpec(xs.XNNDatatype.xnn_datatype_qdint8, xs.PerTokenDynamicQuant(dims))
         elif (op == DEQUANTIZE and node in implicit) or is_dynamic_dequantize(node):
             b.alias(node, node.args[0])
-
-
-def _fusable(act: Node) -> bool:
-    """ExecuTorch's activation fusion: a ReLU or hardtanh whose input is only read by it, from a linear, a 2-d
-    convolution or an element-wise add/sub/mul, becomes that node's output clamp."""
-    producer = act.args[0]
-    if op_of(producer) == aten.convolution.default and producer.args[1].meta["val"].dim() != 4:
-        return False  # a 1-d convolution's last node is the reshape back to 3-d
-    return op_of(producer) in FUSES_ACTIVATION and len(producer.users) == 1
 
 
 def is_quantized_gemm(b: XnnpackGraphBuilder, node: Node) -> bool:

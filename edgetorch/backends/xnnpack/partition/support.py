@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from edgetorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivationPass
 from edgetorch.backends.xnnpack.operators import VISITORS, result_node
 from edgetorch.backends.xnnpack.operators import quant as q
 from edgetorch.backends.xnnpack.partition.config.precision import ConfigPrecisionType
@@ -82,8 +83,8 @@ class Support:
             return None if check(self, node) else _doc(check)
         if op not in VISITORS:
             return f"edgetorch's XNNPACK lowering has no {_name(op)}"
-        if not self._float32(node):
-            return "a tensor it reads or writes is not float32"
+        if not self._float_dtype(node):
+            return "its tensors are not all float32 or all float16"
         if any(q.is_quantized_weight(a) and not _private_weight(self, a) for a in node.all_input_nodes):
             return _doc(_private_weight)
         if getattr(config, "weight_idx", None) is not None:  # a GEMMConfig
@@ -101,15 +102,21 @@ class Support:
         """Whether ``node`` is a ReLU or hardtanh a delegated GEMM fuses: it goes with the GEMM whatever its own
         config's precisions."""
         source: Any = node.args[0] if node.args else None
-        fusable = to_aten(node.target) in q.ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1
+        fusable = (
+            to_aten(node.target) in FuseActivationPass.FUSEABLE_ACTIVATIONS
+            and q.op_of(source) in GEMMS
+            and len(source.users) == 1
+        )
         return fusable and self.supported(source)
 
-    def _float32(self, node: Node) -> bool:
+    def _float_dtype(self, node: Node) -> bool:
         # A constant placeholder may be any dtype (the lowering converts it); a value computed from constants
         # outside this node is an input of the delegate like any other, so it must be float32 too (torchao's
         # weight-only int8 dequantizes with a view of the int8 weight, then a copy to float32, sub and mul).
+        # float16 is delegated as ExecuTorch does (XNNPACK's fp16 datatype), when the node is float16 throughout.
         inputs = [a for a in node.all_input_nodes if a not in self.constants]
-        return all(first_tensor_dtype(n) == torch.float32 for n in [node, *inputs])
+        dtypes = {first_tensor_dtype(n) for n in [node, *inputs]}
+        return dtypes == {torch.float32} or dtypes == {torch.float16}
 
     def node_and_deps(self, node: Node) -> list[Node]:
         """The supported nodes delegated together with ``node`` in ``per_op_mode``, in graph order."""
@@ -155,7 +162,7 @@ class Support:
             return list(node.users)
         if op is operator.getitem:
             return [source]
-        if op in q.ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1:
+        if op in FuseActivationPass.FUSEABLE_ACTIVATIONS and q.op_of(source) in GEMMS and len(source.users) == 1:
             return [source]
         return []
 
@@ -296,8 +303,8 @@ def _pow(s: Support, node: Node) -> bool:
 
 
 def _gelu(s: Support, node: Node) -> bool:
-    """A GELU needs approximate='none'."""
-    return node.kwargs.get("approximate", "none") == "none"
+    """A GELU needs approximate='none' and float32 (XNNPACK has no float16 GELU; ExecuTorch refuses it too)."""
+    return node.kwargs.get("approximate", "none") == "none" and first_tensor_dtype(node) == torch.float32
 
 
 def _elu(s: Support, node: Node) -> bool:
@@ -352,10 +359,13 @@ def _getitem(s: Support, node: Node) -> bool:
 
 
 def _batch_norm(s: Support, node: Node) -> bool:
-    """A batch norm needs constant parameters, a 2-d+ input and only its first output read."""
+    """A batch norm needs constant parameters, an NC, NCL or NCHW input and only its first output read.
+
+    ExecuTorch's limit: it runs a batch norm as a 1x1 depthwise convolution, or folds it into the 1-d/2-d
+    convolution before it, so a 5-d one (after a Conv3d) stays with the portable kernels."""
     params = [p for p in node.args[1:5] if p is not None]
     users_ok = all(u.target is operator.getitem and u.args[1] == 0 for u in node.users)
-    return users_ok and rank(node.args[0]) >= 2 and all(s.is_constant(p) for p in params)
+    return users_ok and 2 <= rank(node.args[0]) <= 4 and all(s.is_constant(p) for p in params)
 
 
 def _attention(s: Support, node: Node) -> bool:
@@ -404,7 +414,8 @@ CONSTRAINTS: dict[Any, Callable[[Support, Node], bool]] = {
     aten._native_batch_norm_legit_no_training.default: _batch_norm,
     aten.scaled_dot_product_attention.default: _attention,
 }
-"""ATen op -> what its arguments must satisfy for XNNPACK (ops not listed have no constraint beyond float32)."""
+"""ATen op -> what its arguments must satisfy for XNNPACK (ops not listed have no constraint beyond their float
+dtype: float32, or float16 throughout)."""
 
 
 # ------------------------------------------------------------- quantized patterns

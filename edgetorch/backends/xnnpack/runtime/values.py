@@ -16,6 +16,7 @@ import numpy as np
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob
+from edgetorch.backends.xnnpack.runtime.fp16 import weights_in_input_dtype
 from edgetorch.errors import DelegateLoadError, EdgetorchError
 
 _DTYPES = {
@@ -78,6 +79,7 @@ class Graph:
         self.named_bytes = sum(memoryview(v).nbytes for v in named_data.values())  # the program's, not only ours
         for value in blob.graph.xvalues:
             self._define(value, blob, named_data)
+        weights_in_input_dtype(self, blob.graph.xnodes)  # float32 weights of float16 layers (fp16.py)
         try:
             self.inputs = [(self.value(i).external_id, i) for i in blob.graph.input_ids]
             self.outputs = [(self.value(i).external_id, i) for i in blob.graph.output_ids]

@@ -11,6 +11,7 @@ Imports torch.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -27,6 +28,8 @@ __all__ = ["ConfigPrecisionType", "XNNPartitionerConfig"]
 FP32 = ConfigPrecisionType.FP32
 STATIC_QUANT = ConfigPrecisionType.STATIC_QUANT
 DYNAMIC_QUANT = ConfigPrecisionType.DYNAMIC_QUANT
+
+logger = logging.getLogger(__name__)
 
 UNSUPPORTED_OPTIONS = ("force_non_static_weights_for_f32_linear", "enable_bf16")
 """Options ExecuTorch's configs take that edgetorch's XNNPACK lowering does not implement (only False is accepted)."""
@@ -50,9 +53,15 @@ class XNNPartitionerConfig:
     def __init__(self, **kwargs: Any) -> None:
         for name, value in kwargs.items():
             if name not in UNSUPPORTED_OPTIONS:
-                raise TypeError(
-                    f"{type(self).__name__} got an unknown option {name!r}; expected one of {UNSUPPORTED_OPTIONS}"
+                # ExecuTorch's configs read the options they know from **kwargs and ignore the rest (its own
+                # tests pass the retired force_fp32_dynamic_linear), so an unknown option is logged, not refused.
+                logger.warning(
+                    "%s ignores the unknown option %r; the options it reads are %s",
+                    type(self).__name__,
+                    name,
+                    UNSUPPORTED_OPTIONS,
                 )
+                continue
             if value:
                 raise NotImplementedError(
                     f"{name}=True is not implemented by edgetorch's XNNPACK lowering; leave it False"
