@@ -199,3 +199,17 @@ def test_propagate_dynamic_shape_gives_the_spec_passes(mode):
 
     passes = propagate_dynamic_shape(mode)
     assert [type(p) for p in passes] == [SpecPropPass, HintBasedSymShapeEvalPass]
+
+
+def test_to_edge_folds_a_dequantize_quantize_identity():
+    class DqQ(torch.nn.Module):
+        def forward(self, x):
+            qd = torch.ops.quantized_decomposed
+            return qd.quantize_per_tensor.default(
+                qd.dequantize_per_tensor.default(x, 0.5, 3, -128, 127, torch.int8), 0.5, 3, -128, 127, torch.int8
+            )
+
+    x = torch.randint(-128, 128, (4, 5), dtype=torch.int8)
+    edge = to_edge(torch.export.export(DqQ(), (x,)))
+    assert not any("quantize" in str(t) for t in _targets(edge.exported_program().graph_module))
+    assert torch.equal(edge.exported_program().module()(x), x)

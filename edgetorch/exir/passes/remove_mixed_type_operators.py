@@ -11,6 +11,7 @@ from torch import SymBool, SymFloat, SymInt
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes
 
+from edgetorch.exir.dialects._ops import to_aten
 from edgetorch.exir.pass_base import ExportPass, NodeMetadata, ProxyValue, map_args
 
 _PROMOTION = {
@@ -38,10 +39,10 @@ class RemoveMixedTypeOperators(ExportPass):
     """Casts the operands of mixed-dtype binary arithmetic to the promoted dtype."""
 
     def call_operator(self, op: Any, args: tuple, kwargs: dict, meta: NodeMetadata) -> ProxyValue:
-        kind = _PROMOTION.get(op) if len(args) > 1 else None
+        kind = _PROMOTION.get(to_aten(op)) if len(args) > 1 else None
         if kind is None:
             return super().call_operator(op, args, kwargs, meta)
-        if op == torch.ops.aten.div.Tensor_mode and kwargs.get("rounding_mode") is None:
+        if to_aten(op) == torch.ops.aten.div.Tensor_mode and kwargs.get("rounding_mode") is None:
             kind = Kind.INT_TO_FLOAT
         promoted = elementwise_dtypes(*(_example(a) for a in args), type_promotion_kind=kind)[1]
 

@@ -29,6 +29,6 @@ class SymToTensorPass(ExportPass):
                 return self.call_operator(torch.ops.aten.scalar_tensor.default, (value,), {"dtype": dtype}, meta)
             return value
 
-        if isinstance(op, torch._ops.OpOverload):
+        if hasattr(op, "_schema"):  # an ATen or Edge op
             args, kwargs = map_args(op, wrap, args, kwargs)
         return super().call_operator(op, args, kwargs, meta)

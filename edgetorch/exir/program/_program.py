@@ -35,6 +35,7 @@ from edgetorch.exir.pass_base import ExportedProgramPassBase, PassManager, PassT
 from edgetorch.exir.pass_manager import ExportedProgramPassManager, updated_graph_signature
 from edgetorch.exir.passes.debug_handle_generator_pass import assign_debug_handles
 from edgetorch.exir.passes.decompose import decompose
+from edgetorch.exir.passes.fold_redundant_qdq_pass import FoldRedundantDequantizeQuantizePass
 from edgetorch.exir.passes.lift_constants import lift_constants
 from edgetorch.exir.passes.prune_empty_tensors_pass import PruneEmptyTensorsPass
 from edgetorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
@@ -150,6 +151,9 @@ def lower_to_edge(
         verify_aten_graph(program.graph_module)
     program = remove_unused_parameters_pass(decompose(program, keep))
     PruneEmptyTensorsPass()(program.graph_module)
+    # a dequantize right before a quantize of the same parameters is the identity (what is left when
+    # decomposition erased a quantized no-op such as eval-mode dropout): folded, as ExecuTorch's to_edge does
+    FoldRedundantDequantizeQuantizePass()(program.graph_module)
     graph_module = ToEdgePass(skip_dim_order=config._skip_dim_order)(program.graph_module).graph_module
     edge = rebuild_program(program, graph_module)
     if config._check_ir_validity:
