@@ -213,3 +213,18 @@ def test_to_edge_folds_a_dequantize_quantize_identity():
     edge = to_edge(torch.export.export(DqQ(), (x,)))
     assert not any("quantize" in str(t) for t in _targets(edge.exported_program().graph_module))
     assert torch.equal(edge.exported_program().module()(x), x)
+
+
+def test_tracer_decomposition_table_is_to_edges_and_a_fresh_copy():
+    from edgetorch.exir.passes.decompose import core_aten_decompositions
+    from edgetorch.exir.tracer import _default_decomposition_table
+
+    table = _default_decomposition_table()
+    assert table.keys() == core_aten_decompositions().keys()
+    table.pop(torch.ops.aten.linear.default, None)
+    assert torch.ops.aten.linear.default in _default_decomposition_table()
+    ep = torch.export.export(torch.nn.Linear(3, 2), (torch.ones(1, 3),))
+    kept = ep.run_decompositions(decomp_table=table)
+    assert torch.ops.aten.linear.default in _targets(kept.graph_module)
+    old = _default_decomposition_table(_use_old_decomp_table=True)
+    assert torch.ops.aten.transpose.int in old and torch.ops.aten.linear.default not in old
