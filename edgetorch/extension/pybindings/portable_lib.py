@@ -2,7 +2,8 @@
 
 Code written against ``executorch.extension.pybindings.portable_lib`` runs unchanged:
 ``_load_for_executorch("model.pte", "model.ptd").forward([x])``. The returned module is
-:class:`edgetorch.runtime.Module`; torch tensors in give torch tensors out. Errors are the
+:class:`PybindModule`, an :class:`edgetorch.runtime.Module` that returns torch tensors whenever the
+process has imported torch (as ExecuTorch's pybindings do), NumPy arrays otherwise. Errors are the
 runtime's typed errors, ``RuntimeError`` subclasses whose message carries ExecuTorch's
 error code (``error 0x12``).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any
 
 from edgetorch.errors import ProgramLoadError
@@ -18,10 +20,27 @@ from edgetorch.format import bundled_program as fbp
 from edgetorch.runtime.backends import BackendRegistry
 from edgetorch.runtime.bundled import load_bundled_program
 from edgetorch.runtime.kernels.compiled import get_num_threads, set_num_threads
-from edgetorch.runtime.program import MethodMeta, Module, Program, Runtime, TensorInfo, Verification
+from edgetorch.runtime.program import MethodMeta, Module, Program, Runtime, TensorInfo, Verification, _to_torch
 
 ExecuTorchModule = Module
 ExecuTorchProgram = Program
+
+
+class PybindModule(Module):
+    """What ``_load_for_executorch*`` return: a :class:`~edgetorch.runtime.Module` whose outputs are torch
+    tensors whenever the process has imported torch, as ExecuTorch's pybindings always return them (also for a
+    method with no tensor inputs, e.g. a constant getter); NumPy arrays in a torch-free process."""
+
+    def execute(self, method_name: str = "forward", inputs: Any = None) -> list[Any]:
+        return _torch_outputs(super().execute(method_name, inputs))
+
+    def plan_execute(self, method_name: str = "forward", clone_outputs: bool = True) -> list[Any]:
+        return _torch_outputs(super().plan_execute(method_name, clone_outputs))
+
+
+def _torch_outputs(outputs: list[Any]) -> list[Any]:
+    torch = sys.modules.get("torch")
+    return outputs if torch is None else [_to_torch(v, torch) for v in outputs]
 
 
 class BundledModule(fbp.BundledProgram):
@@ -60,7 +79,7 @@ def _load_for_executorch(
     ``enable_etdump`` records an ETDump of every run (``write_etdump_result_to_file``);
     ``debug_buffer_size`` > 0 also records each instruction's output values.
     """
-    module = Module(
+    module = PybindModule(
         program_path,
         data_path,
         verification=program_verification,
@@ -80,7 +99,7 @@ def _load_for_executorch_from_buffer(
 ) -> Module:
     """As :func:`_load_for_executorch`, from the bytes of a .pte (and of a .ptd)."""
     data = None if data_map_buffer is None else bytes(data_map_buffer)
-    module = Module(
+    module = PybindModule(
         bytes(buffer),
         data,
         verification=program_verification,
@@ -131,7 +150,7 @@ def _load_program_from_buffer(
     program_verification: Verification = Verification.Minimal,
     data_path: str | os.PathLike | None = None,
 ) -> Program:
-    module = Module(
+    module = PybindModule(
         bytes(buffer),
         data_path,
         verification=program_verification,
