@@ -228,3 +228,16 @@ def test_tracer_decomposition_table_is_to_edges_and_a_fresh_copy():
     assert torch.ops.aten.linear.default in _targets(kept.graph_module)
     old = _default_decomposition_table(_use_old_decomp_table=True)
     assert torch.ops.aten.transpose.int in old and torch.ops.aten.linear.default not in old
+
+
+def test_spec_prop_gives_the_output_node_its_values_specs():
+    from edgetorch.exir.passes import SpecPropPass
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x + x, x * 2
+
+    gm = to_edge(torch.export.export(M(), (torch.ones(3, 2),))).exported_program().graph_module
+    SpecPropPass()(gm)
+    out = gm.graph.output_node()
+    assert [s is a.meta["spec"] for s, a in zip(out.meta["spec"], out.args[0])] == [True, True]

@@ -57,6 +57,8 @@ def propagate_specs(gm: torch.fx.GraphModule, operand_specs: list | None = None)
             node.meta["spec"] = node.args[0].meta["spec"]
         elif node.op in ("placeholder", "call_function"):
             node.meta["spec"] = make_spec(node.meta.get("val"), node.name)
+        elif node.op == "output":  # the returned values' own specs, in the output's structure
+            node.meta["spec"] = torch.fx.node.map_arg(node.args[0], lambda n: n.meta.get("spec"))
         if node.op == "call_function" and node.target in CONTROL_FLOW_OPS:
             _propagate_branches(gm, node)
 
