@@ -76,6 +76,8 @@ class TensorSpec:
     """The spec whose bytes this one reuses (a ``memory.view``); such specs are not planned themselves."""
     storage_base_offset: int = 0
     """Where in ``storage_base``'s bytes this one starts."""
+    dynamism_override: TensorShapeDynamism | None = None
+    """A dynamism a pass set explicitly (``spec.shape_dynamism = ...``); None: derived from the shape."""
 
     @classmethod
     def from_val(cls, val: torch.Tensor, name: str = "") -> TensorSpec:
@@ -142,8 +144,14 @@ class TensorSpec:
 
     @property
     def shape_dynamism(self) -> TensorShapeDynamism:
-        """DYNAMIC_BOUND for a tensor planned at its upper-bound shape, else STATIC."""
+        """DYNAMIC_BOUND for a tensor planned at its upper-bound shape, else STATIC (unless a pass set it)."""
+        if self.dynamism_override is not None:
+            return self.dynamism_override
         return TensorShapeDynamism.DYNAMIC_BOUND if self.dynamic else TensorShapeDynamism.STATIC
+
+    @shape_dynamism.setter
+    def shape_dynamism(self, value: TensorShapeDynamism) -> None:
+        self.dynamism_override = TensorShapeDynamism(value)
 
     @property
     def is_upper_bound_tensor(self) -> bool:

@@ -241,3 +241,13 @@ def test_spec_prop_gives_the_output_node_its_values_specs():
     SpecPropPass()(gm)
     out = gm.graph.output_node()
     assert [s is a.meta["spec"] for s, a in zip(out.meta["spec"], out.args[0])] == [True, True]
+
+
+def test_a_pass_may_set_a_specs_shape_dynamism():
+    from edgetorch.exir.schema import TensorShapeDynamism
+    from edgetorch.exir.tensor import TensorSpec
+
+    spec = TensorSpec.from_tensor(torch.empty(2))
+    assert spec.shape_dynamism == TensorShapeDynamism.STATIC and not spec.is_upper_bound_tensor
+    spec.shape_dynamism = TensorShapeDynamism.DYNAMIC_BOUND
+    assert spec.shape_dynamism == TensorShapeDynamism.DYNAMIC_BOUND and spec.is_upper_bound_tensor

@@ -11,6 +11,8 @@ from torch import SymBool, SymFloat, SymInt
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes
 
+from edgetorch.exir.dialects import EdgeOpOverload
+from edgetorch.exir.dialects._ops import ops as exir_ops
 from edgetorch.exir.dialects._ops import to_aten
 from edgetorch.exir.pass_base import ExportPass, NodeMetadata, ProxyValue, map_args
 
@@ -46,6 +48,11 @@ class RemoveMixedTypeOperators(ExportPass):
             kind = Kind.INT_TO_FLOAT
         promoted = elementwise_dtypes(*(_example(a) for a in args), type_promotion_kind=kind)[1]
 
+        # the cast in the graph's own dialect: an Edge graph gets the Edge op
+        cast_op = (
+            exir_ops.edge.aten._to_copy.default if isinstance(op, EdgeOpOverload) else torch.ops.aten._to_copy.default
+        )
+
         def cast(value: Any, arg: torch.Argument) -> Any:
             if not isinstance(arg.type, torch.TensorType):
                 return value
@@ -53,7 +60,7 @@ class RemoveMixedTypeOperators(ExportPass):
                 return value
             if isinstance(value, torch.Tensor) and value.dtype == promoted:
                 return value
-            return self.call_operator(torch.ops.aten._to_copy.default, (value,), {"dtype": promoted}, meta)
+            return self.call_operator(cast_op, (value,), {"dtype": promoted}, meta)
 
         args, kwargs = map_args(op, cast, args, kwargs)
         return super().call_operator(op, args, kwargs, meta)
