@@ -62,3 +62,25 @@ def test_equals_the_integer_gemv(set_policy):
 def test_rejects_layouts_it_does_not_take():
     with pytest.raises(InvalidInputError, match="multiples of 8"):
         qgemv_vnni.VnniQB4W(np.zeros((4, 6), np.uint8), np.ones((4, 3), np.float32), 4, 4, 12)
+
+
+@needs_vnni
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+def test_program_on_the_vnni_path_equals_the_gemv_path(monkeypatch, set_policy):
+    """An 8da4w program with its 8 input rows on the VNNI GEMM (tuning's choice fixed) gives the GEMV's values."""
+    from edgetorch.runtime import Runtime
+    from tests.backends.xnnpack.test_qgemv import _edgetorch_written
+
+    args, _, pte = _edgetorch_written("mlp", "8da4w")
+    inputs = [a.numpy() for a in args]
+    calls: list[int] = []
+    vnni_matmul = qgemv.IntegerLinear.vnni_matmul
+    monkeypatch.setattr(qgemv.IntegerLinear, "vnni_matmul", lambda self, *a: calls.append(1) or vnni_matmul(self, *a))
+    results = {}
+    for name in ("vnni", "gemv"):
+        set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8 if name == "gemv" else 1))
+        set_policy(kernel_choices={"qgemv": name, "qb4w-vnni": name})
+        calls.clear()
+        results[name] = Runtime.get().load_program(pte).load_method("forward").execute(inputs)[0]
+        assert bool(calls) == (name == "vnni")
+    np.testing.assert_array_equal(results["vnni"], results["gemv"])
