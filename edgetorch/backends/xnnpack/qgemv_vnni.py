@@ -1,6 +1,7 @@
 """A QD8 x QB4W GEMM on the host's int8 dot-product instruction (AVX512-VNNI ``vpdpbusd``): the prefill-shaped
-(many rows) counterpart of qgemv.py's integer GEMV, not yet wired into the node (see docs/benchmarks.md, "LLM
-prefill"); ``bench/llm_vnni_probe.py`` measures the instruction's ceiling.
+(many rows) counterpart of qgemv.py's integer GEMV: ``IntegerLinear.uses_vnni`` offers it to tuning as a third
+candidate next to the GEMV and dequantize + sgemm (measurements: docs/benchmarks.md, "LLM prefill");
+``bench/llm_vnni_probe.py`` measures the instruction's ceiling.
 
 ``vpdpbusd`` multiplies 4 unsigned bytes by 4 signed bytes in each of 16 int32 lanes and adds the 4 products
 to the lane. The kernel gives each lane an output channel and broadcasts 4 input bytes of a row to all lanes:
