@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.backends.xnnpack import fast
+from edgetorch.backends.xnnpack import fast, qgemv_vnni
 from edgetorch.runtime import policy, tuning
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 
@@ -381,6 +381,12 @@ def arrange_qb4w(
     return w, np.ascontiguousarray(s.reshape(tiles, per, -1).transpose(0, 2, 1))
 
 
+def _unarrange_qb4w(w: np.ndarray, n: int, k: int) -> np.ndarray:
+    """XNNPACK's QB4W bytes [N, K / 2] back from ``arrange_qb4w``'s tiles [T, K / 16, P / G, 8, G]."""
+    tiles, _, groups, _, group = w.shape
+    return np.ascontiguousarray(w.transpose(0, 2, 4, 1, 3).reshape(tiles * groups * group, k // 2)[:n])
+
+
 # Bound by ``_bind`` before the kernels' first compile (making them imports numba, which importing this module
 # must not): numba's ``prange`` for the threaded drivers, the dot products of ``_qc8w`` (``_madd_intrinsic``)
 # and the compiled parts the drivers call.
@@ -501,6 +507,7 @@ class IntegerLinear:
         self.kernel, self.weights, self.max_rows, self.keep = kernel, weights, max_rows, keep
         self.n, self.k = shape
         self.floats: np.ndarray | None = None  # the dequantized weights, once made, when ``keep``
+        self.vnni: Any = None  # the VNNI GEMM's layout of QB4W weights, once made (``vnni_layer``)
         self.bias = np.zeros(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
 
     @classmethod
@@ -597,13 +604,21 @@ class IntegerLinear:
 
     def uses_gemv(self, rows: int, where: str = "") -> bool:
         """Whether an input of ``rows`` rows runs the integer kernel (:meth:`steps`) rather than sgemm on the
-        dequantized weights (:meth:`matmul`): up to ``max_rows`` rows, or, with the policy's ``tune``, what the
-        host measured for the shape (runtime/tuning.py) up to ``TUNED_ROWS`` rows."""
-        fixed = rows <= self.max_rows
+        dequantized weights (:meth:`matmul`) or the VNNI GEMM: up to ``max_rows`` rows, or, with the policy's
+        ``tune``, what the host measured for the shape (runtime/tuning.py) up to ``TUNED_ROWS`` rows."""
         if not policy.current().tune or rows > TUNED_ROWS:
-            return fixed
+            return rows <= self.max_rows
+        return self._few_rows(rows, where) == "gemv"
+
+    def _few_rows(self, rows: int, where: str) -> str:
+        """The host's choice for ``rows`` <= ``TUNED_ROWS``: ``gemv``, ``sgemm`` or, for QB4W on a host with
+        AVX512-VNNI, ``vnni`` (family ``qgemv``; the decision is cached, so asking again is cheap)."""
+        fixed = rows <= self.max_rows
         kind = "qc8w" if len(self.weights) == 2 else "qb4w"
-        names = ("gemv", "sgemm") if fixed else ("sgemm", "gemv")
+        names: tuple[str, ...] = ("gemv", "sgemm") if fixed else ("sgemm", "gemv")
+        vnni = self.vnni_layer() is not None
+        if vnni:
+            names += ("vnni",)
 
         def candidates() -> dict[str, Any]:
             rng = np.random.default_rng(0)
@@ -612,10 +627,58 @@ class IntegerLinear:
             xa = np.ones((rows, self.k + 1), np.float32)
             y = np.empty((rows, self.n), np.float32)
             gemv = self.steps(xc, xscale, y, -np.inf, np.inf)
-            return {"gemv": partial(_run_all, gemv), "sgemm": partial(self.matmul, xa, y)}
+            runs = {"gemv": partial(_run_all, gemv), "sgemm": partial(self.matmul, xa, y)}
+            if vnni:
+                runs["vnni"] = partial(self.vnni_matmul, xc, np.zeros((rows, 1), np.float32), xscale, y)
+            return runs
 
-        key = f"{kind}{'-kept' if self.keep else ''}:{rows}x{self.k}x{self.n}"
-        return tuning.choose("qgemv", key, names, candidates, where).kernel == "gemv"
+        key = f"{kind}{'-kept' if self.keep else ''}:{rows}x{self.k}x{self.n}{'+vnni' if vnni else ''}"
+        return tuning.choose("qgemv", key, names, candidates, where).kernel
+
+    def vnni_layer(self) -> Any:
+        """The QB4W weights laid out for the VNNI GEMM (qgemv_vnni.py), made on first use; None for QC8W, on a
+        host without AVX512-VNNI, or for a block the GEMM does not take."""
+        if len(self.weights) == 2 or not qgemv_vnni.available():
+            return None
+        if self.vnni is None:
+            w, block, s = self.weights
+            if self.k % 8 or block % 8:
+                return None
+            packed = _unarrange_qb4w(w, self.n, self.k)
+            scales = s.transpose(0, 2, 1).reshape(-1, s.shape[1])[: self.n]
+            self.vnni = qgemv_vnni.VnniQB4W(packed, scales, block, self.n, self.k)
+        return self.vnni
+
+    def uses_vnni(self, rows: int, where: str = "") -> bool:
+        """Whether an input of ``rows`` rows (more than the GEMV takes) runs the VNNI GEMM rather than sgemm on
+        the dequantized weights: where the host has the instruction, as tuning measures it (runtime/tuning.py,
+        family ``qb4w-vnni``, one decision per power-of-two bucket of rows up to 128) with the VNNI GEMM the
+        default; never with the policy's ``tune`` off and no ``kernel_choices`` entry (sgemm, as before)."""
+        if len(self.weights) == 2 or not qgemv_vnni.available() or self.vnni_layer() is None:
+            return False
+        if policy.current().tune and rows <= TUNED_ROWS:
+            return self._few_rows(rows, where) == "vnni"
+        bucket = min(128, 1 << max(0, rows - 1).bit_length())
+        names = ("vnni", "sgemm") if policy.current().tune else ("sgemm", "vnni")
+
+        def candidates() -> dict[str, Any]:
+            rng = np.random.default_rng(0)
+            xc = rng.integers(-128, 128, (bucket, self.k)).astype(np.float32)
+            zp = np.zeros((bucket, 1), np.float32)
+            xscale = np.full((bucket, 1), 0.01, np.float32)
+            xa = np.ones((bucket, self.k + 1), np.float32)
+            y = np.empty((bucket, self.n), np.float32)
+            return {"vnni": partial(self.vnni_matmul, xc, zp, xscale, y), "sgemm": partial(self.matmul, xa, y)}
+
+        key = f"{self.n}x{self.k}:{bucket}"
+        return tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
+
+    def vnni_matmul(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> None:
+        """y [M, N] = the node (before its clamp) on the centred input ``xc`` [M, K] (q - zp) with the rows' zero
+        points ``zp`` and scales ``xscale`` [M, 1], by the VNNI GEMM: the same float32 values as :meth:`steps`."""
+        np.multiply(self.vnni.totals(xc, zp), xscale, out=y)
+        if self.bias.shape[0]:
+            np.add(y, self.bias, out=y)
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @

@@ -84,6 +84,25 @@ def test_greedy_generation_matches_eager(tiny, prompt_words):
     assert "Time to first generated token" in stats.report()
 
 
+def test_load_primes_without_changing_results(tiny, monkeypatch):
+    """load() runs forward at one token and at a full prompt (so the first prompt does not load kernels), then
+    is back at position 0: a prompt's logits are those of a runner that skipped the priming."""
+    folder, _ = tiny
+    calls: list[int] = []
+    primed = TextLLMRunner(folder / "model.pte", folder / "tokenizer.json")
+    forward = primed._forward
+    monkeypatch.setattr(primed, "_forward", lambda ids: calls.append(len(ids)) or forward(ids))
+    primed.load()
+    assert calls == [1, 8] and primed._pos == 0  # max_seq_len 8 caps the prompt-length pass
+    monkeypatch.undo()
+    plain = TextLLMRunner(folder / "model.pte", folder / "tokenizer.json")
+    monkeypatch.setattr(TextLLMRunner, "_prime", lambda self: None)
+    plain.load()
+    ids = [1, 9, 30, 4, 77, 12]
+    np.testing.assert_array_equal(primed._prefill(ids), plain._prefill(ids))
+    np.testing.assert_array_equal(primed._forward([5]), plain._forward([5]))
+
+
 def test_metadata_and_limits(tiny):
     folder, _ = tiny
     runner = TextLLMRunner(folder / "model.pte", folder / "tokenizer.json")

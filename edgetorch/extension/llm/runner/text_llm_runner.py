@@ -87,7 +87,6 @@ class TextLLMRunner:
                 value = values if name == "get_eos_ids" else values[0]
                 self.metadata[name] = [int(v) for v in value] if name == "get_eos_ids" else _scalar(value)
         self._method = program.load_method("forward")
-        self.stats.model_load_end_ms = time_ms()
         meta = self.metadata
         meta.setdefault("get_max_seq_len", 128)
         meta.setdefault("get_max_context_len", meta["get_max_seq_len"])
@@ -97,6 +96,27 @@ class TextLLMRunner:
             meta["get_eos_ids"] = list(self.tokenizer.eos_ids)
         if "get_bos_id" not in meta and self.tokenizer.bos_id is not None:
             meta["get_bos_id"] = self.tokenizer.bos_id
+        self._prime()
+        self.stats.model_load_end_ms = time_ms()
+
+    def _prime(self) -> None:
+        """Run ``forward`` once at one token and, when it takes prompts, once at a prompt longer than the
+        integer GEMV takes, then return to position 0, so that loading the compiled kernels (numba's on-disk
+        cache; compiling on a first run ever) is part of the load, not of the first prompt's evaluation. Both
+        paths a layer can take are primed: the GEMV a decode step runs and the dequantize + sgemm a prompt
+        runs. The cache rows written are overwritten by the next prompt (it starts at position 0) and masked
+        until then, as after ``warmup``."""
+        from edgetorch.runtime import policy
+
+        token = int(self.metadata.get("get_bos_id", 0))
+        lengths = [1]
+        if self.metadata["enable_dynamic_shape"]:
+            longest = int(self.metadata["get_max_seq_len"])
+            lengths.append(min(longest, max(policy.current().gemv_max_rows.values(), default=0) + 1))
+        for length in lengths:
+            if length < int(self.metadata["get_max_context_len"]):
+                self._forward([token] * length)
+                self._pos = 0
 
     @property
     def eos_ids(self) -> set[int]:
