@@ -16,6 +16,7 @@ from functools import partial
 
 import numpy as np
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled
 from edgetorch.runtime.ops import activation
@@ -87,7 +88,10 @@ def bias_residual(x: np.ndarray, bias: np.ndarray, residual: np.ndarray, out: np
         if step is not None:
             return step
     if np.shares_memory(residual, out) and residual is not out:
-        raise ValueError("bias_residual: the residual overlaps the output without being it; pass one array")
+        raise InvalidArgumentError(
+            "bias_residual: expected the output to be the residual or apart from it, found them overlapping; "
+            "pass the same array to write in place, or a separate output"
+        )
     if out is residual:
 
         def into_residual() -> None:

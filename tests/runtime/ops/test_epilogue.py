@@ -12,6 +12,7 @@ import torch
 from edgetorch.backends.xnnpack import fast
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.runtime import epilogues
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime import policy
 from edgetorch.runtime.ops import epilogue
 
@@ -82,5 +83,5 @@ def test_bias_residual_is_exact_on_both_tiers(tier, into, set_policy):
 def test_bias_residual_refuses_a_partly_overlapping_output(set_policy):
     set_policy(compiled=False)
     buf = _x((10, 8))
-    with pytest.raises(ValueError, match="overlaps"):
+    with pytest.raises(InvalidArgumentError, match="overlapping"):
         epilogue.bias_residual(_x((9, 8)), _x((8,)), buf[:9], buf[1:])
