@@ -57,6 +57,7 @@ from edgetorch.runtime import policy
 from edgetorch.runtime.fusion import _F32, _FusionContext, _int, _NoMatch, apply_patterns
 from edgetorch.runtime.kernels import compiled, gemm
 from edgetorch.runtime.ops import activation
+from edgetorch.runtime.ops import epilogue as ops_epilogue
 
 _BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 # The instructions after a softmax that zero the rows whose scores are all -inf, in any order their data flow
@@ -334,7 +335,7 @@ def _linear_epilogue(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         if y.size != product.size:
             raise _NoMatch
         _same_or_apart(product, y)
-        epilogue = _rows(ctx, "bias_gelu", product, b, y.reshape(product.shape), ex.bound[approximate] == "tanh")
+        epilogue = ops_epilogue.bias_gelu(product, b, y.reshape(product.shape), ex.bound[approximate], ctx.packing)
     elif name == "aten::add.out":
         first, second, add_alpha, result = _call(ex, nxt, name)[:4]
         if not policy.compiled_tier() or _scalar(ctx, add_alpha) != 1 or (first in seen) == (second in seen):
@@ -344,11 +345,12 @@ def _linear_epilogue(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
             raise _NoMatch
         _same_or_apart(product, y)
         _same_or_apart(residual, y)
-        epilogue = _rows(ctx, "bias_add", product, b, residual.reshape(product.shape), y.reshape(product.shape))
+        residual2 = residual.reshape(product.shape)
+        epilogue = ops_epilogue.bias_residual(product, b, residual2, y.reshape(product.shape), ctx.packing)
     else:
         raise _NoMatch
+    ctx.threaded = ctx.threaded or compiled.splits(epilogue)
     matmul = _packed(ctx, lhs, w, product, pc=pc) or partial(np.matmul, lhs, rhs, out=product)
-    assert epilogue is not None  # the tier is usable (checked above)
 
     def linear() -> None:
         matmul()
