@@ -57,3 +57,24 @@ def test_arrange_graph_outputs_moves_mutations_first_and_remaps_getitems() -> No
     assert [r.args[1] for r in reads] == [1, 0, 2]
     with pytest.raises(InvalidArgumentError, match="one output spec per graph output"):
         arrange_graph_outputs(sub_gm, specs[:2], call)
+
+
+def test_legacy_capture_chain_lowers_a_plain_function() -> None:
+    from edgetorch import exir
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.add(torch.add(x, x), x)
+
+    with pytest.warns(DeprecationWarning):
+        captured = exir.capture(f, (torch.randn(4),), exir.CaptureConfig())
+    x = torch.randn(4)
+    torch.testing.assert_close(captured(x), 3 * x)
+    edge = captured.to_edge()
+    assert edge.after_to_edge_passes
+    targets = [n.target for n in edge.exported_program.graph.nodes if n.op == "call_function"]
+    assert targets == [exir.exir_ops.edge.aten.add.Tensor] * 2
+    assert edge.to_executorch().buffer[4:8] == b"ET12"
+    with pytest.raises(InvalidArgumentError, match="tuple"):
+        exir.capture(f, [torch.randn(4)])  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="already in the Edge"):
+        edge.to_edge()
