@@ -8,7 +8,7 @@
 from typing import Any
 
 from edgetorch._lazy import lazy_exports
-from edgetorch.exir.capture import capture_pre_autograd_graph, dynamic_dim
+from edgetorch.exir.capture import CaptureConfig, ExirExportedProgram, capture, capture_pre_autograd_graph, dynamic_dim
 from edgetorch.exir.dialects import exir_ops
 from edgetorch.exir.pass_base import ExportPass, PassManager, PassResult
 from edgetorch.exir.program import EdgeCompileConfig, EdgeProgramManager, to_edge, to_edge_transform_and_lower
@@ -23,14 +23,17 @@ _LAZY = {
 Value = Any
 
 __all__ = [
+    "CaptureConfig",
     "EdgeCompileConfig",
     "EdgeProgramManager",
     "ExecutorchBackendConfig",
     "ExecutorchProgramManager",
+    "ExirExportedProgram",
     "ExportPass",
     "PassManager",
     "PassResult",
     "Value",
+    "capture",
     "capture_pre_autograd_graph",
     "dynamic_dim",
     "exir_ops",

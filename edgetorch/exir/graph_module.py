@@ -11,9 +11,11 @@ from typing import Any
 
 import torch
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.exir.dialects import to_aten
 
 __all__ = [
+    "_get_submodule",
     "bfs_trace_with_node_process",
     "contains_any_call_fn_target_op",
     "get_cond_while_submodules",
@@ -36,6 +38,23 @@ def _submodules(graph_module: torch.fx.GraphModule, where: dict[Any, tuple[int, 
                 attr = node.args[index]
                 found.append((attr.target, graph_module.get_submodule(attr.target), node))
     return found
+
+
+def _get_submodule(
+    graph_module: torch.fx.GraphModule, node: torch.fx.Node, arg_index: int
+) -> tuple[str, torch.nn.Module, torch.fx.Node]:
+    """``(attribute name, module, node)`` for the module ``node`` passes as argument ``arg_index``.
+
+    The argument must be a ``get_attr`` node naming a submodule of ``graph_module`` (a control-flow
+    branch, a lowered module); anything else raises InvalidArgumentError.
+    """
+    attr = node.args[arg_index] if arg_index < len(node.args) else None
+    if not isinstance(attr, torch.fx.Node) or attr.op != "get_attr" or not isinstance(attr.target, str):
+        raise InvalidArgumentError(
+            f"_get_submodule: expected argument {arg_index} of node {node.name!r} to be a get_attr node "
+            f"naming a submodule, found {attr!r}; pass the index of a subgraph argument"
+        )
+    return attr.target, graph_module.get_submodule(attr.target), node
 
 
 def get_control_flow_submodules(graph_module: torch.fx.GraphModule) -> Found:

@@ -6,14 +6,19 @@ May import torch.
 
 from __future__ import annotations
 
+import operator
+
 import torch
+from torch.export.graph_signature import OutputKind, OutputSpec
 from torch.fx.passes.utils.fuser_utils import erase_nodes, fuse_as_graphmodule, insert_subgm, legalize_graph, topo_sort
 
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.exir.backend.delegate import is_delegate_call
 from edgetorch.exir.backend.lowered_backend_module import LoweredBackendModule, user_inputs, user_outputs
 
 __all__ = [
     "LoweredBackendModule",
+    "arrange_graph_outputs",
     "create_submodule_from_nodes",
     "get_lowered_backend_modules",
     "get_lowered_submodules",
@@ -60,3 +65,41 @@ def create_submodule_from_nodes(
         legalize_graph(gm)
     gm.recompile()
     return sub_gm, call
+
+
+_MUTATION_KINDS = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
+
+
+def arrange_graph_outputs(
+    gm: torch.fx.GraphModule, output_specs: list[OutputSpec], call_module_node: torch.fx.Node
+) -> torch.fx.GraphModule:
+    """Put the mutation outputs of ``gm`` before its user outputs, in place, keeping each group's order.
+
+    An exported program's verifier reads the first outputs as the mutations, so a cut-out submodule
+    whose outputs interleave the two kinds is reordered: its output tuple, ``output_specs`` (same
+    length, one per output) and the ``getitem`` indices the parent reads from ``call_module_node``.
+    Returns ``gm``. Raises InvalidArgumentError when ``output_specs`` does not describe every output.
+    """
+    output = next((node for node in gm.graph.nodes if node.op == "output"), None)
+    if output is None or not output.args[0]:
+        return gm
+    results = list(output.args[0])
+    if len(results) != len(output_specs):
+        raise InvalidArgumentError(
+            f"arrange_graph_outputs: expected one output spec per graph output ({len(results)}), "
+            f"found {len(output_specs)}; build the specs from this graph's output node"
+        )
+    mutations = [i for i, spec in enumerate(output_specs) if spec.kind in _MUTATION_KINDS]
+    order = mutations + [i for i, spec in enumerate(output_specs) if spec.kind not in _MUTATION_KINDS]
+    if order == list(range(len(results))):
+        return gm
+    output.args = (tuple(results[i] for i in order),)
+    output_specs[:] = [output_specs[i] for i in order]
+    new_index = {old: new for new, old in enumerate(order)}
+    for user in list(call_module_node.users):
+        if user.op == "call_function" and user.target is operator.getitem:
+            old = user.args[1]
+            if isinstance(old, int) and old in new_index:
+                user.args = (user.args[0], new_index[old])
+    gm.graph.lint()
+    return gm

@@ -1,6 +1,6 @@
 """What remains of ExecuTorch's legacy tracer that its users and tests still reach for: the decomposition
 table ``to_edge`` lowers with. (The tracer itself, ``exir.capture`` over TorchDynamo, is gone from ExecuTorch's
-documented flow; ``torch.export`` replaced it, and edgetorch does not carry it.) May import torch only."""
+documented flow; ``torch.export`` replaced it; ``exir.capture`` here is a thin wrapper over ``torch.export``.) May import torch only."""
 
 from __future__ import annotations
 

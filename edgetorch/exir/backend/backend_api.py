@@ -322,7 +322,10 @@ class _Cutter:
     def _copy_input(self, graph: torch.fx.Graph, root: torch.nn.Module, node: Node) -> Node:
         if node.op == "get_attr":
             setattr(root, node.target, getattr(self.gm, node.target))
-            return graph.node_copy(node)
+            attr = graph.node_copy(node)
+            for key in (TAG, COPIES):  # a subgraph the partition owns must not carry the outer partition's tag
+                attr.meta.pop(key, None)
+            return attr
         placeholder = graph.placeholder(node.name)
         placeholder.meta = {k: v for k, v in node.meta.items() if k not in (TAG, COPIES)}
         return placeholder

@@ -12,12 +12,16 @@ from edgetorch.exir.capture._capture import (
     dynamic_dim,
     export,
 )
+from edgetorch.exir.capture._legacy import CaptureConfig, ExirExportedProgram, capture
 
 __all__ = [
+    "CaptureConfig",
     "DimConstraint",
     "EdgeCompileConfig",
     "EqualityConstraint",
     "ExecutorchBackendConfig",
+    "ExirExportedProgram",
+    "capture",
     "capture_pre_autograd_graph",
     "dynamic_dim",
     "export",
