@@ -215,12 +215,26 @@ def _place(
     for mem_id in sorted({s.mem_id or DEFAULT_MEM_ID for s in specs}):
         group = [s for s in specs if (s.mem_id or DEFAULT_MEM_ID) == mem_id]
         offsets = offsets_of(group, alignment)
-        objects: dict[int, int] = {}
-        for spec, offset in zip(group, offsets):
+        objects = _shared_objects(group, offsets)
+        for spec, offset, obj in zip(group, offsets, objects):
             spec.realign(alignment)
-            result.spec_dict[spec] = SpecAllocResult(mem_id, objects.setdefault(offset, len(objects)), offset)
+            result.spec_dict[spec] = SpecAllocResult(mem_id, obj, offset)
         result.bufsizes[mem_id] = max(o + s.allocated_memory for s, o in zip(group, offsets)) + extra_padding
     return result
+
+
+def _shared_objects(specs: list[TensorSpec], offsets: list[int]) -> list[int]:
+    """A shared object id per spec: specs whose byte spans overlap (directly or through others) share one."""
+    order = sorted(range(len(specs)), key=lambda i: offsets[i])
+    ids = [0] * len(specs)
+    obj, end = -1, -1
+    for i in order:
+        size = max(specs[i].allocated_memory, 1)
+        if offsets[i] >= end:
+            obj += 1
+        end = max(end, offsets[i] + size)
+        ids[i] = obj
+    return ids
 
 
 def naive(
@@ -390,6 +404,8 @@ def get_node_tensor_specs(node: torch.fx.Node) -> list[TensorSpec]:
 
     source = node.args[0] if node.target is memory.view else node
     specs = source.meta.get("spec") if isinstance(source, torch.fx.Node) else None
+    if specs is None and node.op == "output":  # the output returns its arguments' tensors
+        specs = spec_leaves([a.meta.get("spec") for a in filter_nodes(node.args)])
     if isinstance(specs, TensorSpec):
         return [specs]
     if not isinstance(specs, (list, tuple)):
