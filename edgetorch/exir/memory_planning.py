@@ -210,7 +210,13 @@ def _place(
     extra_padding: int,
 ) -> MemoryAlgoResult:
     """Run ``offsets_of`` arena by arena (a spec's preset ``mem_id``, else 1); each used arena grows by the padding."""
-    specs = list(specs)
+    given = list(specs)
+    backed = [s for s in given if s.storage_base is not None]
+    specs = [s for s in given if s.storage_base is None]
+    for spec in backed:  # a tensor stored in another's bytes is placed with its root: plan the root
+        root = _storage_root(spec)[0]
+        if all(root is not s for s in specs):
+            specs.append(root)
     result = MemoryAlgoResult({}, [0] * (max((s.mem_id or DEFAULT_MEM_ID for s in specs), default=DEFAULT_MEM_ID) + 1))
     for mem_id in sorted({s.mem_id or DEFAULT_MEM_ID for s in specs}):
         group = [s for s in specs if (s.mem_id or DEFAULT_MEM_ID) == mem_id]
@@ -220,7 +226,24 @@ def _place(
             spec.realign(alignment)
             result.spec_dict[spec] = SpecAllocResult(mem_id, obj, offset)
         result.bufsizes[mem_id] = max(o + s.allocated_memory for s, o in zip(group, offsets)) + extra_padding
+    for spec in backed:
+        root, offset = _storage_root(spec)
+        spec.realign(alignment)
+        where = result.spec_dict[root]
+        result.spec_dict[spec] = SpecAllocResult(where.mem_id, where.mem_obj_id, where.mem_offset + offset)
     return result
+
+
+def _storage_root(spec: TensorSpec) -> tuple[TensorSpec, int]:
+    """The spec owning ``spec``'s bytes, and where in them ``spec`` starts."""
+    root, offset, seen = spec, 0, {id(spec)}
+    while root.storage_base is not None:
+        offset += root.storage_base_offset
+        root = root.storage_base
+        if id(root) in seen:
+            raise MemoryPlanError(f"storage_base of {spec} leads back to itself; expected a chain ending in a root")
+        seen.add(id(root))
+    return root, offset
 
 
 def _shared_objects(specs: list[TensorSpec], offsets: list[int]) -> list[int]:
