@@ -815,3 +815,69 @@ def _contains_xnnpack_delegate(graph_module: torch.fx.GraphModule) -> bool:
             if "xnnpack" in str(getattr(lowered, "backend_id", "")).lower():
                 return True
     return False
+
+
+@dataclass
+class AllocationSpec:
+    """One tensor inside a shared object, at ``offset`` bytes from the object's start."""
+
+    offset: int
+    spec: TensorSpec
+
+
+@dataclass
+class SharedObject:
+    """A span of an arena several tensors use in turn (or side by side while their lifetimes overlap)."""
+
+    idx: int
+    offset: int
+    size: int
+    first_used_index: int
+    last_used_index: int
+    allocations: list[AllocationSpec] = field(default_factory=list)
+
+
+def _clear_of(sobj: SharedObject, spec: TensorSpec) -> bool:
+    """No tensor already in ``sobj`` is live while ``spec`` is."""
+    return all(not _overlap(alloc.spec, spec) for alloc in sobj.allocations)
+
+
+def _top_of_live(sobj: SharedObject, spec: TensorSpec) -> int:
+    """The first byte of ``sobj`` above every tensor in it that is live while ``spec`` is (0 if none)."""
+    return max((a.offset + a.spec.allocated_memory for a in sobj.allocations if _overlap(a.spec, spec)), default=0)
+
+
+def pick_shared_obj(
+    shared_objects: list[SharedObject], spec: TensorSpec, allow_overlapping_allocations: bool = True
+) -> SharedObject:
+    """Put ``spec`` (offered largest first) into a shared object and return it.
+
+    The first object with no live tensor takes it at offset 0; otherwise, with
+    ``allow_overlapping_allocations``, the first object with room above its live
+    tensors takes it there; otherwise a new object of ``spec``'s size is appended.
+    """
+    size = spec.allocated_memory
+    for sobj in shared_objects:
+        if _clear_of(sobj, spec):
+            if sobj.size < size:
+                raise MemoryPlanError(
+                    f"{spec} ({size} bytes) offered after a smaller shared object ({sobj.size} bytes); "
+                    "pick_shared_obj expects specs in decreasing size"
+                )
+            return _join(sobj, spec, 0)
+    if allow_overlapping_allocations:
+        for sobj in shared_objects:
+            top = _top_of_live(sobj, spec)
+            if top > 0 and top + size <= sobj.size:
+                return _join(sobj, spec, top)
+    sobj = SharedObject(len(shared_objects), -1, size, spec.lifetime[0], spec.lifetime[1])
+    sobj.allocations.append(AllocationSpec(0, spec))
+    shared_objects.append(sobj)
+    return sobj
+
+
+def _join(sobj: SharedObject, spec: TensorSpec, offset: int) -> SharedObject:
+    sobj.first_used_index = min(sobj.first_used_index, spec.lifetime[0])
+    sobj.last_used_index = max(sobj.last_used_index, spec.lifetime[1])
+    sobj.allocations.append(AllocationSpec(offset, spec))
+    return sobj
