@@ -234,7 +234,8 @@ class BankedGreedy:
             objects = _shared_objects(state.specs, offsets)
             for spec, offset, obj in zip(state.specs, offsets, objects):
                 result.spec_dict[spec] = SpecAllocResult(mem_id, obj, offset)
-            result.bufsizes[mem_id] = state.reserved + _arena_size(state.specs, offsets, 1) + padding
+            end = max(o + s.allocated_memory for s, o in zip(state.specs, offsets))
+            result.bufsizes[mem_id] = state.reserved + end + padding
         for spec in backed:
             root, offset = _storage_root(spec)
             spec.realign(alignment)
@@ -267,12 +268,19 @@ def _free_slot(state: _BankState, spec: TensorSpec) -> int:
 
 def _reject_non_cpu(specs: Sequence[TensorSpec]) -> None:
     """A map describes one address space (the CPU's); a tensor on another device cannot be budgeted in it."""
-    devices = sorted({str(getattr(s, "device", "CPU")) for s in specs} - {"CPU", "DeviceType.CPU", "cpu"})
+    devices = sorted({_device_name(getattr(s, "device", None)) for s in specs} - {"CPU"})
     if devices:
         raise BankPlacementError(
             f"banked memory planning plans CPU tensors only; found tensors on {', '.join(devices)}; plan those "
             "with the device's own planner"
         )
+
+
+def _device_name(device: object) -> str:
+    if device is None:
+        return "CPU"
+    name = getattr(device, "name", None)
+    return str(name).upper() if name is not None else str(device).upper()
 
 
 def _reserved(graph_module: torch.fx.GraphModule | None, mem_id: int) -> int:
