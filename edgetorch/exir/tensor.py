@@ -58,8 +58,8 @@ class TensorSpec:
     """What the planner and the emitter know about one tensor value (compared by identity)."""
 
     dtype: torch.dtype
-    sym_shape: tuple[SymDim, ...]
-    dim_order: tuple[int, ...]
+    sym_shape: tuple[SymDim, ...] = ()
+    dim_order: tuple[int, ...] = ()
     requires_grad: bool = False
     name: str = ""
     shape: tuple[int, ...] | None = None
@@ -78,6 +78,15 @@ class TensorSpec:
     """Where in ``storage_base``'s bytes this one starts."""
     dynamism_override: TensorShapeDynamism | None = None
     """A dynamism a pass set explicitly (``spec.shape_dynamism = ...``); None: derived from the shape."""
+
+    def __post_init__(self) -> None:
+        # ExecuTorch's keyword form TensorSpec(dtype=..., shape=[...]): a static, contiguous tensor.
+        if not self.sym_shape and self.shape:
+            self.sym_shape = tuple(self.shape)
+        if self.shape is not None and not isinstance(self.shape, tuple):
+            self.shape = tuple(self.shape)
+        if not self.dim_order and self.sym_shape:
+            self.dim_order = tuple(range(len(self.sym_shape)))
 
     @classmethod
     def from_val(cls, val: torch.Tensor, name: str = "") -> TensorSpec:

@@ -88,6 +88,33 @@ class MemoryPlanningPass(PassBase):
         graph_module.meta["non_const_buffer_sizes"] = bufsizes
         return PassResult(graph_module, True)
 
+    def _set_alloc_node_spec(self, graph_module: torch.fx.GraphModule) -> None:
+        """Give each ``memory.alloc`` feeding an out-variant call the spec of the result it receives, where the
+        alloc has none yet (ToOutVarPass sets them; hand-built graphs may not)."""
+        from edgetorch.exir import memory
+        from edgetorch.exir.memory_planning import _is_out_var_node, get_node_tensor_specs
+
+        for module in graph_module.modules():
+            if not isinstance(module, torch.fx.GraphModule):
+                continue
+            for node in module.graph.nodes:
+                if not _is_out_var_node(node):
+                    continue
+                schema = node.target._schema if hasattr(node.target, "_schema") else node.target._op._schema
+                outs = [a.name for a in schema.arguments if a.kwarg_only and a.alias_info and a.alias_info.is_write]
+                specs = get_node_tensor_specs(node)
+                allocs = [node.kwargs.get(name) for name in outs]
+                allocs = [a for a in allocs if isinstance(a, torch.fx.Node)]
+                for alloc, spec in zip(allocs, specs):
+                    if alloc.op == "call_function" and alloc.target is memory.alloc and "spec" not in alloc.meta:
+                        alloc.meta["spec"] = spec
+                if len(outs) == 1 and allocs and "_share_alloc_with_arg_idx" in node.meta:
+                    shared = node.args[node.meta["_share_alloc_with_arg_idx"]]
+                    spec = node.meta.get("spec")
+                    if isinstance(shared, torch.fx.Node) and isinstance(spec, TensorSpec):
+                        spec.storage_base = shared.meta.get("spec")
+                        spec.storage_base_offset = node.meta.get("_shared_alloc_offset", 0)
+
     def _unplanned(self, gm: torch.fx.GraphModule, signature: ExportGraphSignature | None) -> list[TensorSpec]:
         buffers = set(signature.inputs_to_buffers) if signature is not None else set()
         skipped: list[TensorSpec] = []

@@ -202,10 +202,12 @@ class EdgeProgramManager:
 
     def __init__(
         self,
-        edge_programs: Mapping[str, ExportedProgram],
+        edge_programs: ExportedProgram | Mapping[str, ExportedProgram],
         constant_methods: Mapping[str, Any] | None = None,
         compile_config: EdgeCompileConfig | None = None,
     ) -> None:
+        if isinstance(edge_programs, ExportedProgram):  # one program is the method "forward", as in ExecuTorch
+            edge_programs = {"forward": edge_programs}
         clash = set(edge_programs) & set(constant_methods or {})
         if clash:
             raise ValueError(f"method names {sorted(clash)} are both programs and constant methods; rename one.")
