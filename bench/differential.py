@@ -33,14 +33,27 @@ from edgetorch.devtools.fuzz import harness  # noqa: E402
 def _executorch_portable(ep: torch.export.ExportedProgram) -> bytes:
     from executorch.exir import to_edge
 
-    return to_edge(ep).to_executorch().buffer
+    return to_edge(ep).to_executorch(_initialized_buffers(ep)).buffer
+
+
+def _initialized_buffers(ep: torch.export.ExportedProgram) -> Any:
+    """ExecuTorch's emitter keeps only the shape and dtype of a buffer the graph mutates (its initial value is
+    declared meaningless) unless a pass marks it ``et_init_buffer``: without it the reference starts every mutated
+    buffer from zeros where eager (and edgetorch) start from its value. Mark every buffer (torch.export's
+    ``buffers_to_mutate`` can be empty for a buffer mutated in place; marking one never mutated changes nothing)."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    names = list(ep.graph_signature.buffers)
+    return ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(names)] if names else [])
 
 
 def _executorch_xnnpack(ep: torch.export.ExportedProgram) -> bytes:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    config = _initialized_buffers(ep)
+    return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch(config).buffer
 
 
 def _executorch_run(pte: bytes, calls: list[tuple[torch.Tensor, ...]]) -> list[list[torch.Tensor]]:

@@ -144,7 +144,8 @@ class PlanFacts:
         """The dynamic-shape tensors among a delegate call's arguments that the delegate writes.
 
         A DelegateCall lists inputs then outputs without saying where one ends. An output here is a planned,
-        dynamic tensor that is no method input, no kernel's result and no argument of an earlier delegate call:
+        dynamic tensor that is no method input, no kernel's result, no move's destination and no argument of an
+        earlier delegate call:
         nothing but this call produces it, so it must get its planned slot (at the upper bound) to resize.
         """
         produced = set(self.plan.inputs)
@@ -152,5 +153,7 @@ class PlanFacts:
             a = ins.instr_args
             if isinstance(a, fbp.KernelCall) or (isinstance(a, fbp.DelegateCall) and before < pc):
                 produced.update(self.written(a))
+            elif isinstance(a, fbp.MoveCall):  # a torch.cond's result: the branch output moved in, already sized
+                produced.add(a.move_to)
         slots = self.slots
         return {j for j in args if j in slots and slots[j].dynamic and not slots[j].constant and j not in produced}

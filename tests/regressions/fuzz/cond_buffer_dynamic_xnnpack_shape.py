@@ -2,7 +2,7 @@
 # contender: edgetorch+xnnpack on edgetorch runtime
 # status: mismatch: the output has shape (8,) (the batch's upper bound), eager (2,)
 # also: the same program runs right on ExecuTorch's runtime; portable lowering runs right on edgetorch's
-# xfail: edgetorch/runtime: with a dynamic batch, a torch.cond output read after a buffer mutation keeps its upper-bound size in XNNPACK-lowered programs; the fix is in the runtime (lead's refactor)
+# fixed: runtime/plan_analysis.py delegate_outputs counts a MoveCall's destination (the cond's result) as produced, so the delegate reads it at its run size, not its planned upper bound
 import torch
 
 

@@ -2,7 +2,7 @@
 # contender: edgetorch+xnnpack on edgetorch runtime
 # status: refused at run: ExecutionError at aten::where.self_out: shapes (2,) and (8,) do not broadcast
 # also: ExecuTorch's own XNNPACK program of this module fails the same way on edgetorch's runtime; both programs run right on ExecuTorch's
-# xfail: edgetorch/runtime: with a dynamic batch, the torch.cond output feeding softplus's decomposition keeps its upper-bound size (8) instead of the run's (2) in XNNPACK-lowered programs; the fix is in the runtime (lead's refactor)
+# fixed: runtime/plan_analysis.py delegate_outputs counts a MoveCall's destination (the cond's result) as produced, so the delegate reads it at its run size, not its planned upper bound
 import torch
 
 
