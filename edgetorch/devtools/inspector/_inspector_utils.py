@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from edgetorch.devtools.extras import figure_class
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.format import etdump as fe
 
 OPERATOR_CALL = "OPERATOR_CALL"
@@ -105,6 +106,26 @@ def aot_outputs(program: Any, inputs: Sequence[Any]) -> dict[int, tuple[list[str
 
 
 # ---------------------------------------------------------------------- compare_results
+
+
+def convert_to_float_tensor(input_data: Any) -> torch.Tensor:
+    """One value (a scalar, a tensor or an array) as a detached float64 CPU tensor, NaN read as 0.
+
+    A list or tuple is refused: a comparison works on one output at a time.
+    """
+    if isinstance(input_data, Sequence) and not isinstance(input_data, (str, bytes)):
+        raise InvalidArgumentError(
+            f"convert_to_float_tensor expects one scalar or tensor, found a {type(input_data).__name__}; "
+            "pass its elements one at a time"
+        )
+    try:
+        tensor = torch.as_tensor(input_data, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise InvalidArgumentError(
+            f"convert_to_float_tensor expects a number or tensor, found {type(input_data).__name__} ({exc})"
+        ) from exc
+    tensor = tensor.detach().cpu().to(torch.float64)
+    return torch.nan_to_num(tensor, nan=0.0) if bool(torch.isnan(tensor).any()) else tensor
 
 
 def _as_float(value: Any) -> torch.Tensor | None:

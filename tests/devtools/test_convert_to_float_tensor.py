@@ -1,0 +1,29 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from edgetorch.devtools.inspector._inspector_utils import convert_to_float_tensor
+from edgetorch.errors import InvalidArgumentError
+
+
+def test_scalar_tensor_and_array_become_float64():
+    assert convert_to_float_tensor(3).dtype == torch.float64
+    assert convert_to_float_tensor(3).item() == 3.0
+    out = convert_to_float_tensor(torch.tensor([1, 2], dtype=torch.int32))
+    assert out.dtype == torch.float64 and out.tolist() == [1.0, 2.0]
+    assert convert_to_float_tensor(np.array([0.5], np.float32)).tolist() == [0.5]
+
+
+def test_nan_becomes_zero_and_grad_is_dropped():
+    t = torch.tensor([1.0, math.nan], requires_grad=True)
+    out = convert_to_float_tensor(t)
+    assert out.tolist() == [1.0, 0.0] and not out.requires_grad
+
+
+def test_sequence_and_object_are_refused():
+    with pytest.raises(InvalidArgumentError, match="one scalar or tensor"):
+        convert_to_float_tensor([1.0, 2.0])
+    with pytest.raises(InvalidArgumentError, match="number or tensor"):
+        convert_to_float_tensor(object())
