@@ -27,3 +27,11 @@ def test_sequence_and_object_are_refused():
         convert_to_float_tensor([1.0, 2.0])
     with pytest.raises(InvalidArgumentError, match="number or tensor"):
         convert_to_float_tensor(object())
+
+
+def test_debug_handles_overlap_when_they_share_a_node():
+    from edgetorch.devtools.inspector._inspector_utils import _debug_handles_have_overlap
+
+    assert _debug_handles_have_overlap((1, 2), (2, 3))
+    assert not _debug_handles_have_overlap((1, 2), (3,))
+    assert not _debug_handles_have_overlap((), (1,))

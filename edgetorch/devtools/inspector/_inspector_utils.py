@@ -16,6 +16,9 @@ from edgetorch.devtools.extras import figure_class
 from edgetorch.errors import InvalidArgumentError
 from edgetorch.format import etdump as fe
 
+# A node's or an event's debug handles: one integer per Edge node it covers (a fused or delegated event covers several).
+DebugHandle = tuple[int, ...]
+
 OPERATOR_CALL = "OPERATOR_CALL"
 # Events of the runtime itself rather than of an instruction: they carry instruction 0's debug handles (as
 # ExecuTorch's Inspector links them) but no operator, trace or module of their own.
@@ -106,6 +109,11 @@ def aot_outputs(program: Any, inputs: Sequence[Any]) -> dict[int, tuple[list[str
 
 
 # ---------------------------------------------------------------------- compare_results
+
+
+def _debug_handles_have_overlap(debug_handle: DebugHandle, target_debug_handle: DebugHandle) -> bool:
+    """True when the two handles share at least one Edge node."""
+    return not set(debug_handle).isdisjoint(target_debug_handle)
 
 
 def convert_to_float_tensor(input_data: Any) -> torch.Tensor:
