@@ -35,3 +35,14 @@ def test_debug_handles_overlap_when_they_share_a_node():
     assert _debug_handles_have_overlap((1, 2), (2, 3))
     assert not _debug_handles_have_overlap((1, 2), (3,))
     assert not _debug_handles_have_overlap((), (1,))
+
+
+def test_inference_output_equal_compares_values():
+    from edgetorch.devtools.inspector._inspector_utils import is_inference_output_equal
+
+    a = torch.tensor([1.0, 2.0])
+    assert is_inference_output_equal(a, a.clone())
+    assert not is_inference_output_equal(a, a + 1)
+    assert is_inference_output_equal([a], [a.clone()])
+    assert not is_inference_output_equal([a], [a, a])
+    assert is_inference_output_equal(3, 3) and not is_inference_output_equal(3, 4)

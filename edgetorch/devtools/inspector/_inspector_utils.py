@@ -116,6 +116,15 @@ def _debug_handles_have_overlap(debug_handle: DebugHandle, target_debug_handle: 
     return not set(debug_handle).isdisjoint(target_debug_handle)
 
 
+def is_inference_output_equal(output1: Any, output2: Any) -> bool:
+    """Whether two recorded outputs are the same: tensors (or lists of tensors) element for element, else ``==``."""
+    if isinstance(output1, torch.Tensor) and isinstance(output2, torch.Tensor):
+        return torch.equal(output1, output2)
+    if isinstance(output1, list) and isinstance(output2, list):
+        return len(output1) == len(output2) and all(torch.equal(a, b) for a, b in zip(output1, output2, strict=True))
+    return bool(output1 == output2)
+
+
 def convert_to_float_tensor(input_data: Any) -> torch.Tensor:
     """One value (a scalar, a tensor or an array) as a detached float64 CPU tensor, NaN read as 0.
 
