@@ -13,7 +13,11 @@ import numpy as np
 import torch
 
 from edgetorch.devtools.extras import figure_class
+from edgetorch.errors import InvalidArgumentError
 from edgetorch.format import etdump as fe
+
+# A node's or an event's debug handles: one integer per Edge node it covers (a fused or delegated event covers several).
+DebugHandle = tuple[int, ...]
 
 OPERATOR_CALL = "OPERATOR_CALL"
 # Events of the runtime itself rather than of an instruction: they carry instruction 0's debug handles (as
@@ -105,6 +109,40 @@ def aot_outputs(program: Any, inputs: Sequence[Any]) -> dict[int, tuple[list[str
 
 
 # ---------------------------------------------------------------------- compare_results
+
+
+def _debug_handles_have_overlap(debug_handle: DebugHandle, target_debug_handle: DebugHandle) -> bool:
+    """True when the two handles share at least one Edge node."""
+    return not set(debug_handle).isdisjoint(target_debug_handle)
+
+
+def is_inference_output_equal(output1: Any, output2: Any) -> bool:
+    """Whether two recorded outputs are the same: tensors (or lists of tensors) element for element, else ``==``."""
+    if isinstance(output1, torch.Tensor) and isinstance(output2, torch.Tensor):
+        return torch.equal(output1, output2)
+    if isinstance(output1, list) and isinstance(output2, list):
+        return len(output1) == len(output2) and all(torch.equal(a, b) for a, b in zip(output1, output2, strict=True))
+    return bool(output1 == output2)
+
+
+def convert_to_float_tensor(input_data: Any) -> torch.Tensor:
+    """One value (a scalar, a tensor or an array) as a detached float64 CPU tensor, NaN read as 0.
+
+    A list or tuple is refused: a comparison works on one output at a time.
+    """
+    if isinstance(input_data, Sequence) and not isinstance(input_data, (str, bytes)):
+        raise InvalidArgumentError(
+            f"convert_to_float_tensor expects one scalar or tensor, found a {type(input_data).__name__}; "
+            "pass its elements one at a time"
+        )
+    try:
+        tensor = torch.as_tensor(input_data, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise InvalidArgumentError(
+            f"convert_to_float_tensor expects a number or tensor, found {type(input_data).__name__} ({exc})"
+        ) from exc
+    tensor = tensor.detach().cpu().to(torch.float64)
+    return torch.nan_to_num(tensor, nan=0.0) if bool(torch.isnan(tensor).any()) else tensor
 
 
 def _as_float(value: Any) -> torch.Tensor | None:
