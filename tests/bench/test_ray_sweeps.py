@@ -34,6 +34,7 @@ def _sweep(out: pathlib.Path, *extra: str) -> dict:
     }
 
 
+@pytest.mark.slow  # two OpInfo sweeps in subprocesses, one on a local Ray: ~40 s of the CI budget
 def test_opinfo_sweep_on_ray_matches_the_plain_run(tmp_path):
     plain = _sweep(tmp_path / "plain")
     ray = _sweep(tmp_path / "ray", "--ray", "--workers", "2")

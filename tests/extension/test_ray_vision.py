@@ -94,6 +94,7 @@ def _eval(args: list[str], capsys) -> object:
     return pq.read_table(output)
 
 
+@pytest.mark.slow  # a Ray evaluation of the vision examples: ~20 s of the CI budget (run with --slow)
 def test_eval_gives_the_examples_top1(local_ray, vision, tmp_path, capsys):
     programs, photos = vision["programs"], str(vision["photos"])
     common = ["--data", photos, "--image-scale", "symmetric", "--metric", "top1", "--workers", "2"]
