@@ -62,17 +62,7 @@ OUT_OF_SCOPE = {
 }
 
 # Single statements out of scope, whatever their module.
-OUT_OF_SCOPE_STATEMENTS = {
-    "from executorch.exir import CaptureConfig": (
-        "shown failing in the docs",
-        "the setup page prints this import as one that fails in ExecuTorch itself (issue 9558)",
-    ),
-    "from executorch.exir.capture import CaptureConfig": (
-        "legacy capture API",
-        "CaptureConfig configures exir.capture(), which torch.export replaced; the setup page uses it only "
-        "to show an import path that works after a build",
-    ),
-}
+OUT_OF_SCOPE_STATEMENTS: dict[str, tuple[str, str]] = {}  # none now: the legacy capture API exists too
 
 
 def _module_of(statement: str) -> str:
