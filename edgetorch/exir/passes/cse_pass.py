@@ -45,9 +45,6 @@ class CSEPass(ExportPass):
 
     UNSAFE_OPS = _RANDOM
 
-    def _is_safe_target(self, target: Any) -> bool:
-        return is_pure(target)
-
     def call(self, graph_module: GraphModule) -> PassResult:
         graph = graph_module.graph
         returned = {a for a in graph.output_node().args[0] if isinstance(a, Node)}

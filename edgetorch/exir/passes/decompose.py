@@ -13,6 +13,7 @@ from torch.export import ExportedProgram
 from torch.export._remove_effect_tokens_pass import _remove_effect_tokens
 
 from edgetorch.exir.dialects import quantized
+from edgetorch.exir.passes.remove_graph_asserts_pass import erase_calls
 
 # Not in torch's Core ATen table, but decomposed all the same: ExecuTorch does so for the vector norm (no
 # portable kernel); training-mode batch norm (no kernel, and ExecuTorch rejects it) becomes var_mean and
@@ -80,11 +81,5 @@ def decompose(program: ExportedProgram, ops_to_not_decompose: Iterable[torch._op
     program = program.run_decompositions(core_aten_decompositions(ops_to_not_decompose))
     if program.graph_signature.input_tokens and _only_error_checks(program):
         program = _remove_effect_tokens(program)
-    for module in program.graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for node in list(module.graph.nodes):
-            if node.op == "call_function" and node.target in _DROPPED_ASSERTS:
-                module.graph.erase_node(node)
-        module.recompile()
+    erase_calls(program.graph_module, _DROPPED_ASSERTS, prune=False)
     return program

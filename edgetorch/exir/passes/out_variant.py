@@ -24,6 +24,7 @@ from edgetorch.exir import memory
 from edgetorch.exir.dialects import quantized, to_aten
 from edgetorch.exir.dialects.out_variants import find_out_variant, parse_schema
 from edgetorch.exir.passes.reinplace import writes_in_place
+from edgetorch.exir.passes.remove_graph_asserts_pass import ASSERT_OPS
 from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, is_inplace
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
 
@@ -59,12 +60,6 @@ KEPT_OPS = {
     torch.ops.aten.sym_numel.default,
     torch.ops.aten.sym_stride.int,
     torch.ops.aten._local_scalar_dense.default,
-}
-ASSERT_OPS = {
-    torch.ops.aten._assert_scalar.default,
-    torch.ops.aten.sym_constrain_range_for_size.default,
-    torch.ops.aten._assert_tensor_metadata.default,
-    torch.ops.aten.sym_constrain_range.default,
 }
 
 

@@ -11,6 +11,7 @@ from torch.fx import GraphModule
 
 from edgetorch.exir.dialects._ops import ops as exir_ops
 from edgetorch.exir.pass_base import ExportPass, PassResult
+from edgetorch.exir.passes.to_edge import is_noop
 
 _qd = torch.ops.quantized_decomposed
 DEQUANTIZE_OPS = (
@@ -25,8 +26,6 @@ QUANTIZE_OPS = (
     exir_ops.edge.quantized_decomposed.quantize_per_tensor.default,
     exir_ops.edge.quantized_decomposed.quantize_per_channel.default,
 )
-# ExecuTorch's names for the two tuples
-_DEQUANT_OPS, _QUANT_OPS = DEQUANTIZE_OPS, QUANTIZE_OPS
 
 
 def fold_dequantize_quantize(graph_module: GraphModule, dequantize_nodes: Iterable[torch.fx.Node]) -> None:
@@ -38,13 +37,6 @@ def fold_dequantize_quantize(graph_module: GraphModule, dequantize_nodes: Iterab
         for user in list(dq.users):
             if user.target in QUANTIZE_OPS and list(user.args)[1:] == list(dq.args)[1:]:
                 user.replace_all_uses_with(dq.args[0])
-
-
-eliminate_dq_q = fold_dequantize_quantize  # ExecuTorch's name
-
-
-def _static_shape(t: torch.Tensor) -> bool:
-    return all(isinstance(d, int) for d in t.size())
 
 
 class RemoveNoopPass(ExportPass):
@@ -59,11 +51,7 @@ class RemoveNoopPass(ExportPass):
                 torch.ops.aten.slice_copy.Tensor,
             ):
                 continue
-            source, result = node.args[0].meta["val"], node.meta["val"]
-            same = source is result
-            if not same and node.target == torch.ops.aten.slice_copy.Tensor:
-                same = _static_shape(source) and _static_shape(result) and source.shape == result.shape
-            if same:
+            if is_noop(node.target, node.args[0].meta.get("val"), node.meta.get("val")):
                 if node.args[0].target in DEQUANTIZE_OPS:
                     around.append(node.args[0])
                 node.replace_all_uses_with(node.args[0])
@@ -81,8 +69,7 @@ class RemoveToCopyPass(ExportPass):
         for node in graph_module.graph.nodes:
             if node.op != "call_function" or node.target != torch.ops.aten._to_copy.default:
                 continue
-            a, b = node.args[0].meta["val"], node.meta["val"]
-            if (a.dtype, a.device, a.shape, a.stride()) == (b.dtype, b.device, b.shape, b.stride()):
+            if is_noop(node.target, node.args[0].meta.get("val"), node.meta.get("val")):
                 node.replace_all_uses_with(node.args[0])
         graph_module.graph.eliminate_dead_code()
         graph_module.graph.lint()

@@ -75,6 +75,41 @@ def _value(x: Any) -> Any:
     return x.data if isinstance(x, ProxyValue) else x
 
 
+def is_noop(op: torch._ops.OpOverload, source: Any, result: Any) -> bool:
+    """Whether ``op`` hands back its input unchanged, from the fake values of its input and its result: a
+    ``_to_copy`` that keeps dtype, device, shape and strides, a slice of static shapes that keeps every element,
+    a ``to`` whose result is its input."""
+    if not (isinstance(result, torch.Tensor) and isinstance(source, torch.Tensor)):
+        return False
+    if op is aten.to.dtype:
+        return source is result
+    if op is aten._to_copy.default:
+        return (source.dtype, source.device, source.shape, source.stride()) == (
+            result.dtype,
+            result.device,
+            result.shape,
+            result.stride(),
+        )
+    if op in (aten.slice.Tensor, aten.slice_copy.Tensor):
+        static = all(isinstance(d, int) for d in (*source.shape, *result.shape))
+        return static and source.shape == result.shape
+    return False
+
+
+def promoted_dtype(op: Any, args: tuple, kwargs: dict) -> torch.dtype | None:
+    """The dtype binary arithmetic ``op`` computes in when its tensor operands' dtypes differ (PyTorch's
+    elementwise promotion; true division promotes ints to float), else None."""
+    kind = _PROMOTION.get(op)
+    if kind is None:
+        return None
+    if op is aten.div.Tensor_mode and kwargs.get("rounding_mode") is None:
+        kind = ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT
+    tensors = [_value(a) for a in args if isinstance(_value(a), torch.Tensor)]
+    if len({t.dtype for t in tensors}) <= 1:
+        return None
+    return elementwise_dtypes(*tensors, type_promotion_kind=kind)[1]
+
+
 class ToEdgePass(ExportPass):
     """Rewrite a decomposed Core ATen graph into the Edge dialect (see module docstring)."""
 
@@ -102,30 +137,12 @@ class ToEdgePass(ExportPass):
 
     @staticmethod
     def _is_noop(op: torch._ops.OpOverload, args: tuple, meta: NodeMetadata) -> bool:
-        out = meta.data.get("val")
-        src = _value(args[0]) if args else None
-        if not (isinstance(out, torch.Tensor) and isinstance(src, torch.Tensor)):
-            return False
-        if op is aten._to_copy.default:
-            return (src.dtype, src.device, src.shape, src.stride()) == (
-                out.dtype,
-                out.device,
-                out.shape,
-                out.stride(),
-            )
-        if op in (aten.slice.Tensor, aten.slice_copy.Tensor):
-            static = all(isinstance(d, int) for d in (*src.shape, *out.shape))
-            return static and src.shape == out.shape
-        return False
+        return is_noop(op, _value(args[0]) if args else None, meta.data.get("val"))
 
     def _promote(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, meta: NodeMetadata) -> tuple:
-        kind = _PROMOTION[op]
-        if op is aten.div.Tensor_mode and kwargs.get("rounding_mode") is None:
-            kind = ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT
-        tensors = [_value(a) for a in args if isinstance(_value(a), torch.Tensor)]
-        if len({t.dtype for t in tensors}) <= 1:
+        dtype = promoted_dtype(op, args, kwargs)
+        if dtype is None:
             return args
-        dtype = elementwise_dtypes(*tensors, type_promotion_kind=kind)[1]
 
         def cast(value: Any, arg: torch.Argument) -> Any:
             data = _value(value)

@@ -25,7 +25,6 @@ from torch.export.graph_signature import (
     ExportGraphSignature,
     InputKind,
     InputSpec,
-    TensorArgument,
 )
 
 from edgetorch._lazy import lazy_exports
@@ -382,41 +381,26 @@ def edge_manager_to_backend(
 
 def lift_constant_tensor_pass(ep: ExportedProgram) -> ExportedProgram:
     """Turn the tensor ``get_attr`` constants of ``ep``'s graph into persistent buffers (placeholders before the
-    first user input, their values in ``ep.state_dict`` as ``_lifted_tensor_constantN``), in place."""
-    graph = ep.graph
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    first user input, as :func:`~edgetorch.exir.passes.lift_constants.lift_constants` places them, their values
+    in ``ep.state_dict``), in place."""
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     if not placeholders:
         return ep
-    signature = ep.graph_signature
-    first_user = next((n for n in placeholders if n.name in signature.user_inputs), None)
     fake_mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in placeholders])
-    count = len(signature.buffers)
-    lifted: list[InputSpec] = []
-    for node in list(graph.nodes):
-        if node.op != "get_attr":
+    known = {**ep.state_dict, **ep.constants}  # names the new buffers must not take
+    specs, constants = lift_constants(ep.graph_module, list(ep.graph_signature.input_specs), known)
+    lifted = {name: value for name, value in constants.items() if name not in known}
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for k, spec in enumerate(specs):
+        value = lifted.get(spec.target) if spec.kind == InputKind.CONSTANT_TENSOR else None
+        if value is None:
             continue
-        value = getattr(ep.graph_module, node.target)
-        if not isinstance(value, torch.Tensor):
-            continue
-        name = f"_lifted_tensor_constant{count + len(lifted)}"
-        with graph.inserting_before(first_user):
-            placeholder = graph.placeholder(name)
-        placeholder.meta.update(node.meta)
         fake = fake_mode.from_tensor(value, static_shapes=True) if fake_mode is not None else value
         fake.constant = value
-        placeholder.meta["val"] = fake
-        node.replace_all_uses_with(placeholder)
-        graph.erase_node(node)
-        lifted.append(InputSpec(InputKind.BUFFER, TensorArgument(name=placeholder.name), target=name, persistent=True))
-        ep.state_dict[name] = value
-    specs: list[InputSpec] = []
-    for spec in signature.input_specs:
-        if spec.kind == InputKind.USER_INPUT and lifted:
-            specs += lifted
-            lifted = []
-        specs.append(spec)
-    signature.input_specs = lifted + specs
-    ep.graph_module.recompile()
+        nodes[spec.arg.name].meta["val"] = fake
+        specs[k] = InputSpec(InputKind.BUFFER, spec.arg, target=spec.target, persistent=True)
+        ep.state_dict[spec.target] = value
+    ep.graph_signature.input_specs = specs
     return ep
 
 
