@@ -312,6 +312,7 @@ def test_map_program_adds_output_columns(local_ray, programs):
     np.testing.assert_allclose(np.stack([r["output_0"] for r in rows]), _eager(x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # another full Ray evaluation (~20-40 s of CI's 10 minutes); the reference-program one covers the path
 def test_evaluate_against_eager(local_ray, programs, folder):
     from edgetorch.extension.ray import evaluate
 
