@@ -69,6 +69,11 @@ class InvalidInputError(EdgetorchError, ValueError, RuntimeError):
     code = Error.InvalidArgument
 
 
+class NoSuchEntryError(InvalidInputError, IndexError):
+    """An index beyond a program's methods, a method's inputs, outputs or attributes (an ``IndexError``, and a
+    ``RuntimeError`` as ExecuTorch's pybindings raise for a method index)."""
+
+
 class MethodNotFoundError(InvalidInputError, KeyError):
     """A program has no method of the name asked for (a ``KeyError``, as ExecuTorch's ``Program.load_method``)."""
 

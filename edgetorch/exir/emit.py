@@ -222,6 +222,7 @@ class MethodEmitter:
             operators=self.operators,
             delegates=self.delegates,
             non_const_buffer_sizes=list(gm.meta.get("non_const_buffer_sizes", [0])),
+            non_const_buffer_device=gm.meta.get("non_const_buffer_device"),
         )
 
     def _emit_graph(self, gm: torch.fx.GraphModule, operands: list | None) -> list:

@@ -20,7 +20,7 @@ from torch.export.graph_signature import ExportGraphSignature
 from edgetorch.errors import EdgetorchError
 from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, graph_specs
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
-from edgetorch.format.program import TensorShapeDynamism
+from edgetorch.format.program import DeviceType, NonConstBufferDevice, TensorShapeDynamism
 
 DEFAULT_MEM_ID = 1
 
@@ -368,6 +368,49 @@ def run_algorithm(
                 f"{spec.mem_offset}, beyond the arena sizes it returned ({bufsizes})"
             )
     return bufsizes + [0] * (2 - len(bufsizes))
+
+
+def plan_per_device(
+    algo: Callable[..., MemoryAlgoResult | list[int]],
+    alignment: int,
+    specs: list[TensorSpec],
+    graph_module: torch.fx.GraphModule,
+    graph_signature: ExportGraphSignature | None = None,
+    extra_padding: int = 0,
+    enable_non_cpu_memory_planning: bool = False,
+) -> list[int]:
+    """Plan ``specs`` with ``algo``: as one CPU plan, or (``enable_non_cpu_memory_planning``) one plan per
+    device, CPU first, each device's arenas after the previous device's. Records the arena sizes in
+    ``graph_module.meta["non_const_buffer_sizes"]`` and, when some arena is not host memory, which device each
+    such arena belongs to in ``meta["non_const_buffer_device"]``; returns the sizes."""
+    cpu = (DeviceType.CPU, 0)
+    groups: dict[tuple[DeviceType, int], list[TensorSpec]] = {cpu: []}
+    for spec in specs:
+        key = (spec.device, spec.device_index) if enable_non_cpu_memory_planning else cpu
+        groups.setdefault(key, []).append(spec)
+    if len(groups) > 1 and any(s.mem_id is not None for s in specs):
+        raise MemoryPlanError(
+            "a pass preset arenas (spec.mem_id) on a method that also has device tensors; per-device planning "
+            "numbers the arenas itself: drop the preset arenas or set enable_non_cpu_memory_planning=False"
+        )
+    sizes, devices = [0], [cpu]
+    for key in sorted(groups, key=lambda k: (k != cpu, int(k[0]), k[1])):
+        group = groups[key]
+        if key != cpu and not group:
+            continue
+        local = run_algorithm(algo, alignment, group, graph_module, graph_signature, extra_padding)
+        base = len(sizes)
+        sizes += local[1:]
+        devices += [key] * (len(local) - 1)
+        for spec in group:
+            spec.mem_id += base - 1
+    graph_module.meta["non_const_buffer_sizes"] = sizes
+    on_devices = [NonConstBufferDevice(i, t, d) for i, (t, d) in enumerate(devices) if (t, d) != cpu]
+    if on_devices:
+        graph_module.meta["non_const_buffer_device"] = on_devices
+    else:
+        graph_module.meta.pop("non_const_buffer_device", None)
+    return sizes
 
 
 def _name(algo: Callable[..., object]) -> str:
@@ -778,10 +821,8 @@ def apply_algo(
     alloc_mutable_buffers: bool = True,
     enable_non_cpu_memory_planning: bool = False,
 ) -> list[int]:
-    """Plan the top graph with ``algo`` on node-index lifetimes; returns and records the arena sizes.
-
-    ``enable_non_cpu_memory_planning`` is accepted for ExecuTorch's signature; every spec here is CPU memory.
-    """
+    """Plan the top graph with ``algo`` on node-index lifetimes; returns and records the arena sizes
+    (per device with ``enable_non_cpu_memory_planning``: see :func:`plan_per_device`)."""
     update_all_tensors_lifetime(graph_module, graph_signature)
     specs = list(
         collect_specs_from_nodes(
@@ -795,7 +836,9 @@ def apply_algo(
     )
     roots = [s for s in specs if s.storage_base is None]
     extra_padding = 64 if _contains_xnnpack_delegate(graph_module) else 0
-    bufsizes = run_algorithm(algo, alignment, roots, graph_module, graph_signature, extra_padding)
+    bufsizes = plan_per_device(
+        algo, alignment, roots, graph_module, graph_signature, extra_padding, enable_non_cpu_memory_planning
+    )
     for spec in specs:
         if spec.storage_base is not None:
             root, offset = spec, 0
@@ -803,7 +846,6 @@ def apply_algo(
                 offset += root.storage_base_offset
                 root = root.storage_base
             spec.mem_id, spec.mem_obj_id, spec.mem_offset = root.mem_id, root.mem_obj_id, root.mem_offset + offset
-    graph_module.meta["non_const_buffer_sizes"] = bufsizes
     return bufsizes
 
 

@@ -17,7 +17,14 @@ import torch
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
 from edgetorch.errors import EdgetorchError
-from edgetorch.format.program import AllocationDetails, ExtraTensorInfo, ScalarType, Tensor, TensorShapeDynamism
+from edgetorch.format.program import (
+    AllocationDetails,
+    DeviceType,
+    ExtraTensorInfo,
+    ScalarType,
+    Tensor,
+    TensorShapeDynamism,
+)
 
 DTYPE_TO_SCALAR: dict[torch.dtype, ScalarType] = {
     torch.uint8: ScalarType.BYTE,
@@ -78,6 +85,9 @@ class TensorSpec:
     """Where in ``storage_base``'s bytes this one starts."""
     dynamism_override: TensorShapeDynamism | None = None
     """A dynamism a pass set explicitly (``spec.shape_dynamism = ...``); None: derived from the shape."""
+    device: DeviceType = DeviceType.CPU
+    """Where the tensor lives at run time; only ``PropagateDevicePass`` sets another (a device delegate's I/O)."""
+    device_index: int = 0
 
     def __post_init__(self) -> None:
         # ExecuTorch's keyword form TensorSpec(dtype=..., shape=[...]): a static, contiguous tensor.
@@ -165,6 +175,11 @@ class TensorSpec:
     @property
     def is_upper_bound_tensor(self) -> bool:
         return self.shape_dynamism == TensorShapeDynamism.DYNAMIC_BOUND
+
+    def init_mem_planning_fields(self) -> None:
+        """Forget any plan: no lifetime, arena, offset or memory object (a copied spec is planned afresh)."""
+        self.lifetime = [None, None]
+        self.mem_id = self.mem_offset = self.mem_obj_id = None
 
     def debug(self) -> str:
         """Every planning field on one line (``__repr__`` is the short form)."""
@@ -292,7 +307,12 @@ def make_tensor_value(
     spec: TensorSpec,
     extra_tensor_info: ExtraTensorInfo | None = None,
 ) -> Tensor:
-    """The schema Tensor of ``spec``: its data at ``data_buffer_idx`` (0 = none), planned at ``allocation_info``."""
+    """The schema Tensor of ``spec``: its data at ``data_buffer_idx`` (0 = none), planned at ``allocation_info``.
+    A tensor on a device other than the CPU says so in its extra info (a CPU one writes nothing, as ExecuTorch)."""
+    if spec.device != DeviceType.CPU:
+        if extra_tensor_info is None:
+            extra_tensor_info = ExtraTensorInfo()
+        extra_tensor_info.device_type, extra_tensor_info.device_index = spec.device, spec.device_index
     return Tensor(
         scalar_type=spec.scalar_type,
         sizes=list(spec.shape if spec.shape is not None else spec.sym_shape),

@@ -29,6 +29,8 @@ from edgetorch.exir.passes.constant_prop_pass import constant_prop_pass
 from edgetorch.exir.passes.external_constants_pass import DEFAULT_EXTERNAL_TAG, external_constants_pass
 from edgetorch.exir.passes.memory_planning_pass import MemoryPlanningPass
 from edgetorch.exir.passes.out_variant import ToOutVarPass, insert_buffer_write_back
+from edgetorch.exir.passes.propagate_device_config import PropagateDeviceConfig
+from edgetorch.exir.passes.propagate_device_pass import PropagateDevicePass
 from edgetorch.exir.passes.reinplace import DEFAULT_INPLACEABLE_OPS, reinplace_pass
 from edgetorch.exir.passes.replace_view_copy_with_view_pass import ReplaceViewCopyWithViewPass
 from edgetorch.exir.passes.spec_prop import TRAINABLE, SpecPropPass, mark_constants
@@ -88,6 +90,15 @@ class ExecutorchBackendConfig:
     """Before lowering, compute the constant parts of each method ahead of time (``constant_prop_pass``).
     ExecuTorch also fuses dequantize -> op -> quantize patterns into fused quantized kernels at this point;
     edgetorch does not (those ops stay separate kernels). Refused for training programs."""
+
+    enable_non_cpu_memory_planning: bool = False
+    """Plan the tensors a device delegate (one whose partitioner names a ``target_device``) reads and writes in
+    arenas of that device, with explicit host/device copies at its edges (see ``PropagateDevicePass``). Off:
+    those tensors are only marked with their device and planned in host memory."""
+    propagate_device_config: PropagateDeviceConfig | dict[str, PropagateDeviceConfig] = field(
+        default_factory=PropagateDeviceConfig
+    )
+    """Which host/device copies of method inputs and outputs to leave out, for all methods or by method name."""
 
     share_identical_data: bool = True
     """Store a backend's named data whose bytes equal a constant's once: its segment is that constant's range
@@ -229,6 +240,11 @@ class ExecutorchProgramManager:
             }
         return self._data_files
 
+    @property
+    def _tensor_data(self) -> dict[str, bytes]:
+        """ExecuTorch's private name for :attr:`data_files` (the same dict), which its tests read."""
+        return self.data_files
+
     def write_to_file(self, open_file: BinaryIO) -> None:
         open_file.write(self.buffer)
 
@@ -259,6 +275,7 @@ class ExecutorchProgramManager:
             _adopt(ep.graph_module, PassManager(self._config.passes)(ep.graph_module).graph_module)
         gm = ep.graph_module
         SpecPropPass()(gm)
+        self._propagate_devices(name, gm)
         mark_constants(ep)
         if self._config.external_constants:
             tag_fn = None if self._config.external_constants is True else self._config.external_constants
@@ -272,9 +289,18 @@ class ExecutorchProgramManager:
         self._config.shape_eval_pass(name)(gm)
         self._config.to_out_var_pass(gm)
         planner = _for_method(self._config.memory_planning_pass, name)
+        if hasattr(planner, "enable_non_cpu_memory_planning"):
+            planner.enable_non_cpu_memory_planning = self._config.enable_non_cpu_memory_planning
         planner.run(gm, ep.graph_signature)
         self.memory_plans[name] = planner.plan
         return ep
+
+    def _propagate_devices(self, name: str, gm: torch.fx.GraphModule) -> None:
+        config = self._config.propagate_device_config
+        if isinstance(config, dict):
+            config = config.get(name, PropagateDeviceConfig())
+        skip_inputs, skip_outputs = config.for_method(name)
+        PropagateDevicePass(skip_inputs, skip_outputs, self._config.enable_non_cpu_memory_planning)(gm)
 
     def _emit(self) -> EmitterOutput:
         config = self._config

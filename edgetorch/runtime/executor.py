@@ -85,6 +85,7 @@ class MethodExecutor:
         nvals = len(plan.values)
         for i in list(plan.inputs) + list(plan.outputs):
             self._check_index(i, "input/output")
+        _check_host_memory(plan)
         self.arenas = allocate_arenas(list(plan.non_const_buffer_sizes), limit)
         # Unplanned tensors (inputs, delegate outputs) are allocated here too: they share what is left of the limit.
         self._unplanned_budget = limit - sum(a.nbytes for a in self.arenas if a is not None)
@@ -552,19 +553,33 @@ class MethodExecutor:
 
     def outputs(self, clone: bool = True) -> list[Any]:
         """The output values; with ``clone=False`` tensors are the method's own memory (see Method.execute)."""
+        return [self.value(j, clone) for j in self.plan.outputs]
+
+    def value(self, index: int, clone: bool = True) -> Any:
+        """Value ``index`` as the last run left it (a tensor list as a list); tensors copied unless ``clone=False``."""
         source = self.bound if self.static else self.vals
-        out: list[Any] = []
-        for j in self.plan.outputs:
-            v = source[j]
-            if isinstance(v, ListRef):
-                v = v.resolve(source)
-            if isinstance(v, np.ndarray):
-                out.append(np.array(v, copy=clone))
-            elif isinstance(v, list):
-                out.append([np.array(t, copy=clone) if isinstance(t, np.ndarray) else t for t in v])
-            else:
-                out.append(v)
-        return out
+        v = source[index]
+        if isinstance(v, ListRef):
+            v = v.resolve(source)
+        if isinstance(v, np.ndarray):
+            return np.array(v, copy=clone)
+        if isinstance(v, list):
+            return [np.array(t, copy=clone) if isinstance(t, np.ndarray) else t for t in v]
+        return v
+
+
+def _check_host_memory(plan: fbp.ExecutionPlan) -> None:
+    """Refuse a method that plans some of its memory on a device: this runtime allocates host memory only."""
+    for entry in plan.non_const_buffer_device or ():
+        if entry.device_type != fbp.DeviceType.CPU:
+            device = f"{fbp.DeviceType(entry.device_type).name}:{entry.device_index}"
+            raise ProgramLoadError(
+                f"method {plan.name!r} plans memory buffer {entry.buffer_idx} on device {device}; this runtime "
+                "allocates host (CPU) memory only. Export the method without "
+                "ExecutorchBackendConfig(enable_non_cpu_memory_planning=True), or run it on a runtime with an "
+                "allocator for that device",
+                code=Error.NotSupported,
+            )
 
 
 def _as_array(n: int, x: Any, slot: TensorSlot, method: str | None) -> np.ndarray:

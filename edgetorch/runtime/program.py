@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import ml_dtypes
 import numpy as np
 
-from edgetorch.errors import Error, InvalidInputError, MethodNotFoundError, ProgramLoadError
+from edgetorch.errors import Error, InvalidInputError, MethodNotFoundError, NoSuchEntryError, ProgramLoadError
 from edgetorch.format import program as fbp
 from edgetorch.format.flatbuffer import FlatbufferError
 from edgetorch.format.program import ScalarType
@@ -112,19 +112,54 @@ class TensorInfo:
         return (self.sizes, self.scalar_type, self.dim_order, self.dynamic, self._memory_planned)
 
     def __repr__(self) -> str:
-        bound = " (upper bound)" if self.dynamic else ""
+        # ExecuTorch's text for it, word for word (its dtype by c10's name): ``str(meta)`` compares equal.
+        name = _C10_NAMES.get(self.scalar_type, str(self.scalar_type))
         return (
-            f"TensorInfo(sizes={list(self.sizes)}{bound}, dtype={self.numpy_dtype}, "
-            f"is_memory_planned={self._memory_planned}, nbytes={self.nbytes}, dim_order={list(self.dim_order)})"
+            f"TensorInfo(sizes={list(self.sizes)}, dtype={name}, is_memory_planned={self._memory_planned}, "
+            f"nbytes={self.nbytes})"
         )
+
+
+# ScalarType codes by the names c10 prints them with (``Float``, ``QUInt4x2``), as ExecuTorch's reprs do.
+_C10_NAMES = {
+    ScalarType.BYTE: "Byte",
+    ScalarType.CHAR: "Char",
+    ScalarType.SHORT: "Short",
+    ScalarType.INT: "Int",
+    ScalarType.LONG: "Long",
+    ScalarType.HALF: "Half",
+    ScalarType.FLOAT: "Float",
+    ScalarType.DOUBLE: "Double",
+    ScalarType.COMPLEX32: "ComplexHalf",
+    ScalarType.COMPLEX64: "ComplexFloat",
+    ScalarType.COMPLEX128: "ComplexDouble",
+    ScalarType.BOOL: "Bool",
+    ScalarType.QINT8: "QInt8",
+    ScalarType.QUINT8: "QUInt8",
+    ScalarType.QINT32: "QInt32",
+    ScalarType.BFLOAT16: "BFloat16",
+    ScalarType.QUINT4X2: "QUInt4x2",
+    ScalarType.QUINT2X4: "QUInt2x4",
+    ScalarType.BITS16: "Bits16",
+    ScalarType.FLOAT8E5M2: "Float8_e5m2",
+    ScalarType.FLOAT8E4M3FN: "Float8_e4m3fn",
+    ScalarType.FLOAT8E5M2FNUZ: "Float8_e5m2fnuz",
+    ScalarType.FLOAT8E4M3FNUZ: "Float8_e4m3fnuz",
+    ScalarType.UINT16: "UInt16",
+    ScalarType.UINT32: "UInt32",
+    ScalarType.UINT64: "UInt64",
+}
 
 
 class MethodMeta:
     """What a caller needs to know about a method before running it, as ExecuTorch's ``MethodMeta`` says it.
 
-    ExecuTorch's methods ``name()``, ``num_inputs()``, ``num_outputs()``, ``input_tensor_meta(i)`` and
-    ``output_tensor_meta(i)`` work; so do the attributes ``name``, ``num_inputs`` and ``num_outputs``.
-    A non-tensor input or output is described by its kind (``"Int"``, ``"Double"``, ...).
+    ExecuTorch's methods ``name()``, ``num_inputs()``, ``num_outputs()``, ``num_attributes()``,
+    ``input_tensor_meta(i)``, ``output_tensor_meta(i)`` and ``attribute_tensor_meta(i)`` work; so do the
+    attributes ``name``, ``num_inputs``, ``num_outputs`` and ``num_attributes``. A non-tensor input or output is
+    described by its kind (``"Int"``, ``"Double"``, ...). The method's *attributes* are its named tensors
+    (those the program gives a fully qualified name, such as the mutable buffers of a program exported with
+    ``emit_mutable_buffer_names=True``); ``Method.get_attribute(name)`` reads one.
     """
 
     def __init__(
@@ -134,10 +169,12 @@ class MethodMeta:
         outputs: Sequence[TensorInfo | str] = (),
         planned_buffer_sizes: Sequence[int] = (),
         num_instructions: int = 0,
+        attributes: Sequence[TensorInfo | str] = (),
     ):
         self.name = _Str(name)
         self.inputs = list(inputs)
         self.outputs = list(outputs)
+        self.attributes = list(attributes)
         self.planned_buffer_sizes = [int(s) for s in planned_buffer_sizes]
         self.num_instructions = num_instructions
 
@@ -156,6 +193,13 @@ class MethodMeta:
         return _nth(self.outputs, index, "output", self.name)
 
     @property
+    def num_attributes(self) -> _Int:
+        return _Int(len(self.attributes))
+
+    def attribute_tensor_meta(self, index: int) -> TensorInfo | str:
+        return _nth(self.attributes, index, "attribute", self.name)
+
+    @property
     def num_memory_planned_buffers(self) -> _Int:
         return _Int(len(self.planned_buffer_sizes))
 
@@ -163,16 +207,29 @@ class MethodMeta:
         return _nth(self.planned_buffer_sizes, index, "planned buffer", self.name)
 
     def __repr__(self) -> str:
+        # ExecuTorch's text: each tensor's description as a quoted string in the lists.
+        ins, outs = [str(v) for v in self.inputs], [str(v) for v in self.outputs]
         return (
-            f"MethodMeta(name={str(self.name)!r}, num_inputs={len(self.inputs)}, input_tensor_meta={self.inputs}, "
-            f"num_outputs={len(self.outputs)}, output_tensor_meta={self.outputs})"
+            f"MethodMeta(name={str(self.name)!r}, num_inputs={len(self.inputs)}, input_tensor_meta={ins}, "
+            f"num_outputs={len(self.outputs)}, output_tensor_meta={outs})"
         )
 
 
 def _nth(items: Sequence[Any], index: int, what: str, method: str) -> Any:
-    if not 0 <= index < len(items):
-        raise IndexError(f"method {str(method)!r} has {len(items)} {what}s; index {index} is out of range")
+    if not isinstance(index, int) or not 0 <= index < len(items):
+        raise NoSuchEntryError(f"method {str(method)!r} has {len(items)} {what}s; index {index!r} is out of range")
     return items[index]
+
+
+def attribute_indices(plan: fbp.ExecutionPlan) -> dict[str, int]:
+    """A method's named tensors (its *attributes*, as ExecuTorch calls them): fully qualified name -> value
+    index, in value order."""
+    named: dict[str, int] = {}
+    for i, ev in enumerate(plan.values):
+        v = ev.val
+        if isinstance(v, fbp.Tensor) and v.extra_tensor_info is not None and v.extra_tensor_info.fully_qualified_name:
+            named.setdefault(v.extra_tensor_info.fully_qualified_name, i)
+    return named
 
 
 def _value_info(ev: fbp.EValue) -> TensorInfo | str:
@@ -235,7 +292,10 @@ class Method:
         inputs = list(inputs)
         torch = _torch_of(inputs)
         if torch is not None:
-            inputs = [_from_torch(x, torch) if isinstance(x, torch.Tensor) else x for x in inputs]
+            inputs = [
+                _from_torch(x, torch, f"input {i} of method {self.name!r}") if isinstance(x, torch.Tensor) else x
+                for i, x in enumerate(inputs)
+            ]
         ex = self._executor
         with self._lock:
             ex.set_inputs(inputs)
@@ -309,6 +369,19 @@ class Method:
         """
         self._generator = np.random.default_rng(seed)
 
+    def get_attribute(self, name: str) -> Any:
+        """A copy of the method's named tensor ``name`` as the last run left it (a mutable buffer's state), as
+        ExecuTorch's ``Method::get_attribute``; ``metadata.attribute_tensor_meta`` describes them."""
+        indices = attribute_indices(self._executor.plan)
+        if name not in indices:
+            raise InvalidInputError(
+                f"method {self.name!r} has no attribute {name!r}; its attributes are {sorted(indices)} (a program "
+                "names its mutable buffers when exported with ExecutorchBackendConfig(emit_mutable_buffer_names=True))",
+                code=Error.NotFound,
+            )
+        with self._lock:
+            return self._executor.value(indices[name])
+
     def set_event_tracer(self, tracer: EventTracer | ETDumpGen | None) -> None:
         """Record each instruction's time in ``tracer`` on every run; None detaches it."""
         self._executor.tracer = tracer
@@ -343,7 +416,13 @@ def _torch_of(values: Sequence[Any]) -> Any:
     return torch
 
 
-def _from_torch(tensor: Any, torch: Any) -> np.ndarray:
+def _from_torch(tensor: Any, torch: Any, what: str = "the tensor") -> np.ndarray:
+    device = tensor.device
+    if device.type not in ("cpu", "cuda"):
+        raise InvalidInputError(
+            f"{what} is on device {device}; only CPU and CUDA tensors can be read by this runtime: move it "
+            "first (x.cpu())"
+        )
     tensor = tensor.detach().cpu()
     name = str(tensor.dtype).removeprefix("torch.")
     bits = _BIT_VIEWS.get(name)
@@ -421,7 +500,10 @@ class Program:
 
         sizes = [int(s) for s in plan.non_const_buffer_sizes[1:]]
         ninstr = sum(len(c.instructions) for c in plan.chains)
-        return MethodMeta(name, [info(i) for i in plan.inputs], [info(i) for i in plan.outputs], sizes, ninstr)
+        attributes = [_value_info(values[i]) for i in attribute_indices(plan).values()]
+        return MethodMeta(
+            name, [info(i) for i in plan.inputs], [info(i) for i in plan.outputs], sizes, ninstr, attributes
+        )
 
     def load_method(self, name: str = "forward", seed: int | None = None, event_tracer: Any = None) -> Method:
         """Allocate planned memory, bind kernels and initialise delegates for method ``name``.
@@ -529,6 +611,18 @@ class Program:
             )
         return data
 
+    def add_data_file(self, data: str | os.PathLike | bytes | bytearray | memoryview | BinaryIO) -> None:
+        """Make the tensors of a ``.ptd`` file (a path, its bytes, or a binary file object) available to methods
+        loaded afterwards; ``ProgramLoadError`` if it is not one."""
+        holder, raw = _open(data)
+        try:
+            entries = load_ptd(raw).named_data()
+        except (FormatError, FlatbufferError) as e:
+            where = data if isinstance(data, (str, os.PathLike)) else "<bytes>"
+            raise ProgramLoadError(f"data file {where}: {e}") from None
+        self.add_data_map(entries)
+        self._data_keepalive.append(holder)
+
     def add_data_map(self, entries: dict[str, memoryview]) -> None:
         """Make external tensors (for example from a .ptd file) available to methods loaded afterwards."""
         self._external.update(entries)
@@ -611,15 +705,7 @@ class Runtime:
                 raise InvalidInputError(f"max_memory must be a number of bytes >= 0, got {max_memory}")
             program.max_memory = int(max_memory)
         for extra in data_files:
-            holder, raw = _open(extra)
-            try:
-                entries = load_ptd(raw).named_data()
-            except (FormatError, FlatbufferError) as e:
-                raise ProgramLoadError(
-                    f"data file {extra if isinstance(extra, (str, os.PathLike)) else '<bytes>'}: {e}"
-                ) from None
-            program.add_data_map(entries)
-            program._data_keepalive.append(holder)
+            program.add_data_file(extra)
         if enable_etdump:
             # no event for the load itself: ExecuTorch's runtime logs none (its tracer comes with the method)
             program.etdump = ETDumpGen(debug_buffer_size)

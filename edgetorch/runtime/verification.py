@@ -94,6 +94,9 @@ class _Context:
         arenas = [int(s) for s in plan.non_const_buffer_sizes]
         if any(s < 0 for s in arenas):
             yield f"planned buffer sizes {arenas} include a negative size"
+        for entry in plan.non_const_buffer_device or ():
+            if not 0 < entry.buffer_idx < len(arenas):
+                yield f"a device entry names planned buffer {entry.buffer_idx}, but the method has buffers 1..{len(arenas) - 1}"
         for what, indices in (("input", plan.inputs), ("output", plan.outputs)):
             for i in indices:
                 if bad(i):

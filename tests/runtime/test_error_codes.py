@@ -130,7 +130,7 @@ def test_portable_lib_loaders(program, tmp_path):
     module.write_etdump_result_to_file(str(tmp_path / "run.etdp"), str(tmp_path / "run.bin"))
     assert (tmp_path / "run.etdp").stat().st_size > 0 and (tmp_path / "run.bin").stat().st_size > 0
     assert not pl._load_for_executorch_from_buffer(program).has_etdump()
-    assert pl._load_program(str(path)).load_method("forward").execute([X, Y])[0].shape == (2, 3)
+    assert pl._load_program(str(path)).load_method("forward")([X, Y])[0].shape == (2, 3)
 
 
 def test_portable_lib_bundled_program():

@@ -22,7 +22,7 @@ from edgetorch.exir.memory_planning import (
     MemoryPlan,
     MemoryPlanningAlgorithmSuite,
     assign_lifetimes,
-    run_algorithm,
+    plan_per_device,
 )
 from edgetorch.exir.passes.spec_prop import TRAINABLE, graph_specs
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
@@ -39,10 +39,13 @@ class MemoryPlanningPass(PassBase):
         alloc_graph_output: bool = True,
         alloc_mutable_buffers: bool = True,
         alignment: int = 16,
+        enable_non_cpu_memory_planning: bool = False,
     ):
         """ExecuTorch's signature. ``memory_planning_algo`` is None (a ``MemoryPlanningAlgorithmSuite`` of
         greedy), ``"greedy"``, ``"naive"``, or a callable with ExecuTorch's algorithm signature such as
         :func:`edgetorch.exir.memory_planning.greedy`.
+        ``enable_non_cpu_memory_planning`` plans the tensors a device delegate reads and writes (tagged by
+        ``PropagateDevicePass``) in arenas of their own device (``ExecutorchBackendConfig`` sets it).
         ``allow_lifetime_and_storage_overlap`` only relaxes ExecuTorch's debug-time plan check; it is
         accepted for that signature and changes nothing here (no algorithm places live tensors together).
         """
@@ -61,6 +64,7 @@ class MemoryPlanningPass(PassBase):
         self.alloc_graph_output = alloc_graph_output
         self.alloc_mutable_buffers = alloc_mutable_buffers
         self.alignment = alignment
+        self.enable_non_cpu_memory_planning = enable_non_cpu_memory_planning
         self.plan: MemoryPlan | None = None
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
@@ -79,13 +83,19 @@ class MemoryPlanningPass(PassBase):
         specs = [
             s for s in graph_specs(graph_module) if not s.const and s.storage_base is None and id(s) not in skipped
         ]
-        bufsizes = run_algorithm(self.memory_planning_algo, self.alignment, specs, graph_module, graph_signature)
+        bufsizes = plan_per_device(
+            self.memory_planning_algo,
+            self.alignment,
+            specs,
+            graph_module,
+            graph_signature,
+            enable_non_cpu_memory_planning=self.enable_non_cpu_memory_planning,
+        )
         for alias in aliases:
             alias.mem_id = alias.storage_base.mem_id
             alias.mem_offset = alias.storage_base.mem_offset + alias.storage_base_offset
         unplanned = [s for s in graph_specs(graph_module) if id(s) in skipped and not s.const]
         self.plan = MemoryPlan(specs, bufsizes, self.alignment, unplanned)
-        graph_module.meta["non_const_buffer_sizes"] = bufsizes
         return PassResult(graph_module, True)
 
     def _set_alloc_node_spec(self, graph_module: torch.fx.GraphModule) -> None:

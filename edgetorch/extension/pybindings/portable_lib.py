@@ -15,21 +15,44 @@ import os
 import sys
 from typing import Any
 
-from edgetorch.errors import ProgramLoadError
+from edgetorch.errors import Error, InvalidInputError, ProgramLoadError
 from edgetorch.format import bundled_program as fbp
 from edgetorch.runtime.backends import BackendRegistry
 from edgetorch.runtime.bundled import load_bundled_program
 from edgetorch.runtime.kernels.compiled import get_num_threads, set_num_threads
-from edgetorch.runtime.program import MethodMeta, Module, Program, Runtime, TensorInfo, Verification, _to_torch
-
-ExecuTorchModule = Module
-ExecuTorchProgram = Program
+from edgetorch.runtime.program import (
+    Method,
+    MethodMeta,
+    Module,
+    Program,
+    Runtime,
+    TensorInfo,
+    Verification,
+    _from_torch,
+    _to_torch,
+)
 
 
 class PybindModule(Module):
     """What ``_load_for_executorch*`` return: a :class:`~edgetorch.runtime.Module` whose outputs are torch
     tensors whenever the process has imported torch, as ExecuTorch's pybindings always return them (also for a
-    method with no tensor inputs, e.g. a constant getter); NumPy arrays in a torch-free process."""
+    method with no tensor inputs, e.g. a constant getter); NumPy arrays in a torch-free process.
+
+    As in ExecuTorch, the program is read when the module is made and its data files (``.ptd``) when a method
+    first loads: a damaged data file fails the first run, not the load."""
+
+    _pending_data: list[Any] | None = None
+
+    def load(self, verification: Verification | None = None) -> None:
+        if self._program is None:
+            self._pending_data, self._data = self._data, []
+            super().load(verification)
+
+    def load_method(self, method_name: str = "forward") -> Method:
+        pending, self._pending_data = self._pending_data, None
+        for data in pending or ():
+            self.program.add_data_file(data)
+        return super().load_method(method_name)
 
     def execute(self, method_name: str = "forward", inputs: Any = None) -> list[Any]:
         return _torch_outputs(super().execute(method_name, inputs))
@@ -41,6 +64,85 @@ class PybindModule(Module):
 def _torch_outputs(outputs: list[Any]) -> list[Any]:
     torch = sys.modules.get("torch")
     return outputs if torch is None else [_to_torch(v, torch) for v in outputs]
+
+
+class PybindProgram:
+    """What ``_load_program*`` return, as ExecuTorch's ``ExecuTorchProgram``: ``num_methods()``,
+    ``get_method_name(i)``, ``method_meta(name)`` and ``load_method(name)``, which gives a
+    :class:`PybindMethod`. Anything else is the underlying :class:`~edgetorch.runtime.Program`'s."""
+
+    def __init__(self, program: Program):
+        self._program = program
+
+    def num_methods(self) -> int:
+        return int(self._program.num_methods)
+
+    def get_method_name(self, method_index: int) -> str:
+        return self._program.get_method_name(method_index)
+
+    def load_method(self, method_name: str) -> PybindMethod:
+        return PybindMethod(self._program.load_method(method_name))
+
+    def method_meta(self, method_name: str) -> MethodMeta:
+        return self._program.metadata(method_name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._program, name)
+
+
+class PybindMethod:
+    """A loaded method as ExecuTorch's ``ExecuTorchMethod``: run it in one call (``method(inputs)``,
+    ``call(inputs)``) or by parts (``set_inputs``, ``execute``, ``get_outputs``); read its named tensors
+    with ``get_attribute``. Outputs are torch tensors whenever the process has imported torch."""
+
+    def __init__(self, method: Method):
+        self._method = method
+        self._inputs: list[Any] | None = None
+
+    def set_inputs(self, inputs: Any) -> None:
+        """Stage the inputs for ``execute()``; torch tensors are read now (one on a device the host cannot read
+        is refused here)."""
+        staged = _input_list(inputs)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            what = f"input {{}} of method {self._method.name!r}"
+            staged = [
+                _from_torch(x, torch, what.format(i)) if isinstance(x, torch.Tensor) else x
+                for i, x in enumerate(staged)
+            ]
+        self._inputs = staged
+
+    def execute(self) -> None:
+        if self._inputs is None:
+            raise InvalidInputError(
+                f"method {self._method.name!r} has no inputs set; call set_inputs(inputs) before execute()",
+                code=Error.InvalidState,
+            )
+        self._method.execute(self._inputs)
+
+    def get_outputs(self, clone_outputs: bool = True) -> list[Any]:
+        return _torch_outputs(self._method.outputs(clone_outputs))
+
+    def call(self, inputs: Any, clone_outputs: bool = True) -> list[Any]:
+        return _torch_outputs(self._method.execute(_input_list(inputs), clone_outputs))
+
+    __call__ = call
+
+    def method_meta(self) -> MethodMeta:
+        return self._method.metadata
+
+    def get_attribute(self, name: str) -> Any:
+        return _torch_outputs([self._method.get_attribute(name)])[0]
+
+
+ExecuTorchModule = PybindModule
+ExecuTorchProgram = PybindProgram
+ExecuTorchMethod = PybindMethod
+
+
+def _input_list(inputs: Any) -> list[Any]:
+    """A method's inputs as ExecuTorch's pybindings take them: a sequence of values, or one tensor alone."""
+    return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
 
 
 class BundledModule(fbp.BundledProgram):
@@ -92,13 +194,15 @@ def _load_for_executorch(
 
 def _load_for_executorch_from_buffer(
     buffer: bytes,
-    data_map_buffer: bytes | None = None,
+    data_map_buffer: bytes | str | os.PathLike | None = None,
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
 ) -> Module:
     """As :func:`_load_for_executorch`, from the bytes of a .pte (and of a .ptd)."""
-    data = None if data_map_buffer is None else bytes(data_map_buffer)
+    data = data_map_buffer
+    if data is not None and not isinstance(data, (str, os.PathLike)):
+        data = bytes(data)  # a path is read when a method loads, as ExecuTorch's bundled-program loader takes one
     module = PybindModule(
         bytes(buffer),
         data,
@@ -120,7 +224,7 @@ def _load_bundled_program_from_buffer(buffer: bytes, non_const_pool_size: int = 
 
 def _load_for_executorch_from_bundled_program(
     module: BundledModule,
-    data_map_buffer: bytes | None = None,
+    data_map_buffer: bytes | str | os.PathLike | None = None,
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
 ) -> Module:
@@ -138,9 +242,10 @@ def _load_program(
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.Minimal,
     data_path: str | os.PathLike | None = None,
-) -> Program:
+) -> PybindProgram:
     """Load a .pte file as a Program (methods loaded with ``load_method``)."""
-    return _load_for_executorch(path, data_path, enable_etdump, debug_buffer_size, program_verification).program
+    module = _load_for_executorch(path, data_path, enable_etdump, debug_buffer_size, program_verification)
+    return PybindProgram(module.program)
 
 
 def _load_program_from_buffer(
@@ -149,7 +254,7 @@ def _load_program_from_buffer(
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.Minimal,
     data_path: str | os.PathLike | None = None,
-) -> Program:
+) -> PybindProgram:
     module = PybindModule(
         bytes(buffer),
         data_path,
@@ -157,7 +262,7 @@ def _load_program_from_buffer(
         enable_etdump=enable_etdump,
         debug_buffer_size=debug_buffer_size,
     )
-    return module.program
+    return PybindProgram(module.program)
 
 
 def _get_operator_names() -> list[str]:
@@ -205,6 +310,7 @@ def _reset_profile_results() -> None:
 
 __all__ = [
     "BundledModule",
+    "ExecuTorchMethod",
     "ExecuTorchModule",
     "ExecuTorchProgram",
     "MethodMeta",
