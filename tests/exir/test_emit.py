@@ -5,12 +5,13 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 from torch._higher_order_ops.executorch_call_delegate import executorch_call_delegate
 from torch.export import Dim, export
 
-from edgetorch.exir import to_edge
+from edgetorch.exir import EdgeCompileConfig, to_edge
 from edgetorch.exir.passes.sym_shape_eval_pass import HintBasedSymShapeEvalPass
 from edgetorch.exir.to_executorch import ExecutorchBackendConfig, ExecutorchProgramManager
 from edgetorch.format.program import (
@@ -240,3 +241,36 @@ def test_emitter_output_holds_constants_inline_at_their_exact_size():
     by_fqn = external.external_constant_map[tag]
     assert sorted(by_fqn) == ["bias", "weight"]
     assert external.external_constant_buffer[by_fqn["bias"]] == linear.bias.detach().numpy().tobytes()
+
+
+class SymbolicScalars(torch.nn.Module):
+    """Sizes computed with torch's symbolic functions: each becomes an ``executorch_prim`` instruction."""
+
+    def forward(self, x):
+        n, m = x.shape
+        chosen = torch.sym_ite(n > 5, n, m)
+        flag = torch.sym_float(torch.sym_not(n > 5))
+        return torch.zeros(max(chosen, 10)), torch.zeros(min(torch.sym_int(torch.sym_float(n)), 10)), x + flag
+
+
+def test_symbolic_scalar_functions_become_prim_instructions():
+    from tests.oracle import run_executorch_calls
+
+    dims = {"x": {0: Dim("rows", min=1, max=20), 1: Dim("cols", min=1, max=20)}}
+    ep = export(SymbolicScalars(), (torch.randn(3, 6),), dynamic_shapes=dims)
+    buffer = (
+        to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch().buffer
+    )  # as ExecuTorch's test
+    names = {op.name for op in plan_of(buffer).operators}
+    assert {f"executorch_prim::{f}" for f in ("sym_ite", "sym_not", "sym_float", "sym_max", "sym_min")} <= names
+    inputs = [torch.randn(3, 6), torch.randn(8, 4), torch.randn(15, 3)]
+    theirs = run_executorch_calls(buffer, [[x.numpy()] for x in inputs])
+    for x, got in zip(inputs, theirs):
+        assert_close([torch.from_numpy(np.asarray(g)) for g in run_et_ours(buffer, x)], SymbolicScalars()(x))
+        assert_close([torch.from_numpy(np.asarray(g)) for g in got], SymbolicScalars()(x))
+
+
+def run_et_ours(buffer: bytes, x: torch.Tensor) -> list:
+    from edgetorch.runtime import Runtime
+
+    return Runtime.get().load_program(buffer).load_method("forward").execute([x.numpy()])

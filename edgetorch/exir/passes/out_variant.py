@@ -8,6 +8,7 @@ in-place ``aten.copy_`` write-back. May import torch.
 
 from __future__ import annotations
 
+import builtins
 import math
 import operator
 from collections.abc import Callable
@@ -51,7 +52,9 @@ SYM_OPS: dict[Callable[..., Any], SymOp] = {
         (operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"), (operator.floordiv, "floordiv"),
         (operator.truediv, "truediv"), (operator.mod, "mod"), (operator.eq, "eq"), (operator.gt, "gt"),
         (operator.lt, "lt"), (operator.ge, "ge"), (operator.le, "le"), (operator.neg, "neg"),
-        (math.ceil, "ceil"), (math.trunc, "trunc"),
+        (math.ceil, "ceil"), (math.trunc, "trunc"), (builtins.round, "round"),
+        (torch.sym_float, "sym_float"), (torch.sym_int, "sym_int"), (torch.sym_max, "sym_max"),
+        (torch.sym_min, "sym_min"), (torch.sym_not, "sym_not"), (torch.sym_ite, "sym_ite"),
     ]
 }  # fmt: skip
 
