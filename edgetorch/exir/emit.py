@@ -13,6 +13,7 @@ program (and its constant methods) into one Program. May import torch.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import operator
 import re
@@ -39,6 +40,7 @@ from edgetorch.format.program import (
     BackendDelegateInlineData,
     Bool,
     BoolList,
+    Buffer,
     Chain,
     CompileSpec,
     ContainerMetadata,
@@ -584,19 +586,26 @@ def _constant_leaf(emitter: MethodEmitter, leaf: Any) -> int:
 
 @dataclass
 class EmitterOutput:
-    """What :func:`emit_program` makes: the Program, the segments to write after it, and the debug maps.
+    """What :func:`emit_program` makes: the Program in two forms, and the debug maps.
 
+    ``program`` is ExecuTorch's emitter output: data inline (constants in ``constant_buffer`` after the empty
+    placeholder, delegate blobs in ``backend_delegate_data``), with the initial states of mutable buffers in
+    ``mutable_data`` and data stored by key in ``named_data``, as ``_serialize_pte_binary(PTEFile(program,
+    mutable_data, named_data))`` takes them. ``pte_program`` and ``segments`` are the same program as the
+    ``.pte`` writes it (``save_pte(pte_program, segments)``): data moved into segments.
     ``debug_handle_map``: method -> instruction -> Edge debug handle(s); ``method_to_delegate_debug_id_map``:
     method -> delegate instruction -> backend and its debug map; ``named_data``: data stored by key, in the
     ``.pte`` or (by tag) in ``.ptd`` files.
     """
 
     program: Program
+    pte_program: Program
     segments: list[bytes | SegmentView]
     debug_handle_map: dict[str, dict[int, int | list[int]]]
     method_to_delegate_debug_id_map: dict[str, dict[int, dict[str, Any]]]
     instruction_id_to_num_outs_map: dict[str, dict[int, int]]
     named_data: NamedDataStoreOutput
+    mutable_data: list[Buffer] | None = None
 
 
 def emit_program(
@@ -643,7 +652,7 @@ def emit_program(
             else:
                 segments.append(blob)
         named.append(NamedData(key=key, segment_index=first_named_segment[entry.buffer_index]))
-    program = Program(
+    pte_program = Program(
         version=0,
         execution_plan=plans,
         constant_buffer=[],
@@ -653,11 +662,31 @@ def emit_program(
         mutable_data_segments=mutable,
         named_data=named or None,
     )
+    inline = Program(
+        version=0,
+        execution_plan=[_inline_delegates(plan) for plan in plans] if extract_delegate_segments else plans,
+        constant_buffer=[Buffer(storage=blob) for blob in data.constants],
+        backend_delegate_data=[BackendDelegateInlineData(blob) for blob in data.delegate_blobs],
+        segments=[],
+        constant_segment=SubsegmentOffsets(segment_index=0, offsets=[]),
+    )
     return EmitterOutput(
-        program,
+        inline,
+        pte_program,
         segments,
         {name: e.debug_handle_map for name, e in emitters.items()},
         {name: e.delegate_map for name, e in emitters.items()},
         {name: e.instruction_id_to_num_outs_map for name, e in emitters.items()},
         store,
+        [Buffer(storage=state) for state in data.mutable] if len(data.mutable) > 1 else None,
     )
+
+
+def _inline_delegates(plan: ExecutionPlan) -> ExecutionPlan:
+    """``plan`` with its delegates' blobs referred to in ``backend_delegate_data`` instead of segments (the
+    first segment holds the constants, so blob ``i`` is segment ``i + 1``); the rest of the plan is shared."""
+    delegates = [
+        dataclasses.replace(d, processed=BackendDelegateDataReference(DataLocation.INLINE, d.processed.index - 1))
+        for d in plan.delegates
+    ]
+    return dataclasses.replace(plan, delegates=delegates)

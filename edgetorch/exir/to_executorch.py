@@ -156,7 +156,7 @@ class ExecutorchProgramManager:
         self.memory_plans: dict[str, MemoryPlan] = {}
         self._programs = {name: self._lower(name, ep) for name, ep in edge_programs.items()}
         emitted = self._emit()
-        self._program, self._segments, self._external_data = emitted.program, emitted.segments, emitted.named_data
+        self._program, self._segments, self._external_data = emitted.pte_program, emitted.segments, emitted.named_data
         self.debug_handle_map = emitted.debug_handle_map
         self.delegate_map = emitted.method_to_delegate_debug_id_map
         self.instruction_id_to_num_outs_map = emitted.instruction_id_to_num_outs_map

@@ -155,5 +155,5 @@ def test_memory_free_in_a_planned_graph_is_emitted_as_a_free_call():
     assert named[at - 1][0] == "aten::relu"  # placed where the graph put it
     add = next(i for name, i in named if name == "aten::add")
     assert named[at][1].value_index == add.args[-1]  # the add's result is the tensor freed
-    method = Runtime.get().load_program(save_pte(out.program, out.segments)).load_method("forward")
+    method = Runtime.get().load_program(save_pte(out.pte_program, out.segments)).load_method("forward")
     torch.testing.assert_close(torch.from_numpy(method.execute([x.numpy()])[0]), Twice()(x))

@@ -167,7 +167,7 @@ def test_emit_program_emits_planned_methods_and_constant_methods():
     out = emit_program({"forward": manager.exported_program()}, prim_getters={"answer": 42})
     assert [p.name for p in out.program.execution_plan] == ["forward", "answer"]
     assert out.debug_handle_map["forward"]
-    buffer = save_pte(out.program, out.segments)
+    buffer = save_pte(out.pte_program, out.segments)
     np.testing.assert_allclose(_run(buffer, (x,))[0], model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
     assert _run(buffer, (), "answer") == [42]
 
