@@ -29,6 +29,7 @@ from edgetorch.errors import UnsupportedOperatorError
 from edgetorch.exir import memory
 from edgetorch.exir.dialects import to_aten
 from edgetorch.exir.dialects.quantized import OutOverload
+from edgetorch.exir.error import InternalError
 from edgetorch.exir.named_data_store import NamedDataStore, NamedDataStoreOutput
 from edgetorch.exir.passes.init_mutable_pass import INIT_BUFFER_KEY
 from edgetorch.exir.passes.out_variant import SymOp
@@ -75,12 +76,13 @@ from edgetorch.format.program import (
 from edgetorch.format.ptd import TensorLayout
 from edgetorch.format.pte import SegmentView
 
-MEMORY_FORMATS = {
-    torch.contiguous_format: 0,
-    torch.preserve_format: 1,
-    torch.channels_last: 2,
-    torch.channels_last_3d: 3,
-}
+
+class EmitConfigError(InternalError, ValueError):
+    """A method cannot be emitted as configured (ExecuTorch raises its ``InternalError`` there)."""
+
+
+MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1}
+"""The memory formats a program can name (ExecuTorch's kernels take no other); layouts are dim orders."""
 
 
 STATE_WRITES = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
@@ -305,7 +307,7 @@ class MethodEmitter:
         if self.emit_mutable_buffer_names:
             return self._fqns[node.name]
         if spec.mem_id is None or spec.mem_offset is None:
-            raise ValueError(
+            raise EmitConfigError(
                 f"mutable buffer {self._fqns[node.name]!r} of method {self.name} is not memory planned, so the "
                 "runtime could only find it by name; plan it (MemoryPlanningPass(alloc_mutable_buffers=True)) or "
                 "write the names: ExecutorchBackendConfig(emit_mutable_buffer_names=True)"
@@ -439,6 +441,12 @@ class MethodEmitter:
         if isinstance(v, torch.dtype):
             return self._value(Int(int(DTYPE_TO_SCALAR[v])))
         if isinstance(v, torch.memory_format):
+            if v not in MEMORY_FORMATS:
+                raise EmitConfigError(
+                    f"an argument asks for memory format {v}, which a program cannot name (only contiguous and "
+                    "preserve); keep dim order on (EdgeCompileConfig(_skip_dim_order=False), the default) so the "
+                    "layout is written as a dim order instead"
+                )
             return self._value(Int(MEMORY_FORMATS[v]))
         if isinstance(v, torch.layout):
             return self._value(Int(0))

@@ -274,3 +274,23 @@ def run_et_ours(buffer: bytes, x: torch.Tensor) -> list:
     from edgetorch.runtime import Runtime
 
     return Runtime.get().load_program(buffer).load_method("forward").execute([x.numpy()])
+
+
+def test_a_memory_format_a_program_cannot_name_is_refused_as_executorch_does():
+    from edgetorch.exir.error import InternalError
+
+    class ToChannelsLast(torch.nn.Module):
+        def forward(self, x):
+            return x.to(dtype=torch.float32, memory_format=torch.channels_last)
+
+    ep = export(ToChannelsLast(), (torch.ones(2, 3, 4, 5),))
+    with pytest.raises(InternalError, match="memory format torch.channels_last"):
+        to_edge(ep, compile_config=EdgeCompileConfig(_skip_dim_order=True)).to_executorch()
+    buffer = to_edge(ep).to_executorch().buffer  # as a dim order it is fine
+    assert "dim_order_ops::_to_dim_order_copy" in {op.name for op in plan_of(buffer).operators}
+
+
+def test_edge_ops_name_their_packet():
+    from edgetorch.exir.dialects._ops import ops
+
+    assert ops.edge.aten.relu.default._overloadpacket._qualified_op_name == "aten::relu"

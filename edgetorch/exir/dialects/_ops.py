@@ -49,6 +49,11 @@ class EdgeOpOverload:
         return (edge_op, (self._op,))
 
     @property
+    def _overloadpacket(self) -> EdgeOpOverloadPacket:
+        """The Edge packet this overload belongs to (``_qualified_op_name`` is ``aten::sin``)."""
+        return EdgeOpOverloadPacket(self._op._overloadpacket)
+
+    @property
     def _schema(self) -> Any:
         """The ATen schema; for an op with dtype constraints each argument also has ``allowed_types``."""
         from edgetorch.exir.dialects.dtype_constraints import EdgeFunctionSchema, schema_constraint
@@ -181,8 +186,13 @@ class EdgeOpOverloadPacket:
             raise AttributeError(overload)
         return self._wrap(getattr(self._packet, overload))
 
+    @property
+    def _qualified_op_name(self) -> str:
+        """``namespace::name``, as torch's packets have it."""
+        return self._packet._qualified_op_name
+
     def __repr__(self) -> str:
-        return f"<EdgeOpOverloadPacket: {self._packet._qualified_op_name}>"
+        return f"<EdgeOpOverloadPacket: {self._qualified_op_name}>"
 
 
 class BackendOpOverloadPacket(EdgeOpOverloadPacket):
