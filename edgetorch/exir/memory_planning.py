@@ -370,6 +370,10 @@ def run_algorithm(
     return bufsizes + [0] * (2 - len(bufsizes))
 
 
+class DevicePoolsNotSupportedError(MemoryPlanError, NotImplementedError):
+    """Preset arenas (``spec.mem_id``) together with per-device planning, which numbers arenas itself."""
+
+
 def plan_per_device(
     algo: Callable[..., MemoryAlgoResult | list[int]],
     alignment: int,
@@ -389,15 +393,15 @@ def plan_per_device(
         key = (spec.device, spec.device_index) if enable_non_cpu_memory_planning else cpu
         groups.setdefault(key, []).append(spec)
     if len(groups) > 1 and any(s.mem_id is not None for s in specs):
-        raise MemoryPlanError(
+        raise DevicePoolsNotSupportedError(
             "a pass preset arenas (spec.mem_id) on a method that also has device tensors; per-device planning "
             "numbers the arenas itself: drop the preset arenas or set enable_non_cpu_memory_planning=False"
         )
     sizes, devices = [0], [cpu]
     for key in sorted(groups, key=lambda k: (k != cpu, int(k[0]), k[1])):
         group = groups[key]
-        if key != cpu and not group:
-            continue
+        if not group and (key != cpu or len(groups) > 1):
+            continue  # no arena for a device without tensors (the host's only when nothing else has one)
         local = run_algorithm(algo, alignment, group, graph_module, graph_signature, extra_padding)
         base = len(sizes)
         sizes += local[1:]

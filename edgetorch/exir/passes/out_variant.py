@@ -147,9 +147,16 @@ def _to_out_variant(gm: torch.fx.GraphModule, node: torch.fx.Node, target: torch
             kwargs[out_names[0]] = _alloc_node(gm, specs, _vals(node))
         else:
             for name, spec, val in zip(out_names, specs, _vals(node)):
-                kwargs[name] = _alloc_node(gm, spec, val)
+                kwargs[name] = _alloc_node(gm, spec if spec is not None else _unused_out(specs), val)
     node.target = out_op
     node.kwargs = kwargs
+
+
+def _unused_out(specs: list) -> TensorSpec:
+    """An empty tensor for an out argument whose result the graph does not compute (``convolution_backward``'s
+    input gradient under ``output_mask=[False, ...]``): the kernel leaves it alone."""
+    dtype = next((s.dtype for s in specs if isinstance(s, TensorSpec)), torch.float32)
+    return TensorSpec(dtype, (0,), shape=(0,))
 
 
 def _vals(node: torch.fx.Node) -> list:

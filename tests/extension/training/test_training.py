@@ -71,6 +71,19 @@ class BatchNormNet(torch.nn.Module):
         return self.loss(self.l2(torch.relu(self.bn(self.l1(x)))), y)
 
 
+class ConvNet(torch.nn.Module):
+    """A convolution first: its backward computes no input gradient (``convolution_backward`` with an output
+    left out), which the compiled program must still give an out argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.l2 = torch.nn.Conv2d(1, 6, 2), torch.nn.Linear(6, 3)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, y):
+        return self.loss(self.l2(torch.relu(self.conv(x.view(-1, 1, 2, 2))).flatten(1)), y)
+
+
 MODELS = {"mlp": MLP, "xor": XorNet}
 SGD_OPTIONS = {
     "plain": dict(lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False),
@@ -219,6 +232,14 @@ def test_joint_graph_with_buffer_mutations_trains_like_eager():
     assert _constant(program, "__et_training_parameters_index_forward") == [7]
     want_losses, want_params = _eager(net, SGD_OPTIONS["momentum"])
     _assert_trained_like_eager(*_train_ours(pte, SGD_OPTIONS["momentum"]), want_losses, want_params)
+
+
+def test_a_convolution_whose_input_needs_no_gradient_trains_like_eager():
+    torch.manual_seed(0)
+    net = ConvNet()
+    pte = edgetorch.exir.to_edge(_joint_graph(net)).to_executorch().buffer
+    want_losses, want_params = _eager(net, SGD_OPTIONS["plain"])
+    _assert_trained_like_eager(*_train_ours(pte, SGD_OPTIONS["plain"]), want_losses, want_params)
 
 
 def test_gradients_match_eager(compiled):
