@@ -22,7 +22,7 @@ from torch.export.graph_signature import OutputKind
 from torch.fx.passes.infra.pass_base import PassBase
 
 from edgetorch.exir.dynamic_shape import DynamicMemoryPlanningMode
-from edgetorch.exir.emit import EmitterOutput, emit_program
+from edgetorch.exir.emit import EmitterOutput, emit_program, external_constants
 from edgetorch.exir.memory_planning import MemoryPlan
 from edgetorch.exir.pass_base import PassManager
 from edgetorch.exir.passes.constant_prop_pass import constant_prop_pass
@@ -37,7 +37,7 @@ from edgetorch.exir.passes.spec_prop import TRAINABLE, SpecPropPass, mark_consta
 from edgetorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass, HintBasedSymShapeEvalPass
 from edgetorch.exir.passes.weights_to_outputs import training_metadata, weights_to_outputs
 from edgetorch.exir.tensor import SCALAR_TO_DTYPE
-from edgetorch.format.program import Buffer, Program, Tensor, TensorDataLocation
+from edgetorch.format.program import Program, Tensor, TensorDataLocation
 from edgetorch.format.ptd import save_ptd
 from edgetorch.format.pte import SEGMENT_ALIGNMENT, save_pte
 
@@ -125,21 +125,6 @@ class ExecutorchBackendConfig:
             )
 
 
-@dataclass
-class InlineEmitterOutput:
-    """ExecuTorch's ``EmitterOutput``: the Program with constants, delegate blobs and named data inline
-    (index 0 of ``constant_buffer`` the empty placeholder), the debug maps, the mutable buffers' initial
-    states, and the constants kept in ``.ptd`` files as unique buffers with, per tag, fqn -> buffer index."""
-
-    program: Program
-    debug_handle_map: dict[str, dict[int, int | list[int]]]
-    method_to_delegate_debug_id_map: dict[str, dict[int, dict[str, Any]]]
-    instruction_id_to_num_outs_map: dict[str, dict[int, int]]
-    mutable_data: list[Buffer] | None
-    external_constant_buffer: list[bytes]
-    external_constant_map: dict[str, dict[str, int]] | None
-
-
 class ExecutorchProgramManager:
     """The result of ``to_executorch``: execution-dialect programs per method and the ``.pte`` bytes."""
 
@@ -175,26 +160,21 @@ class ExecutorchProgramManager:
         return self._etrecord
 
     @property
-    def _emitter_output(self) -> InlineEmitterOutput:
+    def _emitter_output(self) -> EmitterOutput:
         """The emitted program as ExecuTorch's emitter hands it over: data inline, not yet in segments."""
         from edgetorch.exir._serialize._program import deserialize_pte_binary
 
         pte = deserialize_pte_binary(self.buffer)
         _trim_constants(pte.program)
-        external: dict[str, dict[str, int]] = {}
-        unique: dict[int, int] = {}
-        store = self._external_data
-        for tag, entries in store.external_data.items():
-            for fqn, entry in entries.items():
-                external.setdefault(tag, {})[fqn] = unique.setdefault(entry.buffer_index, len(unique))
-        return InlineEmitterOutput(
+        external_buffer, external_map = external_constants(self._external_data)
+        return EmitterOutput(
             program=pte.program,
             debug_handle_map=self.debug_handle_map,
             method_to_delegate_debug_id_map=self.delegate_map,
             instruction_id_to_num_outs_map=self.instruction_id_to_num_outs_map,
             mutable_data=pte.mutable_data,
-            external_constant_buffer=[bytes(store.buffers[index]) for index in unique],
-            external_constant_map=external or None,
+            external_constant_buffer=external_buffer,
+            external_constant_map=external_map,
         )
 
     @property

@@ -284,3 +284,21 @@ def test_op_replace_pass_and_write_back_pass():
     gm, signature = insert_write_back_for_buffers_pass(ep)
     copies = [n for n in gm.graph.nodes if n.target is torch.ops.aten.copy_.default]
     assert len(copies) == 1 and signature is ep.graph_signature
+
+
+def test_serialize_for_executorch_writes_the_program_and_its_data_files():
+    from edgetorch.exir import ExecutorchBackendConfig
+    from edgetorch.exir._serialize._serialize import serialize_for_executorch
+    from edgetorch.exir.emit import emit_program
+    from edgetorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
+
+    model, x = Affine(), torch.randn(2, 3)
+    config = ExecutorchBackendConfig(external_constants=True)
+    manager = to_edge(export(model, (x,))).to_executorch(config)
+    out = emit_program({"forward": manager.exported_program()})
+    assert list(out.external_constant_map) == ["_default_external_constant"] and len(out.external_constant_buffer) == 2
+    pte, ptd = serialize_for_executorch(out, config, FlatTensorSerializer(), out.named_data)
+    assert list(ptd) == ["_default_external_constant"]
+    method = Runtime.get().load_program(bytes(pte), data_files=[bytes(ptd["_default_external_constant"])])
+    got = method.load_method("forward").execute([x.numpy()])
+    np.testing.assert_allclose(got[0], model(x).detach().numpy(), rtol=1e-5, atol=1e-5)

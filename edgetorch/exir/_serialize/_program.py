@@ -63,7 +63,9 @@ def serialize_pte_binary(
     for name, value in (("constant_tensor_alignment", alignment), ("delegate_alignment", delegate_alignment)):
         if value is not None and (value <= 0 or value & (value - 1)):
             raise ValueError(f"{name} must be a power of two, found {value}")
-    program = copy.deepcopy(pte_file.program)
+    source = pte_file.program
+    blobs = [b.storage for b in source.constant_buffer] + [d.data for d in source.backend_delegate_data]
+    program = copy.deepcopy(source, memo={id(blob): blob for blob in blobs})  # the structure, not the data
     segments: list[bytes] = []
     if program.constant_buffer:
         data, offsets = _pack([bytes(b.storage) for b in program.constant_buffer], alignment)

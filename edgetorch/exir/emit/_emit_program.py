@@ -594,26 +594,39 @@ def _constant_leaf(emitter: MethodEmitter, leaf: Any) -> int:
 
 @dataclass
 class EmitterOutput:
-    """What :func:`emit_program` makes: the Program in two forms, and the debug maps.
+    """What :func:`emit_program` makes, ExecuTorch's fields first.
 
-    ``program`` is ExecuTorch's emitter output: data inline (constants in ``constant_buffer`` after the empty
-    placeholder, delegate blobs in ``backend_delegate_data``), with the initial states of mutable buffers in
-    ``mutable_data`` and data stored by key in ``named_data``, as ``_serialize_pte_binary(PTEFile(program,
-    mutable_data, named_data))`` takes them. ``pte_program`` and ``segments`` are the same program as the
-    ``.pte`` writes it (``save_pte(pte_program, segments)``): data moved into segments.
+    ``program`` has its data inline (constants in ``constant_buffer`` after the empty placeholder, delegate
+    blobs in ``backend_delegate_data``), the initial states of mutable buffers are ``mutable_data``, and the
+    constants kept in ``.ptd`` files are ``external_constant_buffer`` (distinct bytes) with, per file tag,
+    fqn -> index into it in ``external_constant_map``: ``_serialize.serialize_for_executorch`` writes the files.
     ``debug_handle_map``: method -> instruction -> Edge debug handle(s); ``method_to_delegate_debug_id_map``:
-    method -> delegate instruction -> backend and its debug map; ``named_data``: data stored by key, in the
-    ``.pte`` or (by tag) in ``.ptd`` files.
+    method -> delegate instruction -> backend and its debug map.
+    edgetorch adds the same program as the ``.pte`` writes it (``save_pte(pte_program, segments)``: data moved
+    into segments) and ``named_data``, everything stored by key (in the ``.pte`` or, by tag, in ``.ptd`` files).
     """
 
     program: Program
-    pte_program: Program
-    segments: list[bytes | SegmentView]
     debug_handle_map: dict[str, dict[int, int | list[int]]]
     method_to_delegate_debug_id_map: dict[str, dict[int, dict[str, Any]]]
     instruction_id_to_num_outs_map: dict[str, dict[int, int]]
-    named_data: NamedDataStoreOutput
     mutable_data: list[Buffer] | None = None
+    external_constant_buffer: list[bytes] = field(default_factory=list)
+    external_constant_map: dict[str, dict[str, int]] | None = None
+    pte_program: Program | None = None
+    segments: list[bytes | SegmentView] = field(default_factory=list)
+    named_data: NamedDataStoreOutput | None = None
+
+
+def external_constants(store: NamedDataStoreOutput) -> tuple[list[bytes], dict[str, dict[str, int]] | None]:
+    """The data a store keeps in ``.ptd`` files as ExecuTorch's emitter reports it: the distinct buffers, and
+    per tag, fqn -> index into them (None when there are none)."""
+    unique: dict[int, int] = {}
+    tags: dict[str, dict[str, int]] = {}
+    for tag, entries in store.external_data.items():
+        for fqn, entry in entries.items():
+            tags.setdefault(tag, {})[fqn] = unique.setdefault(entry.buffer_index, len(unique))
+    return [bytes(store.buffers[index]) for index in unique], tags or None
 
 
 def emit_program(
@@ -678,15 +691,18 @@ def emit_program(
         segments=[],
         constant_segment=SubsegmentOffsets(segment_index=0, offsets=[]),
     )
+    external_buffer, external_map = external_constants(store)
     return EmitterOutput(
-        inline,
-        pte_program,
-        segments,
-        {name: e.debug_handle_map for name, e in emitters.items()},
-        {name: e.delegate_map for name, e in emitters.items()},
-        {name: e.instruction_id_to_num_outs_map for name, e in emitters.items()},
-        store,
-        [Buffer(storage=state) for state in data.mutable] if len(data.mutable) > 1 else None,
+        program=inline,
+        debug_handle_map={name: e.debug_handle_map for name, e in emitters.items()},
+        method_to_delegate_debug_id_map={name: e.delegate_map for name, e in emitters.items()},
+        instruction_id_to_num_outs_map={name: e.instruction_id_to_num_outs_map for name, e in emitters.items()},
+        mutable_data=[Buffer(storage=state) for state in data.mutable] if len(data.mutable) > 1 else None,
+        external_constant_buffer=external_buffer,
+        external_constant_map=external_map,
+        pte_program=pte_program,
+        segments=segments,
+        named_data=store,
     )
 
 
