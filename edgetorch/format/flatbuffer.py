@@ -222,7 +222,9 @@ class _Writer:
             return self.b.CreateString(value)
         if isinstance(kind, Vector):
             return self.vector(kind, value)
-        return self.table(value)
+        # A table field takes any object with the table's fields (ExecuTorch's backend CompileSpec for the
+        # schema's), written with the declared table's layout.
+        return self.table(value, kind if isinstance(kind, type) and not isinstance(value, kind) else None)
 
     def vector(self, kind: Vector, items: Any) -> int:
         b, elem = self.b, kind.elem
@@ -245,8 +247,8 @@ class _Writer:
             b.PrependUOffsetTRelative(off)
         return b.EndVector(len(offsets))
 
-    def table(self, obj: Any) -> int:
-        layout = _layout(type(obj))
+    def table(self, obj: Any, cls: type | None = None) -> int:
+        layout = _layout(cls or type(obj))
         children = {}
         for name, kind, _slot, _enum in layout:
             v = getattr(obj, name)

@@ -8,6 +8,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -84,6 +85,17 @@ class ExtendedHeader:
         size, base = struct.unpack_from("<QQ", data, 16)
         seg_size = struct.unpack_from("<Q", data, 32)[0] if length >= 32 and len(data) >= 40 else 0
         return cls(size, base, seg_size, HEADER_MAGIC, length)
+
+
+@dataclass(frozen=True)
+class AlignedSegment:
+    """A segment whose start must also be a multiple of its own ``alignment`` (named data that asks for it)."""
+
+    data: bytes | memoryview
+    alignment: int
+
+    def __len__(self) -> int:
+        return len(self.data)
 
 
 @dataclass(frozen=True)
@@ -167,18 +179,23 @@ def load_pte(data: bytes | bytearray | memoryview) -> PteFile:
 
 def save_pte(
     program: Program,
-    segments: Sequence[bytes | memoryview | SegmentView] = (),
+    segments: Sequence[bytes | memoryview | SegmentView | AlignedSegment] = (),
     segment_alignment: int = SEGMENT_ALIGNMENT,
+    *,
+    header_without_data: bool = True,
 ) -> bytes:
     """Encode ``program`` with ``segments`` appended; ``program.segments`` is rewritten to match.
 
-    Each segment starts at a multiple of ``segment_alignment`` (a power of two) from the file's start;
-    a :class:`SegmentView` adds no bytes, it names a range of an earlier segment.
+    Each segment starts at a multiple of ``segment_alignment`` (of its least common multiple with an
+    :class:`AlignedSegment`'s own alignment) counted from the first segment, which starts at the first
+    multiple of ``segment_alignment`` after the program; a :class:`SegmentView` adds no bytes, it names a range
+    of an earlier segment. ``header_without_data=False`` leaves the extended header out when the segments hold
+    no bytes, as ExecuTorch's serializer does.
     """
-    if segment_alignment <= 0 or segment_alignment & (segment_alignment - 1):
-        raise ValueError(f"segment_alignment must be a power of two, found {segment_alignment}")
+    if segment_alignment <= 0:
+        raise ValueError(f"segment_alignment must be positive, found {segment_alignment}")
     offsets: list[DataSegment] = []
-    pos = seg_total = 0
+    end = 0
     for seg in segments:
         if isinstance(seg, SegmentView):
             if not 0 <= seg.segment < len(offsets) or isinstance(segments[seg.segment], SegmentView):
@@ -191,18 +208,21 @@ def save_pte(
                 )
             offsets.append(DataSegment(offset=base_ref.offset + seg.offset, size=seg.size))
             continue
-        offsets.append(DataSegment(offset=pos, size=len(seg)))
-        seg_total = pos + len(seg)
-        pos = aligned(seg_total, segment_alignment)
+        step = math.lcm(segment_alignment, seg.alignment) if isinstance(seg, AlignedSegment) else segment_alignment
+        start = aligned(end, step)
+        offsets.append(DataSegment(offset=start, size=len(seg)))
+        end = start + len(seg)
     program.segments = offsets
     flat = encode(program, FILE_IDENTIFIER)
+    if end == 0 and not header_without_data:
+        return bytes(flat)
     root = struct.unpack_from("<I", flat, 0)[0]
     program_size = len(flat) + HEADER_LENGTH
     base = aligned(program_size, segment_alignment) if segments else 0
-    header = ExtendedHeader(program_size, base, seg_total).to_bytes()
+    header = ExtendedHeader(program_size, base, end).to_bytes()
     out = bytearray(struct.pack("<I", root + HEADER_LENGTH) + flat[4:8] + header + flat[8:])
     for seg, ref in zip(segments, offsets):
         if not isinstance(seg, SegmentView):
             out += bytes(base + ref.offset - len(out))
-            out += seg
+            out += seg.data if isinstance(seg, AlignedSegment) else seg
     return bytes(out)

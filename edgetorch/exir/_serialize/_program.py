@@ -19,6 +19,7 @@ from typing import Any
 from edgetorch.exir.named_data_store import DataEntry, NamedDataStoreOutput
 from edgetorch.format.flatbuffer import Union
 from edgetorch.format.program import (
+    BackendDelegateDataReference,
     BackendDelegateInlineData,
     Buffer,
     DataLocation,
@@ -26,7 +27,7 @@ from edgetorch.format.program import (
     Program,
     SubsegmentOffsets,
 )
-from edgetorch.format.pte import ExtendedHeader, FormatError, load_pte, save_pte
+from edgetorch.format.pte import AlignedSegment, ExtendedHeader, FormatError, load_pte, save_pte
 
 __all__ = ["PTEFile", "deserialize_pte_binary", "serialize_pte_binary"]  # and ExecuTorch's private helpers below
 
@@ -66,35 +67,63 @@ def serialize_pte_binary(
     source = pte_file.program
     blobs = [b.storage for b in source.constant_buffer] + [d.data for d in source.backend_delegate_data]
     program = copy.deepcopy(source, memo={id(blob): blob for blob in blobs})  # the structure, not the data
-    segments: list[bytes] = []
+    segments: list[bytes | AlignedSegment] = []
     if program.constant_buffer:
         data, offsets = _pack([bytes(b.storage) for b in program.constant_buffer], alignment)
         program.constant_segment = SubsegmentOffsets(segment_index=0, offsets=offsets)
         program.constant_buffer = []
         segments.append(data)
-    if extract_delegate_segments:
-        blobs = [bytes(d.data) for d in program.backend_delegate_data]
-        first = len(segments)
-        segments += blobs
-        for plan in program.execution_plan:
-            for delegate in plan.delegates:
-                if delegate.processed.location == DataLocation.INLINE:
-                    delegate.processed.location = DataLocation.SEGMENT
-                    delegate.processed.index += first
-        program.backend_delegate_data = []
-    if pte_file.mutable_data:
+    if pte_file.mutable_data is not None:
         data, offsets = _pack([bytes(b.storage) for b in pte_file.mutable_data], alignment)
-        program.mutable_data_segments = [SubsegmentOffsets(segment_index=len(segments), offsets=offsets)]
-        segments.append(data)
+        if data:
+            program.mutable_data_segments = [SubsegmentOffsets(segment_index=len(segments), offsets=offsets)]
+            segments.append(data)
+    if extract_delegate_segments:
+        _extract_delegates(program, segments)
     if pte_file.named_data is not None and pte_file.named_data.pte_data:
+        if program.named_data:
+            raise ValueError("the Program already names data; give the named data either in it or in PTEFile")
         named, where = [], {}
         for key, entry in pte_file.named_data.pte_data.items():
             if entry.buffer_index not in where:
                 where[entry.buffer_index] = len(segments)
-                segments.append(bytes(pte_file.named_data.buffers[entry.buffer_index]))
+                blob = bytes(pte_file.named_data.buffers[entry.buffer_index])
+                segments.append(AlignedSegment(blob, entry.alignment))
             named.append(NamedData(key=key, segment_index=where[entry.buffer_index]))
         program.named_data = named
-    return save_pte(program, segments, segment_alignment)
+    return save_pte(program, segments, segment_alignment, header_without_data=False)
+
+
+def _extract_delegates(program: Program, segments: list[bytes | AlignedSegment]) -> None:
+    """Move every non-empty inline delegate blob into a segment (identical blobs share one); an empty blob
+    stays inline. ValueError for a delegate that is not inline, or an inline blob no delegate uses."""
+    inline = program.backend_delegate_data
+    kept: list[BackendDelegateInlineData] = []
+    used: set[int] = set()
+    segment_of: dict[bytes, int] = {}
+    for plan in program.execution_plan:
+        for delegate in plan.delegates:
+            ref = delegate.processed
+            if ref.location != DataLocation.INLINE:
+                raise ValueError(f"delegate {delegate.id!r} is not inline ({ref}); the Program must hold its blobs")
+            if not 0 <= ref.index < len(inline):
+                raise ValueError(
+                    f"delegate {delegate.id!r} names inline blob {ref.index}, but the Program has {len(inline)}"
+                )
+            used.add(ref.index)
+            blob = bytes(inline[ref.index].data)
+            if blob:
+                if blob not in segment_of:
+                    segment_of[blob] = len(segments)
+                    segments.append(blob)
+                delegate.processed = BackendDelegateDataReference(DataLocation.SEGMENT, segment_of[blob])
+            else:
+                delegate.processed = BackendDelegateDataReference(DataLocation.INLINE, len(kept))
+                kept.append(inline[ref.index])
+    unused = sorted(set(range(len(inline))) - used)
+    if unused:
+        raise ValueError(f"inline delegate blobs {unused} are used by no delegate; remove them from the Program")
+    program.backend_delegate_data = kept
 
 
 def deserialize_pte_binary(program_data: bytes) -> PTEFile:
@@ -124,14 +153,35 @@ def deserialize_pte_binary(program_data: bytes) -> PTEFile:
     named = None
     if program.named_data:
         named = NamedDataStoreOutput()
+        buffer_of: dict[int, int] = {}
         for entry in program.named_data:
             if not 0 <= entry.segment_index < len(program.segments):
                 raise FormatError(f"named data {entry.key!r} names segment {entry.segment_index}, which does not exist")
-            named.pte_data[entry.key] = DataEntry(len(named.buffers), 1)
-            named.buffers.append(bytes(pte.segment(entry.segment_index)))
-        program.named_data = None
+            if entry.segment_index not in buffer_of:  # keys sharing a segment share a buffer
+                buffer_of[entry.segment_index] = len(named.buffers)
+                named.buffers.append(bytes(pte.segment(entry.segment_index)))
+            named.pte_data[entry.key] = DataEntry(buffer_of[entry.segment_index], 1)
+        program.named_data = []
     program.segments = []
+    _own_bytes(program)  # decoded byte vectors are views of the file: the Program gets its own copies
     return PTEFile(program, mutable, named)
+
+
+def _own_bytes(value: Any) -> None:
+    """Replace every memoryview inside a decoded schema object with bytes, in place."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if isinstance(item, memoryview):
+                value[i] = bytes(item)
+            else:
+                _own_bytes(item)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if isinstance(item, memoryview):
+                setattr(value, f.name, bytes(item))
+            elif isinstance(item, list) or dataclasses.is_dataclass(item):
+                _own_bytes(item)
 
 
 _ExtendedHeader = ExtendedHeader
