@@ -209,6 +209,25 @@ NAMED_PATHS += tuple(
         "xnnpack.utils.utils.is_param_node",
     )
 )
+# The Inspector internals ExecuTorch's Inspector tests import; behaviour tests in tests/devtools/test_inspector_utils.py.
+NAMED_PATHS += tuple(
+    "executorch.devtools.inspector._inspector_utils." + name
+    for name in (
+        "EDGE_DIALECT_GRAPH_KEY",
+        "NodeFilter",
+        "calculate_cosine_similarity",
+        "calculate_mse",
+        "calculate_snr",
+        "create_debug_handle_to_op_node_mapping",
+        "find_op_names",
+        "find_populated_event",
+        "gen_graphs_from_etrecord",
+        "get_aot_debug_handle_to_op_name_mapping",
+        "map_runtime_aot_intermediate_outputs",
+        "merge_runtime_overlapping_debug_handles",
+        "propagate_back_debug_handle",
+    )
+)
 
 _IDENT = r"[A-Za-z_]\w*"
 _PATH = re.compile(rf"\bexecutorch(?:\.{_IDENT})+")

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from edgetorch.devtools.inspector._inspector_utils import calculate_snr
+from edgetorch.devtools.inspector._inspector_utils import _snr
 
 DebugHandle = tuple[int, ...]
 # (AOT debug handles, AOT output) -> (runtime debug handles, runtime output), as ExecuTorch types the pairing.
@@ -56,7 +56,7 @@ class SNRComparator(NumericalComparatorBase):
     """Signal-to-noise ratio in dB: 10·log10(mean(a²) / mean((a−b)²)); infinite when they are equal."""
 
     def element_compare(self, a: Any, b: Any) -> float:
-        return calculate_snr(*_floats(a, b))
+        return _snr(*_floats(a, b))
 
 
 _BY_NAME = {"MSE": MSEComparator, "L1": L1Comparator, "SNR": SNRComparator}
