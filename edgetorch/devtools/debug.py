@@ -123,6 +123,6 @@ def find_divergence(
             want = reference.double()
             diff = float((got - want).abs().max()) if want.numel() else 0.0
             allowed = atol + rtol * float(want.abs().max()) if want.numel() else atol
-            source = next(iter(event.stack_traces.values()), "")
+            source = next((trace for trace in event.stack_traces.values() if trace), "")
             report.rows.append(Divergence(event._instruction_id, event.op_types, diff, allowed, source))
     return report

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from edgetorch.errors import InvalidArgumentError
 from edgetorch.exir.debug_handle_utils import DEBUG_HANDLE_KEY, FROM_NODE_KEY, UNSET_DEBUG_HANDLE
 from edgetorch.exir.graph_module import bfs_trace_with_node_process
 from edgetorch.format import etdump as fe
+from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 
 # A node's or an event's debug handles: one integer per Edge node it covers (a fused or delegated event covers several).
 DebugHandle = tuple[int, ...]
@@ -59,23 +61,85 @@ def calculate_time_scale_factor(source: TimeScale, target: TimeScale) -> float:
 # ---------------------------------------------------------------------- ETDump events
 
 
-def run_signature(run: fe.RunData) -> tuple:
-    """The profile events of a run, by identity: runs with the same signature are merged into one block."""
-    return tuple(
-        (p.name, p.instruction_id, p.delegate_debug_id_int, p.delegate_debug_id_str)
-        for p in (e.profile_event for e in run.events)
-        if p is not None
-    )
+def gen_etdump_object(etdump_path: str | os.PathLike | None = None, etdump_data: bytes | None = None) -> fe.ETDump:
+    """The ETDump in ``etdump_data``, else in the file ``etdump_path``."""
+    if etdump_data is None and etdump_path is not None:
+        with open(etdump_path, "rb") as f:
+            etdump_data = f.read()
+    if etdump_data is None:
+        raise ValueError("Unable to get ETDump data: pass one of etdump_path and etdump_data")
+    return fe.deserialize_etdump(etdump_data)
 
 
-def debug_events(run: fe.RunData) -> list[fe.DebugEvent]:
-    return [e.debug_event for e in run.events if e.debug_event is not None]
+def is_debug_output(value: fe.Value | None) -> bool:
+    """Whether a logged value is a program output (rather than an instruction's value)."""
+    return value is not None and value.output is not None and bool(value.output.bool_val)
 
 
-def is_debug_output(event: fe.DebugEvent) -> bool:
-    """Whether a debug event logs a program output (rather than an instruction's value)."""
-    entry = event.debug_entry
-    return entry is not None and entry.output is not None and bool(entry.output.bool_val)
+def _inflate_tensor(tensor: fe.Tensor | None, output_buffer: bytes | None) -> torch.Tensor:
+    """A logged tensor read from the debug buffer. Without a buffer, zeros of its dtype and sizes (what
+    ExecuTorch's Inspector shows then, so that runs can still be compared by shape)."""
+    if tensor is None:
+        raise ValueError("a logged tensor value holds no tensor")
+    dtype = SCALAR_TO_NUMPY.get(tensor.scalar_type)
+    if dtype is None:
+        raise ValueError(f"a logged tensor has scalar type {tensor.scalar_type!r}, which has no NumPy dtype")
+    sizes = [int(d) for d in tensor.sizes or []]
+    count = math.prod(sizes)
+    if output_buffer is None or count == 0:  # ExecuTorch stores no bytes (offset -1) for an empty tensor
+        return torch.from_numpy(np.zeros(sizes, dtype))
+    end = tensor.offset + count * dtype.itemsize
+    if tensor.offset < 0 or end > len(output_buffer):
+        raise ValueError(
+            f"a logged tensor points at bytes {tensor.offset}..{end} of a {len(output_buffer)}-byte debug buffer; "
+            "pass the debug buffer written with this ETDump"
+        )
+    return torch.from_numpy(np.frombuffer(output_buffer, dtype, count, tensor.offset).reshape(sizes).copy())
+
+
+def inflate_runtime_output(value: fe.Value, output_buffer: bytes | None) -> Any:
+    """A logged ETDump value as Python: a tensor, a list of tensors, or a number."""
+    if value.val == fe.ValueType.Tensor:
+        return _inflate_tensor(value.tensor, output_buffer)
+    if value.val == fe.ValueType.TensorList:
+        if value.tensor_list is None:
+            raise ValueError("expected a tensor list value, found none")
+        return [_inflate_tensor(t, output_buffer) for t in value.tensor_list.tensors]
+    holder = {
+        fe.ValueType.Int: value.int_value,
+        fe.ValueType.Bool: value.bool_value,
+        fe.ValueType.Float: value.float_value,
+        fe.ValueType.Double: value.double_value,
+    }.get(value.val)
+    if holder is None:
+        if value.val in (fe.ValueType.Int, fe.ValueType.Bool, fe.ValueType.Float, fe.ValueType.Double):
+            raise ValueError(f"expected a {fe.ValueType(value.val).name} value, found none")
+        return None
+    return next(iter(vars(holder).values()))
+
+
+class DebugDataMismatchError(InvalidArgumentError, AssertionError):
+    """Runs merged into one event block logged different values; an AssertionError too, as ExecuTorch's
+    Inspector asserts it."""
+
+
+def verify_debug_data_equivalence(existing_data: Sequence[Any], new_data: Sequence[Any]) -> None:
+    """Raise :class:`DebugDataMismatchError` unless two runs logged the same values (types, tensors, scalars)."""
+    if len(existing_data) != len(new_data):
+        raise DebugDataMismatchError(
+            f"runs of one event block logged {len(existing_data)} and {len(new_data)} values; expected as many"
+        )
+    for i, (a, b) in enumerate(zip(existing_data, new_data)):
+        if not isinstance(a, type(b)):
+            raise DebugDataMismatchError(f"value {i}: a {type(a).__name__} in one run, a {type(b).__name__} in another")
+        if isinstance(a, torch.Tensor):
+            same = a.shape == b.shape and bool(torch.all(a == b))
+        else:
+            same = is_inference_output_equal(a, b)
+        if not same:
+            raise DebugDataMismatchError(
+                f"value {i} differs between runs of one event block; the model or runtime is not deterministic"
+            )
 
 
 def find_populated_event(event: fe.Event) -> fe.ProfileEvent | fe.DebugEvent:
