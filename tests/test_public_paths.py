@@ -228,6 +228,25 @@ NAMED_PATHS += tuple(
         "propagate_back_debug_handle",
     )
 )
+# The rest of the Inspector's internals ExecuTorch's Inspector tests import; behaviour tests in
+# tests/devtools/test_event_blocks.py and test_inspector.py.
+NAMED_PATHS += tuple(
+    "executorch.devtools.inspector." + path
+    for path in (
+        "_inspector.DebugEventSignature",
+        "_inspector.DelegateMetadata",
+        "_inspector.EventSignature",
+        "_inspector.InstructionEvent",
+        "_inspector.InstructionEventSignature",
+        "_inspector.ProfileEventSignature",
+        "_inspector.RunSignature",
+        "_intermediate_output_capturer.IntermediateOutputCapturer",
+        "numerical_comparator.numerical_comparator_base.NumericalComparatorBase",
+        "numerical_comparator.l1_numerical_comparator.L1Comparator",
+        "numerical_comparator.mse_numerical_comparator.MSEComparator",
+        "numerical_comparator.snr_numerical_comparator.SNRComparator",
+    )
+)
 
 _IDENT = r"[A-Za-z_]\w*"
 _PATH = re.compile(rf"\bexecutorch(?:\.{_IDENT})+")

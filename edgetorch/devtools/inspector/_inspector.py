@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, TypedDict
 
 import numpy as np
+import torch
 
 from edgetorch.devtools.debug_format.base_schema import OperatorGraph, OperatorNode
 from edgetorch.devtools.debug_format.et_schema import FXOperatorGraph
@@ -32,25 +33,31 @@ from edgetorch.devtools.extras import require
 from edgetorch.devtools.inspector._inspector_utils import (
     EDGE_DIALECT_GRAPH_KEY,
     EXCLUDED_COLUMNS_WHEN_PRINTING,
+    EXCLUDED_EVENTS_FOR_INTERMEDIATE_OUTPUT,
     EXCLUDED_EVENTS_WHEN_PRINTING,
     FORWARD,
     OPERATOR_CALL,
     RESERVED_FRAMEWORK_EVENT_NAMES,
     DebugDataMismatchError,
     DebugHandle,
+    NodeFilter,
     TimeScale,
-    aot_outputs,
     calculate_time_scale_factor,
     create_debug_handle_to_op_node_mapping,
     find_populated_event,
     gen_etdump_object,
     gen_graphs_from_etrecord,
+    get_aot_debug_handle_to_op_name_mapping,
     inflate_runtime_output,
     is_debug_output,
     is_inference_output_equal,
     lookup,
+    map_runtime_aot_intermediate_outputs,
+    merge_runtime_overlapping_debug_handles,
+    propagate_back_debug_handle,
     verify_debug_data_equivalence,
 )
+from edgetorch.devtools.inspector._intermediate_output_capturer import IntermediateOutputCapturer
 from edgetorch.exir.etrecord import ETRecord, parse_etrecord
 from edgetorch.format import etdump as fe
 
@@ -95,7 +102,7 @@ class InstructionEvent:
                 instruction_id=logged.instruction_id,
                 chain_index=logged.chain_index,
                 delegate_id=logged.delegate_debug_id_int,
-                delegate_id_str=logged.delegate_debug_id_str,
+                delegate_id_str=logged.delegate_debug_id_str or None,  # "" and absent both mean "not set"
             )
             instruction = collated.setdefault(signature, InstructionEvent(signature=signature))
             if isinstance(logged, fe.ProfileEvent):
@@ -198,6 +205,14 @@ class PerfData:
 
     def __init__(self, raw: list[float]):
         self.raw = list(raw)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PerfData) and self.raw == other.raw
+
+    __hash__ = None  # type: ignore[assignment]  (mutable, like the dataclasses it sits in)
+
+    def __repr__(self) -> str:
+        return f"PerfData(raw={self.raw})"
 
     def _pct(self, q: float) -> float:
         return float(np.percentile(self.raw, q))
@@ -370,9 +385,7 @@ class Event:
                 elapsed = Event._calculate_elapsed_time(
                     convert(ret_event.name, profile.start_time), convert(ret_event.name, profile.end_time)
                 )
-            elif ret_event.is_delegated_op:
-                elapsed = float(Event._calculate_elapsed_time(profile.start_time, profile.end_time))
-            else:
+            else:  # a delegate without a converter counts in the source time scale, as the Inspector's default
                 elapsed = float(Event._calculate_elapsed_time(profile.start_time, profile.end_time)) / scale_factor
             samples.append(elapsed)
             starts.append(profile.start_time)
@@ -739,46 +752,173 @@ class Inspector:
                     seen.update(dict.fromkeys(event.op_types))
         return list(seen)
 
-    def calculate_numeric_gap(self, distance: Any = "MSE", disable_debug_handle_valdiation: bool = False) -> Any:
-        """Per runtime operator, the gap between its output and the eager output of the Edge nodes it ran.
+    # ------------------------------------------------------------------ numeric gap
 
-        Runs the ETRecord's Edge program on its representative inputs in PyTorch, keeping every node's
-        output by debug handle, and compares it with the runtime's intermediate outputs (ETDump debug
-        events) of the instructions with those handles. ``distance``: ``"MSE"``, ``"L1"``, ``"SNR"``
-        (any case) or a :class:`NumericalComparatorBase`. Returns a DataFrame with columns
-        ``aot_ops, aot_intermediate_output, runtime_ops, runtime_intermediate_output, gap``.
+    def _resolve_reference_graph(
+        self, reference_graph: str | None = None, disable_debug_handle_validation: bool = False
+    ) -> tuple[torch.fx.GraphModule, str]:
+        """The graph module the eager outputs come from, and its name.
+
+        ``"exported_program"``: the user's ATen program, its nodes given the Edge program's debug handles
+        (:func:`propagate_back_debug_handle`; a ValueError when that fails); ``"edge_dialect_exported_program"``:
+        the Edge program; another name: that graph of the ETRecord's graph map (``"<name>"`` meaning
+        ``"<name>/forward"``). None tries the ATen program and falls back to the Edge program.
+        """
+        record = self._etrecord
+        if record is None:
+            raise ValueError("the Inspector has no ETRecord: there is no reference graph; pass etrecord=...")
+        edge = record.edge_dialect_program
+        edge = edge.get(FORWARD) if isinstance(edge, Mapping) else edge
+        name = reference_graph
+        if reference_graph in (None, "exported_program"):
+            if (
+                record.exported_program is not None
+                and edge is not None
+                and propagate_back_debug_handle(
+                    record.exported_program, record.export_graph_id, edge, disable_debug_handle_validation
+                )
+            ):
+                name = "exported_program"
+            elif reference_graph is None:
+                log.warning(
+                    "The ETRecord has no ATen exported program, or its debug handles could not be carried back "
+                    "from the Edge program; using 'edge_dialect_exported_program' as the reference graph."
+                )
+                name = "edge_dialect_exported_program"
+            else:
+                raise ValueError(
+                    "Cannot use 'exported_program': the ETRecord has none, or debug handle backpropagation failed "
+                    "(some Edge node has no ancestor in it); record it with generate_etrecord(..., "
+                    "exported_program=...) or pass disable_debug_handle_valdiation=True"
+                )
+        if name == "edge_dialect_exported_program":
+            program = edge
+        elif name == "exported_program":
+            program = record.exported_program
+        else:
+            key = name if "/" in name else f"{name}/{FORWARD}"
+            program = (record.graph_map or {}).get(key)
+            if program is None:
+                raise ValueError(
+                    f"Reference graph {key!r} not found; expected 'exported_program', "
+                    f"'edge_dialect_exported_program' or one of the graph map's {sorted(record.graph_map or {})}"
+                )
+        if program is None:
+            raise ValueError(f"the ETRecord holds no {name!r} program")
+        return program.module(), name
+
+    def _representative_inputs(self) -> Any:
+        """The inputs to run the reference graph on: the first input set the ETRecord holds."""
+        inputs = self._etrecord._representative_inputs if self._etrecord is not None else None
+        if not inputs:
+            return None
+        first = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
+        return first if isinstance(first, (list, tuple)) else inputs  # one input set given flat
+
+    def _get_aot_intermediate_outputs_and_op_names(
+        self, reference_graph_module: torch.fx.GraphModule
+    ) -> tuple[dict[DebugHandle, Any], dict[DebugHandle, list[str]]]:
+        """Eager output per debug handle of ``reference_graph_module`` on the representative inputs, and the
+        names of the operator nodes per handle."""
+        names = get_aot_debug_handle_to_op_name_mapping(reference_graph_module)
+        inputs = self._representative_inputs()
+        if inputs is None:
+            return {}, names
+        return IntermediateOutputCapturer(reference_graph_module).run_and_capture(*inputs), names
+
+    def _get_aot_debug_handle_to_stack_traces(
+        self, reference_graph_module: torch.fx.GraphModule, resolved_graph_name: str
+    ) -> dict[DebugHandle, dict[str, str | None]]:
+        """Debug handle -> {operator node name: its stack trace} of the reference graph."""
+        wanted = NodeFilter("debug_handle", "call_function", exclude_ops=["getitem"])
+        traces: dict[DebugHandle, dict[str, str | None]] = {}
+        for node in reference_graph_module.graph.nodes:
+            if wanted.matches(node):
+                handle = node.meta["debug_handle"]
+                key = (handle,) if isinstance(handle, int) else tuple(handle)
+                traces.setdefault(key, {})[node.name] = node.meta.get("stack_trace")
+        if traces and not any(t for by_node in traces.values() for t in by_node.values()):
+            log.warning(
+                "The reference graph %r has no stack traces; the 'stacktraces' column holds None. Export with "
+                "stack traces kept to see them.",
+                resolved_graph_name,
+            )
+        return traces
+
+    def _get_runtime_intermediate_outputs_and_op_names(
+        self,
+    ) -> tuple[dict[DebugHandle, tuple[Any, int]], dict[DebugHandle, list[str]]]:
+        """The runtime's logged outputs per debug handle, ``(values, number of outputs)``, and the event names.
+
+        Events without operators (OPERATOR_CALL, the runtime's own) or without logged values (a delegate's inner
+        operators when only their timings were logged) are skipped; of events with the same
+        handles the last instruction's is kept; overlapping handles are merged
+        (:func:`merge_runtime_overlapping_debug_handles`). A DELEGATE_CALL is skipped when the same backend
+        also logged its inner operators, which cover its handles at a finer grain.
+        """
+        inner: dict[str | None, set[int]] = {}
+        for block in self.event_blocks:
+            for event in block.events:
+                if event.is_delegated_op and event.op_types and event.debug_data and event.debug_handles is not None:
+                    inner.setdefault(event.delegate_backend_name, set()).update(_as_handle(event.debug_handles))
+        outputs: dict[DebugHandle, tuple[int, Any, int]] = {}
+        names: dict[DebugHandle, list[str]] = {}
+        for block in self.event_blocks:
+            for event in block.events:
+                if event.name in EXCLUDED_EVENTS_FOR_INTERMEDIATE_OUTPUT or not event.op_types or not event.debug_data:
+                    continue
+                handle = _as_handle(event.debug_handles)
+                covered = inner.get(event.delegate_backend_name)
+                if event.name == "DELEGATE_CALL" and covered and not covered.isdisjoint(handle):
+                    continue
+                instruction = event._instruction_id if event._instruction_id is not None else -1
+                if instruction > outputs.get(handle, (-1, None, 0))[0]:
+                    outputs[handle] = (instruction, event.debug_data, event.num_outputs)
+                    names[handle] = [event.name]
+        merged = merge_runtime_overlapping_debug_handles(outputs)
+        return {handle: (data, count) for handle, (_, data, count) in merged.items()}, names
+
+    def calculate_numeric_gap(
+        self,
+        distance: Any = "MSE",
+        disable_debug_handle_valdiation: bool = False,
+        reference_graph: str | None = None,
+    ) -> Any:
+        """Per runtime operator, the gap between its logged output and the eager output of the nodes it ran.
+
+        Runs the reference graph (see :meth:`_resolve_reference_graph`) on the ETRecord's representative
+        inputs in PyTorch, pairs its outputs with the ETDump's intermediate outputs by debug handle
+        (:func:`map_runtime_aot_intermediate_outputs`) and compares each pair. ``distance``: ``"MSE"``,
+        ``"L1"``, ``"SNR"`` (any case) or a :class:`NumericalComparatorBase`. Returns a DataFrame with
+        ``aot_debug_handle, aot_ops, aot_intermediate_output, runtime_ops, runtime_debug_handle,
+        runtime_intermediate_output, gap`` and ``stacktraces`` (operator -> its source line).
         """
         from edgetorch.devtools.inspector.numerical_comparator import comparator_for
 
-        pd = require("pandas", "Inspector.calculate_numeric_gap")
-
-        comparator = comparator_for(distance)
-        record = self._etrecord
-        if record is None or not record._representative_inputs:
+        module, resolved = self._resolve_reference_graph(reference_graph, disable_debug_handle_valdiation)
+        aot, aot_names = self._get_aot_intermediate_outputs_and_op_names(module)
+        if not aot or not aot_names:
             raise ValueError(
                 "Missing etrecord or missing representative inputs within etrecord, both of which are required "
                 "for calculating numerical gap; record them with etrecord.update_representative_inputs(...)"
             )
-        aot = aot_outputs(self.get_exported_program(), record._representative_inputs[0])
-        rows = []
-        for block in self.event_blocks:
-            for event, handles in compared_events(block, aot):
-                aot_ops, aot_value = aot[handles[-1]]
-                runtime = event.debug_data[0] if len(event.debug_data) == 1 else event.debug_data
-                reference = aot_value if not isinstance(aot_value, (list, tuple)) else aot_value[0]
-                got = runtime if not isinstance(runtime, list) else runtime[0]
-                rows.append(
-                    {
-                        "aot_ops": aot_ops,
-                        "aot_intermediate_output": reference,
-                        "runtime_ops": event.op_types,
-                        "runtime_intermediate_output": got,
-                        "gap": [comparator.compare(reference, got.reshape(reference.shape))],
-                    }
-                )
-        return pd.DataFrame(
-            rows, columns=["aot_ops", "aot_intermediate_output", "runtime_ops", "runtime_intermediate_output", "gap"]
-        )
+        traces = self._get_aot_debug_handle_to_stack_traces(module, resolved)
+        runtime, runtime_names = self._get_runtime_intermediate_outputs_and_op_names()
+        comparator = comparator_for(distance, inspector=self)
+        df = comparator.compare(map_runtime_aot_intermediate_outputs(aot, runtime), aot_names, runtime_names)
+        trace_of = {}
+        for by_node in traces.values():
+            for node_name, trace in by_node.items():
+                trace_of.setdefault(node_name, trace)
+        if len(df):
+            df["stacktraces"] = df["aot_ops"].apply(lambda ops: {op: trace_of.get(op) for op in ops})
+        return df
+
+
+def _as_handle(handles: int | Sequence[int] | None) -> DebugHandle:
+    if handles is None:
+        return ()
+    return (handles,) if isinstance(handles, int) else tuple(handles)
 
 
 def compared_events(block: EventBlock, aot: dict[int, Any]) -> list[tuple[Event, list[int]]]:

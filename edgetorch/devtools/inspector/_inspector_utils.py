@@ -605,6 +605,11 @@ def _computes(node: torch.fx.Node) -> bool:
     return node.op not in ("placeholder", "output")
 
 
+def _has_handle(node: torch.fx.Node) -> bool:
+    """An Edge node that computes and carries a debug handle (a node a pass added late may carry none)."""
+    return _computes(node) and node.meta.get(DEBUG_HANDLE_KEY) is not None
+
+
 def propagate_back_debug_handle(
     exported_program: Any,
     exported_program_graph_id: int,
@@ -622,7 +627,7 @@ def propagate_back_debug_handle(
     handle_of: dict[str, int] = {}
 
     def record(node: torch.fx.Node) -> None:
-        if not _computes(node):
+        if not _has_handle(node):
             return
         for identifier in get_ancestor_node_identifiers(node):
             known = handle_of.setdefault(identifier, node.meta[DEBUG_HANDLE_KEY])
@@ -650,7 +655,7 @@ def propagate_back_debug_handle(
     unmatched: list[int] = []
 
     def check(node: torch.fx.Node) -> None:
-        if _computes(node) and node.meta[DEBUG_HANDLE_KEY] not in matched:
+        if _has_handle(node) and node.meta[DEBUG_HANDLE_KEY] not in matched:
             unmatched.append(node.meta[DEBUG_HANDLE_KEY])
 
     if not disable_debug_handle_valdiation:
