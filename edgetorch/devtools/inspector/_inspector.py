@@ -921,26 +921,6 @@ def _as_handle(handles: int | Sequence[int] | None) -> DebugHandle:
     return (handles,) if isinstance(handles, int) else tuple(handles)
 
 
-def compared_events(block: EventBlock, aot: dict[int, Any]) -> list[tuple[Event, list[int]]]:
-    """The events of ``block`` to compare with eager outputs, each with its debug handles that have one.
-
-    Several instructions can carry the same debug handles (a quantize and the dequantize after it come from
-    one quantized node; a decomposed operator runs as several kernels). Only the last of such a group is
-    compared, with the eager output of the group's last node, as ExecuTorch's Inspector pairs them: the
-    earlier ones hold intermediate values (int8 codes, partial results) that have no eager counterpart.
-    """
-    candidates = []
-    for event in block.events:
-        if event.name == OPERATOR_CALL or not event.debug_data or event.debug_handles is None:
-            continue
-        handles = [event.debug_handles] if isinstance(event.debug_handles, int) else list(event.debug_handles)
-        known = [h for h in handles if h in aot]
-        if known:
-            candidates.append((event, known))
-    last = {tuple(sorted(known)): i for i, (_, known) in enumerate(candidates)}
-    return [c for i, c in enumerate(candidates) if last[tuple(sorted(c[1]))] == i]
-
-
 def _allocations(run: fe.RunData) -> list[Allocation]:
     names = [a.name or "" for a in run.allocators]
     found = []
@@ -969,6 +949,5 @@ __all__ = [
     "ProfileEventSignature",
     "RunSignature",
     "TimeScale",
-    "compared_events",
     "flatcc",
 ]

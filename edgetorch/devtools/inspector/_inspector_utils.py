@@ -236,38 +236,6 @@ def find_op_names(
     return [name for key, names in debug_handle_to_op_names.items() if set(key) <= target for name in names]
 
 
-# ---------------------------------------------------------------------- eager outputs by debug handle
-
-
-def aot_outputs(program: Any, inputs: Sequence[Any]) -> dict[int, tuple[list[str], Any]]:
-    """Debug handle -> (names of its nodes, output of its last node) from running ``program`` eagerly."""
-    outputs: dict[int, tuple[list[str], Any]] = {}
-
-    class Capture(torch.fx.Interpreter):
-        def run_node(self, n: torch.fx.Node) -> Any:
-            result = super().run_node(n)
-            handle = n.meta.get("debug_handle")
-            if n.op == "call_function" and handle is not None:
-                names = outputs.get(handle, ([], None))[0]
-                outputs[handle] = (
-                    [*names, n.target.__name__ if hasattr(n.target, "__name__") else str(n.target)],
-                    result,
-                )
-            return result
-
-    flat = [torch.as_tensor(x) for x in inputs]
-    state = {**program.state_dict, **program.constants}
-    args = []
-    for spec in program.graph_signature.input_specs:
-        if spec.target is not None and spec.target in state:
-            args.append(state[spec.target])
-        else:
-            args.append(flat.pop(0))
-    with torch.no_grad():
-        Capture(program.graph_module).run(*args)
-    return outputs
-
-
 # ---------------------------------------------------------------------- compare_results
 
 
