@@ -124,7 +124,8 @@ def find_divergence(
             diff = float((got - want).abs().max()) if want.numel() else 0.0
             allowed = atol + rtol * float(want.abs().max()) if want.numel() else atol
             source = next((trace for trace in event.stack_traces.values() if trace), "")
-            report.rows.append(Divergence(event._instruction_id, event.op_types, diff, allowed, source))
+            instruction = event._instruction_id if event._instruction_id is not None else -1
+            report.rows.append(Divergence(instruction, event.op_types, diff, allowed, source))
     return report
 
 

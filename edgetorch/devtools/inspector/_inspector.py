@@ -209,7 +209,8 @@ class PerfData:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PerfData) and self.raw == other.raw
 
-    __hash__ = None  # type: ignore[assignment]  (mutable, like the dataclasses it sits in)
+    # mutable, like the dataclasses it sits in
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"PerfData(raw={self.raw})"
@@ -370,7 +371,9 @@ class Event:
     ) -> None:
         """Timing samples, start times and delegate metadata from the profile event of each run."""
         Event._populate_event_signature_fields(ret_event, profile_event_signature)
-        samples, starts, metadata = [], [], []
+        samples: list[float] = []
+        starts: list[int | float] = []
+        metadata: list[Any] = []
         for instruction in events:
             if instruction.profile_events is None:
                 continue
@@ -410,7 +413,7 @@ class Event:
         for instruction in events:
             if instruction.debug_events is None:
                 continue
-            values = [inflate_runtime_output(d.debug_entry, output_buffer) for d in instruction.debug_events]
+            values = [inflate_runtime_output(_entry(d), output_buffer) for d in instruction.debug_events]
             if first is None:
                 first = values
                 continue
@@ -769,10 +772,11 @@ class Inspector:
             raise ValueError("the Inspector has no ETRecord: there is no reference graph; pass etrecord=...")
         edge = record.edge_dialect_program
         edge = edge.get(FORWARD) if isinstance(edge, Mapping) else edge
-        name = reference_graph
+        name = reference_graph or "exported_program"
         if reference_graph in (None, "exported_program"):
             if (
                 record.exported_program is not None
+                and record.export_graph_id is not None
                 and edge is not None
                 and propagate_back_debug_handle(
                     record.exported_program, record.export_graph_id, edge, disable_debug_handle_validation
@@ -906,13 +910,19 @@ class Inspector:
         runtime, runtime_names = self._get_runtime_intermediate_outputs_and_op_names()
         comparator = comparator_for(distance, inspector=self)
         df = comparator.compare(map_runtime_aot_intermediate_outputs(aot, runtime), aot_names, runtime_names)
-        trace_of = {}
+        trace_of: dict[str, str | None] = {}
         for by_node in traces.values():
             for node_name, trace in by_node.items():
                 trace_of.setdefault(node_name, trace)
         if len(df):
             df["stacktraces"] = df["aot_ops"].apply(lambda ops: {op: trace_of.get(op) for op in ops})
         return df
+
+
+def _entry(event: fe.DebugEvent) -> fe.Value:
+    if event.debug_entry is None:
+        raise ValueError(f"the ETDump debug event {event.name!r} holds no value; the ETDump is corrupt")
+    return event.debug_entry
 
 
 def _as_handle(handles: int | Sequence[int] | None) -> DebugHandle:

@@ -151,7 +151,7 @@ def find_populated_event(event: fe.Event) -> fe.ProfileEvent | fe.DebugEvent:
     raise ValueError("Unable to find populated event: the ETDump event holds neither a profile nor a debug event")
 
 
-def lookup(mapping: dict, pc: int | None) -> Any:
+def lookup(mapping: Mapping, pc: int | None) -> Any:
     """``mapping[pc]``, whether the ETRecord keyed it by int or by string (as JSON does)."""
     if pc is None:
         return None
@@ -342,6 +342,7 @@ def _pair_output(
         if not isinstance(runtime_output, Sequence):
             raise TypeError("the runtime output must be a sequence when the AOT output is one")
         last = runtime_output[from_end]
+        matched: Any
         if isinstance(last, list) and all(isinstance(t, torch.Tensor) for t in last):
             matched = last
         elif isinstance(last, torch.Tensor):

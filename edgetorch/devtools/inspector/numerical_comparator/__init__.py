@@ -2,6 +2,7 @@
 ``executorch.devtools.inspector.numerical_comparator`` package: what ``Inspector.calculate_numeric_gap`` reports.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from edgetorch.devtools.inspector._inspector_utils import DebugHandle
@@ -21,7 +22,11 @@ def comparator_for(distance: str | NumericalComparatorBase, inspector: Any = Non
         if distance.inspector is None:
             distance.inspector = inspector
         return distance
-    by_name = {"MSE": MSEComparator, "L1": L1Comparator, "SNR": SNRComparator}
+    by_name: dict[str, Callable[..., NumericalComparatorBase]] = {
+        "MSE": MSEComparator,
+        "L1": L1Comparator,
+        "SNR": SNRComparator,
+    }
     cls = by_name.get(str(distance).strip().upper())
     if cls is None:
         raise ValueError(f"Unsupported distance metric {distance!r}; use one of {sorted(by_name)} or a comparator")
