@@ -212,6 +212,44 @@ NAMED_PATHS += tuple(
         "xnnpack.utils.utils.is_param_node",
     )
 )
+# The Inspector internals ExecuTorch's Inspector tests import; behaviour tests in tests/devtools/test_inspector_utils.py.
+NAMED_PATHS += tuple(
+    "executorch.devtools.inspector._inspector_utils." + name
+    for name in (
+        "EDGE_DIALECT_GRAPH_KEY",
+        "NodeFilter",
+        "calculate_cosine_similarity",
+        "calculate_mse",
+        "calculate_snr",
+        "create_debug_handle_to_op_node_mapping",
+        "find_op_names",
+        "find_populated_event",
+        "gen_graphs_from_etrecord",
+        "get_aot_debug_handle_to_op_name_mapping",
+        "map_runtime_aot_intermediate_outputs",
+        "merge_runtime_overlapping_debug_handles",
+        "propagate_back_debug_handle",
+    )
+)
+# The rest of the Inspector's internals ExecuTorch's Inspector tests import; behaviour tests in
+# tests/devtools/test_event_blocks.py and test_inspector.py.
+NAMED_PATHS += tuple(
+    "executorch.devtools.inspector." + path
+    for path in (
+        "_inspector.DebugEventSignature",
+        "_inspector.DelegateMetadata",
+        "_inspector.EventSignature",
+        "_inspector.InstructionEvent",
+        "_inspector.InstructionEventSignature",
+        "_inspector.ProfileEventSignature",
+        "_inspector.RunSignature",
+        "_intermediate_output_capturer.IntermediateOutputCapturer",
+        "numerical_comparator.numerical_comparator_base.NumericalComparatorBase",
+        "numerical_comparator.l1_numerical_comparator.L1Comparator",
+        "numerical_comparator.mse_numerical_comparator.MSEComparator",
+        "numerical_comparator.snr_numerical_comparator.SNRComparator",
+    )
+)
 
 _IDENT = r"[A-Za-z_]\w*"
 _PATH = re.compile(rf"\bexecutorch(?:\.{_IDENT})+")

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from edgetorch.devtools.extras import figure_class
-from edgetorch.devtools.inspector import Inspector
-from edgetorch.devtools.inspector._inspector import compared_events
-from edgetorch.devtools.inspector._inspector_utils import aot_outputs
+from edgetorch.devtools.inspector import Event, EventBlock, Inspector
+from edgetorch.devtools.inspector._inspector_utils import OPERATOR_CALL
+from edgetorch.devtools.inspector._intermediate_output_capturer import IntermediateOutputCapturer
 from edgetorch.exir import to_edge
 from edgetorch.runtime import Runtime
 
@@ -113,16 +113,43 @@ def find_divergence(
         loaded.load_method("forward").execute([np.asarray(x) for x in inputs])
         loaded.write_etdump_result_to_file(etdump, buffer)
         inspector = Inspector(etdump_path=str(etdump), etrecord=record, debug_buffer_path=str(buffer))
-    eager = aot_outputs(inspector.get_exported_program(), list(inputs))
+    eager = eager_outputs(inspector.get_exported_program(), inputs)
     report = DivergenceReport()
     for block in inspector.event_blocks:
         for event, known in compared_events(block, eager):
-            reference = eager[known[-1]][1]
+            reference = eager[known[-1]]
             reference = reference[0] if isinstance(reference, (list, tuple)) else reference
             got = event.debug_data[0].reshape(reference.shape).double()
             want = reference.double()
             diff = float((got - want).abs().max()) if want.numel() else 0.0
             allowed = atol + rtol * float(want.abs().max()) if want.numel() else atol
-            source = next(iter(event.stack_traces.values()), "")
-            report.rows.append(Divergence(event._instruction_id, event.op_types, diff, allowed, source))
+            source = next((trace for trace in event.stack_traces.values() if trace), "")
+            instruction = event._instruction_id if event._instruction_id is not None else -1
+            report.rows.append(Divergence(instruction, event.op_types, diff, allowed, source))
     return report
+
+
+def eager_outputs(program: torch.export.ExportedProgram, inputs: tuple) -> dict[int, Any]:
+    """Debug handle -> the eager output of the last node with that handle (one handle per Edge node group)."""
+    captured = IntermediateOutputCapturer(program.module()).run_and_capture(*[torch.as_tensor(x) for x in inputs])
+    return {key[0]: value for key, value in captured.items() if len(key) == 1}
+
+
+def compared_events(block: EventBlock, eager: dict[int, Any]) -> list[tuple[Event, list[int]]]:
+    """The events of ``block`` to compare with eager outputs, each with its debug handles that have one.
+
+    Several instructions can carry the same debug handles (a quantize and the dequantize after it come from
+    one quantized node; a decomposed operator runs as several kernels). Only the last of such a group is
+    compared, with the eager output of the group's last node, as ExecuTorch's Inspector pairs them: the
+    earlier ones hold intermediate values (int8 codes, partial results) that have no eager counterpart.
+    """
+    candidates = []
+    for event in block.events:
+        if event.name == OPERATOR_CALL or not event.debug_data or event.debug_handles is None:
+            continue
+        handles = [event.debug_handles] if isinstance(event.debug_handles, int) else list(event.debug_handles)
+        known = [h for h in handles if h in eager]
+        if known:
+            candidates.append((event, known))
+    last = {tuple(sorted(known)): i for i, (_, known) in enumerate(candidates)}
+    return [c for i, c in enumerate(candidates) if last[tuple(sorted(c[1]))] == i]

@@ -70,17 +70,21 @@ def test_numeric_gap_is_zero_for_fp32(traced):
     mine, _ = _pair(ours, etrecord)
     df = mine.calculate_numeric_gap("L1")
     assert list(df.columns) == [
+        "aot_debug_handle",
         "aot_ops",
         "aot_intermediate_output",
         "runtime_ops",
+        "runtime_debug_handle",
         "runtime_intermediate_output",
         "gap",
+        "stacktraces",
     ]
     assert len(df) >= 4 and all(g[0] < 1e-3 for g in df.gap)
+    assert all(set(traces) == set(ops) for traces, ops in zip(df.stacktraces, df.aot_ops))
     assert len(mine.calculate_numeric_gap("mse")) == len(df)
 
     class Seven(NumericalComparatorBase):
-        def compare(self, a, b):
+        def element_compare(self, a, b):
             return 7.0
 
     assert all(g == [7.0] for g in mine.calculate_numeric_gap(Seven()).gap)
@@ -111,9 +115,20 @@ def test_comparators():
     a = torch.randn(100, dtype=torch.float64)
     noise = 0.01 * torch.randn(100, dtype=torch.float64)
     expected = 10 * torch.log10((a**2).mean() / (noise**2).mean()).item()
-    assert SNRComparator().compare(a, a + noise) == pytest.approx(expected, abs=1e-4)
-    assert L1Comparator().compare(a, a + noise) == pytest.approx(noise.abs().sum().item())
-    assert MSEComparator().compare(a, a + noise) == pytest.approx((noise**2).mean().item())
+    assert SNRComparator().element_compare(a, a + noise) == pytest.approx(expected, abs=1e-4)
+    assert L1Comparator().element_compare(a, a + noise) == pytest.approx(noise.abs().sum().item())
+    assert MSEComparator().element_compare(a, a + noise) == pytest.approx((noise**2).mean().item())
+    pairs = {((1,), a): ((1, 2), a + noise), ((3,), a): ((3,), None)}  # a pair without a runtime value is left out
+    df = MSEComparator().compare(pairs, {(1,): ["conv"]}, {(1, 2): ["DELEGATE_CALL"]})
+    assert df.aot_ops.tolist() == [["conv"]] and df.runtime_ops.tolist() == [["DELEGATE_CALL"]]
+    assert df.gap[0] == [pytest.approx((noise**2).mean().item())]
+
+    class Bad(MSEComparator):
+        def preprocessing(self, mapping):
+            return [mapping]
+
+    with pytest.raises(TypeError, match="must return a dict"):
+        Bad().compare(pairs, {}, {})
 
 
 def _without_inputs(record):
