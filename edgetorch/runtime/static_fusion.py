@@ -56,8 +56,10 @@ from edgetorch.format import program as fbp
 from edgetorch.runtime import policy
 from edgetorch.runtime.fusion import _F32, _FusionContext, _int, _NoMatch, apply_patterns
 from edgetorch.runtime.kernels import compiled, gemm
-from edgetorch.runtime.ops import activation
+from edgetorch.runtime.kernels.conv import expand
+from edgetorch.runtime.ops import activation, window
 from edgetorch.runtime.ops import epilogue as ops_epilogue
+from edgetorch.runtime.ops import pool as ops_pool
 
 _BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 # The instructions after a softmax that zero the rows whose scores are all -inf, in any order their data flow
@@ -474,7 +476,8 @@ def _expanded_linear(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
 
 
 def _max_pool_values(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
-    """``max_pool2d_with_indices`` whose indices nothing reads: the maxima alone (both tiers; same values)."""
+    """``max_pool2d_with_indices`` whose indices nothing reads: the op layer's max pooling alone, without the
+    passes that find each window's winning index (both tiers; the same values)."""
     ex = ctx.ex
     args = _call(ex, pc, "aten::max_pool2d_with_indices.out")
     if len(args) < 9:  # the arguments, then the results (one list value, or the two tensors)
@@ -486,10 +489,19 @@ def _max_pool_values(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         raise _NoMatch
     if xa.dtype.kind != "f" or np.shares_memory(xa, oa):
         raise _NoMatch
-    from edgetorch.runtime.kernels.pool import max_pool_values  # its family, only when used
-
-    window = [ex._arg(j) for j in (kernel_size, stride, padding, dilation)]
-    return 1, partial(max_pool_values, xa, 2, window[0], window[1], window[2], window[3], ex.bound[ceil_mode], oa)
+    kernel_size, stride, padding, dilation = (ex._arg(j) for j in (kernel_size, stride, padding, dilation))
+    kernel, dilation, pads = expand(kernel_size, 2), expand(dilation, 2), expand(padding, 2)
+    stride = expand(stride or kernel, 2)
+    sizes = [
+        window.output_size(n, k, s, p, p, dl, bool(ex.bound[ceil_mode]))
+        for n, k, s, p, dl in zip(xa.shape[-2:], kernel, stride, pads, dilation)
+    ]
+    if xa.ndim < 3 or oa.shape != xa.shape[:-2] + tuple(sizes):
+        raise _NoMatch
+    steps = ops_pool.max_pool(xa, oa, kernel, stride, [(p, p) for p in pads], dilation, "NCHW")
+    if len(steps) != 1:
+        raise _NoMatch
+    return 1, steps[0]
 
 
 _UFUNCS = {

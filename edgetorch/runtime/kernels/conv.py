@@ -1,7 +1,7 @@
 """Convolution kernels (1-d/2-d/3-d, grouped, depthwise, transposed), im2col/col2im and pixel (un)shuffle.
 
-A convolution is im2col + one batched ``np.matmul``: the input (zero-padded once) is seen through a strided
-window view, copied into a column matrix and multiplied by the weight for every group at once. Pointwise
+A convolution is im2col (the op layer's, edgetorch/runtime/ops/conv.py) + one batched ``np.matmul``: the
+column matrix is multiplied by the weight for every group at once. Pointwise
 convolutions skip the column matrix; depthwise ones are the op layer's (edgetorch/runtime/ops/conv.py). Padded
 inputs and columns are scratch arrays reused from call to call.
 Transposed convolution is the matmul followed by col2im (one strided add per tap). The window helpers here are
@@ -23,7 +23,7 @@ from edgetorch.runtime.kernels.scratch import scratch
 from edgetorch.runtime.memory import resize
 from edgetorch.runtime.ops import conv as conv_op
 from edgetorch.runtime.ops import window
-from edgetorch.runtime.ops.conv import padded, tap_major, window_view
+from edgetorch.runtime.ops.conv import padded, window_view
 
 __all__ = ["padded", "window_view"]  # shared with the pooling and backward kernels
 
@@ -58,12 +58,18 @@ def _add_bias(target: np.ndarray, bias: np.ndarray | None) -> None:
 
 
 def _columns(
-    xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out_sizes: Sequence[int]
+    x: np.ndarray,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    out_sizes: Sequence[int],
 ) -> np.ndarray:
-    """im2col of the padded input: ``(N, C, *kernel, *out_sizes)`` in ``xp``'s layout, one strided copy into a
-    scratch array (valid until the calling kernel returns)."""
-    cols = scratch("conv.columns", xp.shape[:2] + tuple(kernel) + tuple(out_sizes), _compute_dtype(xp))
-    np.copyto(cols, tap_major(xp, kernel, stride, dilation, out_sizes), casting="unsafe")
+    """The op layer's im2col of ``x``: ``(N, C, *kernel, *out_sizes)``, in a scratch array (valid until the
+    calling kernel returns)."""
+    cols = scratch("conv.columns", x.shape[:2] + tuple(kernel) + tuple(out_sizes), _compute_dtype(x))
+    for step in conv_op.im2col(x, cols, kernel, stride, [(p, p) for p in padding], dilation, "NCHW"):
+        step()
     return cols
 
 
@@ -151,14 +157,14 @@ def _conv_forward(
         for step in conv_op.depthwise(x, w, None, target, stride, [(p, p) for p in padding], dilation, "NCHW"):
             step()
         return
-    extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
-    xp = padded(x, padding, extent, 0, _compute_dtype(x), "conv.input")
     cg, og, taps = c // groups, w.shape[0] // groups, math.prod(kernel)
     if taps == 1:
+        extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
+        xp = padded(x, padding, extent, 0, _compute_dtype(x), "conv.input")
         cols = xp[(Ellipsis,) + tap_slices((0,) * d, stride, dilation, out_sizes)]
         cols = cols.reshape(n, groups, cg, -1)
     else:
-        cols = _columns(xp, kernel, stride, dilation, out_sizes).reshape(n, groups, cg * taps, -1)
+        cols = _columns(x, kernel, stride, padding, dilation, out_sizes).reshape(n, groups, cg * taps, -1)
     wm = upcast(w).reshape(groups, og, cg * taps)
     if cols.dtype != wm.dtype:
         cols = cols.astype(wm.dtype)
@@ -298,9 +304,7 @@ def im2col(
     sizes = [
         window.output_size(i, k, s, p, p, dl) for i, k, s, p, dl in zip(x.shape[2:], kernel, stride, padding, dilation)
     ]
-    extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(sizes, stride, dilation, kernel)]
-    xp = padded(x, padding, extent, 0, x.dtype)
-    cols = _columns(xp, kernel, stride, dilation, sizes)
+    cols = _columns(x, kernel, stride, padding, dilation, sizes)
     shape = (x.shape[1] * math.prod(kernel), math.prod(sizes))
     out = resize(out, shape if self.ndim == 3 else (x.shape[0], *shape))
     return store(out, cols.reshape(out.shape))

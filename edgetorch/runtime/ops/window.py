@@ -2,7 +2,7 @@
 
 Sizes are per spatial axis; padding is given as the amounts before and after, so that torch's symmetric
 padding and XNNPACK's four-sided padding use the same rule. :class:`Window` is a 2-D window over channels-last
-(NHWC) data with the views its taps read. Imports NumPy.
+(NHWC) data with the views its taps read (im2col's columns are ops/conv.py's). Imports NumPy.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 
 def span(kernel: int, dilation: int) -> int:
@@ -40,6 +39,23 @@ def transposed_size(size: int, kernel: int, stride: int, before: int, after: int
     """The output length of a transposed convolution: the input length a convolution of these parameters would
     map to ``size``, plus ``extra`` (torch's ``output_padding``, XNNPACK's adjustment)."""
     return reach(size, kernel, stride, dilation) - before - after + extra
+
+
+def window_counts(
+    size: int,
+    kernel: int,
+    stride: int,
+    before: int,
+    after: int,
+    outputs: int,
+    dilation: int = 1,
+    include_padding: bool = False,
+) -> np.ndarray:
+    """Along one axis, how many taps of each of the ``outputs`` windows fall inside the input (or, with
+    ``include_padding``, inside the padded input): average pooling's divisor, torch's rule and XNNPACK's."""
+    taps = (np.arange(outputs) * stride - before)[:, None] + np.arange(kernel) * dilation
+    low, high = (-before, size + after) if include_padding else (0, size)
+    return np.count_nonzero((taps >= low) & (taps < high), axis=1)
 
 
 @dataclass(frozen=True)
@@ -113,11 +129,3 @@ class Window:
             plane = planes[r % self.sh, s % self.sw]
             views.append(plane[:, r // self.sh : r // self.sh + oh, s // self.sw : s // self.sw + ow])
         return views, steps
-
-    def im2col(self, xp: np.ndarray, oh: int, ow: int) -> np.ndarray:
-        """The read-only [N, OH, OW, KH, KW, C] view of every window of ``xp``."""
-        n, _, _, c = xp.shape
-        s0, s1, s2, s3 = xp.strides
-        shape = (n, oh, ow, self.kh, self.kw, c)
-        strides = (s0, s1 * self.sh, s2 * self.sw, s1 * self.dh, s2 * self.dw, s3)
-        return as_strided(xp, shape, strides, writeable=False)

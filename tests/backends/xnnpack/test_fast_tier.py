@@ -14,7 +14,7 @@ import torch
 from edgetorch.backends.xnnpack import XnnpackPartitioner, fast
 from edgetorch.exir import to_edge_transform_and_lower
 from edgetorch.runtime import Runtime, policy
-from edgetorch.runtime.kernels import winograd
+from edgetorch.runtime.kernels import windows, winograd
 
 needs_numba = pytest.mark.skipif(
     not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
@@ -184,7 +184,7 @@ def test_compiled_im2col_copies_the_windows_and_zeros_the_padding(
     set_policy(split_outputs=1)
 
     kernel_threads(threads)
-    fast.im2col(x, got, oh, ow, *kernel, *stride, *dilation, top, left)()
+    windows.im2col_step(x, got, oh, ow, *kernel, *stride, *dilation, top, left)()
     np.testing.assert_array_equal(got, want)
 
 
@@ -216,7 +216,7 @@ def test_compiled_max_pool_equals_numpys_taps_and_keeps_nan(
     got = np.full_like(want, 7.0)
     set_policy(split_outputs=1)
     kernel_threads(threads)
-    fast.max_pool(x, got, *kernel, *stride, *dilation, top, left)()
+    windows.max_pool_step(x, got, *kernel, *stride, *dilation, top, left)()
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got).any()
 
@@ -244,8 +244,8 @@ class Pool(torch.nn.Module):
 @needs_numba
 def test_a_lowered_max_pooling_gives_the_numpy_tiers_bits(monkeypatch, set_policy):
     taken = []
-    max_pool = fast.max_pool
-    monkeypatch.setattr(fast, "max_pool", lambda *args: taken.append(max_pool(*args)) or taken[-1])
+    max_pool = windows.max_pool_step
+    monkeypatch.setattr(windows, "max_pool_step", lambda *args: taken.append(max_pool(*args)) or taken[-1])
     x = torch.randn(2, 16, 15, 14, generator=torch.Generator().manual_seed(10))
     compiled_tier = outputs(Pool(), x, True, monkeypatch, set_policy)
     assert len(taken) == 1 and taken[0] is not None
