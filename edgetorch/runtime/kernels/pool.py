@@ -62,7 +62,7 @@ def _max_pool(
     out, indices = resize(out, g.out_shape), resize(indices, g.out_shape)
     sweep, best, best_view = pool_op.maxima(x, g.kernel, g.stride, g.padding, g.dilation, g.out_sizes)
     taps = list(sweep.taps())
-    index, index_view = sweep.virtual(g.lead, np.dtype(np.int64))
+    index, index_view = sweep.virtual(np.dtype(np.int64))
     plane = _spatial_strides(g.sizes)
     starts = [np.arange(m) * s - p for m, s, p in zip(sweep.plane, g.stride, g.padding)]
     first_valid = [np.where(a < 0, a + (-a + dl - 1) // dl * dl, a) for a, dl in zip(starts, g.dilation)]
@@ -73,13 +73,13 @@ def _max_pool(
     winner = np.full(best.shape, n, code_dtype)
     equal, code = np.empty(best.shape, bool), np.empty(best.shape, code_dtype)
     for t, tap in enumerate(taps):
-        np.equal(sweep.tap(tap), best, out=equal)
+        np.equal(sweep.flat_view(tap), best, out=equal)
         np.multiply(equal, code_dtype.type(n - t), out=code)
         np.subtract(code_dtype.type(n), code, out=code)
         np.minimum(winner, code, out=winner)
     if np.issubdtype(_compute_dtype(x.dtype), np.floating) and np.isnan(best).any():
         for t, tap in enumerate(taps):  # torch lets the last NaN of a window win
-            winner = np.where(np.isnan(sweep.tap(tap)), t, winner)
+            winner = np.where(np.isnan(sweep.flat_view(tap)), t, winner)
     offsets = np.array([sum(k * dl * st for k, dl, st in zip(tap, g.dilation, plane)) for tap in taps] + [0])
     np.add(np.take(offsets, winner), sweep.grid([a * st for a, st in zip(starts, plane)]), out=index)
     lowest = best == pool_op.lowest(x.dtype)

@@ -25,7 +25,6 @@ import numpy as np
 from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled, windows
-from edgetorch.runtime.kernels.conv import TapSweep
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store
 from edgetorch.runtime.ops import window
 
@@ -70,17 +69,17 @@ def maxima(
     lo: Sequence[int],
     dilation: Sequence[int],
     out_sizes: Sequence[int],
-) -> tuple[TapSweep, np.ndarray, np.ndarray]:
+) -> tuple[window.PhasePlanes, np.ndarray, np.ndarray]:
     """Each window's maximum over the last ``len(kernel)`` dims of ``x`` (NCHW), padded by ``lo`` before each
-    axis: the sweep over its taps, the maxima on the sweep's grid, and their view at the output's shape (for
-    max pooling's indices, which compare every tap with its window's maximum)."""
-    sweep = TapSweep(x, kernel, stride, dilation, lo, out_sizes, lowest(x.dtype), x.dtype)
-    best, best_view = sweep.virtual(x.shape[: x.ndim - len(kernel)], x.dtype)
-    taps = list(sweep.taps())
-    np.copyto(best, sweep.tap(taps[0]))
+    axis: the flat phase planes its taps read, the maxima on their virtual grid, and the maxima's view at the
+    output's shape (for max pooling's indices, which compare every tap with its window's maximum)."""
+    planes = _flat_planes(x, kernel, stride, dilation, lo, out_sizes, lowest(x.dtype), x.dtype)
+    best, best_view = planes.virtual(x.dtype)
+    taps = list(planes.taps())
+    np.copyto(best, planes.flat_view(taps[0]))
     for tap in taps[1:]:
-        np.maximum(best, sweep.tap(tap), out=best)
-    return sweep, best, best_view
+        np.maximum(best, planes.flat_view(tap), out=best)
+    return planes, best, best_view
 
 
 def avg_pool(
@@ -159,6 +158,22 @@ def _fold(combine: np.ufunc, views: list[np.ndarray], y: np.ndarray) -> list[Ste
     return [partial(np.copyto, y, views[0])] + [partial(combine, y, view, out=y) for view in views[1:]]
 
 
+def _flat_planes(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    lo: Sequence[int],
+    out_sizes: Sequence[int],
+    fill: float,
+    dtype: np.dtype,
+) -> window.PhasePlanes:
+    """The flat phase planes of the NCHW ``x`` (its last ``len(kernel)`` dims spatial), filled from ``x`` now."""
+    planes = window.PhasePlanes(x, x.ndim - len(kernel), kernel, stride, dilation, lo, out_sizes, fill, dtype, True)
+    planes.refresh()
+    return planes
+
+
 def _nchw_max(
     x: np.ndarray, y: np.ndarray, kernel: list[int], stride: list[int], lo: list[int], dilation: list[int]
 ) -> None:
@@ -176,12 +191,12 @@ def _nchw_avg(
     divisor: int | np.ndarray,
 ) -> None:
     d = len(kernel)
-    sweep = TapSweep(x, kernel, stride, dilation, lo, y.shape[y.ndim - d :], 0, ct)
-    acc, acc_view = sweep.virtual(x.shape[: x.ndim - d], ct)
-    taps = list(sweep.taps())
-    np.copyto(acc, sweep.tap(taps[0]))
+    planes = _flat_planes(x, kernel, stride, dilation, lo, y.shape[y.ndim - d :], 0, ct)
+    acc, acc_view = planes.virtual(ct)
+    taps = list(planes.taps())
+    np.copyto(acc, planes.flat_view(taps[0]))
     for tap in taps[1:]:
-        np.add(acc, sweep.tap(tap), out=acc)
+        np.add(acc, planes.flat_view(tap), out=acc)
     if np.issubdtype(ct, np.integer):  # torch divides integers in C++: truncation toward zero
         q = np.abs(acc_view) // divisor
         store(y, np.where(acc_view < 0, -q, q))
