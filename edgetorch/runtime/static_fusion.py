@@ -23,8 +23,7 @@ replaced by one step that computes the same float32 results with fewer passes ov
   layer's weight transposed by constant folding): the fast tier's packed GEMM (kernels/gemm.py) with the bias
   in the same pass; also the matrix product of the GELU/residual chains above. It sums in its own order
   (within float32 rounding of sgemm) and holds a packed copy of the weights beside the method's own, so a
-  method packs all such layers when they come to at most the policy's ``pack_budget`` bytes (a small model's, not an
-  LLM's), else none. While such a method runs, NumPy's BLAS is held to one thread (blas_threads.py), so a
+  method packs all such layers or none, as the policy's ``packs`` rule says (the XNNPACK delegate's rule too). While such a method runs, NumPy's BLAS is held to one thread (blas_threads.py), so a
   method whose convolutions (BLAS's work in this runtime) outweigh its linear layers packs nothing.
 - **The rest of such a method on the threads too**: in a method that packs (or has no linear or convolution
   products of its own), ``bmm`` runs the batched packed GEMM (gemm.batch_matmul) and the row kernels (softmax,
@@ -89,7 +88,7 @@ class _StaticContext(_FusionContext):
         # A method with neither (its products delegated) runs its row kernels on the threads too.
         linear, convolutions, constant_bytes = _products(ex)
         self.packing = (
-            policy.compiled_tier() and convolutions < max(linear, 1) and constant_bytes <= policy.current().pack_budget
+            policy.compiled_tier() and convolutions < max(linear, 1) and policy.current().packs(constant_bytes)
         )
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():

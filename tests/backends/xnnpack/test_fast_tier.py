@@ -93,19 +93,24 @@ def test_the_numpy_tier_runs_when_the_fast_tier_is_off(tmp_path):
 
 
 @needs_numba
-def test_weights_read_in_place_are_packed_only_within_the_budget(monkeypatch, set_policy):
+def test_weights_read_in_place_are_packed_all_or_none_within_the_budget(monkeypatch, set_policy):
     from types import SimpleNamespace
 
     from edgetorch.backends.xnnpack import schema
     from edgetorch.backends.xnnpack.runtime import epilogues, float_layers
 
     w = np.ones((8, 32), np.float32)
-    graph = SimpleNamespace(constants={}, packed_bytes=0, own_threads=False)
-    set_policy(pack_budget=w.nbytes)
+    layers = [
+        SimpleNamespace(xnode_union=schema.XNNFullyConnected(filter_id=f, flags=schema.FLAG_TRANSPOSE_WEIGHTS))
+        for f in (1, 2)
+    ]
+    graph = SimpleNamespace(constants={1: w, 2: w}, packs_in_place=True, own_threads=False)
+    set_policy(pack_budget=2 * w.nbytes)
+    assert float_layers.packs_in_place(graph, layers)
+    set_policy(pack_budget=2 * w.nbytes - 1)  # both layers' weights pass the budget: neither is packed
+    graph.packs_in_place = float_layers.packs_in_place(graph, layers)
     none = schema.INVALID_VALUE_ID
-    assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP, in_place=True) is not None
-    assert graph.packed_bytes == w.nbytes and graph.own_threads
-    # a second [K, N] constant would pass the budget: it keeps sgemm, read in place
+    assert not graph.packs_in_place
     assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP, in_place=True) is None
     # a weight sgemm would copy anyway ([N, K] stored) is packed whatever the budget
     assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP) is not None

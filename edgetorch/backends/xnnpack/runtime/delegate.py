@@ -15,6 +15,7 @@ from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.backends.xnnpack.runtime.clamps import fuse_clamps, fuse_float_clamps
 from edgetorch.backends.xnnpack.runtime.epilogues import min_max, with_activation
+from edgetorch.backends.xnnpack.runtime.float_layers import packs_in_place
 from edgetorch.backends.xnnpack.runtime.memory import RUN, Env, Planner
 from edgetorch.backends.xnnpack.runtime.pads import fold_pads
 from edgetorch.backends.xnnpack.runtime.planners import APPLY_ACTIVATION, FLOAT_PLANNERS
@@ -96,6 +97,7 @@ class XnnpackDelegate:
             for node in blob.graph.xnodes
             if isinstance(node.xnode_union, xs.XNNFullyConnected)
         }
+        self.graph.packs_in_place = packs_in_place(self.graph, self.xnodes)
         self.reads = [read_ids(node.xnode_union) for node in self.xnodes]
         fuse_clamps(self.graph, self.xnodes, self.reads)
         compiled = fuse_float_clamps(self.graph, self.xnodes, self.reads)

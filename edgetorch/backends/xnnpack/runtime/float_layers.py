@@ -30,15 +30,12 @@ def _packed_gemm(
     """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
     constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier, when the
     weights or bias are not float32 constants, or when ``w`` could be read in place (a [K, N] constant, no copy
-    made for sgemm) and packing it would pass the delegate's share of the policy's ``pack_budget`` (those keep
-    sgemm). ``claim``: the delegate's BLAS is held to one thread from now (False: the caller claims it once
+    made for sgemm) and the delegate does not pack such weights (:func:`packs_in_place`). ``claim``: the delegate's BLAS is held to one thread from now (False: the caller claims it once
     it has chosen the packed GEMM over sgemm)."""
     if w.dtype != np.float32 or not policy.compiled_tier():
         return None
-    if in_place:
-        if g.packed_bytes + w.nbytes > policy.current().pack_budget:
-            return None
-        g.packed_bytes += w.nbytes
+    if in_place and not g.packs_in_place:
+        return None
     bias = None
     if bias_id != xs.INVALID_VALUE_ID:
         bias = g.constants.get(bias_id)
@@ -46,6 +43,18 @@ def _packed_gemm(
             return None
     g.own_threads = g.own_threads or claim
     return gemm.PackedGemm(w, bias, *act)
+
+
+def packs_in_place(g: Graph, xnodes: list) -> bool:
+    """Whether the delegate packs the float32 weights its fully connected layers would read in place: all of
+    them or none, by the policy's one rule (policy.Policy.packs, also the portable runtime's)."""
+    in_place = 0
+    for node in xnodes:
+        n = node.xnode_union
+        if isinstance(n, xs.XNNFullyConnected) and n.flags & xs.FLAG_TRANSPOSE_WEIGHTS:
+            w = g.constants.get(n.filter_id)
+            in_place += w.nbytes if w is not None and w.dtype == np.float32 else 0
+    return policy.current().packs(in_place)
 
 
 def _winograd_weights(n: Any, g: Graph, ocg: int, icg: int) -> np.ndarray | None:

@@ -72,7 +72,7 @@ class Graph:
         self.narrow: dict[int, tuple[int, int]] = {}
         # Whether a node runs the packed GEMM, whose threads need BLAS on one thread (blas_threads.py).
         self.own_threads = False
-        self.packed_bytes = 0  # packed copies of weights sgemm would read in place (_packed_gemm)
+        self.packs_in_place = True  # whether weights sgemm would read in place are packed (float_layers.py)
         # Filters of centred integers (a quantized convolution's, run by the float planner), whose products
         # must be summed exactly: never by Winograd's transforms, which round.
         self.exact: set[int] = set()
