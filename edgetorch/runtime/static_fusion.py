@@ -79,7 +79,6 @@ class _StaticContext(_FusionContext):
     def __init__(self, ex: Any, live: set[int]):
         super().__init__(ex)
         self.live = live  # the instructions that run (not folded, not elided)
-        self.threaded = False  # whether a step runs numba's threads (then BLAS is held to one thread)
         # Whether the method's products run on the fast tier's kernels, over numba's threads: its linear layers
         # on packed weights, its batch matmuls, its row kernels split. While it runs, NumPy's BLAS is held to
         # one thread, so a method whose convolutions (BLAS's work in this runtime) outweigh its linear layers
@@ -107,9 +106,7 @@ def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
         _max_pool_values, _direct,
     )  # fmt: skip
     ctx = _StaticContext(ex, set(by_pc))
-    fused = apply_patterns(ctx, patterns, by_pc)
-    ex.own_threads = ctx.threaded
-    return fused
+    return apply_patterns(ctx, patterns, by_pc)
 
 
 def _call(ex: Any, pc: int, name: str) -> list[int]:
@@ -350,14 +347,13 @@ def _linear_epilogue(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         epilogue = ops_epilogue.bias_residual(product, b, residual2, y.reshape(product.shape), ctx.packing)
     else:
         raise _NoMatch
-    ctx.threaded = ctx.threaded or compiled.splits(epilogue)
     matmul = _packed(ctx, lhs, w, product, pc=pc) or partial(np.matmul, lhs, rhs, out=product)
+    return 2, partial(_in_turn, matmul, epilogue)
 
-    def linear() -> None:
-        matmul()
-        epilogue()
 
-    return 2, linear
+def _in_turn(first: Callable, then: Callable) -> None:
+    first()
+    then()
 
 
 def _packed(
@@ -381,16 +377,13 @@ def _packed(
     packed = gemm.PackedGemm(rhs, bias)
     if gemm.choose_linear(packed, rhs, lhs.shape[0], f"instruction {pc}").kernel != "packed":
         return gemm.sgemm_step(lhs, rhs, bias, -np.inf, np.inf, out)
-    ctx.threaded = True
     return packed.step(lhs, out)
 
 
 def _rows(ctx: _StaticContext, name: str, *args: Any) -> Callable | None:
     """The compiled row kernel ``name`` bound to ``args`` (None without the tier): split over numba's threads
     (compiled.rows_step) in a method whose products run there (``ctx.packing``), else on the calling thread."""
-    step = compiled.rows_step(name, *args, split=ctx.packing)
-    ctx.threaded = ctx.threaded or compiled.splits(step)
-    return step
+    return compiled.rows_step(name, *args, split=ctx.packing)
 
 
 def _products(ex: Any) -> tuple[int, int, int]:
@@ -545,7 +538,6 @@ def _direct(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         if xa.ndim != oa.ndim or xa.shape[:-1] != oa.shape[:-1] or ya.shape[-1] != oa.shape[-1]:
             raise _NoMatch
         batched = gemm.batch_matmul(xa, ya, oa) if ctx.packing and name == "aten::bmm.out" else None
-        ctx.threaded = ctx.threaded or compiled.splits(batched)
         return 1, batched or partial(np.matmul, xa, ya, out=oa)
     if name == "aten::native_layer_norm.out":
         return 1, _layer_norm(ctx, args)
@@ -555,9 +547,7 @@ def _direct(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         if approximate not in ("none", "tanh") or xa.shape != oa.shape:
             raise _NoMatch
         _same_or_apart(xa, oa)
-        step = activation.gelu(xa, oa, approximate, split=ctx.packing)
-        ctx.threaded = ctx.threaded or compiled.splits(step)
-        return 1, step
+        return 1, activation.gelu(xa, oa, approximate, split=ctx.packing)
     raise _NoMatch
 
 

@@ -18,6 +18,7 @@ import dataclasses
 import math
 import sys
 import time
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
@@ -168,6 +169,27 @@ def split_step(serial: Any, parallel: Any, args: tuple, limit: int, worth: bool)
 def splits(step: Any) -> bool:
     """Whether ``step`` is a call of :func:`split` (it may run numba's threads)."""
     return isinstance(step, partial) and step.func is split
+
+
+# The kernels of the packed GEMM family (gemm.py's GEMM, winograd.py's convolution), by their names here: a step
+# that calls one claims the cores for numba's threads even when this call stays on the calling thread.
+_GEMM_FAMILY = ("gemm", "winograd")
+
+
+def own_threads(steps: Iterable[Any]) -> bool:
+    """Whether NumPy's BLAS keeps to one thread while ``steps`` run (blas_threads.held): one of them may run
+    numba's threads (:func:`splits`) or calls a kernel of the packed GEMM family; a step that runs others in
+    turn (a ``partial`` of steps) is looked into. The one rule of the portable runtime's methods and of the
+    XNNPACK delegate, derived from the steps themselves, not recorded as they are built."""
+    family = [got for got in map(_compiled.get, _GEMM_FAMILY) if got is not None]
+
+    def claims(step: Any, depth: int) -> bool:
+        if splits(step) or any(getattr(step, "func", None) is kernel for kernel in family):
+            return True
+        inner = step.args if isinstance(step, partial) and depth < 4 else ()
+        return any(callable(a) and claims(a, depth + 1) for a in inner)
+
+    return any(claims(step, 0) for step in steps)
 
 
 def compiled(name: str, fn: Any, **options: Any) -> Any:

@@ -104,7 +104,7 @@ def test_weights_read_in_place_are_packed_all_or_none_within_the_budget(monkeypa
         SimpleNamespace(xnode_union=schema.XNNFullyConnected(filter_id=f, flags=schema.FLAG_TRANSPOSE_WEIGHTS))
         for f in (1, 2)
     ]
-    graph = SimpleNamespace(constants={1: w, 2: w}, packs_in_place=True, own_threads=False)
+    graph = SimpleNamespace(constants={1: w, 2: w}, packs_in_place=True)
     set_policy(pack_budget=2 * w.nbytes)
     assert float_layers.packs_in_place(graph, layers)
     set_policy(pack_budget=2 * w.nbytes - 1)  # both layers' weights pass the budget: neither is packed
@@ -152,7 +152,7 @@ def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monk
     kernels = [s.args[0].func for s in steps if compiled.splits(s)]
     assert sum(s.args[0].func is gemm._batched for s in steps if compiled.splits(s)) == 2
     assert compiled.kernel("softmax") in kernels and compiled.kernel("gelu") in kernels
-    assert delegate.graph.own_threads
+    assert all(schedule.own_threads for schedule in delegate.schedules.values())
     with torch.no_grad():
         np.testing.assert_allclose(got, Attention()(x).numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got, outputs(Attention(), x, False, monkeypatch, set_policy), rtol=1e-4, atol=1e-5)

@@ -78,6 +78,7 @@ class _Schedule:
     steps: list
     outputs: list  # arrays holding the external outputs after the steps run
     ends: list = field(default_factory=list)  # per node: the index after its last step (for traced runs)
+    own_threads: bool = False  # whether BLAS keeps to one thread while the steps run (compiled.own_threads)
 
 
 class XnnpackDelegate:
@@ -124,9 +125,8 @@ class XnnpackDelegate:
             steps += planner(env)
             ends.append(len(steps))
             env.release(index, reads)
-        schedule = _Schedule(inputs, steps, [env[vid] for _, vid in self.graph.outputs], ends)
-        if any(compiled_kernels.splits(step) for step in steps):  # numba's threads run: BLAS's pool waits
-            self.graph.own_threads = True
+        outputs = [env[vid] for _, vid in self.graph.outputs]
+        schedule = _Schedule(inputs, steps, outputs, ends, compiled_kernels.own_threads(steps))
         self.schedules[shapes] = schedule
         if len(self.schedules) > _MAX_SCHEDULES:
             self.schedules.popitem(last=False)
@@ -149,7 +149,7 @@ class XnnpackDelegate:
                 ) from None
             for dst, src in zip(schedule.inputs, ins):
                 np.copyto(dst, src)
-            with blas_threads.held(self.graph.own_threads):
+            with blas_threads.held(schedule.own_threads):
                 if etdump.tracing():
                     self._traced(schedule)
                 else:

@@ -25,13 +25,12 @@ from edgetorch.runtime.ops import pool as pool_op
 
 
 def _packed_gemm(
-    w: np.ndarray, g: Graph, bias_id: int, act: tuple[float, float], in_place: bool = False, claim: bool = True
+    w: np.ndarray, g: Graph, bias_id: int, act: tuple[float, float], in_place: bool = False
 ) -> gemm.PackedGemm | None:
     """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
     constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier, when the
     weights or bias are not float32 constants, or when ``w`` could be read in place (a [K, N] constant, no copy
-    made for sgemm) and the delegate does not pack such weights (:func:`packs_in_place`). ``claim``: the delegate's BLAS is held to one thread from now (False: the caller claims it once
-    it has chosen the packed GEMM over sgemm)."""
+    made for sgemm) and the delegate does not pack such weights (:func:`packs_in_place`)."""
     if w.dtype != np.float32 or not policy.compiled_tier():
         return None
     if in_place and not g.packs_in_place:
@@ -41,7 +40,6 @@ def _packed_gemm(
         bias = g.constants.get(bias_id)
         if bias is None or bias.dtype != np.float32 or bias.size != w.shape[1]:
             return None
-    g.own_threads = g.own_threads or claim
     return gemm.PackedGemm(w, bias, *act)
 
 
@@ -66,7 +64,6 @@ def _winograd_weights(n: Any, g: Graph, ocg: int, icg: int) -> np.ndarray | None
         return None
     if filt.dtype != np.float32 or bias.dtype != np.float32:
         return None
-    g.own_threads = True
     return winograd.prepare(filt.reshape(ocg, 3, 3, icg))
 
 
@@ -75,7 +72,7 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
     packed = fused = None
     if n.filter_id in g.constants:
         w = g.constants[n.filter_id]
-        fused = _packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed, claim=False)
+        fused = _packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed)
         if fused is None:
             packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
 
@@ -94,7 +91,6 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
             w = g.constants[n.filter_id] if transposed else g.constants[n.filter_id].T  # [in, out], no copy
             where = f"fully connected, node {node.debug_handle}"
             if gemm.choose_linear(fused, w, y2.shape[0], where).kernel == "packed":
-                g.own_threads = True
                 return [fused.step(x.reshape(-1, ic), y2)]
         return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + bias_act_steps(y2, env, n.bias_id, act)
 
