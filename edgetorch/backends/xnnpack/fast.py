@@ -1,32 +1,16 @@
-"""The optional accelerated tier of the XNNPACK runtime half: loops that NumPy runs as many passes, compiled
-once with numba (``pip install edgetorch[fast]``) and cached on disk.
+"""The XNNPACK runtime half's own compiled kernels (``pip install edgetorch[fast]``): the ones no other runtime
+needs. A residual add with its clamp (``add_clamp``) in one pass with NumPy's bits, and transposes that keep
+the last axis last (``permute``: attention's head transposes) copied in runs of it, both over the threads
+from the policy's ``split_outputs`` values on.
 
-NumPy computes a 3x3 depthwise convolution as 9 multiplies and 8 adds over the whole output plus a bias pass:
-17 trips through memory, each on one core. The compiled kernel makes one pass, keeps each output pixel's
-channels in registers, and never materialises the taps. It sums the taps in the same order as
-the NumPy path (tap by tap, then the bias), with no fused multiply-add (numba compiles without fastmath), so
-both tiers give the same float32 results.
+The delegate's other kernels are the op layer's, shared with the portable runtime: depthwise convolution and
+im2col (edgetorch/runtime/ops/conv.py), pooling (ops/pool.py), GEMM epilogues (ops/epilogue.py), GELU and
+softmax (ops/activation.py); the packed GEMM and Winograd's convolution are runtime/kernels/gemm.py and
+winograd.py. The measured gains: docs/benchmarks.md, "Compiled float kernels of the fast tier".
 
-The layer's activation (a clamp: ReLU, ReLU6, hardtanh) is applied in the same pass, and a GEMM's bias and
-clamp are one pass over its output (``bias_clamp``) instead of two. From the policy's ``split_outputs`` outputs on, the
-depthwise layer's rows are split over the runtime's threads (numba's ``prange``; each output computed as on
-one thread). The measured gains of these kernels: docs/benchmarks.md, "Compiled float kernels of the fast
-tier".
-
-Fully connected and convolution layers with constant float32 weights run the tier's packed GEMM
-(edgetorch/runtime/kernels/gemm.py) with their bias and clamp in the same pass; it sums each output's
-products in its own order, so those layers agree with the NumPy tier's sgemm within float32 rounding, not
-bit for bit.
-
-Transposes that keep the last axis last copy runs of it (``permute``) over the threads, and a residual add
-with its clamp (``add_clamp``) is one pass with NumPy's bits. im2col and max pooling are the op layer's
-(edgetorch/runtime/ops/conv.py, ops/pool.py); 3x3 stride-1 convolutions take Winograd's form
-(edgetorch/runtime/kernels/winograd.py).
-
-GELU and softmax nodes take the op layer's steps (edgetorch/runtime/ops/activation.py). The tier is used when numba
-imports and ``EDGETORCH_FAST`` is not ``0``; without it (numba absent, or failing to import) every caller
-keeps its NumPy path. Imports only edgetorch/runtime/kernels/compiled.py, which detects, imports (on the first
-compile) and caches numba for both this module and the portable kernels.
+The tier is used when numba imports and ``EDGETORCH_FAST`` is not ``0``; without it (numba absent, or failing
+to import) every caller keeps its NumPy path. Imports only edgetorch/runtime/kernels/compiled.py, which
+detects, imports (on the first compile) and caches numba for every runtime.
 """
 
 from __future__ import annotations
@@ -40,22 +24,6 @@ from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 
 flat_float32 = compiled_kernels.flat_float32
-
-
-def _bias_clamp(y, bias, lo, hi):  # pragma: no cover - compiled
-    """In place on the [M, C] ``y``: y[m, c] = clamp(y[m, c] + bias[c], lo, hi); an empty bias adds nothing.
-    The same float32 add then compare as NumPy's add and clip, so the result is the same bit for bit."""
-    m, c = y.shape
-    with_bias = bias.shape[0] > 0
-    for i in range(m):
-        row = y[i]
-        for ch in range(c):
-            v = row[ch] + bias[ch] if with_bias else row[ch]
-            if v < lo:
-                v = lo
-            elif v > hi:
-                v = hi
-            row[ch] = v
 
 
 def _add_clamp_part(a, b, y, lo, hi, first, last):  # pragma: no cover - compiled
@@ -111,8 +79,6 @@ def _permute_split(x, y, s0, s1, s2, parts):  # pragma: no cover - compiled
         _permute_rows(x, y, s0, s1, s2, first, min(rows, first + step))
 
 
-_KERNELS = {"bias_clamp": _bias_clamp}
-
 # The fewest output values (rows x columns x channels) a depthwise layer splits across threads at.
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
 
@@ -167,9 +133,3 @@ def _bind() -> bool:
 # ``fn`` compiled with numba and kept under ``name``, or None when the policy turns the tier off: the one
 # compile cache of the runtime (kernels/compiled.py), shared with the portable kernels.
 compiled = compiled_kernels.compiled
-
-
-def kernel(name: str) -> Any:
-    """The compiled kernel ``name`` (``bias_clamp``: ``_bias_clamp``; the depthwise one is :func:`depthwise`), or
-    None when the tier is not usable (the caller then keeps its NumPy path)."""
-    return compiled(name, _KERNELS[name])

@@ -247,7 +247,7 @@ def flat_float32(*arrays: np.ndarray | None) -> bool:
 
 def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
-    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``masked_rows``, ``bias_gelu``,
+    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``bias_clamp``, ``masked_rows``, ``bias_gelu``,
     ``bias_add``), or None without the tier."""
     if not policy.compiled_tier():
         return None
@@ -536,6 +536,22 @@ def _nine_taps(a0, a1, a2, b0, b1, b2, c0, c1, c2, t):  # pragma: no cover - com
     return v
 
 
+def _bias_clamp(y, bias, lo, hi):  # pragma: no cover - compiled
+    """In place on the [M, C] ``y``: y[m, c] = clamp(y[m, c] + bias[c], lo, hi); an empty bias adds nothing.
+    The same float32 add then compare as NumPy's add and clip, so the result is the same bit for bit."""
+    m, c = y.shape
+    with_bias = bias.shape[0] > 0
+    for i in range(m):
+        row = y[i]
+        for ch in range(c):
+            v = row[ch] + bias[ch] if with_bias else row[ch]
+            if v < lo:
+                v = lo
+            elif v > hi:
+                v = hi
+            row[ch] = v
+
+
 def _scale_shift_clamp(x, scale, shift, lo, hi, out):  # pragma: no cover - compiled
     """out[n, c, k] = clamp(x[n, c, k] * scale[c] + shift[c], lo, hi) over [N, C, K] float32 arrays (``out`` may
     be ``x``): inference batch norm and the clamp after it in one pass. The same float32 multiply, add and
@@ -719,6 +735,7 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "decode_attention": (_decode_attention, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "depthwise3x3": (_depthwise3x3, {}),
     "scale_shift_clamp": (_scale_shift_clamp, {}),
+    "bias_clamp": (_bias_clamp, {}),
     "masked_rows": (_masked_rows, {}),
     "bias_gelu": (_bias_gelu, {"error_model": "numpy", "fastmath": {"contract"}}),
     "bias_add": (_bias_add, {}),
