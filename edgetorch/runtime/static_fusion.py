@@ -481,16 +481,16 @@ def _max_pool_values(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         raise _NoMatch
     if xa.dtype.kind != "f" or np.shares_memory(xa, oa):
         raise _NoMatch
-    kernel_size, stride, padding, dilation = (ex._arg(j) for j in (kernel_size, stride, padding, dilation))
-    kernel, dilation, pads = expand(kernel_size, 2), expand(dilation, 2), expand(padding, 2)
-    stride = expand(stride or kernel, 2)
+    kernel, strides, pads, dilations = (ex._arg(j) for j in (kernel_size, stride, padding, dilation))
+    kernel, dilations, pads = expand(kernel, 2), expand(dilations, 2), expand(pads, 2)
+    strides = expand(strides or kernel, 2)
     sizes = [
         window.output_size(n, k, s, p, p, dl, bool(ex.bound[ceil_mode]))
-        for n, k, s, p, dl in zip(xa.shape[-2:], kernel, stride, pads, dilation)
+        for n, k, s, p, dl in zip(xa.shape[-2:], kernel, strides, pads, dilations)
     ]
     if xa.ndim < 3 or oa.shape != xa.shape[:-2] + tuple(sizes):
         raise _NoMatch
-    steps = ops_pool.max_pool(xa, oa, kernel, stride, [(p, p) for p in pads], dilation, "NCHW")
+    steps = ops_pool.max_pool(xa, oa, kernel, strides, [(p, p) for p in pads], dilations, "NCHW")
     if len(steps) != 1:
         raise _NoMatch
     return 1, steps[0]

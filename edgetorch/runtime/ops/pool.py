@@ -110,8 +110,8 @@ def avg_pool(
             window.window_counts(n, k, s, a, b, m, dl, count_include_pad)
             for n, k, s, (a, b), m, dl in zip(sizes, kernel, stride, padding, out_sizes, dilation)
         ]
-        divisor = math.prod(c.reshape((-1,) + (1,) * (d - 1 - i)) for i, c in enumerate(counts))
-        divisor = divisor.astype(ct) if ct.kind == "f" else divisor
+        grid = np.asarray(math.prod(c.reshape((-1,) + (1,) * (d - 1 - i)) for i, c in enumerate(counts)))
+        divisor = grid.astype(ct) if ct.kind == "f" else grid
     if layout == "NHWC":
         win = _nhwc_window(x, y, kernel, stride, padding, dilation, "average pooling")
         views, steps = win.tap_views(x, 0.0)
