@@ -96,11 +96,6 @@ class Window:
         xp = np.full((n, h + self.top + self.bottom, w + self.left + self.right, c), fill, x.dtype)
         return xp, [partial(np.copyto, xp[:, self.top : self.top + h, self.left : self.left + w, :], x)]
 
-    def tap(self, xp: np.ndarray, i: int, j: int, oh: int, ow: int) -> np.ndarray:
-        """The [N, OH, OW, C] view of ``xp`` that kernel tap (i, j) reads."""
-        r, c = i * self.dh, j * self.dw
-        return xp[:, r : r + self.sh * (oh - 1) + 1 : self.sh, c : c + self.sw * (ow - 1) + 1 : self.sw, :]
-
     def taps(self) -> list[tuple[int, int]]:
         return [(i, j) for i in range(self.kh) for j in range(self.kw)]
 
