@@ -75,8 +75,7 @@ CONVOLUTIONS = [(56, 56, 64, 64), (28, 28, 128, 128), (14, 14, 256, 256), (7, 7,
 
 def _winograd(threads: int) -> None:
     """Print a table: each of CONVOLUTIONS by Winograd and by im2col + packed GEMM, with the bias, us a call."""
-    from edgetorch.backends.xnnpack import fast
-    from edgetorch.runtime.kernels import compiled, gemm, winograd
+    from edgetorch.runtime.kernels import compiled, gemm, windows, winograd
 
     compiled.set_num_threads(threads)
     rng = np.random.default_rng(0)
@@ -90,7 +89,7 @@ def _winograd(threads: int) -> None:
         y = np.empty((1, h, w, oc), np.float32)
         minimal = winograd.step(x, winograd.prepare(filt), b, y, 1, 1, -np.inf, np.inf)
         cols = np.empty((h * w, 9 * c), np.float32)
-        fill = fast.im2col(x, cols, h, w, 3, 3, 1, 1, 1, 1, 1, 1)
+        fill = windows.im2col_step(x, cols, h, w, 3, 3, 1, 1, 1, 1, 1, 1)
         product = gemm.PackedGemm(np.ascontiguousarray(filt.transpose(1, 2, 3, 0).reshape(9 * c, oc)), b).step(
             cols, y.reshape(h * w, oc)
         )

@@ -172,7 +172,7 @@ def node_profile(delegates: list, runs: int) -> tuple[collections.Counter, int]:
             for dst, src in zip(plan.inputs, old.inputs):  # the last run's inputs, so the steps see real data
                 np.copyto(dst, src)
             per_step = [[] for _ in plan.steps]
-            with blas_threads.held(d.graph.own_threads):  # as the delegate's execute: one thread pool at a time
+            with blas_threads.held(plan.own_threads):  # as the delegate's execute: one thread pool at a time
                 for _ in range(runs):
                     for i, step in enumerate(plan.steps):
                         t0 = _clock()

@@ -38,7 +38,7 @@ from edgetorch.runtime.copy_elision import elide_copies
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.folding import fold, foldable
 from edgetorch.runtime.fusion import fuse_steps
-from edgetorch.runtime.kernels import blas_threads
+from edgetorch.runtime.kernels import blas_threads, compiled
 from edgetorch.runtime.kernels.registry import lookup
 from edgetorch.runtime.memory import TensorResizeError, allocate_arenas, check_dim_order, resize, view_of
 from edgetorch.runtime.plan_analysis import PlanFacts, kernel_results, op_key
@@ -121,8 +121,9 @@ class MethodExecutor:
             self.steps, self.step_pcs = self._bind_all(self.elided, set(self.step_pcs))
         # Untraced runs take the fused steps: short element-wise chains as one step each (dynamic methods), batch
         # norms with their clamps and safe softmaxes (static ones).
-        self.own_threads = False  # whether a fused step runs the packed GEMM (set by fuse_static)
         self.fused = fuse_static(self) if self.static else fuse_steps(self)
+        # whether BLAS keeps to one thread while the fused steps run (the packed GEMM's threads take the cores)
+        self.own_threads = self.fused is not None and compiled.own_threads(self.fused[0])
         self.tracer: Any = None
         self._by_pc: list[Callable | None] | None = None  # traced runs: each instruction's step, if it has one
 

@@ -211,7 +211,8 @@ class Policy:
     threads: int | None = None
     """Threads a kernel that splits its work may use (None: ``EDGETORCH_NUM_THREADS`` or the CPUs available)."""
     pack_budget: int = 128 << 20
-    """Bytes of packed float32 GEMM weights a method (or an XNNPACK delegate) may keep beside its own."""
+    """Bytes of packed float32 GEMM weights a method (or an XNNPACK delegate) may keep beside its own
+    (:meth:`packs`)."""
     split_macs: int = 200_000
     """Multiply-adds from which the packed GEMM and Winograd's convolution split over threads."""
     split_elements: int = 32_768
@@ -242,6 +243,14 @@ class Policy:
     kernel_choices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Fixed decisions that override tuning: ``"family"`` or ``"family:key"`` (e.g. ``"gemm"``,
     ``"gemm:64x128x256"``) -> the kernel's name, for tests and benchmarks that must not depend on timing."""
+
+    def packs(self, weight_bytes: int) -> bool:
+        """Whether a method, or an XNNPACK delegate, packs its float32 GEMM weights that sgemm would read in
+        place, ``weight_bytes`` of them in all: every one when they fit :attr:`pack_budget`, else none. A
+        method that packs holds BLAS to one thread for its other products too (blas_threads.py), so packing
+        some is no middle way; and a model that large (an LLM) keeps its memory near the file's size. Whether
+        the compiled tier is usable is :func:`compiled_tier`'s question."""
+        return 0 <= weight_bytes <= self.pack_budget
 
     def thread_count(self) -> int:
         """:attr:`threads`, or the default when unset."""

@@ -23,8 +23,7 @@ replaced by one step that computes the same float32 results with fewer passes ov
   layer's weight transposed by constant folding): the fast tier's packed GEMM (kernels/gemm.py) with the bias
   in the same pass; also the matrix product of the GELU/residual chains above. It sums in its own order
   (within float32 rounding of sgemm) and holds a packed copy of the weights beside the method's own, so a
-  method packs all such layers when they come to at most the policy's ``pack_budget`` bytes (a small model's, not an
-  LLM's), else none. While such a method runs, NumPy's BLAS is held to one thread (blas_threads.py), so a
+  method packs all such layers or none, as the policy's ``packs`` rule says (the XNNPACK delegate's rule too). While such a method runs, NumPy's BLAS is held to one thread (blas_threads.py), so a
   method whose convolutions (BLAS's work in this runtime) outweigh its linear layers packs nothing.
 - **The rest of such a method on the threads too**: in a method that packs (or has no linear or convolution
   products of its own), ``bmm`` runs the batched packed GEMM (gemm.batch_matmul) and the row kernels (softmax,
@@ -56,8 +55,10 @@ from edgetorch.format import program as fbp
 from edgetorch.runtime import policy
 from edgetorch.runtime.fusion import _F32, _FusionContext, _int, _NoMatch, apply_patterns
 from edgetorch.runtime.kernels import compiled, gemm
-from edgetorch.runtime.ops import activation
+from edgetorch.runtime.kernels.conv import expand
+from edgetorch.runtime.ops import activation, window
 from edgetorch.runtime.ops import epilogue as ops_epilogue
+from edgetorch.runtime.ops import pool as ops_pool
 
 _BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 # The instructions after a softmax that zero the rows whose scores are all -inf, in any order their data flow
@@ -78,7 +79,6 @@ class _StaticContext(_FusionContext):
     def __init__(self, ex: Any, live: set[int]):
         super().__init__(ex)
         self.live = live  # the instructions that run (not folded, not elided)
-        self.threaded = False  # whether a step runs numba's threads (then BLAS is held to one thread)
         # Whether the method's products run on the fast tier's kernels, over numba's threads: its linear layers
         # on packed weights, its batch matmuls, its row kernels split. While it runs, NumPy's BLAS is held to
         # one thread, so a method whose convolutions (BLAS's work in this runtime) outweigh its linear layers
@@ -87,7 +87,7 @@ class _StaticContext(_FusionContext):
         # A method with neither (its products delegated) runs its row kernels on the threads too.
         linear, convolutions, constant_bytes = _products(ex)
         self.packing = (
-            policy.compiled_tier() and convolutions < max(linear, 1) and constant_bytes <= policy.current().pack_budget
+            policy.compiled_tier() and convolutions < max(linear, 1) and policy.current().packs(constant_bytes)
         )
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():
@@ -106,9 +106,7 @@ def fuse_static(ex: Any) -> tuple[list[Callable], list[int]] | None:
         _max_pool_values, _direct,
     )  # fmt: skip
     ctx = _StaticContext(ex, set(by_pc))
-    fused = apply_patterns(ctx, patterns, by_pc)
-    ex.own_threads = ctx.threaded
-    return fused
+    return apply_patterns(ctx, patterns, by_pc)
 
 
 def _call(ex: Any, pc: int, name: str) -> list[int]:
@@ -349,14 +347,13 @@ def _linear_epilogue(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         epilogue = ops_epilogue.bias_residual(product, b, residual2, y.reshape(product.shape), ctx.packing)
     else:
         raise _NoMatch
-    ctx.threaded = ctx.threaded or compiled.splits(epilogue)
     matmul = _packed(ctx, lhs, w, product, pc=pc) or partial(np.matmul, lhs, rhs, out=product)
+    return 2, partial(_in_turn, matmul, epilogue)
 
-    def linear() -> None:
-        matmul()
-        epilogue()
 
-    return 2, linear
+def _in_turn(first: Callable, then: Callable) -> None:
+    first()
+    then()
 
 
 def _packed(
@@ -380,16 +377,13 @@ def _packed(
     packed = gemm.PackedGemm(rhs, bias)
     if gemm.choose_linear(packed, rhs, lhs.shape[0], f"instruction {pc}").kernel != "packed":
         return gemm.sgemm_step(lhs, rhs, bias, -np.inf, np.inf, out)
-    ctx.threaded = True
     return packed.step(lhs, out)
 
 
 def _rows(ctx: _StaticContext, name: str, *args: Any) -> Callable | None:
     """The compiled row kernel ``name`` bound to ``args`` (None without the tier): split over numba's threads
     (compiled.rows_step) in a method whose products run there (``ctx.packing``), else on the calling thread."""
-    step = compiled.rows_step(name, *args, split=ctx.packing)
-    ctx.threaded = ctx.threaded or compiled.splits(step)
-    return step
+    return compiled.rows_step(name, *args, split=ctx.packing)
 
 
 def _products(ex: Any) -> tuple[int, int, int]:
@@ -474,7 +468,8 @@ def _expanded_linear(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
 
 
 def _max_pool_values(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
-    """``max_pool2d_with_indices`` whose indices nothing reads: the maxima alone (both tiers; same values)."""
+    """``max_pool2d_with_indices`` whose indices nothing reads: the op layer's max pooling alone, without the
+    passes that find each window's winning index (both tiers; the same values)."""
     ex = ctx.ex
     args = _call(ex, pc, "aten::max_pool2d_with_indices.out")
     if len(args) < 9:  # the arguments, then the results (one list value, or the two tensors)
@@ -486,10 +481,19 @@ def _max_pool_values(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         raise _NoMatch
     if xa.dtype.kind != "f" or np.shares_memory(xa, oa):
         raise _NoMatch
-    from edgetorch.runtime.kernels.pool import max_pool_values  # its family, only when used
-
-    window = [ex._arg(j) for j in (kernel_size, stride, padding, dilation)]
-    return 1, partial(max_pool_values, xa, 2, window[0], window[1], window[2], window[3], ex.bound[ceil_mode], oa)
+    kernel, strides, pads, dilations = (ex._arg(j) for j in (kernel_size, stride, padding, dilation))
+    kernel, dilations, pads = expand(kernel, 2), expand(dilations, 2), expand(pads, 2)
+    strides = expand(strides or kernel, 2)
+    sizes = [
+        window.output_size(n, k, s, p, p, dl, bool(ex.bound[ceil_mode]))
+        for n, k, s, p, dl in zip(xa.shape[-2:], kernel, strides, pads, dilations)
+    ]
+    if xa.ndim < 3 or oa.shape != xa.shape[:-2] + tuple(sizes):
+        raise _NoMatch
+    steps = ops_pool.max_pool(xa, oa, kernel, strides, [(p, p) for p in pads], dilations, "NCHW")
+    if len(steps) != 1:
+        raise _NoMatch
+    return 1, steps[0]
 
 
 _UFUNCS = {
@@ -534,7 +538,6 @@ def _direct(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         if xa.ndim != oa.ndim or xa.shape[:-1] != oa.shape[:-1] or ya.shape[-1] != oa.shape[-1]:
             raise _NoMatch
         batched = gemm.batch_matmul(xa, ya, oa) if ctx.packing and name == "aten::bmm.out" else None
-        ctx.threaded = ctx.threaded or compiled.splits(batched)
         return 1, batched or partial(np.matmul, xa, ya, out=oa)
     if name == "aten::native_layer_norm.out":
         return 1, _layer_norm(ctx, args)
@@ -544,9 +547,7 @@ def _direct(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         if approximate not in ("none", "tanh") or xa.shape != oa.shape:
             raise _NoMatch
         _same_or_apart(xa, oa)
-        step = activation.gelu(xa, oa, approximate, split=ctx.packing)
-        ctx.threaded = ctx.threaded or compiled.splits(step)
-        return 1, step
+        return 1, activation.gelu(xa, oa, approximate, split=ctx.packing)
     raise _NoMatch
 
 

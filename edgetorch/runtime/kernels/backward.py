@@ -17,7 +17,7 @@ import numpy as np
 from edgetorch.errors import InvalidArgumentError, OutOfRangeError
 from edgetorch.runtime.kernels.conv import col2im_into, expand, window_view
 from edgetorch.runtime.kernels.linalg import store, upcast
-from edgetorch.runtime.kernels.pool import adaptive_bounds, avg_window_sizes
+from edgetorch.runtime.kernels.pool import adaptive_bounds
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
 from edgetorch.runtime.ops import window
@@ -177,7 +177,7 @@ def avg_pool2d_backward(
         scaled = gy / divisor_override
     else:
         rows, cols = (
-            avg_window_sizes(n, k, s, p, m, count_include_pad)
+            window.window_counts(n, k, s, p, p, m, 1, count_include_pad)
             for n, k, s, p, m in zip(sizes, kernel_size, stride, padding, out_sizes)
         )
         scaled = gy / np.outer(rows, cols).astype(gy.dtype)

@@ -18,6 +18,7 @@ import dataclasses
 import math
 import sys
 import time
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
@@ -170,6 +171,27 @@ def splits(step: Any) -> bool:
     return isinstance(step, partial) and step.func is split
 
 
+# The kernels of the packed GEMM family (gemm.py's GEMM, winograd.py's convolution), by their names here: a step
+# that calls one claims the cores for numba's threads even when this call stays on the calling thread.
+_GEMM_FAMILY = ("gemm", "winograd")
+
+
+def own_threads(steps: Iterable[Any]) -> bool:
+    """Whether NumPy's BLAS keeps to one thread while ``steps`` run (blas_threads.held): one of them may run
+    numba's threads (:func:`splits`) or calls a kernel of the packed GEMM family; a step that runs others in
+    turn (a ``partial`` of steps) is looked into. The one rule of the portable runtime's methods and of the
+    XNNPACK delegate, derived from the steps themselves, not recorded as they are built."""
+    family = [got for got in map(_compiled.get, _GEMM_FAMILY) if got is not None]
+
+    def claims(step: Any, depth: int) -> bool:
+        if splits(step) or any(getattr(step, "func", None) is kernel for kernel in family):
+            return True
+        inner = step.args if isinstance(step, partial) and depth < 4 else ()
+        return any(callable(a) and claims(a, depth + 1) for a in inner)
+
+    return any(claims(step, 0) for step in steps)
+
+
 def compiled(name: str, fn: Any, **options: Any) -> Any:
     """``fn`` compiled with numba and kept under ``name``, or None when the tier is not usable.
 
@@ -225,7 +247,7 @@ def flat_float32(*arrays: np.ndarray | None) -> bool:
 
 def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
-    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``masked_rows``, ``bias_gelu``,
+    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``bias_clamp``, ``masked_rows``, ``bias_gelu``,
     ``bias_add``), or None without the tier."""
     if not policy.compiled_tier():
         return None
@@ -514,6 +536,22 @@ def _nine_taps(a0, a1, a2, b0, b1, b2, c0, c1, c2, t):  # pragma: no cover - com
     return v
 
 
+def _bias_clamp(y, bias, lo, hi):  # pragma: no cover - compiled
+    """In place on the [M, C] ``y``: y[m, c] = clamp(y[m, c] + bias[c], lo, hi); an empty bias adds nothing.
+    The same float32 add then compare as NumPy's add and clip, so the result is the same bit for bit."""
+    m, c = y.shape
+    with_bias = bias.shape[0] > 0
+    for i in range(m):
+        row = y[i]
+        for ch in range(c):
+            v = row[ch] + bias[ch] if with_bias else row[ch]
+            if v < lo:
+                v = lo
+            elif v > hi:
+                v = hi
+            row[ch] = v
+
+
 def _scale_shift_clamp(x, scale, shift, lo, hi, out):  # pragma: no cover - compiled
     """out[n, c, k] = clamp(x[n, c, k] * scale[c] + shift[c], lo, hi) over [N, C, K] float32 arrays (``out`` may
     be ``x``): inference batch norm and the clamp after it in one pass. The same float32 multiply, add and
@@ -697,6 +735,7 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "decode_attention": (_decode_attention, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "depthwise3x3": (_depthwise3x3, {}),
     "scale_shift_clamp": (_scale_shift_clamp, {}),
+    "bias_clamp": (_bias_clamp, {}),
     "masked_rows": (_masked_rows, {}),
     "bias_gelu": (_bias_gelu, {"error_model": "numpy", "fastmath": {"contract"}}),
     "bias_add": (_bias_add, {}),

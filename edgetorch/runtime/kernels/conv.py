@@ -1,7 +1,7 @@
 """Convolution kernels (1-d/2-d/3-d, grouped, depthwise, transposed), im2col/col2im and pixel (un)shuffle.
 
-A convolution is im2col + one batched ``np.matmul``: the input (zero-padded once) is seen through a strided
-window view, copied into a column matrix and multiplied by the weight for every group at once. Pointwise
+A convolution is im2col (the op layer's, edgetorch/runtime/ops/conv.py) + one batched ``np.matmul``: the
+column matrix is multiplied by the weight for every group at once. Pointwise
 convolutions skip the column matrix; depthwise ones are the op layer's (edgetorch/runtime/ops/conv.py). Padded
 inputs and columns are scratch arrays reused from call to call.
 Transposed convolution is the matmul followed by col2im (one strided add per tap). The window helpers here are
@@ -23,7 +23,7 @@ from edgetorch.runtime.kernels.scratch import scratch
 from edgetorch.runtime.memory import resize
 from edgetorch.runtime.ops import conv as conv_op
 from edgetorch.runtime.ops import window
-from edgetorch.runtime.ops.conv import padded, tap_major, window_view
+from edgetorch.runtime.ops.conv import padded, window_view
 
 __all__ = ["padded", "window_view"]  # shared with the pooling and backward kernels
 
@@ -58,81 +58,19 @@ def _add_bias(target: np.ndarray, bias: np.ndarray | None) -> None:
 
 
 def _columns(
-    xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out_sizes: Sequence[int]
+    x: np.ndarray,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    out_sizes: Sequence[int],
 ) -> np.ndarray:
-    """im2col of the padded input: ``(N, C, *kernel, *out_sizes)`` in ``xp``'s layout, one strided copy into a
-    scratch array (valid until the calling kernel returns)."""
-    cols = scratch("conv.columns", xp.shape[:2] + tuple(kernel) + tuple(out_sizes), _compute_dtype(xp))
-    np.copyto(cols, tap_major(xp, kernel, stride, dilation, out_sizes), casting="unsafe")
+    """The op layer's im2col of ``x``: ``(N, C, *kernel, *out_sizes)``, in a scratch array (valid until the
+    calling kernel returns)."""
+    cols = scratch("conv.columns", x.shape[:2] + tuple(kernel) + tuple(out_sizes), _compute_dtype(x))
+    for step in conv_op.im2col(x, cols, kernel, stride, [(p, p) for p in padding], dilation, "NCHW"):
+        step()
     return cols
-
-
-class TapSweep:
-    """The kernel taps of a sliding-window sweep, each one long contiguous slice of a flat buffer.
-
-    The input is padded and split into its stride phases once (one strided copy per phase), so that tap ``k``
-    of every window sits at a constant offset in one phase plane. Per-tap NumPy ops then run over long rows
-    instead of many short strided ones (several times faster for 3x3 depthwise and pooling). Results live on a
-    "virtual" grid, output rows padded to the phase-plane width; :meth:`extract` views it at the real shape.
-    """
-
-    def __init__(
-        self,
-        x: np.ndarray,
-        kernel: Sequence[int],
-        stride: Sequence[int],
-        dilation: Sequence[int],
-        lo: Sequence[int],
-        out_sizes: Sequence[int],
-        fill: float,
-        dtype: np.dtype,
-    ) -> None:
-        d = len(kernel)
-        self.lead, self.stride, self.dilation, self.out_sizes = x.shape[:-d], stride, dilation, tuple(out_sizes)
-        reach = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
-        self.plane = [-(-r // s) for r, s in zip(reach, stride)]
-        self.plane_strides = [math.prod(self.plane[i + 1 :]) for i in range(d)]
-        self.length = 1 + sum((o - 1) * p for o, p in zip(out_sizes, self.plane_strides))
-        self.kernel = tuple(kernel)
-        self.phases = self._split(x, lo, fill, dtype)
-
-    def _split(self, x: np.ndarray, lo: Sequence[int], fill: float, dtype: np.dtype) -> np.ndarray:
-        sizes = x.shape[-len(self.plane) :]
-        if all(s == 1 for s in self.stride) and not any(lo) and list(sizes) == self.plane and x.dtype == dtype:
-            return x.reshape(self.lead + (1, -1))
-        buf = np.full(self.lead + tuple(self.stride) + tuple(self.plane), fill, dtype)
-        for phase in itertools.product(*(range(s) for s in self.stride)):
-            dst, src = [], []
-            for r, s, p, n, m in zip(phase, self.stride, lo, sizes, self.plane):
-                m0 = max(0, -((r - p) // s))
-                i0 = m0 * s + r - p
-                count = min(m - m0, -(-(n - i0) // s)) if i0 < n else 0
-                dst.append(slice(m0, m0 + max(count, 0)))
-                src.append(slice(i0, i0 + (count - 1) * s + 1 if count > 0 else i0, s))
-            np.copyto(buf[(Ellipsis,) + phase + tuple(dst)], x[(Ellipsis,) + tuple(src)], casting="unsafe")
-        return buf.reshape(self.lead + (math.prod(self.stride), -1))
-
-    def taps(self) -> itertools.product:
-        """Every kernel position, in torch's window scan order."""
-        return itertools.product(*(range(k) for k in self.kernel))
-
-    def tap(self, k: Sequence[int]) -> np.ndarray:
-        """``(*lead, length)``: the input value tap ``k`` reads, for every virtual output position."""
-        phase = [t * dl % s for t, dl, s in zip(k, self.dilation, self.stride)]
-        offset = sum(t * dl // s * p for t, dl, s, p in zip(k, self.dilation, self.stride, self.plane_strides))
-        return self.phases[..., int(np.ravel_multi_index(phase, self.stride)), offset : offset + self.length]
-
-    def virtual(self, lead: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-        """A scratch result ``(*lead, length)`` on the virtual grid and its view at ``(*lead, *out_sizes)``."""
-        full = np.empty(lead + self.out_sizes[:1] + tuple(self.plane[1:]), dtype)
-        flat = full.reshape(lead + (-1,))[..., : self.length]
-        return flat, full[(Ellipsis, slice(None)) + tuple(slice(o) for o in self.out_sizes[1:])]
-
-    def grid(self, per_axis: Sequence[np.ndarray]) -> np.ndarray:
-        """``(length,)``: the sum of per-axis values (each of length ``plane[i]``) at every virtual position."""
-        d = len(per_axis)
-        total = sum(a[: self.plane[i]].reshape((-1,) + (1,) * (d - 1 - i)) for i, a in enumerate(per_axis))
-        return np.broadcast_to(total, tuple(self.plane)).reshape(-1)[: self.length]
 
 
 def _conv_forward(
@@ -151,14 +89,14 @@ def _conv_forward(
         for step in conv_op.depthwise(x, w, None, target, stride, [(p, p) for p in padding], dilation, "NCHW"):
             step()
         return
-    extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
-    xp = padded(x, padding, extent, 0, _compute_dtype(x), "conv.input")
     cg, og, taps = c // groups, w.shape[0] // groups, math.prod(kernel)
     if taps == 1:
+        extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
+        xp = padded(x, padding, extent, 0, _compute_dtype(x), "conv.input")
         cols = xp[(Ellipsis,) + tap_slices((0,) * d, stride, dilation, out_sizes)]
         cols = cols.reshape(n, groups, cg, -1)
     else:
-        cols = _columns(xp, kernel, stride, dilation, out_sizes).reshape(n, groups, cg * taps, -1)
+        cols = _columns(x, kernel, stride, padding, dilation, out_sizes).reshape(n, groups, cg * taps, -1)
     wm = upcast(w).reshape(groups, og, cg * taps)
     if cols.dtype != wm.dtype:
         cols = cols.astype(wm.dtype)
@@ -298,9 +236,7 @@ def im2col(
     sizes = [
         window.output_size(i, k, s, p, p, dl) for i, k, s, p, dl in zip(x.shape[2:], kernel, stride, padding, dilation)
     ]
-    extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(sizes, stride, dilation, kernel)]
-    xp = padded(x, padding, extent, 0, x.dtype)
-    cols = _columns(xp, kernel, stride, dilation, sizes)
+    cols = _columns(x, kernel, stride, padding, dilation, sizes)
     shape = (x.shape[1] * math.prod(kernel), math.prod(sizes))
     out = resize(out, shape if self.ndim == 3 else (x.shape[0], *shape))
     return store(out, cols.reshape(out.shape))

@@ -1,6 +1,7 @@
 """Pooling, upsampling, padding and grid-sampling kernels over the last 1-3 (spatial) dims.
 
-Window ops (max/avg pooling) pad once and then run one whole-tensor NumPy op per kernel tap; adaptive pooling
+Max and average pooling are the op layer's (edgetorch/runtime/ops/pool.py), max pooling's indices found here
+from the op's maxima; adaptive pooling
 reduces one axis at a time; resampling and padding build per-axis source indices and gather with one
 ``np.take`` into ``out``. Index formulas follow torch's CPU kernels so results match to the bit where torch's
 arithmetic allows. Imports only NumPy and the runtime's own modules.
@@ -14,19 +15,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgetorch.errors import InvalidArgumentError
-from edgetorch.runtime.kernels.conv import TapSweep, expand
+from edgetorch.runtime.kernels.conv import expand
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
 from edgetorch.runtime.kernels.registry import kernel, register_kernel
 from edgetorch.runtime.memory import resize
+from edgetorch.runtime.ops import pool as pool_op
 from edgetorch.runtime.ops import window
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype in LOW_PRECISION else dtype
-
-
-def _lowest(dtype: np.dtype) -> float:
-    return np.iinfo(dtype).min if np.issubdtype(dtype, np.integer) else -np.inf
 
 
 def _grid(per_axis: Sequence[np.ndarray]) -> np.ndarray:
@@ -55,9 +53,6 @@ class _Windows:
         self.lead = x.shape[:-d]
         self.out_shape = self.lead + tuple(self.out_sizes)
 
-    def sweep(self, x: np.ndarray, fill: float, dtype: np.dtype) -> TapSweep:
-        return TapSweep(x, self.kernel, self.stride, self.dilation, self.padding, self.out_sizes, fill, dtype)
-
 
 def _max_pool(
     x: np.ndarray, d: int, kernel_size, stride, padding, dilation, ceil_mode: bool, out: np.ndarray, indices: np.ndarray
@@ -65,8 +60,9 @@ def _max_pool(
     """Max over each window and the flat (per-plane) input index of the first maximum; NaN wins, as in torch."""
     g = _Windows(x, d, kernel_size, stride, padding, dilation, ceil_mode)
     out, indices = resize(out, g.out_shape), resize(indices, g.out_shape)
-    sweep, taps, best, best_view = _maxima(g, x)
-    index, index_view = sweep.virtual(g.lead, np.dtype(np.int64))
+    sweep, best, best_view = pool_op.maxima(x, g.kernel, g.stride, g.padding, g.dilation, g.out_sizes)
+    taps = list(sweep.taps())
+    index, index_view = sweep.virtual(np.dtype(np.int64))
     plane = _spatial_strides(g.sizes)
     starts = [np.arange(m) * s - p for m, s, p in zip(sweep.plane, g.stride, g.padding)]
     first_valid = [np.where(a < 0, a + (-a + dl - 1) // dl * dl, a) for a, dl in zip(starts, g.dilation)]
@@ -77,45 +73,21 @@ def _max_pool(
     winner = np.full(best.shape, n, code_dtype)
     equal, code = np.empty(best.shape, bool), np.empty(best.shape, code_dtype)
     for t, tap in enumerate(taps):
-        np.equal(sweep.tap(tap), best, out=equal)
+        np.equal(sweep.flat_view(tap), best, out=equal)
         np.multiply(equal, code_dtype.type(n - t), out=code)
         np.subtract(code_dtype.type(n), code, out=code)
         np.minimum(winner, code, out=winner)
     if np.issubdtype(_compute_dtype(x.dtype), np.floating) and np.isnan(best).any():
         for t, tap in enumerate(taps):  # torch lets the last NaN of a window win
-            winner = np.where(np.isnan(sweep.tap(tap)), t, winner)
+            winner = np.where(np.isnan(sweep.flat_view(tap)), t, winner)
     offsets = np.array([sum(k * dl * st for k, dl, st in zip(tap, g.dilation, plane)) for tap in taps] + [0])
     np.add(np.take(offsets, winner), sweep.grid([a * st for a, st in zip(starts, plane)]), out=index)
-    lowest = best == _lowest(x.dtype)
+    lowest = best == pool_op.lowest(x.dtype)
     if lowest.any():  # no element beats the initial -inf: torch reports the window's first in-bounds element
         np.copyto(index, np.where(lowest, sweep.grid([f * st for f, st in zip(first_valid, plane)]), index))
     np.copyto(out, best_view)
     np.copyto(indices, index_view)
     return out, indices
-
-
-def max_pool_values(
-    x: np.ndarray, d: int, kernel_size, stride, padding, dilation, ceil_mode: bool, out: np.ndarray
-) -> np.ndarray:
-    """The max over each window alone (NaN wins), for a max pooling whose indices nothing reads: the maxima of
-    :func:`_max_pool`, without its dozen further passes that find each window's winning index. Load-time
-    fusion picks it (static_fusion.py)."""
-    g = _Windows(x, d, kernel_size, stride, padding, dilation, ceil_mode)
-    out = resize(out, g.out_shape)
-    np.copyto(out, _maxima(g, x)[3])
-    return out
-
-
-def _maxima(g: _Windows, x: np.ndarray) -> tuple:
-    """The sweep over ``x``'s windows, its taps, and each window's maximum (NaN wins): as the sweep's array and
-    as its view in the output's layout."""
-    sweep = g.sweep(x, _lowest(x.dtype), x.dtype)
-    best, best_view = sweep.virtual(g.lead, x.dtype)
-    taps = list(sweep.taps())
-    np.copyto(best, sweep.tap(taps[0]))
-    for tap in taps[1:]:
-        np.maximum(best, sweep.tap(tap), out=best)
-    return sweep, taps, best, best_view
 
 
 @kernel("aten::max_pool2d_with_indices.out")
@@ -148,24 +120,6 @@ def max_pool3d_with_indices(
     return _max_pool(self, 3, kernel_size, stride, padding, dilation, ceil_mode, out, indices)
 
 
-def avg_window_sizes(n: int, k: int, s: int, p: int, m: int, count_include_pad: bool) -> np.ndarray:
-    """Along one axis, each of the ``m`` windows' sizes: clipped to the padded (or, without
-    ``count_include_pad``, the real) input, torch's divisor rule."""
-    start = np.arange(m) * s - p
-    end = np.minimum(start + k, n + p)
-    return end - start if count_include_pad else np.minimum(end, n) - np.maximum(start, 0)
-
-
-def _avg_divisors(g: _Windows, count_include_pad: bool) -> np.ndarray:
-    """Per-output-position divisor: the product of the per-axis window sizes."""
-    counts = [
-        avg_window_sizes(n, k, s, p, o, count_include_pad)
-        for o, k, s, p, n in zip(g.out_sizes, g.kernel, g.stride, g.padding, g.sizes)
-    ]
-    d = len(counts)
-    return np.asarray(math.prod(c.reshape((-1,) + (1,) * (d - 1 - i)) for i, c in enumerate(counts)))
-
-
 def _avg_pool(
     x: np.ndarray,
     d: int,
@@ -179,20 +133,9 @@ def _avg_pool(
 ) -> np.ndarray:
     g = _Windows(x, d, kernel_size, stride, padding, [1], ceil_mode)
     out = resize(out, g.out_shape)
-    ct = _compute_dtype(x.dtype)
-    sweep = g.sweep(x, 0, ct)
-    acc, acc_view = sweep.virtual(g.lead, ct)
-    for i, tap in enumerate(sweep.taps()):
-        if i == 0:
-            np.copyto(acc, sweep.tap(tap))
-        else:
-            np.add(acc, sweep.tap(tap), out=acc)
-    divisor = divisor_override if divisor_override else _avg_divisors(g, count_include_pad)
-    if np.issubdtype(ct, np.integer):
-        # torch divides integers in C++: truncation toward zero.
-        q = np.abs(acc_view) // divisor
-        return store(out, np.where(acc_view < 0, -q, q))
-    np.divide(acc_view, divisor, out=out, casting="unsafe")
+    pads = [(p, p) for p in g.padding]
+    for step in pool_op.avg_pool(x, out, g.kernel, g.stride, pads, "NCHW", count_include_pad, divisor_override):
+        step()
     return out
 
 

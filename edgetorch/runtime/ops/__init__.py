@@ -6,5 +6,7 @@ layout (NCHW or NHWC) as a parameter where the op has one. The portable kernels,
 XNNPACK delegate call these builders instead of keeping their own copies of the op.
 
 ``numeric`` holds the float formulas the ops share; ``activation`` GELU and softmax; ``window`` the geometry of
-sliding windows (convolution and pooling output sizes).
+sliding windows (convolution and pooling output sizes, the stride-phase planes their taps read); ``conv``
+depthwise convolution and im2col; ``pool`` max and average pooling; ``epilogue`` what a GEMM's output goes
+through (bias, clamp, GELU, residual add).
 """

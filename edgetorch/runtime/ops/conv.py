@@ -28,7 +28,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime import policy
-from edgetorch.runtime.kernels import compiled
+from edgetorch.runtime.kernels import compiled, windows
 from edgetorch.runtime.kernels import depthwise as depthwise_kernels
 from edgetorch.runtime.kernels.linalg import upcast
 from edgetorch.runtime.kernels.scratch import scratch
@@ -93,6 +93,60 @@ def tap_major(
     d = len(kernel)
     win = window_view(xp, kernel, stride, dilation, out_sizes)
     return win.transpose((0, 1, *range(2 + d, 2 + 2 * d), *range(2, 2 + d)))
+
+
+def im2col(
+    x: np.ndarray,
+    cols: np.ndarray,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    dilation: Sequence[int],
+    layout: str = "NCHW",
+) -> list[Step]:
+    """The steps copying every window of ``x``, zero-padded by ``padding`` (before and after each spatial
+    axis), into ``cols``: convolution's columns. NCHW: ``cols`` is ``(N, C, *kernel, *out_sizes)`` (tap-major,
+    what the weight multiplies), any number of spatial dims. NHWC: ``cols`` is ``(N, OH, OW, KH, KW, *channels)``
+    with the channels split as the caller likes (a view of an [N * OH * OW, KH * KW * C] buffer, or of one
+    per group); on the compiled tier one pass reads the padding in place when ``cols`` is C-contiguous float32.
+    The steps read ``x`` when run."""
+    if layout not in LAYOUTS:
+        raise InvalidArgumentError(f"im2col layout must be one of {LAYOUTS}, found {layout!r}")
+    d = len(kernel)
+    if layout == "NCHW":
+        if cols.shape[:2] != x.shape[:2] or cols.shape[2 : 2 + d] != tuple(kernel) or x.ndim != d + 2:
+            raise InvalidArgumentError(
+                f"NCHW im2col of an input of shape {x.shape} with a {tuple(kernel)} window expects columns of shape "
+                f"(N, C, *kernel, *out_sizes), found {cols.shape}"
+            )
+        lo = [p[0] for p in padding]
+        return [partial(_nchw_columns, x, cols, list(kernel), list(stride), lo, list(dilation))]
+    (kh, kw), (sh, sw), (dh, dw), ((top, bottom), (left, right)) = kernel, stride, dilation, padding
+    win = window.Window(kh, kw, sh, sw, dh, dw, top, right, bottom, left)
+    nb, h, wd, c = x.shape
+    oh, ow = win.out_hw(h, wd)
+    if cols.shape[:5] != (nb, oh, ow, kh, kw) or math.prod(cols.shape[5:]) != c:
+        raise InvalidArgumentError(
+            f"NHWC im2col of an input of shape {x.shape} expects columns of shape {(nb, oh, ow, kh, kw, c)} (the "
+            f"channels may be split), found {cols.shape}"
+        )
+    if policy.compiled_tier() and compiled.flat_float32(x, cols):
+        step = windows.im2col_step(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left)
+        if step is not None:
+            return [step]
+    xp, steps = win.pad(x, 0.0)
+    nchw = window_view(xp.transpose(0, 3, 1, 2), (kh, kw), (sh, sw), (dh, dw), (oh, ow))
+    view = nchw.transpose(0, 2, 3, 4, 5, 1).reshape(cols.shape)  # channels last again; a view
+    return [*steps, partial(np.copyto, cols, view)]
+
+
+def _nchw_columns(
+    x: np.ndarray, cols: np.ndarray, kernel: list[int], stride: list[int], lo: list[int], dilation: list[int]
+) -> None:
+    out_sizes = cols.shape[2 + len(kernel) :]
+    extent = [window.reach(o, k, s, dl) for o, s, dl, k in zip(out_sizes, stride, dilation, kernel)]
+    xp = padded(x, lo, extent, 0, cols.dtype, "conv.input")
+    np.copyto(cols, tap_major(xp, kernel, stride, dilation, out_sizes), casting="unsafe")
 
 
 def depthwise(

@@ -47,16 +47,14 @@ def add_rows(y2: np.ndarray, row: np.ndarray) -> Step:
     return partial(np.add, wide, np.tile(row, k), out=wide)
 
 
-def bias_clamp(
-    y2: np.ndarray, bias: np.ndarray | None, lo: float, hi: float, fused: Callable | None = None
-) -> list[Step]:
-    """Steps that add ``bias`` (None: no bias) to every row of ``y2`` and clamp it to [lo, hi], in place.
-
-    ``fused`` is a compiled ``(y2, bias, lo, hi)`` kernel doing both in one pass with NumPy's bits (an empty
-    bias adding nothing); it is used for float32 when given, else one NumPy pass for each."""
+def bias_clamp(y2: np.ndarray, bias: np.ndarray | None, lo: float, hi: float) -> list[Step]:
+    """Steps that add ``bias`` (None: no bias) to every row of ``y2`` and clamp it to [lo, hi], in place: for
+    float32 on the compiled tier one pass doing both with NumPy's bits (kernels/compiled.py ``bias_clamp``),
+    else one NumPy pass for each."""
     if bias is None and (lo, hi) == NO_CLAMP:
         return []
-    if fused is not None and y2.dtype == np.float32:
+    fused = compiled.kernel("bias_clamp") if y2.dtype == np.float32 else None
+    if fused is not None:
         b = np.empty(0, np.float32) if bias is None else bias.reshape(-1)
         return [partial(fused, y2, b, np.float32(lo), np.float32(hi))]
     steps = [] if bias is None else [add_rows(y2, bias.reshape(-1))]

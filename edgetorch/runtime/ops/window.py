@@ -2,16 +2,19 @@
 
 Sizes are per spatial axis; padding is given as the amounts before and after, so that torch's symmetric
 padding and XNNPACK's four-sided padding use the same rule. :class:`Window` is a 2-D window over channels-last
-(NHWC) data with the views its taps read. Imports NumPy.
+(NHWC) data with the views its taps read (im2col's columns are ops/conv.py's); :class:`PhasePlanes` the
+stride-phase planes those views, and the portable NCHW pooling's, read. Imports NumPy.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 
 def span(kernel: int, dilation: int) -> int:
@@ -40,6 +43,23 @@ def transposed_size(size: int, kernel: int, stride: int, before: int, after: int
     """The output length of a transposed convolution: the input length a convolution of these parameters would
     map to ``size``, plus ``extra`` (torch's ``output_padding``, XNNPACK's adjustment)."""
     return reach(size, kernel, stride, dilation) - before - after + extra
+
+
+def window_counts(
+    size: int,
+    kernel: int,
+    stride: int,
+    before: int,
+    after: int,
+    outputs: int,
+    dilation: int = 1,
+    include_padding: bool = False,
+) -> np.ndarray:
+    """Along one axis, how many taps of each of the ``outputs`` windows fall inside the input (or, with
+    ``include_padding``, inside the padded input): average pooling's divisor, torch's rule and XNNPACK's."""
+    taps = (np.arange(outputs) * stride - before)[:, None] + np.arange(kernel) * dilation
+    low, high = (-before, size + after) if include_padding else (0, size)
+    return np.count_nonzero((taps >= low) & (taps < high), axis=1)
 
 
 @dataclass(frozen=True)
@@ -76,48 +96,119 @@ class Window:
         xp = np.full((n, h + self.top + self.bottom, w + self.left + self.right, c), fill, x.dtype)
         return xp, [partial(np.copyto, xp[:, self.top : self.top + h, self.left : self.left + w, :], x)]
 
-    def tap(self, xp: np.ndarray, i: int, j: int, oh: int, ow: int) -> np.ndarray:
-        """The [N, OH, OW, C] view of ``xp`` that kernel tap (i, j) reads."""
-        r, c = i * self.dh, j * self.dw
-        return xp[:, r : r + self.sh * (oh - 1) + 1 : self.sh, c : c + self.sw * (ow - 1) + 1 : self.sw, :]
-
     def taps(self) -> list[tuple[int, int]]:
         return [(i, j) for i in range(self.kh) for j in range(self.kw)]
 
     def tap_views(self, x: np.ndarray, fill: float) -> tuple[list[np.ndarray], list]:
-        """The [N, OH, OW, C] view of every tap (in ``taps()`` order) over ``x`` padded by ``fill``, and the
-        steps that refresh the views' memory from ``x``.
-
-        A strided window reads from one persistent padded plane per stride phase (for stride 2: even and odd
-        rows times even and odd columns), so each tap view has contiguous rows and NumPy runs one long inner
-        loop per row instead of one per pixel.
-        """
+        """The [N, OH, OW, C] view of every tap (in ``taps()`` order) over ``x`` padded by ``fill`` (its
+        :class:`PhasePlanes`), and the steps that refresh the views' memory from ``x``."""
         n, h, w, c = x.shape
         oh, ow = self.out_hw(h, w)
-        if not self.padded and (self.sh == self.sw == 1 or self.kh * self.kw <= self.sh * self.sw):
-            return [self.tap(x, i, j, oh, ow) for i, j in self.taps()], []
-        hp, wp = h + self.top + self.bottom, w + self.left + self.right
-        planes, steps = {}, []
-        for a in range(self.sh):
-            for b in range(self.sw):
-                plane = np.full((n, len(range(a, hp, self.sh)), len(range(b, wp, self.sw)), c), fill, x.dtype)
-                h0, w0 = (a - self.top) % self.sh, (b - self.left) % self.sw  # first rows/columns of x it holds
-                src = x[:, h0 :: self.sh, w0 :: self.sw]
-                k0, l0 = (h0 + self.top - a) // self.sh, (w0 + self.left - b) // self.sw
-                if src.size:
-                    steps.append(partial(np.copyto, plane[:, k0 : k0 + src.shape[1], l0 : l0 + src.shape[2]], src))
-                planes[a, b] = plane
-        views = []
-        for i, j in self.taps():
-            r, s = i * self.dh, j * self.dw
-            plane = planes[r % self.sh, s % self.sw]
-            views.append(plane[:, r // self.sh : r // self.sh + oh, s // self.sw : s // self.sw + ow])
-        return views, steps
+        kernel, stride, dilation = (self.kh, self.kw), (self.sh, self.sw), (self.dh, self.dw)
+        planes = PhasePlanes(x, 1, kernel, stride, dilation, (self.top, self.left), (oh, ow), fill)
+        return [planes.view(tap) for tap in planes.taps()], planes.steps
 
-    def im2col(self, xp: np.ndarray, oh: int, ow: int) -> np.ndarray:
-        """The read-only [N, OH, OW, KH, KW, C] view of every window of ``xp``."""
-        n, _, _, c = xp.shape
-        s0, s1, s2, s3 = xp.strides
-        shape = (n, oh, ow, self.kh, self.kw, c)
-        strides = (s0, s1 * self.sh, s2 * self.sw, s1 * self.dh, s2 * self.dw, s3)
-        return as_strided(xp, shape, strides, writeable=False)
+
+class PhasePlanes:
+    """The stride-phase plane trick, once for every layout: ``x`` padded by ``fill`` and split into one plane
+    per stride phase (for stride 2: even and odd rows times even and odd columns), so that every kernel tap
+    of a strided window reads one plane at a constant offset. Each tap is then a view with contiguous rows
+    (:meth:`view`), or, with ``flat``, one contiguous run of a flat plane (:meth:`flat_view`) over a
+    "virtual" output grid whose rows are a plane's width (:meth:`virtual` views it at the real shape), and
+    NumPy runs long inner loops instead of one per output row or pixel.
+
+    The spatial axes are ``axis`` .. ``axis + len(kernel) - 1`` of ``x`` (NCHW: the last ones; NHWC: 1 and 2,
+    the channels after them). The planes are built with the padding in place; :attr:`steps` copy ``x`` in
+    (run them before reading a view, and again whenever ``x`` changes). Where no copy is needed (no padding
+    and stride 1, or no more taps than phases) the views are of ``x`` itself and there are no steps.
+    """
+
+    def __init__(
+        self,
+        x: np.ndarray,
+        axis: int,
+        kernel: Sequence[int],
+        stride: Sequence[int],
+        dilation: Sequence[int],
+        lo: Sequence[int],
+        out_sizes: Sequence[int],
+        fill: float,
+        dtype: np.dtype | None = None,
+        flat: bool = False,
+    ) -> None:
+        d = len(kernel)
+        self.x, self.axis, self.flat = x, axis, flat
+        self.kernel, self.stride, self.dilation = tuple(kernel), tuple(stride), tuple(dilation)
+        self.out_sizes = tuple(out_sizes)
+        self.lead, sizes, self.trailing = x.shape[:axis], x.shape[axis : axis + d], x.shape[axis + d :]
+        dtype = x.dtype if dtype is None else np.dtype(dtype)
+        extent = [reach(o, k, s, dl) for o, k, s, dl in zip(out_sizes, kernel, stride, dilation)]
+        self.plane = [-(-r // s) for r, s in zip(extent, stride)]
+        self.plane_strides = [math.prod(self.plane[i + 1 :]) for i in range(d)]
+        self.length = 1 + sum((o - 1) * p for o, p in zip(out_sizes, self.plane_strides))
+        unit = all(s == 1 for s in stride)
+        if flat:
+            self.direct = unit and list(sizes) == self.plane and not self.trailing
+        else:
+            few = math.prod(kernel) <= math.prod(stride)
+            self.direct = all(r <= n for r, n in zip(extent, sizes)) and (unit or few)
+        self.direct = self.direct and dtype == x.dtype and not any(lo)
+        self.steps: list = []
+        if self.direct:
+            self.phases = x
+            return
+        self.phases = np.full(self.lead + self.stride + tuple(self.plane) + self.trailing, fill, dtype)
+        for phase in itertools.product(*(range(s) for s in stride)):
+            dst, src = [], []
+            for r, s, p, n, m in zip(phase, stride, lo, sizes, self.plane):
+                m0 = max(0, -((r - p) // s))  # the first plane position inside x
+                i0 = m0 * s + r - p
+                count = min(m - m0, -(-(n - i0) // s)) if i0 < n else 0
+                dst.append(slice(m0, m0 + max(count, 0)))
+                src.append(slice(i0, i0 + (count - 1) * s + 1 if count > 0 else i0, s))
+            if all(t.stop > t.start for t in dst):
+                into = self.phases[self._at(phase, tuple(dst))]
+                self.steps.append(partial(np.copyto, into, x[self._at((), tuple(src))], casting="unsafe"))
+
+    def _at(self, phase: tuple, spatial: tuple) -> tuple:
+        return (slice(None),) * len(self.lead) + phase + spatial + (Ellipsis,)
+
+    def refresh(self) -> None:
+        """Copy ``x`` into the planes (the steps, run now)."""
+        for step in self.steps:
+            step()
+
+    def taps(self) -> itertools.product:
+        """Every kernel position, in the window's row-major scan order (torch's, and XNNPACK's)."""
+        return itertools.product(*(range(k) for k in self.kernel))
+
+    def view(self, tap: Sequence[int]) -> np.ndarray:
+        """``(*lead, *out_sizes, *trailing)``: what kernel position ``tap`` reads for every output."""
+        offsets = [t * dl for t, dl in zip(tap, self.dilation)]
+        if self.direct:
+            spatial = tuple(slice(o, o + (n - 1) * s + 1, s) for o, n, s in zip(offsets, self.out_sizes, self.stride))
+            return self.x[self._at((), spatial)]
+        phase = tuple(o % s for o, s in zip(offsets, self.stride))
+        spatial = tuple(slice(o // s, o // s + n) for o, s, n in zip(offsets, self.stride, self.out_sizes))
+        return self.phases[self._at(phase, spatial)]
+
+    def flat_view(self, tap: Sequence[int]) -> np.ndarray:
+        """``(*lead, length)``: what kernel position ``tap`` reads at every virtual output position (planes
+        built ``flat``, no channels after the spatial axes)."""
+        offsets = [t * dl for t, dl in zip(tap, self.dilation)]
+        phase = int(np.ravel_multi_index([o % s for o, s in zip(offsets, self.stride)], self.stride))
+        start = sum(o // s * p for o, s, p in zip(offsets, self.stride, self.plane_strides))
+        flat = self.phases.reshape(self.lead + (math.prod(self.stride), -1))
+        return flat[..., phase, start : start + self.length]
+
+    def virtual(self, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """A new result ``(*lead, length)`` on the virtual grid, and its view at ``(*lead, *out_sizes)``."""
+        full = np.empty(self.lead + self.out_sizes[:1] + tuple(self.plane[1:]), dtype)
+        flat = full.reshape(self.lead + (-1,))[..., : self.length]
+        return flat, full[(Ellipsis, slice(None)) + tuple(slice(o) for o in self.out_sizes[1:])]
+
+    def grid(self, per_axis: Sequence[np.ndarray]) -> np.ndarray:
+        """``(length,)``: the sum of per-axis values (each of length ``plane[i]``) at every virtual position."""
+        d = len(per_axis)
+        total = sum(a[: self.plane[i]].reshape((-1,) + (1,) * (d - 1 - i)) for i, a in enumerate(per_axis))
+        return np.broadcast_to(total, tuple(self.plane)).reshape(-1)[: self.length]

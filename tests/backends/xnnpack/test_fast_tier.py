@@ -14,7 +14,7 @@ import torch
 from edgetorch.backends.xnnpack import XnnpackPartitioner, fast
 from edgetorch.exir import to_edge_transform_and_lower
 from edgetorch.runtime import Runtime, policy
-from edgetorch.runtime.kernels import winograd
+from edgetorch.runtime.kernels import windows, winograd
 
 needs_numba = pytest.mark.skipif(
     not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
@@ -93,19 +93,24 @@ def test_the_numpy_tier_runs_when_the_fast_tier_is_off(tmp_path):
 
 
 @needs_numba
-def test_weights_read_in_place_are_packed_only_within_the_budget(monkeypatch, set_policy):
+def test_weights_read_in_place_are_packed_all_or_none_within_the_budget(monkeypatch, set_policy):
     from types import SimpleNamespace
 
     from edgetorch.backends.xnnpack import schema
     from edgetorch.backends.xnnpack.runtime import epilogues, float_layers
 
     w = np.ones((8, 32), np.float32)
-    graph = SimpleNamespace(constants={}, packed_bytes=0, own_threads=False)
-    set_policy(pack_budget=w.nbytes)
+    layers = [
+        SimpleNamespace(xnode_union=schema.XNNFullyConnected(filter_id=f, flags=schema.FLAG_TRANSPOSE_WEIGHTS))
+        for f in (1, 2)
+    ]
+    graph = SimpleNamespace(constants={1: w, 2: w}, packs_in_place=True)
+    set_policy(pack_budget=2 * w.nbytes)
+    assert float_layers.packs_in_place(graph, layers)
+    set_policy(pack_budget=2 * w.nbytes - 1)  # both layers' weights pass the budget: neither is packed
+    graph.packs_in_place = float_layers.packs_in_place(graph, layers)
     none = schema.INVALID_VALUE_ID
-    assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP, in_place=True) is not None
-    assert graph.packed_bytes == w.nbytes and graph.own_threads
-    # a second [K, N] constant would pass the budget: it keeps sgemm, read in place
+    assert not graph.packs_in_place
     assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP, in_place=True) is None
     # a weight sgemm would copy anyway ([N, K] stored) is packed whatever the budget
     assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP) is not None
@@ -147,7 +152,7 @@ def test_batch_matmuls_and_row_kernels_run_on_numbas_threads_with_blas_held(monk
     kernels = [s.args[0].func for s in steps if compiled.splits(s)]
     assert sum(s.args[0].func is gemm._batched for s in steps if compiled.splits(s)) == 2
     assert compiled.kernel("softmax") in kernels and compiled.kernel("gelu") in kernels
-    assert delegate.graph.own_threads
+    assert all(schedule.own_threads for schedule in delegate.schedules.values())
     with torch.no_grad():
         np.testing.assert_allclose(got, Attention()(x).numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got, outputs(Attention(), x, False, monkeypatch, set_policy), rtol=1e-4, atol=1e-5)
@@ -184,7 +189,7 @@ def test_compiled_im2col_copies_the_windows_and_zeros_the_padding(
     set_policy(split_outputs=1)
 
     kernel_threads(threads)
-    fast.im2col(x, got, oh, ow, *kernel, *stride, *dilation, top, left)()
+    windows.im2col_step(x, got, oh, ow, *kernel, *stride, *dilation, top, left)()
     np.testing.assert_array_equal(got, want)
 
 
@@ -216,7 +221,7 @@ def test_compiled_max_pool_equals_numpys_taps_and_keeps_nan(
     got = np.full_like(want, 7.0)
     set_policy(split_outputs=1)
     kernel_threads(threads)
-    fast.max_pool(x, got, *kernel, *stride, *dilation, top, left)()
+    windows.max_pool_step(x, got, *kernel, *stride, *dilation, top, left)()
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got).any()
 
@@ -244,8 +249,8 @@ class Pool(torch.nn.Module):
 @needs_numba
 def test_a_lowered_max_pooling_gives_the_numpy_tiers_bits(monkeypatch, set_policy):
     taken = []
-    max_pool = fast.max_pool
-    monkeypatch.setattr(fast, "max_pool", lambda *args: taken.append(max_pool(*args)) or taken[-1])
+    max_pool = windows.max_pool_step
+    monkeypatch.setattr(windows, "max_pool_step", lambda *args: taken.append(max_pool(*args)) or taken[-1])
     x = torch.randn(2, 16, 15, 14, generator=torch.Generator().manual_seed(10))
     compiled_tier = outputs(Pool(), x, True, monkeypatch, set_policy)
     assert len(taken) == 1 and taken[0] is not None

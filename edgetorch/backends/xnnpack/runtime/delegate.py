@@ -15,6 +15,7 @@ from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
 from edgetorch.backends.xnnpack.runtime.clamps import fuse_clamps, fuse_float_clamps
 from edgetorch.backends.xnnpack.runtime.epilogues import min_max, with_activation
+from edgetorch.backends.xnnpack.runtime.float_layers import packs_in_place
 from edgetorch.backends.xnnpack.runtime.memory import RUN, Env, Planner
 from edgetorch.backends.xnnpack.runtime.pads import fold_pads
 from edgetorch.backends.xnnpack.runtime.planners import APPLY_ACTIVATION, FLOAT_PLANNERS
@@ -77,6 +78,7 @@ class _Schedule:
     steps: list
     outputs: list  # arrays holding the external outputs after the steps run
     ends: list = field(default_factory=list)  # per node: the index after its last step (for traced runs)
+    own_threads: bool = False  # whether BLAS keeps to one thread while the steps run (compiled.own_threads)
 
 
 class XnnpackDelegate:
@@ -96,6 +98,7 @@ class XnnpackDelegate:
             for node in blob.graph.xnodes
             if isinstance(node.xnode_union, xs.XNNFullyConnected)
         }
+        self.graph.packs_in_place = packs_in_place(self.graph, self.xnodes)
         self.reads = [read_ids(node.xnode_union) for node in self.xnodes]
         fuse_clamps(self.graph, self.xnodes, self.reads)
         compiled = fuse_float_clamps(self.graph, self.xnodes, self.reads)
@@ -122,9 +125,8 @@ class XnnpackDelegate:
             steps += planner(env)
             ends.append(len(steps))
             env.release(index, reads)
-        schedule = _Schedule(inputs, steps, [env[vid] for _, vid in self.graph.outputs], ends)
-        if any(compiled_kernels.splits(step) for step in steps):  # numba's threads run: BLAS's pool waits
-            self.graph.own_threads = True
+        outputs = [env[vid] for _, vid in self.graph.outputs]
+        schedule = _Schedule(inputs, steps, outputs, ends, compiled_kernels.own_threads(steps))
         self.schedules[shapes] = schedule
         if len(self.schedules) > _MAX_SCHEDULES:
             self.schedules.popitem(last=False)
@@ -147,7 +149,7 @@ class XnnpackDelegate:
                 ) from None
             for dst, src in zip(schedule.inputs, ins):
                 np.copyto(dst, src)
-            with blas_threads.held(self.graph.own_threads):
+            with blas_threads.held(schedule.own_threads):
                 if etdump.tracing():
                     self._traced(schedule)
                 else:

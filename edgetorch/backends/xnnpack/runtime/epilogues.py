@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.backends.xnnpack import fast
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
 from edgetorch.runtime.ops import epilogue
@@ -36,9 +35,9 @@ NO_CLAMP = epilogue.NO_CLAMP
 
 def bias_act_steps(y2: np.ndarray, env: Env, bias_id: int, act: tuple[float, float]) -> list:
     """Steps that add the bias (if any) to every row of ``y2`` and clamp it to ``act``: the op layer's
-    epilogue, in one compiled pass in the fast tier (fast.py's ``bias_clamp``, the same float32 results)."""
+    epilogue (one compiled pass on the compiled tier, the same float32 results)."""
     bias = None if bias_id == xs.INVALID_VALUE_ID else env[bias_id]
-    return epilogue.bias_clamp(y2, bias, act[0], act[1], fast.kernel("bias_clamp"))
+    return epilogue.bias_clamp(y2, bias, act[0], act[1])
 
 
 def with_activation(n: Any, node: xs.XNode, planner: Planner) -> Planner:

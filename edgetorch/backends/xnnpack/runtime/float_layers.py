@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.backends.xnnpack import fast
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.runtime.epilogues import NO_CLAMP, bias_act_steps, bias_steps
 from edgetorch.backends.xnnpack.runtime.float_elementwise import softmax_steps
@@ -22,30 +21,38 @@ from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
 from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import gemm, winograd
 from edgetorch.runtime.ops import conv as conv_op
+from edgetorch.runtime.ops import pool as pool_op
 
 
 def _packed_gemm(
-    w: np.ndarray, g: Graph, bias_id: int, act: tuple[float, float], in_place: bool = False, claim: bool = True
+    w: np.ndarray, g: Graph, bias_id: int, act: tuple[float, float], in_place: bool = False
 ) -> gemm.PackedGemm | None:
     """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
     constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier, when the
     weights or bias are not float32 constants, or when ``w`` could be read in place (a [K, N] constant, no copy
-    made for sgemm) and packing it would pass the delegate's share of the policy's ``pack_budget`` (those keep
-    sgemm). ``claim``: the delegate's BLAS is held to one thread from now (False: the caller claims it once
-    it has chosen the packed GEMM over sgemm)."""
+    made for sgemm) and the delegate does not pack such weights (:func:`packs_in_place`)."""
     if w.dtype != np.float32 or not policy.compiled_tier():
         return None
-    if in_place:
-        if g.packed_bytes + w.nbytes > policy.current().pack_budget:
-            return None
-        g.packed_bytes += w.nbytes
+    if in_place and not g.packs_in_place:
+        return None
     bias = None
     if bias_id != xs.INVALID_VALUE_ID:
         bias = g.constants.get(bias_id)
         if bias is None or bias.dtype != np.float32 or bias.size != w.shape[1]:
             return None
-    g.own_threads = g.own_threads or claim
     return gemm.PackedGemm(w, bias, *act)
+
+
+def packs_in_place(g: Graph, xnodes: list) -> bool:
+    """Whether the delegate packs the float32 weights its fully connected layers would read in place: all of
+    them or none, by the policy's one rule (policy.Policy.packs, also the portable runtime's)."""
+    in_place = 0
+    for node in xnodes:
+        n = node.xnode_union
+        if isinstance(n, xs.XNNFullyConnected) and n.flags & xs.FLAG_TRANSPOSE_WEIGHTS:
+            w = g.constants.get(n.filter_id)
+            in_place += w.nbytes if w is not None and w.dtype == np.float32 else 0
+    return policy.current().packs(in_place)
 
 
 def _winograd_weights(n: Any, g: Graph, ocg: int, icg: int) -> np.ndarray | None:
@@ -57,7 +64,6 @@ def _winograd_weights(n: Any, g: Graph, ocg: int, icg: int) -> np.ndarray | None
         return None
     if filt.dtype != np.float32 or bias.dtype != np.float32:
         return None
-    g.own_threads = True
     return winograd.prepare(filt.reshape(ocg, 3, 3, icg))
 
 
@@ -66,7 +72,7 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
     packed = fused = None
     if n.filter_id in g.constants:
         w = g.constants[n.filter_id]
-        fused = _packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed, claim=False)
+        fused = _packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed)
         if fused is None:
             packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
 
@@ -85,7 +91,6 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
             w = g.constants[n.filter_id] if transposed else g.constants[n.filter_id].T  # [in, out], no copy
             where = f"fully connected, node {node.debug_handle}"
             if gemm.choose_linear(fused, w, y2.shape[0], where).kernel == "packed":
-                g.own_threads = True
                 return [fused.step(x.reshape(-1, ic), y2)]
         return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + bias_act_steps(y2, env, n.bias_id, act)
 
@@ -133,13 +138,7 @@ def _convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO
             return [fused.step(x.reshape(m, c), y2)]
         if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
             cols = np.empty((m, k), x.dtype)
-            window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
-            columns = fast.im2col(x, cols, oh, ow, *window) if fast.flat_float32(x) else None
-            if columns is not None:
-                return [columns, fused.step(cols, y2)]
-            xp, steps = win.pad(x, 0.0)
-            fill = partial(np.copyto, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win.im2col(xp, oh, ow))
-            return [*steps, fill, fused.step(cols, y2)]
+            return [*_im2col(x, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win), fused.step(cols, y2)]
         if pointwise and groups == 1:
             steps = [partial(np.matmul, x.reshape(m, c), w[0], out=y2)]
         elif groups == 1:
@@ -158,16 +157,19 @@ def _im2col_convolution(
     """One matmul over a buffer of every window's columns. With a bias, a ones column at the end of each
     row and the bias as the last weight row make the matmul add it, saving a pass over the output."""
     (nb, _, _, c), (oh, ow), k = x.shape, out_hw, w.shape[0]
-    xp, steps = win.pad(x, 0.0)
     has_bias = bias_id != xs.INVALID_VALUE_ID
     cols = np.empty((y2.shape[0], k + has_bias), x.dtype)
     if has_bias:
         cols[:, k] = 1
         w = np.concatenate([w, env[bias_id].reshape(1, -1)])
-    return steps + [
-        partial(np.copyto, cols[:, :k].reshape(nb, oh, ow, win.kh, win.kw, c), win.im2col(xp, oh, ow)),
-        partial(np.matmul, cols, w, out=y2),
-    ]
+    fill = _im2col(x, cols[:, :k].reshape(nb, oh, ow, win.kh, win.kw, c), win)
+    return [*fill, partial(np.matmul, cols, w, out=y2)]
+
+
+def _im2col(x: np.ndarray, cols: np.ndarray, win: Window) -> list:
+    """The op layer's NHWC im2col of ``x`` into ``cols`` [N, OH, OW, KH, KW, *channels] for the window ``win``."""
+    padding = [(win.top, win.bottom), (win.left, win.right)]
+    return conv_op.im2col(x, cols, (win.kh, win.kw), (win.sh, win.sw), padding, (win.dh, win.dw), "NHWC")
 
 
 def _grouped_convolution(
@@ -175,12 +177,9 @@ def _grouped_convolution(
 ) -> list:
     nb, _, _, c = x.shape
     icg, m = c // groups, nb * oh * ow
-    xp, steps = win.pad(x, 0.0)
-    windows = win.im2col(xp, oh, ow).reshape(nb, oh, ow, win.kh, win.kw, groups, icg)
     cols = np.empty((groups, nb, oh, ow, win.kh, win.kw, icg), x.dtype)
     out = np.empty((groups, m, w.shape[2]), x.dtype)
-    return steps + [
-        partial(np.copyto, cols, windows.transpose(5, 0, 1, 2, 3, 4, 6)),
+    return _im2col(x, cols.transpose(1, 2, 3, 4, 5, 0, 6), win) + [
         partial(np.matmul, cols.reshape(groups, m, -1), w, out=out),
         partial(np.copyto, y2.reshape(m, groups, -1), out.transpose(1, 0, 2)),
     ]
@@ -241,43 +240,22 @@ def _deconvolution(n: Any, node: xs.XNode, g: Graph) -> Planner:
     return plan
 
 
-def _pooling(
-    n: Any, what: str, fill: float, combine: np.ufunc, env: Env, compiled: Callable | None = None
-) -> tuple[np.ndarray, list, tuple]:
-    """Allocate the pooled output and the steps that fold every window tap into it with ``combine``, or the
-    fast tier's one pass (``compiled``, as fast.max_pool) when it takes the arrays."""
-    win = pool_window(n)
-    x = env[n.input_id]
-    nb, h, wd, c = nhwc(x, what)
-    oh, ow = win.out_hw(h, wd)
-    y = env.empty(n.output_id, (nb, oh, ow, c))
-    one_pass = compiled and compiled(x, y, win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
-    if one_pass:
-        return y, [one_pass], (win, h, wd, oh, ow)
-    views, steps = win.tap_views(x, fill)
-    for t, view in enumerate(views):
-        steps.append(partial(np.copyto, y, view) if t == 0 else partial(combine, y, view, out=y))
-    return y, steps, (win, h, wd, oh, ow)
+def _pooling(n: Any, node: xs.XNode, g: Graph, average: bool) -> Planner:
+    """The op layer's NHWC max or average pooling (edgetorch/runtime/ops/pool.py); XNNPACK's average counts
+    only the taps inside the input."""
+    win, what = pool_window(n), "average pooling" if average else "max pooling"
 
-
-def _max_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
-    return lambda env: _pooling(n, "max pooling", -np.inf, np.maximum, env, fast.max_pool)[1]
-
-
-def _average_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
     def plan(env: Env) -> list:
-        y, steps, geometry = _pooling(n, "average pooling", 0.0, np.add, env)
-        return steps + [partial(np.multiply, y, _pool_scale(*geometry, y.dtype), out=y)]
+        x = env[n.input_id]
+        nb, h, wd, c = nhwc(x, what)
+        y = env.empty(n.output_id, (nb, *win.out_hw(h, wd), c))
+        kernel, stride, dilation = (win.kh, win.kw), (win.sh, win.sw), (win.dh, win.dw)
+        padding = [(win.top, win.bottom), (win.left, win.right)]
+        if average:
+            return pool_op.avg_pool(x, y, kernel, stride, padding, "NHWC", dilation=dilation)
+        return pool_op.max_pool(x, y, kernel, stride, padding, dilation, "NHWC")
 
     return plan
-
-
-def _pool_scale(win: Window, h: int, w: int, oh: int, ow: int, dtype: np.dtype) -> np.ndarray:
-    """1 / the number of in-bounds elements under each window (padding is not counted), as [OH, OW, 1]."""
-    ones = np.zeros((1, h + win.top + win.bottom, w + win.left + win.right, 1), dtype)
-    ones[:, win.top : win.top + h, win.left : win.left + w] = 1
-    count = sum(win.tap(ones, i, j, oh, ow) for i, j in win.taps())
-    return (1.0 / count[0]).astype(dtype)
 
 
 def _global_average_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
@@ -341,8 +319,8 @@ PLANNERS: dict[type, Callable[..., Planner]] = {
     xs.XNNConv2d: _convolution,
     xs.XNNDepthwiseConv2d: _depthwise_convolution,
     xs.XNNConvTranspose2d: _deconvolution,
-    xs.XNNMaxPooling2d: _max_pooling,
-    xs.XNNAvgPooling2d: _average_pooling,
+    xs.XNNMaxPooling2d: partial(_pooling, average=False),
+    xs.XNNAvgPooling2d: partial(_pooling, average=True),
     xs.XNNGlobalAvgPooling2d: _global_average_pooling,
     xs.XNNBatchMatrixMultiply: _batch_matmul,
     xs.XNNScaledDotProductAttention: _attention,
