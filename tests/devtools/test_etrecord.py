@@ -160,3 +160,23 @@ def test_reference_outputs_and_representative_inputs_of_a_bundled_program():
     no_outputs = BundledProgram(prog, [MethodTestSuite("forward", [MethodTestCase(inputs=[args[0]])])])
     with pytest.raises(ValueError, match="Missing at least one set of expected outputs for method forward"):
         _get_reference_outputs(no_outputs)
+
+
+def test_an_exported_program_with_in_place_ops_round_trips(tmp_path):
+    """The exported program an ETRecord keeps may be in the TRAINING dialect, in-place ops and all."""
+    from edgetorch.exir import to_edge_transform_and_lower
+
+    class MaskInPlace(torch.nn.Module):
+        def forward(self, x):
+            y = x * 2
+            y.masked_fill_(y > 1, 0.0)
+            return y
+
+    ep = torch.export.export(MaskInPlace(), (torch.randn(3),))
+    assert any("masked_fill_" in str(n.target) for n in ep.graph.nodes)
+    edge = to_edge_transform_and_lower(ep)
+    path = tmp_path / "etrecord.bin"
+    generate_etrecord(path, edge, edge.to_executorch(), exported_program=ep)
+    record = parse_etrecord(path)
+    kept = record.exported_program
+    assert any("masked_fill_" in str(n.target) for n in kept.graph.nodes)
