@@ -180,3 +180,26 @@ def test_an_exported_program_with_in_place_ops_round_trips(tmp_path):
     record = parse_etrecord(path)
     kept = record.exported_program
     assert any("masked_fill_" in str(n.target) for n in kept.graph.nodes)
+
+
+def test_transform_passes_leave_their_graph_in_the_record():
+    from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+    from edgetorch.exir import to_edge_transform_and_lower
+
+    class Mark(PassBase):
+        def call(self, graph_module):
+            for node in graph_module.graph.nodes:
+                node.meta["marked"] = True
+            return PassResult(graph_module, True)
+
+    class SinMax(torch.nn.Module):
+        def forward(self, x):
+            return torch.sin(x).max()
+
+    ep = torch.export.export(SinMax(), (torch.randn(4),))
+    record = to_edge_transform_and_lower(ep, transform_passes=[Mark()], generate_etrecord=True)._etrecord
+    after = record.graph_map["edge_after_transform/forward"]
+    assert any(node.meta.get("marked") for node in after.graph.nodes)
+    plain = to_edge_transform_and_lower(ep, generate_etrecord=True)._etrecord
+    assert "edge_after_transform/forward" not in (plain.graph_map or {})

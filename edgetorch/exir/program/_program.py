@@ -324,6 +324,9 @@ def to_edge_transform_and_lower(
         manager = manager.transform(transform_passes)
     # As ExecuTorch records it: the Edge programs before delegation, whose nodes the delegate maps name.
     record = _start_etrecord(manager, programs)._etrecord if generate_etrecord else None
+    if record is not None and transform_passes:
+        # As ExecuTorch: the graphs the transform passes left, a reference for numeric-gap comparisons.
+        record.add_extra_export_modules({"edge_after_transform": copy.deepcopy(manager)})
     rounds = max((len(p) for p in per_method.values()), default=0)
     for i in range(rounds):
         manager = edge_manager_to_backend(manager, {n: p[i] for n, p in per_method.items() if i < len(p)})
