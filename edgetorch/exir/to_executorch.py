@@ -142,6 +142,7 @@ class ExecutorchProgramManager:
         self._programs = {name: self._lower(name, ep) for name, ep in edge_programs.items()}
         emitted = self._emit()
         self._program, self._segments, self._external_data = emitted.pte_program, emitted.segments, emitted.named_data
+        self._inline_program = emitted.program  # the same plans; constants are views of the programs' tensors
         self.debug_handle_map = emitted.debug_handle_map
         self.delegate_map = emitted.method_to_delegate_debug_id_map
         self.instruction_id_to_num_outs_map = emitted.instruction_id_to_num_outs_map
@@ -183,8 +184,10 @@ class ExecutorchProgramManager:
 
     @property
     def executorch_program(self) -> Program:
-        """The Program before serialization."""
-        return self._program
+        """The Program before serialization, as ExecuTorch's emitter gives it: data inline (constants in
+        ``constant_buffer``, delegate blobs in ``backend_delegate_data``), so that
+        ``_serialize_pte_binary(PTEFile(program))`` writes it."""
+        return self._inline_program
 
     def exported_program(self, method_name: str = "forward") -> ExportedProgram:
         """The planned execution-dialect program of ``method_name`` (alloc nodes and out-variant calls)."""
@@ -194,7 +197,10 @@ class ExecutorchProgramManager:
     def buffer(self) -> bytes:
         """The ``.pte`` file's bytes (built once)."""
         if self._buffer is None:
-            self._buffer = save_pte(self._program, self._segments, self._config.segment_alignment)
+            # No extended header when the segments hold no bytes, as ExecuTorch writes such a program.
+            self._buffer = save_pte(
+                self._program, self._segments, self._config.segment_alignment, header_without_data=False
+            )
         return self._buffer
 
     def dump_executorch_program(self, verbose: bool = False, out: TextIO | None = None) -> None:

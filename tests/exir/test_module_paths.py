@@ -302,3 +302,18 @@ def test_serialize_for_executorch_writes_the_program_and_its_data_files():
     method = Runtime.get().load_program(bytes(pte), data_files=[bytes(ptd["_default_external_constant"])])
     got = method.load_method("forward").execute([x.numpy()])
     np.testing.assert_allclose(got[0], model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_buffer_is_what_serializing_the_executorch_program_writes():
+    """As in ExecuTorch: ``executorch_program`` holds its data inline, and serializing it with the default
+    options gives the manager's own bytes (no extended header without segment data, no padding after the
+    last constant)."""
+    from edgetorch.exir._serialize import _PTEFile, _serialize_pte_binary
+
+    class AddOnly(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    for model, args in [(Affine(), (torch.randn(2, 3),)), (AddOnly(), (torch.ones(2, 2), torch.ones(2, 2)))]:
+        manager = to_edge(export(model, args)).to_executorch()
+        assert bytes(_serialize_pte_binary(_PTEFile(program=manager.executorch_program))) == manager.buffer

@@ -155,12 +155,16 @@ class ProgramData:
 
 
 def _pack(buffers: list, alignment: int) -> tuple[bytes, list[int]]:
+    """The buffers after the reserved one, each at a multiple of ``alignment``, with no padding after the last
+    (as ExecuTorch packs them); and each one's offset (offset 0 for the reserved buffer)."""
     pieces, offsets, size = [], [0], 0
     for data in buffers[1:]:
+        pad = -size % alignment
+        pieces.append(bytes(pad))
+        size += pad
         offsets.append(size)
-        pad = -len(data) % alignment
-        pieces += [data, bytes(pad)]
-        size += len(data) + pad
+        pieces.append(data)
+        size += len(data)
     return b"".join(pieces), offsets  # one copy of the data, not one per constant
 
 
