@@ -288,3 +288,29 @@ def test_non_core_op_is_rejected_unless_excepted():
 
     with pytest.raises(SpecViolationError, match="hardsigmoid.*Core ATen"):
         verify_edge_graph(lowered.graph_module)
+
+
+def test_transform_takes_torch_s_pass_manager_and_none_lists():
+    from torch.fx.passes.infra.pass_base import PassBase, PassResult
+    from torch.fx.passes.infra.pass_manager import PassManager as TorchPassManager
+
+    from edgetorch.exir import EdgeCompileConfig
+    from edgetorch.exir.dialects._ops import ops
+
+    class AddToMul(PassBase):
+        def call(self, graph_module):
+            for node in graph_module.graph.nodes:
+                if node.target == ops.edge.aten.add.Tensor:
+                    node.target = ops.edge.aten.mul.Tensor
+            return PassResult(graph_module, True)
+
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    config = EdgeCompileConfig(_core_aten_ops_exception_list=None)  # None, as ExecuTorch's callers pass it
+    manager = to_edge(torch.export.export(Add(), (torch.ones(2), torch.ones(2))), compile_config=config)
+    pm = TorchPassManager()
+    pm.add_pass(AddToMul())
+    x, y = torch.full((2,), 2.0), torch.full((2,), 3.0)
+    assert torch.equal(manager.transform(pm).exported_program().module()(x, y), x * y)

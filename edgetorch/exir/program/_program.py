@@ -26,6 +26,7 @@ from torch.export.graph_signature import (
     InputKind,
     InputSpec,
 )
+from torch.fx.passes.infra.pass_manager import PassManager as TorchPassManager
 
 from edgetorch._lazy import lazy_exports
 from edgetorch.exir.backend.backend_api import lower_methods
@@ -72,6 +73,11 @@ class EdgeCompileConfig:
     _skip_dim_order: bool = False
     _core_aten_ops_exception_list: list[torch._ops.OpOverload] = field(default_factory=list)
     preserve_ops: list[torch._ops.OpOverload] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # None means none, as ExecuTorch's callers pass it.
+        self._core_aten_ops_exception_list = list(self._core_aten_ops_exception_list or [])
+        self.preserve_ops = list(self.preserve_ops or [])
 
 
 def rebuild_program(program: ExportedProgram, graph_module: torch.fx.GraphModule) -> ExportedProgram:
@@ -278,6 +284,8 @@ def _apply(program: ExportedProgram, passes: Any, config: EdgeCompileConfig) -> 
     program = copy.deepcopy(program)
     if passes is None:
         return program
+    if isinstance(passes, TorchPassManager):  # torch.fx's own manager: it runs on the graph module
+        passes = PassManager(list(passes.passes))
     if not isinstance(passes, PassManager) and any(
         isinstance(p, ExportedProgramPassBase) for p in flatten_passes(passes)
     ):
