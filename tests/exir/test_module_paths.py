@@ -317,3 +317,21 @@ def test_the_buffer_is_what_serializing_the_executorch_program_writes():
     for model, args in [(Affine(), (torch.randn(2, 3),)), (AddOnly(), (torch.ones(2, 2), torch.ones(2, 2)))]:
         manager = to_edge(export(model, args)).to_executorch()
         assert bytes(_serialize_pte_binary(_PTEFile(program=manager.executorch_program))) == manager.buffer
+
+
+@pytest.mark.parametrize("skip_dim_order", [True, False])
+def test_constant_prop_returns_a_constant_output_through_a_copy(skip_dim_order):
+    from edgetorch.exir import EdgeCompileConfig
+    from edgetorch.exir.passes.constant_prop_pass import constant_prop_pass
+
+    class Eight(torch.nn.Module):
+        def forward(self):
+            return torch.add(torch.tensor(3), torch.tensor(5))
+
+    config = EdgeCompileConfig(_skip_dim_order=skip_dim_order)
+    edge = to_edge(export(Eight(), (), strict=True), compile_config=config)
+    edge._edge_programs["forward"] = constant_prop_pass(edge.exported_program(), _skip_dim_order=skip_dim_order)
+    code = edge.exported_program().graph_module.code
+    assert "c_lifted_tensor_" not in code and "_prop_tensor_constant" in code
+    assert ("_clone_dim_order" in code) != skip_dim_order
+    assert _run(edge.to_executorch().buffer, ()) == [8]

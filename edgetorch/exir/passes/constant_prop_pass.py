@@ -20,6 +20,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, OutputSpec, TensorArgument
 
 from edgetorch.exir.dialects import to_aten
+from edgetorch.exir.dialects._ops import ops
 
 __all__ = ["constant_prop_pass", "get_default_skip_targets"]
 
@@ -40,11 +41,16 @@ def _skipped(op: torch._ops.OpOverload, skip: set[Any]) -> bool:
 
 
 def constant_prop_pass(
-    exported_program: ExportedProgram, custom_skip_targets: Iterable[Any] | None = None
+    exported_program: ExportedProgram,
+    custom_skip_targets: Iterable[Any] | None = None,
+    _skip_dim_order: bool = True,
 ) -> ExportedProgram:
     """``exported_program`` with its constant subexpressions computed (a new program; the input is left as is).
 
-    ``custom_skip_targets`` (ATen or Edge ops) are never computed ahead of time, besides the defaults.
+    ``custom_skip_targets`` (ATen or Edge ops) are never computed ahead of time, besides the defaults. A method
+    output that becomes a constant is returned through a copy (a program's outputs are not its read-only
+    constants): ``aten.clone``, or ``dim_order_ops._clone_dim_order`` with ``_skip_dim_order=False`` (as the
+    program's Edge config has it).
     """
     program = exported_program
     signature = program.graph_signature
@@ -78,11 +84,14 @@ def constant_prop_pass(
         if isinstance(result, torch.Tensor):
             known[node] = result
     computed = [n for n in known if n not in inputs and any(u not in known for u in n.users)]
-    return _with_constants(program, computed, known) if computed else program
+    return _with_constants(program, computed, known, _skip_dim_order) if computed else program
 
 
 def _with_constants(
-    program: ExportedProgram, computed: list[torch.fx.Node], known: dict[torch.fx.Node, torch.Tensor]
+    program: ExportedProgram,
+    computed: list[torch.fx.Node],
+    known: dict[torch.fx.Node, torch.Tensor],
+    skip_dim_order: bool = True,
 ) -> ExportedProgram:
     """A copy of ``program`` whose ``computed`` nodes are read from new lifted constants."""
     shared = {id(t): t for t in [*program.state_dict.values(), *program.constants.values()]}
@@ -116,8 +125,17 @@ def _with_constants(
         if spec.kind in (InputKind.PARAMETER, InputKind.CONSTANT_TENSOR):
             dropped.add(spec.target)
             graph.erase_node(node)
+    output = graph.output_node()
+    outputs = list(output.args[0])
+    clone = ops.edge.aten.clone.default if skip_dim_order else ops.edge.dim_order_ops._clone_dim_order.default
+    for i, value in enumerate(outputs):
+        if isinstance(value, torch.fx.Node) and value.op == "placeholder" and value.name in specs:
+            if specs[value.name].kind == InputKind.CONSTANT_TENSOR and value.name.startswith("_prop_tensor_constant"):
+                with graph.inserting_before(output):
+                    outputs[i] = graph.call_function(clone, (value,))
+                outputs[i].meta["val"] = value.meta.get("val")
+    output.args = (outputs,)
     new.graph_module.recompile()
-    outputs = graph.output_node().args[0]
     output_specs = [
         OutputSpec(s.kind, TensorArgument(v.name) if isinstance(v, torch.fx.Node) else s.arg, s.target)
         for s, v in zip(signature.output_specs, outputs)
