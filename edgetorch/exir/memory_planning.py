@@ -18,7 +18,7 @@ import torch
 from torch.export.graph_signature import ExportGraphSignature
 
 from edgetorch.errors import EdgetorchError
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, graph_specs
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, MAP, graph_specs, subgraphs
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
 from edgetorch.format.program import DeviceType, NonConstBufferDevice, TensorShapeDynamism
 
@@ -67,8 +67,10 @@ def _tie_branch_outputs(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         if not (node.op == "call_function" and node.target in CONTROL_FLOW_OPS):
             continue
+        if node.target is MAP:
+            continue  # a map's result is its own tensor, written row by row (et_copy_index), not a moved output
         results = spec_leaves(node.meta.get("spec"))
-        for branch in node.args[1:3]:
+        for branch in subgraphs(node):
             sub = getattr(gm, branch.target)
             outputs = spec_leaves(
                 [a.meta.get("spec") if isinstance(a, torch.fx.Node) else None for a in sub.graph.output_node().args[0]]
@@ -84,7 +86,7 @@ def _walk(gm: torch.fx.GraphModule, step: int) -> int:
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in CONTROL_FLOW_OPS:
             _touch(node, step)
-            for branch in node.args[1:3]:
+            for branch in subgraphs(node):
                 step = _walk(getattr(gm, branch.target), step + 1)
         _touch(node, step)
         step += 1

@@ -320,6 +320,6 @@ def make_tensor_value(
         requires_grad=spec.requires_grad,
         data_buffer_idx=data_buffer_idx,
         allocation_info=allocation_info,
-        shape_dynamism=TensorShapeDynamism.DYNAMIC_BOUND if spec.dynamic else TensorShapeDynamism.STATIC,
+        shape_dynamism=spec.shape_dynamism,
         extra_tensor_info=extra_tensor_info,
     )

@@ -33,7 +33,7 @@ from edgetorch.exir.error import InternalError
 from edgetorch.exir.named_data_store import NamedDataStore, NamedDataStoreOutput
 from edgetorch.exir.passes.init_mutable_pass import INIT_BUFFER_KEY
 from edgetorch.exir.passes.out_variant import SymOp
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, TRAINABLE, is_inplace
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, MAP, TRAINABLE, is_inplace
 from edgetorch.exir.tensor import DTYPE_TO_SCALAR, TensorSpec, make_allocation_info, make_tensor_value, spec_leaves
 from edgetorch.format.program import (
     BackendDelegate,
@@ -344,6 +344,8 @@ class MethodEmitter:
         if target is memory.free:
             self._append(FreeCall(value_index=self._tensor(args[0]).id), node)
             return None
+        if target is MAP:
+            return self._map(node, args)
         if target in CONTROL_FLOW_OPS:
             return self._cond(gm, node, args)
         if target is DELEGATE_CALL:
@@ -479,6 +481,37 @@ class MethodEmitter:
         self._branch(false_fn, list(operands), outputs)
         self.instructions[to_end].instr_args.destination_instruction = len(self.instructions)
         return outputs
+
+    def _map(self, node: torch.fx.Node, args: tuple) -> list:
+        """``torch.map`` as a loop, as ExecuTorch writes it: the row count (``sym_size``); at the loop's top, row
+        ``i`` of the mapped tensor copied into the body's input (``select_copy``); the body; its result stored as
+        row ``i`` of the output (``et_copy_index``); ``i += 1`` and back to the top unless ``i == count``; then
+        ``i`` back to 0 for the next run."""
+        body, mapped, operands = args
+        if len(mapped) != 1:
+            raise UnsupportedOperatorError(
+                f"node {node.name}: torch.map over {len(mapped)} tensors; a program maps over one (stack them "
+                "into one tensor first)"
+            )
+        (out,) = [self._tensor(s) for s in spec_leaves(node.meta["spec"])]
+        first = next(n for n in body.graph.nodes if n.op == "placeholder")
+        row = self._tensor(first.meta["spec"])
+        index, count = self._value(Int(0)), self._value(Int(0))
+        self._kernel(node, ("aten::sym_size", "int"), [mapped[0], 0], [count])
+        top = len(self.instructions)
+        self._kernel(node, ("aten::select_copy", "int_out"), [mapped[0], 0, index, row], [row])
+        results = self._emit_graph(body, [row, *[Value(self._arg(o, None)) for o in operands]])
+        if len(results) != 1:
+            raise UnsupportedOperatorError(
+                f"node {node.name}: the mapped function returns {len(results)} values; a program's map returns one"
+            )
+        self._kernel(node, ("executorch_prim::et_copy_index", "tensor"), [out, results[0], index], [])
+        self._kernel(node, ("executorch_prim::add", "Scalar"), [index, 1], [index])
+        done = self._value(Bool(False))
+        self._kernel(node, ("executorch_prim::eq", "Scalar"), [index, count], [done])
+        self._append(JumpFalseCall(cond_value_index=done.id, destination_instruction=top), None)
+        self._kernel(node, ("executorch_prim::sub", "Scalar"), [index, count], [index])
+        return [out]
 
     def _branch(self, branch: torch.fx.GraphModule, operands: list, outputs: list[Value]) -> None:
         results = self._emit_graph(branch, [Value(self._arg(o, None)) for o in operands])

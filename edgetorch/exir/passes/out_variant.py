@@ -26,7 +26,7 @@ from edgetorch.exir.dialects import quantized, to_aten
 from edgetorch.exir.dialects.out_variants import find_out_variant, parse_schema
 from edgetorch.exir.passes.reinplace import writes_in_place
 from edgetorch.exir.passes.remove_graph_asserts_pass import ASSERT_OPS
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, is_inplace
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, is_inplace, subgraphs
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
 
 
@@ -113,7 +113,7 @@ def _convert(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
     elif target in SYM_OPS:
         node.target = SYM_OPS[target]
     elif target in CONTROL_FLOW_OPS:
-        for branch in node.args[1:3]:
+        for branch in subgraphs(node):
             ToOutVarPass()(getattr(gm, branch.target))
     elif isinstance(target, quantized.OutOverload):
         return

@@ -17,9 +17,16 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from edgetorch.exir.dialects import to_aten
 from edgetorch.exir.tensor import DTYPE_TO_SCALAR, TensorSpec, make_spec, spec_leaves  # noqa: F401  (re-exported)
+from edgetorch.format.program import TensorShapeDynamism
 
-CONTROL_FLOW_OPS = (torch.ops.higher_order.cond,)
+MAP = torch.ops.higher_order.map_impl
+CONTROL_FLOW_OPS = (torch.ops.higher_order.cond, MAP)
 DELEGATE_CALL = executorch_call_delegate
+
+
+def subgraphs(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The ``get_attr`` nodes of a control-flow node's graphs: a cond's two branches, a map's body."""
+    return [node.args[0]] if node.target is MAP else list(node.args[1:3])
 
 
 def is_inplace(target: Any) -> bool:
@@ -64,6 +71,14 @@ def propagate_specs(gm: torch.fx.GraphModule, operand_specs: list | None = None)
 
 
 def _propagate_branches(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+    if node.target is MAP:  # the body reads one row of the mapped tensor (a tensor of its own), then the operands
+        body, mapped, operands = node.args
+        for result in spec_leaves(node.meta.get("spec")):  # grown a row at a time by et_copy_index
+            result.shape_dynamism = TensorShapeDynamism.DYNAMIC_BOUND
+        row = TensorSpec.from_val(mapped[0].meta["val"][0])
+        specs = [row] + [a.meta.get("spec") if isinstance(a, torch.fx.Node) else None for a in operands]
+        propagate_specs(getattr(gm, body.target), specs)
+        return
     _, true_fn, false_fn, operands = node.args
     specs = [a.meta.get("spec") if isinstance(a, torch.fx.Node) else None for a in operands]
     for branch in (true_fn, false_fn):
@@ -77,7 +92,7 @@ def graph_specs(gm: torch.fx.GraphModule) -> list[TensorSpec]:
         for spec in spec_leaves(node.meta.get("spec")):
             seen.setdefault(id(spec), spec)
         if node.op == "call_function" and node.target in CONTROL_FLOW_OPS:
-            for branch in node.args[1:3]:
+            for branch in subgraphs(node):
                 for spec in graph_specs(getattr(gm, branch.target)):
                     seen.setdefault(id(spec), spec)
     return list(seen.values())
