@@ -18,7 +18,7 @@ import torch
 from torch.export.graph_signature import ExportGraphSignature
 
 from edgetorch.errors import EdgetorchError
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, MAP, graph_specs, subgraphs
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, MAP, SCAN, graph_specs, subgraphs
 from edgetorch.exir.tensor import TensorSpec, spec_leaves
 from edgetorch.format.program import DeviceType, NonConstBufferDevice, TensorShapeDynamism
 
@@ -67,8 +67,8 @@ def _tie_branch_outputs(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         if not (node.op == "call_function" and node.target in CONTROL_FLOW_OPS):
             continue
-        if node.target is MAP:
-            continue  # a map's result is its own tensor, written row by row (et_copy_index), not a moved output
+        if node.target in (MAP, SCAN):
+            continue  # a map's or scan's results are their own tensors, copied into, not moved outputs
         results = spec_leaves(node.meta.get("spec"))
         for branch in subgraphs(node):
             sub = getattr(gm, branch.target)

@@ -64,6 +64,9 @@ class ExportPass(_ExportPassBaseDeprecatedDoNotUse):
         def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ProxyValue:
             if isinstance(target, EdgeOpOverload):
                 return self.callback.call_operator(target, args, kwargs, NodeMetadata(self.node.meta))
+            if target is torch.ops.higher_order.scan:  # torch's base walks cond and map bodies, not scan's
+                combine, init, xs, additional = args
+                return self.callback.call_scan(combine, init, xs, additional, NodeMetadata(self.node.meta))
             return super().call_function(target, args, kwargs)
 
     class ExportTracer(_ExportPassBaseDeprecatedDoNotUse.ExportTracer):
@@ -75,6 +78,24 @@ class ExportPass(_ExportPassBaseDeprecatedDoNotUse):
                 self.root.add_module(name, a)
                 self.submodules[a] = name
             return super().create_arg(a)
+
+    def call_scan(
+        self,
+        combine: torch.fx.GraphModule,
+        init: list[ProxyValue],
+        xs: list[ProxyValue],
+        additional: Any,
+        meta: NodeMetadata,
+    ) -> ProxyValue:
+        """Run the pass on ``torch.scan``'s combine function too (on a carry, one row of each scanned tensor and
+        the additional inputs), then emit the scan with the new function."""
+        rows = [x.data[0] for x in xs]
+        body = self.call_submodule(combine, (*[c.data for c in init], *rows, *[a.data for a in additional]))
+        if body is None:
+            raise ExportPassBaseError("the pass returned nothing for scan's combine function")
+        return self._fx(
+            "call_function", torch.ops.higher_order.scan, (body.graph_module, init, xs, additional), {}, meta
+        )
 
     def call_getitem(self, value: ProxyValue, key: int, meta: NodeMetadata) -> ProxyValue:
         """Emit ``value[key]`` (kept as its own hook so passes can intercept tuple outputs)."""

@@ -33,7 +33,7 @@ from edgetorch.exir.error import InternalError
 from edgetorch.exir.named_data_store import NamedDataStore, NamedDataStoreOutput
 from edgetorch.exir.passes.init_mutable_pass import INIT_BUFFER_KEY
 from edgetorch.exir.passes.out_variant import SymOp
-from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, MAP, TRAINABLE, is_inplace
+from edgetorch.exir.passes.spec_prop import CONTROL_FLOW_OPS, DELEGATE_CALL, MAP, SCAN, TRAINABLE, is_inplace
 from edgetorch.exir.tensor import DTYPE_TO_SCALAR, TensorSpec, make_allocation_info, make_tensor_value, spec_leaves
 from edgetorch.format.program import (
     BackendDelegate,
@@ -346,6 +346,8 @@ class MethodEmitter:
             return None
         if target is MAP:
             return self._map(node, args)
+        if target is SCAN:
+            return self._scan(node, args)
         if target in CONTROL_FLOW_OPS:
             return self._cond(gm, node, args)
         if target is DELEGATE_CALL:
@@ -512,6 +514,42 @@ class MethodEmitter:
         self._append(JumpFalseCall(cond_value_index=done.id, destination_instruction=top), None)
         self._kernel(node, ("executorch_prim::sub", "Scalar"), [index, count], [index])
         return [out]
+
+    def _scan(self, node: torch.fx.Node, args: tuple) -> list:
+        """``torch.scan`` as a loop, as ExecuTorch writes it: the carries (the scan's first results) start as
+        copies of ``init``; each step copies row ``i`` of every scanned tensor into the combine function's
+        inputs, runs it, copies its new carries back (``copy_``: an out= write onto its own input is not safe)
+        and stores its other results as row ``i`` of the stacked results (``et_copy_index``)."""
+        combine, init, xs, additional = args
+        if not xs:
+            raise UnsupportedOperatorError(f"node {node.name}: torch.scan over no tensors; give it one to scan")
+        results = [self._tensor(s) for s in spec_leaves(node.meta["spec"])]
+        carries, stacked = results[: len(init)], results[len(init) :]
+        inputs = [n for n in combine.graph.nodes if n.op == "placeholder"]
+        rows = [self._tensor(p.meta["spec"]) for p in inputs[len(init) : len(init) + len(xs)]]
+        index, count = self._value(Int(0)), self._value(Int(0))
+        self._kernel(node, ("aten::sym_size", "int"), [xs[0], 0], [count])
+        for start, carry in zip(init, carries):
+            self._kernel(node, ("aten::copy_", ""), [carry, start, False], [carry])
+        top = len(self.instructions)
+        for x, row in zip(xs, rows):
+            self._kernel(node, ("aten::select_copy", "int_out"), [x, 0, index, row], [row])
+        extra = [Value(self._arg(a, None)) for a in additional]
+        outs = self._emit_graph(combine, [*carries, *rows, *extra])
+        if len(outs) != len(results):
+            raise UnsupportedOperatorError(
+                f"node {node.name}: the combine function returns {len(outs)} values; the scan has {len(results)}"
+            )
+        for new, carry in zip(outs[: len(init)], carries):
+            self._kernel(node, ("aten::copy_", ""), [carry, new, False], [carry])
+        for y, ys in zip(outs[len(init) :], stacked):
+            self._kernel(node, ("executorch_prim::et_copy_index", "tensor"), [ys, y, index], [])
+        self._kernel(node, ("executorch_prim::add", "Scalar"), [index, 1], [index])
+        done = self._value(Bool(False))
+        self._kernel(node, ("executorch_prim::eq", "Scalar"), [index, count], [done])
+        self._append(JumpFalseCall(cond_value_index=done.id, destination_instruction=top), None)
+        self._kernel(node, ("executorch_prim::sub", "Scalar"), [index, count], [index])
+        return results
 
     def _branch(self, branch: torch.fx.GraphModule, operands: list, outputs: list[Value]) -> None:
         results = self._emit_graph(branch, [Value(self._arg(o, None)) for o in operands])

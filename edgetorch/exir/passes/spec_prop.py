@@ -20,13 +20,15 @@ from edgetorch.exir.tensor import DTYPE_TO_SCALAR, TensorSpec, make_spec, spec_l
 from edgetorch.format.program import TensorShapeDynamism
 
 MAP = torch.ops.higher_order.map_impl
-CONTROL_FLOW_OPS = (torch.ops.higher_order.cond, MAP)
+SCAN = torch.ops.higher_order.scan
+CONTROL_FLOW_OPS = (torch.ops.higher_order.cond, MAP, SCAN)
 DELEGATE_CALL = executorch_call_delegate
 
 
 def subgraphs(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The ``get_attr`` nodes of a control-flow node's graphs: a cond's two branches, a map's body."""
-    return [node.args[0]] if node.target is MAP else list(node.args[1:3])
+    """The ``get_attr`` nodes of a control-flow node's graphs: a cond's two branches, a map's body, a scan's
+    combine function."""
+    return [node.args[0]] if node.target in (MAP, SCAN) else list(node.args[1:3])
 
 
 def is_inplace(target: Any) -> bool:
@@ -78,6 +80,15 @@ def _propagate_branches(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
         row = TensorSpec.from_val(mapped[0].meta["val"][0])
         specs = [row] + [a.meta.get("spec") if isinstance(a, torch.fx.Node) else None for a in operands]
         propagate_specs(getattr(gm, body.target), specs)
+        return
+    if node.target is SCAN:  # the combine function reads the carries (the scan's own first results), a row of
+        combine, init, xs, additional = node.args  # each scanned tensor, then the additional inputs
+        results = spec_leaves(node.meta.get("spec"))
+        for stacked in results[len(init) :]:  # grown a row at a time by et_copy_index
+            stacked.shape_dynamism = TensorShapeDynamism.DYNAMIC_BOUND
+        rows = [TensorSpec.from_val(x.meta["val"][0]) for x in xs]
+        extra = [a.meta.get("spec") if isinstance(a, torch.fx.Node) else None for a in additional]
+        propagate_specs(getattr(gm, combine.target), [*results[: len(init)], *rows, *extra])
         return
     _, true_fn, false_fn, operands = node.args
     specs = [a.meta.get("spec") if isinstance(a, torch.fx.Node) else None for a in operands]

@@ -1,4 +1,5 @@
-"""``torch.map`` compiles to a loop, as ExecuTorch writes it, and runs on both runtimes like eager."""
+"""``torch.map`` and ``torch.scan`` compile to loops, as ExecuTorch writes them, and run on both runtimes like
+eager."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from functorch.experimental.control_flow import map as torch_map
+from torch._higher_order_ops.scan import scan
 
 from edgetorch.exir import to_edge
 from edgetorch.format.pte import load_pte
@@ -58,3 +60,42 @@ def test_executorch_runs_our_map():
     buffer = to_edge(torch.export.export(MapModel(), args)).to_executorch().buffer
     for got in run_executorch_calls(buffer, [[a.numpy() for a in args]] * 2):
         np.testing.assert_allclose(got[0], MapModel()(*args).numpy(), rtol=1e-6, atol=1e-6)
+
+
+class RNN(torch.nn.Module):
+    """A carry through the rows, and every step's output stacked."""
+
+    def forward(self, h0, xs, w):
+        def step(h, x):
+            h = torch.tanh(h @ w + x)
+            return h, h * 2.0
+
+        return scan(step, h0, xs)
+
+
+def _rnn_inputs(steps: int = 5) -> tuple:
+    g = torch.Generator().manual_seed(1)
+    return torch.zeros(2, 3), torch.randn(steps, 2, 3, generator=g), torch.randn(3, 3, generator=g)
+
+
+def test_scan_carries_and_stacks_like_eager_every_time():
+    args = _rnn_inputs()
+    buffer = to_edge(torch.export.export(RNN(), args)).to_executorch().buffer
+    method = Runtime.get().load_program(buffer).load_method("forward")
+    want = [t.numpy() for t in RNN()(*args)]
+    for _ in range(2):
+        got = method.execute([a.numpy() for a in args])
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_executorch_runs_our_scan():
+    pytest.importorskip("executorch")
+    from tests.oracle import run_executorch_calls
+
+    args = _rnn_inputs()
+    buffer = to_edge(torch.export.export(RNN(), args)).to_executorch().buffer
+    want = [t.numpy() for t in RNN()(*args)]
+    for got in run_executorch_calls(buffer, [[a.numpy() for a in args]] * 2):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
