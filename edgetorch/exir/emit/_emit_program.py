@@ -568,7 +568,12 @@ class MethodEmitter:
             BackendDelegate(
                 id=lowered.backend_id,
                 processed=self.data.delegate(bytes(lowered.processed_bytes)),
-                compile_specs=[CompileSpec(key=c.key, value=bytes(c.value)) for c in lowered.compile_specs],
+                # the lowered module's own CompileSpec objects, as ExecuTorch keeps them (the writer takes any
+                # object with the table's fields)
+                compile_specs=[
+                    c if isinstance(c.value, bytes) else CompileSpec(key=c.key, value=bytes(c.value))
+                    for c in lowered.compile_specs
+                ],
             )
         )
         ids = [self._arg(a, None) for a in inputs] + [o.id for o in outs]
