@@ -26,6 +26,7 @@ from edgetorch.format.program import (
     TensorShapeDynamism,
 )  # fmt: skip
 from edgetorch.format.pte import load_pte
+from edgetorch.runtime import Runtime
 from tests.exir.test_to_executorch import MLP, Cond, Counter, assert_close, lower, run_et
 
 et_exir = pytest.importorskip("executorch.exir")
@@ -294,3 +295,32 @@ def test_edge_ops_name_their_packet():
     from edgetorch.exir.dialects._ops import ops
 
     assert ops.edge.aten.relu.default._overloadpacket._qualified_op_name == "aten::relu"
+
+
+@pytest.mark.parametrize(
+    "make,order",
+    [
+        (lambda: torch.arange(32.0).reshape(2, 16).transpose(1, 0), [0, 1]),  # written contiguous
+        (lambda: torch.arange(24.0).reshape(1, 2, 3, 4).to(memory_format=torch.channels_last), [0, 2, 3, 1]),
+    ],
+)
+def test_constant_layouts_are_written_as_executorch_writes_them(make, order):
+    class Constant(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.constant = make()
+
+        def forward(self):
+            return self.constant
+
+    model = Constant()
+    program = to_edge(export(model, (), strict=True)).to_executorch()
+    plan = program.executorch_program.execution_plan[0]
+    tensor = plan.values[plan.outputs[0]].val
+    assert list(tensor.dim_order) == order
+    stored = np.frombuffer(
+        bytes(program.executorch_program.constant_buffer[tensor.data_buffer_idx].storage), np.float32
+    )
+    np.testing.assert_array_equal(stored, model.constant.permute(order).contiguous().reshape(-1).numpy())
+    got = Runtime.get().load_program(program.buffer).load_method("forward").execute([])[0]
+    np.testing.assert_array_equal(got, model.constant.numpy())

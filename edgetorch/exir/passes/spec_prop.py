@@ -113,6 +113,13 @@ TRAINABLE = "weight_has_gradient"
 """Placeholder meta key: a parameter a joint graph computes the gradient of, so planned, mutable state."""
 
 
+def _plain_layout(tensor: torch.Tensor) -> bool:
+    """Contiguous, or channels-last (a 4-d tensor): the layouts a program keeps a tensor's data in."""
+    if tensor.is_contiguous():
+        return True
+    return tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last)
+
+
 def mark_constants(ep: ExportedProgram) -> None:
     """Give placeholders their data: parameters, constant buffers and lifted constants become constants;
     mutated buffers and trainable parameters keep their initial value in ``storage`` but stay planned,
@@ -124,5 +131,8 @@ def mark_constants(ep: ExportedProgram) -> None:
         if node.op == "placeholder" and node.name in names:
             fqn = names[node.name]
             data = ep.state_dict[fqn] if fqn in ep.state_dict else ep.constants[fqn]
-            node.meta["spec"].const = fqn not in mutated and not node.meta.get(TRAINABLE, False)
-            node.meta["spec"].storage = data.detach()
+            spec = node.meta["spec"]
+            spec.const = fqn not in mutated and not node.meta.get(TRAINABLE, False)
+            spec.storage = data.detach()
+            if not _plain_layout(data):  # as ExecuTorch: other layouts are written contiguous
+                spec.dim_order = tuple(range(data.dim()))
