@@ -508,11 +508,7 @@ class MethodEmitter:
                 f"node {node.name}: the mapped function returns {len(results)} values; a program's map returns one"
             )
         self._kernel(node, ("executorch_prim::et_copy_index", "tensor"), [out, results[0], index], [])
-        self._kernel(node, ("executorch_prim::add", "Scalar"), [index, 1], [index])
-        done = self._value(Bool(False))
-        self._kernel(node, ("executorch_prim::eq", "Scalar"), [index, count], [done])
-        self._append(JumpFalseCall(cond_value_index=done.id, destination_instruction=top), None)
-        self._kernel(node, ("executorch_prim::sub", "Scalar"), [index, count], [index])
+        self._loop_back(node, index, count, top)
         return [out]
 
     def _scan(self, node: torch.fx.Node, args: tuple) -> list:
@@ -544,12 +540,17 @@ class MethodEmitter:
             self._kernel(node, ("aten::copy_", ""), [carry, new, False], [carry])
         for y, ys in zip(outs[len(init) :], stacked):
             self._kernel(node, ("executorch_prim::et_copy_index", "tensor"), [ys, y, index], [])
+        self._loop_back(node, index, count, top)
+        return results
+
+    def _loop_back(self, node: torch.fx.Node, index: Value, count: Value, top: int) -> None:
+        """A loop's end: ``index += 1``, back to instruction ``top`` unless ``index == count``, then ``index``
+        back to 0 (``index - count``) for the method's next run."""
         self._kernel(node, ("executorch_prim::add", "Scalar"), [index, 1], [index])
         done = self._value(Bool(False))
         self._kernel(node, ("executorch_prim::eq", "Scalar"), [index, count], [done])
         self._append(JumpFalseCall(cond_value_index=done.id, destination_instruction=top), None)
         self._kernel(node, ("executorch_prim::sub", "Scalar"), [index, count], [index])
-        return results
 
     def _branch(self, branch: torch.fx.GraphModule, operands: list, outputs: list[Value]) -> None:
         results = self._emit_graph(branch, [Value(self._arg(o, None)) for o in operands])
