@@ -387,31 +387,23 @@ def _unarrange_qb4w(w: np.ndarray, n: int, k: int) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(0, 2, 4, 1, 3).reshape(tiles * groups * group, k // 2)[:n])
 
 
-# Bound by ``_bind`` before the kernels' first compile (making them imports numba, which importing this module
+# Bound by ``HELPERS`` before the kernels' first compile (making them imports numba, which importing this module
 # must not): numba's ``prange`` for the threaded drivers, the dot products of ``_qc8w`` (``_madd_intrinsic``)
 # and the compiled parts the drivers call.
 prange: Any = range
 
 
-def _bind() -> bool:
-    """Whether the tier is usable; on the first call, binds the helpers the kernels call."""
-    global prange, _madd
-    if not policy.compiled_tier():
-        return False
-    if _madd is None:
-        import numba
-
-        prange = numba.prange
-        _madd = _madd_intrinsic()
-        for name in ("_share", "_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"):
-            globals()[name] = fast.compiled("qgemv" + name, globals()[name])
-    return True
+HELPERS = compiled_kernels.Helpers(
+    globals(),
+    compile=("_share", "_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"),
+    build={"_madd": _madd_intrinsic},
+)
 
 
 def qc8w(parallel: bool = False) -> Any:
     """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts)`` of ``_qc8w``, its parts
     run on numba's threads when ``parallel``, or None without the tier."""
-    if not _bind():
+    if not HELPERS.ready():
         return None
     if parallel:  # a function of its own: numba's disk cache keys compiled code by function, not by options
         return fast.compiled("qc8w_gemv_threaded", _qc8w_threaded, parallel=True)
@@ -421,7 +413,7 @@ def qc8w(parallel: bool = False) -> Any:
 def qb4w(parallel: bool = False) -> Any:
     """The compiled ``f(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total, parts)`` of
     ``_qb4w``, its parts run on numba's threads when ``parallel``, or None without the tier."""
-    if not _bind():
+    if not HELPERS.ready():
         return None
     if parallel:
         return fast.compiled("qb4w_gemv_threaded", _qb4w_threaded, parallel=True)

@@ -247,26 +247,12 @@ def _bmm(out, a, b, wp, bias, parts):  # pragma: no cover - compiled
             first = upto
 
 
-def _bind() -> bool:
-    """Whether the tier is usable; on the first call, binds the micro-kernel and compiles the helpers."""
-    global _tile, prange, _gemm_part, _pack_batch
-    if not policy.compiled_tier():
-        return False
-    if _tile is None:
-        import numba
-
-        prange, _tile = numba.prange, _tile_intrinsic()
-        _gemm_part = compiled.compiled("gemm_part", _gemm_part)
-        _pack_batch = compiled.compiled("pack_batch", _pack_batch)
-    return True
-
-
 class PackedGemm:
     """``y = clamp(x @ w + bias, lo, hi)`` for a constant ``w`` [K, N], packed once at construction (which
     requires the tier: ``policy.compiled_tier()``); :meth:`step` binds it to an input and an output."""
 
     def __init__(self, w: np.ndarray, bias: np.ndarray | None, lo: float = -np.inf, hi: float = np.inf) -> None:
-        if not _bind():
+        if not HELPERS.ready():
             raise RuntimeError("the packed GEMM needs the [fast] tier (numba); check policy.compiled_tier() first")
         self.k, self.n = w.shape
         self.wp, self.bias = pack(w, bias)
@@ -342,7 +328,7 @@ def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], 
     [B, M, K] and [B, M, N]."""
     if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or out.shape != a.shape[:-1] + b.shape[-1:]:
         return None
-    if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out) or not _bind():
+    if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out) or not HELPERS.ready():
         return None
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if out.size * k < BATCH_MACS or m < ROWS:  # packing B costs K x N: a decode step's one row would not repay it
@@ -378,3 +364,6 @@ def _batched(
 def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:
     first()
     then()
+
+
+HELPERS = compiled.Helpers(globals(), compile=("_gemm_part", "_pack_batch"), build={"_tile": _tile_intrinsic})

@@ -30,7 +30,7 @@ Imports only NumPy, compiled.py and gemm.py (numba and llvmlite on the first com
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -75,7 +75,7 @@ def step(
     oc = y.shape[3]
     if wp.shape[2] != c or wp.shape[1] != -(-oc // gemm.WIDTH) or not compiled.flat_float32(x, y):
         return None
-    if not c % LANES == oc % LANES == 0 or not _bind():
+    if not c % LANES == oc % LANES == 0 or not HELPERS.ready():
         return None
     th, tw = -(-y.shape[1] // 2), -(-y.shape[2] // 2)
     tiles = nb * th * tw
@@ -171,6 +171,7 @@ def _winograd_split(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, part
             _blocks(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, first, min(tiles, first + run), 0, panels)
 
 
+@cache
 def _transforms() -> tuple[Any, Any]:
     """The two transforms as numba intrinsics over a run of channels, eight a vector (the run a multiple of 8);
     offsets in floats:
@@ -297,17 +298,13 @@ def _transforms() -> tuple[Any, Any]:
     return input_tile, output_tile
 
 
-def _bind() -> bool:
-    """Whether the tier is usable; on the first call, binds the transforms and the GEMM's blocked loop and
-    compiles the blocks' loop the kernels call (numba resolves a kernel's globals when it compiles it)."""
-    global _input_tile, _output_tile, _gemm_part, _blocks, prange
-    if not gemm._bind():
-        return False
-    if _input_tile is None:
-        import numba
-
-        prange = numba.prange
-        _input_tile, _output_tile = _transforms()
-        _gemm_part = gemm._gemm_part
-        _blocks = compiled.compiled("winograd_blocks", _blocks)
-    return True
+HELPERS = compiled.Helpers(
+    globals(),
+    compile=("_blocks",),
+    build={
+        "_input_tile": lambda: _transforms()[0],
+        "_output_tile": lambda: _transforms()[1],
+        "_gemm_part": lambda: gemm._gemm_part,
+    },
+    after=(gemm.HELPERS,),
+)
