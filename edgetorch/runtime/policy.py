@@ -221,6 +221,17 @@ class Policy:
     """Outputs from which the XNNPACK delegate's compiled window kernels (depthwise, im2col, pooling) split."""
     winograd_block_bytes: int = 64 * 1024
     """Bytes of transformed inputs one block of Winograd's convolution holds."""
+    batch_macs: int = 20_000
+    """Multiply-adds from which a batched product of changing operands (attention's) runs the packed GEMM:
+    below, packing each batch costs more than it saves and ``np.matmul`` keeps it."""
+    winograd_min_tiles: int = 16
+    """Output tiles (2x2 each) from which a 3x3 convolution runs Winograd's: fewer read the transformed weights
+    for too little work."""
+    tune_macs: int = 16_000_000
+    """Multiply-adds of the largest product tuning times in full; a larger one is timed on its first output
+    channels only, so that a language model's head is not run in full several times at load."""
+    gemv_tuned_rows: int = 64
+    """Most input rows for which tuning times an integer GEMV against sgemm; sgemm beyond."""
     gemv_split_macs: int = 300_000
     """Multiply-adds from which an integer GEMV of the XNNPACK delegate splits over threads."""
     split_adapts: bool = True

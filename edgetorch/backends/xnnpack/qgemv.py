@@ -475,9 +475,6 @@ def _scratch_buffer(size: int) -> np.ndarray:
     return buf[:size]
 
 
-TUNED_ROWS = 64  # most rows for which tuning times the integer kernel against sgemm; sgemm beyond
-
-
 def _run_all(steps: list) -> None:
     for step in steps:
         step()
@@ -597,13 +594,13 @@ class IntegerLinear:
     def uses_gemv(self, rows: int, where: str = "") -> bool:
         """Whether an input of ``rows`` rows runs the integer kernel (:meth:`steps`) rather than sgemm on the
         dequantized weights (:meth:`matmul`) or the VNNI GEMM: up to ``max_rows`` rows, or, with the policy's
-        ``tune``, what the host measured for the shape (runtime/tuning.py) up to ``TUNED_ROWS`` rows."""
-        if not policy.current().tune or rows > TUNED_ROWS:
+        ``tune``, what the host measured for the shape (runtime/tuning.py) up to the policy's ``gemv_tuned_rows`` rows."""
+        if not policy.current().tune or rows > policy.current().gemv_tuned_rows:
             return rows <= self.max_rows
         return self._few_rows(rows, where) == "gemv"
 
     def _few_rows(self, rows: int, where: str) -> str:
-        """The host's choice for ``rows`` <= ``TUNED_ROWS``: ``gemv``, ``sgemm`` or, for QB4W on a host with
+        """The host's choice for ``rows`` up to the policy's ``gemv_tuned_rows``: ``gemv``, ``sgemm`` or, for QB4W on a host with
         AVX512-VNNI, ``vnni`` (family ``qgemv``; the decision is cached, so asking again is cheap)."""
         fixed = rows <= self.max_rows
         kind = "qc8w" if len(self.weights) == 2 else "qb4w"
@@ -648,7 +645,7 @@ class IntegerLinear:
         default; never with the policy's ``tune`` off and no ``kernel_choices`` entry (sgemm, as before)."""
         if len(self.weights) == 2 or not qgemv_vnni.available() or self.vnni_layer() is None:
             return False
-        if policy.current().tune and rows <= TUNED_ROWS:
+        if policy.current().tune and rows <= policy.current().gemv_tuned_rows:
             return self._few_rows(rows, where) == "vnni"
         bucket = min(128, 1 << max(0, rows - 1).bit_length())
         names = ("vnni", "sgemm") if policy.current().tune else ("sgemm", "vnni")

@@ -55,7 +55,6 @@ WIDTH = 16  # output channels a panel: two 8-lane vectors
 ROWS = 6  # rows a tile: 12 accumulators, 2 panel vectors and a broadcast fill 15 of AVX2's 16 registers
 GROUP_BYTES = 256 * 1024
 ROW_BYTES = 16 * 1024
-BATCH_MACS = 20_000  # below this a batched product's call overhead outweighs its gain: np.matmul keeps it
 
 
 def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -278,7 +277,6 @@ class PackedGemm:
 
 
 LINEAR_KERNELS = ("packed", "sgemm")
-TUNE_MACS = 16_000_000  # largest product choose_linear times in full
 
 
 def sgemm_step(
@@ -303,12 +301,12 @@ def choose_linear(packed: PackedGemm, w: np.ndarray, rows: int, where: str = "")
     """Which of ``LINEAR_KERNELS`` computes ``rows`` rows of the layer ``packed`` holds (``w`` [K, N]: its
     weights as sgemm would read them), by the host's measurement (runtime/tuning.py); the packed GEMM unless
     measured slower. Both are timed on random inputs of the shape, with the layer's bias and clamp; a product
-    of more than ``TUNE_MACS`` multiply-adds on its first output channels only (a whole number of panels, at
+    of more than the policy's ``tune_macs`` multiply-adds on its first output channels only (a whole number of panels, at
     least one), so that a language model's head is not run in full four times at load."""
 
     def candidates() -> dict[str, Callable[[], object]]:
         x = np.random.default_rng(0).standard_normal((rows, packed.k), dtype=np.float32)
-        n = min(packed.n, max(WIDTH, TUNE_MACS // max(1, rows * packed.k) // WIDTH * WIDTH))
+        n = min(packed.n, max(WIDTH, policy.current().tune_macs // max(1, rows * packed.k) // WIDTH * WIDTH))
         lo, hi = float(packed.lo), float(packed.hi)
         part = packed if n == packed.n else PackedGemm(w[:, :n], packed.bias[:n], lo, hi)
         y = np.empty((rows, n), np.float32)
@@ -331,7 +329,9 @@ def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], 
     if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out) or not HELPERS.ready():
         return None
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if out.size * k < BATCH_MACS or m < ROWS:  # packing B costs K x N: a decode step's one row would not repay it
+    if (
+        out.size * k < policy.current().batch_macs or m < ROWS
+    ):  # packing B costs K x N: a decode step's one row would not repay it
         return None
     a3, out3 = a.reshape(-1, m, k), out.reshape(-1, m, n)
     try:

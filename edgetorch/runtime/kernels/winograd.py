@@ -22,7 +22,8 @@ Numerics: the transforms add and subtract (and G halves), so the result differs 
 rounding only, about 1e-6 of the output's scale on ResNet-18's layers (tests/runtime/kernels/test_winograd.py
 compares it with float64). On the 7x7x512 layers of ResNet-18 the 16 transformed weight matrices (1.8x the
 filter) are read for 16 tiles: split by output channels, so each thread reads half (``bench/gemm.py
---winograd``; figures in docs/benchmarks.md). Fewer than MIN_TILES tiles keep the direct GEMM.
+--winograd``; figures in docs/benchmarks.md). Fewer tiles than the policy's ``winograd_min_tiles`` keep the
+direct GEMM.
 
 Imports only NumPy, compiled.py and gemm.py (numba and llvmlite on the first compile).
 """
@@ -39,7 +40,6 @@ from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled, gemm
 
 LANES = 8  # float32 lanes a vector (AVX2)
-MIN_TILES = 16  # fewer output tiles than this read the transformed weights (1.8x the filter) for too little work
 
 # G [4, 3]: the filter transform.
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
@@ -52,9 +52,9 @@ def eligible(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, groups: int, 
 
 
 def worth(nb: int, oh: int, ow: int) -> bool:
-    """Whether an output of ``nb`` images of ``oh`` x ``ow`` has tiles enough (MIN_TILES) to repay reading the
+    """Whether an output of ``nb`` images of ``oh`` x ``ow`` has tiles enough (the policy's ``winograd_min_tiles``) to repay reading the
     transformed weights."""
-    return nb * -(-oh // 2) * -(-ow // 2) >= MIN_TILES
+    return nb * -(-oh // 2) * -(-ow // 2) >= policy.current().winograd_min_tiles
 
 
 def prepare(w: np.ndarray) -> np.ndarray:
