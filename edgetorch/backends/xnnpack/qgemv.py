@@ -126,7 +126,7 @@ def _qc8w_part(xi, w, xscale, wscale, bias, lo, hi, y, first, dots, ahead):  # p
     int32 [M, len(w)] scratch ``dots`` are theirs, ``y`` is all [M, N]. Each channel's dot products come from
     ``_madd`` over the first 16 (K // 16) inputs, 4, 2 then 1 rows a call (the weights read and widened once for
     the rows), plus the last K % 16 inputs here. The float epilogue is a second loop: inside the dot product's
-    loop it made LLVM vectorise the dot 2.4x worse (measured). Every loop indexes from 0 (views, not offsets):
+    loop it made LLVM vectorise the dot worse. Every loop indexes from 0 (views, not offsets):
     an index LLVM cannot prove non-negative keeps numba's negative-index wraparound in the loop, which then
     vectorises worse (``_qb4w_tile``)."""
     m, k = xi.shape
@@ -451,7 +451,7 @@ def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compile
 
 def _dequantize_qc8w(w, wscale, bias, out):  # pragma: no cover - compiled
     """out[n, :K] = w[n] * wscale[n], out[n, K] = bias[n] (0 without a bias): one pass, where NumPy's
-    int8 x float32 multiply (a casting loop) took 4.5x as long."""
+    int8 x float32 multiply is a slower casting loop."""
     n, k = w.shape
     for c in range(n):
         row = w[c]
