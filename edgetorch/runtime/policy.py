@@ -3,7 +3,8 @@ how many threads kernels may use, and the sizes from which work is split over th
 
 One object holds all of it, read where a kernel is chosen (mostly at load, when steps are built). It is the
 one place that decides the tier: :func:`compiled_tier` says whether compiled kernels may be used at all, so a
-builder that returns None means "this shape is not one the compiled kernel takes", never "the tier is off".
+builder that returns None means "this shape is not one the compiled kernel takes", never "the tier is off"
+(a builder called with the tier off raises :class:`TierOffError`).
 Tests and benchmarks install another policy with :func:`using` instead of patching module globals.
 
 Imports only the standard library and NumPy (numba is imported on the first question about the tier).
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.errors import InvalidArgumentError
+from edgetorch.errors import EdgetorchError, InvalidArgumentError
 
 
 def _numba_found() -> bool:
@@ -313,6 +314,11 @@ def compiled_tier() -> bool:
             except ImportError:
                 _numba = False
     return _numba
+
+
+class TierOffError(EdgetorchError, RuntimeError):
+    """A compiled step was asked for while the compiled tier is off: the caller skipped :func:`compiled_tier`.
+    Step builders answer None only for "this kernel does not take these arrays", so the two never mix."""
 
 
 def compiled_tier_loaded() -> bool:

@@ -280,9 +280,7 @@ def _safe_softmax(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     if (tail_x, tail_s) != (x, s) or _int(ctx, dim) % ex.bound[x].ndim != ex.bound[x].ndim - 1:
         raise _NoMatch
     _only_readers(ctx, s, pc, pc + 1 + _TAIL_LENGTH)
-    step = _rows(ctx, "softmax", scores, result, True)
-    assert step is not None  # the tier is usable (checked above)
-    return 1 + _TAIL_LENGTH, step
+    return 1 + _TAIL_LENGTH, _rows(ctx, "softmax", scores, result, True)
 
 
 def _masked_rows(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
@@ -380,8 +378,8 @@ def _packed(
     return packed.step(lhs, out)
 
 
-def _rows(ctx: _StaticContext, name: str, *args: Any) -> Callable | None:
-    """The compiled row kernel ``name`` bound to ``args`` (None without the tier): split over numba's threads
+def _rows(ctx: _StaticContext, name: str, *args: Any) -> Callable:
+    """The compiled row kernel ``name`` bound to ``args`` (the tier must be on): split over numba's threads
     (compiled.rows_step) in a method whose products run there (``ctx.packing``), else on the calling thread."""
     return compiled.rows_step(name, *args, split=ctx.packing)
 
@@ -574,9 +572,7 @@ def _layer_norm(ctx: _StaticContext, args: list[int]) -> Callable:
     if w.size not in (0, inner) or b.size not in (0, inner) or not compiled.flat_float32(w, b):
         raise _NoMatch
     rows = xa.size // inner
-    step = _rows(
+    return _rows(
         ctx, "layer_norm", xa.reshape(rows, inner), w, b, _F32.type(_scalar(ctx, eps)), oa.reshape(rows, inner),
         ma.reshape(-1), ra.reshape(-1),
     )  # fmt: skip
-    assert step is not None  # the tier is usable (checked above)
-    return step

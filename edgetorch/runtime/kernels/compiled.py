@@ -307,6 +307,15 @@ class Helpers:
             self.bound = True
         return True
 
+    def require(self, what: str) -> None:
+        """Make the helpers ready, or raise :class:`~edgetorch.runtime.policy.TierOffError` naming ``what``
+        (the step builder asked): a builder's None then only ever means "not these arrays"."""
+        if not self.ready():
+            raise policy.TierOffError(
+                f"{what}: expected the compiled tier to be on (numba importable, Policy.compiled, EDGETORCH_FAST "
+                "not 0), found it off; ask edgetorch.runtime.policy.compiled_tier() before building a compiled step"
+            )
+
 
 # ------------------------------------------------------------------------------------------------ kernels
 
@@ -763,13 +772,12 @@ _SPLIT_FORMS = {
 
 def rows_step(name: str, *args: Any, split: bool = True) -> Any:
     """The call of kernel ``name`` (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``, ``bias_gelu``,
-    ``bias_add``) on ``args`` as the kernel takes them, or None without the tier. With ``split``, from the
+    ``bias_add``) on ``args`` as the kernel takes them (the tier must be on: ``policy.TierOffError``). With ``split``, from the
     policy's ``split_elements`` elements in its first argument the rows are cut over :func:`get_num_threads`
     threads at each call (:func:`split`); the caller then runs numba's threads, and must keep BLAS's pool quiet
     meanwhile (blas_threads.held, as the packed GEMM's callers do; :func:`splits` tells such a step)."""
+    HELPERS.require(f"rows_step({name!r})")
     serial = kernel(name)
-    if serial is None:
-        return None
     if not split:
         return partial(serial, *args)
     parallel = compiled(f"{name}_split", _SPLIT_FORMS[name], parallel=True, **_KERNELS[name][1])

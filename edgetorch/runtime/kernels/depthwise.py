@@ -99,9 +99,8 @@ def _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi,
 def nhwc_step(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
     """The step of ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``
     (``window`` is kh .. hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty), its rows split over the threads
-    ``compiled_kernels.split`` gives it at each call when the output is large enough; None without the tier."""
-    if not HELPERS.ready():
-        return None
+    ``compiled_kernels.split`` gives it at each call when the output is large enough; the tier must be on."""
+    HELPERS.require("depthwise nhwc_step")
     args = (x, taps, bias, y, *window)
     serial = partial(compiled_kernels.compiled("depthwise", _depthwise_nhwc), *args)
     parallel = compiled_kernels.compiled("depthwise_split", _depthwise_split, parallel=True)

@@ -251,8 +251,7 @@ class PackedGemm:
     requires the tier: ``policy.compiled_tier()``); :meth:`step` binds it to an input and an output."""
 
     def __init__(self, w: np.ndarray, bias: np.ndarray | None, lo: float = -np.inf, hi: float = np.inf) -> None:
-        if not HELPERS.ready():
-            raise RuntimeError("the packed GEMM needs the [fast] tier (numba); check policy.compiled_tier() first")
+        HELPERS.require("PackedGemm")
         self.k, self.n = w.shape
         self.wp, self.bias = pack(w, bias)
         self.has_bias = bias is not None
@@ -321,12 +320,13 @@ def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], 
     call (attention's scores and weighted values): each batch of ``b`` packed into a scratch buffer per call
     (K x N floats against M x K x N multiply-adds), then the packed GEMM's tiles, over the threads from
     the policy's ``split_macs``. ``a`` [..., M, K] and ``b`` [..., K, N] have the same leading dimensions, ``b``
-    at any strides (e.g. a transposed view). None (the caller keeps ``np.matmul``) without the tier, for other
+    at any strides (e.g. a transposed view); the tier must be on. None (the caller keeps ``np.matmul``) for other
     dtypes or shapes, for fewer than 6 rows, or where ``a`` or ``out`` would need copying to be read as
     [B, M, K] and [B, M, N]."""
+    HELPERS.require("batch_matmul")
     if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or out.shape != a.shape[:-1] + b.shape[-1:]:
         return None
-    if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out) or not HELPERS.ready():
+    if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out):
         return None
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if (

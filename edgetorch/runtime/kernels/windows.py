@@ -128,9 +128,8 @@ def _max_pool_split(x, y, kh, kw, sh, sw, dh, dw, top, left, parts):  # pragma: 
 
 def im2col_step(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
     """The step that fills the C-contiguous float32 ``cols`` (N * OH * OW rows of KH * KW * C values) from the
-    C-contiguous NHWC float32 ``x`` (``window``: kh, kw, sh, sw, dh, dw, top, left); None without the tier."""
-    if not HELPERS.ready():
-        return None
+    C-contiguous NHWC float32 ``x`` (``window``: kh, kw, sh, sw, dh, dw, top, left); the tier must be on."""
+    HELPERS.require("im2col_step")
     args = (x, cols, oh, ow, *window)
     serial = partial(compiled_kernels.compiled("im2col", _im2col), *args)
     parallel = compiled_kernels.compiled("im2col_split", _im2col_split, parallel=True)
@@ -141,9 +140,8 @@ def im2col_step(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
 
 def max_pool_step(x: Any, y: Any, *window: Any) -> Any:
     """The step of the max pooling of the C-contiguous NHWC float32 ``x`` into ``y`` (C-contiguous, at the
-    output shape; ``window``: kh, kw, sh, sw, dh, dw, top, left); None without the tier."""
-    if not HELPERS.ready():
-        return None
+    output shape; ``window``: kh, kw, sh, sw, dh, dw, top, left); the tier must be on."""
+    HELPERS.require("max_pool_step")
     args = (x, y, *window)
     serial = partial(compiled_kernels.compiled("max_pool", _max_pool), *args)
     parallel = compiled_kernels.compiled("max_pool_split", _max_pool_split, parallel=True)

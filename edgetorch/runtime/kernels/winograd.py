@@ -70,12 +70,13 @@ def step(
 ) -> Callable[[], None] | None:
     """The step y = clamp(conv3x3(x, w) + bias, lo, hi) for NHWC float32 ``x`` [N, H, W, C] and ``y``
     [N, OH, OW, OC] (C-contiguous both), ``wp`` from :func:`prepare`, padding ``top`` and ``left`` (the
-    bottom and right follow from the shapes); None without the tier or for arrays it cannot take."""
+    bottom and right follow from the shapes); the tier must be on. None for arrays it cannot take."""
+    HELPERS.require("winograd step")
     nb, h, wd, c = x.shape
     oc = y.shape[3]
     if wp.shape[2] != c or wp.shape[1] != -(-oc // gemm.WIDTH) or not compiled.flat_float32(x, y):
         return None
-    if not c % LANES == oc % LANES == 0 or not HELPERS.ready():
+    if not c % LANES == oc % LANES == 0:
         return None
     th, tw = -(-y.shape[1] // 2), -(-y.shape[2] // 2)
     tiles = nb * th * tw
