@@ -207,7 +207,7 @@ def _reshape(n: Any, node: xs.XNode, g: Graph) -> Planner:
         raise Unsupported(f"reshape to {list(n.new_shape)} infers more than one dimension")
 
     def plan(env: Env) -> list:
-        # Every array a plan holds is C-contiguous, so the reshape is a view and costs no step.
+        # Every array a schedule holds is C-contiguous, so the reshape is a view and costs no step.
         env.alias(n.output_id, n.input_id, env[n.input_id].reshape(shape))
         return []
 

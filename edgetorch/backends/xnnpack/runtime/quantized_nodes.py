@@ -136,7 +136,7 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: Graph) -> Planner:
     bound[ic] /= xmax  # the bias row multiplies a column of ones, not an input
     splits = qgemm.exact_splits(bound, xmax)
     factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
-    centred: list = []  # (weights with the plain bias, splits), made when a plan first has centred input
+    centred: list = []  # (weights with the plain bias, splits), made when a schedule first has centred input
 
     def plan(env: Env) -> list:
         x = env.centred.get(n.input1_id)
