@@ -264,9 +264,9 @@ class Helpers:
 
     ``namespace`` is the module's ``globals()``. Its ``prange`` (if it has one) becomes numba's; the names in
     ``inline`` become numba functions inlined into their callers (with ``inline_options``); the names in
-    ``compile`` are compiled (:func:`compiled`, under the module's and the helper's name); each ``build`` entry sets its name to what
-    its function returns (an intrinsic, or a kernel of another module). ``after``: the helpers of modules whose
-    compiled globals these take, made ready first."""
+    ``compile`` are compiled (:func:`compiled`, kept under the module's and the helper's name); each ``build``
+    entry sets its name to what its function returns (an intrinsic, or a kernel of another module). ``after``:
+    the helpers of modules whose compiled globals these take, made ready first."""
 
     def __init__(
         self,
