@@ -115,7 +115,7 @@ def gemm_table() -> None:
             d = gemm.choose_linear(gemm.PackedGemm(w, rng.standard_normal(n, dtype=np.float32), 0.0, 6.0), w, m)
             packed, sgemm = d.times["packed"], d.times["sgemm"]
             ratios.append(packed / min(packed, sgemm))
-            timed = min(n, max(gemm.WIDTH, gemm.TUNE_MACS // (m * k) // gemm.WIDTH * gemm.WIDTH))
+            timed = min(n, max(gemm.WIDTH, policy.current().tune_macs // (m * k) // gemm.WIDTH * gemm.WIDTH))
             print(f"| {m}x{k}x{n} | {timed} | {packed * 1e6:.0f} | {sgemm * 1e6:.0f} | {d.kernel} | {ratios[-1]:.2f} |")
     print(f"geomean packed / chosen: {statistics.geometric_mean(ratios):.3f}")
 

@@ -63,7 +63,6 @@ class _FusionContext:
         self.ex = ex
         self.readers = ex.facts.readers
         self.protected = set(ex.plan.outputs) | set(ex.plan.inputs) | ex.facts.view_bases()
-        self.writes = ex.facts.writes
         self.writers = ex.facts.writers
         self.root: dict[int, int] = {}  # a value made a view by copy elision -> the value whose memory it reads
         self._ranges: dict[int, tuple[int, int, int] | None] = {}
@@ -387,10 +386,8 @@ def _elidable(ctx: _FusionContext, pc: int, source: int, result: int) -> None:
     memory = None if src.constant else ctx.planned_range(root)
     if memory is None and not src.constant:
         raise _NoMatch  # memory we cannot see the writers of
-    for q in range(pc + 1, max(readers) + 1):
-        for w in ctx.writes[q]:
-            if w == root or (memory is not None and ctx.overlaps(w, memory)):
-                raise _NoMatch
+    if ex.facts.written_over(memory, pc + 1, max(readers), ctx.planned_range, root):
+        raise _NoMatch
     ctx.root[result] = root
 
 

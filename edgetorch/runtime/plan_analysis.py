@@ -103,10 +103,23 @@ class PlanFacts:
         a, nbytes = t.allocation_info, self.bound[j].nbytes
         return a.memory_id, a.memory_offset, a.memory_offset + nbytes
 
-    def written_over(self, memory: Range, first: int, last: int, ranges: Callable[[int], Range | None]) -> bool:
+    def written_over(
+        self,
+        memory: Range | None,
+        first: int,
+        last: int,
+        ranges: Callable[[int], Range | None],
+        value: int | None = None,
+    ) -> bool:
         """Whether an instruction from ``first`` to ``last`` (inclusive) writes a value whose bytes (as
-        ``ranges`` gives them) overlap ``memory``."""
-        return any(overlaps(ranges(w), memory) for pc in range(first, last + 1) for w in self.writes[pc])
+        ``ranges`` gives them) overlap ``memory`` (None: bytes no plan places), or writes ``value`` itself. The
+        question copy elision asks, for static methods (copy_elision.py) and dynamic ones (fusion.py), before a
+        view may read ``value``'s memory in place of a copy until ``last``."""
+        return any(
+            w == value or (memory is not None and overlaps(ranges(w), memory))
+            for pc in range(first, last + 1)
+            for w in self.writes[pc]
+        )
 
     def view_bases(self) -> set[int]:
         """Computed tensors whose planned memory a view reads: their results must keep landing in that memory."""

@@ -3,7 +3,8 @@ how many threads kernels may use, and the sizes from which work is split over th
 
 One object holds all of it, read where a kernel is chosen (mostly at load, when steps are built). It is the
 one place that decides the tier: :func:`compiled_tier` says whether compiled kernels may be used at all, so a
-builder that returns None means "this shape is not one the compiled kernel takes", never "the tier is off".
+builder that returns None means "this shape is not one the compiled kernel takes", never "the tier is off"
+(a builder called with the tier off raises :class:`TierOffError`).
 Tests and benchmarks install another policy with :func:`using` instead of patching module globals.
 
 Imports only the standard library and NumPy (numba is imported on the first question about the tier).
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.errors import InvalidArgumentError
+from edgetorch.errors import EdgetorchError, InvalidArgumentError
 
 
 def _numba_found() -> bool:
@@ -221,6 +222,17 @@ class Policy:
     """Outputs from which the XNNPACK delegate's compiled window kernels (depthwise, im2col, pooling) split."""
     winograd_block_bytes: int = 64 * 1024
     """Bytes of transformed inputs one block of Winograd's convolution holds."""
+    batch_macs: int = 20_000
+    """Multiply-adds from which a batched product of changing operands (attention's) runs the packed GEMM:
+    below, packing each batch costs more than it saves and ``np.matmul`` keeps it."""
+    winograd_min_tiles: int = 16
+    """Output tiles (2x2 each) from which a 3x3 convolution runs Winograd's: fewer read the transformed weights
+    for too little work."""
+    tune_macs: int = 16_000_000
+    """Multiply-adds of the largest product tuning times in full; a larger one is timed on its first output
+    channels only, so that a language model's head is not run in full several times at load."""
+    gemv_tuned_rows: int = 64
+    """Most input rows for which tuning times an integer GEMV against sgemm; sgemm beyond."""
     gemv_split_macs: int = 300_000
     """Multiply-adds from which an integer GEMV of the XNNPACK delegate splits over threads."""
     split_adapts: bool = True
@@ -302,6 +314,11 @@ def compiled_tier() -> bool:
             except ImportError:
                 _numba = False
     return _numba
+
+
+class TierOffError(EdgetorchError, RuntimeError):
+    """A compiled step was asked for while the compiled tier is off: the caller skipped :func:`compiled_tier`.
+    Step builders answer None only for "this kernel does not take these arrays", so the two never mix."""
 
 
 def compiled_tier_loaded() -> bool:

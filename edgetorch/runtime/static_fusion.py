@@ -86,9 +86,8 @@ class _StaticContext(_FusionContext):
         # method whose layers pass the budget packs none (docs/benchmarks.md, "Packing policy").
         # A method with neither (its products delegated) runs its row kernels on the threads too.
         linear, convolutions, constant_bytes = _products(ex)
-        self.packing = (
-            policy.compiled_tier() and convolutions < max(linear, 1) and policy.current().packs(constant_bytes)
-        )
+        self.compiled = policy.compiled_tier()  # the tier, read once for all the method's patterns
+        self.packing = self.compiled and convolutions < max(linear, 1) and policy.current().packs(constant_bytes)
         self.views: dict[int, set[int]] = {}
         for v, bases in ex.facts.view_map().items():
             for base in bases:
@@ -192,9 +191,8 @@ def _batch_norm(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     nb, c = xa.shape[:2]
     x3, y3 = xa.reshape(nb, c, -1), final.reshape(nb, c, -1)
     lo32, hi32 = np.float32(lo), np.float32(hi)
-    kernel = compiled.kernel("scale_shift_clamp")
-    if kernel is not None:
-        return length, partial(kernel, x3, scale, shift, lo32, hi32, y3)
+    if ctx.compiled:
+        return length, partial(compiled.kernel("scale_shift_clamp"), x3, scale, shift, lo32, hi32, y3)
     scale3, shift3 = scale[:, None], shift[:, None]
     clamped = length == 2
 
@@ -274,24 +272,21 @@ def _safe_softmax(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     """softmax(x) then the zeroing tail: the compiled softmax with ``safe``, straight into the tail's result."""
     ex = ctx.ex
     x, dim, half, s = _call(ex, pc, "aten::_softmax.out")[:4]
-    if not policy.compiled_tier() or ex.bound[half] not in (False, 0):
+    if not ctx.compiled or ex.bound[half] not in (False, 0):
         raise _NoMatch
     tail_x, tail_s, (scores, _, result) = _mask_tail(ctx, pc + 1)
     if (tail_x, tail_s) != (x, s) or _int(ctx, dim) % ex.bound[x].ndim != ex.bound[x].ndim - 1:
         raise _NoMatch
     _only_readers(ctx, s, pc, pc + 1 + _TAIL_LENGTH)
-    step = _rows(ctx, "softmax", scores, result, True)
-    assert step is not None  # the tier is usable (checked above)
-    return 1 + _TAIL_LENGTH, step
+    return 1 + _TAIL_LENGTH, _rows(ctx, "softmax", scores, result, True)
 
 
 def _masked_rows(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     """The zeroing tail alone (the softmax ran elsewhere, e.g. in a delegate): one compiled pass."""
-    kernel = compiled.kernel("masked_rows")
-    if kernel is None:
+    if not ctx.compiled:
         raise _NoMatch
     _, _, rows = _mask_tail(ctx, pc)
-    return _TAIL_LENGTH, partial(kernel, *rows)
+    return _TAIL_LENGTH, partial(compiled.kernel("masked_rows"), *rows)
 
 
 def _addmm(ctx: _StaticContext, pc: int) -> tuple[int, int, int, int]:
@@ -327,7 +322,7 @@ def _linear_epilogue(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     name = ex.operators[following.op_index] if isinstance(following, fbp.KernelCall) else ""
     if name == "aten::gelu.out":
         x, approximate, result = _call(ex, nxt, name)[:3]
-        if x not in seen or ex.bound[approximate] not in ("none", "tanh") or not policy.compiled_tier():
+        if x not in seen or ex.bound[approximate] not in ("none", "tanh") or not ctx.compiled:
             raise _NoMatch
         (y,) = _flat_f32(ex, result)
         if y.size != product.size:
@@ -336,7 +331,7 @@ def _linear_epilogue(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         epilogue = ops_epilogue.bias_gelu(product, b, y.reshape(product.shape), ex.bound[approximate], ctx.packing)
     elif name == "aten::add.out":
         first, second, add_alpha, result = _call(ex, nxt, name)[:4]
-        if not policy.compiled_tier() or _scalar(ctx, add_alpha) != 1 or (first in seen) == (second in seen):
+        if not ctx.compiled or _scalar(ctx, add_alpha) != 1 or (first in seen) == (second in seen):
             raise _NoMatch
         residual, y = _flat_f32(ex, second if first in seen else first, result)
         if not residual.size == y.size == product.size:
@@ -366,9 +361,7 @@ def _packed(
         rhs = _constant(ctx.ex, w)
     except _NoMatch:
         return None
-    if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not policy.compiled_tier() or np.shares_memory(lhs, out):
-        return None
-    if not ctx.packing:
+    if rhs is None or rhs.dtype != _F32 or rhs.ndim != 2 or not ctx.packing or np.shares_memory(lhs, out):
         return None
     if lhs.ndim != 2 or out.shape != (lhs.shape[0], rhs.shape[1]) or lhs.shape[1] != rhs.shape[0]:
         return None
@@ -380,8 +373,8 @@ def _packed(
     return packed.step(lhs, out)
 
 
-def _rows(ctx: _StaticContext, name: str, *args: Any) -> Callable | None:
-    """The compiled row kernel ``name`` bound to ``args`` (None without the tier): split over numba's threads
+def _rows(ctx: _StaticContext, name: str, *args: Any) -> Callable:
+    """The compiled row kernel ``name`` bound to ``args`` (the tier must be on): split over numba's threads
     (compiled.rows_step) in a method whose products run there (``ctx.packing``), else on the calling thread."""
     return compiled.rows_step(name, *args, split=ctx.packing)
 
@@ -541,7 +534,7 @@ def _direct(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         return 1, batched or partial(np.matmul, xa, ya, out=oa)
     if name == "aten::native_layer_norm.out":
         return 1, _layer_norm(ctx, args)
-    if name == "aten::gelu.out" and len(args) == 4 and policy.compiled_tier():
+    if name == "aten::gelu.out" and len(args) == 4 and ctx.compiled:
         approximate = ex.bound[args[1]]
         xa, oa = _flat_f32(ex, args[0], args[2])
         if approximate not in ("none", "tanh") or xa.shape != oa.shape:
@@ -562,7 +555,7 @@ def _f32_arrays(ex: Any, *values: int) -> list[np.ndarray]:
 def _layer_norm(ctx: _StaticContext, args: list[int]) -> Callable:
     """native_layer_norm straight to the compiled kernel, its mean and rstd written into their outs."""
     ex = ctx.ex
-    if not policy.compiled_tier() or len(args) < 9:
+    if not ctx.compiled or len(args) < 9:
         raise _NoMatch
     x, shape, weight, bias, eps, out, mean, rstd = args[:8]
     xa, oa, ma, ra = _flat_f32(ex, x, out, mean, rstd)
@@ -574,9 +567,7 @@ def _layer_norm(ctx: _StaticContext, args: list[int]) -> Callable:
     if w.size not in (0, inner) or b.size not in (0, inner) or not compiled.flat_float32(w, b):
         raise _NoMatch
     rows = xa.size // inner
-    step = _rows(
+    return _rows(
         ctx, "layer_norm", xa.reshape(rows, inner), w, b, _F32.type(_scalar(ctx, eps)), oa.reshape(rows, inner),
         ma.reshape(-1), ra.reshape(-1),
     )  # fmt: skip
-    assert step is not None  # the tier is usable (checked above)
-    return step

@@ -86,6 +86,20 @@ def test_a_slice_of_memory_written_before_its_reader_stays_a_copy():
             np.testing.assert_array_equal(a, e.numpy())
 
 
+def test_dynamic_elision_asks_the_plans_overwrite_check(monkeypatch):
+    """The dynamic path's overwrite check is the plan analysis's (PlanFacts.written_over, which static copy
+    elision asks too): without it the input's slice becomes a view too, and reads the later results."""
+    from edgetorch.runtime.plan_analysis import PlanFacts
+
+    pte = _slice_then_write()
+    x, p = np.arange(12, dtype=np.float32).reshape(4, 3), np.array([4, 5, 6, 7])
+    want = _load(pte, fused=False).execute([x, p])
+    monkeypatch.setattr(PlanFacts, "written_over", lambda self, *args: False)
+    reckless = _load(pte)
+    assert _step_names(reckless).count("view_slice") == 2
+    assert not all(np.array_equal(a, b) for a, b in zip(reckless.execute([x, p]), want))
+
+
 @pytest.mark.parametrize("n_keys", [1, 7, 100])
 def test_decode_attention_gives_the_general_paths_bits(n_keys, monkeypatch):
     monkeypatch.setattr(compiled, "kernel_if_loaded", lambda name: None)  # the NumPy paths, with numba or not

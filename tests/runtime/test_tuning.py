@@ -184,12 +184,12 @@ def test_qgemv_candidates_agree(kind, rows):
         assert layer.uses_gemv(rows) == (rows <= layer.max_rows)
 
 
-def test_choose_linear_times_part_of_a_large_product(cache, monkeypatch):
+def test_choose_linear_times_part_of_a_large_product(cache, monkeypatch, set_policy):
     from edgetorch.runtime.kernels import gemm
 
     if not policy.compiled_tier():
         pytest.skip("the packed GEMM needs the [fast] tier")
-    monkeypatch.setattr(gemm, "TUNE_MACS", 6 * 32 * 40)
+    set_policy(tune_macs=6 * 32 * 40)
     w = np.ones((32, 100), np.float32)
     shapes = []
     real = gemm.PackedGemm.step

@@ -86,8 +86,9 @@ prange: Any = range  # numba's, bound before the first compile (importing this m
 def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
     """The step y = clamp(a + b, lo, hi) in one pass for float32 C-contiguous arrays of one shape (a residual
     add and its ReLU), from the policy's ``split_outputs`` values on over the
-    threads; the bits of NumPy's add then clip. None when the tier is not usable or for other arrays."""
-    if not flat_float32(a, b, y) or not a.shape == b.shape == y.shape or not _bind():
+    threads; the bits of NumPy's add then clip. The tier must be on; None for other arrays."""
+    HELPERS.require("add_clamp")
+    if not flat_float32(a, b, y) or not a.shape == b.shape == y.shape:
         return None
     args = (a, b, y, np.float32(lo), np.float32(hi))
     serial = partial(compiled("add_clamp", _add_clamp), *args)
@@ -99,9 +100,10 @@ def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
 def permute(x: Any, view: Any, y: Any) -> Any:
     """The step copying ``view``, a permutation of the float32 C-contiguous ``x`` that keeps x's last axis last,
     into the C-contiguous ``y`` (attention's head transposes), in runs of that axis and over the threads from
-    the policy's ``split_outputs`` values; None when the tier is not usable or the permutation has more than four axes longer
-    than 1 or moves the last axis."""
-    if not flat_float32(x, y) or view.ndim == 0 or view.strides[-1] != view.itemsize or not _bind():
+    the policy's ``split_outputs`` values. The tier must be on; None when the permutation has more than four
+    axes longer than 1 or moves the last axis."""
+    HELPERS.require("permute")
+    if not flat_float32(x, y) or view.ndim == 0 or view.strides[-1] != view.itemsize:
         return None
     kept = [(d, st // view.itemsize) for d, st in zip(view.shape[:-1], view.strides[:-1]) if d != 1]
     if len(kept) > 3:
@@ -115,21 +117,7 @@ def permute(x: Any, view: Any, y: Any) -> Any:
     )
 
 
-def _bind() -> bool:
-    """Whether the tier is usable; on the first call, binds numba's ``prange`` and compiles the row helpers the
-    split kernels call (numba resolves a kernel's globals when it compiles it)."""
-    global prange, _permute_rows, _add_clamp_part
-    if not policy.compiled_tier():
-        return False
-    if prange is range:
-        import numba
-
-        prange = numba.prange
-        _permute_rows = compiled("permute_rows", _permute_rows)
-        _add_clamp_part = compiled("add_clamp_part", _add_clamp_part)
-    return True
-
-
 # ``fn`` compiled with numba and kept under ``name``, or None when the policy turns the tier off: the one
 # compile cache of the runtime (kernels/compiled.py), shared with the portable kernels.
 compiled = compiled_kernels.compiled
+HELPERS = compiled_kernels.Helpers(globals(), compile=("_permute_rows", "_add_clamp_part"))

@@ -126,7 +126,7 @@ def _qc8w_part(xi, w, xscale, wscale, bias, lo, hi, y, first, dots, ahead):  # p
     int32 [M, len(w)] scratch ``dots`` are theirs, ``y`` is all [M, N]. Each channel's dot products come from
     ``_madd`` over the first 16 (K // 16) inputs, 4, 2 then 1 rows a call (the weights read and widened once for
     the rows), plus the last K % 16 inputs here. The float epilogue is a second loop: inside the dot product's
-    loop it made LLVM vectorise the dot 2.4x worse (measured). Every loop indexes from 0 (views, not offsets):
+    loop it made LLVM vectorise the dot worse. Every loop indexes from 0 (views, not offsets):
     an index LLVM cannot prove non-negative keeps numba's negative-index wraparound in the loop, which then
     vectorises worse (``_qb4w_tile``)."""
     m, k = xi.shape
@@ -387,31 +387,23 @@ def _unarrange_qb4w(w: np.ndarray, n: int, k: int) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(0, 2, 4, 1, 3).reshape(tiles * groups * group, k // 2)[:n])
 
 
-# Bound by ``_bind`` before the kernels' first compile (making them imports numba, which importing this module
+# Bound by ``HELPERS`` before the kernels' first compile (making them imports numba, which importing this module
 # must not): numba's ``prange`` for the threaded drivers, the dot products of ``_qc8w`` (``_madd_intrinsic``)
 # and the compiled parts the drivers call.
 prange: Any = range
 
 
-def _bind() -> bool:
-    """Whether the tier is usable; on the first call, binds the helpers the kernels call."""
-    global prange, _madd
-    if not policy.compiled_tier():
-        return False
-    if _madd is None:
-        import numba
-
-        prange = numba.prange
-        _madd = _madd_intrinsic()
-        for name in ("_share", "_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"):
-            globals()[name] = fast.compiled("qgemv" + name, globals()[name])
-    return True
+HELPERS = compiled_kernels.Helpers(
+    globals(),
+    compile=("_share", "_qc8w_input", "_qc8w_run", "_qc8w_part", "_qb4w_input", "_qb4w_run", "_qb4w_tile"),
+    build={"_madd": _madd_intrinsic},
+)
 
 
 def qc8w(parallel: bool = False) -> Any:
     """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts)`` of ``_qc8w``, its parts
     run on numba's threads when ``parallel``, or None without the tier."""
-    if not _bind():
+    if not HELPERS.ready():
         return None
     if parallel:  # a function of its own: numba's disk cache keys compiled code by function, not by options
         return fast.compiled("qc8w_gemv_threaded", _qc8w_threaded, parallel=True)
@@ -421,7 +413,7 @@ def qc8w(parallel: bool = False) -> Any:
 def qb4w(parallel: bool = False) -> Any:
     """The compiled ``f(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total, parts)`` of
     ``_qb4w``, its parts run on numba's threads when ``parallel``, or None without the tier."""
-    if not _bind():
+    if not HELPERS.ready():
         return None
     if parallel:
         return fast.compiled("qb4w_gemv_threaded", _qb4w_threaded, parallel=True)
@@ -459,7 +451,7 @@ def _dequantize_qb4w(w, block, scales, bias, out):  # pragma: no cover - compile
 
 def _dequantize_qc8w(w, wscale, bias, out):  # pragma: no cover - compiled
     """out[n, :K] = w[n] * wscale[n], out[n, K] = bias[n] (0 without a bias): one pass, where NumPy's
-    int8 x float32 multiply (a casting loop) took 4.5x as long."""
+    int8 x float32 multiply is a slower casting loop."""
     n, k = w.shape
     for c in range(n):
         row = w[c]
@@ -481,9 +473,6 @@ def _scratch_buffer(size: int) -> np.ndarray:
     if buf is None or buf.size < size:
         buf = _scratch.buf = np.empty(size, np.float32)
     return buf[:size]
-
-
-TUNED_ROWS = 64  # most rows for which tuning times the integer kernel against sgemm; sgemm beyond
 
 
 def _run_all(steps: list) -> None:
@@ -605,13 +594,13 @@ class IntegerLinear:
     def uses_gemv(self, rows: int, where: str = "") -> bool:
         """Whether an input of ``rows`` rows runs the integer kernel (:meth:`steps`) rather than sgemm on the
         dequantized weights (:meth:`matmul`) or the VNNI GEMM: up to ``max_rows`` rows, or, with the policy's
-        ``tune``, what the host measured for the shape (runtime/tuning.py) up to ``TUNED_ROWS`` rows."""
-        if not policy.current().tune or rows > TUNED_ROWS:
+        ``tune``, what the host measured for the shape (runtime/tuning.py) up to the policy's ``gemv_tuned_rows`` rows."""
+        if not policy.current().tune or rows > policy.current().gemv_tuned_rows:
             return rows <= self.max_rows
         return self._few_rows(rows, where) == "gemv"
 
     def _few_rows(self, rows: int, where: str) -> str:
-        """The host's choice for ``rows`` <= ``TUNED_ROWS``: ``gemv``, ``sgemm`` or, for QB4W on a host with
+        """The host's choice for ``rows`` up to the policy's ``gemv_tuned_rows``: ``gemv``, ``sgemm`` or, for QB4W on a host with
         AVX512-VNNI, ``vnni`` (family ``qgemv``; the decision is cached, so asking again is cheap)."""
         fixed = rows <= self.max_rows
         kind = "qc8w" if len(self.weights) == 2 else "qb4w"
@@ -656,7 +645,7 @@ class IntegerLinear:
         default; never with the policy's ``tune`` off and no ``kernel_choices`` entry (sgemm, as before)."""
         if len(self.weights) == 2 or not qgemv_vnni.available() or self.vnni_layer() is None:
             return False
-        if policy.current().tune and rows <= TUNED_ROWS:
+        if policy.current().tune and rows <= policy.current().gemv_tuned_rows:
             return self._few_rows(rows, where) == "vnni"
         bucket = min(128, 1 << max(0, rows - 1).bit_length())
         names = ("vnni", "sgemm") if policy.current().tune else ("sgemm", "vnni")

@@ -249,11 +249,72 @@ def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
     ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``bias_clamp``, ``masked_rows``, ``bias_gelu``,
     ``bias_add``), or None without the tier."""
-    if not policy.compiled_tier():
+    if not HELPERS.ready():
         return None
-    _compile_helpers()
     fn, options = _KERNELS[name]
     return compiled(name, fn, **options)
+
+
+class Helpers:
+    """The module globals that one module's compiled kernels call, made compiled on the module's first use of
+    the tier: numba resolves the globals a kernel names when it compiles it, so a helper must be compiled (or an
+    intrinsic, or numba's ``prange``) by then, and importing the module must not import numba. Each kernel
+    module declares its helpers once with this, and asks :meth:`ready` (the tier switch and the binding in one
+    call) before it builds a compiled step; no module rebinds its own globals.
+
+    ``namespace`` is the module's ``globals()``. Its ``prange`` (if it has one) becomes numba's; the names in
+    ``inline`` become numba functions inlined into their callers (with ``inline_options``); the names in
+    ``compile`` are compiled (:func:`compiled`, kept under the module's and the helper's name); each ``build``
+    entry sets its name to what its function returns (an intrinsic, or a kernel of another module). ``after``:
+    the helpers of modules whose compiled globals these take, made ready first."""
+
+    def __init__(
+        self,
+        namespace: dict[str, Any],
+        compile: Iterable[str] = (),
+        inline: Iterable[str] = (),
+        inline_options: dict[str, Any] | None = None,
+        build: dict[str, Any] | None = None,
+        after: Iterable[Helpers] = (),
+    ) -> None:
+        self.namespace = namespace
+        self.compile, self.inline = tuple(compile), tuple(inline)
+        self.inline_options = dict(inline_options or {})
+        self.build = dict(build or {})
+        self.after = tuple(after)
+        self.bound = False
+
+    def ready(self) -> bool:
+        """Whether the compiled tier is usable (:func:`~edgetorch.runtime.policy.compiled_tier`); when it is,
+        the module's helpers are compiled and bound (once per process)."""
+        if not policy.compiled_tier():
+            return False
+        if not self.bound:
+            import numba
+
+            for other in self.after:
+                other.ready()
+            space = self.namespace
+            if "prange" in space:
+                space["prange"] = numba.prange
+            inline = numba.njit(cache=True, nogil=True, inline="always", **self.inline_options)
+            for name in self.inline:
+                space[name] = inline(space[name])
+            for name in self.compile:
+                space[name] = compiled(f"{space['__name__']}.{name}", space[name])
+            for name, make in self.build.items():
+                space[name] = make()
+            self.bound = True
+        return True
+
+    def require(self, what: str) -> None:
+        """Make the helpers ready, or raise :class:`~edgetorch.runtime.policy.TierOffError` naming ``what``
+        (the step builder asked): a builder's None then only ever means "not these arrays"."""
+        if not self.ready():
+            raise policy.TierOffError(
+                f"{what}: expected the compiled tier to be on (numba importable, Policy.compiled, EDGETORCH_FAST "
+                "not 0), found it off; ask edgetorch.runtime.policy.compiled_tier() before building a compiled step"
+            )
 
 
 # ------------------------------------------------------------------------------------------------ kernels
@@ -287,7 +348,7 @@ def _gelu_one(v):  # pragma: no cover - compiled
     f = np.float32
     a = abs(v)
     t = f(1) / (f(1) + a * f(0.5 / math.sqrt(2)))
-    t2 = t * t  # the fit by Estrin's scheme: a chain 4 deep instead of Horner's 9 (18% faster)
+    t2 = t * t  # the fit by Estrin's scheme: a dependency chain 4 deep instead of Horner's 9
     t4 = t2 * t2
     low = (_C[0] + _C[1] * t) + t2 * (_C[2] + _C[3] * t)
     high = (_C[4] + _C[5] * t) + t2 * (_C[6] + _C[7] * t)
@@ -343,7 +404,7 @@ def _softmax(x, out, safe):  # pragma: no cover - compiled
     A row holding a NaN, or only -inf, gives NaNs (as torch and the NumPy path do): the NaN reaches the sum;
     with ``safe``, a row of only -inf gives zeros instead (torch's ``_safe_softmax``, which scaled dot-product
     attention decomposes into: a fully masked query attends to nothing). Compiled with reassociation allowed,
-    so the maximum and the sum run in SIMD lanes (1.5x)."""
+    so the maximum and the sum run in SIMD lanes."""
     f = np.float32
     rows, n = x.shape
     inplace = x.ctypes.data == out.ctypes.data
@@ -653,7 +714,7 @@ def _bias_add(x, bias, r, out):  # pragma: no cover - compiled
 
 # The row kernels over numba's threads: each part a run of rows (elements for the GELUs), each row computed as on
 # one thread (same bits). One function a kernel, since numba binds the serial kernel a function calls (the
-# ``_row_*`` globals, set by _compile_helpers) when it compiles it.
+# ``_row_*`` globals, set by HELPERS) when it compiles it.
 def _share(n, parts, t):  # pragma: no cover - compiled (inlined)
     """Rows ``lo`` .. ``hi`` of ``n``: part ``t`` of ``parts`` runs of ceil(n / parts)."""
     run = -(-n // parts)
@@ -661,37 +722,37 @@ def _share(n, parts, t):  # pragma: no cover - compiled (inlined)
 
 
 def _gelu_split(x, out, parts):  # pragma: no cover - compiled
-    for t in _prange(parts):
+    for t in prange(parts):
         lo, hi = _share(x.shape[0], parts, t)
         _row_gelu(x[lo:hi], out[lo:hi])
 
 
 def _gelu_tanh_split(x, out, parts):  # pragma: no cover - compiled
-    for t in _prange(parts):
+    for t in prange(parts):
         lo, hi = _share(x.shape[0], parts, t)
         _row_gelu_tanh(x[lo:hi], out[lo:hi])
 
 
 def _softmax_split(x, out, safe, parts):  # pragma: no cover - compiled
-    for t in _prange(parts):
+    for t in prange(parts):
         lo, hi = _share(x.shape[0], parts, t)
         _row_softmax(x[lo:hi], out[lo:hi], safe)
 
 
 def _layer_norm_split(x, weight, bias, eps, out, mean, rstd, parts):  # pragma: no cover - compiled
-    for t in _prange(parts):
+    for t in prange(parts):
         lo, hi = _share(x.shape[0], parts, t)
         _row_layer_norm(x[lo:hi], weight, bias, eps, out[lo:hi], mean[lo:hi], rstd[lo:hi])
 
 
 def _bias_gelu_split(x, bias, out, tanh, parts):  # pragma: no cover - compiled
-    for t in _prange(parts):
+    for t in prange(parts):
         lo, hi = _share(x.shape[0], parts, t)
         _row_bias_gelu(x[lo:hi], bias, out[lo:hi], tanh)
 
 
 def _bias_add_split(x, bias, r, out, parts):  # pragma: no cover - compiled
-    for t in _prange(parts):
+    for t in prange(parts):
         lo, hi = _share(x.shape[0], parts, t)
         _row_bias_add(x[lo:hi], bias, r[lo:hi], out[lo:hi])
 
@@ -702,7 +763,7 @@ _row_softmax: Any = None
 _row_layer_norm: Any = None
 _row_bias_gelu: Any = None
 _row_bias_add: Any = None
-_prange: Any = range
+prange: Any = range
 _SPLIT_FORMS = {
     "gelu": _gelu_split, "gelu_tanh": _gelu_tanh_split, "softmax": _softmax_split, "layer_norm": _layer_norm_split,
     "bias_gelu": _bias_gelu_split, "bias_add": _bias_add_split,
@@ -711,13 +772,12 @@ _SPLIT_FORMS = {
 
 def rows_step(name: str, *args: Any, split: bool = True) -> Any:
     """The call of kernel ``name`` (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``, ``bias_gelu``,
-    ``bias_add``) on ``args`` as the kernel takes them, or None without the tier. With ``split``, from the
+    ``bias_add``) on ``args`` as the kernel takes them (the tier must be on: ``policy.TierOffError``). With ``split``, from the
     policy's ``split_elements`` elements in its first argument the rows are cut over :func:`get_num_threads`
     threads at each call (:func:`split`); the caller then runs numba's threads, and must keep BLAS's pool quiet
     meanwhile (blas_threads.held, as the packed GEMM's callers do; :func:`splits` tells such a step)."""
+    HELPERS.require(f"rows_step({name!r})")
     serial = kernel(name)
-    if serial is None:
-        return None
     if not split:
         return partial(serial, *args)
     parallel = compiled(f"{name}_split", _SPLIT_FORMS[name], parallel=True, **_KERNELS[name][1])
@@ -726,7 +786,7 @@ def rows_step(name: str, *args: Any, split: bool = True) -> Any:
 
 
 # error_model="numpy": a float division by zero gives inf or NaN instead of raising, so that a loop that
-# divides can be vectorised (7x on the GELU).
+# divides can be vectorised.
 _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "gelu": (_gelu, {"error_model": "numpy", "fastmath": {"contract"}}),
     "gelu_tanh": (_gelu_tanh, {"error_model": "numpy", "fastmath": {"contract"}}),
@@ -742,20 +802,15 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
 }
 
 
-def _compile_helpers() -> None:
-    """Replace the scalar helpers the kernels call with their compiled, inlined form (numba resolves a
-    kernel's globals when it compiles it)."""
-    global _exp, _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps, _prange, _share
-    global _row_gelu, _row_gelu_tanh, _row_softmax, _row_layer_norm, _row_bias_gelu, _row_bias_add
-    if not hasattr(_exp, "py_func"):
-        import numba
+def _row_kernel(name: str) -> Any:
+    fn, options = _KERNELS[name]
+    return lambda: compiled(name, fn, **options)
 
-        _prange = numba.prange
-        rows = ("gelu", "gelu_tanh", "softmax", "layer_norm", "bias_gelu", "bias_add")
-        _row_gelu, _row_gelu_tanh, _row_softmax, _row_layer_norm, _row_bias_gelu, _row_bias_add = (
-            compiled(name, _KERNELS[name][0], **_KERNELS[name][1]) for name in rows
-        )
-        inline = numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
-        _exp = inline(_exp)  # first: the helpers below call it
-        helpers = (_gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps, _share)
-        _gelu_one, _gelu_tanh_one, _shifted_exp, _scaled_clamped, _nine_taps, _share = (inline(fn) for fn in helpers)
+
+# ``_exp`` first: the other helpers inline it.
+HELPERS = Helpers(
+    globals(),
+    inline=("_exp", "_gelu_one", "_gelu_tanh_one", "_shifted_exp", "_scaled_clamped", "_nine_taps", "_share"),
+    inline_options={"error_model": "numpy"},
+    build={f"_row_{name}": _row_kernel(name) for name in _SPLIT_FORMS},
+)

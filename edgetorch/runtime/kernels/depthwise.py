@@ -99,18 +99,14 @@ def _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi,
 def nhwc_step(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
     """The step of ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``
     (``window`` is kh .. hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty), its rows split over the threads
-    ``compiled_kernels.split`` gives it at each call when the output is large enough; None without the tier."""
-    global prange, _depthwise_rows
-    if not policy.compiled_tier():
-        return None
-    if prange is range:
-        import numba
-
-        prange = numba.prange
-        _depthwise_rows = compiled_kernels.compiled("depthwise_rows", _depthwise_rows)
+    ``compiled_kernels.split`` gives it at each call when the output is large enough; the tier must be on."""
+    HELPERS.require("depthwise nhwc_step")
     args = (x, taps, bias, y, *window)
     serial = partial(compiled_kernels.compiled("depthwise", _depthwise_nhwc), *args)
     parallel = compiled_kernels.compiled("depthwise_split", _depthwise_split, parallel=True)
     return compiled_kernels.split_step(
         serial, parallel, args, y.shape[0] * y.shape[1], y.size >= policy.current().split_outputs
     )
+
+
+HELPERS = compiled_kernels.Helpers(globals(), compile=("_depthwise_rows",))

@@ -55,7 +55,6 @@ WIDTH = 16  # output channels a panel: two 8-lane vectors
 ROWS = 6  # rows a tile: 12 accumulators, 2 panel vectors and a broadcast fill 15 of AVX2's 16 registers
 GROUP_BYTES = 256 * 1024
 ROW_BYTES = 16 * 1024
-BATCH_MACS = 20_000  # below this a batched product's call overhead outweighs its gain: np.matmul keeps it
 
 
 def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -247,27 +246,12 @@ def _bmm(out, a, b, wp, bias, parts):  # pragma: no cover - compiled
             first = upto
 
 
-def _bind() -> bool:
-    """Whether the tier is usable; on the first call, binds the micro-kernel and compiles the helpers."""
-    global _tile, prange, _gemm_part, _pack_batch
-    if not policy.compiled_tier():
-        return False
-    if _tile is None:
-        import numba
-
-        prange, _tile = numba.prange, _tile_intrinsic()
-        _gemm_part = compiled.compiled("gemm_part", _gemm_part)
-        _pack_batch = compiled.compiled("pack_batch", _pack_batch)
-    return True
-
-
 class PackedGemm:
     """``y = clamp(x @ w + bias, lo, hi)`` for a constant ``w`` [K, N], packed once at construction (which
     requires the tier: ``policy.compiled_tier()``); :meth:`step` binds it to an input and an output."""
 
     def __init__(self, w: np.ndarray, bias: np.ndarray | None, lo: float = -np.inf, hi: float = np.inf) -> None:
-        if not _bind():
-            raise RuntimeError("the packed GEMM needs the [fast] tier (numba); check policy.compiled_tier() first")
+        HELPERS.require("PackedGemm")
         self.k, self.n = w.shape
         self.wp, self.bias = pack(w, bias)
         self.has_bias = bias is not None
@@ -292,7 +276,6 @@ class PackedGemm:
 
 
 LINEAR_KERNELS = ("packed", "sgemm")
-TUNE_MACS = 16_000_000  # largest product choose_linear times in full
 
 
 def sgemm_step(
@@ -317,12 +300,12 @@ def choose_linear(packed: PackedGemm, w: np.ndarray, rows: int, where: str = "")
     """Which of ``LINEAR_KERNELS`` computes ``rows`` rows of the layer ``packed`` holds (``w`` [K, N]: its
     weights as sgemm would read them), by the host's measurement (runtime/tuning.py); the packed GEMM unless
     measured slower. Both are timed on random inputs of the shape, with the layer's bias and clamp; a product
-    of more than ``TUNE_MACS`` multiply-adds on its first output channels only (a whole number of panels, at
+    of more than the policy's ``tune_macs`` multiply-adds on its first output channels only (a whole number of panels, at
     least one), so that a language model's head is not run in full four times at load."""
 
     def candidates() -> dict[str, Callable[[], object]]:
         x = np.random.default_rng(0).standard_normal((rows, packed.k), dtype=np.float32)
-        n = min(packed.n, max(WIDTH, TUNE_MACS // max(1, rows * packed.k) // WIDTH * WIDTH))
+        n = min(packed.n, max(WIDTH, policy.current().tune_macs // max(1, rows * packed.k) // WIDTH * WIDTH))
         lo, hi = float(packed.lo), float(packed.hi)
         part = packed if n == packed.n else PackedGemm(w[:, :n], packed.bias[:n], lo, hi)
         y = np.empty((rows, n), np.float32)
@@ -337,15 +320,18 @@ def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], 
     call (attention's scores and weighted values): each batch of ``b`` packed into a scratch buffer per call
     (K x N floats against M x K x N multiply-adds), then the packed GEMM's tiles, over the threads from
     the policy's ``split_macs``. ``a`` [..., M, K] and ``b`` [..., K, N] have the same leading dimensions, ``b``
-    at any strides (e.g. a transposed view). None (the caller keeps ``np.matmul``) without the tier, for other
+    at any strides (e.g. a transposed view); the tier must be on. None (the caller keeps ``np.matmul``) for other
     dtypes or shapes, for fewer than 6 rows, or where ``a`` or ``out`` would need copying to be read as
     [B, M, K] and [B, M, N]."""
+    HELPERS.require("batch_matmul")
     if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or out.shape != a.shape[:-1] + b.shape[-1:]:
         return None
-    if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out) or not _bind():
+    if a.shape[-1] != b.shape[-2] or b.dtype != np.float32 or not compiled.flat_float32(a, out):
         return None
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if out.size * k < BATCH_MACS or m < ROWS:  # packing B costs K x N: a decode step's one row would not repay it
+    if (
+        out.size * k < policy.current().batch_macs or m < ROWS
+    ):  # packing B costs K x N: a decode step's one row would not repay it
         return None
     a3, out3 = a.reshape(-1, m, k), out.reshape(-1, m, n)
     try:
@@ -378,3 +364,6 @@ def _batched(
 def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:
     first()
     then()
+
+
+HELPERS = compiled.Helpers(globals(), compile=("_gemm_part", "_pack_batch"), build={"_tile": _tile_intrinsic})

@@ -128,9 +128,8 @@ def _max_pool_split(x, y, kh, kw, sh, sw, dh, dw, top, left, parts):  # pragma: 
 
 def im2col_step(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
     """The step that fills the C-contiguous float32 ``cols`` (N * OH * OW rows of KH * KW * C values) from the
-    C-contiguous NHWC float32 ``x`` (``window``: kh, kw, sh, sw, dh, dw, top, left); None without the tier."""
-    if not _bind():
-        return None
+    C-contiguous NHWC float32 ``x`` (``window``: kh, kw, sh, sw, dh, dw, top, left); the tier must be on."""
+    HELPERS.require("im2col_step")
     args = (x, cols, oh, ow, *window)
     serial = partial(compiled_kernels.compiled("im2col", _im2col), *args)
     parallel = compiled_kernels.compiled("im2col_split", _im2col_split, parallel=True)
@@ -141,9 +140,8 @@ def im2col_step(x: Any, cols: Any, oh: int, ow: int, *window: Any) -> Any:
 
 def max_pool_step(x: Any, y: Any, *window: Any) -> Any:
     """The step of the max pooling of the C-contiguous NHWC float32 ``x`` into ``y`` (C-contiguous, at the
-    output shape; ``window``: kh, kw, sh, sw, dh, dw, top, left); None without the tier."""
-    if not _bind():
-        return None
+    output shape; ``window``: kh, kw, sh, sw, dh, dw, top, left); the tier must be on."""
+    HELPERS.require("max_pool_step")
     args = (x, y, *window)
     serial = partial(compiled_kernels.compiled("max_pool", _max_pool), *args)
     parallel = compiled_kernels.compiled("max_pool_split", _max_pool_split, parallel=True)
@@ -152,17 +150,4 @@ def max_pool_step(x: Any, y: Any, *window: Any) -> Any:
     )
 
 
-def _bind() -> bool:
-    """Whether the tier is usable; on the first call, binds numba's ``prange`` and compiles the row helpers the
-    split kernels call (numba resolves a kernel's globals when it compiles it)."""
-    global prange, _im2col_rows, _max_pool_rows, _larger
-    if not policy.compiled_tier():
-        return False
-    if prange is range:
-        import numba
-
-        prange = numba.prange
-        _im2col_rows = compiled_kernels.compiled("im2col_rows", _im2col_rows)
-        _larger = numba.njit(cache=True, nogil=True, inline="always")(_larger)  # first: the row kernel calls it
-        _max_pool_rows = compiled_kernels.compiled("max_pool_rows", _max_pool_rows)
-    return True
+HELPERS = compiled_kernels.Helpers(globals(), compile=("_im2col_rows", "_max_pool_rows"), inline=("_larger",))

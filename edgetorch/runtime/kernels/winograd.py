@@ -22,7 +22,8 @@ Numerics: the transforms add and subtract (and G halves), so the result differs 
 rounding only, about 1e-6 of the output's scale on ResNet-18's layers (tests/runtime/kernels/test_winograd.py
 compares it with float64). On the 7x7x512 layers of ResNet-18 the 16 transformed weight matrices (1.8x the
 filter) are read for 16 tiles: split by output channels, so each thread reads half (``bench/gemm.py
---winograd``; figures in docs/benchmarks.md). Fewer than MIN_TILES tiles keep the direct GEMM.
+--winograd``; figures in docs/benchmarks.md). Fewer tiles than the policy's ``winograd_min_tiles`` keep the
+direct GEMM.
 
 Imports only NumPy, compiled.py and gemm.py (numba and llvmlite on the first compile).
 """
@@ -30,7 +31,7 @@ Imports only NumPy, compiled.py and gemm.py (numba and llvmlite on the first com
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,6 @@ from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled, gemm
 
 LANES = 8  # float32 lanes a vector (AVX2)
-MIN_TILES = 16  # fewer output tiles than this read the transformed weights (1.8x the filter) for too little work
 
 # G [4, 3]: the filter transform.
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
@@ -52,9 +52,9 @@ def eligible(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, groups: int, 
 
 
 def worth(nb: int, oh: int, ow: int) -> bool:
-    """Whether an output of ``nb`` images of ``oh`` x ``ow`` has tiles enough (MIN_TILES) to repay reading the
+    """Whether an output of ``nb`` images of ``oh`` x ``ow`` has tiles enough (the policy's ``winograd_min_tiles``) to repay reading the
     transformed weights."""
-    return nb * -(-oh // 2) * -(-ow // 2) >= MIN_TILES
+    return nb * -(-oh // 2) * -(-ow // 2) >= policy.current().winograd_min_tiles
 
 
 def prepare(w: np.ndarray) -> np.ndarray:
@@ -70,12 +70,13 @@ def step(
 ) -> Callable[[], None] | None:
     """The step y = clamp(conv3x3(x, w) + bias, lo, hi) for NHWC float32 ``x`` [N, H, W, C] and ``y``
     [N, OH, OW, OC] (C-contiguous both), ``wp`` from :func:`prepare`, padding ``top`` and ``left`` (the
-    bottom and right follow from the shapes); None without the tier or for arrays it cannot take."""
+    bottom and right follow from the shapes); the tier must be on. None for arrays it cannot take."""
+    HELPERS.require("winograd step")
     nb, h, wd, c = x.shape
     oc = y.shape[3]
     if wp.shape[2] != c or wp.shape[1] != -(-oc // gemm.WIDTH) or not compiled.flat_float32(x, y):
         return None
-    if not c % LANES == oc % LANES == 0 or not _bind():
+    if not c % LANES == oc % LANES == 0:
         return None
     th, tw = -(-y.shape[1] // 2), -(-y.shape[2] // 2)
     tiles = nb * th * tw
@@ -171,6 +172,7 @@ def _winograd_split(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, part
             _blocks(y, x, wp, bias, zero, lo, hi, th, tw, top, left, block, first, min(tiles, first + run), 0, panels)
 
 
+@cache
 def _transforms() -> tuple[Any, Any]:
     """The two transforms as numba intrinsics over a run of channels, eight a vector (the run a multiple of 8);
     offsets in floats:
@@ -297,17 +299,13 @@ def _transforms() -> tuple[Any, Any]:
     return input_tile, output_tile
 
 
-def _bind() -> bool:
-    """Whether the tier is usable; on the first call, binds the transforms and the GEMM's blocked loop and
-    compiles the blocks' loop the kernels call (numba resolves a kernel's globals when it compiles it)."""
-    global _input_tile, _output_tile, _gemm_part, _blocks, prange
-    if not gemm._bind():
-        return False
-    if _input_tile is None:
-        import numba
-
-        prange = numba.prange
-        _input_tile, _output_tile = _transforms()
-        _gemm_part = gemm._gemm_part
-        _blocks = compiled.compiled("winograd_blocks", _blocks)
-    return True
+HELPERS = compiled.Helpers(
+    globals(),
+    compile=("_blocks",),
+    build={
+        "_input_tile": lambda: _transforms()[0],
+        "_output_tile": lambda: _transforms()[1],
+        "_gemm_part": lambda: gemm._gemm_part,
+    },
+    after=(gemm.HELPERS,),
+)

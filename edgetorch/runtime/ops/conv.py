@@ -33,10 +33,9 @@ from edgetorch.runtime.kernels import depthwise as depthwise_kernels
 from edgetorch.runtime.kernels.linalg import upcast
 from edgetorch.runtime.kernels.scratch import scratch
 from edgetorch.runtime.ops import window
+from edgetorch.runtime.ops.epilogue import NO_CLAMP
 
 Step = Callable[[], object]
-NO_CLAMP = (-math.inf, math.inf)
-LAYOUTS = ("NCHW", "NHWC")
 
 # Depthwise columns are built and multiplied in channel blocks of about this many bytes, so that a block is still
 # in cache when the matmul reads it (the block size measured best on MobileNetV2's layers: docs/benchmarks.md).
@@ -110,8 +109,7 @@ def im2col(
     with the channels split as the caller likes (a view of an [N * OH * OW, KH * KW * C] buffer, or of one
     per group); on the compiled tier one pass reads the padding in place when ``cols`` is C-contiguous float32.
     The steps read ``x`` when run."""
-    if layout not in LAYOUTS:
-        raise InvalidArgumentError(f"im2col layout must be one of {LAYOUTS}, found {layout!r}")
+    window.check_layout(layout, "im2col")
     d = len(kernel)
     if layout == "NCHW":
         if cols.shape[:2] != x.shape[:2] or cols.shape[2 : 2 + d] != tuple(kernel) or x.ndim != d + 2:
@@ -164,8 +162,7 @@ def depthwise(
     torch's layout ``[C * multiplier, 1, *kernel]`` (output channel ``c * multiplier + m`` reads input channel
     ``c``), ``padding`` the amounts before and after each spatial axis, ``y`` allocated at the output shape in
     the compute dtype. NCHW takes any number of spatial dims, NHWC two. The steps read ``x`` when run."""
-    if layout not in LAYOUTS:
-        raise InvalidArgumentError(f"depthwise convolution layout must be one of {LAYOUTS}, found {layout!r}")
+    window.check_layout(layout, "depthwise convolution")
     d = w.ndim - 2
     channels = x.shape[1] if layout == "NCHW" else x.shape[-1]
     if w.shape[1] != 1 or w.shape[0] % max(channels, 1) or x.ndim != d + 2:

@@ -66,9 +66,7 @@ def bias_gelu(x: np.ndarray, bias: np.ndarray, out: np.ndarray, approximate: str
     tier is usable and the arrays flat float32 (its rows over the threads with ``split``), else the bias add
     then the op layer's GELU."""
     if policy.compiled_tier() and compiled.flat_float32(x, out, bias):
-        step = compiled.rows_step("bias_gelu", x, bias, out, approximate == "tanh", split=split)
-        if step is not None:
-            return step
+        return compiled.rows_step("bias_gelu", x, bias, out, approximate == "tanh", split=split)
     gelu = activation.gelu(out, out, approximate, split=split)
 
     def run() -> None:
@@ -82,9 +80,7 @@ def bias_residual(x: np.ndarray, bias: np.ndarray, residual: np.ndarray, out: np
     """The step ``out = residual + (x + bias)`` over [M, N] rows (``out`` may be ``x`` or ``residual``): one
     compiled pass when the tier is usable, else the same two float32 additions in NumPy."""
     if policy.compiled_tier() and compiled.flat_float32(x, out, bias, residual):
-        step = compiled.rows_step("bias_add", x, bias, residual, out, split=split)
-        if step is not None:
-            return step
+        return compiled.rows_step("bias_add", x, bias, residual, out, split=split)
     if np.shares_memory(residual, out) and residual is not out:
         raise InvalidArgumentError(
             "bias_residual: expected the output to be the residual or apart from it, found them overlapping; "

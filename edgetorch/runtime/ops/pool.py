@@ -29,7 +29,6 @@ from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store
 from edgetorch.runtime.ops import window
 
 Step = Callable[[], object]
-LAYOUTS = ("NCHW", "NHWC")
 
 
 def lowest(dtype: np.dtype) -> float:
@@ -122,8 +121,7 @@ def avg_pool(
 
 
 def _check(x: np.ndarray, y: np.ndarray, kernel: Sequence[int], layout: str, what: str) -> None:
-    if layout not in LAYOUTS:
-        raise InvalidArgumentError(f"{what} layout must be one of {LAYOUTS}, found {layout!r}")
+    window.check_layout(layout, what)
     d = len(kernel)
     if layout == "NHWC" and (d != 2 or x.ndim != 4):
         raise InvalidArgumentError(

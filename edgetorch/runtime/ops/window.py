@@ -3,7 +3,7 @@
 Sizes are per spatial axis; padding is given as the amounts before and after, so that torch's symmetric
 padding and XNNPACK's four-sided padding use the same rule. :class:`Window` is a 2-D window over channels-last
 (NHWC) data with the views its taps read (im2col's columns are ops/conv.py's); :class:`PhasePlanes` the
-stride-phase planes those views, and the portable NCHW pooling's, read. Imports NumPy.
+stride-phase planes those views, and the portable NCHW pooling's, read. Imports NumPy and the error types.
 """
 
 from __future__ import annotations
@@ -15,6 +15,16 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+
+from edgetorch.errors import InvalidArgumentError
+
+LAYOUTS = ("NCHW", "NHWC")  # the data layouts every windowed op takes, as a parameter
+
+
+def check_layout(layout: str, what: str) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``layout`` is one of :data:`LAYOUTS` (``what`` names the op)."""
+    if layout not in LAYOUTS:
+        raise InvalidArgumentError(f"{what} layout must be one of {LAYOUTS}, found {layout!r}")
 
 
 def span(kernel: int, dilation: int) -> int:

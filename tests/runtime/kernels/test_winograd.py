@@ -96,7 +96,7 @@ def test_output_panels_split_over_threads_give_the_bits_of_one(monkeypatch, set_
     np.testing.assert_allclose(split, want, rtol=1e-4, atol=1e-4)
 
 
-def test_eligible_shapes_and_enough_tiles():
+def test_eligible_shapes_and_enough_tiles(set_policy):
     assert winograd.eligible(3, 3, 1, 1, 1, 1, 1, 64, 64)
     assert not winograd.eligible(3, 3, 2, 2, 1, 1, 1, 64, 64)  # stride 2
     assert not winograd.eligible(3, 3, 1, 1, 2, 2, 1, 64, 64)  # dilated
@@ -105,6 +105,8 @@ def test_eligible_shapes_and_enough_tiles():
     assert not winograd.eligible(3, 3, 1, 1, 1, 1, 1, 3, 64)  # an image's 3 channels: not in vectors of 8
     assert winograd.worth(1, 7, 7) and winograd.worth(2, 6, 6)  # ResNet-18's last stage: 16 tiles
     assert not winograd.worth(1, 6, 6)
+    set_policy(winograd_min_tiles=9)  # the threshold is the policy's
+    assert winograd.worth(1, 6, 6) and not winograd.worth(1, 5, 4)
 
 
 @needs_tier

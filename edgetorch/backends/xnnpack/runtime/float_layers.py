@@ -105,7 +105,7 @@ def _convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO
     pointwise = win.kh == win.kw == win.sh == win.sw == 1 and not win.padded
     shape = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, groups, icg, ocg)
     minimal = winograd.eligible(*shape) and n.filter_id not in g.exact
-    # The packed weights: a 3x3 stride-1 layer makes the form its first plan takes (Winograd's, or the
+    # The packed weights: a 3x3 stride-1 layer makes the form its first schedule takes (Winograd's, or the
     # direct GEMM's for an output of few tiles), so that it does not hold both.
     forms: dict[str, Any] = {}
 

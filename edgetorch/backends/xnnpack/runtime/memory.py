@@ -1,8 +1,8 @@
-"""Where the XNNPACK runtime's plans take their memory.
+"""Where the XNNPACK runtime's schedules take their memory.
 
-One process-wide scratch arena (``SCRATCH``) that every plan of every delegate lays its buffers out over
-from the start, and the value table of a plan being built (``Env``), which returns a buffer to a pool once
-its last reader is planned and lets reshapes and copies alias their input. Also the planner contract:
+One process-wide scratch arena (``SCRATCH``) that every schedule of every delegate lays its buffers out
+over from the start, and the value table of a schedule being built (``Env``), which returns a buffer to a
+pool once its last reader is planned and lets reshapes and copies alias their input. Also the planner contract:
 a ``Planner`` takes the ``Env`` and returns bound ``Step`` callables.
 """
 
@@ -19,23 +19,23 @@ import numpy as np
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
 
 Step = Callable[[], Any]
-Planner = Callable[["Env"], list]  # compiled from a node at load; returns its steps for the arrays of one plan
+Planner = Callable[["Env"], list]  # compiled from a node at load; returns its steps for the arrays of one schedule
 
 _CHUNK = 4 << 20  # bytes a scratch chunk holds at least
 
 
 SCRATCH: list[np.ndarray] = []
-"""The memory every delegate's plans take their buffers from (all but persistent ones), in chunks.
+"""The memory every delegate's schedules take their buffers from (all but persistent ones), in chunks.
 
-A delegate's intermediates, and the copies of its inputs and outputs, are only live while one of its plans runs:
-the inputs are copied in at the start of ``execute`` and the outputs copied out at its end. So every plan of
-every delegate lays its buffers out from the start of the same chunks (``_Cursor``), and a process holds the
-largest plan's bytes, not their sum (an LLM lowers to some 150 delegates with two plans each).
+A delegate's intermediates, and the copies of its inputs and outputs, are only live while one of its schedules runs:
+the inputs are copied in at the start of ``execute`` and the outputs copied out at its end. So every schedule
+of every delegate lays its buffers out from the start of the same chunks (``_Cursor``), and a process holds the
+largest schedule's bytes, not their sum (an LLM lowers to some 150 delegates with two schedules each).
 Calls run one at a time (``RUN``), which is what makes the sharing safe."""
 
 
 class _Cursor:
-    """One plan's bump allocation over ``SCRATCH``, from the first chunk's start."""
+    """One schedule's bump allocation over ``SCRATCH``, from the first chunk's start."""
 
     def __init__(self) -> None:
         self.index = self.offset = 0
@@ -53,11 +53,11 @@ class _Cursor:
             self.index, self.offset = self.index + 1, 0
 
 
-RUN = threading.Lock()  # one delegate call (or plan build) at a time: they share SCRATCH
+RUN = threading.Lock()  # one delegate call (or schedule build) at a time: they share SCRATCH
 
 
 class Env:
-    """Value id -> array while a plan is built: constants, external inputs and every intermediate.
+    """Value id -> array while a schedule is built: constants, external inputs and every intermediate.
 
     Intermediates share memory: once the last node reading a buffer (directly or through a reshape or
     copy alias) is planned, the buffer goes back to a pool that later outputs of the same byte size

@@ -108,15 +108,36 @@ def dynamic_convert(
     scale: np.ndarray,
     zero_point: np.ndarray,
     dequantized: np.ndarray = NO_ROWS,
-) -> None:
-    """Per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q`` if given.
-    A ``dequantized`` [rows, K + 1] buffer (compiled tier only) also gets (q - zero_point) * scale."""
+) -> Step:
+    """The step of per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q``
+    if given. A ``dequantized`` [rows, K + 1] buffer (compiled tier only) also gets (q - zero_point) * scale.
+    The tier is chosen here, when the step is built (the compiled pass gives the same bits), not at each call."""
     x2 = x.reshape(scale.shape[0], -1)
-    if policy.compiled_tier() and x2.flags.c_contiguous and centred.flags.c_contiguous:
-        qfast.dynamic_quantize()(x2, centred.reshape(x2.shape), scale, zero_point, dequantized)  # same bits
-        if q is not None:
-            np.copyto(q.reshape(x2.shape), centred.reshape(x2.shape) + zero_point, casting="unsafe")
-        return
+    flat = np.shares_memory(x2, x) and x2.flags.c_contiguous and centred.flags.c_contiguous
+    if policy.compiled_tier() and flat:
+        t = centred.reshape(x2.shape)
+        return partial(_compiled_convert, qfast.dynamic_quantize(), x2, t, q, scale, zero_point, dequantized)
+    return partial(_numpy_convert, x, centred, q, scale, zero_point)
+
+
+def _compiled_convert(
+    kernel: Any,
+    x2: np.ndarray,
+    t: np.ndarray,
+    q: np.ndarray | None,
+    scale: np.ndarray,
+    zero_point: np.ndarray,
+    dequantized: np.ndarray,
+) -> None:
+    kernel(x2, t, scale, zero_point, dequantized)
+    if q is not None:
+        np.copyto(q.reshape(x2.shape), t + zero_point, casting="unsafe")
+
+
+def _numpy_convert(
+    x: np.ndarray, centred: np.ndarray, q: np.ndarray | None, scale: np.ndarray, zero_point: np.ndarray
+) -> None:
+    x2 = x.reshape(scale.shape[0], -1)
     _dynamic_params(x2, scale, zero_point)
     t = centred.reshape(x2.shape)
     np.divide(x2, scale, out=t)

@@ -72,7 +72,7 @@ def _quantized_convert(n: Any, node: xs.XNode, g: Graph) -> Planner:
                 deq, ones = env.ones_column(rows, x.size // max(rows, 1))
                 env.fc_input[n.output_id] = deq
             q = y if n.output_id in g.needs_int8 else None
-            return [partial(dynamic_convert, x, c, q, scale, zp, deq)] + ([ones] if deq.size else [])
+            return [dynamic_convert(x, c, q, scale, zp, deq)] + ([ones] if deq.size else [])
         dest = (env, n.output_id)
         if qin is None:
             return quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
@@ -136,7 +136,7 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: Graph) -> Planner:
     bound[ic] /= xmax  # the bias row multiplies a column of ones, not an input
     splits = qgemm.exact_splits(bound, xmax)
     factor = (np.float32(xq.scale) * wscale / np.float32(yq.scale)).astype(np.float32)
-    centred: list = []  # (weights with the plain bias, splits), made when a plan first has centred input
+    centred: list = []  # (weights with the plain bias, splits), made when a schedule first has centred input
 
     def plan(env: Env) -> list:
         x = env.centred.get(n.input1_id)

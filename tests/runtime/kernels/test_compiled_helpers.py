@@ -1,0 +1,73 @@
+"""compiled.Helpers: the one way a kernel module asks for the compiled tier and gets the globals its compiled
+kernels call (numba's prange, compiled and inlined helpers, intrinsics) bound; with the tier off it answers
+False and binds nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgetorch.backends.xnnpack import fast, qgemv
+from edgetorch.runtime import policy
+from edgetorch.runtime.kernels import compiled, depthwise, gemm, windows, winograd
+
+MODULES = (compiled, windows, depthwise, gemm, winograd, fast, qgemv)
+
+
+def test_every_kernel_module_declares_its_helpers_once():
+    for module in MODULES:
+        assert isinstance(module.HELPERS, compiled.Helpers), module.__name__
+        assert module.HELPERS.namespace is vars(module), module.__name__
+        assert not hasattr(module, "_bind"), f"{module.__name__} still rebinds its own globals"
+
+
+def test_tier_off_answers_false_and_binds_nothing(set_policy):
+    set_policy(compiled=False)
+    namespace = {"__name__": "nowhere", "prange": range, "_helper": len}
+    helpers = compiled.Helpers(namespace, compile=("_helper",), build={"_made": lambda: 1 / 0})
+    assert not helpers.ready()
+    assert namespace == {"__name__": "nowhere", "prange": range, "_helper": len} and not helpers.bound
+    assert all(not module.HELPERS.ready() for module in MODULES)
+
+
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+def test_tier_on_binds_every_declared_global_to_numba(set_policy):
+    import numba
+
+    set_policy(compiled=True)
+    for module in MODULES:
+        helpers = module.HELPERS
+        assert helpers.ready() and helpers.bound
+        space = vars(module)
+        if "prange" in space:
+            assert space["prange"] is numba.prange, module.__name__
+        for name in (*helpers.compile, *helpers.inline):
+            assert hasattr(space[name], "py_func"), f"{module.__name__}.{name} is not compiled"
+        assert all(space[name] is not None for name in helpers.build), module.__name__
+    assert winograd._gemm_part is gemm._gemm_part  # made ready after the module it takes a kernel from
+
+
+def test_a_step_builder_called_with_the_tier_off_says_so_instead_of_returning_none(set_policy):
+    """ "Tier off" and "not these arrays" are different answers: a builder's None means only the second."""
+    import numpy as np
+
+    x = np.zeros((1, 4, 4, 8), np.float32)
+    y = np.zeros((1, 2, 2, 8), np.float32)
+    window = (2, 2, 2, 2, 1, 1, 0, 0)
+    a, b = np.zeros((2, 8, 8), np.float32), np.zeros((2, 8, 8), np.float32)
+    builders = {
+        "im2col_step": lambda: windows.im2col_step(x, np.zeros((4, 32), np.float32), 2, 2, *window),
+        "max_pool_step": lambda: windows.max_pool_step(x, y, *window),
+        "depthwise nhwc_step": lambda: depthwise.nhwc_step(x, np.zeros((4, 8), np.float32), np.zeros(0, np.float32), y, *window, -np.inf, np.inf),
+        "batch_matmul": lambda: gemm.batch_matmul(a, b, np.zeros((2, 8, 8), np.float32)),
+        "PackedGemm": lambda: gemm.PackedGemm(np.zeros((8, 8), np.float32), None),
+        "add_clamp": lambda: fast.add_clamp(a, b, a.copy(), 0.0, 6.0),
+        "rows_step": lambda: compiled.rows_step("gelu", a.reshape(-1), a.reshape(-1)),
+    }  # fmt: skip
+    set_policy(compiled=False)
+    for name, build in builders.items():
+        with pytest.raises(policy.TierOffError, match=f"{name}.*expected the compiled tier to be on"):
+            build()
+    set_policy(compiled=True)
+    if policy.compiled_tier():  # with the tier on the same calls build (or decline these arrays with None)
+        for build in builders.values():
+            build()
