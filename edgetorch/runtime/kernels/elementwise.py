@@ -101,7 +101,7 @@ def _sigmoid(x, out):
 
 
 def _relu(x, out):
-    if x.dtype.kind == "f":  # np.clip is several times faster than np.maximum with a scalar (measured: 4x)
+    if x.dtype.kind == "f":  # np.clip is the faster of the two for floats (docs/benchmarks.md)
         return np.clip(x, x.dtype.type(0), x.dtype.type(np.inf), out=out)
     return np.maximum(x, x.dtype.type(0), out=out)
 
