@@ -42,3 +42,18 @@ def numpy_dtype(code: int | ScalarType) -> np.dtype:
         return SCALAR_TO_NUMPY[ScalarType(code)]
     except (KeyError, ValueError):
         raise ValueError(f"scalar type {code} has no NumPy equivalent in this runtime") from None
+
+
+LOW_PRECISION = (np.dtype(np.float16), BFLOAT16)
+"""Float types kernels compute in float32 and round back to."""
+
+
+def upcast(x: np.ndarray) -> np.ndarray:
+    """``x`` in the dtype kernels compute in: float32 for float16/bfloat16, unchanged otherwise."""
+    return x.astype(np.float32) if x.dtype in LOW_PRECISION else x
+
+
+def store(out: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Write ``value`` into ``out`` (rounding to ``out``'s dtype) and return ``out``."""
+    np.copyto(out, value, casting="unsafe")
+    return out

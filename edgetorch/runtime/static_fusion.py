@@ -55,10 +55,10 @@ from edgetorch.format import program as fbp
 from edgetorch.runtime import policy
 from edgetorch.runtime.fusion import _F32, _FusionContext, _int, _NoMatch, apply_patterns
 from edgetorch.runtime.kernels import compiled, gemm
-from edgetorch.runtime.kernels.conv import expand
 from edgetorch.runtime.ops import activation, window
 from edgetorch.runtime.ops import epilogue as ops_epilogue
 from edgetorch.runtime.ops import pool as ops_pool
+from edgetorch.runtime.ops.window import expand
 
 _BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 # The instructions after a softmax that zero the rows whose scores are all -inf, in any order their data flow

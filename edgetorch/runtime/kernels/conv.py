@@ -24,14 +24,9 @@ from edgetorch.runtime.memory import resize
 from edgetorch.runtime.ops import conv as conv_op
 from edgetorch.runtime.ops import window
 from edgetorch.runtime.ops.conv import padded, window_view
+from edgetorch.runtime.ops.window import expand
 
 __all__ = ["padded", "window_view"]  # shared with the pooling and backward kernels
-
-
-def expand(values: Sequence[int], n: int) -> list[int]:
-    """An int-list parameter with ``n`` entries (torch lets one value stand for every spatial dim)."""
-    values = [int(v) for v in values]
-    return values * n if len(values) == 1 else values
 
 
 def tap_slices(

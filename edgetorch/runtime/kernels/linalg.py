@@ -10,22 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from edgetorch.errors import OutOfRangeError
-from edgetorch.runtime.dtypes import BFLOAT16
+from edgetorch.runtime.dtypes import BFLOAT16, LOW_PRECISION, store, upcast  # noqa: F401  (kernels import them here)
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
-
-LOW_PRECISION = (np.dtype(np.float16), BFLOAT16)
-
-
-def upcast(x: np.ndarray) -> np.ndarray:
-    """``x`` in the dtype kernels compute in: float32 for float16/bfloat16, unchanged otherwise."""
-    return x.astype(np.float32) if x.dtype in LOW_PRECISION else x
-
-
-def store(out: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """Write ``value`` into ``out`` (rounding to ``out``'s dtype) and return ``out``."""
-    np.copyto(out, value, casting="unsafe")
-    return out
 
 
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgetorch.errors import InvalidArgumentError
-from edgetorch.runtime.kernels.conv import expand
 from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store, upcast
 from edgetorch.runtime.kernels.registry import kernel, register_kernel
 from edgetorch.runtime.memory import resize
 from edgetorch.runtime.ops import pool as pool_op
 from edgetorch.runtime.ops import window
+from edgetorch.runtime.ops.window import expand
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:

@@ -28,9 +28,9 @@ from numpy.lib.stride_tricks import as_strided
 
 from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime import policy
+from edgetorch.runtime.dtypes import upcast
 from edgetorch.runtime.kernels import compiled, windows
 from edgetorch.runtime.kernels import depthwise as depthwise_kernels
-from edgetorch.runtime.kernels.linalg import upcast
 from edgetorch.runtime.kernels.scratch import scratch
 from edgetorch.runtime.ops import window
 from edgetorch.runtime.ops.epilogue import NO_CLAMP

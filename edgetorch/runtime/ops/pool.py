@@ -24,8 +24,8 @@ import numpy as np
 
 from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime import policy
+from edgetorch.runtime.dtypes import LOW_PRECISION, store
 from edgetorch.runtime.kernels import compiled, windows
-from edgetorch.runtime.kernels.linalg import LOW_PRECISION, store
 from edgetorch.runtime.ops import window
 
 Step = Callable[[], object]

@@ -27,6 +27,12 @@ def check_layout(layout: str, what: str) -> None:
         raise InvalidArgumentError(f"{what} layout must be one of {LAYOUTS}, found {layout!r}")
 
 
+def expand(values: Sequence[int], n: int) -> list[int]:
+    """An int-list parameter with ``n`` entries (torch lets one value stand for every spatial dim)."""
+    values = [int(v) for v in values]
+    return values * n if len(values) == 1 else values
+
+
 def span(kernel: int, dilation: int) -> int:
     """Input positions one window covers: ``dilation * (kernel - 1) + 1``."""
     return dilation * (kernel - 1) + 1
