@@ -79,8 +79,8 @@ def render(
     for cls in reversed(tables):  # leaves first, as schemas are usually read
         lines.append(f"table {cls.__name__} {{")
         for f in dataclasses.fields(cls):
-            kind, enum_type = f.metadata["fb"], f.metadata.get("enum")
-            line = f"  {f.name}: {_type(kind, enum_type, unions)}"
+            kind, stored_as = f.metadata["fb"], f.metadata.get("enum")
+            line = f"  {f.name}: {_type(kind, stored_as, unions)}"
             if isinstance(kind, Vector) and kind.blob and kind.align > 4:
                 line += f" (force_align: {kind.align})"
             note = annotations.get((cls.__name__, f.name))
