@@ -147,3 +147,20 @@ def test_other_methods_of_the_program_still_load():
     np.testing.assert_array_equal(got[0], AddThenScale()(*ARGS).numpy())
     with pytest.raises(ProgramLoadError, match="on device CUDA:0"):
         program.load_method("device")
+
+
+def test_a_device_entry_for_a_missing_buffer_is_refused_typed():
+    from edgetorch.format import program as fbp
+    from edgetorch.format.pte import load_pte, save_pte
+    from edgetorch.runtime.program import Verification
+
+    buffer = _lower(device=None).buffer
+    pte = load_pte(buffer)
+    segments = [bytes(pte.segment(i)) for i in range(len(pte.program.segments))]
+    program = load_pte(buffer).program
+    program.execution_plan[0].non_const_buffer_device = [fbp.NonConstBufferDevice(9, fbp.DeviceType.CUDA, 0)]
+    damaged = save_pte(program, segments)
+    with pytest.raises(ProgramLoadError, match="names planned buffer 9"):
+        Runtime.get().load_program(damaged, Verification.InternalConsistency)
+    with pytest.raises(ProgramLoadError, match="buffer 9 on device CUDA:0"):
+        Runtime.get().load_program(damaged, Verification.Minimal).load_method("forward")
