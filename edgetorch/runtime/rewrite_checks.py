@@ -42,6 +42,20 @@ def matmul(op: str, a: Shape, b: Shape) -> None:
         )
 
 
+def window(
+    op: str, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int], dilations: Sequence[int]
+) -> None:
+    """A pooling window as the pooling kernels take it: positive sizes, strides and dilations, padding at least 0
+    and at most half the window."""
+    for name, values, low in (("kernel size", kernel, 1), ("stride", strides, 1), ("dilation", dilations, 1)):
+        if any(v < low for v in values):
+            raise InvalidArgumentError(f"{op}: expected each {name} >= {low}, found {list(values)}; {_FIX}")
+    if any(p < 0 or 2 * p > k for p, k in zip(pads, kernel)):
+        raise InvalidArgumentError(
+            f"{op}: expected padding in [0, kernel size / 2], found {list(pads)} for kernel {list(kernel)}; {_FIX}"
+        )
+
+
 def copy_result(op: str, args: Sequence[Any], x: np.ndarray) -> Shape | None:
     """The shape the copy kernel ``op`` makes of ``x`` given its other arguments' values ``args`` (after the
     input), or None for a copy whose result shape is the one planned for it (clone, squeeze, unsqueeze, alias).

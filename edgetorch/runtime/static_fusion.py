@@ -484,6 +484,7 @@ def _max_pool_values(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     kernel, strides, pads, dilations = (ex._arg(j) for j in (kernel_size, stride, padding, dilation))
     kernel, dilations, pads = expand(kernel, 2), expand(dilations, 2), expand(pads, 2)
     strides = expand(strides or kernel, 2)
+    rewrite_checks.window("aten::max_pool2d_with_indices.out", kernel, strides, pads, dilations)
     sizes = [
         window.output_size(n, k, s, p, p, dl, bool(ex.bound[ceil_mode]))
         for n, k, s, p, dl in zip(xa.shape[-2:], kernel, strides, pads, dilations)

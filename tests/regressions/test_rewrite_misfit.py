@@ -7,6 +7,8 @@ steps a traced run takes."""
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 import torch
@@ -148,3 +150,15 @@ def test_copy_elision_still_elides_a_slice_that_fits():
     assert method._executor.elided  # noqa: SLF001 - the rewrite under test
     x = np.arange(8, dtype=np.float32).reshape(1, 8)
     np.testing.assert_array_equal(np.asarray(method.execute([x])[0]), x[:, 2:4] * 2)
+
+
+@pytest.mark.parametrize("name", ["10e120c126613a46", "f1f5215464c71d95"])
+def test_max_pool_rewrite_with_a_zero_stride_declines(name: str):
+    """Two campaign cases (bench/fuzz.py, from the static-int8 CNN): a max pool whose stride became 0 made the
+    pooling rewrite divide by zero at load (ZeroDivisionError); now the rewrite declines and the kernels refuse
+    the damaged program with typed errors."""
+    data = (pathlib.Path(__file__).parent / "fuzz" / f"{name}.pte").read_bytes()
+    with pytest.raises(EdgetorchError):
+        method = Runtime.get().load_program(data).load_method("forward")
+        meta = method.metadata.input_tensor_meta(0)
+        method.execute([np.zeros(tuple(meta.sizes()), meta.numpy_dtype)])
