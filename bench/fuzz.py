@@ -534,7 +534,7 @@ def main() -> int:
                     covered |= new
                     corpus.append((kind, case, f"{origin}+"))
                 why = fuzz_corpus.signature(kind, record)
-                if why not in shown and kept.keep(kind, case, f"{origin}+", why):
+                if record["outcome"] not in BAD and why not in shown and kept.keep(kind, case, f"{origin}+", why):
                     shown.add(why)
                 if record["outcome"] in BAD:
                     print(f"[fuzz] {record['outcome']} ({mode}, {kind} from {origin}): {record['detail']}", flush=True)
