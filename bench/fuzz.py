@@ -1,6 +1,6 @@
 """Coverage-guided fuzzing of every file reader the runtime has, each case in a sandboxed subprocess.
 
-    .venv/bin/python bench/fuzz.py --cases 3000 [--seconds-per-case 10] [--memory-mb 4096] [--seed 0]
+    .venv/bin/python bench/fuzz.py --cases 3000 [--seconds-per-case 10] [--memory-mb 4096] [--seed S] [--corpus DIR]
         [--ray [--address ADDR] [--workers N]]
     .venv/bin/python bench/fuzz.py --differential --cases 200 [--seed 0] [--seconds S] [--keep DIR]
 
@@ -46,6 +46,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "fuzz.json"
+CORPUS = ROOT / "bench" / "corpus"
 BAD = ("untyped", "crash", "timeout")
 
 
@@ -419,7 +420,18 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--seconds-per-case", type=int, default=10)
     ap.add_argument("--memory-mb", type=int, default=4096)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the campaign's seed (default: the next one the results file has not used; 0 with --differential)",
+    )
+    ap.add_argument(
+        "--corpus",
+        type=pathlib.Path,
+        default=CORPUS,
+        help="the kept corpus the campaign resumes from and adds its new depths and error types to",
+    )
     ap.add_argument(
         "--structure",
         type=float,
@@ -446,18 +458,34 @@ def main() -> int:
     if args.differential:
         from bench import differential
 
+        args.seed = 0 if args.seed is None else args.seed
+
         return differential.run(args, args.results)
     if args.ray:
         from bench import ray_pool
 
         ray_pool.start(args.address, args.workers)
+    from bench import fuzz_corpus
     from bench.structure_mutation import mutate_structure
 
+    previous = json.loads(args.results.read_text()) if args.results.exists() else {}
+    totals = fuzz_corpus.previous_totals(previous)
+    args.seed = fuzz_corpus.campaign_seed(totals, args.seed)
     rng = random.Random(args.seed)
     t0 = time.perf_counter()
     seeds = make_seeds()
     corpus = [(kind, data, name) for name, (kind, data) in seeds.items()]
-    print(f"[fuzz] {len(corpus)} seed files: {', '.join(sorted(seeds))}", flush=True)
+    kept = fuzz_corpus.Corpus.open(args.corpus)
+    for name, (kind, data) in seeds.items():
+        kept.keep(kind, data, name, "seed")
+    known = {hashlib.sha256(data).digest() for _, data, _ in corpus}
+    corpus += [c for c in kept.cases() if hashlib.sha256(c[1]).digest() not in known]
+    shown = kept.signatures()
+    print(
+        f"[fuzz] campaign seed {args.seed}; {len(seeds)} seed files: {', '.join(sorted(seeds))}; "
+        f"{len(corpus) - len(seeds)} kept cases from {args.corpus}",
+        flush=True,
+    )
     covered: set[str] = set()
     counts: collections.Counter = collections.Counter()
     by_kind: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -473,7 +501,7 @@ def main() -> int:
             folder, [(f"seed{i}", c[0]) for i, c in enumerate(corpus)], 60, args.memory_mb
         ).values():
             covered.update(record["lines"])
-            if record["outcome"] != "ok":
+            if record["outcome"] != "ok" and int(record["name"][4:]) < len(seeds):
                 print(f"[fuzz] seed {record['name']} does not run: {record['outcome']} {record['detail']}")
         done = 0
         while done < args.cases:
@@ -505,6 +533,9 @@ def main() -> int:
                 if new:
                     covered |= new
                     corpus.append((kind, case, f"{origin}+"))
+                why = fuzz_corpus.signature(kind, record)
+                if record["outcome"] not in BAD and why not in shown and kept.keep(kind, case, f"{origin}+", why):
+                    shown.add(why)
                 if record["outcome"] in BAD:
                     print(f"[fuzz] {record['outcome']} ({mode}, {kind} from {origin}): {record['detail']}", flush=True)
                     if args.findings is not None:
@@ -530,6 +561,7 @@ def main() -> int:
     elapsed = time.perf_counter() - t0
     summary = {
         "command": "bench/fuzz.py " + " ".join(sys.argv[1:]),
+        "seed": args.seed,
         "cases": sum(counts.values()),
         "outcomes": dict(counts),
         "by_kind": {k: dict(v) for k, v in by_kind.items()},
@@ -540,13 +572,16 @@ def main() -> int:
         "seconds": round(elapsed, 1),
         "failures": failures[:200],
     }
+    kept.save()
+    summary["kept_corpus"] = {"files": len(kept.entries), "bytes": kept.size()}
+    summary["totals"] = fuzz_corpus.merge(totals, summary)
+    summary["totals"]["reached_execute"] = fuzz_corpus.execution_share(totals)
+    if "differential" in previous:  # the differential campaigns' totals live in the same file
+        summary["differential"] = previous["differential"]
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    if args.results.exists():  # the differential campaigns' totals live in the same file
-        previous = json.loads(args.results.read_text())
-        if "differential" in previous:
-            summary["differential"] = previous["differential"]
     args.results.write_text(json.dumps(summary, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in summary.items() if k != "failures"}, indent=1))
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("failures", "totals")}, indent=1))
+    print(f"[fuzz] totals over {len(totals['campaigns'])} campaigns: {totals['cases']} cases, {totals['outcomes']}")
     for f in failures[:20]:
         print(f"[fuzz] {f['outcome']}: {f['kind']} from {f['from']}: {f['detail']}")
     return 1 if failures else 0

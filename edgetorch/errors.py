@@ -113,7 +113,8 @@ class ExecutionError(EdgetorchError, RuntimeError):
 
     ``instruction`` is the failing instruction's index in the method's chain (None for a failure of the whole
     run, such as a runaway loop), ``operator`` its operator (``aten::sum.IntList_out``) or delegate, and
-    ``__cause__`` the kernel's own error. Its code is the cause's code, else ``Internal``.
+    ``__cause__`` the kernel's own error. Its code is the cause's code, else ``InvalidArgument`` for a
+    ``ValueError`` (NumPy refusing the operands' shapes), else ``Internal``.
     """
 
     def __init__(self, message: str, instruction: int | None = None, operator: str | None = None):
@@ -124,4 +125,6 @@ class ExecutionError(EdgetorchError, RuntimeError):
     @property
     def code(self) -> Error:  # type: ignore[override]  # read-only here: the cause decides it
         cause = self.__cause__
+        if getattr(cause, "code", None) is None and isinstance(cause, ValueError):
+            return Error.InvalidArgument  # NumPy refusing the kernel's operands (shapes that do not broadcast)
         return getattr(cause, "code", None) or Error.Internal

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.format import program as fbp
+from edgetorch.runtime import rewrite_checks
 from edgetorch.runtime.plan_analysis import Range, kernel_results
 
 
@@ -133,6 +134,8 @@ def elide_copies(ex: Any, live: set[int]) -> set[int]:
         if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray) or x.dtype != y.dtype:
             continue
         if not (x.flags.c_contiguous and y.flags.c_contiguous):
+            continue
+        if not rewrite_checks.copy_fits(ex.operators[a.op_index], ex._arg, a.args[1:nargs], x, y):
             continue
         offset = rule(ex, list(a.args), x, y)
         source = bytes_of(src)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.format import program as fbp
+from edgetorch.runtime import rewrite_checks
 from edgetorch.runtime.memory import resize
 from edgetorch.runtime.plan_analysis import Range, kernel_results, overlaps
 from edgetorch.runtime.values import ListRef
@@ -176,7 +177,7 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     trailing part of ``b`` (a weight against an activation)."""
     if len(a) <= len(b) and b[len(b) - len(a) :] == a:
         return b
-    return np.broadcast_shapes(a, b)
+    return rewrite_checks.broadcast("an element-wise operator", a, b)
 
 
 def _unless_0d(vals: Any, slot: int, unfused: Sequence[Callable], fused: Callable[[], None]) -> Callable[[], None]:

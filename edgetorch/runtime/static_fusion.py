@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.format import program as fbp
-from edgetorch.runtime import policy
+from edgetorch.runtime import policy, rewrite_checks
 from edgetorch.runtime.fusion import _F32, _FusionContext, _int, _NoMatch, apply_patterns
 from edgetorch.runtime.kernels import compiled, gemm
 from edgetorch.runtime.ops import activation, window
@@ -477,6 +477,7 @@ def _max_pool_values(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
     kernel, strides, pads, dilations = (ex._arg(j) for j in (kernel_size, stride, padding, dilation))
     kernel, dilations, pads = expand(kernel, 2), expand(dilations, 2), expand(pads, 2)
     strides = expand(strides or kernel, 2)
+    rewrite_checks.window("aten::max_pool2d_with_indices.out", kernel, strides, pads, dilations)
     sizes = [
         window.output_size(n, k, s, p, p, dl, bool(ex.bound[ceil_mode]))
         for n, k, s, p, dl in zip(xa.shape[-2:], kernel, strides, pads, dilations)
@@ -520,7 +521,7 @@ def _direct(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
             shape = xa.shape
         else:
             (operand,) = _f32_arrays(ex, y)
-            shape = np.broadcast_shapes(xa.shape, operand.shape)
+            shape = rewrite_checks.broadcast(name, xa.shape, operand.shape)
         if shape != oa.shape or oa.ndim == 0:
             raise _NoMatch
         return 1, partial(_UFUNCS[name], xa, operand, out=oa)
@@ -528,6 +529,7 @@ def _direct(ctx: _StaticContext, pc: int) -> tuple[int, Callable]:
         if len(args) != 4:
             raise _NoMatch
         xa, ya, oa = _f32_arrays(ex, args[0], args[1], args[2])
+        rewrite_checks.matmul(name, xa.shape, ya.shape)
         if xa.ndim != oa.ndim or xa.shape[:-1] != oa.shape[:-1] or ya.shape[-1] != oa.shape[-1]:
             raise _NoMatch
         batched = gemm.batch_matmul(xa, ya, oa) if ctx.packing and name == "aten::bmm.out" else None

@@ -1,15 +1,19 @@
-"""Load-time rewrites fed programs whose tensors do not fit (issue 32): a static method whose ``aten::add.out``
-operands do not broadcast, made by editing a serialized program's tensor sizes. The direct ufunc binding of
-runtime/static_fusion.py used to call ``np.broadcast_shapes`` at load and let its ``ValueError`` out; the
-program must load, and running it must fail with the typed error the add kernel raises, naming the instruction."""
+"""Load-time rewrites fed programs whose tensors do not fit (issue 32), made by editing a serialized program's
+tensor sizes, dtypes or arguments: the direct ufunc and matmul binding of runtime/static_fusion.py, the dynamic
+fusions of runtime/fusion.py and the copy elision of runtime/copy_elision.py. Each such program must load, and
+then behave as its kernels make it behave (runtime/rewrite_checks.py holds the checks they share): a typed
+error with ExecuTorch's InvalidArgument code naming the instruction, or the same values as the unrewritten
+steps a traced run takes."""
 
 from __future__ import annotations
+
+import pathlib
 
 import numpy as np
 import pytest
 import torch
 
-from edgetorch.errors import EdgetorchError, ExecutionError
+from edgetorch.errors import EdgetorchError, Error, ExecutionError
 from edgetorch.exir import to_edge
 from edgetorch.format.pte import load_pte, save_pte
 from edgetorch.runtime import Runtime
@@ -77,3 +81,84 @@ def test_dynamic_fusion_with_an_int_operand_matches_numpy():
     x, y = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3), np.array([[1, 2, 3], [4, 5, 6]], np.int32)
     (out,) = method.execute([x, y])
     np.testing.assert_allclose(np.asarray(out), x * y + y, rtol=1e-6)
+
+
+def test_operands_numpy_refuses_give_invalid_argument_not_internal():
+    """A kernel whose NumPy call refuses the operands (a ValueError) reports InvalidArgument, as ExecuTorch."""
+    method = Runtime.get().load_program(_program_with_input_sizes([4])).load_method("forward")
+    with pytest.raises(ExecutionError) as info:
+        method.execute([np.ones((2, 3), np.float32), np.ones(4, np.float32)])
+    assert info.value.code == Error.InvalidArgument
+
+
+class _Bmm(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor]:
+        return (torch.bmm(x, y),)
+
+
+@pytest.mark.parametrize("sizes", [[2, 6, 5], [1, 4, 5], [4, 5]], ids=["inner", "batch", "rank"])
+def test_direct_matmul_binding_refuses_what_bmm_refuses(sizes: list[int]):
+    """bmm bound straight to np.matmul: NumPy would broadcast a batch of 1 or a matrix; bmm takes neither."""
+    pte = load_pte(
+        to_edge(torch.export.export(_Bmm(), (torch.randn(2, 3, 4), torch.randn(2, 4, 5)))).to_executorch().buffer
+    )
+    plan = pte.program.execution_plan[0]
+    y = plan.values[plan.inputs[1]].val
+    y.sizes, y.dim_order = sizes, list(range(len(sizes)))
+    data = save_pte(pte.program, [bytes(pte.segment(i)) for i in range(len(pte.program.segments))])
+    for traced in (False, True):  # the rewritten steps, then the kernels' own
+        method = Runtime.get().load_program(data, enable_etdump=traced).load_method("forward")
+        with pytest.raises(ExecutionError, match=r"aten::bmm.out.*found \(2, 3, 4\) @ ") as info:
+            method.execute([np.ones((2, 3, 4), np.float32), np.ones(sizes, np.float32)])
+        assert info.value.code == Error.InvalidArgument
+
+
+def test_dynamic_fusion_unbroadcastable_operands_say_expected_and_found():
+    method = Runtime.get().load_program(_dynamic_program([4])).load_method("forward")
+    with pytest.raises(ExecutionError) as info:
+        method.execute([np.ones((2, 3), np.float32), np.ones(4, np.float32)])
+    assert info.value.code == Error.InvalidArgument and "(2, 3)" in str(info.value) and "(4,)" in str(info.value)
+
+
+class _Slice(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (x[:, 2:4] * 2,)
+
+
+def _run(data: bytes, x: np.ndarray, traced: bool) -> np.ndarray:
+    (out,) = Runtime.get().load_program(data, enable_etdump=traced).load_method("forward").execute([x])
+    return np.array(out)
+
+
+def test_copy_elision_keeps_a_slice_whose_result_does_not_fit():
+    """A slice_copy whose end no longer matches its planned result ([1, 1] of a [1, 2] slot): elided, it read
+    two elements of the input where the kernel writes one; it must keep its kernel and agree with it."""
+    pte = load_pte(to_edge(torch.export.export(_Slice(), (torch.randn(1, 8),))).to_executorch().buffer)
+    plan = pte.program.execution_plan[0]
+    call = plan.chains[0].instructions[0].instr_args
+    assert plan.operators[call.op_index].name == "aten::slice_copy"
+    plan.values[call.args[3]].val.int_val = 3  # end 4 -> 3
+    data = save_pte(pte.program, [bytes(pte.segment(i)) for i in range(len(pte.program.segments))])
+    x = np.arange(8, dtype=np.float32).reshape(1, 8)
+    np.testing.assert_array_equal(_run(data, x, traced=False), _run(data, x, traced=True))
+
+
+def test_copy_elision_still_elides_a_slice_that_fits():
+    """The control: the unedited slice becomes a view, and the result is the slice's."""
+    data = to_edge(torch.export.export(_Slice(), (torch.randn(1, 8),))).to_executorch().buffer
+    method = Runtime.get().load_program(data).load_method("forward")
+    assert method._executor.elided  # noqa: SLF001 - the rewrite under test
+    x = np.arange(8, dtype=np.float32).reshape(1, 8)
+    np.testing.assert_array_equal(np.asarray(method.execute([x])[0]), x[:, 2:4] * 2)
+
+
+@pytest.mark.parametrize("name", ["10e120c126613a46", "f1f5215464c71d95"])
+def test_max_pool_rewrite_with_a_zero_stride_declines(name: str):
+    """Two campaign cases (bench/fuzz.py, from the static-int8 CNN): a max pool whose stride became 0 made the
+    pooling rewrite divide by zero at load (ZeroDivisionError); now the rewrite declines and the kernels refuse
+    the damaged program with typed errors."""
+    data = (pathlib.Path(__file__).parent / "fuzz" / f"{name}.pte").read_bytes()
+    with pytest.raises(EdgetorchError):
+        method = Runtime.get().load_program(data).load_method("forward")
+        meta = method.metadata.input_tensor_meta(0)
+        method.execute([np.zeros(tuple(meta.sizes()), meta.numpy_dtype)])

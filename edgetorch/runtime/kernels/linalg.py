@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgetorch.errors import OutOfRangeError
+from edgetorch.runtime import rewrite_checks
 from edgetorch.runtime.dtypes import BFLOAT16, LOW_PRECISION, store, upcast  # noqa: F401  (kernels import them here)
 from edgetorch.runtime.kernels.registry import kernel
 from edgetorch.runtime.memory import resize
@@ -49,12 +50,14 @@ def _scaled_sum_into(
 @kernel("aten::mm.out", "aten::bmm.out")
 def mm(self: np.ndarray, mat2: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Matrix product of two 2-d (mm) or two 3-d (bmm) tensors."""
+    rewrite_checks.matmul("aten::mm.out/bmm.out", self.shape, mat2.shape)
     return matmul_into(self, mat2, resize(out, _product_shape(self, mat2)))
 
 
 @kernel("aten::mm.dtype_out", "aten::bmm.dtype_out")
 def mm_dtype(self: np.ndarray, mat2: np.ndarray, out_dtype: int, out: np.ndarray) -> np.ndarray:
     """mm/bmm with a wider result dtype (``out`` already has it)."""
+    rewrite_checks.matmul("aten::mm.dtype_out/bmm.dtype_out", self.shape, mat2.shape)
     return matmul_into(self, mat2, resize(out, _product_shape(self, mat2)))
 
 
