@@ -177,6 +177,21 @@ def load_pte(data: bytes | bytearray | memoryview) -> PteFile:
     return PteFile(program, header, view)
 
 
+def pack_aligned(buffers: Sequence[bytes | memoryview], alignment: int) -> tuple[bytes, list[int]]:
+    """The buffers back to back, each starting at a multiple of ``alignment`` (no padding after the last, as
+    ExecuTorch packs a subsegment); and each one's offset. One copy of the data."""
+    pieces: list[bytes | memoryview] = []
+    offsets, size = [], 0
+    for data in buffers:
+        pad = -size % alignment
+        pieces.append(bytes(pad))
+        size += pad
+        offsets.append(size)
+        pieces.append(data)
+        size += len(data)
+    return b"".join(pieces), offsets
+
+
 def save_pte(
     program: Program,
     segments: Sequence[bytes | memoryview | SegmentView | AlignedSegment] = (),

@@ -27,7 +27,7 @@ from edgetorch.format.program import (
     Program,
     SubsegmentOffsets,
 )
-from edgetorch.format.pte import AlignedSegment, ExtendedHeader, FormatError, load_pte, save_pte
+from edgetorch.format.pte import AlignedSegment, ExtendedHeader, FormatError, load_pte, pack_aligned, save_pte
 
 __all__ = ["PTEFile", "deserialize_pte_binary", "serialize_pte_binary"]  # and ExecuTorch's private helpers below
 
@@ -39,16 +39,6 @@ class PTEFile:
     program: Program
     mutable_data: list[Buffer] | None = None
     named_data: NamedDataStoreOutput | None = None
-
-
-def _pack(buffers: list[bytes], alignment: int) -> tuple[bytes, list[int]]:
-    """The buffers back to back, each starting at a multiple of ``alignment``; and their offsets."""
-    out, offsets = bytearray(), []
-    for data in buffers:
-        out += bytes(-len(out) % alignment)
-        offsets.append(len(out))
-        out += data
-    return bytes(out), offsets
 
 
 def serialize_pte_binary(
@@ -69,12 +59,12 @@ def serialize_pte_binary(
     program = copy.deepcopy(source, memo={id(blob): blob for blob in blobs})  # the structure, not the data
     segments: list[bytes | AlignedSegment] = []
     if program.constant_buffer:
-        data, offsets = _pack([bytes(b.storage) for b in program.constant_buffer], alignment)
+        data, offsets = pack_aligned([b.storage for b in program.constant_buffer], alignment)
         program.constant_segment = SubsegmentOffsets(segment_index=0, offsets=offsets)
         program.constant_buffer = []
         segments.append(data)
     if pte_file.mutable_data is not None:
-        data, offsets = _pack([bytes(b.storage) for b in pte_file.mutable_data], alignment)
+        data, offsets = pack_aligned([b.storage for b in pte_file.mutable_data], alignment)
         if data:
             program.mutable_data_segments = [SubsegmentOffsets(segment_index=len(segments), offsets=offsets)]
             segments.append(data)

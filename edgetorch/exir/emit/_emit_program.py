@@ -74,7 +74,7 @@ from edgetorch.format.program import (
     TensorList,
 )  # fmt: skip
 from edgetorch.format.ptd import TensorLayout
-from edgetorch.format.pte import SegmentView
+from edgetorch.format.pte import SegmentView, pack_aligned
 
 
 class EmitConfigError(InternalError, ValueError):
@@ -144,28 +144,14 @@ class ProgramData:
 
     def constant_segment(self) -> tuple[bytes, list[int]]:
         """The constant segment's bytes and each buffer's offset in it (offset 0 for the reserved buffer)."""
-        return _pack(self.constants, self.constant_alignment)
+        return pack_aligned(self.constants, self.constant_alignment)  # the reserved buffer is empty: offset 0
 
     def mutable_segment(self) -> tuple[bytes, list[int]]:
         """Initial states of mutable buffers, packed like the constant segment (copied into arenas at load)."""
-        return _pack(self.mutable, self.constant_alignment)
+        return pack_aligned(self.mutable, self.constant_alignment)
 
     def inline_delegates(self) -> list[BackendDelegateInlineData]:
         return [] if self.extract_delegates else [BackendDelegateInlineData(b) for b in self.delegate_blobs]
-
-
-def _pack(buffers: list, alignment: int) -> tuple[bytes, list[int]]:
-    """The buffers after the reserved one, each at a multiple of ``alignment``, with no padding after the last
-    (as ExecuTorch packs them); and each one's offset (offset 0 for the reserved buffer)."""
-    pieces, offsets, size = [], [0], 0
-    for data in buffers[1:]:
-        pad = -size % alignment
-        pieces.append(bytes(pad))
-        size += pad
-        offsets.append(size)
-        pieces.append(data)
-        size += len(data)
-    return b"".join(pieces), offsets  # one copy of the data, not one per constant
 
 
 class MethodEmitter:
