@@ -10,8 +10,9 @@ import ctypes
 import time
 from functools import partial
 
-import llvmlite.binding as llvm
 import numpy as np
+
+from edgetorch.backends.xnnpack.qgemv_vnni import jit
 
 R, V = 4, 2  # rows, 16-channel vectors per tile
 
@@ -80,26 +81,12 @@ def ir():
     return "\n".join(L)
 
 
-mod = llvm.parse_assembly(ir())
-mod.verify()
-
-
 def compile_kernel():
-    """The kernel as a ctypes function, and the count of vpdpbusd in its assembly."""
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    mod = llvm.parse_assembly(ir())
-    mod.verify()
-    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    tm = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
-    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
-    pb.getModulePassManager().run(mod, pb)
-    count = tm.emit_assembly(mod).count("vpdpbusd")
-    engine = llvm.create_mcjit_compiler(mod, tm)
-    engine.finalize_object()
+    """The kernel as a ctypes function, the count of vpdpbusd in its assembly, and the engine that owns it."""
+    engine, assembly = jit(ir())
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     fn = ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64, i64)(engine.get_function_address("gemm"))
-    return fn, count, engine
+    return fn, assembly.count("vpdpbusd"), engine
 
 
 def best(fn, repeats=20):

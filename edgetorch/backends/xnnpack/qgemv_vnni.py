@@ -169,22 +169,30 @@ def kernel() -> Any:
         return None
     with _lock:
         if _kernel is None:
-            import llvmlite.binding as llvm
-
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            module = llvm.parse_assembly(_ir())
-            module.verify()
-            cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-            machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
-            passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
-            passes.getModulePassManager().run(module, passes)
-            engine = llvm.create_mcjit_compiler(module, machine)
-            engine.finalize_object()
+            engine, _ = jit(_ir())
             ptr, i64 = ctypes.c_void_p, ctypes.c_int64
             proto = ctypes.CFUNCTYPE(None, *([ptr] * 7), *([i64] * 5))
             _kernel = (proto(engine.get_function_address("qb4w_vnni")), engine)  # the engine owns the code
     return _kernel[0]
+
+
+def jit(ir: str) -> tuple[Any, str]:
+    """LLVM IR compiled for this host's CPU and features at -O3: the execution engine (which owns the code;
+    keep it alive while its functions are called) and the assembly. Needs llvmlite."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly(ir)
+    module.verify()
+    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
+    passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    passes.getModulePassManager().run(module, passes)
+    assembly = machine.emit_assembly(module)
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    return engine, assembly
 
 
 class VnniQB4W:
