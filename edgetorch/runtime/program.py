@@ -170,11 +170,14 @@ class MethodMeta:
         planned_buffer_sizes: Sequence[int] = (),
         num_instructions: int = 0,
         attributes: Sequence[TensorInfo | str] = (),
+        attribute_values: dict[str, int] | None = None,
     ):
         self.name = _Str(name)
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.attributes = list(attributes)
+        self.attribute_values = dict(attribute_values or {})
+        """Each attribute's value index in the method's plan, by fully qualified name."""
         self.planned_buffer_sizes = [int(s) for s in planned_buffer_sizes]
         self.num_instructions = num_instructions
 
@@ -289,13 +292,7 @@ class Method:
         overwrites them, and writing to them changes the method's state (how an optimizer updates the
         trainable parameters a joint-graph method returns).
         """
-        inputs = list(inputs)
-        torch = _torch_of(inputs)
-        if torch is not None:
-            inputs = [
-                _from_torch(x, torch, f"input {i} of method {self.name!r}") if isinstance(x, torch.Tensor) else x
-                for i, x in enumerate(inputs)
-            ]
+        inputs, torch = self.read_inputs(inputs)
         ex = self._executor
         with self._lock:
             ex.set_inputs(inputs)
@@ -307,6 +304,18 @@ class Method:
         for i, returned in given.items():
             outputs[i] = returned
         return outputs
+
+    def read_inputs(self, inputs: Sequence[Any]) -> tuple[list[Any], Any]:
+        """``inputs`` with torch tensors read as arrays (a tensor on a device the host cannot read is refused,
+        naming the input), and the caller's torch module if any input was a torch tensor, else None."""
+        inputs = list(inputs)
+        torch = _torch_of(inputs)
+        if torch is not None:
+            inputs = [
+                _from_torch(x, torch, f"input {i} of method {self.name!r}") if isinstance(x, torch.Tensor) else x
+                for i, x in enumerate(inputs)
+            ]
+        return inputs, torch
 
     def set_output(self, value: Any, index: int = 0) -> None:
         """Have every later run write output ``index`` into ``value`` (an array, or a CPU torch tensor), which
@@ -372,7 +381,7 @@ class Method:
     def get_attribute(self, name: str) -> Any:
         """A copy of the method's named tensor ``name`` as the last run left it (a mutable buffer's state), as
         ExecuTorch's ``Method::get_attribute``; ``metadata.attribute_tensor_meta`` describes them."""
-        indices = attribute_indices(self._executor.plan)
+        indices = self.metadata.attribute_values
         if name not in indices:
             raise InvalidInputError(
                 f"method {self.name!r} has no attribute {name!r}; its attributes are {sorted(indices)} (a program "
@@ -500,9 +509,10 @@ class Program:
 
         sizes = [int(s) for s in plan.non_const_buffer_sizes[1:]]
         ninstr = sum(len(c.instructions) for c in plan.chains)
-        attributes = [_value_info(values[i]) for i in attribute_indices(plan).values()]
+        named = attribute_indices(plan)
+        attributes = [_value_info(values[i]) for i in named.values()]
         return MethodMeta(
-            name, [info(i) for i in plan.inputs], [info(i) for i in plan.outputs], sizes, ninstr, attributes
+            name, [info(i) for i in plan.inputs], [info(i) for i in plan.outputs], sizes, ninstr, attributes, named
         )
 
     def load_method(self, name: str = "forward", seed: int | None = None, event_tracer: Any = None) -> Method:

@@ -98,26 +98,26 @@ def _prepare_schema(
     """Write the Program schema files to ``out_dir`` with the marked alignments replaced (see the module)."""
     files = _ResourceFiles([_PROGRAM_SCHEMA, _SCALAR_TYPE_SCHEMA])
     files.patch_files(lambda schema: _patch_schema_alignment(schema, constant_tensor_alignment, delegate_alignment))
-    found: dict[bytes, list[int]] = {b"": [], _TENSOR_MARK: [], _DELEGATE_MARK: []}
+    alignments: list[int] = []
+    marked: dict[bytes, list[int]] = {_TENSOR_MARK: [], _DELEGATE_MARK: []}
     identifiers: set[bytes] = set()
     for name in (_PROGRAM_SCHEMA, _SCALAR_TYPE_SCHEMA):
         schema = files.get(name)
         identifiers.update(_FILE_IDENTIFIER.findall(schema))
         for line in schema.splitlines():
-            for value in _FORCE_ALIGN.findall(line):
-                found[b""].append(int(value))
-                for mark in (_TENSOR_MARK, _DELEGATE_MARK):
-                    if mark in line:
-                        found[mark].append(int(value))
+            values = [int(v) for v in _FORCE_ALIGN.findall(line)]
+            alignments += values
+            for mark, found in marked.items():
+                found += values if mark in line else []
     if len(identifiers) > 1 or any(len(i) != 4 for i in identifiers):
         raise ValueError(f"the schema files name file identifiers {sorted(identifiers)}; expected one of 4 bytes")
     files.write_to(out_dir)
     return _SchemaInfo(
         root_path=os.path.join(out_dir, _PROGRAM_SCHEMA),
-        max_alignment=max(found[b""], default=1),
+        max_alignment=max(alignments, default=1),
         file_identifier=next(iter(identifiers), b""),
-        tensor_alignment=max(found[_TENSOR_MARK], default=0),
-        delegate_alignment=max(found[_DELEGATE_MARK], default=0),
+        tensor_alignment=max(marked[_TENSOR_MARK], default=0),
+        delegate_alignment=max(marked[_DELEGATE_MARK], default=0),
     )
 
 

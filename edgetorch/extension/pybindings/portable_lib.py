@@ -28,7 +28,6 @@ from edgetorch.runtime.program import (
     Runtime,
     TensorInfo,
     Verification,
-    _from_torch,
     _to_torch,
 )
 
@@ -102,14 +101,7 @@ class PybindMethod:
     def set_inputs(self, inputs: Any) -> None:
         """Stage the inputs for ``execute()``; torch tensors are read now (one on a device the host cannot read
         is refused here)."""
-        staged = _input_list(inputs)
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            what = f"input {{}} of method {self._method.name!r}"
-            staged = [
-                _from_torch(x, torch, what.format(i)) if isinstance(x, torch.Tensor) else x
-                for i, x in enumerate(staged)
-            ]
+        staged, _ = self._method.read_inputs(_input_list(inputs))
         self._inputs = staged
 
     def execute(self) -> None:
