@@ -402,9 +402,8 @@ HELPERS = compiled_kernels.Helpers(
 
 def qc8w(parallel: bool = False) -> Any:
     """The compiled ``f(xc, xi, w, xscale, wscale, bias, lo, hi, y, dots, ahead, parts)`` of ``_qc8w``, its parts
-    run on numba's threads when ``parallel``, or None without the tier."""
-    if not HELPERS.ready():
-        return None
+    run on numba's threads when ``parallel``; the tier must be on."""
+    HELPERS.require("qc8w GEMV")
     if parallel:  # a function of its own: numba's disk cache keys compiled code by function, not by options
         return fast.compiled("qc8w_gemv_threaded", _qc8w_threaded, parallel=True)
     return fast.compiled("qc8w_gemv", _qc8w)
@@ -412,9 +411,8 @@ def qc8w(parallel: bool = False) -> Any:
 
 def qb4w(parallel: bool = False) -> Any:
     """The compiled ``f(xc, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total, parts)`` of
-    ``_qb4w``, its parts run on numba's threads when ``parallel``, or None without the tier."""
-    if not HELPERS.ready():
-        return None
+    ``_qb4w``, its parts run on numba's threads when ``parallel``; the tier must be on."""
+    HELPERS.require("qb4w GEMV")
     if parallel:
         return fast.compiled("qb4w_gemv_threaded", _qb4w_threaded, parallel=True)
     return fast.compiled("qb4w_gemv", _qb4w)
@@ -504,10 +502,11 @@ class IntegerLinear:
         cls, w: np.ndarray, wscale: np.ndarray, bias: np.ndarray | None, keep: bool = False
     ) -> IntegerLinear | None:
         """From int8 weights [N, K] (kept as given: the program's own bytes when they are C-contiguous) and
-        their per-channel scales [N]; ``keep``: see ``dequantized``. None without the tier or when the policy's ``gemv_max_rows``
-        gives the case 0 rows (the node then dequantizes its weights at load)."""
+        their per-channel scales [N]; ``keep``: see ``dequantized``; the tier must be on. None when the policy's
+        ``gemv_max_rows`` gives the case 0 rows (the node then dequantizes its weights at load)."""
+        HELPERS.require("the QC8W integer GEMV")
         rows = policy.current().gemv_max_rows["qc8w", keep]
-        if rows <= 0 or qc8w() is None:
+        if rows <= 0:
             return None
         w = np.ascontiguousarray(w, np.int8)
         return cls(qc8w, (w, np.ascontiguousarray(wscale, np.float32)), w.shape, bias, rows, keep)
@@ -523,11 +522,12 @@ class IntegerLinear:
         bias: np.ndarray | None,
         keep: bool = False,
     ) -> IntegerLinear | None:
-        """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block]; None without the tier, when
+        """From XNNPACK's QB4W bytes ([N, K / 2]) and block scales [N, K / block] (the tier must be on); None when
         the policy's ``gemv_max_rows`` gives the case 0 rows, or for a block that is not a multiple of 16 inputs (the kernel sums
         8 bytes at a time)."""
+        HELPERS.require("the QB4W integer GEMV")
         rows = policy.current().gemv_max_rows["qb4w", keep]
-        if rows <= 0 or block % 16 or qb4w() is None:
+        if rows <= 0 or block % 16:
             return None
         # a tile a thread (get_num_threads() now), when a call of one row would be split (the policy's ``gemv_split_macs``; never in a
         # small program, see steps)

@@ -343,3 +343,35 @@ def test_compiled_permute_declines_a_moved_last_axis():
     x = np.zeros((4, 8, 16), np.float32)
     view = x.transpose(0, 2, 1)
     assert fast.permute(x, view, np.empty(view.shape, np.float32)) is None
+
+
+class _DynamicMlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@needs_numba
+@pytest.mark.parametrize("at_load", [True, False])
+def test_a_delegate_keeps_the_tier_it_loaded_with_for_later_input_shapes(at_load, set_policy):
+    """A delegate reads the tier once, when it loads: a schedule built later for a new input shape, after the
+    policy changed, runs the kernels (and the weights packed at load) of that tier, and still gives eager's
+    results."""
+    torch.manual_seed(0)
+    module = _DynamicMlp().eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    ep = torch.export.export(module, (torch.randn(4, 16),), dynamic_shapes=({0: batch},))
+    pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    set_policy(compiled=at_load)
+    method = Runtime.get().load_program(pte).load_method("forward")
+    set_policy(compiled=not at_load)
+    for rows in (4, 7, 1):
+        x = torch.randn(rows, 16)
+        got = method.execute([x.numpy()])[0]
+        np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    delegates = [handle for _, handle in method._executor.delegates]
+    assert delegates and all(d.graph.compiled is at_load for d in delegates)
+    assert all(len(d.schedules) >= 2 for d in delegates)  # the new shapes were scheduled after the change

@@ -48,7 +48,7 @@ def test_dynamic_quantize_kernel_equals_numpy(monkeypatch, set_policy):
         set_policy(compiled=tier)
         centred, q = np.empty_like(x), np.empty(x.shape, np.int8)
         scale, zp = np.empty((9, 1), np.float32), np.empty((9, 1), np.float32)
-        dynamic_convert(x, centred, q, scale, zp)()
+        dynamic_convert(x, centred, q, scale, zp, tier)()
         results.append((centred, q, scale, zp))
     for got, want in zip(*results):
         np.testing.assert_array_equal(got, want)
@@ -56,13 +56,13 @@ def test_dynamic_quantize_kernel_equals_numpy(monkeypatch, set_policy):
 
 @needs_numba
 def test_dynamic_convert_keeps_the_tier_its_step_was_built_with(set_policy):
-    """The tier is chosen when the step is built: a schedule built on the compiled tier fills the fully
-    connected's dequantized buffer even if the policy changes before it runs."""
+    """The tier is the delegate's, given when the step is built: a step built for the compiled tier fills the
+    fully connected's dequantized buffer even if the policy changes before it runs."""
     x = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
     centred, scale, zp = np.empty_like(x), np.empty((4, 1), np.float32), np.empty((4, 1), np.float32)
     dequantized = np.zeros((4, 17), np.float32)
     set_policy(compiled=True)
-    step = dynamic_convert(x, centred, None, scale, zp, dequantized)
+    step = dynamic_convert(x, centred, None, scale, zp, True, dequantized)
     set_policy(compiled=False)
     step()
     np.testing.assert_array_equal(dequantized[:, :16], centred * scale)

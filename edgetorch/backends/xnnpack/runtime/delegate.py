@@ -22,7 +22,7 @@ from edgetorch.backends.xnnpack.runtime.planners import APPLY_ACTIVATION, FLOAT_
 from edgetorch.backends.xnnpack.runtime.quantized_nodes import quantized_node
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported, read_ids
 from edgetorch.errors import DelegateLoadError, InvalidInputError
-from edgetorch.runtime import etdump
+from edgetorch.runtime import etdump, policy
 from edgetorch.runtime.backends import BackendInterface
 from edgetorch.runtime.kernels import blas_threads
 from edgetorch.runtime.kernels import compiled as compiled_kernels
@@ -121,10 +121,13 @@ class XnnpackDelegate:
         env = Env(self.graph, self.last_use, self.external)
         inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
         steps, ends = [], []
-        for index, (planner, reads) in enumerate(zip(self.planners, self.reads)):
-            steps += planner(env)
-            ends.append(len(steps))
-            env.release(index, reads)
+        # On the tier the delegate loaded with (Graph.compiled), also for the op layer's step builders, which
+        # ask the policy: a policy changed since the load does not mix tiers within the delegate.
+        with policy.using(compiled=self.graph.compiled):
+            for index, (planner, reads) in enumerate(zip(self.planners, self.reads)):
+                steps += planner(env)
+                ends.append(len(steps))
+                env.release(index, reads)
         outputs = [env[vid] for _, vid in self.graph.outputs]
         schedule = _Schedule(inputs, steps, outputs, ends, compiled_kernels.own_threads(steps))
         self.schedules[shapes] = schedule

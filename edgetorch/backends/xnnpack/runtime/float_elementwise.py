@@ -18,7 +18,6 @@ from edgetorch.backends.xnnpack.runtime.epilogues import NO_CLAMP, clamp_steps, 
 from edgetorch.backends.xnnpack.runtime.geometry import nhwc
 from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
-from edgetorch.runtime import policy
 from edgetorch.runtime.ops import activation
 
 BINARY = {
@@ -37,7 +36,7 @@ def _binary(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO_CLAM
     def plan(env: Env) -> list:
         a, b = env[n.input1_id], env[n.input2_id]
         y = env.empty(n.output_id, np.broadcast_shapes(a.shape, b.shape))
-        if ufunc is np.add and act != NO_CLAMP and policy.compiled_tier():  # a residual add and its ReLU: one pass
+        if ufunc is np.add and act != NO_CLAMP and g.compiled:  # a residual add and its ReLU: one pass
             fused = fast.add_clamp(a, b, y, *act)
             if fused is not None:
                 return [fused]
@@ -186,7 +185,7 @@ def _transpose(n: Any, node: xs.XNode, g: Graph) -> Planner:
         view = x.transpose(perm)
         y = env.empty(n.output_id, view.shape)
         long_runs = view.ndim and view.shape[-1] >= 8  # runs of 8 or more
-        runs = fast.permute(x, view, y) if long_runs and policy.compiled_tier() else None
+        runs = fast.permute(x, view, y) if long_runs and g.compiled else None
         if runs is not None:  # the fast tier: runs of the last axis, over the threads
             return [runs]
         if 1 < view.shape[-1] <= _SHORT_LAST_AXIS and view.ndim > 1 and view.strides[-1] != view.itemsize:

@@ -28,10 +28,10 @@ def _packed_gemm(
     w: np.ndarray, g: Graph, bias_id: int, act: tuple[float, float], in_place: bool = False
 ) -> gemm.PackedGemm | None:
     """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
-    constant bias (if any) and the clamp ``act`` in the same pass, packed now; None without the tier, when the
+    constant bias (if any) and the clamp ``act`` in the same pass, packed now (the tier must be on); None when the
     weights or bias are not float32 constants, or when ``w`` could be read in place (a [K, N] constant, no copy
     made for sgemm) and the delegate does not pack such weights (:func:`packs_in_place`)."""
-    if w.dtype != np.float32 or not policy.compiled_tier():
+    if w.dtype != np.float32:
         return None
     if in_place and not g.packs_in_place:
         return None
@@ -56,11 +56,11 @@ def packs_in_place(g: Graph, xnodes: list) -> bool:
 
 
 def _winograd_weights(n: Any, g: Graph, ocg: int, icg: int) -> np.ndarray | None:
-    """A 3x3 convolution's weights in Winograd's form (runtime/kernels/winograd.py) when the fast tier is
-    usable and its filter and bias (if any) are float32 constants, else None."""
+    """A 3x3 convolution's weights in Winograd's form (runtime/kernels/winograd.py) when its filter and bias (if
+    any) are float32 constants, else None; for the compiled tier's Winograd step."""
     filt = g.constants.get(n.filter_id)
     bias = g.constants.get(n.bias_id) if n.bias_id != xs.INVALID_VALUE_ID else np.empty(ocg, np.float32)
-    if not policy.compiled_tier() or filt is None or bias is None or bias.size != ocg:
+    if filt is None or bias is None or bias.size != ocg:
         return None
     if filt.dtype != np.float32 or bias.dtype != np.float32:
         return None
@@ -72,7 +72,8 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
     packed = fused = None
     if n.filter_id in g.constants:
         w = g.constants[n.filter_id]
-        fused = _packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed)
+        if g.compiled:
+            fused = _packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed)
         if fused is None:
             packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
 
@@ -116,7 +117,7 @@ def _convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO
             )
         return forms[form]
 
-    if groups == 1 and not minimal:
+    if g.compiled and groups == 1 and not minimal:
         packed("direct")
 
     def plan(env: Env) -> list:
@@ -128,12 +129,13 @@ def _convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO
         y = env.empty(n.output_id, (nb, oh, ow, groups * ocg))
         m = nb * oh * ow
         y2 = y.reshape(m, groups * ocg)
-        if minimal and winograd.worth(nb, oh, ow) and packed("winograd") is not None:  # 2.25x fewer products
+        # Winograd's form: 2.25x fewer products
+        if g.compiled and minimal and winograd.worth(nb, oh, ow) and packed("winograd") is not None:
             bias = g.constants.get(n.bias_id) if n.bias_id != xs.INVALID_VALUE_ID else None
             step = winograd.step(x, packed("winograd"), bias, y, win.top, win.left, *act)
             if step is not None:
                 return [step]
-        fused = packed("direct") if groups == 1 else None
+        fused = packed("direct") if g.compiled and groups == 1 else None
         if fused is not None and pointwise:
             return [fused.step(x.reshape(m, c), y2)]
         if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
@@ -286,7 +288,7 @@ def _batch_matmul(n: Any, node: xs.XNode, g: Graph) -> Planner:
             raise ValueError(f"batch matmul of shapes {a.shape} and {b.shape} does not line up")
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         y = env.empty(n.output_id, batch + (a.shape[-2], b.shape[-1]))
-        packed = gemm.batch_matmul(a, b, y) if policy.compiled_tier() else None
+        packed = gemm.batch_matmul(a, b, y) if g.compiled else None
         return [partial(np.matmul, a, b, out=y) if packed is None else packed]
 
     return plan

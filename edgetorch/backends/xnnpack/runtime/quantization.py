@@ -18,7 +18,6 @@ from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.runtime.epilogues import min_max
 from edgetorch.backends.xnnpack.runtime.memory import Env, Step
 from edgetorch.backends.xnnpack.runtime.values import QParams, qrange
-from edgetorch.runtime import policy
 
 
 def quantize_steps(
@@ -107,14 +106,15 @@ def dynamic_convert(
     q: np.ndarray | None,
     scale: np.ndarray,
     zero_point: np.ndarray,
+    compiled: bool,
     dequantized: np.ndarray = NO_ROWS,
 ) -> Step:
     """The step of per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q``
     if given. A ``dequantized`` [rows, K + 1] buffer (compiled tier only) also gets (q - zero_point) * scale.
-    The tier is chosen here, when the step is built (the compiled pass gives the same bits), not at each call."""
+    ``compiled``: the delegate's tier (``Graph.compiled``); the compiled pass gives the same bits."""
     x2 = x.reshape(scale.shape[0], -1)
     flat = np.shares_memory(x2, x) and x2.flags.c_contiguous and centred.flags.c_contiguous
-    if policy.compiled_tier() and flat:
+    if compiled and flat:
         t = centred.reshape(x2.shape)
         return partial(_compiled_convert, qfast.dynamic_quantize(), x2, t, q, scale, zero_point, dequantized)
     return partial(_numpy_convert, x, centred, q, scale, zero_point)
@@ -163,12 +163,14 @@ def requantize_steps(
     q: np.ndarray,
     qp: QParams,
     node: xs.XNode,
+    compiled: bool,
     dest: tuple | None = None,
 ) -> list:
-    """XNNPACK's fp32 requantization of the int32 accumulator ``acc`` (+ bias) into ``q``."""
+    """XNNPACK's fp32 requantization of the int32 accumulator ``acc`` (+ bias) into ``q``; ``compiled``: the
+    delegate's tier (``Graph.compiled``)."""
     lo, hi = min_max(node)
     lo, hi = (lo / qp.scale if lo != -math.inf else lo), (hi / qp.scale if hi != math.inf else hi)
-    if policy.compiled_tier() and dest is not None and acc.flags.c_contiguous:
+    if compiled and dest is not None and acc.flags.c_contiguous:
         return _fused_requantize_steps(acc, bias, factor, q, qp.zero_point, lo, hi, dest)
     steps = []
     if bias is not None:

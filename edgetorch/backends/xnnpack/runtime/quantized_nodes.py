@@ -67,12 +67,12 @@ def _quantized_convert(n: Any, node: xs.XNode, g: Graph) -> Planner:
             env.dynamic[n.output_id] = (scale, zp)
             c = env.centred_buffer(n.output_id, x.shape)
             deq = NO_ROWS
-            if policy.compiled_tier() and n.output_id in g.fc_inputs:
+            if g.compiled and n.output_id in g.fc_inputs:
                 # The fully connected's input buffer, filled in the same pass; not pooled.
                 deq, ones = env.ones_column(rows, x.size // max(rows, 1))
                 env.fc_input[n.output_id] = deq
             q = y if n.output_id in g.needs_int8 else None
-            return [dynamic_convert(x, c, q, scale, zp, deq)] + ([ones] if deq.size else [])
+            return [dynamic_convert(x, c, q, scale, zp, g.compiled, deq)] + ([ones] if deq.size else [])
         dest = (env, n.output_id)
         if qin is None:
             return quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
@@ -155,7 +155,7 @@ def _quantized_fully_connected(n: Any, node: xs.XNode, g: Graph) -> Planner:
         y = env.empty(n.output_id, x.shape[:-1] + (oc,))
         acc = env.cursor.take((x2.shape[0], oc), np.dtype(np.float32))
         steps = [ones, partial(np.copyto, xa[:, :ic], x2)] + qgemm.matmul_steps(xa, w, acc, cuts)
-        return steps + requantize_steps(acc, None, factor, y.reshape(-1, oc), yq, node, (env, n.output_id))
+        return steps + requantize_steps(acc, None, factor, y.reshape(-1, oc), yq, node, g.compiled, (env, n.output_id))
 
     return plan
 
@@ -173,8 +173,8 @@ def _float_weights(g: Graph, n: Any, wq: QParams, shape: tuple[int, int], transp
 def _integer_weights(
     g: Graph, n: Any, wq: QParams, bias: np.ndarray | None, shape: tuple[int, int], transposed: bool, four_bit: bool
 ) -> qgemv.IntegerLinear | None:
-    """The weights for the compiled integer GEMV (qgemv.py), or None when the tier is off or the layout is one
-    it does not take (the node then dequantizes them at load)."""
+    """The weights for the compiled integer GEMV (qgemv.py; the tier must be on), or None for a layout it does
+    not take (the node then dequantizes them at load)."""
     ic, oc = shape
     if four_bit:
         block = wq.group_size
@@ -212,7 +212,7 @@ def _dynamic_fully_connected(
     4-bit weights on a host with AVX512-VNNI, the int8 GEMM of qgemv_vnni.py, as tuning measures. Without the tier
     they are dequantized once, at load, and every call runs sgemm."""
     ic, oc = shape
-    integer = _integer_weights(g, n, wq, bias, shape, transposed, four_bit)
+    integer = _integer_weights(g, n, wq, bias, shape, transposed, four_bit) if g.compiled else None
     waug = (
         None
         if integer is not None
@@ -279,7 +279,7 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: Graph) -> Planner:
     per_out = wscale.reshape(-1, 1, 1, 1) if isinstance(n, xs.XNNConv2d) else wscale
     g.constants[wid] = w * per_out if dynamic else w
     bid = xs.INVALID_VALUE_ID
-    fused_bias = bias is not None and not dynamic and policy.compiled_tier()  # added in the compiled requantize
+    fused_bias = bias is not None and not dynamic and g.compiled  # added in the compiled requantize
     if bias is not None and not dynamic and not fused_bias:
         bid = g.shadow(n.bias_id)
         g.constants[bid] = bias
@@ -318,7 +318,8 @@ def _quantized_convolution(n: Any, node: xs.XNode, g: Graph) -> Planner:
         steps += inner(env)
         acc = env[yid]
         y = env.empty(n.output_id, acc.shape)
-        return steps + requantize_steps(acc, bias if fused_bias else None, factor, y, yq, node, (env, n.output_id))
+        fused = bias if fused_bias else None
+        return steps + requantize_steps(acc, fused, factor, y, yq, node, g.compiled, (env, n.output_id))
 
     return plan
 
@@ -346,7 +347,7 @@ def _dequantized(n: Any, node: xs.XNode, g: Graph) -> Planner:
     fusable = fusable and n.input2_id not in g.constants
 
     def plan(env: Env) -> list:
-        if fusable and policy.compiled_tier():
+        if fusable and g.compiled:
             fused = _fused_add(n, node, g, env)
             if fused is not None:
                 return fused

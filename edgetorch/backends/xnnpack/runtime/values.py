@@ -18,6 +18,7 @@ from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob
 from edgetorch.backends.xnnpack.runtime.fp16 import weights_in_input_dtype
 from edgetorch.errors import DelegateLoadError, EdgetorchError
+from edgetorch.runtime import policy
 
 _DTYPES = {
     xs.XNNDatatype.xnn_datatype_fp32: np.dtype(np.float32),
@@ -71,6 +72,9 @@ class Graph:
         # Value -> integer bounds of the clamp that is its only reader: its producer applies them (see fuse_clamps).
         self.narrow: dict[int, tuple[int, int]] = {}
         self.packs_in_place = True  # whether weights sgemm would read in place are packed (float_layers.py)
+        # The tier every node of this delegate runs on, read once at load: a schedule built later for other input
+        # shapes takes the same kernels (and the same weights packed at load) whatever the policy says by then.
+        self.compiled = policy.compiled_tier()
         # Filters of centred integers (a quantized convolution's, run by the float planner), whose products
         # must be summed exactly: never by Winograd's transforms, which round.
         self.exact: set[int] = set()
