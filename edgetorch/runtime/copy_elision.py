@@ -101,7 +101,7 @@ def elide_copies(ex: Any, live: set[int]) -> set[int]:
     if not ex.static:
         return set()
     facts, bound, slots = ex.facts, ex.bound, ex.slots
-    writers, readers = facts.writers, facts.readers
+    writers, last_read = facts.writers, facts.last_read
     view_map = facts.view_map()
     views_of: dict[int, set[int]] = {}
     for v, bases in view_map.items():
@@ -148,7 +148,7 @@ def elide_copies(ex: Any, live: set[int]) -> set[int]:
             continue
         first = source[1] + offset * x.itemsize
         reads: Range = (source[0], first, first + y.nbytes)
-        last = max(max(readers.get(j, {pc})) for j in {dst, *views})
+        last = max(last_read.get(j, pc) for j in {dst, *views})
         if facts.written_over(reads, pc + 1, last, facts.planned_range):
             continue
         view = x.reshape(-1)[offset : offset + y.size].reshape(y.shape)

@@ -9,7 +9,7 @@ the values made from it; nothing here runs a kernel. Torch-free.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -41,6 +41,13 @@ def kernel_results(fn: Callable, args: Sequence[int], nargs: int) -> list[int]:
     if len(args) == nargs and resized is not None and resized < nargs:
         return [args[resized]]
     return list(args[nargs:])
+
+
+def last_reads(reads: Iterable[Iterable[int]]) -> dict[int, int]:
+    """Each value and the index of the last step that reads it, for steps given in order by the values each
+    reads: a method's instructions (:attr:`PlanFacts.last_read`) or an XNNPACK graph's nodes, whose runtime
+    gives a buffer back to its pool after that step (backends/xnnpack/runtime/memory.py)."""
+    return {v: i for i, step in enumerate(reads) for v in step}
 
 
 class PlanFacts:
@@ -94,6 +101,11 @@ class PlanFacts:
             for j in self.items(getattr(ins.instr_args, "args", ())):
                 found.setdefault(j, set()).add(pc)
         return found
+
+    @cached_property
+    def last_read(self) -> dict[int, int]:
+        """Each value and the last instruction that names it among its arguments."""
+        return last_reads(self.items(getattr(ins.instr_args, "args", ())) for ins in self.instructions)
 
     def planned_range(self, j: int) -> Range | None:
         """(memory id, first byte, end byte) of a planned tensor, or None."""

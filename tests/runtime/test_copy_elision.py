@@ -111,3 +111,12 @@ def test_decode_attention_gives_the_general_paths_bits(n_keys, monkeypatch):
     lean = llama._attention(query, keys, values, n_keys - 1, None, True, None, np.empty_like(query))
     general = llama._attention(strided, keys, values, n_keys - 1, None, True, None, np.empty_like(query))
     np.testing.assert_array_equal(lean, general)
+
+
+def test_the_last_reader_of_every_value_is_its_highest_reading_instruction():
+    """plan_analysis.last_reads, the def-use that copy elision and the XNNPACK runtime's buffer pool share,
+    names for each value the last instruction among its readers."""
+    checkpoint = random_checkpoint(seed=2, max_seq_len=4, max_context_len=16)
+    pte = export_llm(checkpoint, max_seq_len=4, max_context_len=16, use_sdpa_with_kv_cache=True)
+    facts = _load(pte)._executor.facts
+    assert facts.readers and facts.last_read == {j: max(pcs) for j, pcs in facts.readers.items()}

@@ -27,6 +27,7 @@ from edgetorch.runtime.backends import BackendInterface
 from edgetorch.runtime.kernels import blas_threads
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 from edgetorch.runtime.memory import resize
+from edgetorch.runtime.plan_analysis import last_reads
 
 _MAX_SCHEDULES = 8
 
@@ -103,7 +104,7 @@ class XnnpackDelegate:
         fuse_clamps(self.graph, self.xnodes, self.reads)
         compiled = fuse_float_clamps(self.graph, self.xnodes, self.reads)
         self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(compiled)]
-        self.last_use = {vid: i for i, reads in enumerate(self.reads) for vid in reads}
+        self.last_use = last_reads(self.reads)
         self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
         self.schedules: OrderedDict[tuple, _Schedule] = OrderedDict()
         declared = tuple(tuple(self.graph.value(vid).dims) for _, vid in self.graph.inputs)

@@ -63,6 +63,13 @@ class Env:
     copy alias) is planned, the buffer goes back to a pool that later outputs of the same byte size
     draw from. Steps run in node order, so a reused buffer is written only after its last reader ran.
     External inputs and outputs and persistent buffers (a pad's border is written once) are never pooled.
+
+    This is an allocator over the delegate's graph, not an analysis of a memory plan: it makes the plan (per input
+    shapes, while a schedule is built) where ``runtime/plan_analysis.py`` answers questions about the plan a
+    program carries. Both need each value's last reader (``plan_analysis.last_reads``, given to ``last_use``).
+    An alias here is copy elision's question answered by construction: copy elision (static and dynamic
+    methods) may turn a copy into a view only if nothing writes the source's planned bytes before the view's
+    last reader (``PlanFacts.written_over``); here the source's memory stays out of the pool until then.
     """
 
     def __init__(self, graph: Graph, last_use: Mapping[int, int], pinned: set[int]):
