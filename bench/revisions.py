@@ -1,0 +1,138 @@
+"""The edgetorch runtime of two git revisions on the suite's programs, in one run: before/after figures for a
+change that claims to cost nothing (a refactor) or to gain something.
+
+The programs are exported once, by the working tree's edgetorch (the file format does not change between the
+revisions compared), into ``--workdir``. The older revision is checked out beside it (``git worktree add
+--detach``, removed at the end). Every measurement is a fresh process that imports edgetorch from one checkout
+and no torch: 2 threads, the median wall time of ``--runs`` runs; 1 thread (``EDGETORCH_NUM_THREADS=1``, BLAS on
+one thread), the least CPU time (``time.process_time``), which a busy machine disturbs less. Revisions and
+programs are taken in turn, ``--rounds`` times, so a change in the machine's load reaches both alike; the table
+gives each cell's median over the rounds and the ratio after / before. Each checkout keeps its own numba cache
+and tuning cache (an untimed pass fills both before the first round).
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/revisions.py --before REV \\
+        [--after REV] [--models mobilenet_v2,resnet18] [--rounds 3] [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if "--child" not in sys.argv:  # a child imports edgetorch from the checkout it is given (PYTHONPATH)
+    sys.path.insert(0, str(ROOT))
+COMPILERS = ("edgetorch-xnnpack", "edgetorch-portable")
+SETTINGS = {"2 threads, wall ms": 2, "1 thread, CPU ms": 1}
+
+
+def child(path: str, threads: int, runs: int, root: str) -> None:
+    """In a fresh process: load the program with the edgetorch of ``root``, run it ``runs`` times after one
+    warm-up, print JSON (wall median at 2 threads, CPU minimum at 1)."""
+    import time
+
+    import numpy as np
+
+    import edgetorch
+    from edgetorch.runtime import Runtime
+
+    here = pathlib.Path(edgetorch.__file__).resolve()
+    if not here.is_relative_to(pathlib.Path(root).resolve()):
+        raise SystemExit(f"expected edgetorch from {root}, imported {here}")
+    method = Runtime.get().load_program(path).load_method("forward")
+    stored = np.load(path.rsplit("-edgetorch-", 1)[0] + "-inputs.npz")
+    inputs = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+    method.execute(inputs)
+    wall, cpu = [], []
+    for _ in range(runs):
+        t, c = time.perf_counter(), time.process_time()
+        method.execute(inputs)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    assert "torch" not in sys.modules, "the runtime imported torch"
+    print(json.dumps({"s": statistics.median(wall) if threads > 1 else min(cpu)}))
+
+
+def measure(checkout: pathlib.Path, path: pathlib.Path, threads: int, runs: int, cache: pathlib.Path) -> float:
+    env = dict(os.environ, EDGETORCH_NUM_THREADS=str(threads), EDGETORCH_CACHE_DIR=str(cache))
+    env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), PYTHONPATH=str(checkout))
+    command = [sys.executable, str(ROOT / "bench" / "revisions.py"), "--child", str(path)]
+    command += ["--threads", str(threads), "--runs", str(runs), "--root", str(checkout)]
+    out = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"{checkout.name} on {path.name} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["s"]
+
+
+def checkout(rev: str, where: pathlib.Path) -> pathlib.Path:
+    """``rev`` checked out (detached) under ``where``."""
+    path = where / f"rev-{rev}"
+    if not path.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(path), rev], cwd=ROOT, check=True)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", help="the older git revision")
+    parser.add_argument("--after", help="the newer revision (default: the working tree)")
+    parser.add_argument("--models", default="mlp,mobilenet_v2,resnet18,vit_tiny,gpt2,minilm,efficientnet_lite0")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=10, help="timed runs a process")
+    parser.add_argument("--workdir", default=str(pathlib.Path(tempfile.gettempdir()) / "edgetorch-bench-revisions"))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.threads, args.runs, args.root)
+        return
+    if not args.before:
+        parser.error("--before REV is required")
+    from bench.tuning import export
+
+    workdir = pathlib.Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    paths = export(args.models.split(","), workdir)  # the programs and their inputs, exported once
+    trees = {"before": checkout(args.before, workdir)}
+    trees["after"] = checkout(args.after, workdir) if args.after else ROOT
+    made = [tree for tree in trees.values() if tree != ROOT]
+    try:
+        caches = {side: workdir / f"cache-{side}" for side in trees}
+        for side, tree in trees.items():  # untimed: numba compiles, tuning measures, both cached
+            for path in paths.values():
+                measure(tree, path, 1, 1, caches[side])
+        times: dict[tuple, list[float]] = {}
+        loads = []
+        for _ in range(args.rounds):
+            loads.append(os.getloadavg()[0])
+            for key, path in paths.items():
+                for setting, threads in SETTINGS.items():
+                    for side, tree in trees.items():
+                        s = measure(tree, path, threads, args.runs, caches[side])
+                        times.setdefault((*key, setting, side), []).append(s)
+    finally:
+        for tree in made:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+    names = {"before": args.before, "after": args.after or "working tree"}
+    print(f"load average (1 min) before each round: {', '.join(f'{v:.1f}' for v in loads)}")
+    print(f"| model | program | setting | {names['before']} | {names['after']} | after / before |")
+    print("|---|---|---|---|---|---|")
+    ratios = []
+    for model, compiler in paths:
+        for setting in SETTINGS:
+            before, after = (statistics.median(times[model, compiler, setting, s]) for s in ("before", "after"))
+            ratios.append(after / before)
+            program = compiler.removeprefix("edgetorch-")
+            print(f"| {model} | {program} | {setting} | {before * 1e3:.2f} | {after * 1e3:.2f} | {ratios[-1]:.3f} |")
+    print(f"geomean after / before: {statistics.geometric_mean(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
