@@ -71,9 +71,10 @@ def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray
 
 
 def _tile_intrinsic() -> Any:
-    """``tile(a, i, wp, p, bias, lo, hi, y, rows)``, a numba intrinsic: for r < rows (a literal, 1-6),
-    y[i + r, 16 p : 16 p + 16] = clamp(a[i + r] @ wp[p] + bias[16 p : 16 p + 16], lo, hi), the columns past
-    y's last one left out. ``a`` [M, K] and ``y`` [M, N] float32 with contiguous rows, ``wp`` [P, K, 16] and
+    """``tile(a, i, wp, p, bias, lo, hi, y, rows, halves)``, a numba intrinsic: for r < rows (a literal, 1-6),
+    y[i + r, 16 p : 16 p + 8 halves] = clamp(a[i + r] @ wp[p] + bias[16 p : 16 p + 8 halves], lo, hi), the
+    columns past y's last one left out; ``halves`` (a literal, 1 or 2) is 1 only for a last panel of at most 8
+    columns, whose second half would multiply the packing's zeros. ``a`` [M, K] and ``y`` [M, N] float32 with contiguous rows, ``wp`` [P, K, 16] and
     ``bias`` [16 P] from :func:`pack`. The clamp keeps NaN (a compare and a select, as ``if v < lo: v = lo``)."""
     from llvmlite import ir
     from numba import types
@@ -87,13 +88,15 @@ def _tile_intrinsic() -> Any:
     lane0 = ir.Constant(ir.VectorType(i32, 8), [ir.Constant(i32, 0)] * 8)
 
     @intrinsic(prefer_literal=True)
-    def tile(typingctx, a, i, wp, p, bias, lo, hi, y, rows):
+    def tile(typingctx, a, i, wp, p, bias, lo, hi, y, rows, halves):
         if not isinstance(rows, types.IntegerLiteral) or not 1 <= rows.literal_value <= ROWS:
+            return None
+        if not isinstance(halves, types.IntegerLiteral) or halves.literal_value not in (1, 2):
             return None
         if any(t.layout != "C" or t.dtype != types.float32 for t in (a, wp, bias, y)):
             return None
-        count = rows.literal_value
-        sig = types.void(a, i, wp, p, bias, lo, hi, y, rows)
+        count, used = rows.literal_value, halves.literal_value
+        sig = types.void(a, i, wp, p, bias, lo, hi, y, rows, halves)
 
         def codegen(context, builder, signature, args):
             intp = context.get_value_type(types.intp)
@@ -120,37 +123,37 @@ def _tile_intrinsic() -> Any:
 
             xs = [row(x, r) for r in range(count)]
             base = builder.gep(w.data, [builder.mul(panel, builder.mul(k, const(WIDTH)))], inbounds=True)
-            acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(count)]
+            acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(used)] for _ in range(count)]
             with cgutils.for_range(builder, k) as loop:
                 at = builder.mul(loop.index, const(WIDTH))
-                halves = [builder.load(vector(base, builder.add(at, const(8 * h))), align=4) for h in range(2)]
+                halves = [builder.load(vector(base, builder.add(at, const(8 * h))), align=4) for h in range(used)]
                 for r in range(count):
                     xb = splat(builder.load(builder.gep(xs[r], [loop.index], inbounds=True)))
-                    for h in range(2):
+                    for h in range(used):
                         builder.store(builder.call(fma, [xb, halves[h], builder.load(acc[r][h])]), acc[r][h])
 
             col = builder.mul(panel, const(WIDTH))
             bb = builder.gep(b.data, [col], inbounds=True)
-            biases = [builder.load(vector(bb, const(8 * h)), align=4) for h in range(2)]
+            biases = [builder.load(vector(bb, const(8 * h)), align=4) for h in range(used)]
             low, high = splat(args[5]), splat(args[6])
             results = []
             for r in range(count):
-                for h in range(2):
+                for h in range(used):
                     v = builder.fadd(builder.load(acc[r][h]), biases[h])
                     v = builder.select(builder.fcmp_ordered("<", v, low), low, v)
                     results.append(builder.select(builder.fcmp_ordered(">", v, high), high, v))
             width = builder.sub(n, col)
-            with builder.if_else(builder.icmp_signed(">=", width, const(WIDTH))) as (whole, partial_):
+            with builder.if_else(builder.icmp_signed(">=", width, const(8 * used))) as (whole, partial_):
                 with whole:
                     for r in range(count):
                         start = builder.gep(row(out, r), [col], inbounds=True)
-                        for h in range(2):
-                            builder.store(results[2 * r + h], vector(start, const(8 * h)), align=4)
+                        for h in range(used):
+                            builder.store(results[used * r + h], vector(start, const(8 * h)), align=4)
                 with partial_:  # the last panel of an N that is not a multiple of 16: through a stack tile
                     spill = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(f32, WIDTH)), f32.as_pointer())
                     for r in range(count):
-                        for h in range(2):
-                            builder.store(results[2 * r + h], vector(spill, const(8 * h)), align=4)
+                        for h in range(used):
+                            builder.store(results[used * r + h], vector(spill, const(8 * h)), align=4)
                         start = builder.gep(row(out, r), [col], inbounds=True)
                         with cgutils.for_range(builder, width) as c:
                             builder.store(builder.load(builder.gep(spill, [c.index])), builder.gep(start, [c.index]))
@@ -166,30 +169,59 @@ prange: Any = range
 
 
 def _gemm_part(a, wp, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - compiled
-    """Rows r0 .. r1 and panels p0 .. p1 of the product, blocked for the caches (module docstring)."""
+    """Rows r0 .. r1 and panels p0 .. p1 of the product, blocked for the caches (module docstring); a last
+    panel of at most 8 columns (N = 24, 40, ...) computes its first half only."""
     k = a.shape[1]
     group = max(1, GROUP_BYTES // (k * 4 * WIDTH))
     block = max(ROWS, ROW_BYTES // (4 * k) // ROWS * ROWS)
+    half = wp.shape[0] * WIDTH - y.shape[1] >= WIDTH // 2
     for g0 in range(p0, p1, group):
         g1 = min(p1, g0 + group)
         for i0 in range(r0, r1, block):
             i1 = min(r1, i0 + block)
             for p in range(g0, g1):
-                i = i0
-                while i + ROWS <= i1:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 6)
-                    i += ROWS
-                left = i1 - i
-                if left == 1:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 1)
-                elif left == 2:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 2)
-                elif left == 3:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 3)
-                elif left == 4:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 4)
-                elif left == 5:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 5)
+                if half and p == wp.shape[0] - 1:
+                    _half_panel(a, wp, p, bias, lo, hi, y, i0, i1)
+                else:
+                    _panel(a, wp, p, bias, lo, hi, y, i0, i1)
+
+
+def _panel(a, wp, p, bias, lo, hi, y, i0, i1):  # pragma: no cover - compiled
+    """Rows i0 .. i1 of panel ``p``: whole tiles of 6 rows, then the rows left."""
+    i = i0
+    while i + ROWS <= i1:
+        _tile(a, i, wp, p, bias, lo, hi, y, 6, 2)
+        i += ROWS
+    left = i1 - i
+    if left == 1:
+        _tile(a, i, wp, p, bias, lo, hi, y, 1, 2)
+    elif left == 2:
+        _tile(a, i, wp, p, bias, lo, hi, y, 2, 2)
+    elif left == 3:
+        _tile(a, i, wp, p, bias, lo, hi, y, 3, 2)
+    elif left == 4:
+        _tile(a, i, wp, p, bias, lo, hi, y, 4, 2)
+    elif left == 5:
+        _tile(a, i, wp, p, bias, lo, hi, y, 5, 2)
+
+
+def _half_panel(a, wp, p, bias, lo, hi, y, i0, i1):  # pragma: no cover - compiled
+    """``_panel`` on the first 8 columns of panel ``p`` only."""
+    i = i0
+    while i + ROWS <= i1:
+        _tile(a, i, wp, p, bias, lo, hi, y, 6, 1)
+        i += ROWS
+    left = i1 - i
+    if left == 1:
+        _tile(a, i, wp, p, bias, lo, hi, y, 1, 1)
+    elif left == 2:
+        _tile(a, i, wp, p, bias, lo, hi, y, 2, 1)
+    elif left == 3:
+        _tile(a, i, wp, p, bias, lo, hi, y, 3, 1)
+    elif left == 4:
+        _tile(a, i, wp, p, bias, lo, hi, y, 4, 1)
+    elif left == 5:
+        _tile(a, i, wp, p, bias, lo, hi, y, 5, 1)
 
 
 def _gemm(out, a, wp, bias, lo, hi):  # pragma: no cover - compiled
@@ -366,4 +398,6 @@ def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:
     then()
 
 
-HELPERS = compiled.Helpers(globals(), compile=("_gemm_part", "_pack_batch"), build={"_tile": _tile_intrinsic})
+HELPERS = compiled.Helpers(
+    globals(), compile=("_gemm_part", "_panel", "_half_panel", "_pack_batch"), build={"_tile": _tile_intrinsic}
+)
