@@ -6,7 +6,7 @@ bits of the NumPy formulation in edgetorch/runtime/ops/conv.py; the clamp of the
 in the same pass. From the policy's ``split_outputs`` outputs on, output rows are split over the runtime's
 threads (numba's ``prange``; each output computed as on one thread).
 
-Two kernels compute it, with the same bits (``DEPTHWISE_KERNELS``, chosen by measuring the host through
+Three kernels compute it, with the same bits (``DEPTHWISE_KERNELS``, chosen by measuring the host through
 runtime/tuning.py, family ``"depthwise"``):
 
 - ``"vector"``: a micro-kernel in LLVM vector IR (``_pixels_intrinsic``) computes up to ``PIXELS`` output
@@ -15,6 +15,7 @@ runtime/tuning.py, family ``"depthwise"``):
   stride and dilation, and border pixels run it on their in-range taps only. numba's own loops over channels do
   not vectorise here (the output may alias the input for all LLVM knows, and nineteen pointers are more than
   its run-time alias checks take). Channels past the last whole vector are summed by a scalar loop.
+- ``"vector16"``: the same on 16-lane vectors first, where the CPU has AVX-512 (LLVM splits them elsewhere).
 - ``"rows"``: numba loops, one output pixel at a time (``_depthwise_rows``).
 
 Used through :func:`edgetorch.runtime.ops.conv.depthwise` by every runtime. Imports NumPy, the policy,
@@ -30,11 +31,12 @@ from typing import Any
 import numpy as np
 
 from edgetorch.runtime import policy, tuning
+from edgetorch.runtime.host import host as this_host
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 
 LANES = 8  # channels a vector: 256-bit registers
 PIXELS = 8  # output pixels a call of the micro-kernel: eight accumulators, the loop's index work shared by them
-DEPTHWISE_KERNELS = ("vector", "rows")
+DEPTHWISE_KERNELS = ("vector", "vector16", "rows")
 
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
 
@@ -114,10 +116,11 @@ def _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi,
                 out[ch] = v
 
 
-def _pixels_intrinsic() -> Any:
-    """``pixels(x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count)``, a
-    numba intrinsic: for ``count`` (a literal, 1 to ``PIXELS``) output pixels p and every whole vector of
-    ``LANES`` channels below ``channels``,
+def _pixels_intrinsic(lanes: int = LANES) -> Any:
+    """``pixels(x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count, ch0)``,
+    a numba intrinsic over ``lanes``-float vectors (8, or 16 where the CPU has AVX-512): for ``count`` (a
+    literal, 1 to ``PIXELS``) output pixels p and every whole vector of ``lanes`` channels from ``ch0`` on below
+    ``channels``,
     y[yo + p * channels + ch] = clamp(sum over t < ntaps of x[xo + offsets[t] + p * xstep + ch] *
     w[taps[t] + ch] (+ bias[ch]), lo, hi) (``taps`` holds each tap's first weight: tap index x channels), the products and sums rounded one by one in the list's
     order (no fused multiply-add): the bits of the NumPy formulation. ``x``, ``y``, ``w`` and ``bias`` are flat
@@ -129,12 +132,12 @@ def _pixels_intrinsic() -> Any:
     from numba.extending import intrinsic
 
     f32, i32 = ir.FloatType(), ir.IntType(32)
-    v8 = ir.VectorType(f32, LANES)
+    v8 = ir.VectorType(f32, lanes)
     undef = ir.Constant(v8, ir.Undefined)
-    lane0 = ir.Constant(ir.VectorType(i32, LANES), [ir.Constant(i32, 0)] * LANES)
+    lane0 = ir.Constant(ir.VectorType(i32, lanes), [ir.Constant(i32, 0)] * lanes)
 
     @intrinsic(prefer_literal=True)
-    def pixels(typingctx, x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count):
+    def pixels(typingctx, x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count, ch0):
         if not isinstance(count, types.IntegerLiteral) or not 1 <= count.literal_value <= PIXELS:
             return None
         if any(t.layout != "C" or t.ndim != 1 or t.dtype != types.float32 for t in (x, y, w, bias)):
@@ -142,7 +145,7 @@ def _pixels_intrinsic() -> Any:
         if any(t.layout != "C" or t.ndim != 1 or t.dtype != types.int64 for t in (taps, offsets)):
             return None
         number = count.literal_value
-        sig = types.void(x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count)
+        sig = types.void(x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count, ch0)
 
         def codegen(context, builder, signature, args):
             intp = context.get_value_type(types.intp)
@@ -150,8 +153,8 @@ def _pixels_intrinsic() -> Any:
                 context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 1, 2, 3, 5, 6)
             )
             has_bias = context.cast(builder, args[4], signature.args[4], types.boolean)
-            ntap, base, step, out, width = (
-                context.cast(builder, args[n], signature.args[n], types.intp) for n in (7, 8, 9, 10, 11)
+            ntap, base, step, out, width, start = (
+                context.cast(builder, args[n], signature.args[n], types.intp) for n in (7, 8, 9, 10, 11, 15)
             )
 
             def const(v):
@@ -174,9 +177,9 @@ def _pixels_intrinsic() -> Any:
                 return builder.load(vector(xa.data, builder.add(at, builder.mul(step, const(p)))), align=4)
 
             low, high = splat(args[12]), splat(args[13])
-            vectors = builder.sdiv(width, const(LANES))
+            vectors = builder.sdiv(builder.sub(width, start), const(lanes))
             with cgutils.for_range(builder, vectors) as outer:
-                ch = builder.mul(outer.index, const(LANES))
+                ch = builder.add(start, builder.mul(outer.index, const(lanes)))
                 weights, at = tap(const(0), ch)
                 acc = [cgutils.alloca_once_value(builder, builder.fmul(inputs(at, p), weights)) for p in range(number)]
                 with cgutils.for_range(builder, ntap, start=const(1)) as inner:
@@ -202,23 +205,25 @@ def _pixels_intrinsic() -> Any:
 
 
 _pixels: Any = None
+_pixels_wide: Any = None
 
 
-def _vector_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi):  # pragma: no cover - compiled
-    """``_depthwise_nhwc`` by the vector micro-kernel (module docstring)."""
-    _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, 0, y.shape[0] * y.shape[1])
+def _vector_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide):  # pragma: no cover
+    """``_depthwise_nhwc`` by the vector micro-kernel (module docstring), 16 lanes first when ``wide``."""
+    _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, 0, y.shape[0] * y.shape[1], wide)
 
 
-def _vector_split(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, parts):  # pragma: no cover
+def _vector_split(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide, parts):  # pragma: no cover
     """``_vector_nhwc`` with its output rows cut into ``parts`` runs, run on numba's threads."""
     rows = y.shape[0] * y.shape[1]
     step = -(-rows // parts)
     for p in prange(parts):
         first = min(rows, p * step)
-        _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, min(rows, first + step))
+        last = min(rows, first + step)
+        _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide)
 
 
-def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last):  # pragma: no cover
+def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide):  # pragma: no cover
     """Output rows ``first`` .. ``last`` (of all images' rows) by the vector micro-kernel: per row, the run of
     columns whose windows lie inside the input in groups of ``PIXELS``, each border column on its own."""
     nb, h, wd, c = x.shape
@@ -244,7 +249,7 @@ def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first
                     xo = (j - inner_lo) * step
                     left_over = inner_hi - j
                     todo = 8 if left_over >= 8 else 4 if left_over >= 4 else 2 if left_over >= 2 else 1
-                    _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo)
+                    _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide)
                     j += todo
                     yo += todo * c
                 continue
@@ -252,7 +257,8 @@ def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first
             lo_kj = 0 if c0 >= 0 else -(c0 // dw)  # the first column in range: ceil(-c0 / dw)
             hi_kj = min(kw, (wd - 1 - c0) // dw + 1) if c0 < wd else 0
             count = _tap_list(ids, offsets, n, r0, c0, lo_kj, max(lo_kj, hi_kj), kh, kw, dh, dw, h, wd, c)
-            _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, 0, step, (r * ow + j) * c, c, lo, hi, 1)
+            yo = (r * ow + j) * c
+            _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, 0, step, yo, c, lo, hi, 1, wide)
             j += 1
 
 
@@ -272,23 +278,38 @@ def _tap_list(ids, offsets, n, r0, c0, kj0, kj1, kh, kw, dh, dw, h, wd, c):  # p
     return count
 
 
-def _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo):  # pragma: no cover
-    """``todo`` (1, 2, 4 or ``PIXELS``) pixels by the micro-kernel, the channels past its whole vectors by a scalar
-    loop in the same order; a window with no tap in range is the bias alone."""
+def _pixel_block(
+    xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide
+):  # pragma: no cover
+    """``todo`` (1, 2, 4 or ``PIXELS``) pixels by the micro-kernel (16 lanes first when ``wide``, then 8), the
+    channels past its whole vectors by a scalar loop in the same order; a window with no tap in range is the
+    bias alone."""
     if count == 0:
         for p in range(todo):
             for ch in range(c):
                 v = np.float32(0.0) + b[ch] if with_bias else np.float32(0.0)
                 yf[yo + p * c + ch] = min(max(v, lo), hi) if v == v else v
         return
-    if todo == 8:
-        _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 8)
-    elif todo == 4:
-        _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 4)
-    elif todo == 2:
-        _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 2)
-    else:
-        _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 1)
+    done = 0
+    if wide:
+        done = c // 16 * 16
+        if todo == 8:
+            _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 8, 0)
+        elif todo == 4:
+            _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 4, 0)
+        elif todo == 2:
+            _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 2, 0)
+        else:
+            _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 1, 0)
+    if c - done >= LANES:
+        if todo == 8:
+            _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 8, done)
+        elif todo == 4:
+            _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 4, done)
+        elif todo == 2:
+            _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 2, done)
+        else:
+            _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 1, done)
     for ch in range(c // LANES * LANES, c):
         for p in range(todo):
             at = xo + p * step + ch
@@ -306,47 +327,59 @@ def _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c,
 
 def nhwc_step(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
     """The step of ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``
-    (``window`` is kh .. hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty) by the kernel of ``DEPTHWISE_KERNELS``
-    the host's measurement picks (:func:`choose`), its rows split over the threads ``compiled_kernels.split``
-    gives it at each call when the output is large enough; the tier must be on."""
+    (``window`` is kh .. hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty) by the kernel of :func:`kernels` the
+    host's measurement picks (:func:`choose`), its rows split over the threads ``compiled_kernels.split`` gives
+    it at each call when the output is large enough; the tier must be on."""
     HELPERS.require("depthwise nhwc_step")
     kernel = choose(x, taps, bias, y, *window).kernel if compiled_kernels.flat_float32(x, y) else "rows"
     return _step(kernel, x, taps, bias, y, *window)
 
 
-_FORMS = {"vector": (_vector_nhwc, _vector_split), "rows": (_depthwise_nhwc, _depthwise_split)}
+def kernels() -> tuple[str, ...]:
+    """The kernels of ``DEPTHWISE_KERNELS`` this host may run: ``"vector16"`` (the micro-kernel on 16 lanes,
+    then 8) only where the CPU has AVX-512."""
+    return tuple(k for k in DEPTHWISE_KERNELS if k != "vector16" or this_host().vector_bits >= 512)
+
+
+_FORMS = {
+    "vector": (_vector_nhwc, _vector_split),
+    "vector16": (_vector_nhwc, _vector_split),
+    "rows": (_depthwise_nhwc, _depthwise_split),
+}
 
 
 def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
     """The step of ``kernel`` (a name of ``DEPTHWISE_KERNELS``) on these arrays; the tier must be on."""
     HELPERS.require(f"depthwise {kernel}")
     serial_fn, parallel_fn = _FORMS[kernel]
-    args = (x, taps, bias, y, *window)
-    serial = partial(compiled_kernels.compiled(f"depthwise_{kernel}", serial_fn), *args)
-    parallel = compiled_kernels.compiled(f"depthwise_{kernel}_split", parallel_fn, parallel=True)
+    args = (x, taps, bias, y, *window) + ((kernel == "vector16",) if kernel != "rows" else ())
+    name = "rows" if kernel == "rows" else "vector"
+    serial = partial(compiled_kernels.compiled(f"depthwise_{name}", serial_fn), *args)
+    parallel = compiled_kernels.compiled(f"depthwise_{name}_split", parallel_fn, parallel=True)
     return compiled_kernels.split_step(
         serial, parallel, args, y.shape[0] * y.shape[1], y.size >= policy.current().split_outputs
     )
 
 
 def choose(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> tuning.Decision:
-    """Which of ``DEPTHWISE_KERNELS`` runs this layer (one image of it), by the host's measurement
-    (runtime/tuning.py); both are timed on random inputs of the layer's shape and window."""
+    """Which of :func:`kernels` runs this layer (one image of it), by the host's measurement
+    (runtime/tuning.py, family ``"depthwise"``); each is timed on random inputs of the layer's shape and window."""
     kh, kw, sh, sw, dh, dw, top, left = window[:8]
     key = f"{x.shape[1]}x{x.shape[2]}x{x.shape[3]}:{kh}x{kw}/{sh}x{sw}/{dh}x{dw}/{top},{left}"
+    names = kernels()
 
     def candidates() -> dict[str, Callable[[], object]]:
         rng = np.random.default_rng(0)
         xs = rng.standard_normal((1, *x.shape[1:]), dtype=np.float32)
         ys = np.empty((1, *y.shape[1:]), np.float32)
-        return {name: _step(name, xs, taps, bias, ys, *window) for name in DEPTHWISE_KERNELS}
+        return {name: _step(name, xs, taps, bias, ys, *window) for name in names}
 
-    return tuning.choose("depthwise", key, DEPTHWISE_KERNELS, candidates)
+    return tuning.choose("depthwise", key, names, candidates)
 
 
 HELPERS = compiled_kernels.Helpers(
     globals(),
     compile=("_depthwise_rows", "_vector_rows"),
     inline=("_tap_list", "_pixel_block"),
-    build={"_pixels": _pixels_intrinsic},
+    build={"_pixels": _pixels_intrinsic, "_pixels_wide": partial(_pixels_intrinsic, 16)},
 )

@@ -1,5 +1,5 @@
-"""The compiled tier's NHWC depthwise kernels (runtime/kernels/depthwise.py): the vector micro-kernel and the
-row loops give the same bits on every window shape (border pixels, channel tails, dilation, padding wider than
+"""The compiled tier's NHWC depthwise kernels (runtime/kernels/depthwise.py): the vector micro-kernel (on 8
+lanes, and on 16 then 8, which LLVM splits on a CPU without AVX-512) and the row loops give the same bits on every window shape (border pixels, channel tails, dilation, padding wider than
 the window reaches), split over threads or not, and the layer's kernel is the one the policy fixes."""
 
 from __future__ import annotations
@@ -48,31 +48,44 @@ def _run(kernel, x, taps, b, shape, window):
     return y
 
 
+@pytest.mark.parametrize("kernel", ["vector", "vector16"])
 @pytest.mark.parametrize("case", WINDOWS)
-def test_the_vector_kernel_gives_the_bits_of_the_row_loops(case):
+def test_the_vector_kernel_gives_the_bits_of_the_row_loops(case, kernel):
     x, taps, b, shape, window = _layer(case, sum(case))
-    vector = _run("vector", x, taps, b, shape, window)
+    vector = _run(kernel, x, taps, b, shape, window)
     assert not np.isnan(vector).any()
     np.testing.assert_array_equal(vector, _run("rows", x, taps, b, shape, window))
 
 
 def test_the_vector_kernel_keeps_nan_and_splits_with_the_bits_of_one_thread(set_policy, kernel_threads):
-    x, taps, b, shape, window = _layer((2, 14, 14, 24, 3, 1, 1, 1, True), 3)
+    x, taps, b, shape, window = _layer((2, 14, 14, 40, 3, 1, 1, 1, True), 3)
     x[0, 5, 5, 3] = np.nan
     set_policy(split_outputs=1, split_adapts=False)
     kernel_threads(2)
-    split = _run("vector", x, taps, b, shape, window)
+    split = _run("vector16", x, taps, b, shape, window)
     kernel_threads(1)
-    serial = _run("vector", x, taps, b, shape, window)
+    serial = _run("vector16", x, taps, b, shape, window)
     np.testing.assert_array_equal(split, serial)
     assert np.isnan(serial[0, 4:7, 4:7, 3]).all() and np.isnan(serial).sum() == 9
 
 
-@pytest.mark.parametrize("kernel", ["vector", "rows"])
-def test_the_policy_fixes_the_kernel_a_layer_runs(kernel, set_policy):
+@pytest.mark.parametrize("kernel", ["vector", "vector16", "rows"])
+def test_the_policy_fixes_the_kernel_a_layer_runs(kernel, set_policy, monkeypatch):
+    from edgetorch.runtime.host import Host
     from edgetorch.runtime.kernels import depthwise
 
+    monkeypatch.setattr(depthwise, "this_host", lambda: Host("cpu", "x86_64", frozenset({"avx512f"}), 2))
     set_policy(kernel_choices={"depthwise": kernel})
     x, taps, b, shape, window = _layer(WINDOWS[0], 0)
     decision = depthwise.choose(x, taps, b, np.empty(shape, np.float32), *window)
     assert (decision.kernel, decision.reason) == (kernel, "fixed by policy")
+
+
+def test_the_16_lane_kernel_is_a_candidate_only_with_avx512(monkeypatch):
+    from edgetorch.runtime.host import Host
+    from edgetorch.runtime.kernels import depthwise
+
+    monkeypatch.setattr(depthwise, "this_host", lambda: Host("cpu", "x86_64", frozenset({"avx2"}), 2))
+    assert depthwise.kernels() == ("vector", "rows")
+    monkeypatch.setattr(depthwise, "this_host", lambda: Host("cpu", "x86_64", frozenset({"avx2", "avx512f"}), 2))
+    assert depthwise.kernels() == ("vector", "vector16", "rows")
