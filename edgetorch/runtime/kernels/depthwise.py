@@ -36,6 +36,7 @@ from edgetorch.runtime.kernels import compiled as compiled_kernels
 
 LANES = 8  # channels a vector: 256-bit registers
 PIXELS = 8  # output pixels a call of the micro-kernel: eight accumulators, the loop's index work shared by them
+CHAINS = 4  # independent sums the micro-kernel keeps at least (channel vectors x pixels), to hide the add latency
 DEPTHWISE_KERNELS = ("vector", "vector16", "rows")
 
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
@@ -177,26 +178,43 @@ def _pixels_intrinsic(lanes: int = LANES) -> Any:
                 return builder.load(vector(xa.data, builder.add(at, builder.mul(step, const(p)))), align=4)
 
             low, high = splat(args[12]), splat(args[13])
-            vectors = builder.sdiv(builder.sub(width, start), const(lanes))
-            with cgutils.for_range(builder, vectors) as outer:
-                ch = builder.add(start, builder.mul(outer.index, const(lanes)))
-                weights, at = tap(const(0), ch)
-                acc = [cgutils.alloca_once_value(builder, builder.fmul(inputs(at, p), weights)) for p in range(number)]
+
+            def block(channels):
+                """The ``number`` pixels at the channel offsets ``channels`` (one vector each): every sum its own
+                register, so that a call of few pixels still keeps several add chains in flight."""
+                acc = []
+                for ch in channels:
+                    weights, at = tap(const(0), ch)
+                    acc.append([cgutils.alloca_once_value(builder, builder.fmul(inputs(at, p), weights))
+                                for p in range(number)])  # fmt: skip
                 with cgutils.for_range(builder, ntap, start=const(1)) as inner:
-                    weights, at = tap(inner.index, ch)
-                    for p in range(number):
-                        product = builder.fmul(inputs(at, p), weights)
-                        builder.store(builder.fadd(builder.load(acc[p]), product), acc[p])
+                    for g, ch in enumerate(channels):
+                        weights, at = tap(inner.index, ch)
+                        for p in range(number):
+                            product = builder.fmul(inputs(at, p), weights)
+                            builder.store(builder.fadd(builder.load(acc[g][p]), product), acc[g][p])
                 with builder.if_then(has_bias):
-                    b = builder.load(vector(ba.data, ch), align=4)
+                    for g, ch in enumerate(channels):
+                        b = builder.load(vector(ba.data, ch), align=4)
+                        for p in range(number):
+                            builder.store(builder.fadd(builder.load(acc[g][p]), b), acc[g][p])
+                for g, ch in enumerate(channels):
                     for p in range(number):
-                        builder.store(builder.fadd(builder.load(acc[p]), b), acc[p])
-                for p in range(number):
-                    v = builder.load(acc[p])
-                    v = builder.select(builder.fcmp_ordered("<", v, low), low, v)
-                    v = builder.select(builder.fcmp_ordered(">", v, high), high, v)
-                    dst = builder.add(builder.add(out, builder.mul(width, const(p))), ch)
-                    builder.store(v, vector(ya.data, dst), align=4)
+                        v = builder.load(acc[g][p])
+                        v = builder.select(builder.fcmp_ordered("<", v, low), low, v)
+                        v = builder.select(builder.fcmp_ordered(">", v, high), high, v)
+                        dst = builder.add(builder.add(out, builder.mul(width, const(p))), ch)
+                        builder.store(v, vector(ya.data, dst), align=4)
+
+            group = max(1, CHAINS // number)  # channel vectors a pass, so that group x pixels >= CHAINS
+            vectors = builder.sdiv(builder.sub(width, start), const(lanes))
+            groups = builder.sdiv(vectors, const(group))
+            with cgutils.for_range(builder, groups) as outer:
+                first = builder.add(start, builder.mul(outer.index, const(group * lanes)))
+                block([builder.add(first, const(g * lanes)) for g in range(group)])
+            done = builder.add(start, builder.mul(groups, const(group * lanes)))
+            with cgutils.for_range(builder, builder.sub(vectors, builder.mul(groups, const(group)))) as rest:
+                block([builder.add(done, builder.mul(rest.index, const(lanes)))])
             return context.get_dummy_value()
 
         return sig, codegen
