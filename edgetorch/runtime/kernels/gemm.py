@@ -184,22 +184,22 @@ def _gemm_part(a, wp, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - co
 
 def _gemm_blocks(a, wp, bias, lo, hi, y, r0, r1, p0, p1, wide):  # pragma: no cover - compiled
     """Rows r0 .. r1 and panels p0 .. p1 of the product, blocked for the caches (module docstring), by the
-    16-lane tiles when ``wide``; with 8 lanes a last panel of at most 8 columns (N = 24, 40, ...) computes
-    its first half only."""
+    16-lane tiles when ``wide``; a last panel of at most 8 columns (N = 24, 40, ...) computes its first half
+    only, by the 8-lane tiles."""
     k = a.shape[1]
     tile = WIDE_ROWS if wide else ROWS
     group = max(1, GROUP_BYTES // (k * 4 * WIDTH))
     block = max(tile, ROW_BYTES // (4 * k) // tile * tile)
-    half = not wide and wp.shape[0] * WIDTH - y.shape[1] >= WIDTH // 2
+    half = wp.shape[0] * WIDTH - y.shape[1] >= WIDTH // 2
     for g0 in range(p0, p1, group):
         g1 = min(p1, g0 + group)
         for i0 in range(r0, r1, block):
             i1 = min(r1, i0 + block)
             for p in range(g0, g1):
-                if wide:
-                    _wide_panel(a, wp, p, bias, lo, hi, y, i0, i1)
-                elif half and p == wp.shape[0] - 1:
+                if half and p == wp.shape[0] - 1:
                     _half_panel(a, wp, p, bias, lo, hi, y, i0, i1)
+                elif wide:
+                    _wide_panel(a, wp, p, bias, lo, hi, y, i0, i1)
                 else:
                     _panel(a, wp, p, bias, lo, hi, y, i0, i1)
 
