@@ -1,10 +1,11 @@
 """Per-layer times of the XNNPACK delegate's convolutions in the vision models (MobileNetV2, EfficientNet-Lite0),
-at 1 thread and 2, and for every pointwise layer the alternatives on the same shape: NumPy's sgemm with the bias
-and clamp passes, and the packed GEMM at 1 and 2 threads.
+at 1 thread and 2, and for every pointwise layer the alternatives on the same shape at 1 thread: NumPy's sgemm
+with the bias and clamp passes, and the packed GEMM's 8- and 16-lane tiles.
 
 Each layer's steps are timed where the delegate bound them (its own buffers, the last run's data), best of
-``--runs`` calls after a warm-up; the thread count changes between passes through ``set_num_threads`` and BLAS's
-limit. Unsets OPENBLAS_* (bench/harness.py). Prints one table per model and the totals by layer kind.
+``--runs`` calls after a warm-up, with the kernels tuning chose. At 2 threads every split site splits
+(``Policy(split_adapts=False)``), so the column shows what the parallel variant costs, not what a site's
+timing would pick. Unsets OPENBLAS_* (bench/harness.py). Prints one table per model and the totals by kind.
 
     .venv/bin/python bench/vision_layers.py [--models mobilenet_v2,efficientnet_lite0] [--runs 20]
 """
@@ -29,7 +30,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 from bench.harness import table  # noqa: E402
 from bench.profile_xnnpack import load_edgetorch, lower  # noqa: E402
 from edgetorch.backends.xnnpack import schema as xs  # noqa: E402
-from edgetorch.runtime import set_num_threads  # noqa: E402
+from edgetorch.runtime import policy, set_num_threads  # noqa: E402
 from edgetorch.runtime.kernels import blas_threads, gemm  # noqa: E402
 
 
@@ -97,7 +98,7 @@ def main() -> None:
             cells = {}
             for threads in (1, 2):
                 set_num_threads(threads)
-                with threadpool_limits(threads), blas_threads.held(True):
+                with threadpool_limits(threads), blas_threads.held(True), policy.using(split_adapts=False):
                     cells[f"ours {threads}t"] = best(run, args.runs)
             if kind == "pointwise":
                 m, k, nn = shape
@@ -106,13 +107,11 @@ def main() -> None:
                 w = rng.standard_normal((k, nn), dtype=np.float32)
                 b = rng.standard_normal(nn, dtype=np.float32)
                 y = np.empty((m, nn), np.float32)
-                sg = gemm.sgemm_step(x, w, b, 0.0, 6.0, y)
-                for threads in (1, 2):
-                    set_num_threads(threads)
-                    with threadpool_limits(threads):
-                        cells[f"sgemm {threads}t"] = best(sg, args.runs)
-                    with threadpool_limits(1):
-                        cells[f"packed {threads}t"] = best(gemm.PackedGemm(w, b, 0.0, 6.0).step(x, y), args.runs)
+                set_num_threads(1)
+                with threadpool_limits(1):
+                    cells["sgemm"] = best(gemm.sgemm_step(x, w, b, 0.0, 6.0, y), args.runs)
+                    for kernel in ("packed", "packed16"):
+                        cells[kernel] = best(gemm.PackedGemm(w, b, 0.0, 6.0).step(x, y, kernel), args.runs)
             for k_, v in cells.items():
                 totals[(kind, k_)] += v
             rows.append([kind, "x".join(map(str, shape))] + [f"{cells.get(c, np.nan) * 1e6:.1f}" for c in COLUMNS])
@@ -126,7 +125,7 @@ def main() -> None:
         )
 
 
-COLUMNS = ["ours 1t", "ours 2t", "sgemm 1t", "sgemm 2t", "packed 1t", "packed 2t"]
+COLUMNS = ["ours 1t", "ours 2t", "sgemm", "packed", "packed16"]
 
 
 def _all(steps: list) -> None:
