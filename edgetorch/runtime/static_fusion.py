@@ -368,9 +368,10 @@ def _packed(
     if not compiled.flat_float32(out):
         return None
     packed = gemm.PackedGemm(rhs, bias)
-    if gemm.choose_linear(packed, rhs, lhs.shape[0], f"instruction {pc}").kernel != "packed":
+    kernel = gemm.choose_linear(packed, rhs, lhs.shape[0], f"instruction {pc}").kernel
+    if kernel == "sgemm":
         return gemm.sgemm_step(lhs, rhs, bias, -np.inf, np.inf, out)
-    return packed.step(lhs, out)
+    return packed.step(lhs, out, kernel)
 
 
 def _rows(ctx: _StaticContext, name: str, *args: Any) -> Callable:

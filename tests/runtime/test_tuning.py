@@ -139,7 +139,7 @@ def test_choose_linear_measures_both(cache):
         pytest.skip("the packed GEMM needs the [fast] tier")
     w = np.ones((32, 48), np.float32)
     d = gemm.choose_linear(gemm.PackedGemm(w, None), w, 24)
-    assert d.reason == tuning.MEASURED and set(d.times) == set(gemm.LINEAR_KERNELS)
+    assert d.reason == tuning.MEASURED and set(d.times) == set(gemm.linear_kernels())
     assert d.kernel == min(d.times, key=d.times.get)
     with policy.using(kernel_choices={"gemm": "sgemm"}):
         assert gemm.choose_linear(gemm.PackedGemm(w, None), w, 24).kernel == "sgemm"
@@ -194,13 +194,14 @@ def test_choose_linear_times_part_of_a_large_product(cache, monkeypatch, set_pol
     shapes = []
     real = gemm.PackedGemm.step
 
-    def step(self, x2, y2):
+    def step(self, x2, y2, kernel="packed"):
         shapes.append(y2.shape)
-        return real(self, x2, y2)
+        return real(self, x2, y2, kernel)
 
     monkeypatch.setattr(gemm.PackedGemm, "step", step)
     d = gemm.choose_linear(gemm.PackedGemm(w, None), w, 6)
-    assert d.key == "6x32x100" and shapes == [(6, 32)]  # 40 channels rounded down to whole panels
+    # 40 channels rounded down to whole panels, for each packed variant
+    assert d.key == "6x32x100" and shapes == [(6, 32)] * len(gemm.packed_kernels())
 
 
 @pytest.mark.parametrize("delegated", [False, True], ids=["portable", "xnnpack"])
@@ -231,7 +232,7 @@ def test_programs_agree_whichever_kernel_each_layer_runs(delegated, cache):
             got = method.execute([x.numpy()])[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         assert len(log) == 2 and all(d.family == "gemm" and d.key.startswith("10x") for _, d in log)
-        expected = {choices["gemm"]} if choices else set(gemm.LINEAR_KERNELS)
+        expected = {choices["gemm"]} if choices else set(gemm.linear_kernels())
         assert {d.kernel for _, d in log} <= expected
         assert all(d.reason == (tuning.FIXED if choices else tuning.MEASURED) for _, d in log)
 

@@ -6,17 +6,38 @@ bits of the NumPy formulation in edgetorch/runtime/ops/conv.py; the clamp of the
 in the same pass. From the policy's ``split_outputs`` outputs on, output rows are split over the runtime's
 threads (numba's ``prange``; each output computed as on one thread).
 
-Used through :func:`edgetorch.runtime.ops.conv.depthwise` by every runtime. Imports NumPy, the policy and
-kernels/compiled.py (which imports numba on the first compile).
+Three kernels compute it, with the same bits (``DEPTHWISE_KERNELS``, chosen by measuring the host through
+runtime/tuning.py, family ``"depthwise"``):
+
+- ``"vector"``: a micro-kernel in LLVM vector IR (``_pixels_intrinsic``) computes up to ``PIXELS`` output
+  pixels by ``LANES`` channels at a time, each tap's weights loaded once for the pixels and every sum kept in a
+  register, the taps of a window as a list of (tap, input offset) so that one kernel serves every window size,
+  stride and dilation, and border pixels run it on their in-range taps only. numba's own loops over channels do
+  not vectorise here (the output may alias the input for all LLVM knows, and nineteen pointers are more than
+  its run-time alias checks take). Channels past the last whole vector are summed by a scalar loop.
+- ``"vector16"``: the same on 16-lane vectors first, where the CPU has AVX-512 (LLVM splits them elsewhere).
+- ``"rows"``: numba loops, one output pixel at a time (``_depthwise_rows``).
+
+Used through :func:`edgetorch.runtime.ops.conv.depthwise` by every runtime. Imports NumPy, the policy,
+tuning.py and kernels/compiled.py (which imports numba, and llvmlite, on the first compile).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from edgetorch.runtime import policy
+import numpy as np
+
+from edgetorch.runtime import policy, tuning
+from edgetorch.runtime.host import host as this_host
 from edgetorch.runtime.kernels import compiled as compiled_kernels
+
+LANES = 8  # channels a vector: 256-bit registers
+PIXELS = 8  # output pixels a call of the micro-kernel: eight accumulators, the loop's index work shared by them
+CHAINS = 4  # independent sums the micro-kernel keeps at least (channel vectors x pixels), to hide the add latency
+DEPTHWISE_KERNELS = ("vector", "vector16", "rows")
 
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
 
@@ -96,17 +117,287 @@ def _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi,
                 out[ch] = v
 
 
+def _pixels_intrinsic(lanes: int = LANES) -> Any:
+    """``pixels(x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count, ch0)``,
+    a numba intrinsic over ``lanes``-float vectors (8, or 16 where the CPU has AVX-512): for ``count`` (a
+    literal, 1 to ``PIXELS``) output pixels p and every whole vector of ``lanes`` channels from ``ch0`` on below
+    ``channels``,
+    y[yo + p * channels + ch] = clamp(sum over t < ntaps of x[xo + offsets[t] + p * xstep + ch] *
+    w[taps[t] + ch] (+ bias[ch]), lo, hi) (``taps`` holds each tap's first weight: tap index x channels), the products and sums rounded one by one in the list's
+    order (no fused multiply-add): the bits of the NumPy formulation. ``x``, ``y``, ``w`` and ``bias`` are flat
+    float32 arrays, ``taps`` and ``offsets`` int64 (``ntaps`` >= 1 of them used); ``bias`` is read only where
+    ``with_bias`` is true. The clamp keeps NaN (a compare and a select)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    v8 = ir.VectorType(f32, lanes)
+    undef = ir.Constant(v8, ir.Undefined)
+    lane0 = ir.Constant(ir.VectorType(i32, lanes), [ir.Constant(i32, 0)] * lanes)
+
+    @intrinsic(prefer_literal=True)
+    def pixels(typingctx, x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count, ch0):
+        if not isinstance(count, types.IntegerLiteral) or not 1 <= count.literal_value <= PIXELS:
+            return None
+        if any(t.layout != "C" or t.ndim != 1 or t.dtype != types.float32 for t in (x, y, w, bias)):
+            return None
+        if any(t.layout != "C" or t.ndim != 1 or t.dtype != types.int64 for t in (taps, offsets)):
+            return None
+        number = count.literal_value
+        sig = types.void(x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count, ch0)
+
+        def codegen(context, builder, signature, args):
+            intp = context.get_value_type(types.intp)
+            xa, ya, wa, ba, ta, oa = (
+                context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 1, 2, 3, 5, 6)
+            )
+            has_bias = context.cast(builder, args[4], signature.args[4], types.boolean)
+            ntap, base, step, out, width, start = (
+                context.cast(builder, args[n], signature.args[n], types.intp) for n in (7, 8, 9, 10, 11, 15)
+            )
+
+            def const(v):
+                return ir.Constant(intp, v)
+
+            def vector(data, at):
+                return builder.bitcast(builder.gep(data, [at], inbounds=True), v8.as_pointer())
+
+            def splat(s):
+                return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
+
+            def tap(t, ch):
+                """The weights of list entry ``t`` at channel ``ch`` and the input offset of its first pixel."""
+                first = builder.load(builder.gep(ta.data, [t], inbounds=True))
+                weights = builder.load(vector(wa.data, builder.add(first, ch)), align=4)
+                at = builder.add(builder.add(base, builder.load(builder.gep(oa.data, [t], inbounds=True))), ch)
+                return weights, at
+
+            def inputs(at, p):
+                return builder.load(vector(xa.data, builder.add(at, builder.mul(step, const(p)))), align=4)
+
+            low, high = splat(args[12]), splat(args[13])
+
+            def block(channels):
+                """The ``number`` pixels at the channel offsets ``channels`` (one vector each): every sum its own
+                register, so that a call of few pixels still keeps several add chains in flight."""
+                acc = []
+                for ch in channels:
+                    weights, at = tap(const(0), ch)
+                    acc.append([cgutils.alloca_once_value(builder, builder.fmul(inputs(at, p), weights))
+                                for p in range(number)])  # fmt: skip
+                with cgutils.for_range(builder, ntap, start=const(1)) as inner:
+                    for g, ch in enumerate(channels):
+                        weights, at = tap(inner.index, ch)
+                        for p in range(number):
+                            product = builder.fmul(inputs(at, p), weights)
+                            builder.store(builder.fadd(builder.load(acc[g][p]), product), acc[g][p])
+                with builder.if_then(has_bias):
+                    for g, ch in enumerate(channels):
+                        b = builder.load(vector(ba.data, ch), align=4)
+                        for p in range(number):
+                            builder.store(builder.fadd(builder.load(acc[g][p]), b), acc[g][p])
+                for g, ch in enumerate(channels):
+                    for p in range(number):
+                        v = builder.load(acc[g][p])
+                        v = builder.select(builder.fcmp_ordered("<", v, low), low, v)
+                        v = builder.select(builder.fcmp_ordered(">", v, high), high, v)
+                        dst = builder.add(builder.add(out, builder.mul(width, const(p))), ch)
+                        builder.store(v, vector(ya.data, dst), align=4)
+
+            group = max(1, CHAINS // number)  # channel vectors a pass, so that group x pixels >= CHAINS
+            vectors = builder.sdiv(builder.sub(width, start), const(lanes))
+            groups = builder.sdiv(vectors, const(group))
+            with cgutils.for_range(builder, groups) as outer:
+                first = builder.add(start, builder.mul(outer.index, const(group * lanes)))
+                block([builder.add(first, const(g * lanes)) for g in range(group)])
+            done = builder.add(start, builder.mul(groups, const(group * lanes)))
+            with cgutils.for_range(builder, builder.sub(vectors, builder.mul(groups, const(group)))) as rest:
+                block([builder.add(done, builder.mul(rest.index, const(lanes)))])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return pixels
+
+
+_pixels: Any = None
+_pixels_wide: Any = None
+
+
+def _vector_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide):  # pragma: no cover
+    """``_depthwise_nhwc`` by the vector micro-kernel (module docstring), 16 lanes first when ``wide``."""
+    _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, 0, y.shape[0] * y.shape[1], wide)
+
+
+def _vector_split(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide, parts):  # pragma: no cover
+    """``_vector_nhwc`` with its output rows cut into ``parts`` runs, run on numba's threads."""
+    rows = y.shape[0] * y.shape[1]
+    step = -(-rows // parts)
+    for p in prange(parts):
+        first = min(rows, p * step)
+        last = min(rows, first + step)
+        _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide)
+
+
+def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide):  # pragma: no cover
+    """Output rows ``first`` .. ``last`` (of all images' rows) by the vector micro-kernel: per row, the run of
+    columns whose windows lie inside the input in groups of ``PIXELS``, each border column on its own."""
+    nb, h, wd, c = x.shape
+    _, oh, ow, _ = y.shape
+    xf, yf, wf = x.reshape(-1), y.reshape(-1), w.reshape(-1)
+    with_bias = bias.shape[0] > 0
+    b = bias if with_bias else np.zeros(c, np.float32)
+    ids = np.empty(kh * kw, np.int64)
+    offsets = np.empty(kh * kw, np.int64)
+    inner_lo = min(ow, -(-left // sw))
+    inner_hi = max(inner_lo, min(ow, (wd - 1 - (kw - 1) * dw + left) // sw + 1))
+    step = sw * c
+    for r in range(first, last):
+        n = r // oh
+        i = r % oh
+        r0 = i * sh - top
+        j = 0
+        while j < ow:
+            if j == inner_lo and inner_hi > inner_lo:  # the inner run: every column of the rows in range
+                count = _tap_list(ids, offsets, n, r0, inner_lo * sw - left, 0, kw, kh, kw, dh, dw, h, wd, c)
+                yo = (r * ow + j) * c
+                while j < inner_hi:
+                    xo = (j - inner_lo) * step
+                    left_over = inner_hi - j
+                    todo = 8 if left_over >= 8 else 4 if left_over >= 4 else 2 if left_over >= 2 else 1
+                    _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide)
+                    j += todo
+                    yo += todo * c
+                continue
+            c0 = j * sw - left
+            lo_kj = 0 if c0 >= 0 else -(c0 // dw)  # the first column in range: ceil(-c0 / dw)
+            hi_kj = min(kw, (wd - 1 - c0) // dw + 1) if c0 < wd else 0
+            count = _tap_list(ids, offsets, n, r0, c0, lo_kj, max(lo_kj, hi_kj), kh, kw, dh, dw, h, wd, c)
+            yo = (r * ow + j) * c
+            _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, 0, step, yo, c, lo, hi, 1, wide)
+            j += 1
+
+
+def _tap_list(ids, offsets, n, r0, c0, kj0, kj1, kh, kw, dh, dw, h, wd, c):  # pragma: no cover - compiled
+    """Fill ``ids`` and ``offsets`` with the taps (in the window's row order) of the window at input row ``r0``
+    and column ``c0`` whose rows fall inside the input and whose columns are ``kj0`` .. ``kj1``: each tap's
+    first weight in the flat [taps, C] weights and the flat index of its input pixel; the number of taps."""
+    count = 0
+    for ki in range(kh):
+        row = r0 + ki * dh
+        if row < 0 or row >= h:
+            continue
+        for kj in range(kj0, kj1):
+            ids[count] = (ki * kw + kj) * c
+            offsets[count] = ((n * h + row) * wd + c0 + kj * dw) * c
+            count += 1
+    return count
+
+
+def _pixel_block(
+    xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide
+):  # pragma: no cover
+    """``todo`` (1, 2, 4 or ``PIXELS``) pixels by the micro-kernel (16 lanes first when ``wide``, then 8), the
+    channels past its whole vectors by a scalar loop in the same order; a window with no tap in range is the
+    bias alone."""
+    if count == 0:
+        for p in range(todo):
+            for ch in range(c):
+                v = np.float32(0.0) + b[ch] if with_bias else np.float32(0.0)
+                yf[yo + p * c + ch] = min(max(v, lo), hi) if v == v else v
+        return
+    done = 0
+    if wide:
+        done = c // 16 * 16
+        if todo == 8:
+            _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 8, 0)
+        elif todo == 4:
+            _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 4, 0)
+        elif todo == 2:
+            _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 2, 0)
+        else:
+            _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 1, 0)
+    if c - done >= LANES:
+        if todo == 8:
+            _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 8, done)
+        elif todo == 4:
+            _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 4, done)
+        elif todo == 2:
+            _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 2, done)
+        else:
+            _pixels(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 1, done)
+    for ch in range(c // LANES * LANES, c):
+        for p in range(todo):
+            at = xo + p * step + ch
+            v = xf[offsets[0] + at] * wf[ids[0] + ch]
+            for t in range(1, count):
+                v += xf[offsets[t] + at] * wf[ids[t] + ch]
+            if with_bias:
+                v += b[ch]
+            if v < lo:
+                v = lo
+            elif v > hi:
+                v = hi
+            yf[yo + p * c + ch] = v
+
+
 def nhwc_step(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
     """The step of ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``
-    (``window`` is kh .. hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty), its rows split over the threads
-    ``compiled_kernels.split`` gives it at each call when the output is large enough; the tier must be on."""
+    (``window`` is kh .. hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty) by the kernel of :func:`kernels` the
+    host's measurement picks (:func:`choose`), its rows split over the threads ``compiled_kernels.split`` gives
+    it at each call when the output is large enough; the tier must be on."""
     HELPERS.require("depthwise nhwc_step")
-    args = (x, taps, bias, y, *window)
-    serial = partial(compiled_kernels.compiled("depthwise", _depthwise_nhwc), *args)
-    parallel = compiled_kernels.compiled("depthwise_split", _depthwise_split, parallel=True)
+    kernel = choose(x, taps, bias, y, *window).kernel if compiled_kernels.flat_float32(x, y) else "rows"
+    return _step(kernel, x, taps, bias, y, *window)
+
+
+def kernels() -> tuple[str, ...]:
+    """The kernels of ``DEPTHWISE_KERNELS`` this host may run: ``"vector16"`` (the micro-kernel on 16 lanes,
+    then 8) only where the CPU has AVX-512."""
+    return tuple(k for k in DEPTHWISE_KERNELS if k != "vector16" or this_host().vector_bits >= 512)
+
+
+_FORMS = {
+    "vector": (_vector_nhwc, _vector_split),
+    "vector16": (_vector_nhwc, _vector_split),
+    "rows": (_depthwise_nhwc, _depthwise_split),
+}
+
+
+def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
+    """The step of ``kernel`` (a name of ``DEPTHWISE_KERNELS``) on these arrays; the tier must be on."""
+    HELPERS.require(f"depthwise {kernel}")
+    serial_fn, parallel_fn = _FORMS[kernel]
+    args = (x, taps, bias, y, *window) + ((kernel == "vector16",) if kernel != "rows" else ())
+    name = "rows" if kernel == "rows" else "vector"
+    serial = partial(compiled_kernels.compiled(f"depthwise_{name}", serial_fn), *args)
+    parallel = compiled_kernels.compiled(f"depthwise_{name}_split", parallel_fn, parallel=True)
     return compiled_kernels.split_step(
         serial, parallel, args, y.shape[0] * y.shape[1], y.size >= policy.current().split_outputs
     )
 
 
-HELPERS = compiled_kernels.Helpers(globals(), compile=("_depthwise_rows",))
+def choose(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> tuning.Decision:
+    """Which of :func:`kernels` runs this layer (one image of it), by the host's measurement
+    (runtime/tuning.py, family ``"depthwise"``); each is timed on random inputs of the layer's shape and window."""
+    kh, kw, sh, sw, dh, dw, top, left = window[:8]
+    key = f"{x.shape[1]}x{x.shape[2]}x{x.shape[3]}:{kh}x{kw}/{sh}x{sw}/{dh}x{dw}/{top},{left}"
+    names = kernels()
+
+    def candidates() -> dict[str, Callable[[], object]]:
+        rng = np.random.default_rng(0)
+        xs = rng.standard_normal((1, *x.shape[1:]), dtype=np.float32)
+        ys = np.empty((1, *y.shape[1:]), np.float32)
+        return {name: _step(name, xs, taps, bias, ys, *window) for name in names}
+
+    return tuning.choose("depthwise", key, names, candidates)
+
+
+HELPERS = compiled_kernels.Helpers(
+    globals(),
+    compile=("_depthwise_rows", "_vector_rows"),
+    inline=("_tap_list", "_pixel_block"),
+    build={"_pixels": _pixels_intrinsic, "_pixels_wide": partial(_pixels_intrinsic, 16)},
+)

@@ -40,6 +40,7 @@ Imports only NumPy, compiled.py and tuning.py (numba and llvmlite on the first c
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from collections.abc import Callable
@@ -49,10 +50,12 @@ from typing import Any
 import numpy as np
 
 from edgetorch.runtime import policy, tuning
+from edgetorch.runtime.host import host as this_host
 from edgetorch.runtime.kernels import compiled
 
 WIDTH = 16  # output channels a panel: two 8-lane vectors
 ROWS = 6  # rows a tile: 12 accumulators, 2 panel vectors and a broadcast fill 15 of AVX2's 16 registers
+WIDE_ROWS = 8  # rows a tile of the 16-lane kernel: one panel vector and a broadcast a row, 8 accumulators
 GROUP_BYTES = 256 * 1024
 ROW_BYTES = 16 * 1024
 
@@ -70,10 +73,13 @@ def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray
     return np.ascontiguousarray(wp.reshape(k, panels, WIDTH).transpose(1, 0, 2)), bp
 
 
-def _tile_intrinsic() -> Any:
-    """``tile(a, i, wp, p, bias, lo, hi, y, rows)``, a numba intrinsic: for r < rows (a literal, 1-6),
-    y[i + r, 16 p : 16 p + 16] = clamp(a[i + r] @ wp[p] + bias[16 p : 16 p + 16], lo, hi), the columns past
-    y's last one left out. ``a`` [M, K] and ``y`` [M, N] float32 with contiguous rows, ``wp`` [P, K, 16] and
+def _tile_intrinsic(lanes: int = 8) -> Any:
+    """``tile(a, i, wp, p, bias, lo, hi, y, rows, halves)``, a numba intrinsic over ``lanes``-float vectors (8:
+    AVX2's registers, 16: AVX-512's, which LLVM splits in two where the CPU has no AVX-512, correct but slow):
+    for r < rows (a literal, 1-6 with 8 lanes, 1-8 with 16),
+    y[i + r, 16 p : 16 p + 8 halves] = clamp(a[i + r] @ wp[p] + bias[16 p : 16 p + 8 halves], lo, hi), the
+    columns past y's last one left out; ``halves`` (a literal, 1 or 2) is 1 only for a last panel of at most 8
+    columns, whose second half would multiply the packing's zeros. ``a`` [M, K] and ``y`` [M, N] float32 with contiguous rows, ``wp`` [P, K, 16] and
     ``bias`` [16 P] from :func:`pack`. The clamp keeps NaN (a compare and a select, as ``if v < lo: v = lo``)."""
     from llvmlite import ir
     from numba import types
@@ -81,19 +87,22 @@ def _tile_intrinsic() -> Any:
     from numba.extending import intrinsic
 
     f32, i32 = ir.FloatType(), ir.IntType(32)
-    v8 = ir.VectorType(f32, 8)
-    zero = ir.Constant(v8, [ir.Constant(f32, 0.0)] * 8)
+    v8 = ir.VectorType(f32, lanes)
+    zero = ir.Constant(v8, [ir.Constant(f32, 0.0)] * lanes)
     undef = ir.Constant(v8, ir.Undefined)
-    lane0 = ir.Constant(ir.VectorType(i32, 8), [ir.Constant(i32, 0)] * 8)
+    lane0 = ir.Constant(ir.VectorType(i32, lanes), [ir.Constant(i32, 0)] * lanes)
+    most = ROWS if lanes == 8 else WIDE_ROWS
 
     @intrinsic(prefer_literal=True)
-    def tile(typingctx, a, i, wp, p, bias, lo, hi, y, rows):
-        if not isinstance(rows, types.IntegerLiteral) or not 1 <= rows.literal_value <= ROWS:
+    def tile(typingctx, a, i, wp, p, bias, lo, hi, y, rows, halves):
+        if not isinstance(rows, types.IntegerLiteral) or not 1 <= rows.literal_value <= most:
+            return None
+        if not isinstance(halves, types.IntegerLiteral) or halves.literal_value * 8 < lanes:
             return None
         if any(t.layout != "C" or t.dtype != types.float32 for t in (a, wp, bias, y)):
             return None
-        count = rows.literal_value
-        sig = types.void(a, i, wp, p, bias, lo, hi, y, rows)
+        count, used = rows.literal_value, halves.literal_value * 8 // lanes
+        sig = types.void(a, i, wp, p, bias, lo, hi, y, rows, halves)
 
         def codegen(context, builder, signature, args):
             intp = context.get_value_type(types.intp)
@@ -101,7 +110,9 @@ def _tile_intrinsic() -> Any:
             first, panel = (context.cast(builder, args[n], signature.args[n], types.intp) for n in (1, 3))
             k = builder.extract_value(x.shape, 1)
             n = builder.extract_value(out.shape, 1)
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v8, [v8, v8, v8]), "llvm.fma.v8f32")
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(v8, [v8, v8, v8]), f"llvm.fma.v{lanes}f32"
+            )
 
             def const(v):
                 return ir.Constant(intp, v)
@@ -120,37 +131,37 @@ def _tile_intrinsic() -> Any:
 
             xs = [row(x, r) for r in range(count)]
             base = builder.gep(w.data, [builder.mul(panel, builder.mul(k, const(WIDTH)))], inbounds=True)
-            acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(count)]
+            acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(used)] for _ in range(count)]
             with cgutils.for_range(builder, k) as loop:
                 at = builder.mul(loop.index, const(WIDTH))
-                halves = [builder.load(vector(base, builder.add(at, const(8 * h))), align=4) for h in range(2)]
+                halves = [builder.load(vector(base, builder.add(at, const(lanes * h))), align=4) for h in range(used)]
                 for r in range(count):
                     xb = splat(builder.load(builder.gep(xs[r], [loop.index], inbounds=True)))
-                    for h in range(2):
+                    for h in range(used):
                         builder.store(builder.call(fma, [xb, halves[h], builder.load(acc[r][h])]), acc[r][h])
 
             col = builder.mul(panel, const(WIDTH))
             bb = builder.gep(b.data, [col], inbounds=True)
-            biases = [builder.load(vector(bb, const(8 * h)), align=4) for h in range(2)]
+            biases = [builder.load(vector(bb, const(lanes * h)), align=4) for h in range(used)]
             low, high = splat(args[5]), splat(args[6])
             results = []
             for r in range(count):
-                for h in range(2):
+                for h in range(used):
                     v = builder.fadd(builder.load(acc[r][h]), biases[h])
                     v = builder.select(builder.fcmp_ordered("<", v, low), low, v)
                     results.append(builder.select(builder.fcmp_ordered(">", v, high), high, v))
             width = builder.sub(n, col)
-            with builder.if_else(builder.icmp_signed(">=", width, const(WIDTH))) as (whole, partial_):
+            with builder.if_else(builder.icmp_signed(">=", width, const(lanes * used))) as (whole, partial_):
                 with whole:
                     for r in range(count):
                         start = builder.gep(row(out, r), [col], inbounds=True)
-                        for h in range(2):
-                            builder.store(results[2 * r + h], vector(start, const(8 * h)), align=4)
+                        for h in range(used):
+                            builder.store(results[used * r + h], vector(start, const(lanes * h)), align=4)
                 with partial_:  # the last panel of an N that is not a multiple of 16: through a stack tile
                     spill = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(f32, WIDTH)), f32.as_pointer())
                     for r in range(count):
-                        for h in range(2):
-                            builder.store(results[2 * r + h], vector(spill, const(8 * h)), align=4)
+                        for h in range(used):
+                            builder.store(results[used * r + h], vector(spill, const(lanes * h)), align=4)
                         start = builder.gep(row(out, r), [col], inbounds=True)
                         with cgutils.for_range(builder, width) as c:
                             builder.store(builder.load(builder.gep(spill, [c.index])), builder.gep(start, [c.index]))
@@ -162,58 +173,122 @@ def _tile_intrinsic() -> Any:
 
 
 _tile: Any = None
+_tile_wide: Any = None
 prange: Any = range
 
 
 def _gemm_part(a, wp, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - compiled
-    """Rows r0 .. r1 and panels p0 .. p1 of the product, blocked for the caches (module docstring)."""
+    """Rows r0 .. r1 and panels p0 .. p1 of the product by the 8-lane tiles."""
+    _gemm_blocks(a, wp, bias, lo, hi, y, r0, r1, p0, p1, False)
+
+
+def _gemm_blocks(a, wp, bias, lo, hi, y, r0, r1, p0, p1, wide):  # pragma: no cover - compiled
+    """Rows r0 .. r1 and panels p0 .. p1 of the product, blocked for the caches (module docstring), by the
+    16-lane tiles when ``wide``; a last panel of at most 8 columns (N = 24, 40, ...) computes its first half
+    only, by the 8-lane tiles."""
     k = a.shape[1]
+    tile = WIDE_ROWS if wide else ROWS
     group = max(1, GROUP_BYTES // (k * 4 * WIDTH))
-    block = max(ROWS, ROW_BYTES // (4 * k) // ROWS * ROWS)
+    block = max(tile, ROW_BYTES // (4 * k) // tile * tile)
+    half = wp.shape[0] * WIDTH - y.shape[1] >= WIDTH // 2
     for g0 in range(p0, p1, group):
         g1 = min(p1, g0 + group)
         for i0 in range(r0, r1, block):
             i1 = min(r1, i0 + block)
             for p in range(g0, g1):
-                i = i0
-                while i + ROWS <= i1:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 6)
-                    i += ROWS
-                left = i1 - i
-                if left == 1:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 1)
-                elif left == 2:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 2)
-                elif left == 3:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 3)
-                elif left == 4:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 4)
-                elif left == 5:
-                    _tile(a, i, wp, p, bias, lo, hi, y, 5)
+                if half and p == wp.shape[0] - 1:
+                    _half_panel(a, wp, p, bias, lo, hi, y, i0, i1)
+                elif wide:
+                    _wide_panel(a, wp, p, bias, lo, hi, y, i0, i1)
+                else:
+                    _panel(a, wp, p, bias, lo, hi, y, i0, i1)
 
 
-def _gemm(out, a, wp, bias, lo, hi):  # pragma: no cover - compiled
-    """out = clamp(a @ w + bias, lo, hi) on the calling thread (``out`` first, as the other kernels' steps)."""
-    _gemm_part(a, wp, bias, lo, hi, out, 0, a.shape[0], 0, wp.shape[0])
+def _wide_panel(a, wp, p, bias, lo, hi, y, i0, i1):  # pragma: no cover - compiled
+    """``_panel`` by the 16-lane tiles: whole tiles of 8 rows, then the rows left."""
+    i = i0
+    while i + WIDE_ROWS <= i1:
+        _tile_wide(a, i, wp, p, bias, lo, hi, y, 8, 2)
+        i += WIDE_ROWS
+    left = i1 - i
+    if left == 1:
+        _tile_wide(a, i, wp, p, bias, lo, hi, y, 1, 2)
+    elif left == 2:
+        _tile_wide(a, i, wp, p, bias, lo, hi, y, 2, 2)
+    elif left == 3:
+        _tile_wide(a, i, wp, p, bias, lo, hi, y, 3, 2)
+    elif left == 4:
+        _tile_wide(a, i, wp, p, bias, lo, hi, y, 4, 2)
+    elif left == 5:
+        _tile_wide(a, i, wp, p, bias, lo, hi, y, 5, 2)
+    elif left == 6:
+        _tile_wide(a, i, wp, p, bias, lo, hi, y, 6, 2)
+    elif left == 7:
+        _tile_wide(a, i, wp, p, bias, lo, hi, y, 7, 2)
 
 
-def _gemm_split(out, a, wp, bias, lo, hi, parts):  # pragma: no cover - compiled
+def _panel(a, wp, p, bias, lo, hi, y, i0, i1):  # pragma: no cover - compiled
+    """Rows i0 .. i1 of panel ``p``: whole tiles of 6 rows, then the rows left."""
+    i = i0
+    while i + ROWS <= i1:
+        _tile(a, i, wp, p, bias, lo, hi, y, 6, 2)
+        i += ROWS
+    left = i1 - i
+    if left == 1:
+        _tile(a, i, wp, p, bias, lo, hi, y, 1, 2)
+    elif left == 2:
+        _tile(a, i, wp, p, bias, lo, hi, y, 2, 2)
+    elif left == 3:
+        _tile(a, i, wp, p, bias, lo, hi, y, 3, 2)
+    elif left == 4:
+        _tile(a, i, wp, p, bias, lo, hi, y, 4, 2)
+    elif left == 5:
+        _tile(a, i, wp, p, bias, lo, hi, y, 5, 2)
+
+
+def _half_panel(a, wp, p, bias, lo, hi, y, i0, i1):  # pragma: no cover - compiled
+    """``_panel`` on the first 8 columns of panel ``p`` only."""
+    i = i0
+    while i + ROWS <= i1:
+        _tile(a, i, wp, p, bias, lo, hi, y, 6, 1)
+        i += ROWS
+    left = i1 - i
+    if left == 1:
+        _tile(a, i, wp, p, bias, lo, hi, y, 1, 1)
+    elif left == 2:
+        _tile(a, i, wp, p, bias, lo, hi, y, 2, 1)
+    elif left == 3:
+        _tile(a, i, wp, p, bias, lo, hi, y, 3, 1)
+    elif left == 4:
+        _tile(a, i, wp, p, bias, lo, hi, y, 4, 1)
+    elif left == 5:
+        _tile(a, i, wp, p, bias, lo, hi, y, 5, 1)
+
+
+def _gemm(out, a, wp, bias, lo, hi, wide):  # pragma: no cover - compiled
+    """out = clamp(a @ w + bias, lo, hi) on the calling thread (``out`` first, as the other kernels' steps),
+    by the 16-lane tiles when ``wide``."""
+    _gemm_blocks(a, wp, bias, lo, hi, out, 0, a.shape[0], 0, wp.shape[0], wide)
+
+
+def _gemm_split(out, a, wp, bias, lo, hi, wide, parts):  # pragma: no cover - compiled
     """``_gemm`` cut into ``parts`` runs of panels (weights larger than the input) or of rows (in whole
     tiles), run on numba's threads."""
     m, panels = a.shape[0], wp.shape[0]
-    by_panels = out.shape[1] >= m or m < 2 * ROWS * parts
+    tile = WIDE_ROWS if wide else ROWS
+    by_panels = out.shape[1] >= m or m < 2 * tile * parts
     if by_panels:
         run = -(-panels // parts)
     else:
         share = -(-m // parts)
-        run = -(-share // ROWS) * ROWS  # whole tiles a thread
+        run = -(-share // tile) * tile  # whole tiles a thread
     for t in prange(parts):
         if by_panels:
             p0 = min(panels, t * run)
-            _gemm_part(a, wp, bias, lo, hi, out, 0, m, p0, min(panels, p0 + run))
+            _gemm_blocks(a, wp, bias, lo, hi, out, 0, m, p0, min(panels, p0 + run), wide)
         else:
             r0 = min(m, t * run)
-            _gemm_part(a, wp, bias, lo, hi, out, r0, min(m, r0 + run), 0, panels)
+            _gemm_blocks(a, wp, bias, lo, hi, out, r0, min(m, r0 + run), 0, panels, wide)
 
 
 def _pack_batch(b, wp, bi):  # pragma: no cover - compiled
@@ -257,16 +332,26 @@ class PackedGemm:
         self.has_bias = bias is not None
         self.lo, self.hi = np.float32(lo), np.float32(hi)
 
-    def step(self, x2: np.ndarray, y2: np.ndarray) -> Callable[[], None]:
+    def first(self, n: int) -> PackedGemm:
+        """The layer's first ``n`` output channels (``n`` a multiple of 16, or all of them), sharing the packed
+        weights: what tuning times in place of a large layer."""
+        if n == self.n:
+            return self
+        part = copy.copy(self)
+        part.n, part.wp, part.bias = n, self.wp[: -(-n // WIDTH)], self.bias[: -(-n // WIDTH) * WIDTH]
+        return part
+
+    def step(self, x2: np.ndarray, y2: np.ndarray, kernel: str = "packed") -> Callable[[], None]:
         """The call that computes ``y2`` [M, N] (float32, C-contiguous) from ``x2`` [M, K] (copied first when
-        it is not float32 and C-contiguous); from the policy's ``split_macs`` multiply-adds on, split over the threads
-        ``compiled.split`` gives it at each call."""
+        it is not float32 and C-contiguous) by ``kernel`` (one of :func:`packed_kernels`: ``"packed16"`` runs
+        the 16-lane tiles, the same bits); from the policy's ``split_macs`` multiply-adds on, split over the
+        threads ``compiled.split`` gives it at each call."""
         if y2.shape != (x2.shape[0], self.n) or x2.shape[1] != self.k or not compiled.flat_float32(y2):
             raise ValueError(f"packed GEMM of [M, {self.k}] x [{self.k}, {self.n}]: got {x2.shape} -> {y2.shape}")
         if not compiled.flat_float32(x2):
             flat = np.empty(x2.shape, np.float32)
-            return partial(_in_turn, partial(np.copyto, flat, x2), self.step(flat, y2))
-        args = (y2, x2, self.wp, self.bias, self.lo, self.hi)
+            return partial(_in_turn, partial(np.copyto, flat, x2), self.step(flat, y2, kernel))
+        args = (y2, x2, self.wp, self.bias, self.lo, self.hi, kernel == "packed16")
         serial = partial(compiled.compiled("gemm", _gemm), *args)
         parallel = compiled.compiled("gemm_split", _gemm_split, parallel=True)
         limit = max(self.wp.shape[0], -(-x2.shape[0] // ROWS))
@@ -275,7 +360,31 @@ class PackedGemm:
         )
 
 
-LINEAR_KERNELS = ("packed", "sgemm")
+def packed_kernels() -> tuple[str, ...]:
+    """The packed GEMM's variants this host may run: ``"packed"`` (8-lane tiles), and ``"packed16"`` (16-lane
+    tiles) where the CPU has AVX-512; which one is faster is measured (:func:`choose_packed`)."""
+    return ("packed", "packed16") if this_host().vector_bits >= 512 else ("packed",)
+
+
+def choose_packed(packed: PackedGemm, rows: int, where: str = "") -> tuning.Decision:
+    """Which of :func:`packed_kernels` computes ``rows`` rows of the layer ``packed`` holds, by the host's
+    measurement (runtime/tuning.py, family ``"packed-gemm"``; one candidate, not timed, without AVX-512);
+    timed as :func:`choose_linear` times them."""
+
+    def candidates() -> dict[str, Callable[[], object]]:
+        part, x, y = _tuning_operands(packed, rows)
+        return {name: part.step(x, y, name) for name in packed_kernels()}
+
+    return tuning.choose("packed-gemm", f"{rows}x{packed.k}x{packed.n}", packed_kernels(), candidates, where)
+
+
+def _tuning_operands(packed: PackedGemm, rows: int) -> tuple[PackedGemm, np.ndarray, np.ndarray]:
+    """The layer, or past the policy's ``tune_macs`` its first output channels (a whole number of panels), and
+    random operands of ``rows`` rows to time it on."""
+    x = np.random.default_rng(0).standard_normal((rows, packed.k), dtype=np.float32)
+    n = min(packed.n, max(WIDTH, policy.current().tune_macs // max(1, rows * packed.k) // WIDTH * WIDTH))
+    part = packed.first(n)
+    return part, x, np.empty((rows, n), np.float32)
 
 
 def sgemm_step(
@@ -296,23 +405,27 @@ def _all(steps: list[Callable[[], Any]]) -> None:
         step()
 
 
+def linear_kernels() -> tuple[str, ...]:
+    """What a layer whose weights are constants may run on this host: :func:`packed_kernels`, then sgemm."""
+    return (*packed_kernels(), "sgemm")
+
+
 def choose_linear(packed: PackedGemm, w: np.ndarray, rows: int, where: str = "") -> tuning.Decision:
-    """Which of ``LINEAR_KERNELS`` computes ``rows`` rows of the layer ``packed`` holds (``w`` [K, N]: its
-    weights as sgemm would read them), by the host's measurement (runtime/tuning.py); the packed GEMM unless
-    measured slower. Both are timed on random inputs of the shape, with the layer's bias and clamp; a product
-    of more than the policy's ``tune_macs`` multiply-adds on its first output channels only (a whole number of panels, at
-    least one), so that a language model's head is not run in full four times at load."""
+    """Which of :func:`linear_kernels` computes ``rows`` rows of the layer ``packed`` holds
+    (``w`` [K, N]: its weights as sgemm would read them), by the host's measurement (runtime/tuning.py); the
+    packed GEMM unless measured slower. All are timed on random inputs of the shape, with the layer's bias and
+    clamp; a product of more than the policy's ``tune_macs`` multiply-adds on its first output channels only (a
+    whole number of panels, at least one), so that a language model's head is not run in full four times at
+    load."""
+    names = linear_kernels()
 
     def candidates() -> dict[str, Callable[[], object]]:
-        x = np.random.default_rng(0).standard_normal((rows, packed.k), dtype=np.float32)
-        n = min(packed.n, max(WIDTH, policy.current().tune_macs // max(1, rows * packed.k) // WIDTH * WIDTH))
-        lo, hi = float(packed.lo), float(packed.hi)
-        part = packed if n == packed.n else PackedGemm(w[:, :n], packed.bias[:n], lo, hi)
-        y = np.empty((rows, n), np.float32)
-        bias = packed.bias[:n] if packed.has_bias else None
-        return {"packed": part.step(x, y), "sgemm": sgemm_step(x, w[:, :n], bias, lo, hi, y)}
+        part, x, y = _tuning_operands(packed, rows)
+        bias = part.bias[: part.n] if packed.has_bias else None
+        sgemm = sgemm_step(x, w[:, : part.n], bias, float(packed.lo), float(packed.hi), y)
+        return {**{name: part.step(x, y, name) for name in packed_kernels()}, "sgemm": sgemm}
 
-    return tuning.choose("gemm", f"{rows}x{packed.k}x{packed.n}", LINEAR_KERNELS, candidates, where)
+    return tuning.choose("gemm", f"{rows}x{packed.k}x{packed.n}", names, candidates, where)
 
 
 def batch_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
@@ -366,4 +479,8 @@ def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:
     then()
 
 
-HELPERS = compiled.Helpers(globals(), compile=("_gemm_part", "_pack_batch"), build={"_tile": _tile_intrinsic})
+HELPERS = compiled.Helpers(
+    globals(),
+    compile=("_gemm_part", "_gemm_blocks", "_panel", "_half_panel", "_wide_panel", "_pack_batch"),
+    build={"_tile": _tile_intrinsic, "_tile_wide": partial(_tile_intrinsic, 16)},
+)

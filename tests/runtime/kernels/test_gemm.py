@@ -170,3 +170,37 @@ def test_batched_products_share_one_scratch_buffer_and_stay_right():
             step()
             np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-4)
     assert gemm._SCRATCH.buffer.size >= 3 * 5 * 50 * 16  # at least the larger one's panels, [3, ceil(70 / 16), 50, 16]
+
+
+@needs_tier
+@pytest.mark.parametrize("m,k,n", [(1, 5, 16), (7, 33, 40), (8, 64, 24), (17, 100, 70), (300, 40, 48)])
+def test_the_16_lane_tiles_give_the_bits_of_the_8_lane_ones(m, k, n, set_policy, kernel_threads):
+    """The 16-lane kernel (an AVX-512 host's candidate; LLVM splits it elsewhere) sums each output in the same
+    order as the 8-lane one, serially and split over threads."""
+    x, w, b = _case(m, k, n, seed=4)
+    packed = gemm.PackedGemm(w, b, -1.0, 2.0)
+    outs = {}
+    set_policy(split_macs=1, split_adapts=False)
+    for threads in (1, 2):
+        kernel_threads(threads)
+        for kernel in ("packed", "packed16"):
+            y = np.full((m, n), np.nan, np.float32)
+            packed.step(x, y, kernel)()
+            outs[kernel, threads] = y
+    for y in outs.values():
+        np.testing.assert_array_equal(y, outs["packed", 1])
+
+
+@needs_tier
+def test_choose_packed_offers_the_16_lane_tiles_only_with_avx512(monkeypatch, set_policy):
+    from edgetorch.runtime.host import Host
+
+    x, w, b = _case(12, 16, 32)
+    wide = Host("cpu", "x86_64", frozenset({"avx2", "avx512f"}), 2)
+    narrow = Host("cpu", "x86_64", frozenset({"avx2"}), 2)
+    monkeypatch.setattr(gemm, "this_host", lambda: narrow)
+    assert gemm.packed_kernels() == ("packed",) and gemm.linear_kernels() == ("packed", "sgemm")
+    assert gemm.choose_packed(gemm.PackedGemm(w, b), 12).kernel == "packed"
+    monkeypatch.setattr(gemm, "this_host", lambda: wide)
+    set_policy(kernel_choices={"packed-gemm": "packed16"})
+    assert gemm.choose_packed(gemm.PackedGemm(w, b), 12).kernel == "packed16"

@@ -91,8 +91,9 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
         if fused is not None:
             w = g.constants[n.filter_id] if transposed else g.constants[n.filter_id].T  # [in, out], no copy
             where = f"fully connected, node {node.debug_handle}"
-            if gemm.choose_linear(fused, w, y2.shape[0], where).kernel == "packed":
-                return [fused.step(x.reshape(-1, ic), y2)]
+            kernel = gemm.choose_linear(fused, w, y2.shape[0], where).kernel
+            if kernel != "sgemm":
+                return [fused.step(x.reshape(-1, ic), y2, kernel)]
         return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + bias_act_steps(y2, env, n.bias_id, act)
 
     return plan
@@ -136,11 +137,13 @@ def _convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO
             if step is not None:
                 return [step]
         fused = packed("direct") if g.compiled and groups == 1 else None
+        if fused is not None:
+            kernel = gemm.choose_packed(fused, m, f"convolution, node {node.debug_handle}").kernel
         if fused is not None and pointwise:
-            return [fused.step(x.reshape(m, c), y2)]
+            return [fused.step(x.reshape(m, c), y2, kernel)]
         if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
             cols = np.empty((m, k), x.dtype)
-            return [*_im2col(x, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win), fused.step(cols, y2)]
+            return [*_im2col(x, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win), fused.step(cols, y2, kernel)]
         if pointwise and groups == 1:
             steps = [partial(np.matmul, x.reshape(m, c), w[0], out=y2)]
         elif groups == 1:
