@@ -18,10 +18,9 @@ to the lane. The kernel gives each lane an output channel and broadcasts 4 input
   GEMV's bit for bit; the caller scales by the row's input scale and adds the bias.
 
 Tiles of 4 rows x 32 channels (8 int32 and 8 float32 accumulators, 16 of the 32 zmm registers); rows are padded
-to 4 and channels to 32 (zero scales) in the buffers. A call with enough work (the policy's ``split_macs``) may
-split its rows over threads, whole tiles a thread, as ``compiled.split`` decides for the other kernels. Written
-as LLVM IR compiled by llvmlite's JIT (numba's code generator, present with the [fast] tier), as no loop numba
-compiles becomes ``vpdpbusd``: numba types an int32 product int64. Only on an x86 host whose flags include ``avx512_vnni`` (runtime/host.py).
+to 4 and channels to 32 (zero scales) in the buffers. Written as LLVM IR compiled by llvmlite's JIT (numba's
+code generator, present with the [fast] tier), as no loop numba compiles becomes ``vpdpbusd``: numba types an
+int32 product int64. Only on an x86 host whose flags include ``avx512_vnni`` (runtime/host.py).
 
 Imports only NumPy at import time; llvmlite on the first compile.
 """
@@ -30,16 +29,12 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from edgetorch.errors import InvalidInputError
-from edgetorch.runtime import policy
 from edgetorch.runtime.host import host
-from edgetorch.runtime.kernels import compiled as compiled_kernels
 
 ROWS, LANES, VECTORS = 4, 16, 2  # a tile: ROWS rows x VECTORS * LANES channels
 TILE_N = LANES * VECTORS
@@ -200,25 +195,6 @@ def jit(ir: str) -> tuple[Any, str]:
     return engine, assembly
 
 
-_pool: ThreadPoolExecutor | None = None
-_workers = 0  # the pool's threads
-
-
-def _in_parts(rows: Any, tiles: int, parts: int) -> None:
-    """``rows(first, end)`` over ``parts`` runs of whole 4-row tiles: all but the last on worker threads, the last
-    on the calling thread. The kernel is a ctypes call, which releases the GIL, so the parts run at once; each
-    writes its own rows of the output, with the same arithmetic as one call."""
-    global _pool, _workers
-    with _lock:
-        if _pool is None or _workers < parts - 1:
-            _pool, _workers = ThreadPoolExecutor(parts - 1, thread_name_prefix="edgetorch-vnni"), parts - 1
-    cuts = [ROWS * (tiles * i // parts) for i in range(parts + 1)]
-    pending = [_pool.submit(rows, cuts[i], cuts[i + 1]) for i in range(parts - 1)]
-    rows(cuts[-2], cuts[-1])
-    for done in pending:
-        done.result()
-
-
 class VnniQB4W:
     """QB4W weights laid out for the kernel: from XNNPACK's bytes [N, K / 2] (inputs 2j, 2j + 1 in byte j, low
     nibble first, + 8) and block scales [N, K / block]."""
@@ -239,7 +215,6 @@ class VnniQB4W:
         sc = np.zeros((npad, k // block), np.float32)
         sc[:n] = scales
         self.sc = np.ascontiguousarray(sc.T)
-        self.split = policy.SplitChoice()  # whether this layer's calls split their rows over threads
 
     def totals(self, xc: np.ndarray, zp: np.ndarray) -> np.ndarray:
         """For the centred input ``xc`` [M, K] (q - zp, per row, any numeric dtype) and the rows' zero points
@@ -259,23 +234,7 @@ class VnniQB4W:
         nb = k // self.block
         e = np.ascontiguousarray(a.reshape(mp, nb, self.block).sum(axis=2, dtype=np.int32) * 8)
         ar = np.ascontiguousarray(a.reshape(mp, k // 8, 4, 2).transpose(0, 1, 3, 2))
-        npad = self.p.shape[1]
-        out = np.empty((mp, npad), np.float32)
-        weights = (self.p.ctypes.data, self.cw.ctypes.data, self.sc.ctypes.data)
-        row_bytes = (k, nb * 4, 4, npad * 4)  # a row's bytes in ar, e, off and out
-
-        def rows(first: int, end: int) -> None:  # rows [first, end) of the buffers, whole tiles
-            a_row, e_row, off_row, out_row = (
-                start + first * size
-                for start, size in zip((ar.ctypes.data, e.ctypes.data, off.ctypes.data, out.ctypes.data), row_bytes)
-            )
-            fn(a_row, *weights, e_row, off_row, out_row, end - first, npad, k // 8, self.block // 8, nb)
-
-        tiles = mp // ROWS
-        if tiles < 2 or mp * npad * k < policy.current().split_macs:
-            rows(0, mp)
-        else:
-            parallel = partial(_in_parts, rows, tiles)
-            parallel.edgetorch_split = self.split  # type: ignore[attr-defined]  # the site's record (split's)
-            compiled_kernels.split(partial(rows, 0, mp), parallel, tiles)
+        out = np.empty((mp, self.p.shape[1]), np.float32)
+        fn(*(t.ctypes.data for t in (ar, self.p, self.cw, self.sc, e, off, out)), mp, out.shape[1], k // 8,
+           self.block // 8, nb)  # fmt: skip
         return out[:m, : self.n]

@@ -59,22 +59,6 @@ def test_equals_the_integer_gemv(set_policy):
     np.testing.assert_array_equal(got.view(np.int32), y.view(np.int32))
 
 
-@needs_vnni
-@pytest.mark.parametrize("threads", [2, 3])
-def test_rows_split_over_threads_give_the_bits_of_one_call(threads, set_policy):
-    """Split, each thread computes whole 4-row tiles of the output with the same arithmetic: the same bits."""
-    rng = np.random.default_rng(threads)
-    m, k, n, block = 37, 256, 90, 32
-    xc, zp, w, scales = _layer(rng, m, k, n, block)
-    layer = qgemv_vnni.VnniQB4W(_pack(w), scales, block, n, k)
-    set_policy(threads=1)
-    one = layer.totals(xc, zp)
-    set_policy(threads=threads, split_macs=0, split_adapts=False)  # split at every call
-    for _ in range(3):
-        np.testing.assert_array_equal(layer.totals(xc, zp).view(np.int32), one.view(np.int32))
-    assert qgemv_vnni._workers >= threads - 1  # the rows did go to worker threads
-
-
 def test_rejects_layouts_it_does_not_take():
     with pytest.raises(InvalidInputError, match="multiples of 8"):
         qgemv_vnni.VnniQB4W(np.zeros((4, 6), np.uint8), np.ones((4, 3), np.float32), 4, 4, 12)
