@@ -280,3 +280,24 @@ def test_qb4w_tile_layout_follows_the_measured_winner(cache, set_policy):
     assert layouts[None] == (2 if measured.kernel == "split" else 1)
     for y in outputs[1:]:
         np.testing.assert_array_equal(y, outputs[0])
+
+
+def test_a_delegates_depthwise_choice_names_its_node(cache):
+    """``edgetorch inspect --kernels`` names the XNNPACK node a depthwise convolution's kernel was chosen for."""
+    if not policy.compiled_tier():
+        pytest.skip("the depthwise kernels' choice needs the [fast] tier")
+    import re
+
+    import torch
+
+    from edgetorch.backends.xnnpack import XnnpackPartitioner
+    from edgetorch.exir import to_edge_transform_and_lower
+    from edgetorch.runtime import Runtime
+
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16).eval()
+    ep = torch.export.export(conv, (torch.randn(1, 16, 12, 12),))
+    pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    with policy.using(kernel_choices={"depthwise": "rows"}), tuning.recording() as log:
+        Runtime.get().load_program(pte).load_method("forward")
+    found = [w for w, d in log if d.family == "depthwise"]
+    assert found and all(re.fullmatch(r"depthwise convolution, node \d+", w) for w in found), found

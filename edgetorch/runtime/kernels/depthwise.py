@@ -343,13 +343,14 @@ def _pixel_block(
             yf[yo + p * c + ch] = v
 
 
-def nhwc_step(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
+def nhwc_step(x: Any, taps: Any, bias: Any, y: Any, *window: Any, where: str = "") -> Any:
     """The step of ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``
     (``window`` is kh .. hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty) by the kernel of :func:`kernels` the
     host's measurement picks (:func:`choose`), its rows split over the threads ``compiled_kernels.split`` gives
-    it at each call when the output is large enough; the tier must be on."""
+    it at each call when the output is large enough; the tier must be on. ``where`` names the layer for
+    ``edgetorch inspect --kernels``."""
     HELPERS.require("depthwise nhwc_step")
-    kernel = choose(x, taps, bias, y, *window).kernel if compiled_kernels.flat_float32(x, y) else "rows"
+    kernel = choose(x, taps, bias, y, *window, where=where).kernel if compiled_kernels.flat_float32(x, y) else "rows"
     return _step(kernel, x, taps, bias, y, *window)
 
 
@@ -379,7 +380,7 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
     )
 
 
-def choose(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> tuning.Decision:
+def choose(x: Any, taps: Any, bias: Any, y: Any, *window: Any, where: str = "") -> tuning.Decision:
     """Which of :func:`kernels` runs this layer (one image of it), by the host's measurement
     (runtime/tuning.py, family ``"depthwise"``); each is timed on random inputs of the layer's shape and window."""
     kh, kw, sh, sw, dh, dw, top, left = window[:8]
@@ -392,7 +393,7 @@ def choose(x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> tuning.Decisio
         ys = np.empty((1, *y.shape[1:]), np.float32)
         return {name: _step(name, xs, taps, bias, ys, *window) for name in names}
 
-    return tuning.choose("depthwise", key, names, candidates)
+    return tuning.choose("depthwise", key, names, candidates, where)
 
 
 HELPERS = compiled_kernels.Helpers(

@@ -157,11 +157,13 @@ def depthwise(
     dilation: Sequence[int],
     layout: str = "NCHW",
     clamp: tuple[float, float] = NO_CLAMP,
+    where: str = "",
 ) -> list[Step]:
     """The steps computing ``y = clamp(depthwise_conv(x, w) + bias)``: one input channel per group, ``w`` in
     torch's layout ``[C * multiplier, 1, *kernel]`` (output channel ``c * multiplier + m`` reads input channel
     ``c``), ``padding`` the amounts before and after each spatial axis, ``y`` allocated at the output shape in
-    the compute dtype. NCHW takes any number of spatial dims, NHWC two. The steps read ``x`` when run."""
+    the compute dtype. NCHW takes any number of spatial dims, NHWC two. The steps read ``x`` when run. ``where``
+    names the layer in the kernel choices ``edgetorch inspect --kernels`` prints."""
     window.check_layout(layout, "depthwise convolution")
     d = w.ndim - 2
     channels = x.shape[1] if layout == "NCHW" else x.shape[-1]
@@ -176,7 +178,7 @@ def depthwise(
         (top, bottom), (left, right) = padding
         (kh, kw), (sh, sw), (dh, dw) = w.shape[2:], stride, dilation
         win = window.Window(kh, kw, sh, sw, dh, dw, top, right, bottom, left)
-        return _nhwc(x, w, bias, y, win, clamp)
+        return _nhwc(x, w, bias, y, win, clamp, where)
     return [partial(_nchw, x, w, bias, y, list(stride), [p[0] for p in padding], list(dilation), clamp)]
 
 
@@ -250,6 +252,7 @@ def _nhwc(
     y: np.ndarray,
     win: window.Window,
     clamp: tuple[float, float],
+    where: str,
 ) -> list[Step]:
     nb, h, wd, c = x.shape
     oh, ow = win.out_hw(h, wd)
@@ -264,7 +267,8 @@ def _nhwc(
         first = np.ascontiguousarray(taps[:, :, 0])
         b = np.empty(0, np.float32) if bias is None else np.ascontiguousarray(bias.reshape(-1), np.float32)
         geometry = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
-        step = depthwise_kernels.nhwc_step(x, first, b, y, *geometry, np.float32(clamp[0]), np.float32(clamp[1]))
+        bounds = np.float32(clamp[0]), np.float32(clamp[1])
+        step = depthwise_kernels.nhwc_step(x, first, b, y, *geometry, *bounds, where=where)
         if step is not None:
             return [step]
     views, steps = win.tap_views(x, 0.0)

@@ -208,7 +208,8 @@ def _depthwise_convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, f
         y = env.empty(n.output_id, (nb, oh, ow, c * mult))
         bias = env[n.bias_id].reshape(-1) if n.bias_id != xs.INVALID_VALUE_ID else None
         padding = [(win.top, win.bottom), (win.left, win.right)]
-        return conv_op.depthwise(x, w, bias, y, (win.sh, win.sw), padding, (win.dh, win.dw), "NHWC", act)
+        where = f"depthwise convolution, node {node.debug_handle}"
+        return conv_op.depthwise(x, w, bias, y, (win.sh, win.sw), padding, (win.dh, win.dw), "NHWC", act, where)
 
     return plan
 
