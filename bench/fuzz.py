@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing of every file reader the runtime has, each case in a sandboxed subprocess.
 
     .venv/bin/python bench/fuzz.py --cases 3000 [--seconds-per-case 10] [--memory-mb 4096] [--seed S] [--corpus DIR]
-        [--ray [--address ADDR] [--workers N]]
+        [--kinds pte,gguf,...] [--ray [--address ADDR] [--workers N]]
     .venv/bin/python bench/fuzz.py --differential --cases 200 [--seed 0] [--seconds S] [--keep DIR]
 
 ``--differential`` is the other campaign: random modules through edgetorch and ExecuTorch, each program on
@@ -48,6 +48,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "fuzz.json"
 CORPUS = ROOT / "bench" / "corpus"
 BAD = ("untyped", "crash", "timeout")
+KINDS = ("pte", "bpte", "ptd", "blob", "etdump", "etrecord", "gguf", "tokenizer")
 
 
 # ---------------------------------------------------------------------------------------------- seeds (torch)
@@ -441,6 +442,12 @@ def main() -> int:
     ap.add_argument(
         "--findings", type=pathlib.Path, default=None, help="folder to keep each failing case in, named by its hash"
     )
+    ap.add_argument(
+        "--kinds",
+        type=lambda text: set(text.split(",")),
+        default=None,
+        help=f"mutate only files of these formats, comma-separated ({','.join(KINDS)}); default: all",
+    )
     ap.add_argument("--ray", action="store_true", help="run each batch's cases on Ray workers (bench/ray_pool.py)")
     ap.add_argument("--address", help="with --ray: the Ray cluster's address (default: start a local Ray)")
     ap.add_argument("--workers", type=int, default=2, help="with --ray: parts per batch (and local Ray's CPUs)")
@@ -454,6 +461,8 @@ def main() -> int:
     ap.add_argument("--shrink-budget", type=int, default=40, help="with --differential: checks per finding")
     ap.add_argument("--keep", type=pathlib.Path, help="with --differential: folder for the findings' minimal modules")
     args = ap.parse_args()
+    if args.kinds is not None and not args.kinds <= set(KINDS):
+        ap.error(f"--kinds: unknown format(s) {sorted(args.kinds - set(KINDS))}; choose from {','.join(KINDS)}")
     sys.path.insert(0, str(ROOT))
     if args.differential:
         from bench import differential
@@ -503,11 +512,15 @@ def main() -> int:
             covered.update(record["lines"])
             if record["outcome"] != "ok" and int(record["name"][4:]) < len(seeds):
                 print(f"[fuzz] seed {record['name']} does not run: {record['outcome']} {record['detail']}")
+        # the files a case may start from (--kinds); the file spliced into a byte mutation may be of any format
+        targets = corpus if args.kinds is None else [c for c in corpus if c[0] in args.kinds]
+        if not targets:
+            raise SystemExit(f"[fuzz] no seed or kept case of the formats {sorted(args.kinds)}")
         done = 0
         while done < args.cases:
             batch = []
             for j in range(min(args.batch, args.cases - done)):
-                kind, data, origin = rng.choice(corpus)
+                kind, data, origin = rng.choice(targets)
                 _, other, _ = rng.choice(corpus)
                 structured = mutate_structure(kind, data, rng) if rng.random() < args.structure else None
                 case = structured if structured is not None else mutate(data, other, rng)
@@ -533,6 +546,8 @@ def main() -> int:
                 if new:
                     covered |= new
                     corpus.append((kind, case, f"{origin}+"))
+                    if targets is not corpus:
+                        targets.append(corpus[-1])
                 why = fuzz_corpus.signature(kind, record)
                 if record["outcome"] not in BAD and why not in shown and kept.keep(kind, case, f"{origin}+", why):
                     shown.add(why)

@@ -39,9 +39,16 @@ from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.folding import fold, foldable
 from edgetorch.runtime.fusion import fuse_steps
 from edgetorch.runtime.kernels import blas_threads, compiled
-from edgetorch.runtime.kernels.registry import lookup
+from edgetorch.runtime.kernels.registry import lookup, tensor_parameters
 from edgetorch.runtime.loops import jump_budget
-from edgetorch.runtime.memory import TensorResizeError, allocate_arenas, check_dim_order, resize, view_of
+from edgetorch.runtime.memory import (
+    TensorResizeError,
+    allocate_arenas,
+    check_dim_order,
+    mark_static,
+    resize,
+    view_of,
+)
 from edgetorch.runtime.plan_analysis import PlanFacts, kernel_results, op_key
 from edgetorch.runtime.static_fusion import fuse_static
 from edgetorch.runtime.values import ListRef, TensorSlot
@@ -107,6 +114,13 @@ class MethodExecutor:
         # A program may jump backwards (loops): a run taking more jumps than its loops allow is stopped (loops.py).
         self.jump_budget = jump_budget(self.instructions, plan.values)
         self.static = self._is_static()
+        if self.static:
+            # A static method returns its planned slots whole: a kernel may not write a smaller result into one
+            # (the rest would be returned stale). A dynamic method stores each result's own view, so a kernel
+            # shrinking a static tensor there returns what it computed (ExecuTorch's runtime refuses that too).
+            for j, slot in self.slots.items():
+                if not slot.constant:
+                    mark_static(self.bound[j])
         self.operators = [op_key(op) for op in plan.operators]
         self.kernels = [lookup(name) for name in self.operators]
         self.delegates = [self._init_delegate(i, d) for i, d in enumerate(plan.delegates)]
@@ -266,6 +280,13 @@ class MethodExecutor:
                 raise ProgramLoadError(
                     f"instruction {pc} passes {len(args)} arguments to {self.operators[a.op_index]}, whose kernel takes {nargs}"
                 )
+            for p, name in tensor_parameters(fn, nargs):
+                if self.bound[args[p]] is None:
+                    raise ProgramLoadError(
+                        f"method {self.name!r}: instruction {pc} ({self.operators[a.op_index]}) passes value "
+                        f"{args[p]}, which is None, as its argument {name!r}; the kernel needs a tensor there. The "
+                        "program is damaged or was not written by an ExecuTorch emitter: re-export it"
+                    )
             return self._kernel_step(fn, args[:nargs], kernel_results(fn, args, nargs), self.operators[a.op_index])
         if isinstance(a, fbp.DelegateCall):
             if not 0 <= a.delegate_index < len(self.delegates):
