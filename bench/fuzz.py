@@ -460,6 +460,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, help="with --differential: stop starting cases after this long")
     ap.add_argument("--shrink-budget", type=int, default=40, help="with --differential: checks per finding")
     ap.add_argument("--keep", type=pathlib.Path, help="with --differential: folder for the findings' minimal modules")
+    ap.add_argument(
+        "--rotate",
+        type=int,
+        help="with --differential: run K non-reference contenders per program in turn, ExecuTorch's only to judge",
+    )
     args = ap.parse_args()
     if args.kinds is not None and not args.kinds <= set(KINDS):
         ap.error(f"--kinds: unknown format(s) {sorted(args.kinds - set(KINDS))}; choose from {','.join(KINDS)}")
