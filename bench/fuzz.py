@@ -200,8 +200,8 @@ _BOUNDARY = [0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xF
 def mutate(data: bytes, other: bytes, rng: random.Random) -> bytes:
     buf = bytearray(data)
     for _ in range(rng.choice((1, 1, 2, 4, 8))):
-        if not buf:
-            buf = bytearray(other[:64])
+        if not buf:  # truncated to nothing: start again from the other file's head (or one byte, if it is empty)
+            buf = bytearray(other[:64] or bytes([rng.randrange(256)]))
         op = rng.randrange(7)
         i = rng.randrange(len(buf))
         if op == 0:  # flip a bit
