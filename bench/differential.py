@@ -8,7 +8,11 @@ refusal is judged by. Findings are shrunk (with the failing contender and the re
 minimal ``FILE.py:factory`` sources to ``--keep``; the totals are added to ``differential`` in
 bench/results/fuzz.json (the byte-level campaign's counts there are kept).
 
-    .venv/bin/python bench/fuzz.py --differential --cases 200 [--seed 0] [--seconds 3000] [--keep DIR]
+    .venv/bin/python bench/fuzz.py --differential --cases 200 [--seed 0] [--seconds 3000] [--keep DIR] [--rotate K]
+
+``--rotate K`` is the cheaper campaign: each program runs K of the six contenders that are not ExecuTorch's own
+pairs (taking turns, so each is checked on a K/6 share of the programs), and ExecuTorch's pairs run only to
+judge a failure (a module every contender gets right does not pay for them).
 """
 
 from __future__ import annotations
@@ -156,6 +160,7 @@ def run(args: argparse.Namespace, results: pathlib.Path) -> int:
         seconds=args.seconds,
         on_case=progress,
         on_finding=keep,
+        rotate=args.rotate,
     )
     print(campaign.summary(), flush=True)
     totals = _merge(results, campaign, found, command)

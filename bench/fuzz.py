@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing of every file reader the runtime has, each case in a sandboxed subprocess.
 
     .venv/bin/python bench/fuzz.py --cases 3000 [--seconds-per-case 10] [--memory-mb 4096] [--seed S] [--corpus DIR]
-        [--ray [--address ADDR] [--workers N]]
+        [--kinds pte,gguf,...] [--ray [--address ADDR] [--workers N]]
     .venv/bin/python bench/fuzz.py --differential --cases 200 [--seed 0] [--seconds S] [--keep DIR]
 
 ``--differential`` is the other campaign: random modules through edgetorch and ExecuTorch, each program on
@@ -48,6 +48,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "fuzz.json"
 CORPUS = ROOT / "bench" / "corpus"
 BAD = ("untyped", "crash", "timeout")
+KINDS = ("pte", "bpte", "ptd", "blob", "etdump", "etrecord", "gguf", "tokenizer")
 
 
 # ---------------------------------------------------------------------------------------------- seeds (torch)
@@ -199,8 +200,8 @@ _BOUNDARY = [0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xF
 def mutate(data: bytes, other: bytes, rng: random.Random) -> bytes:
     buf = bytearray(data)
     for _ in range(rng.choice((1, 1, 2, 4, 8))):
-        if not buf:
-            buf = bytearray(other[:64])
+        if not buf:  # truncated to nothing: start again from the other file's head (or one byte, if it is empty)
+            buf = bytearray(other[:64] or bytes([rng.randrange(256)]))
         op = rng.randrange(7)
         i = rng.randrange(len(buf))
         if op == 0:  # flip a bit
@@ -441,6 +442,12 @@ def main() -> int:
     ap.add_argument(
         "--findings", type=pathlib.Path, default=None, help="folder to keep each failing case in, named by its hash"
     )
+    ap.add_argument(
+        "--kinds",
+        type=lambda text: set(text.split(",")),
+        default=None,
+        help=f"mutate only files of these formats, comma-separated ({','.join(KINDS)}); default: all",
+    )
     ap.add_argument("--ray", action="store_true", help="run each batch's cases on Ray workers (bench/ray_pool.py)")
     ap.add_argument("--address", help="with --ray: the Ray cluster's address (default: start a local Ray)")
     ap.add_argument("--workers", type=int, default=2, help="with --ray: parts per batch (and local Ray's CPUs)")
@@ -453,7 +460,14 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, help="with --differential: stop starting cases after this long")
     ap.add_argument("--shrink-budget", type=int, default=40, help="with --differential: checks per finding")
     ap.add_argument("--keep", type=pathlib.Path, help="with --differential: folder for the findings' minimal modules")
+    ap.add_argument(
+        "--rotate",
+        type=int,
+        help="with --differential: run K non-reference contenders per program in turn, ExecuTorch's only to judge",
+    )
     args = ap.parse_args()
+    if args.kinds is not None and not args.kinds <= set(KINDS):
+        ap.error(f"--kinds: unknown format(s) {sorted(args.kinds - set(KINDS))}; choose from {','.join(KINDS)}")
     sys.path.insert(0, str(ROOT))
     if args.differential:
         from bench import differential
@@ -476,8 +490,11 @@ def main() -> int:
     seeds = make_seeds()
     corpus = [(kind, data, name) for name, (kind, data) in seeds.items()]
     kept = fuzz_corpus.Corpus.open(args.corpus)
+    # One copy of each seed: an ETRecord's or ETDump's bytes differ on every build (timestamps).
+    kept_seeds = {entry["origin"] for entry in kept.entries.values() if entry["signature"] == "seed"}
     for name, (kind, data) in seeds.items():
-        kept.keep(kind, data, name, "seed")
+        if name not in kept_seeds:
+            kept.keep(kind, data, name, "seed")
     known = {hashlib.sha256(data).digest() for _, data, _ in corpus}
     corpus += [c for c in kept.cases() if hashlib.sha256(c[1]).digest() not in known]
     shown = kept.signatures()
@@ -503,11 +520,15 @@ def main() -> int:
             covered.update(record["lines"])
             if record["outcome"] != "ok" and int(record["name"][4:]) < len(seeds):
                 print(f"[fuzz] seed {record['name']} does not run: {record['outcome']} {record['detail']}")
+        # the files a case may start from (--kinds); the file spliced into a byte mutation may be of any format
+        targets = corpus if args.kinds is None else [c for c in corpus if c[0] in args.kinds]
+        if not targets:
+            raise SystemExit(f"[fuzz] no seed or kept case of the formats {sorted(args.kinds)}")
         done = 0
         while done < args.cases:
             batch = []
             for j in range(min(args.batch, args.cases - done)):
-                kind, data, origin = rng.choice(corpus)
+                kind, data, origin = rng.choice(targets)
                 _, other, _ = rng.choice(corpus)
                 structured = mutate_structure(kind, data, rng) if rng.random() < args.structure else None
                 case = structured if structured is not None else mutate(data, other, rng)
@@ -533,6 +554,8 @@ def main() -> int:
                 if new:
                     covered |= new
                     corpus.append((kind, case, f"{origin}+"))
+                    if targets is not corpus:
+                        targets.append(corpus[-1])
                 why = fuzz_corpus.signature(kind, record)
                 if record["outcome"] not in BAD and why not in shown and kept.keep(kind, case, f"{origin}+", why):
                     shown.add(why)

@@ -39,17 +39,22 @@ from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.folding import fold, foldable
 from edgetorch.runtime.fusion import fuse_steps
 from edgetorch.runtime.kernels import blas_threads, compiled
-from edgetorch.runtime.kernels.registry import lookup
-from edgetorch.runtime.memory import TensorResizeError, allocate_arenas, check_dim_order, resize, view_of
+from edgetorch.runtime.kernels.registry import lookup, tensor_parameters
+from edgetorch.runtime.loops import jump_budget
+from edgetorch.runtime.memory import (
+    TensorResizeError,
+    allocate_arenas,
+    check_dim_order,
+    mark_static,
+    resize,
+    view_of,
+)
 from edgetorch.runtime.plan_analysis import PlanFacts, kernel_results, op_key
 from edgetorch.runtime.static_fusion import fuse_static
 from edgetorch.runtime.values import ListRef, TensorSlot
 
 # The events ExecuTorch's runtime names its control instructions by.
 _CONTROL_EVENTS = {fbp.JumpFalseCall: "JF_CALL", fbp.MoveCall: "MOVE_CALL", fbp.FreeCall: "FREE_CALL"}
-
-# A program may jump backwards (loops); a run that takes more steps than this is stopped, never hangs.
-MAX_STEPS_PER_RUN = 50_000_000
 
 
 class ProgramData(Protocol):
@@ -106,7 +111,16 @@ class MethodExecutor:
                     "or unplanned tensor or a scalar. The file is damaged or was not written by an ExecuTorch emitter"
                 )
         self.facts = PlanFacts(plan, self.instructions, self.slots, self.bound)
+        # A program may jump backwards (loops): a run taking more jumps than its loops allow is stopped (loops.py).
+        self.jump_budget = jump_budget(self.instructions, plan.values)
         self.static = self._is_static()
+        if self.static:
+            # A static method returns its planned slots whole: a kernel may not write a smaller result into one
+            # (the rest would be returned stale). A dynamic method stores each result's own view, so a kernel
+            # shrinking a static tensor there returns what it computed (ExecuTorch's runtime refuses that too).
+            for j, slot in self.slots.items():
+                if not slot.constant:
+                    mark_static(self.bound[j])
         self.operators = [op_key(op) for op in plan.operators]
         self.kernels = [lookup(name) for name in self.operators]
         self.delegates = [self._init_delegate(i, d) for i, d in enumerate(plan.delegates)]
@@ -266,6 +280,13 @@ class MethodExecutor:
                 raise ProgramLoadError(
                     f"instruction {pc} passes {len(args)} arguments to {self.operators[a.op_index]}, whose kernel takes {nargs}"
                 )
+            for p, name in tensor_parameters(fn, nargs):
+                if self.bound[args[p]] is None:
+                    raise ProgramLoadError(
+                        f"method {self.name!r}: instruction {pc} ({self.operators[a.op_index]}) passes value "
+                        f"{args[p]}, which is None, as its argument {name!r}; the kernel needs a tensor there. The "
+                        "program is damaged or was not written by an ExecuTorch emitter: re-export it"
+                    )
             return self._kernel_step(fn, args[:nargs], kernel_results(fn, args, nargs), self.operators[a.op_index])
         if isinstance(a, fbp.DelegateCall):
             if not 0 <= a.delegate_index < len(self.delegates):
@@ -436,19 +457,22 @@ class MethodExecutor:
                         step()
                 return
             # Dynamic methods bind a step to every instruction, so a step's index is its instruction's.
-            steps, n, count = self.steps, len(self.steps), 0
+            steps, n, jumps, limit = self.steps, len(self.steps), 0, self.jump_budget.limit
             while pc < n:
                 nxt = steps[pc]()
-                pc = pc + 1 if nxt is None else nxt
-                count += 1
-                if count > MAX_STEPS_PER_RUN:
+                if nxt is None:
+                    pc += 1
+                    continue
+                jumps += 1
+                if jumps > limit:
                     break
+                pc = nxt
         except TensorResizeError as e:
             raise self._named(e) from e
         except Exception as e:
             raise self._failed(e, step_pcs[pc] if pc < len(step_pcs) else pc) from e
-        if pc < n:
-            raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
+        if pc < n:  # stopped at a jump past the budget
+            raise self._runaway(pc, nxt)
 
     def _run_traced(self, tracer: Any) -> None:
         """Run the unfused steps, telling ``tracer`` about every instruction, as ExecuTorch's runtime does: an
@@ -456,8 +480,8 @@ class MethodExecutor:
         if self._by_pc is None:
             by_pc = dict(zip(self.step_pcs, self.steps))
             self._by_pc = [by_pc.get(pc) for pc in range(len(self.instructions))]
-        steps, n, pc, count = self._by_pc, len(self._by_pc), 0, 0
-        jumps, clock = not self.static, time.perf_counter_ns
+        steps, n, pc, jumps, limit = self._by_pc, len(self._by_pc), 0, 0, self.jump_budget.limit
+        dynamic, clock = not self.static, time.perf_counter_ns
         tracer.begin_run(self)
         start = clock()
         try:
@@ -471,17 +495,28 @@ class MethodExecutor:
                     continue
                 nxt = step()  # a static kernel step returns its output: only jumps say where to go
                 tracer.instruction(self, pc, t0, clock())
-                pc = nxt if jumps and nxt is not None else pc + 1
-                count += 1
-                if count > MAX_STEPS_PER_RUN:
+                if not dynamic or nxt is None:
+                    pc += 1
+                    continue
+                jumps += 1
+                if jumps > limit:
                     break
+                pc = nxt
         except TensorResizeError as e:
             raise self._named(e) from e
         except Exception as e:
             raise self._failed(e, pc) from e
-        if pc < n:
-            raise ExecutionError(f"method {self.name!r} ran more than {MAX_STEPS_PER_RUN} instructions; stopped")
+        if pc < n:  # stopped at a jump past the budget
+            raise self._runaway(pc, nxt)
         tracer.end_run(self, start, clock())
+
+    def _runaway(self, pc: int, dest: int) -> ExecutionError:
+        """The error that stops a run whose jump from instruction ``pc`` to ``dest`` went past its jump budget."""
+        message = self.jump_budget.exceeded(self.name, pc, dest)
+        cause = ProgramLoadError(message)
+        error = ExecutionError(message, pc, self.describe(pc))
+        error.__cause__ = cause  # the code (InvalidProgram) comes from the cause: the program, not a kernel, is wrong
+        return error
 
     def _failed(self, e: Exception, pc: int) -> ExecutionError:
         """``e``, raised by instruction ``pc``, as an ExecutionError naming the instruction."""

@@ -4,13 +4,24 @@ a tensor inside its planned slot (dynamic shapes). Torch-free."""
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
-from edgetorch.errors import ExecutionError, ProgramLoadError
+from edgetorch.errors import Error, ExecutionError, InvalidArgumentError, ProgramLoadError
 
 # A plan asking for more than this is refused rather than allocated; Runtime(max_planned_bytes=...) raises it.
 DEFAULT_MAX_PLANNED_BYTES = 32 << 30
+
+# The slots of a static method's tensors (by id; an entry goes with its array). As ExecuTorch's runtime does for
+# STATIC tensors, resize refuses to change their size: a kernel of a damaged program writing fewer elements would
+# leave the rest of the slot stale, and the method would return it as if computed.
+_static_slots: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def mark_static(slot: np.ndarray) -> None:
+    """Make ``slot`` (a static method's planned or unplanned tensor) one that :func:`resize` may not shrink."""
+    _static_slots[id(slot)] = slot
 
 
 def allocate_arenas(sizes: list[int], limit: int) -> list[np.ndarray | None]:
@@ -60,6 +71,17 @@ class TensorResizeError(ExecutionError):
         self.shape = shape
 
 
+class StaticResizeError(InvalidArgumentError):
+    """A kernel asked to give a STATIC tensor another number of elements; ExecuTorch's ``NotSupported``."""
+
+    code = Error.NotSupported
+
+    def __init__(self, message: str, planned: np.ndarray, shape: tuple[int, ...]):
+        super().__init__(message)
+        self.planned = planned
+        self.shape = shape
+
+
 def resize(planned: np.ndarray, shape: tuple[int, ...] | list[int]) -> np.ndarray:
     """The tensor of ``shape`` stored at the start of ``planned``'s memory, in its dim order (no copy).
 
@@ -76,6 +98,15 @@ def resize(planned: np.ndarray, shape: tuple[int, ...] | list[int]) -> np.ndarra
             f"a result of shape {list(shape)} ({count} elements) does not fit its planned slot of shape "
             f"{list(planned.shape)} ({planned.size} elements); the program was planned for smaller sizes: "
             "re-export it with larger dynamic-shape bounds",
+            planned,
+            shape,
+        )
+    if count != planned.size and _static_slots.get(id(planned)) is planned:
+        raise StaticResizeError(
+            f"a result of shape {list(shape)} ({count} elements) was written into a static-shape tensor of shape "
+            f"{list(planned.shape)} ({planned.size} elements); a static tensor cannot be resized (the rest would "
+            "keep stale values). The program is damaged, or its tensor should have been exported with a dynamic "
+            "shape: re-export it",
             planned,
             shape,
         )

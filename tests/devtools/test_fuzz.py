@@ -116,6 +116,42 @@ def test_a_refusal_the_reference_shares_is_no_finding_and_an_untyped_error_is_on
     assert finding.status == ERROR and "KeyError" in finding.detail
 
 
+def test_a_lazy_reference_runs_only_to_judge_a_failure():
+    """The cheaper campaign (``rotate``): ExecuTorch's pair runs only when another contender failed on its
+    backend, and still turns a refusal it shares into no finding."""
+    subject = case_subject(PLANTED.with_(steps=PLANTED.steps[:1]))
+    calls = collections.Counter()
+
+    def counted(name: str, error: Exception | None) -> Lowering:
+        inner = _lowering(name, error, reference=True).lower
+
+        def lower(ep):
+            calls[name] += 1
+            return inner(ep)
+
+        return Lowering(name, "portable", lower, reference=True)
+
+    their_runtime = Runner("their runtime", EDGETORCH_RUNTIME.run, reference=True)
+    theirs = Contender(counted("theirs", RuntimeError("unsupported")), their_runtime)
+    good = Contender(EDGETORCH, EDGETORCH_RUNTIME)
+    report = check(subject, (good, theirs), lazy_reference=True)
+    assert [o.contender for o in report.outcomes] == [good.name] and not calls  # all agree: no reference
+    refuses = Contender(_lowering("ours", UnsupportedOperatorError("no kernel")), EDGETORCH_RUNTIME)
+    report = check(subject, (refuses, theirs), lazy_reference=True)
+    assert [o.status for o in report.outcomes] == [SHARED, REFUSED] and calls["theirs"] == 1
+
+
+def test_rotation_takes_turns_and_keeps_the_references():
+    from edgetorch.devtools.fuzz import rotation
+
+    players = [Contender(_lowering(f"c{i}", None), EDGETORCH_RUNTIME) for i in range(6)]
+    judge = Contender(_lowering("theirs", None, reference=True), Runner("r", EDGETORCH_RUNTIME.run, reference=True))
+    every = (*players, judge)
+    turns = [rotation(every, 2, i) for i in range(3)]
+    assert all(t[-1] is judge and len(t) == 3 for t in turns)
+    assert sorted(c.name for t in turns for c in t[:2]) == sorted(c.name for c in players)  # each once in 3 cases
+
+
 WRONG_OP = """
 import numpy as np
 import torch

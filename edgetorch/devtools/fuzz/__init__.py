@@ -176,11 +176,15 @@ def fuzz(
     seconds: float | None = None,
     on_case: Callable[[int, Report], None] | None = None,
     on_finding: Callable[[Finding], None] | None = None,
+    rotate: int | None = None,
 ) -> Campaign:
     """Check ``cases`` modules (generated from ``seed``, or from ``factory``); shrink each finding.
 
     Stops at the first finding with ``stop_at_first`` (what ``edgetorch fuzz`` does), or after ``seconds``.
     Only the first finding of each signature (contender, status, error type) is shrunk.
+    With ``rotate=k`` each case runs only ``k`` of the contenders that are not references, taking turns over the
+    cases, and the references only to judge a failure (``check(..., lazy_reference=True)``): a cheaper campaign
+    that still has ExecuTorch decide what a refusal or a wrong output is.
     """
     campaign = Campaign(seed)
     t0 = time.perf_counter()
@@ -190,7 +194,8 @@ def fuzz(
         if seconds is not None and time.perf_counter() - t0 > seconds:
             break
         case = generate(seed, index) if factory is None else None
-        report = check(subjects(index), contenders)
+        chosen = contenders if rotate is None else rotation(contenders, rotate, index)
+        report = check(subjects(index), chosen, lazy_reference=rotate is not None)
         campaign.add(report)
         if on_case is not None:
             on_case(index, report)
@@ -199,13 +204,22 @@ def fuzz(
             # One shrink per kind of finding: the same failure again is counted, not shrunk again.
             budget = shrink_budget if first.signature() not in shrunk else 0
             shrunk.add(first.signature())
-            campaign.findings.append(_minimize(index, case, first, contenders, budget, subjects))
+            campaign.findings.append(_minimize(index, case, first, chosen, budget, subjects))
             if on_finding is not None:
                 on_finding(campaign.findings[-1])
             if stop_at_first:
                 break
     campaign.seconds = time.perf_counter() - t0
     return campaign
+
+
+def rotation(contenders: tuple[Contender, ...], k: int, index: int) -> tuple[Contender, ...]:
+    """Case ``index``'s share of a rotating campaign: ``k`` of the contenders that are not references (the next
+    ``k`` in turn, so every one is checked on a ``k``-th of the cases), then every reference."""
+    players = [c for c in contenders if not c.reference]
+    start = (index * k) % max(len(players), 1)
+    turn = [players[(start + j) % len(players)] for j in range(min(k, len(players)))]
+    return (*turn, *(c for c in contenders if c.reference))
 
 
 def _minimize(

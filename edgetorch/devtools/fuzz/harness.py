@@ -198,8 +198,14 @@ def _lower(lowering: Lowering, ep: torch.export.ExportedProgram) -> bytes:
         return lowering.lower(copy.deepcopy(ep))
 
 
-def check(subject: Subject, contenders: tuple[Contender, ...] = DEFAULT_CONTENDERS) -> Report:
-    """Every contender's outcome on ``subject``; each lowering runs once for all the runners it is paired with."""
+def check(
+    subject: Subject, contenders: tuple[Contender, ...] = DEFAULT_CONTENDERS, lazy_reference: bool = False
+) -> Report:
+    """Every contender's outcome on ``subject``; each lowering runs once for all the runners it is paired with.
+
+    With ``lazy_reference`` the reference pairs (ExecuTorch on ExecuTorch) run only for a backend some other
+    contender failed on: they only ever judge a failure (shared or not), so a module every contender gets right
+    does not pay for them. Their outcomes are then missing from the report for the other backends."""
     report = Report()
     try:
         want = eager(subject)
@@ -207,10 +213,11 @@ def check(subject: Subject, contenders: tuple[Contender, ...] = DEFAULT_CONTENDE
     except Exception as e:
         report.skipped = f"eager or torch.export refused: {error_text(e)}"
         return report
-    stability: str | None = None  # computed on the first mismatch only
+    stability: list[str] = []  # computed on the first mismatch only
     lowerings: dict[str, tuple[bytes | None, BaseException | None]] = {}
     results: dict[str, list[list[torch.Tensor]]] = {}  # contender -> outputs, for a mismatch the reference shares
-    for contender in contenders:
+
+    def run(contender: Contender) -> None:
         lowering, runner = contender.lowering, contender.runner
         outcome = Outcome(contender.name, OK, reference=contender.reference)
         report.outcomes.append(outcome)
@@ -223,24 +230,34 @@ def check(subject: Subject, contenders: tuple[Contender, ...] = DEFAULT_CONTENDE
         outcome.stage = "lower"
         if pte is None:
             outcome.status, outcome.detail = _failure(failure, lowering.reference)
-            continue
+            return
         outcome.stage = "run"
         try:
             got = runner.run(pte, [tuple(x.clone() for x in call) for call in subject.calls])
         except ProcessCrashed as e:
             outcome.status, outcome.detail = CRASH, error_text(e)
-            continue
+            return
         except Exception as e:
             outcome.status, outcome.detail = _failure(e, runner.reference)
-            continue
+            return
         outcome.stage = "compare"
         results[contender.name] = got
         outcome.call, text = _compare_calls(got, want)
         if text:
-            if stability is None:
-                stability = _compare_calls(eager(subject, _nudged(subject.calls)), want)[1]
-            outcome.status, outcome.detail = (UNSTABLE if stability else MISMATCH), text
-    _mark_shared(report, contenders, results)
+            if not stability:
+                stability.append(_compare_calls(eager(subject, _nudged(subject.calls)), want)[1])
+            outcome.status, outcome.detail = (UNSTABLE if stability[0] else MISMATCH), text
+
+    ran = [c for c in contenders if not (lazy_reference and c.reference)]
+    for contender in ran:
+        run(contender)
+    if lazy_reference:
+        failed = {c.lowering.backend for c, o in zip(ran, report.outcomes) if o.status != OK}
+        judges = [c for c in contenders if c.reference and c.lowering.backend in failed]
+        for contender in judges:
+            run(contender)
+        ran += judges
+    _mark_shared(report, tuple(ran), results)
     return report
 
 

@@ -27,6 +27,7 @@ The calling convention, shared by every kernel:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
@@ -157,6 +158,24 @@ def lookup(name: str) -> Kernel:
             f"no kernel for operator {name!r}; register one with "
             f"edgetorch.runtime.register_kernel({name!r}, fn) before loading the method"
         ) from None
+
+
+@functools.cache
+def tensor_parameters(fn: Callable, nargs: int) -> tuple[tuple[int, str], ...]:
+    """(position, name) of each of the kernel's arguments that must be a tensor: annotated ``np.ndarray``
+    (not optional), or an unannotated ``self`` or ``out`` (ATen never makes those optional). The executor refuses, at load, an instruction passing None there
+    (a damaged program; ExecuTorch's kernels would abort on it)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())[:nargs]
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return ()
+    found = []
+    for i, p in enumerate(params):
+        note = p.annotation
+        tensor = note in ("np.ndarray", "numpy.ndarray") or getattr(note, "__qualname__", None) == "ndarray"
+        if tensor or (note is p.empty and p.name in ("self", "out")):
+            found.append((i, p.name))
+    return tuple(found)
 
 
 def wrap_dim(dim: int, ndim: int) -> int:
