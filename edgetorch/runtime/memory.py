@@ -70,6 +70,11 @@ class TensorResizeError(ExecutionError):
         self.planned = planned
         self.shape = shape
 
+    @property
+    def code(self) -> Error:
+        """ExecuTorch's code for a bounded tensor asked to outgrow its capacity (it has no kernel cause)."""
+        return Error.NotSupported
+
 
 class StaticResizeError(InvalidArgumentError):
     """A kernel asked to give a STATIC tensor another number of elements; ExecuTorch's ``NotSupported``."""

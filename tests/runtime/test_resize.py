@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgetorch.errors import Error
 from edgetorch.runtime.memory import TensorResizeError, resize, view_of
 
 
@@ -43,8 +44,11 @@ def test_the_same_shape_is_the_slot_itself():
 
 def test_a_shape_above_the_slot_is_refused_with_its_capacity():
     _, slot = _slot([8, 16], [0, 1])
-    with pytest.raises(TensorResizeError, match=r"shape \[9, 16\] \(144 elements\).*slot of shape \[8, 16\] \(128"):
+    with pytest.raises(
+        TensorResizeError, match=r"shape \[9, 16\] \(144 elements\).*slot of shape \[8, 16\] \(128"
+    ) as e:
         resize(slot, (9, 16))
+    assert e.value.code == Error.NotSupported and "[error 0x" in str(e.value)  # ExecuTorch's code, not Internal
 
 
 def test_a_strided_view_is_not_a_slot():
