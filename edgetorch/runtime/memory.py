@@ -71,7 +71,7 @@ class TensorResizeError(ExecutionError):
         self.shape = shape
 
     @property
-    def code(self) -> Error:
+    def code(self) -> Error:  # type: ignore[override]  # read-only, as ExecutionError's
         """ExecuTorch's code for a bounded tensor asked to outgrow its capacity (it has no kernel cause)."""
         return Error.NotSupported
 
