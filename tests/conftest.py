@@ -64,3 +64,19 @@ def set_policy():
     before = policy.current()
     yield lambda **changes: policy.install(dataclasses.replace(policy.current(), **changes))
     policy.install(before)
+
+
+@pytest.fixture
+def hang_guard():
+    """Fails a test whose run does not stop within 60 s (the executor's loop bound not enforced) instead of
+    hanging the suite; a damaged loop stops in milliseconds."""
+    import signal
+
+    def expire(signum, frame):
+        raise AssertionError("the run did not stop within 60 s: the loop bound is not enforced")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)

@@ -9,7 +9,6 @@ while ``torch.map`` and ``torch.scan`` over 10,000 rows, and nested maps, run to
 from __future__ import annotations
 
 import pathlib
-import signal
 
 import numpy as np
 import pytest
@@ -41,20 +40,6 @@ TIMED_OUT = [
     "d34912332790c6ec",
     "f7c6d70ef8a7e06d",
 ]
-
-
-@pytest.fixture
-def hang_guard():
-    """Fails a test whose run does not stop (the loop bound not enforced) instead of hanging the suite."""
-
-    def expire(signum, frame):
-        raise AssertionError("the run did not stop within 20 s: the loop bound is not enforced")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def _zeros_for(method) -> list:
