@@ -169,16 +169,17 @@ def kernel() -> Any:
         return None
     with _lock:
         if _kernel is None:
-            engine, _ = jit(_ir())
+            engine, _ = jit(_ir(), assembly=False)
             ptr, i64 = ctypes.c_void_p, ctypes.c_int64
             proto = ctypes.CFUNCTYPE(None, *([ptr] * 7), *([i64] * 5))
             _kernel = (proto(engine.get_function_address("qb4w_vnni")), engine)  # the engine owns the code
     return _kernel[0]
 
 
-def jit(ir: str) -> tuple[Any, str]:
+def jit(ir: str, assembly: bool = True) -> tuple[Any, str | None]:
     """LLVM IR compiled for this host's CPU and features at -O3: the execution engine (which owns the code;
-    keep it alive while its functions are called) and the assembly. Needs llvmlite."""
+    keep it alive while its functions are called) and, when ``assembly``, the assembly text (for probes that
+    check which instructions were emitted; None otherwise). Needs llvmlite."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
@@ -189,10 +190,10 @@ def jit(ir: str) -> tuple[Any, str]:
     machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
     passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
     passes.getModulePassManager().run(module, passes)
-    assembly = machine.emit_assembly(module)
+    text = machine.emit_assembly(module) if assembly else None
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
-    return engine, assembly
+    return engine, text
 
 
 class VnniQB4W:
