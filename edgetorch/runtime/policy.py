@@ -121,6 +121,12 @@ class SplitChoice:
     trial finds the threads fast again. Splitting must win by :attr:`MARGIN`, since its threads take cores
     others may want, and parallel trials draw on a :class:`TrialBudget` shared by every site.
 
+    One slow call cannot decide: a time counts at most :attr:`OUTLIER` times the estimate it updates, so a
+    site that splits stops only after several slow calls in a row (a busy neighbour that stays), not after
+    one descheduled moment. And the loser is tried again after :attr:`MAX_WAIT_NS` at the latest, however few
+    calls the site has had (a site called once a token or once an image would otherwise wait hundreds of
+    them).
+
     Pure bookkeeping, no clock of its own: the caller passes the clock and each call's duration in nanoseconds
     (so the decision logic is tested without timing anything)."""
 
@@ -133,8 +139,12 @@ class SplitChoice:
     """Calls between a trial of the losing variant and the next, after a switch; doubled after each trial that
     does not change the choice, up to :attr:`MAX_INTERVAL`."""
     MAX_INTERVAL = 512
+    MAX_WAIT_NS = 250_000_000
+    """Nanoseconds after which a trial of the losing variant is due whatever the calls since the last one."""
+    OUTLIER = 2.0
+    """The most a call's time counts for, as a multiple of the estimate it updates."""
 
-    __slots__ = ("samples", "estimate", "parallel", "interval", "countdown", "trying", "budget")
+    __slots__ = ("samples", "estimate", "parallel", "interval", "countdown", "trying", "budget", "since")
 
     def __init__(self, budget: TrialBudget | None = None) -> None:
         self.samples: tuple[list[int], list[int]] = ([], [])  # calls while exploring: serial, parallel
@@ -144,12 +154,15 @@ class SplitChoice:
         self.countdown = -1  # calls until the next trial; -1 while exploring
         self.trying = False  # this call is a trial of the losing variant
         self.budget = TRIAL_BUDGET if budget is None else budget
+        self.since = 0  # clock (ns) of the last choice or trial
 
     def next_parallel(self, now_ns: int = 0) -> bool:
         """Whether the call starting at ``now_ns`` should run the parallel variant."""
         if self.countdown < 0:  # exploring: the variant with fewer calls so far, serial first
             serial, parallel = self.samples
             return len(parallel) < len(serial) and self.budget.allows(now_ns)
+        if self.countdown > 0 and now_ns - self.since >= self.MAX_WAIT_NS:
+            self.countdown = 0
         if self.countdown == 0 and (self.parallel or self.budget.allows(now_ns)):
             self.trying = True
             return not self.parallel
@@ -170,32 +183,33 @@ class SplitChoice:
                 self.estimate = [float(min(s[1:])) for s in self.samples]
                 self.samples = ([], [])
                 self.parallel = self._parallel_wins()
-                self.countdown = self.interval
+                self.countdown, self.since = self.interval, now_ns
             return
         if self.trying:  # the loser's trial: a faster time is believed at once, a slower one halfway
             self.trying = False
             if parallel:
                 self.budget.spend(ns - self.estimate[0], now_ns)
             old = self.estimate[parallel]
-            self.estimate[parallel] = float(ns) if ns < old else (old + ns) / 2
+            self.estimate[parallel] = float(ns) if ns < old else (old + min(ns, self.OUTLIER * old)) / 2
             if self._parallel_wins() != self.parallel:
-                self._switch()
+                self._switch(now_ns)
             else:
                 self.interval = min(2 * self.interval, self.MAX_INTERVAL)
-                self.countdown = self.interval
+                self.countdown, self.since = self.interval, now_ns
             return
-        self.estimate[parallel] += (ns - self.estimate[parallel]) / 8
+        old = self.estimate[parallel]
+        self.estimate[parallel] += (min(ns, self.OUTLIER * old) - old) / 8
         self.countdown = max(self.countdown - 1, 0)  # stays due while the budget holds a parallel trial back
         if self._parallel_wins() != self.parallel:
-            self._switch()
+            self._switch(now_ns)
 
     def _parallel_wins(self) -> bool:
         return self.estimate[1] <= self.MARGIN * self.estimate[0]
 
-    def _switch(self) -> None:
+    def _switch(self, now_ns: int) -> None:
         self.parallel = not self.parallel
         self.interval = self.FIRST_INTERVAL
-        self.countdown = self.interval
+        self.countdown, self.since = self.interval, now_ns
 
 
 _MAX_ROWS = MappingProxyType({("qc8w", False): 32, ("qc8w", True): 16, ("qb4w", False): 16, ("qb4w", True): 8})

@@ -66,7 +66,7 @@ def test_stops_splitting_when_the_threads_become_slow():
 
 def test_tries_the_loser_less_often_while_it_keeps_losing():
     choice = _explored(1000, 5000)
-    ran = _drive(choice, 1000, 5000, 2000)
+    ran = _drive(choice, 1000, 5000, 2000, gap_ns=10_000)  # 2,000 calls well within MAX_WAIT_NS
     trials = [i for i, p in enumerate(ran) if p]
     gaps = [b - a for a, b in zip(trials, trials[1:])]
     assert gaps == sorted(gaps) and gaps[-1] == SplitChoice.MAX_INTERVAL + 1
@@ -90,8 +90,33 @@ def test_one_slow_trial_of_the_loser_does_not_flip_a_choice():
     while choice.countdown > 0:
         _drive(choice, 1000, 500, 1)
     assert choice.next_parallel() is False and choice.trying
-    choice.record(False, 4000)  # the serial trial, slow once
-    assert choice.parallel and choice.estimate[0] == (before + 4000) / 2
+    choice.record(False, 4000)  # the serial trial, slow once: it counts for at most OUTLIER times the estimate
+    assert choice.parallel and choice.estimate[0] == (before + SplitChoice.OUTLIER * before) / 2
+
+
+def test_one_slow_call_does_not_stop_a_site_from_splitting():
+    """A descheduled moment: one parallel call 100 times slower than usual, then the threads are fast again."""
+    choice = _explored(1000, 500)
+    _drive(choice, 1000, 500, 5)
+    _drive(choice, 1000, 50_000, 1)
+    assert _drive(choice, 1000, 500, 20) == [True] * 20
+
+
+def test_a_neighbour_that_stays_stops_the_splitting_within_a_few_calls():
+    choice = _explored(1000, 500)
+    ran = _drive(choice, 1000, 50_000, 12)
+    assert not choice.parallel and ran.count(True) <= 8
+
+
+def test_a_site_called_seldom_tries_the_loser_again_after_max_wait():
+    """A site called once an image or a token: its next trial is due after MAX_WAIT_NS, not after hundreds of
+    calls."""
+    choice = _explored(1000, 5000)
+    _drive(choice, 1000, 5000, 100, gap_ns=10_000)  # the interval has grown
+    assert choice.interval > 8
+    gap = SplitChoice.MAX_WAIT_NS // 4
+    ran = _drive(choice, 1000, 400, 6, gap_ns=gap)  # the neighbour left; calls 1/4 of MAX_WAIT_NS apart
+    assert True in ran[:5] and choice.parallel
 
 
 def test_the_budget_holds_back_parallel_trials_that_lose():
