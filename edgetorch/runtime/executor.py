@@ -39,7 +39,7 @@ from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
 from edgetorch.runtime.folding import fold, foldable
 from edgetorch.runtime.fusion import fuse_steps
 from edgetorch.runtime.kernels import blas_threads, compiled
-from edgetorch.runtime.kernels.registry import lookup, tensor_parameters
+from edgetorch.runtime.kernels.registry import lookup, required_parameters
 from edgetorch.runtime.loops import jump_budget
 from edgetorch.runtime.memory import (
     TensorResizeError,
@@ -280,11 +280,11 @@ class MethodExecutor:
                 raise ProgramLoadError(
                     f"instruction {pc} passes {len(args)} arguments to {self.operators[a.op_index]}, whose kernel takes {nargs}"
                 )
-            for p, name in tensor_parameters(fn, nargs):
+            for p, name, what in required_parameters(fn, nargs):
                 if self.bound[args[p]] is None:
                     raise ProgramLoadError(
                         f"method {self.name!r}: instruction {pc} ({self.operators[a.op_index]}) passes value "
-                        f"{args[p]}, which is None, as its argument {name!r}; the kernel needs a tensor there. The "
+                        f"{args[p]}, which is None, as its argument {name!r}; the kernel needs {what} there. The "
                         "program is damaged or was not written by an ExecuTorch emitter: re-export it"
                     )
             return self._kernel_step(fn, args[:nargs], kernel_results(fn, args, nargs), self.operators[a.op_index])

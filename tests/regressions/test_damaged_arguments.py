@@ -2,7 +2,9 @@
 
 * A None (a Null value) where a kernel needs a tensor: the static-int8 CNN's ``quantize_per_tensor`` raised
   AttributeError on it, reported as an ExecutionError with code Internal. Loading the method now refuses it
-  with a ProgramLoadError (InvalidProgram) naming the instruction, the operator and the argument.
+  with a ProgramLoadError (InvalidProgram) naming the instruction, the operator and the argument. The same holds
+  for a None where the kernel needs a scalar, a dim or a size (its ``scale``, ``zero_point``), which raised
+  TypeError with code Internal.
 * A kernel of a static method (every tensor static) writing fewer elements than its output holds: the rest of
   the slot kept stale values and the method returned them. As ExecuTorch's runtime refuses to resize a static
   tensor, the run now fails with NotSupported naming the instruction; dynamic-shape outputs still shrink."""
@@ -59,9 +61,11 @@ def _none_into(op_name: str, position: int, whole_value: bool):
         ("quantized_decomposed::quantize_per_tensor", 6, "out"),
         ("quantized_decomposed::dequantize_per_tensor", 7, "out"),
         ("aten::relu", 0, "self"),
+        ("quantized_decomposed::quantize_per_tensor", 1, "scale"),
+        ("quantized_decomposed::quantize_per_tensor", 2, "zero_point"),
     ],
 )
-def test_none_where_a_kernel_needs_a_tensor_is_refused_at_load(op_name, position, argument, whole_value):
+def test_none_where_a_kernel_needs_a_value_is_refused_at_load(op_name, position, argument, whole_value):
     data = patched(_int8_program(), _none_into(op_name, position, whole_value))
     program = Runtime.get().load_program(data)
     # a Null value read by several instructions is refused at the first (relu's input is dequantize's out)

@@ -161,10 +161,14 @@ def lookup(name: str) -> Kernel:
 
 
 @functools.cache
-def tensor_parameters(fn: Callable, nargs: int) -> tuple[tuple[int, str], ...]:
-    """(position, name) of each of the kernel's arguments that must be a tensor: annotated ``np.ndarray``
-    (not optional), or an unannotated ``self`` or ``out`` (ATen never makes those optional). The executor refuses, at load, an instruction passing None there
-    (a damaged program; ExecuTorch's kernels would abort on it)."""
+def required_parameters(fn: Callable, nargs: int) -> tuple[tuple[int, str, str], ...]:
+    """(position, name, what it needs) of each of the kernel's arguments that may not be None: annotated
+    ``np.ndarray`` ("a tensor"), or an unannotated ``self`` or ``out`` (ATen never makes those optional), or
+    annotated with any other type that admits no None (no ``None``, ``Optional`` or ``Any`` in it, no None
+    default: an ``int`` dim, a ``list[int]`` size, a ``bool`` flag, a scalar). For ATen's operators these are the
+    arguments its schemas do not make optional (tests/runtime/kernels/test_registry.py compares them). The
+    executor refuses, at load, an instruction passing None there (a damaged program; ExecuTorch's kernels would
+    abort on it)."""
     try:
         params = list(inspect.signature(fn).parameters.values())[:nargs]
     except (TypeError, ValueError):  # a builtin without a signature: nothing to check
@@ -172,9 +176,11 @@ def tensor_parameters(fn: Callable, nargs: int) -> tuple[tuple[int, str], ...]:
     found = []
     for i, p in enumerate(params):
         note = p.annotation
-        tensor = note in ("np.ndarray", "numpy.ndarray") or getattr(note, "__qualname__", None) == "ndarray"
-        if tensor or (note is p.empty and p.name in ("self", "out")):
-            found.append((i, p.name))
+        text = note if isinstance(note, str) else getattr(note, "__qualname__", None) or str(note)
+        if text in ("np.ndarray", "numpy.ndarray", "ndarray") or (note is p.empty and p.name in ("self", "out")):
+            found.append((i, p.name, "a tensor"))
+        elif note is not p.empty and p.default is not None and not any(w in text for w in ("None", "Optional", "Any")):
+            found.append((i, p.name, f"a value of type {text}"))
     return tuple(found)
 
 
