@@ -15,7 +15,6 @@ every instruction still reports its own event and outputs. Torch-free.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ import numpy as np
 from edgetorch.format import program as fbp
 from edgetorch.runtime import rewrite_checks
 from edgetorch.runtime.memory import resize
+from edgetorch.runtime.ops import normalization
 from edgetorch.runtime.plan_analysis import Range, kernel_results, overlaps
 from edgetorch.runtime.values import ListRef
 
@@ -232,21 +232,7 @@ def _rms_norm(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     def rms_norm() -> None:
         xv, wv = vals[x], vals[w]
         t = np.multiply(xv, xv) if square else np.power(xv, exponent)
-        total = np.add.reduce(t, axis=-1, keepdims=True)
-        n = xv.shape[-1]
-        # One row (a decode step): its four float32 scalar operations in Python floats, each rounded back to
-        # float32, which gives float32's own results (binary64 carries more than twice float32's precision, so
-        # rounding twice is exact for +, /, sqrt), instead of four ufunc calls on a 1-element array.
-        a = np.float32(np.float32(total.item() / n) + one_eps) if total.size == 1 and one_eps is not None else None
-        if a is not None and 0 < a < np.inf:
-            np.multiply(xv, np.float32(1.0 / float(np.float32(math.sqrt(a)))), out=t)
-        else:
-            with np.errstate(all="ignore"):
-                np.divide(total, n, out=total, casting="unsafe")
-                np.add(total, vals[eps], out=total)
-                np.sqrt(total, out=total)
-                np.reciprocal(total, out=total)
-            np.multiply(xv, total, out=t)
+        normalization.rms_scale(xv, t, vals[eps], one_eps)
         np.multiply(wv, t, out=store(_broadcast(wv.shape, t.shape)))
 
     return 6, _unless_0d(vals, x, unfused, rms_norm)

@@ -247,7 +247,7 @@ def flat_float32(*arrays: np.ndarray | None) -> bool:
 
 def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
-    ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``bias_clamp``, ``masked_rows``, ``bias_gelu``,
+    ``rms_norm``, ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``bias_clamp``, ``masked_rows``, ``bias_gelu``,
     ``bias_add``), or None without the tier."""
     if not HELPERS.ready():
         return None
@@ -473,6 +473,21 @@ def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - co
                 o[j] = v
         mean[i] = m
         rstd[i] = r
+
+
+def _rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
+    """Each row of the 2-D float32 ``x`` times 1 / sqrt(mean of its squares + ``eps``), then times ``weight``
+    (one value a column), into ``out`` (which may be ``x``: each column is read before it is written)."""
+    f = np.float32
+    rows, n = x.shape
+    for i in range(rows):
+        xr, o = x[i], out[i]
+        s = f(0)
+        for j in range(n):
+            s += xr[j] * xr[j]
+        r = f(1) / np.sqrt(s / f(n) + eps)
+        for j in range(n):
+            o[j] = weight[j] * (xr[j] * r)
 
 
 def _decode_attention(q, keys, values, n, scale, out, scores):  # pragma: no cover - compiled
@@ -792,6 +807,7 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "gelu_tanh": (_gelu_tanh, {"error_model": "numpy", "fastmath": {"contract"}}),
     "softmax": (_softmax, {"error_model": "numpy", "fastmath": {"reassoc", "contract"}}),
     "layer_norm": (_layer_norm, {"error_model": "numpy", "fastmath": {"reassoc"}}),
+    "rms_norm": (_rms_norm, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "decode_attention": (_decode_attention, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "depthwise3x3": (_depthwise3x3, {}),
     "scale_shift_clamp": (_scale_shift_clamp, {}),

@@ -165,3 +165,59 @@ def _blob_nodes(pte: bytes) -> list:
         data = loaded.program.backend_delegate_data[ref.index].data if ref.location == 0 else loaded.segment(ref.index)
         nodes += parse_blob(data).graph.xnodes
     return nodes
+
+
+class RmsNorms(nn.Module):
+    """Two RMSNorms as edgetorch's language models write them (extension/llm/model/transformer.py, the mean of
+    squares as a linear layer so that XNNPACK takes the whole norm), around a linear layer; the second norm's
+    row means are also an output, so its chain may not fuse."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.rand(16) + 0.5)
+        self.w2 = nn.Parameter(torch.rand(16) + 0.5)
+        self.linear = nn.Linear(16, 16)
+        self.register_buffer("mean_row", torch.full((1, 16), 1 / 16))
+
+    def forward(self, x):
+        y = self.w1 * (x * torch.rsqrt(F.linear(x.pow(2), self.mean_row) + 1e-5))
+        y = self.linear(y)
+        means = F.linear(y.pow(2), self.mean_row)
+        return self.w2 * (y * torch.rsqrt(means + 1e-6)), means
+
+
+def _absorbed(delegate) -> list[bool]:
+    """For each XNNSquare node of the delegate: whether it runs no step of its own (its norm was fused)."""
+    plan = next(iter(delegate.schedules.values()))
+    starts = [0, *plan.ends[:-1]]
+    return [
+        start == end
+        for node, start, end in zip(delegate.xnodes, starts, plan.ends)
+        if isinstance(node.xnode_union, xs.XNNSquare)
+    ]
+
+
+@pytest.mark.parametrize(
+    "tier", [False, pytest.param(True, marks=pytest.mark.skipif(not policy.compiled_tier(), reason="numba"))]
+)
+@pytest.mark.parametrize("rows", [1, 5])
+def test_an_rms_norm_chain_runs_as_one_step(tier, rows, monkeypatch, set_policy):
+    torch.manual_seed(3)
+    module, x = RmsNorms().eval(), torch.randn(rows, 16) * 3
+    outs, delegates = run(module, x, tier, monkeypatch, set_policy)
+    with torch.no_grad():
+        for got, want in zip(outs, module(x)):
+            np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-6)
+    absorbed = [fused for delegate in delegates for fused in _absorbed(delegate)]
+    assert absorbed == [True, False], "the first norm fuses; the one whose mean is an output does not"
+
+
+def test_an_rms_norm_of_a_zero_row_gives_eagers_values(monkeypatch, set_policy):
+    """A row of zeros: mean 0, so the scale is 1 / sqrt(eps); and a row of huge values whose squares overflow."""
+    module = RmsNorms().eval()
+    x = torch.zeros(3, 16)
+    x[1] = 3e19
+    outs, _ = run(module, x, policy.compiled_tier(), monkeypatch, set_policy)
+    with torch.no_grad():
+        want = module(x)[0].numpy()
+    np.testing.assert_allclose(outs[0], want, rtol=2e-6, atol=1e-6)

@@ -1,0 +1,145 @@
+"""RMSNorm as one step: the six nodes ExecuTorch's XNNPACK partitioner lowers ``w * (x * rsqrt(mean(x ** 2, -1)
++ eps))`` to (square, a fully connected layer whose weights are all 1 / K for the mean, add, reciprocal square
+root, multiply, multiply) become one node whose step is the op layer's RMSNorm (runtime/ops/normalization.py:
+one compiled pass on the fast tier). A decode step of a language model runs 61 of them on one row
+each, where six NumPy calls cost more than their arithmetic.
+
+The result differs from the unfused nodes' by rounding only: the mean is the row's sum divided by K, where the
+fully connected layer summed the squares times 1 / K.
+
+The chain is fused only where each intermediate value is read by the next node alone and is neither an external
+value nor quantized, every value is float32, no node has a clamp, and the constants are what the pattern says;
+anything else keeps its nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
+from edgetorch.backends.xnnpack.runtime.values import Graph
+from edgetorch.runtime.ops import normalization
+
+
+@dataclasses.dataclass(frozen=True)
+class RmsNorm:
+    """``output = input2 * (input * rsqrt(mean(input ** 2, -1) + input3))``: ``input2_id`` the weight [K],
+    ``input3_id`` the one-element epsilon (field names as the schema's, so ``read_ids`` reads them)."""
+
+    input_id: int
+    input2_id: int
+    input3_id: int
+    output_id: int
+    flags: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Absorbed:
+    """A node whose work a fused node later in the graph does: it has no step and its output is never made."""
+
+    output_id: int
+    flags: int = 0
+
+
+def _other(n: Any, vid: int) -> int | None:
+    """The other input of binary node ``n``, one of whose inputs is ``vid``."""
+    if n.input1_id == vid:
+        return n.input2_id  # type: ignore[no-any-return]
+    return n.input1_id if n.input2_id == vid else None  # type: ignore[no-any-return]
+
+
+def fuse_rms_norms(g: Graph, nodes: list, reads: list) -> list:
+    """``nodes`` with every RMSNorm chain made one ``RmsNorm`` node at the chain's last node and ``Absorbed``
+    nodes before it; ``reads`` is updated to match (the fused node reads x, the weight and epsilon)."""
+    readers: dict[int, list[int]] = defaultdict(list)
+    for i, ids in enumerate(reads):
+        for vid in ids:
+            readers[vid].append(i)
+    external = {vid for _, vid in g.inputs + g.outputs}
+    out = list(nodes)
+
+    def only_reader(vid: int, kind: type) -> tuple[int, Any] | None:
+        users = readers.get(vid, [])
+        if len(users) != 1 or vid in external or vid in g.quant or g.dtype(vid) != np.float32:
+            return None
+        node = out[users[0]]
+        n = node.xnode_union
+        if not isinstance(n, kind) or node.output_min_max is not None or n.output_id in g.quant:
+            return None
+        return users[0], n
+
+    for i, node in enumerate(nodes):
+        sq = node.xnode_union
+        if not isinstance(sq, xs.XNNSquare) or node.output_min_max is not None:
+            continue
+        x = sq.input_id
+        if x in g.quant or g.dtype(x) != np.float32 or not g.value(x).dims:
+            continue
+        k = int(g.value(x).dims[-1])
+        chain = [i]
+        step = only_reader(sq.output_id, xs.XNNFullyConnected)
+        if step is None:
+            continue
+        j, fc = step
+        w_mean = g.constants.get(fc.filter_id)
+        if (
+            fc.input1_id != sq.output_id
+            or fc.bias_id != xs.INVALID_VALUE_ID
+            or w_mean is None
+            or w_mean.shape != (1, k)
+            or w_mean.dtype != np.float32
+            or not np.all(w_mean == np.float32(1 / k))
+        ):
+            continue
+        chain.append(j)
+        found = only_reader(fc.output_id, xs.XNNAdd)
+        if found is None:
+            continue
+        j, add = found
+        eps = _other(add, fc.output_id)
+        if eps is None or eps not in g.constants or g.constants[eps].size != 1 or g.dtype(eps) != np.float32:
+            continue
+        chain.append(j)
+        found = only_reader(add.output_id, xs.XNNReciprocalSquareRoot)
+        if found is None:
+            continue
+        j, rsqrt = found
+        chain.append(j)
+        found = only_reader(rsqrt.output_id, xs.XNNMultiply)
+        if found is None or _other(found[1], rsqrt.output_id) != x:
+            continue
+        j, scaled = found
+        chain.append(j)
+        found = only_reader(scaled.output_id, xs.XNNMultiply)
+        if found is None:
+            continue
+        j, last = found
+        w = _other(last, scaled.output_id)
+        if w is None or w not in g.constants or g.constants[w].shape != (k,) or g.dtype(w) != np.float32:
+            continue
+        for a in chain:
+            out[a] = dataclasses.replace(out[a], xnode_union=Absorbed(out[a].xnode_union.output_id))
+            reads[a] = []
+        out[j] = dataclasses.replace(out[j], xnode_union=RmsNorm(x, w, eps, last.output_id))
+        reads[j] = [x, w, eps]
+    return out
+
+
+def _rms_norm(n: RmsNorm, node: xs.XNode, g: Graph) -> Planner:
+    def plan(env: Env) -> list:
+        x, w, eps = env[n.input_id], env[n.input2_id], env[n.input3_id]
+        return [normalization.rms_norm(x, w, eps, env.empty(n.output_id, x.shape))]
+
+    return plan
+
+
+def _absorbed(n: Absorbed, node: xs.XNode, g: Graph) -> Planner:
+    return lambda env: []
+
+
+PLANNERS = {RmsNorm: _rms_norm, Absorbed: _absorbed}
