@@ -247,7 +247,7 @@ def flat_float32(*arrays: np.ndarray | None) -> bool:
 
 def kernel(name: str) -> Any:
     """The compiled kernel ``name`` of this module (``gelu``, ``gelu_tanh``, ``softmax``, ``layer_norm``,
-    ``rms_norm``, ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``bias_clamp``, ``masked_rows``, ``bias_gelu``,
+    ``rms_norm``, ``swiglu``, ``decode_attention``, ``depthwise3x3``, ``scale_shift_clamp``, ``bias_clamp``, ``masked_rows``, ``bias_gelu``,
     ``bias_add``), or None without the tier."""
     if not HELPERS.ready():
         return None
@@ -473,6 +473,19 @@ def _layer_norm(x, weight, bias, eps, out, mean, rstd):  # pragma: no cover - co
                 o[j] = v
         mean[i] = m
         rstd[i] = r
+
+
+def _swiglu(gate, up, out):  # pragma: no cover - compiled
+    """out = silu(gate) * up = (gate * sigmoid(gate)) * up over 1-D float32 arrays of one size; ``out`` is
+    neither input. sigmoid(v) = 1 / (1 + e^-v), e^-v by ``_exp`` (0 past its range below, and a sigmoid of 0
+    above it)."""
+    f = np.float32
+    for i in range(out.shape[0]):
+        v = gate[i]
+        w = -v
+        e = _exp(min(max(w, f(_EXP_MIN)), f(88)))
+        s = f(0) if w > f(88) else f(1) / (f(1) + (f(0) if w < f(_EXP_MIN) else e))
+        out[i] = (v * s) * up[i]
 
 
 def _rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
@@ -808,6 +821,7 @@ _KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "softmax": (_softmax, {"error_model": "numpy", "fastmath": {"reassoc", "contract"}}),
     "layer_norm": (_layer_norm, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "rms_norm": (_rms_norm, {"error_model": "numpy", "fastmath": {"reassoc"}}),
+    "swiglu": (_swiglu, {"error_model": "numpy", "fastmath": {"contract"}}),
     "decode_attention": (_decode_attention, {"error_model": "numpy", "fastmath": {"reassoc"}}),
     "depthwise3x3": (_depthwise3x3, {}),
     "scale_shift_clamp": (_scale_shift_clamp, {}),

@@ -5,8 +5,8 @@ step or, where the runtime's policy allows the compiled tier and the arrays suit
 layout (NCHW or NHWC) as a parameter where the op has one. The portable kernels, the load-time fusions and the
 XNNPACK delegate call these builders instead of keeping their own copies of the op.
 
-``numeric`` holds the float formulas the ops share; ``activation`` GELU and softmax; ``window`` the geometry of
-sliding windows (convolution and pooling output sizes, the stride-phase planes their taps read); ``conv``
-depthwise convolution and im2col; ``pool`` max and average pooling; ``epilogue`` what a GEMM's output goes
-through (bias, clamp, GELU, residual add).
+``numeric`` holds the float formulas the ops share; ``activation`` GELU, SwiGLU and softmax; ``normalization``
+RMSNorm; ``window`` the geometry of sliding windows (convolution and pooling output sizes, the stride-phase planes
+their taps read); ``conv`` depthwise convolution and im2col; ``pool`` max and average pooling; ``epilogue`` what
+a GEMM's output goes through (bias, clamp, GELU, residual add).
 """

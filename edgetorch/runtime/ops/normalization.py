@@ -1,5 +1,5 @@
 """RMSNorm as an op: the portable runtime's fused RMSNorm chain (runtime/fusion.py) and the XNNPACK delegate's
-(backends/xnnpack/runtime/norms.py) both take it from here.
+(backends/xnnpack/runtime/chains.py) both take it from here.
 
 :func:`rms_scale` is the NumPy formula, ``x * rsqrt(mean(t, -1) + eps)`` from ``t`` (``x ** 2``, or another power
 the program asks for), with the float32 operations of the unfused chain: NumPy's reduction for the sum, then

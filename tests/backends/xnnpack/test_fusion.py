@@ -221,3 +221,45 @@ def test_an_rms_norm_of_a_zero_row_gives_eagers_values(monkeypatch, set_policy):
     with torch.no_grad():
         want = module(x)[0].numpy()
     np.testing.assert_allclose(outs[0], want, rtol=2e-6, atol=1e-6)
+
+
+class Gates(nn.Module):
+    """A SwiGLU feed-forward as edgetorch's language models write it (``silu(w1 x) * w3 x``), then a second gate
+    whose SiLU is also an output, so its chain may not fuse."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w3, self.w2 = nn.Linear(8, 24), nn.Linear(8, 24), nn.Linear(24, 8)
+
+    def forward(self, x):
+        y = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        shared = F.silu(y)
+        return shared * x, shared
+
+
+def _sigmoids_absorbed(delegates) -> list[bool]:
+    found = []
+    for delegate in delegates:
+        plan = next(iter(delegate.schedules.values()))
+        starts = [0, *plan.ends[:-1]]
+        found += [
+            start == end
+            for node, start, end in zip(delegate.xnodes, starts, plan.ends)
+            if isinstance(node.xnode_union, xs.XNNSigmoid)
+        ]
+    return found
+
+
+@pytest.mark.parametrize(
+    "tier", [False, pytest.param(True, marks=pytest.mark.skipif(not policy.compiled_tier(), reason="numba"))]
+)
+@pytest.mark.parametrize("rows", [1, 6])
+def test_a_swiglu_gate_runs_as_one_step(tier, rows, monkeypatch, set_policy):
+    torch.manual_seed(4)
+    module, x = Gates().eval(), torch.randn(rows, 8) * 4
+    x[0, :3] = torch.tensor([-100.0, 100.0, 0.0])  # the sigmoid's far ends and its middle
+    outs, delegates = run(module, x, tier, monkeypatch, set_policy)
+    with torch.no_grad():
+        for got, want in zip(outs, module(x)):
+            np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-6)
+    assert _sigmoids_absorbed(delegates) == [True, False], "the gate fuses; the SiLU that is an output does not"

@@ -13,11 +13,11 @@ import numpy as np
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
+from edgetorch.backends.xnnpack.runtime.chains import fuse_chains
 from edgetorch.backends.xnnpack.runtime.clamps import fuse_clamps, fuse_float_clamps
 from edgetorch.backends.xnnpack.runtime.epilogues import min_max, with_activation
 from edgetorch.backends.xnnpack.runtime.float_layers import packs_in_place
 from edgetorch.backends.xnnpack.runtime.memory import RUN, Env, Planner
-from edgetorch.backends.xnnpack.runtime.norms import fuse_rms_norms
 from edgetorch.backends.xnnpack.runtime.pads import fold_pads
 from edgetorch.backends.xnnpack.runtime.planners import APPLY_ACTIVATION, FLOAT_PLANNERS
 from edgetorch.backends.xnnpack.runtime.quantized_nodes import quantized_node
@@ -103,7 +103,7 @@ class XnnpackDelegate:
         self.graph.packs_in_place = packs_in_place(self.graph, self.xnodes)
         self.reads = [read_ids(node.xnode_union) for node in self.xnodes]
         fuse_clamps(self.graph, self.xnodes, self.reads)
-        compiled = fuse_rms_norms(self.graph, fuse_float_clamps(self.graph, self.xnodes, self.reads), self.reads)
+        compiled = fuse_chains(self.graph, fuse_float_clamps(self.graph, self.xnodes, self.reads), self.reads)
         self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(compiled)]
         self.last_use = last_reads(self.reads)
         self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}

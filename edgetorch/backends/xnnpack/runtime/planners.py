@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from edgetorch.backends.xnnpack import schema as xs
-from edgetorch.backends.xnnpack.runtime import float_elementwise, float_layers, norms
+from edgetorch.backends.xnnpack.runtime import chains, float_elementwise, float_layers
 from edgetorch.backends.xnnpack.runtime.float_elementwise import BINARY
 from edgetorch.backends.xnnpack.runtime.memory import Planner
 
 FLOAT_PLANNERS: dict[type, Callable[..., Planner]] = {
     **float_elementwise.PLANNERS,
     **float_layers.PLANNERS,
-    **norms.PLANNERS,
+    **chains.PLANNERS,
 }
 # Their planners take the node's (lo, hi) and clamp the output in their own last pass, with the bias where they can.
 APPLY_ACTIVATION = (xs.XNNFullyConnected, xs.XNNConv2d, xs.XNNDepthwiseConv2d, *BINARY)
