@@ -49,8 +49,9 @@ def _dynamic_quantize(x, centred, scale, zero_point, dequantized):  # pragma: no
     """Per row of ``x`` [rows, K]: XNNPACK's dynamic int8 parameters (the row's range widened to hold 0,
     scale = range / 255, the zero point nudged to an integer in [-128, 127]) into ``scale`` and
     ``zero_point`` [rows, 1], and the centred integers clip(rint(x / scale), -128 - zp, 127 - zp);
-    when ``dequantized`` has rows, also centred * scale into its first K columns (the input buffer of
-    a dynamically quantized fully connected, whose last column of ones the caller set)."""
+    when ``dequantized`` has rows, also centred * scale into its first K columns and 1 into its last (the
+    input buffer of a dynamically quantized fully connected, [rows, K + 1], the ones multiplying the bias row:
+    set at every call, since the buffer's memory is shared)."""
     rows, k = x.shape
     zero = np.float32(0)
     for r in range(rows):
@@ -88,6 +89,7 @@ def _dynamic_quantize(x, centred, scale, zero_point, dequantized):  # pragma: no
             d = dequantized[r]
             for j in range(k):
                 d[j] = o[j] * s
+            d[k] = np.float32(1)
 
 
 def _quantized_add(a, sa, b, sb, flo, fhi, inv, lo, hi, out):  # pragma: no cover - compiled

@@ -66,6 +66,7 @@ def test_dynamic_convert_keeps_the_tier_its_step_was_built_with(set_policy):
     set_policy(compiled=False)
     step()
     np.testing.assert_array_equal(dequantized[:, :16], centred * scale)
+    np.testing.assert_array_equal(dequantized[:, 16], 1)  # the bias row's multipliers, set by the same pass
 
 
 def _edgetorch_pte(model: str, scheme: str) -> tuple[bytes, tuple]:

@@ -110,7 +110,8 @@ def dynamic_convert(
     dequantized: np.ndarray = NO_ROWS,
 ) -> Step:
     """The step of per-row int8 quantization of ``x``: float32 q - zero_point into ``centred``, and q into ``q``
-    if given. A ``dequantized`` [rows, K + 1] buffer (compiled tier only) also gets (q - zero_point) * scale.
+    if given. A ``dequantized`` [rows, K + 1] buffer (compiled tier only) also gets (q - zero_point) * scale, and
+    ones in its last column.
     ``compiled``: the delegate's tier (``Graph.compiled``); the compiled pass gives the same bits."""
     x2 = x.reshape(scale.shape[0], -1)
     flat = np.shares_memory(x2, x) and x2.flags.c_contiguous and centred.flags.c_contiguous

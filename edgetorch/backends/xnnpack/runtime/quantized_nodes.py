@@ -68,11 +68,11 @@ def _quantized_convert(n: Any, node: xs.XNode, g: Graph) -> Planner:
             c = env.centred_buffer(n.output_id, x.shape)
             deq = NO_ROWS
             if g.compiled and n.output_id in g.fc_inputs:
-                # The fully connected's input buffer, filled in the same pass; not pooled.
-                deq, ones = env.ones_column(rows, x.size // max(rows, 1))
+                # The fully connected's input buffer, filled in the same pass, its column of ones too; not pooled.
+                deq, _ = env.ones_column(rows, x.size // max(rows, 1))
                 env.fc_input[n.output_id] = deq
             q = y if n.output_id in g.needs_int8 else None
-            return [dynamic_convert(x, c, q, scale, zp, g.compiled, deq)] + ([ones] if deq.size else [])
+            return [dynamic_convert(x, c, q, scale, zp, g.compiled, deq)]
         dest = (env, n.output_id)
         if qin is None:
             return quantize_steps(x, y, qout.scale, qout.zero_point, -math.inf, math.inf, dest)
