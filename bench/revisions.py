@@ -12,6 +12,10 @@ and tuning cache (an untimed pass fills both before the first round).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/revisions.py --before REV \\
         [--after REV] [--models mobilenet_v2,resnet18] [--rounds 3] [--runs 10]
+
+``--decode PTE`` measures a language model's decode step instead (a program taking [tokens [1, 1], input_pos
+[1]], as ``edgetorch export-llm`` writes with a KV cache): ``--runs`` steps a process at successive positions
+after 20 untimed ones, the same statistics per step.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ COMPILERS = ("edgetorch-xnnpack", "edgetorch-portable")
 SETTINGS = {"2 threads, wall ms": 2, "1 thread, CPU ms": 1}
 
 
-def child(path: str, threads: int, runs: int, root: str) -> None:
+def child(path: str, threads: int, runs: int, root: str, decode: bool) -> None:
     """In a fresh process: load the program with the edgetorch of ``root``, run it ``runs`` times after one
-    warm-up, print JSON (wall median at 2 threads, CPU minimum at 1)."""
+    warm-up (a decode program: 20 warm-up steps, then ``runs`` steps at the next positions), print JSON (wall
+    median at 2 threads, CPU minimum at 1)."""
     import time
 
     import numpy as np
@@ -46,11 +51,18 @@ def child(path: str, threads: int, runs: int, root: str) -> None:
     if not here.is_relative_to(pathlib.Path(root).resolve()):
         raise SystemExit(f"expected edgetorch from {root}, imported {here}")
     method = Runtime.get().load_program(path).load_method("forward")
-    stored = np.load(path.rsplit("-edgetorch-", 1)[0] + "-inputs.npz")
-    inputs = [stored[f"arr_{i}"] for i in range(len(stored.files))]
-    method.execute(inputs)
+    if decode:
+        token = np.asarray([[42]], np.int64)
+        calls = [[token, np.asarray([p], np.int64)] for p in range(20 + runs)]
+        for inputs in calls[:20]:
+            method.execute(inputs)
+        calls = calls[20:]
+    else:
+        stored = np.load(path.rsplit("-edgetorch-", 1)[0] + "-inputs.npz")
+        calls = [[stored[f"arr_{i}"] for i in range(len(stored.files))]] * runs
+        method.execute(calls[0])
     wall, cpu = [], []
-    for _ in range(runs):
+    for inputs in calls:
         t, c = time.perf_counter(), time.process_time()
         method.execute(inputs)
         wall.append(time.perf_counter() - t)
@@ -59,11 +71,13 @@ def child(path: str, threads: int, runs: int, root: str) -> None:
     print(json.dumps({"s": statistics.median(wall) if threads > 1 else min(cpu)}))
 
 
-def measure(checkout: pathlib.Path, path: pathlib.Path, threads: int, runs: int, cache: pathlib.Path) -> float:
+def measure(
+    checkout: pathlib.Path, path: pathlib.Path, threads: int, runs: int, cache: pathlib.Path, decode: bool = False
+) -> float:
     env = dict(os.environ, EDGETORCH_NUM_THREADS=str(threads), EDGETORCH_CACHE_DIR=str(cache))
     env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), PYTHONPATH=str(checkout))
     command = [sys.executable, str(ROOT / "bench" / "revisions.py"), "--child", str(path)]
-    command += ["--threads", str(threads), "--runs", str(runs), "--root", str(checkout)]
+    command += ["--threads", str(threads), "--runs", str(runs), "--root", str(checkout)] + ["--decode-child"] * decode
     out = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"{checkout.name} on {path.name} failed:\n{out.stderr[-2000:]}")
@@ -86,20 +100,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10, help="timed runs a process")
     parser.add_argument("--workdir", default=str(pathlib.Path(tempfile.gettempdir()) / "edgetorch-bench-revisions"))
+    parser.add_argument("--decode", help="a language model's .pte: time its decode step instead of the suite")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--decode-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.threads, args.runs, args.root)
+        child(args.child, args.threads, args.runs, args.root, args.decode_child)
         return
     if not args.before:
         parser.error("--before REV is required")
-    from bench.tuning import export
-
     workdir = pathlib.Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    paths = export(args.models.split(","), workdir)  # the programs and their inputs, exported once
+    decode = args.decode is not None
+    if decode:
+        paths = {(pathlib.Path(args.decode).stem, "decode step"): pathlib.Path(args.decode).resolve()}
+    else:
+        from bench.tuning import export
+
+        paths = export(args.models.split(","), workdir)  # the programs and their inputs, exported once
     trees = {"before": checkout(args.before, workdir)}
     trees["after"] = checkout(args.after, workdir) if args.after else ROOT
     made = [tree for tree in trees.values() if tree != ROOT]
@@ -107,7 +127,7 @@ def main() -> None:
         caches = {side: workdir / f"cache-{side}" for side in trees}
         for side, tree in trees.items():  # untimed: numba compiles, tuning measures, both cached
             for path in paths.values():
-                measure(tree, path, 1, 1, caches[side])
+                measure(tree, path, 1, 1, caches[side], decode)
         times: dict[tuple, list[float]] = {}
         loads = []
         for _ in range(args.rounds):
@@ -115,7 +135,7 @@ def main() -> None:
             for key, path in paths.items():
                 for setting, threads in SETTINGS.items():
                     for side, tree in trees.items():
-                        s = measure(tree, path, threads, args.runs, caches[side])
+                        s = measure(tree, path, threads, args.runs, caches[side], decode)
                         times.setdefault((*key, setting, side), []).append(s)
     finally:
         for tree in made:
