@@ -263,3 +263,15 @@ def test_a_swiglu_gate_runs_as_one_step(tier, rows, monkeypatch, set_policy):
         for got, want in zip(outs, module(x)):
             np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-6)
     assert _sigmoids_absorbed(delegates) == [True, False], "the gate fuses; the SiLU that is an output does not"
+
+
+def test_a_fused_norm_refuses_an_input_whose_rows_do_not_fit_its_weight(monkeypatch, set_policy):
+    """The fused step checks what the nodes it replaces checked: a row of 15 values against 16 weights is an
+    InvalidInputError naming the node, not a read past the weight's end."""
+    from edgetorch.errors import InvalidInputError
+
+    _, delegates = run(RmsNorms().eval(), torch.randn(2, 16), policy.compiled_tier(), monkeypatch, set_policy)
+    fused = next(d for d in delegates if True in _absorbed(d))
+    args = [np.zeros((2, 15), np.float32)] + [np.zeros((2, 16), np.float32)] * (fused.graph.arg_count - 1)
+    with pytest.raises(InvalidInputError, match="does not end in the weight's 16 channels"):
+        fused.execute(args)

@@ -156,21 +156,23 @@ def fuse_chains(g: Graph, nodes: list, reads: list) -> list:
         found = only_reader(silu.output_id, xs.XNNMultiply)
         if found is None:
             continue
-        k, last = found
+        end, last = found
         up = _other(last, silu.output_id)
         if up is None or up in g.quant or g.dtype(up) != np.float32 or g.value(up).dims != g.value(gate).dims:
             continue
         for a in (i, j):
             out[a] = dataclasses.replace(out[a], xnode_union=Absorbed(out[a].xnode_union.output_id))
             reads[a] = []
-        out[k] = dataclasses.replace(out[k], xnode_union=SwiGlu(gate, up, last.output_id))
-        reads[k] = [gate, up]
+        out[end] = dataclasses.replace(out[end], xnode_union=SwiGlu(gate, up, last.output_id))
+        reads[end] = [gate, up]
     return out
 
 
 def _rms_norm(n: RmsNorm, node: xs.XNode, g: Graph) -> Planner:
     def plan(env: Env) -> list:
         x, w, eps = env[n.input_id], env[n.input2_id], env[n.input3_id]
+        if not x.ndim or x.shape[-1] != w.shape[0]:  # what the fully connected mean and the multiplies checked
+            raise Unsupported(f"its input {list(x.shape)} does not end in the weight's {w.shape[0]} channels")
         return [normalization.rms_norm(x, w, eps, env.empty(n.output_id, x.shape))]
 
     return plan
