@@ -251,9 +251,11 @@ class VnniQB4W:
         return out[:m, : self.n]
 
 
-# The one-row GEMV (``VnniGemvQB4W``): GEMV_VECTORS * LANES output channels a tile.
+# The one-row GEMV (``VnniGemvQB4W``): GEMV_VECTORS * LANES output channels a tile; inputs of up to GEMV_ROWS
+# rows (a pass over the weights each) are offered to tuning (qgemv.IntegerLinear), larger ones are the GEMM's.
 GEMV_VECTORS = 4
 GEMV_TILE = LANES * GEMV_VECTORS
+GEMV_ROWS = 4
 
 # The GEMV's argument block (int64 each, ``VnniGemvQB4W.step``): pointers and sizes, in this order.
 GEMV_ARGS = ("xc", "xstride", "w", "xscale", "sstride", "bias", "with_bias", "y", "ystride", "a", "e", "bounds",
@@ -480,12 +482,7 @@ class VnniGemvQB4W:
             raise InvalidInputError("VNNI QB4W GEMV: expected a host with avx512_vnni; found none; use the GEMV")
         m = xc.shape[0]
         arrays = (xc, xscale, y)
-        if (
-            any(a.dtype != np.float32 or a.ndim != 2 or a.strides[1] != 4 or a.strides[0] % 4 for a in arrays)
-            or xc.shape != (m, self.k)
-            or y.shape != (m, self.n)
-            or xscale.shape[0] != m
-        ):
+        if not gemv_fits(xc, xscale, y) or xc.shape[1] != self.k or y.shape[1] != self.n:
             raise InvalidInputError(
                 f"VNNI QB4W GEMV: expected float32 xc [M, {self.k}], xscale [M, 1] and y [M, {self.n}] with "
                 f"contiguous rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
@@ -506,6 +503,14 @@ class VnniGemvQB4W:
         args = _Arguments(block.ctypes.data)
         args.keep = (block, padded, bounds, a, e, self.stream, *arrays)
         return partial(fn, args)
+
+
+def gemv_fits(xc: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> bool:
+    """Whether the GEMV takes these buffers: float32 2-D arrays of M rows with contiguous values in a row."""
+    arrays = (xc, xscale, y)
+    if any(a.dtype != np.float32 or a.ndim != 2 or a.strides[1] != 4 or a.strides[0] % 4 for a in arrays):
+        return False
+    return xc.shape[0] == xscale.shape[0] == y.shape[0]
 
 
 def _aligned(size: int) -> np.ndarray:
