@@ -18,7 +18,15 @@ to the lane. The kernel gives each lane an output channel and broadcasts 4 input
   GEMV's bit for bit; the caller scales by the row's input scale and adds the bias.
 
 Tiles of 4 rows x 32 channels (8 int32 and 8 float32 accumulators, 16 of the 32 zmm registers); rows are padded
-to 4 and channels to 32 (zero scales) in the buffers. Written as LLVM IR compiled by llvmlite's JIT (numba's
+to 4 and channels to 32 (zero scales) in the buffers.
+
+The GEMV (``VnniGemvQB4W``, a decode step's one row; ``IntegerLinear`` offers it to tuning beside its integer
+GEMV) is the same arithmetic for one row at a time, shaped for a call of a few microseconds: tiles of 64
+channels (4 int32 and 4 float32 accumulators), the weights, the channels' sums and the scales of a tile in one
+stream read front to back; the input's bytes and block sums are made in the kernel, with the offset taken from
+the row's least value (an int8 row's centred values span at most 255), so it needs no zero point; the scale,
+bias and clamp are applied in the kernel; a call passes one pointer to a block of arguments fixed when the step
+is made, and allocates nothing. Written as LLVM IR compiled by llvmlite's JIT (numba's
 code generator, present with the [fast] tier), as no loop numba compiles becomes ``vpdpbusd``: numba types an
 int32 product int64. Only on an x86 host whose flags include ``avx512_vnni`` (runtime/host.py).
 
