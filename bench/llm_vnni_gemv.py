@@ -37,6 +37,7 @@ def _calls(n: int, k: int, copies: int, rng: np.random.Generator) -> dict[str, l
     for _ in range(copies):
         packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
         scales = rng.uniform(-0.02, 0.02, (n, k // BLOCK)).astype(np.float32)
+        scales = (scales.view(np.uint32) & 0xFFFF0000).view(np.float32)  # bfloat16 values, as the programs store
         bias = rng.standard_normal(n).astype(np.float32)
         layer = qgemv.IntegerLinear.qb4w(packed, scales, BLOCK, n, k, bias)
         ys = np.full((2, 1, n), np.nan, np.float32)

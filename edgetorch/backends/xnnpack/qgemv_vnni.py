@@ -177,10 +177,11 @@ def kernel() -> Any:
     return _compiled("qb4w_vnni", _ir, ctypes.CFUNCTYPE(None, *([ptr] * 7), *([i64] * 5)))
 
 
-def gemv_kernel() -> Any:
-    """The GEMV ``qb4w_gemv(args)`` (a ctypes function), compiled on the first call; None without VNNI or
-    llvmlite."""
-    return _compiled("qb4w_gemv", _gemv_ir, ctypes.CFUNCTYPE(None, ctypes.c_void_p))
+def gemv_kernel(bf16: bool = False) -> Any:
+    """The GEMV ``qb4w_gemv(args)`` (a ctypes function) for scales stored as float32 or, with ``bf16``, as
+    their upper halves; compiled on the first call; None without VNNI or llvmlite."""
+    name = "qb4w_gemv_bf16" if bf16 else "qb4w_gemv"
+    return _compiled(name, partial(_gemv_ir, bf16), ctypes.CFUNCTYPE(None, ctypes.c_void_p))
 
 
 def _compiled(name: str, ir: Any, proto: Any) -> Any:
@@ -270,17 +271,19 @@ GEMV_ARGS = ("xc", "xstride", "w", "xscale", "sstride", "bias", "with_bias", "y"
              "rows", "channels", "k8", "kb8", "nb")  # fmt: skip
 
 
-def _gemv_ir() -> str:
-    """The GEMV's LLVM IR: ``qb4w_gemv(args)``, ``args`` the int64 block of GEMV_ARGS.
+def _gemv_ir(bf16: bool) -> str:
+    """The GEMV's LLVM IR: ``qb4w_gemv(args)`` (``qb4w_gemv_bf16`` with ``bf16``), ``args`` the int64 block of
+    GEMV_ARGS.
 
     Per row: the centred input's least value gives ``off`` (its negation), so a = xc + off is 0..255 (an int8
     row's values span at most 255), written as bytes (each 8 inputs' even four then odd four) into the scratch
-    ``a``, and 8 times each block's sum of a into ``e``; then a tile of GEMV_TILE channels at a time: per block
-    the lanes' ``vpdpbusd`` sums, minus e, minus off times the channels' sums of nibble - 8 (``cw``), as float32
-    times the block scale added into the total in block order; total times the row's scale, plus the bias
-    (when ``with_bias``), clamped to ``bounds`` [lo, hi]; the last tile's missing channels are not stored.
-    ``w`` is the tiles' stream of ``VnniGemvQB4W``: per tile, per block, kb8 steps of GEMV_TILE int32 (4 bytes
-    of a channel), GEMV_TILE int16 ``cw``, GEMV_TILE float32 scales."""
+    ``a``, and 8 times each block's sum of xc into ``e``; then a tile of GEMV_TILE channels at a time: per block
+    the lanes' ``vpdpbusd`` sums of a times nibble, minus e, minus off times the channels' sums of nibbles (a
+    second ``vpdpbusd`` of each step's even plus odd nibbles with ones), which is the exact dot of xc and
+    nibble - 8, as float32 times the block scale added into the total in block order; total times the row's
+    scale, plus the bias (when ``with_bias``), clamped to ``bounds`` [lo, hi]; the last tile's missing channels
+    are not stored. ``w`` is the tiles' stream of ``VnniGemvQB4W``: per tile, per block, kb8 steps of GEMV_TILE
+    int32 (4 bytes of a channel), then GEMV_TILE scales, float32 or, with ``bf16``, their upper halves."""
     vs = range(GEMV_VECTORS)
     v16 = "<16 x i32>"
     lines = [
@@ -288,7 +291,7 @@ def _gemv_ir() -> str:
         "declare void @llvm.masked.store.v16f32.p0v16f32(<16 x float>, <16 x float>*, i32, <16 x i1>)",
         "declare i32 @llvm.vector.reduce.smin.v8i32(<8 x i32>)",
         "declare i32 @llvm.vector.reduce.add.v8i32(<8 x i32>)",
-        "define void @qb4w_gemv(i64* noalias %args) {",
+        f"define void @qb4w_gemv{'_bf16' if bf16 else ''}(i64* noalias %args) {{",
         "entry:",
     ]
     add = lines.append
@@ -311,7 +314,10 @@ def _gemv_ir() -> str:
     add(f"  %four = shufflevector {v16} %four1, {v16} undef, <16 x i32> zeroinitializer")
     lane_ids = ", ".join(f"i32 {i}" for i in range(16))
     add(f"  %lanes = bitcast {v16} <{lane_ids}> to {v16}")
-    add(f"  %blockbytes0 = mul i64 %kb8, {4 * GEMV_TILE}\n  %blockbytes = add i64 %blockbytes0, {6 * GEMV_TILE}")
+    scale_bytes = (2 if bf16 else 4) * GEMV_TILE
+    add(f"  %blockbytes0 = mul i64 %kb8, {4 * GEMV_TILE}\n  %blockbytes = add i64 %blockbytes0, {scale_bytes}")
+    add(f"  %ones1 = insertelement {v16} undef, i32 16843009, i32 0")  # 0x01010101
+    add(f"  %ones = shufflevector {v16} %ones1, {v16} undef, <16 x i32> zeroinitializer")
     add("  %tilebytes = mul i64 %blockbytes, %nb")
     add("  br label %row")
     # --- per row: the offset, the bytes and the block sums
@@ -344,7 +350,7 @@ def _gemv_ir() -> str:
     add("  %sx0 = mul i64 %sj, 8\n  %sxp = getelementptr inbounds float, float* %xrow, i64 %sx0")
     add("  %sxv = bitcast float* %sxp to <8 x float>*\n  %sxf = load <8 x float>, <8 x float>* %sxv, align 4")
     add("  %sxi = fptosi <8 x float> %sxf to <8 x i32>\n  %sa = add <8 x i32> %sxi, %offv8")
-    add("  %ssumnext = add <8 x i32> %ssum, %sa")
+    add("  %ssumnext = add <8 x i32> %ssum, %sxi")
     add("  %sb8 = trunc <8 x i32> %sa to <8 x i8>")
     add("  %sbo = shufflevector <8 x i8> %sb8, <8 x i8> undef, <8 x i32> <i32 0, i32 2, i32 4, i32 6, i32 1, i32 3, "
         "i32 5, i32 7>")  # fmt: skip
@@ -376,6 +382,7 @@ def _gemv_ir() -> str:
     add("step:\n  %j = phi i64 [0, %block], [%jnext, %step]")
     for v in vs:
         add(f"  %acc{v} = phi {v16} [zeroinitializer, %block], [%q{v}, %step]")
+        add(f"  %ns{v} = phi {v16} [zeroinitializer, %block], [%nsn{v}, %step]")
     add("  %jj = add i64 %j0, %j\n  %ab = mul i64 %jj, 8")
     add("  %ap8 = getelementptr inbounds i8, i8* %a.ptr, i64 %ab\n  %ap = bitcast i8* %ap8 to i32*")
     for half, at in (("e", 0), ("o", 1)):
@@ -394,21 +401,30 @@ def _gemv_ir() -> str:
         )
         add(f"  %d{v} = {call}({v16} %acc{v}, {v16} %aev, {v16} %wl{v})")
         add(f"  %q{v} = {call}({v16} %d{v}, {v16} %aov, {v16} %wh{v})")
+        add(f"  %wlb{v} = bitcast {v16} %wl{v} to <64 x i8>\n  %whb{v} = bitcast {v16} %wh{v} to <64 x i8>")
+        add(f"  %wnb{v} = add <64 x i8> %wlb{v}, %whb{v}\n  %wn{v} = bitcast <64 x i8> %wnb{v} to {v16}")
+        add(f"  %nsn{v} = {call}({v16} %ns{v}, {v16} %wn{v}, {v16} %ones)")
     add("  %jnext = add i64 %j, 1\n  %jdone = icmp eq i64 %jnext, %kb8\n  br i1 %jdone, label %blockend, label %step")
     add("blockend:")
-    add(f"  %cwb = mul i64 %kb8, {4 * GEMV_TILE}\n  %cwp8 = getelementptr inbounds i8, i8* %bp, i64 %cwb")
-    add("  %cwp = bitcast i8* %cwp8 to <16 x i16>*")
-    add(f"  %scb = add i64 %cwb, {2 * GEMV_TILE}\n  %scp8 = getelementptr inbounds i8, i8* %bp, i64 %scb")
-    add("  %scp = bitcast i8* %scp8 to <16 x float>*")
+    add(f"  %scb = mul i64 %kb8, {4 * GEMV_TILE}\n  %scp8 = getelementptr inbounds i8, i8* %bp, i64 %scb")
+    scale = "<16 x i16>" if bf16 else "<16 x float>"
+    add(f"  %scp = bitcast i8* %scp8 to {scale}*")
     add("  %eb = getelementptr inbounds i32, i32* %e.ptr, i64 %b\n  %ebs = load i32, i32* %eb")
     add(f"  %eb1 = insertelement {v16} undef, i32 %ebs, i32 0")
     add(f"  %ebv = shufflevector {v16} %eb1, {v16} undef, <16 x i32> zeroinitializer")
     for v in vs:
-        add(f"  %cwp{v} = getelementptr inbounds <16 x i16>, <16 x i16>* %cwp, i64 {v}")
-        add(f"  %cw{v}h = load <16 x i16>, <16 x i16>* %cwp{v}, align 32\n  %cw{v} = sext <16 x i16> %cw{v}h to {v16}")
-        add(f"  %scp{v} = getelementptr inbounds <16 x float>, <16 x float>* %scp, i64 {v}")
-        add(f"  %sc{v} = load <16 x float>, <16 x float>* %scp{v}, align 64")
-        add(f"  %x{v}a = sub {v16} %q{v}, %ebv\n  %x{v}c = mul {v16} %offv, %cw{v}\n  %x{v} = sub {v16} %x{v}a, %x{v}c")
+        add(f"  %scp{v} = getelementptr inbounds {scale}, {scale}* %scp, i64 {v}")
+        if bf16:
+            add(
+                f"  %sch{v} = load <16 x i16>, <16 x i16>* %scp{v}, align 32\n  %scw{v} = zext <16 x i16> %sch{v} to {v16}"
+            )
+            add(f"  %scs{v} = shl {v16} %scw{v}, <{', '.join(['i32 16'] * 16)}>")
+            add(f"  %sc{v} = bitcast {v16} %scs{v} to <16 x float>")
+        else:
+            add(f"  %sc{v} = load <16 x float>, <16 x float>* %scp{v}, align 64")
+        add(
+            f"  %x{v}a = sub {v16} %q{v}, %ebv\n  %x{v}c = mul {v16} %offv, %nsn{v}\n  %x{v} = sub {v16} %x{v}a, %x{v}c"
+        )
         add(f"  %xf{v} = sitofp {v16} %x{v} to <16 x float>\n  %xs{v} = fmul <16 x float> %xf{v}, %sc{v}")
         add(f"  %totn{v} = fadd <16 x float> %tot{v}, %xs{v}")
     add("  %bnext = add i64 %b, 1\n  %bdone = icmp eq i64 %bnext, %nb\n  br i1 %bdone, label %tileend, label %block")
@@ -453,39 +469,36 @@ class _Arguments(ctypes.c_void_p):
 class VnniGemvQB4W:
     """QB4W weights laid out for the GEMV (``_gemv_ir``): from XNNPACK's bytes [N, K / 2] and block scales
     [N, K / block], one stream that the kernel reads front to back: per tile of GEMV_TILE channels (N padded
-    with zero weights and scales), per block, the 4-byte words of each step of 8 inputs, the channels' sums of
-    nibble - 8 (int16) and the block scales (float32)."""
+    with zero weights and scales), per block, the 4-byte words of each step of 8 inputs, then the block scales,
+    as bfloat16 when every scale is one (XNNPACK's QB4W programs store them so), else as float32."""
 
     def __init__(self, packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int):
-        if k % 8 or block % 8 or k % block or block > 4096 or scales.shape != (n, k // block):
+        if k % 8 or block % 8 or k % block or scales.shape != (n, k // block):
             raise InvalidInputError(
-                f"VNNI QB4W GEMV: expected K and the block multiples of 8, the block dividing K and at most 4096 "
-                f"inputs, and scales [N, K / block]; found K={k}, block={block}, scales {scales.shape}; use the "
-                f"integer GEMV"
+                f"VNNI QB4W GEMV: expected K and the block multiples of 8, the block dividing K and scales "
+                f"[N, K / block]; found K={k}, block={block}, scales {scales.shape}; use the integer GEMV"
             )
         self.n, self.k, self.block = n, k, block
         tiles, nb, kb8 = -(-n // GEMV_TILE), k // block, block // 8
         self.npad = tiles * GEMV_TILE
         b = np.full((self.npad, k // 2), 0x88, np.uint8)
         b[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
-        words = b.reshape(tiles, GEMV_TILE, nb, kb8, 4).transpose(0, 2, 3, 1, 4).reshape(tiles, nb, -1)
-        nibbles = np.stack([b & 15, b >> 4], axis=-1).reshape(self.npad, nb, block).astype(np.int32) - 8
         sc = np.zeros((self.npad, nb), np.float32)
         sc[:n] = scales
+        self.bf16 = not (sc.view(np.uint32) & 0xFFFF).any()
+        sc = np.ascontiguousarray(sc.reshape(tiles, GEMV_TILE, nb).transpose(0, 2, 1))
+        scale_bytes = sc.view(np.uint16)[..., 1::2] if self.bf16 else sc  # the upper half of a little-endian float
         words_bytes = kb8 * 4 * GEMV_TILE
-        self.stream = _aligned(tiles * nb * (words_bytes + 6 * GEMV_TILE)).reshape(tiles, nb, -1)
-        self.stream[..., :words_bytes] = words
-        cw = nibbles.sum(axis=2).astype(np.int16).reshape(tiles, GEMV_TILE, nb).transpose(0, 2, 1)
-        self.stream[..., words_bytes : words_bytes + 2 * GEMV_TILE] = np.ascontiguousarray(cw).view(np.uint8)
-        self.stream[..., words_bytes + 2 * GEMV_TILE :] = np.ascontiguousarray(
-            sc.reshape(tiles, GEMV_TILE, nb).transpose(0, 2, 1)
-        ).view(np.uint8)
+        self.stream = _aligned(tiles * nb * (words_bytes + scale_bytes.itemsize * GEMV_TILE)).reshape(tiles, nb, -1)
+        words = b.reshape(tiles, GEMV_TILE, nb, kb8, 4).transpose(0, 2, 3, 1, 4)
+        self.stream[..., :words_bytes] = words.reshape(tiles, nb, -1)
+        self.stream[..., words_bytes:] = np.ascontiguousarray(scale_bytes).view(np.uint8)
 
     def step(self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float) -> Any:
         """A call that computes y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales
         ``xscale`` [M, 1], ``lo``, ``hi``) with ``bias`` [N] (or empty): the float32 values of qgemv's integer
         GEMV. ``xc`` and ``y`` float32 with rows of contiguous values; the call allocates nothing."""
-        fn = gemv_kernel()
+        fn = gemv_kernel(self.bf16)
         if fn is None:
             raise InvalidInputError("VNNI QB4W GEMV: expected a host with avx512_vnni; found none; use the GEMV")
         m = xc.shape[0]

@@ -87,10 +87,13 @@ def test_program_on_the_vnni_path_equals_the_gemv_path(monkeypatch, set_policy):
     np.testing.assert_array_equal(results["vnni"], results["gemv"])
 
 
-def _gemv_case(rng, m, k, n, block):
+def _gemv_case(rng, m, k, n, block, bf16=False):
     """A layer and an input for the GEMV: ``_layer``'s extremes, plus a row of one repeated value (the offset
-    then maps every input to byte 0) and weights of a block all -8 or all 7 (the channel sums' extremes)."""
+    then maps every input to byte 0) and weights of a block all -8 or all 7 (the channel sums' extremes); with
+    ``bf16`` scales that are bfloat16 values (the GEMV then stores 16 bits of each)."""
     xc, _, w, scales = _layer(rng, m, k, n, block)
+    if bf16:
+        scales = (scales.view(np.uint32) & 0xFFFF0000).view(np.float32)
     if m > 2:
         xc[2] = -255 if m % 2 else 255
     w[-1, :block] = 7
@@ -107,11 +110,14 @@ def _gemv(layer, xc, xscale, bias, lo, hi):
 
 @needs_vnni
 @pytest.mark.parametrize(("n", "k"), [(960, 576), (576, 576), (1536, 576), (576, 1536)])
-def test_gemv_bit_for_bit_on_smollm2_shapes(n, k):
-    """SmolLM2-135M's decode GEMVs (block 32), one row, with and without bias and clamps."""
+@pytest.mark.parametrize("bf16", [True, False])
+def test_gemv_bit_for_bit_on_smollm2_shapes(n, k, bf16):
+    """SmolLM2-135M's decode GEMVs (block 32), one row, with and without bias and clamps, bfloat16 scales (as
+    its programs have) or not."""
     rng = np.random.default_rng(n + k)
-    xc, w, scales, xscale, bias = _gemv_case(rng, 1, k, n, 32)
+    xc, w, scales, xscale, bias = _gemv_case(rng, 1, k, n, 32, bf16)
     layer = qgemv_vnni.VnniGemvQB4W(_pack(w), scales, 32, n, k)
+    assert layer.bf16 == bf16
     for b, lo, hi in ((bias, -np.inf, np.inf), (None, -np.inf, np.inf), (bias, -0.5, 0.25)):
         want = _qb4w_float32(xc, w, scales, 32, xscale, b, lo, hi)
         np.testing.assert_array_equal(_gemv(layer, xc, xscale, b, lo, hi).view(np.int32), want.view(np.int32))
@@ -125,7 +131,7 @@ def test_gemv_bit_for_bit_on_edge_shapes(seed):
     rng = np.random.default_rng(100 + seed)
     block = int(rng.choice([8, 16, 32, 64, 256])) if seed else 4096
     m, k, n = int(rng.integers(1, 5)), block * int(rng.integers(1, 6) if seed else 1), int(rng.integers(1, 200))
-    xc, w, scales, xscale, bias = _gemv_case(rng, m, k, n, block)
+    xc, w, scales, xscale, bias = _gemv_case(rng, m, k, n, block, bf16=seed % 2 == 0)
     wide = np.zeros((m, k + 24), np.float32)
     wide[:, 8 : 8 + k] = xc
     layer = qgemv_vnni.VnniGemvQB4W(_pack(w), scales, block, n, k)
@@ -151,8 +157,8 @@ def test_gemv_equals_the_integer_gemv(m, k, n, block, set_policy):
 
 
 def test_gemv_rejects_what_it_does_not_take():
-    with pytest.raises(InvalidInputError, match="at most 4096"):
-        qgemv_vnni.VnniGemvQB4W(np.zeros((1, 4096), np.uint8), np.ones((1, 1), np.float32), 8192, 1, 8192)
+    with pytest.raises(InvalidInputError, match="multiples of 8"):
+        qgemv_vnni.VnniGemvQB4W(np.zeros((4, 6), np.uint8), np.ones((4, 3), np.float32), 4, 4, 12)
     if not qgemv_vnni.available():
         return
     layer = qgemv_vnni.VnniGemvQB4W(np.zeros((4, 16), np.uint8), np.ones((4, 1), np.float32), 32, 4, 32)
@@ -192,7 +198,7 @@ def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy)
         assert layer.uses_gemv(1)
         y = np.full((1, n), np.nan, np.float32)
         steps = layer.steps(xc, xscale, y, -np.inf, np.inf)
-        assert (steps[0].func is qgemv_vnni.gemv_kernel()) == (choice == "vnni-gemv")
+        assert (steps[0].func is qgemv_vnni.gemv_kernel(False)) == (choice == "vnni-gemv")
         for step in steps:
             step()
         values[choice] = y
