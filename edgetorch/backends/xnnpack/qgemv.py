@@ -497,6 +497,7 @@ class IntegerLinear:
         self.vnni: Any = None  # the VNNI GEMM's layout of QB4W weights, once made (``vnni_layer``)
         self.vnni_gemv: Any = None  # the VNNI GEMV's, once made (``vnni_gemv_layer``)
         self.chosen: dict[int, str] = {}  # rows -> the host's choice (``_few_rows``), once asked
+        self.gemm_chosen = False  # whether ``uses_vnni`` chose the VNNI GEMM for more rows than tuned one by one
         self.bias = np.zeros(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
 
     @classmethod
@@ -621,10 +622,10 @@ class IntegerLinear:
         fixed = rows <= self.max_rows
         kind = "qc8w" if len(self.weights) == 2 else "qb4w"
         names: tuple[str, ...] = ("gemv", "sgemm") if fixed else ("sgemm", "gemv")
-        vnni = self.vnni_layer() is not None
+        vnni = self._takes_vnni()
         if vnni:
             names += ("vnni",)
-        vnni_gemv = rows <= qgemv_vnni.GEMV_ROWS and self.vnni_gemv_layer() is not None
+        vnni_gemv = vnni and rows <= qgemv_vnni.GEMV_ROWS
         if vnni_gemv:
             names += ("vnni-gemv",)
 
@@ -644,17 +645,29 @@ class IntegerLinear:
 
         key = f"{kind}{'-kept' if self.keep else ''}:{rows}x{self.k}x{self.n}{'+vnni' if vnni else ''}"
         self.chosen[rows] = tuning.choose("qgemv", key, names, candidates, where).kernel
+        self._release()
         return self.chosen[rows]
+
+    def _takes_vnni(self) -> bool:
+        """Whether the VNNI GEMM and GEMV take this layer: QB4W (blocks of 16, K a multiple of them) on a host with
+        AVX512-VNNI."""
+        return len(self.weights) == 3 and qgemv_vnni.available()
+
+    def _release(self) -> None:
+        """Drops the VNNI layouts (each a copy of the weights) that no decision so far runs: made to be measured,
+        or never asked for since they are made on first use."""
+        if "vnni-gemv" not in self.chosen.values():
+            self.vnni_gemv = None
+        if "vnni" not in self.chosen.values() and not self.gemm_chosen:
+            self.vnni = None
 
     def vnni_layer(self) -> Any:
         """The QB4W weights laid out for the VNNI GEMM (qgemv_vnni.py), made on first use; None for QC8W, on a
         host without AVX512-VNNI, or for a block the GEMM does not take."""
-        if len(self.weights) == 2 or not qgemv_vnni.available():
+        if not self._takes_vnni():
             return None
         if self.vnni is None:
             w, block, s = self.weights
-            if self.k % 8 or block % 8:
-                return None
             packed = _unarrange_qb4w(w, self.n, self.k)
             scales = s.transpose(0, 2, 1).reshape(-1, s.shape[1])[: self.n]
             self.vnni = qgemv_vnni.VnniQB4W(packed, scales, block, self.n, self.k)
@@ -663,7 +676,7 @@ class IntegerLinear:
     def vnni_gemv_layer(self) -> Any:
         """The QB4W weights laid out for the VNNI GEMV (qgemv_vnni.py), made on first use; None for QC8W or on a
         host without AVX512-VNNI (the GEMV takes every block this class does)."""
-        if len(self.weights) == 2 or not qgemv_vnni.available():
+        if not self._takes_vnni():
             return None
         if self.vnni_gemv is None:
             w, block, s = self.weights
@@ -676,7 +689,7 @@ class IntegerLinear:
         the dequantized weights: where the host has the instruction, as tuning measures it (runtime/tuning.py,
         family ``qb4w-vnni``, one decision per power-of-two bucket of rows up to 128) with the VNNI GEMM the
         default; never with the policy's ``tune`` off and no ``kernel_choices`` entry (sgemm, as before)."""
-        if len(self.weights) == 2 or not qgemv_vnni.available() or self.vnni_layer() is None:
+        if not self._takes_vnni():
             return False
         if policy.current().tune and rows <= policy.current().gemv_tuned_rows:
             return self._few_rows(rows, where) == "vnni"
@@ -693,12 +706,15 @@ class IntegerLinear:
             return {"vnni": partial(self.vnni_matmul, xc, zp, xscale, y), "sgemm": partial(self.matmul, xa, y)}
 
         key = f"{self.n}x{self.k}:{bucket}"
-        return tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
+        chosen = tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
+        self.gemm_chosen |= chosen
+        self._release()
+        return chosen
 
     def vnni_matmul(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> None:
         """y [M, N] = the node (before its clamp) on the centred input ``xc`` [M, K] (q - zp) with the rows' zero
         points ``zp`` and scales ``xscale`` [M, 1], by the VNNI GEMM: the same float32 values as :meth:`steps`."""
-        np.multiply(self.vnni.totals(xc, zp), xscale, out=y)
+        np.multiply(self.vnni_layer().totals(xc, zp), xscale, out=y)
         if self.bias.shape[0]:
             np.add(y, self.bias, out=y)
 

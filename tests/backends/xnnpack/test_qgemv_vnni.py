@@ -181,7 +181,7 @@ def tuned(tmp_path, monkeypatch):
 @pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy):
     """The host times ``vnni-gemv`` beside the integer GEMV for a row (not for more than GEMV_ROWS rows); the
-    steps are the VNNI GEMV's exactly when it is chosen, with the same values."""
+    steps are the VNNI GEMV's exactly when it is chosen, with the same values, and its layout is kept only then."""
     n, k = 70, 128
     rng = np.random.default_rng(3)
     xc, w, scales, xscale, bias = _gemv_case(rng, 1, k, n, 32)
@@ -199,6 +199,7 @@ def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy)
         y = np.full((1, n), np.nan, np.float32)
         steps = layer.steps(xc, xscale, y, -np.inf, np.inf)
         assert (steps[0].func is qgemv_vnni.gemv_kernel(False)) == (choice == "vnni-gemv")
+        assert (layer.vnni_gemv is not None) == (choice == "vnni-gemv")  # its copy of the weights only if run
         for step in steps:
             step()
         values[choice] = y
