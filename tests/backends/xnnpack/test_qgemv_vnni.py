@@ -204,3 +204,28 @@ def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy)
             step()
         values[choice] = y
     np.testing.assert_array_equal(values["vnni-gemv"].view(np.int32), values["gemv"].view(np.int32))
+
+
+@needs_vnni
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+def test_program_on_the_vnni_gemv_equals_the_gemv_path(tuned, monkeypatch, set_policy):
+    """An 8da4w program (8 input rows, the GEMV's limit raised to them) with its 4-bit layers on the VNNI GEMV,
+    tuning's choice fixed, gives the integer GEMV's values bit for bit."""
+    from edgetorch.runtime import Runtime
+    from tests.backends.xnnpack.test_qgemv import _edgetorch_written
+
+    args, _, pte = _edgetorch_written("mlp", "8da4w")
+    inputs = [a.numpy() for a in args]
+    monkeypatch.setattr(qgemv_vnni, "GEMV_ROWS", 8)
+    calls: list[int] = []
+    step = qgemv_vnni.VnniGemvQB4W.step
+    monkeypatch.setattr(qgemv_vnni.VnniGemvQB4W, "step", lambda self, *a: calls.append(1) or step(self, *a))
+    results = {}
+    for name in ("vnni-gemv", "gemv"):
+        set_policy(
+            tune=True, kernel_choices={"qgemv": name}, gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8)
+        )
+        calls.clear()
+        results[name] = Runtime.get().load_program(pte).load_method("forward").execute(inputs)[0]
+        assert bool(calls) == (name == "vnni-gemv")
+    np.testing.assert_array_equal(results["vnni-gemv"].view(np.int32), results["gemv"].view(np.int32))
