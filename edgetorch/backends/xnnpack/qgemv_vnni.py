@@ -220,15 +220,9 @@ class VnniQB4W:
     nibble first, + 8) and block scales [N, K / block]."""
 
     def __init__(self, packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int):
-        if k % 8 or block % 8 or k % block or scales.shape != (n, k // block):
-            raise InvalidInputError(
-                f"VNNI QB4W GEMM: expected K and the block multiples of 8, the block dividing K and scales "
-                f"[N, K / block]; found K={k}, block={block}, scales {scales.shape}; use the sgemm path"
-            )
+        b = _padded(packed, scales, block, n, k, TILE_N, "GEMM", "the sgemm path")
         self.n, self.k, self.block = n, k, block
-        npad = -(-n // TILE_N) * TILE_N
-        b = np.full((npad, k // 2), 0x88, np.uint8)
-        b[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
+        npad = b.shape[0]
         self.p = np.ascontiguousarray(b.reshape(npad, k // 8, 4).transpose(1, 0, 2)).view(np.int32)[..., 0]
         nibbles = np.stack([b & 15, b >> 4], axis=-1).reshape(npad, k).astype(np.int32) - 8
         self.cw = np.ascontiguousarray(nibbles.reshape(npad, k // block, block).sum(axis=2).T, np.int32)
@@ -473,16 +467,10 @@ class VnniGemvQB4W:
     as bfloat16 when every scale is one (XNNPACK's QB4W programs store them so), else as float32."""
 
     def __init__(self, packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int):
-        if k % 8 or block % 8 or k % block or scales.shape != (n, k // block):
-            raise InvalidInputError(
-                f"VNNI QB4W GEMV: expected K and the block multiples of 8, the block dividing K and scales "
-                f"[N, K / block]; found K={k}, block={block}, scales {scales.shape}; use the integer GEMV"
-            )
+        b = _padded(packed, scales, block, n, k, GEMV_TILE, "GEMV", "the integer GEMV")
         self.n, self.k, self.block = n, k, block
-        tiles, nb, kb8 = -(-n // GEMV_TILE), k // block, block // 8
-        self.npad = tiles * GEMV_TILE
-        b = np.full((self.npad, k // 2), 0x88, np.uint8)
-        b[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
+        self.npad = b.shape[0]
+        tiles, nb, kb8 = self.npad // GEMV_TILE, k // block, block // 8
         sc = np.zeros((self.npad, nb), np.float32)
         sc[:n] = scales
         self.bf16 = not (sc.view(np.uint32) & 0xFFFF).any()
@@ -524,6 +512,21 @@ class VnniGemvQB4W:
         args = _Arguments(block.ctypes.data)
         args.keep = (block, padded, bounds, a, e, self.stream, *arrays)
         return partial(fn, args)
+
+
+def _padded(
+    packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int, tile: int, kernel: str, instead: str
+) -> np.ndarray:
+    """XNNPACK's QB4W bytes [N, K / 2] with N padded to a multiple of ``tile`` by zero weights (0x88), once the
+    shapes are checked to be ones the VNNI ``kernel`` takes (the error names what to use ``instead``)."""
+    if k % 8 or block % 8 or k % block or scales.shape != (n, k // block):
+        raise InvalidInputError(
+            f"VNNI QB4W {kernel}: expected K and the block multiples of 8, the block dividing K and scales "
+            f"[N, K / block]; found K={k}, block={block}, scales {scales.shape}; use {instead}"
+        )
+    b = np.full((-(-n // tile) * tile, k // 2), 0x88, np.uint8)
+    b[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
+    return b
 
 
 def gemv_fits(xc: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> bool:
