@@ -255,10 +255,11 @@ class VnniQB4W:
 
 
 # The one-row GEMV (``VnniGemvQB4W``): GEMV_VECTORS * LANES output channels a tile; inputs of up to GEMV_ROWS
-# rows (a pass over the weights each) are offered to tuning (qgemv.IntegerLinear), larger ones are the GEMM's.
+# rows (a pass over the weights each, yet faster than the GEMM's NumPy input preparation up to 16 rows at
+# SmolLM2's shapes) are offered to tuning (qgemv.IntegerLinear), larger ones are the GEMM's.
 GEMV_VECTORS = 4
 GEMV_TILE = LANES * GEMV_VECTORS
-GEMV_ROWS = 4
+GEMV_ROWS = 16
 
 # The GEMV's argument block (int64 each, ``VnniGemvQB4W.step``): pointers and sizes, in this order.
 GEMV_ARGS = ("xc", "xstride", "w", "xscale", "sstride", "bias", "with_bias", "y", "ystride", "a", "e", "bounds",

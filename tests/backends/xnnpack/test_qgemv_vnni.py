@@ -209,14 +209,13 @@ def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy)
 @needs_vnni
 @pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 def test_program_on_the_vnni_gemv_equals_the_gemv_path(tuned, monkeypatch, set_policy):
-    """An 8da4w program (8 input rows, the GEMV's limit raised to them) with its 4-bit layers on the VNNI GEMV,
+    """An 8da4w program (8 input rows, the integer GEMV's limit raised to them) with its 4-bit layers on the VNNI GEMV,
     tuning's choice fixed, gives the integer GEMV's values bit for bit."""
     from edgetorch.runtime import Runtime
     from tests.backends.xnnpack.test_qgemv import _edgetorch_written
 
     args, _, pte = _edgetorch_written("mlp", "8da4w")
     inputs = [a.numpy() for a in args]
-    monkeypatch.setattr(qgemv_vnni, "GEMV_ROWS", 8)
     calls: list[int] = []
     step = qgemv_vnni.VnniGemvQB4W.step
     monkeypatch.setattr(qgemv_vnni.VnniGemvQB4W, "step", lambda self, *a: calls.append(1) or step(self, *a))
