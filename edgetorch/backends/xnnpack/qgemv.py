@@ -662,8 +662,8 @@ class IntegerLinear:
             self.vnni = None
 
     def vnni_layer(self) -> Any:
-        """The QB4W weights laid out for the VNNI GEMM (qgemv_vnni.py), made on first use; None for QC8W, on a
-        host without AVX512-VNNI, or for a block the GEMM does not take."""
+        """The QB4W weights laid out for the VNNI GEMM (qgemv_vnni.py), made on first use; None for QC8W or on a
+        host without AVX512-VNNI."""
         if not self._takes_vnni():
             return None
         if self.vnni is None:
@@ -675,7 +675,7 @@ class IntegerLinear:
 
     def vnni_gemv_layer(self) -> Any:
         """The QB4W weights laid out for the VNNI GEMV (qgemv_vnni.py), made on first use; None for QC8W or on a
-        host without AVX512-VNNI (the GEMV takes every block this class does)."""
+        host without AVX512-VNNI."""
         if not self._takes_vnni():
             return None
         if self.vnni_gemv is None:

@@ -273,8 +273,8 @@ def _gemv_ir(bf16: bool) -> str:
     Per row: the centred input's least value gives ``off`` (its negation), so a = xc + off is 0..255 (an int8
     row's values span at most 255), written as bytes (each 8 inputs' even four then odd four) into the scratch
     ``a``, and 8 times each block's sum of xc into ``e``; then a tile of GEMV_TILE channels at a time: per block
-    the lanes' ``vpdpbusd`` sums of a times nibble, minus e, minus off times the channels' sums of nibbles (a
-    second ``vpdpbusd`` of each step's even plus odd nibbles with ones), which is the exact dot of xc and
+    the lanes' ``vpdpbusd`` sums of a times nibble, minus e, minus off times the channels' sums of nibbles (one
+    more ``vpdpbusd`` a step, of its even plus odd nibbles with ones), which is the exact dot of xc and
     nibble - 8, as float32 times the block scale added into the total in block order; total times the row's
     scale, plus the bias (when ``with_bias``), clamped to ``bounds`` [lo, hi]; the last tile's missing channels
     are not stored. ``w`` is the tiles' stream of ``VnniGemvQB4W``: per tile, per block, kb8 steps of GEMV_TILE
