@@ -495,6 +495,9 @@ class IntegerLinear:
         self.n, self.k = shape
         self.floats: np.ndarray | None = None  # the dequantized weights, once made, when ``keep``
         self.vnni: Any = None  # the VNNI GEMM's layout of QB4W weights, once made (``vnni_layer``)
+        self.vnni_gemv: Any = None  # the VNNI GEMV's, once made (``vnni_gemv_layer``)
+        self.chosen: dict[int, str] = {}  # rows -> the host's choice (``_few_rows``), once asked
+        self.gemm_chosen = False  # whether ``uses_vnni`` chose the VNNI GEMM for more rows than tuned one by one
         self.bias = np.zeros(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
 
     @classmethod
@@ -559,8 +562,21 @@ class IntegerLinear:
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
         """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
-        [M, 1]), M <= ``max_rows``. Split across threads (``get_num_threads()`` when called) from the policy's ``gemv_split_macs``
-        multiply-adds on; results identical either way (each output's arithmetic is the same)."""
+        [M, 1]), M <= ``max_rows``: the VNNI GEMV where the host measured it fastest for M rows (``uses_gemv``),
+        else the integer GEMV, split across threads (``get_num_threads()`` when called) from the policy's
+        ``gemv_split_macs`` multiply-adds on; results identical either way (each output's arithmetic is the same)."""
+        m = xc.shape[0]
+        tuned = policy.current().tune and m <= min(policy.current().gemv_tuned_rows, qgemv_vnni.GEMV_ROWS)
+        if (
+            tuned
+            and qgemv_vnni.gemv_fits(xc, xscale, y)
+            and (self.chosen.get(m) or self._few_rows(m, "")) == "vnni-gemv"
+        ):
+            return [self.vnni_gemv_layer().step(xc, xscale, self.bias, y, lo, hi)]
+        return self._gemv_steps(xc, xscale, y, lo, hi)
+
+    def _gemv_steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
+        """:meth:`steps` on the integer GEMV."""
         m = xc.shape[0]
         args = self._arguments(xc, xscale, y, lo, hi)
         serial = partial(self.kernel(), *args, 1)
@@ -597,17 +613,21 @@ class IntegerLinear:
         ``tune``, what the host measured for the shape (runtime/tuning.py) up to the policy's ``gemv_tuned_rows`` rows."""
         if not policy.current().tune or rows > policy.current().gemv_tuned_rows:
             return rows <= self.max_rows
-        return self._few_rows(rows, where) == "gemv"
+        return self._few_rows(rows, where) in ("gemv", "vnni-gemv")
 
     def _few_rows(self, rows: int, where: str) -> str:
         """The host's choice for ``rows`` up to the policy's ``gemv_tuned_rows``: ``gemv``, ``sgemm`` or, for QB4W on a host with
-        AVX512-VNNI, ``vnni`` (family ``qgemv``; the decision is cached, so asking again is cheap)."""
+        AVX512-VNNI, ``vnni`` (the GEMM) or, up to ``qgemv_vnni.GEMV_ROWS`` rows, ``vnni-gemv`` (family ``qgemv``;
+        the decision is cached, so asking again is cheap)."""
         fixed = rows <= self.max_rows
         kind = "qc8w" if len(self.weights) == 2 else "qb4w"
         names: tuple[str, ...] = ("gemv", "sgemm") if fixed else ("sgemm", "gemv")
-        vnni = self.vnni_layer() is not None
+        vnni = self._takes_vnni()
         if vnni:
             names += ("vnni",)
+        vnni_gemv = vnni and rows <= qgemv_vnni.GEMV_ROWS
+        if vnni_gemv:
+            names += ("vnni-gemv",)
 
         def candidates() -> dict[str, Any]:
             rng = np.random.default_rng(0)
@@ -615,35 +635,61 @@ class IntegerLinear:
             xscale = np.full((rows, 1), 0.01, np.float32)
             xa = np.ones((rows, self.k + 1), np.float32)
             y = np.empty((rows, self.n), np.float32)
-            gemv = self.steps(xc, xscale, y, -np.inf, np.inf)
+            gemv = self._gemv_steps(xc, xscale, y, -np.inf, np.inf)
             runs = {"gemv": partial(_run_all, gemv), "sgemm": partial(self.matmul, xa, y)}
             if vnni:
                 runs["vnni"] = partial(self.vnni_matmul, xc, np.zeros((rows, 1), np.float32), xscale, y)
+            if vnni_gemv:
+                runs["vnni-gemv"] = self.vnni_gemv_layer().step(xc, xscale, self.bias, y, -np.inf, np.inf)
             return runs
 
         key = f"{kind}{'-kept' if self.keep else ''}:{rows}x{self.k}x{self.n}{'+vnni' if vnni else ''}"
-        return tuning.choose("qgemv", key, names, candidates, where).kernel
+        self.chosen[rows] = tuning.choose("qgemv", key, names, candidates, where).kernel
+        self._release()
+        return self.chosen[rows]
+
+    def _takes_vnni(self) -> bool:
+        """Whether the VNNI GEMM and GEMV take this layer: QB4W (blocks of 16, K a multiple of them) on a host with
+        AVX512-VNNI."""
+        return len(self.weights) == 3 and qgemv_vnni.available()
+
+    def _release(self) -> None:
+        """Drops the VNNI layouts (each a copy of the weights) that no decision so far runs: made to be measured,
+        or never asked for since they are made on first use."""
+        if "vnni-gemv" not in self.chosen.values():
+            self.vnni_gemv = None
+        if "vnni" not in self.chosen.values() and not self.gemm_chosen:
+            self.vnni = None
 
     def vnni_layer(self) -> Any:
-        """The QB4W weights laid out for the VNNI GEMM (qgemv_vnni.py), made on first use; None for QC8W, on a
-        host without AVX512-VNNI, or for a block the GEMM does not take."""
-        if len(self.weights) == 2 or not qgemv_vnni.available():
+        """The QB4W weights laid out for the VNNI GEMM (qgemv_vnni.py), made on first use; None for QC8W or on a
+        host without AVX512-VNNI."""
+        if not self._takes_vnni():
             return None
         if self.vnni is None:
             w, block, s = self.weights
-            if self.k % 8 or block % 8:
-                return None
             packed = _unarrange_qb4w(w, self.n, self.k)
             scales = s.transpose(0, 2, 1).reshape(-1, s.shape[1])[: self.n]
             self.vnni = qgemv_vnni.VnniQB4W(packed, scales, block, self.n, self.k)
         return self.vnni
+
+    def vnni_gemv_layer(self) -> Any:
+        """The QB4W weights laid out for the VNNI GEMV (qgemv_vnni.py), made on first use; None for QC8W or on a
+        host without AVX512-VNNI."""
+        if not self._takes_vnni():
+            return None
+        if self.vnni_gemv is None:
+            w, block, s = self.weights
+            scales = s.transpose(0, 2, 1).reshape(-1, s.shape[1])[: self.n]
+            self.vnni_gemv = qgemv_vnni.VnniGemvQB4W(_unarrange_qb4w(w, self.n, self.k), scales, block, self.n, self.k)
+        return self.vnni_gemv
 
     def uses_vnni(self, rows: int, where: str = "") -> bool:
         """Whether an input of ``rows`` rows (more than the GEMV takes) runs the VNNI GEMM rather than sgemm on
         the dequantized weights: where the host has the instruction, as tuning measures it (runtime/tuning.py,
         family ``qb4w-vnni``, one decision per power-of-two bucket of rows up to 128) with the VNNI GEMM the
         default; never with the policy's ``tune`` off and no ``kernel_choices`` entry (sgemm, as before)."""
-        if len(self.weights) == 2 or not qgemv_vnni.available() or self.vnni_layer() is None:
+        if not self._takes_vnni():
             return False
         if policy.current().tune and rows <= policy.current().gemv_tuned_rows:
             return self._few_rows(rows, where) == "vnni"
@@ -660,12 +706,15 @@ class IntegerLinear:
             return {"vnni": partial(self.vnni_matmul, xc, zp, xscale, y), "sgemm": partial(self.matmul, xa, y)}
 
         key = f"{self.n}x{self.k}:{bucket}"
-        return tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
+        chosen = tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
+        self.gemm_chosen |= chosen
+        self._release()
+        return chosen
 
     def vnni_matmul(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> None:
         """y [M, N] = the node (before its clamp) on the centred input ``xc`` [M, K] (q - zp) with the rows' zero
         points ``zp`` and scales ``xscale`` [M, 1], by the VNNI GEMM: the same float32 values as :meth:`steps`."""
-        np.multiply(self.vnni.totals(xc, zp), xscale, out=y)
+        np.multiply(self.vnni_layer().totals(xc, zp), xscale, out=y)
         if self.bias.shape[0]:
             np.add(y, self.bias, out=y)
 

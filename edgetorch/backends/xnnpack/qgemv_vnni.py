@@ -18,7 +18,15 @@ to the lane. The kernel gives each lane an output channel and broadcasts 4 input
   GEMV's bit for bit; the caller scales by the row's input scale and adds the bias.
 
 Tiles of 4 rows x 32 channels (8 int32 and 8 float32 accumulators, 16 of the 32 zmm registers); rows are padded
-to 4 and channels to 32 (zero scales) in the buffers. Written as LLVM IR compiled by llvmlite's JIT (numba's
+to 4 and channels to 32 (zero scales) in the buffers.
+
+The GEMV (``VnniGemvQB4W``, a decode step's one row; ``IntegerLinear`` offers it to tuning beside its integer
+GEMV) is the same arithmetic for one row at a time, shaped for a call of a few microseconds: tiles of 64
+channels (4 int32 and 4 float32 accumulators), the weights, the channels' sums and the scales of a tile in one
+stream read front to back; the input's bytes and block sums are made in the kernel, with the offset taken from
+the row's least value (an int8 row's centred values span at most 255), so it needs no zero point; the scale,
+bias and clamp are applied in the kernel; a call passes one pointer to a block of arguments fixed when the step
+is made, and allocates nothing. Written as LLVM IR compiled by llvmlite's JIT (numba's
 code generator, present with the [fast] tier), as no loop numba compiles becomes ``vpdpbusd``: numba types an
 int32 product int64. Only on an x86 host whose flags include ``avx512_vnni`` (runtime/host.py).
 
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -40,7 +49,7 @@ ROWS, LANES, VECTORS = 4, 16, 2  # a tile: ROWS rows x VECTORS * LANES channels
 TILE_N = LANES * VECTORS
 
 _lock = threading.Lock()
-_kernel: Any = None
+_kernels: dict[str, tuple[Any, Any]] = {}
 
 
 def available() -> bool:
@@ -163,17 +172,27 @@ def _ir() -> str:
 
 
 def kernel() -> Any:
-    """The compiled kernel (a ctypes function), compiled on the first call; None without VNNI or llvmlite."""
-    global _kernel
+    """The GEMM (a ctypes function), compiled on the first call; None without VNNI or llvmlite."""
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    return _compiled("qb4w_vnni", _ir, ctypes.CFUNCTYPE(None, *([ptr] * 7), *([i64] * 5)))
+
+
+def gemv_kernel(bf16: bool = False) -> Any:
+    """The GEMV ``qb4w_gemv(args)`` (a ctypes function) for scales stored as float32 or, with ``bf16``, as
+    their upper halves; compiled on the first call; None without VNNI or llvmlite."""
+    name = "qb4w_gemv_bf16" if bf16 else "qb4w_gemv"
+    return _compiled(name, partial(_gemv_ir, bf16), ctypes.CFUNCTYPE(None, ctypes.c_void_p))
+
+
+def _compiled(name: str, ir: Any, proto: Any) -> Any:
+    """The function ``name`` of the IR ``ir()`` as ``proto``, compiled once per process."""
     if not available():
         return None
     with _lock:
-        if _kernel is None:
-            engine, _ = jit(_ir(), assembly=False)
-            ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-            proto = ctypes.CFUNCTYPE(None, *([ptr] * 7), *([i64] * 5))
-            _kernel = (proto(engine.get_function_address("qb4w_vnni")), engine)  # the engine owns the code
-    return _kernel[0]
+        if name not in _kernels:
+            engine, _ = jit(ir(), assembly=False)
+            _kernels[name] = (proto(engine.get_function_address(name)), engine)  # the engine owns the code
+    return _kernels[name][0]
 
 
 def jit(ir: str, assembly: bool = True) -> tuple[Any, str | None]:
@@ -201,15 +220,9 @@ class VnniQB4W:
     nibble first, + 8) and block scales [N, K / block]."""
 
     def __init__(self, packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int):
-        if k % 8 or block % 8 or k % block or scales.shape != (n, k // block):
-            raise InvalidInputError(
-                f"VNNI QB4W GEMM: expected K and the block multiples of 8, the block dividing K and scales "
-                f"[N, K / block]; found K={k}, block={block}, scales {scales.shape}; use the sgemm path"
-            )
+        b = _padded(packed, scales, block, n, k, TILE_N, "GEMM", "the sgemm path")
         self.n, self.k, self.block = n, k, block
-        npad = -(-n // TILE_N) * TILE_N
-        b = np.full((npad, k // 2), 0x88, np.uint8)
-        b[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
+        npad = b.shape[0]
         self.p = np.ascontiguousarray(b.reshape(npad, k // 8, 4).transpose(1, 0, 2)).view(np.int32)[..., 0]
         nibbles = np.stack([b & 15, b >> 4], axis=-1).reshape(npad, k).astype(np.int32) - 8
         self.cw = np.ascontiguousarray(nibbles.reshape(npad, k // block, block).sum(axis=2).T, np.int32)
@@ -239,3 +252,294 @@ class VnniQB4W:
         fn(*(t.ctypes.data for t in (ar, self.p, self.cw, self.sc, e, off, out)), mp, out.shape[1], k // 8,
            self.block // 8, nb)  # fmt: skip
         return out[:m, : self.n]
+
+
+# The one-row GEMV (``VnniGemvQB4W``): GEMV_VECTORS * LANES output channels a tile; inputs of up to GEMV_ROWS
+# rows (a pass over the weights each, yet faster than the GEMM's NumPy input preparation up to 16 rows at
+# SmolLM2's shapes) are offered to tuning (qgemv.IntegerLinear), larger ones are the GEMM's.
+GEMV_VECTORS = 4
+GEMV_TILE = LANES * GEMV_VECTORS
+GEMV_ROWS = 16
+
+# The GEMV's argument block (int64 each, ``VnniGemvQB4W.step``): pointers and sizes, in this order.
+GEMV_ARGS = ("xc", "xstride", "w", "xscale", "sstride", "bias", "with_bias", "y", "ystride", "a", "e", "bounds",
+             "rows", "channels", "k8", "kb8", "nb")  # fmt: skip
+
+
+def _gemv_ir(bf16: bool) -> str:
+    """The GEMV's LLVM IR: ``qb4w_gemv(args)`` (``qb4w_gemv_bf16`` with ``bf16``), ``args`` the int64 block of
+    GEMV_ARGS.
+
+    Per row: the centred input's least value gives ``off`` (its negation), so a = xc + off is 0..255 (an int8
+    row's values span at most 255), written as bytes (each 8 inputs' even four then odd four) into the scratch
+    ``a``, and 8 times each block's sum of xc into ``e``; then a tile of GEMV_TILE channels at a time: per block
+    the lanes' ``vpdpbusd`` sums of a times nibble, minus e, minus off times the channels' sums of nibbles (one
+    more ``vpdpbusd`` a step, of its even plus odd nibbles with ones), which is the exact dot of xc and
+    nibble - 8, as float32 times the block scale added into the total in block order; total times the row's
+    scale, plus the bias (when ``with_bias``), clamped to ``bounds`` [lo, hi]; the last tile's missing channels
+    are not stored. ``w`` is the tiles' stream of ``VnniGemvQB4W``: per tile, per block, kb8 steps of GEMV_TILE
+    int32 (4 bytes of a channel), then GEMV_TILE scales, float32 or, with ``bf16``, their upper halves."""
+    vs = range(GEMV_VECTORS)
+    v16 = "<16 x i32>"
+    lines = [
+        f"declare {v16} @llvm.x86.avx512.vpdpbusd.512({v16}, {v16}, {v16})",
+        "declare void @llvm.masked.store.v16f32.p0v16f32(<16 x float>, <16 x float>*, i32, <16 x i1>)",
+        "declare i32 @llvm.vector.reduce.smin.v8i32(<8 x i32>)",
+        "declare i32 @llvm.vector.reduce.add.v8i32(<8 x i32>)",
+        f"define void @qb4w_gemv{'_bf16' if bf16 else ''}(i64* noalias %args) {{",
+        "entry:",
+    ]
+    add = lines.append
+    for i, name in enumerate(GEMV_ARGS):
+        add(f"  %{name}.p = getelementptr inbounds i64, i64* %args, i64 {i}")
+        add(f"  %{name} = load i64, i64* %{name}.p")
+    for name, kind in (("xc", "float"), ("w", "i8"), ("xscale", "float"), ("bias", "float"), ("y", "float"),
+                       ("a", "i8"), ("e", "i32"), ("bounds", "float")):  # fmt: skip
+        add(f"  %{name}.ptr = inttoptr i64 %{name} to {kind}*")
+    add("  %lo.p = getelementptr inbounds float, float* %bounds.ptr, i64 0\n  %lo = load float, float* %lo.p")
+    add("  %hi.p = getelementptr inbounds float, float* %bounds.ptr, i64 1\n  %hi = load float, float* %hi.p")
+    add("  %lo1 = insertelement <16 x float> undef, float %lo, i32 0")
+    add("  %lov = shufflevector <16 x float> %lo1, <16 x float> undef, <16 x i32> zeroinitializer")
+    add("  %hi1 = insertelement <16 x float> undef, float %hi, i32 0")
+    add("  %hiv = shufflevector <16 x float> %hi1, <16 x float> undef, <16 x i32> zeroinitializer")
+    add("  %biased = icmp ne i64 %with_bias, 0")
+    add(f"  %mask1 = insertelement {v16} undef, i32 252645135, i32 0")  # 0x0F0F0F0F
+    add(f"  %mask = shufflevector {v16} %mask1, {v16} undef, <16 x i32> zeroinitializer")
+    add(f"  %four1 = insertelement {v16} undef, i32 4, i32 0")
+    add(f"  %four = shufflevector {v16} %four1, {v16} undef, <16 x i32> zeroinitializer")
+    lane_ids = ", ".join(f"i32 {i}" for i in range(16))
+    add(f"  %lanes = bitcast {v16} <{lane_ids}> to {v16}")
+    scale_bytes = (2 if bf16 else 4) * GEMV_TILE
+    add(f"  %blockbytes0 = mul i64 %kb8, {4 * GEMV_TILE}\n  %blockbytes = add i64 %blockbytes0, {scale_bytes}")
+    add(f"  %ones1 = insertelement {v16} undef, i32 16843009, i32 0")  # 0x01010101
+    add(f"  %ones = shufflevector {v16} %ones1, {v16} undef, <16 x i32> zeroinitializer")
+    add("  %tilebytes = mul i64 %blockbytes, %nb")
+    add("  br label %row")
+    # --- per row: the offset, the bytes and the block sums
+    add("row:\n  %m = phi i64 [0, %entry], [%mnext, %rowend]")
+    add("  %xoff = mul i64 %m, %xstride\n  %xrow = getelementptr inbounds float, float* %xc.ptr, i64 %xoff")
+    add("  br label %minloop")
+    add("minloop:")
+    add("  %mj = phi i64 [0, %row], [%mjnext, %minloop]")
+    add("  %mlow = phi <8 x i32> [<i32 2147483647, i32 2147483647, i32 2147483647, i32 2147483647, "
+        "i32 2147483647, i32 2147483647, i32 2147483647, i32 2147483647>, %row], [%mlownext, %minloop]")  # fmt: skip
+    add("  %mx0 = mul i64 %mj, 8\n  %mxp = getelementptr inbounds float, float* %xrow, i64 %mx0")
+    add("  %mxv = bitcast float* %mxp to <8 x float>*\n  %mxf = load <8 x float>, <8 x float>* %mxv, align 4")
+    add("  %mxi = fptosi <8 x float> %mxf to <8 x i32>")
+    add("  %mlt = icmp slt <8 x i32> %mxi, %mlow\n  %mlownext = select <8 x i1> %mlt, <8 x i32> %mxi, <8 x i32> %mlow")
+    add(
+        "  %mjnext = add i64 %mj, 1\n  %mjdone = icmp eq i64 %mjnext, %k8\n  br i1 %mjdone, label %minend, label %minloop"
+    )
+    add("minend:")
+    add("  %least = call i32 @llvm.vector.reduce.smin.v8i32(<8 x i32> %mlownext)\n  %off = sub i32 0, %least")
+    add("  %off1 = insertelement <8 x i32> undef, i32 %off, i32 0")
+    add("  %offv8 = shufflevector <8 x i32> %off1, <8 x i32> undef, <8 x i32> zeroinitializer")
+    add(f"  %offw1 = insertelement {v16} undef, i32 %off, i32 0")
+    add(f"  %offv = shufflevector {v16} %offw1, {v16} undef, <16 x i32> zeroinitializer")
+    add("  br label %sumblock")
+    add("sumblock:\n  %sb = phi i64 [0, %minend], [%sbnext, %sumend]")
+    add("  %sj0 = mul i64 %sb, %kb8\n  %sj1 = add i64 %sj0, %kb8\n  br label %sumloop")
+    add("sumloop:")
+    add("  %sj = phi i64 [%sj0, %sumblock], [%sjnext, %sumloop]")
+    add("  %ssum = phi <8 x i32> [zeroinitializer, %sumblock], [%ssumnext, %sumloop]")
+    add("  %sx0 = mul i64 %sj, 8\n  %sxp = getelementptr inbounds float, float* %xrow, i64 %sx0")
+    add("  %sxv = bitcast float* %sxp to <8 x float>*\n  %sxf = load <8 x float>, <8 x float>* %sxv, align 4")
+    add("  %sxi = fptosi <8 x float> %sxf to <8 x i32>\n  %sa = add <8 x i32> %sxi, %offv8")
+    add("  %ssumnext = add <8 x i32> %ssum, %sxi")
+    add("  %sb8 = trunc <8 x i32> %sa to <8 x i8>")
+    add("  %sbo = shufflevector <8 x i8> %sb8, <8 x i8> undef, <8 x i32> <i32 0, i32 2, i32 4, i32 6, i32 1, i32 3, "
+        "i32 5, i32 7>")  # fmt: skip
+    add("  %sap = getelementptr inbounds i8, i8* %a.ptr, i64 %sx0\n  %sav = bitcast i8* %sap to <8 x i8>*")
+    add("  store <8 x i8> %sbo, <8 x i8>* %sav, align 1")
+    add(
+        "  %sjnext = add i64 %sj, 1\n  %sdone = icmp eq i64 %sjnext, %sj1\n  br i1 %sdone, label %sumend, label %sumloop"
+    )
+    add("sumend:")
+    add("  %bsum = call i32 @llvm.vector.reduce.add.v8i32(<8 x i32> %ssumnext)\n  %bsum8 = mul i32 %bsum, 8")
+    add("  %ep = getelementptr inbounds i32, i32* %e.ptr, i64 %sb\n  store i32 %bsum8, i32* %ep")
+    add("  %sbnext = add i64 %sb, 1\n  %sbdone = icmp eq i64 %sbnext, %nb")
+    add("  br i1 %sbdone, label %rowready, label %sumblock")
+    add("rowready:")
+    add("  %sptr0 = mul i64 %m, %sstride\n  %sp = getelementptr inbounds float, float* %xscale.ptr, i64 %sptr0")
+    add("  %s = load float, float* %sp\n  %s1 = insertelement <16 x float> undef, float %s, i32 0")
+    add("  %sv = shufflevector <16 x float> %s1, <16 x float> undef, <16 x i32> zeroinitializer")
+    add("  %yoff = mul i64 %m, %ystride\n  %yrow = getelementptr inbounds float, float* %y.ptr, i64 %yoff")
+    add("  br label %tile")
+    # --- per tile of channels: the blocks' dots into float32 totals
+    add("tile:\n  %n = phi i64 [0, %rowready], [%nnext, %tileend]")
+    add(f"  %t = udiv i64 %n, {GEMV_TILE}\n  %tb = mul i64 %t, %tilebytes")
+    add("  %tp = getelementptr inbounds i8, i8* %w.ptr, i64 %tb\n  br label %block")
+    add("block:\n  %b = phi i64 [0, %tile], [%bnext, %blockend]")
+    for v in vs:
+        add(f"  %tot{v} = phi <16 x float> [zeroinitializer, %tile], [%totn{v}, %blockend]")
+    add("  %bb = mul i64 %b, %blockbytes\n  %bp = getelementptr inbounds i8, i8* %tp, i64 %bb")
+    add("  %j0 = mul i64 %b, %kb8\n  br label %step")
+    add("step:\n  %j = phi i64 [0, %block], [%jnext, %step]")
+    for v in vs:
+        add(f"  %acc{v} = phi {v16} [zeroinitializer, %block], [%q{v}, %step]")
+        add(f"  %ns{v} = phi {v16} [zeroinitializer, %block], [%nsn{v}, %step]")
+    add("  %jj = add i64 %j0, %j\n  %ab = mul i64 %jj, 8")
+    add("  %ap8 = getelementptr inbounds i8, i8* %a.ptr, i64 %ab\n  %ap = bitcast i8* %ap8 to i32*")
+    for half, at in (("e", 0), ("o", 1)):
+        add(f"  %a{half}p = getelementptr inbounds i32, i32* %ap, i64 {at}\n  %a{half} = load i32, i32* %a{half}p")
+        add(f"  %a{half}1 = insertelement {v16} undef, i32 %a{half}, i32 0")
+        add(f"  %a{half}v = shufflevector {v16} %a{half}1, {v16} undef, <16 x i32> zeroinitializer")
+    add(f"  %wb = mul i64 %j, {4 * GEMV_TILE}\n  %wp8 = getelementptr inbounds i8, i8* %bp, i64 %wb")
+    add(f"  %wp = bitcast i8* %wp8 to {v16}*")
+    call = f"call {v16} @llvm.x86.avx512.vpdpbusd.512"
+    for v in vs:
+        add(
+            f"  %wp{v} = getelementptr inbounds {v16}, {v16}* %wp, i64 {v}\n  %w{v} = load {v16}, {v16}* %wp{v}, align 64"
+        )
+        add(
+            f"  %wl{v} = and {v16} %w{v}, %mask\n  %ws{v} = lshr {v16} %w{v}, %four\n  %wh{v} = and {v16} %ws{v}, %mask"
+        )
+        add(f"  %d{v} = {call}({v16} %acc{v}, {v16} %aev, {v16} %wl{v})")
+        add(f"  %q{v} = {call}({v16} %d{v}, {v16} %aov, {v16} %wh{v})")
+        add(f"  %wlb{v} = bitcast {v16} %wl{v} to <64 x i8>\n  %whb{v} = bitcast {v16} %wh{v} to <64 x i8>")
+        add(f"  %wnb{v} = add <64 x i8> %wlb{v}, %whb{v}\n  %wn{v} = bitcast <64 x i8> %wnb{v} to {v16}")
+        add(f"  %nsn{v} = {call}({v16} %ns{v}, {v16} %wn{v}, {v16} %ones)")
+    add("  %jnext = add i64 %j, 1\n  %jdone = icmp eq i64 %jnext, %kb8\n  br i1 %jdone, label %blockend, label %step")
+    add("blockend:")
+    add(f"  %scb = mul i64 %kb8, {4 * GEMV_TILE}\n  %scp8 = getelementptr inbounds i8, i8* %bp, i64 %scb")
+    scale = "<16 x i16>" if bf16 else "<16 x float>"
+    add(f"  %scp = bitcast i8* %scp8 to {scale}*")
+    add("  %eb = getelementptr inbounds i32, i32* %e.ptr, i64 %b\n  %ebs = load i32, i32* %eb")
+    add(f"  %eb1 = insertelement {v16} undef, i32 %ebs, i32 0")
+    add(f"  %ebv = shufflevector {v16} %eb1, {v16} undef, <16 x i32> zeroinitializer")
+    for v in vs:
+        add(f"  %scp{v} = getelementptr inbounds {scale}, {scale}* %scp, i64 {v}")
+        if bf16:
+            add(
+                f"  %sch{v} = load <16 x i16>, <16 x i16>* %scp{v}, align 32\n  %scw{v} = zext <16 x i16> %sch{v} to {v16}"
+            )
+            add(f"  %scs{v} = shl {v16} %scw{v}, <{', '.join(['i32 16'] * 16)}>")
+            add(f"  %sc{v} = bitcast {v16} %scs{v} to <16 x float>")
+        else:
+            add(f"  %sc{v} = load <16 x float>, <16 x float>* %scp{v}, align 64")
+        add(
+            f"  %x{v}a = sub {v16} %q{v}, %ebv\n  %x{v}c = mul {v16} %offv, %nsn{v}\n  %x{v} = sub {v16} %x{v}a, %x{v}c"
+        )
+        add(f"  %xf{v} = sitofp {v16} %x{v} to <16 x float>\n  %xs{v} = fmul <16 x float> %xf{v}, %sc{v}")
+        add(f"  %totn{v} = fadd <16 x float> %tot{v}, %xs{v}")
+    add("  %bnext = add i64 %b, 1\n  %bdone = icmp eq i64 %bnext, %nb\n  br i1 %bdone, label %tileend, label %block")
+    # --- the epilogue: scale, bias, clamp, store the channels that exist
+    add("tileend:")
+    for v in vs:
+        add(f"  %c{v} = add i64 %n, {LANES * v}")
+        add(f"  %v{v}s = fmul <16 x float> %totn{v}, %sv")
+        add(f"  %bip{v} = getelementptr inbounds float, float* %bias.ptr, i64 %c{v}")
+        add(
+            f"  %bivp{v} = bitcast float* %bip{v} to <16 x float>*\n  %bi{v} = load <16 x float>, <16 x float>* %bivp{v}"
+        )
+        add(f"  %v{v}b = fadd <16 x float> %v{v}s, %bi{v}")
+        add(f"  %v{v}u = select i1 %biased, <16 x float> %v{v}b, <16 x float> %v{v}s")
+        add(f"  %v{v}l = fcmp olt <16 x float> %v{v}u, %lov")
+        add(f"  %v{v}m = select <16 x i1> %v{v}l, <16 x float> %lov, <16 x float> %v{v}u")
+        add(f"  %v{v}h = fcmp ogt <16 x float> %v{v}m, %hiv")
+        add(f"  %v{v} = select <16 x i1> %v{v}h, <16 x float> %hiv, <16 x float> %v{v}m")
+        add(f"  %left{v} = sub i64 %channels, %c{v}\n  %left{v}t = trunc i64 %left{v} to i32")
+        add(f"  %left{v}1 = insertelement {v16} undef, i32 %left{v}t, i32 0")
+        add(f"  %left{v}v = shufflevector {v16} %left{v}1, {v16} undef, <16 x i32> zeroinitializer")
+        add(f"  %keep{v} = icmp slt {v16} %lanes, %left{v}v")
+        add(
+            f"  %yp{v} = getelementptr float, float* %yrow, i64 %c{v}\n  %yvp{v} = bitcast float* %yp{v} to <16 x float>*"
+        )
+        add(f"  call void @llvm.masked.store.v16f32.p0v16f32(<16 x float> %v{v}, <16 x float>* %yvp{v}, i32 4, "
+            f"<16 x i1> %keep{v})")  # fmt: skip
+    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %channels")
+    add("  br i1 %ndone, label %rowend, label %tile")
+    add("rowend:\n  %mnext = add i64 %m, 1\n  %mdone = icmp eq i64 %mnext, %rows")
+    add("  br i1 %mdone, label %exit, label %row")
+    add("exit:\n  ret void\n}")
+    return "\n".join(lines)
+
+
+class _Arguments(ctypes.c_void_p):
+    """The GEMV's argument block as the pointer it is passed by, holding the arrays it points into."""
+
+    keep: tuple
+
+
+class VnniGemvQB4W:
+    """QB4W weights laid out for the GEMV (``_gemv_ir``): from XNNPACK's bytes [N, K / 2] and block scales
+    [N, K / block], one stream that the kernel reads front to back: per tile of GEMV_TILE channels (N padded
+    with zero weights and scales), per block, the 4-byte words of each step of 8 inputs, then the block scales,
+    as bfloat16 when every scale is one (XNNPACK's QB4W programs store them so), else as float32."""
+
+    def __init__(self, packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int):
+        b = _padded(packed, scales, block, n, k, GEMV_TILE, "GEMV", "the integer GEMV")
+        self.n, self.k, self.block = n, k, block
+        self.npad = b.shape[0]
+        tiles, nb, kb8 = self.npad // GEMV_TILE, k // block, block // 8
+        sc = np.zeros((self.npad, nb), np.float32)
+        sc[:n] = scales
+        self.bf16 = not (sc.view(np.uint32) & 0xFFFF).any()
+        sc = np.ascontiguousarray(sc.reshape(tiles, GEMV_TILE, nb).transpose(0, 2, 1))
+        scale_bytes = sc.view(np.uint16)[..., 1::2] if self.bf16 else sc  # the upper half of a little-endian float
+        words_bytes = kb8 * 4 * GEMV_TILE
+        self.stream = _aligned(tiles * nb * (words_bytes + scale_bytes.itemsize * GEMV_TILE)).reshape(tiles, nb, -1)
+        words = b.reshape(tiles, GEMV_TILE, nb, kb8, 4).transpose(0, 2, 3, 1, 4)
+        self.stream[..., :words_bytes] = words.reshape(tiles, nb, -1)
+        self.stream[..., words_bytes:] = np.ascontiguousarray(scale_bytes).view(np.uint8)
+
+    def step(self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float) -> Any:
+        """A call that computes y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales
+        ``xscale`` [M, 1], ``lo``, ``hi``) with ``bias`` [N] (or empty): the float32 values of qgemv's integer
+        GEMV. ``xc`` and ``y`` float32 with rows of contiguous values; the call allocates nothing."""
+        fn = gemv_kernel(self.bf16)
+        if fn is None:
+            raise InvalidInputError("VNNI QB4W GEMV: expected a host with avx512_vnni; found none; use the GEMV")
+        m = xc.shape[0]
+        arrays = (xc, xscale, y)
+        if not gemv_fits(xc, xscale, y) or xc.shape[1] != self.k or y.shape[1] != self.n:
+            raise InvalidInputError(
+                f"VNNI QB4W GEMV: expected float32 xc [M, {self.k}], xscale [M, 1] and y [M, {self.n}] with "
+                f"contiguous rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
+            )
+        nb = self.k // self.block
+        padded = np.zeros(self.npad, np.float32)
+        padded[: bias.shape[0]] = bias
+        bounds = np.array([lo, hi], np.float32)
+        a, e = _aligned(self.k), np.zeros(nb, np.int32)
+        fields = {
+            "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
+            "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "bias": padded.ctypes.data,
+            "with_bias": int(bias.shape[0] > 0), "y": y.ctypes.data, "ystride": y.strides[0] // 4,
+            "a": a.ctypes.data, "e": e.ctypes.data, "bounds": bounds.ctypes.data, "rows": m, "channels": self.n,
+            "k8": self.k // 8, "kb8": self.block // 8, "nb": nb,
+        }  # fmt: skip
+        block = np.array([fields[name] for name in GEMV_ARGS], np.int64)
+        args = _Arguments(block.ctypes.data)
+        args.keep = (block, padded, bounds, a, e, self.stream, *arrays)
+        return partial(fn, args)
+
+
+def _padded(
+    packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int, tile: int, kernel: str, instead: str
+) -> np.ndarray:
+    """XNNPACK's QB4W bytes [N, K / 2] with N padded to a multiple of ``tile`` by zero weights (0x88), once the
+    shapes are checked to be ones the VNNI ``kernel`` takes (the error names what to use ``instead``)."""
+    if k % 8 or block % 8 or k % block or scales.shape != (n, k // block):
+        raise InvalidInputError(
+            f"VNNI QB4W {kernel}: expected K and the block multiples of 8, the block dividing K and scales "
+            f"[N, K / block]; found K={k}, block={block}, scales {scales.shape}; use {instead}"
+        )
+    b = np.full((-(-n // tile) * tile, k // 2), 0x88, np.uint8)
+    b[:n] = np.asarray(packed, np.uint8).reshape(n, k // 2)
+    return b
+
+
+def gemv_fits(xc: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> bool:
+    """Whether the GEMV takes these buffers: float32 2-D arrays of M rows with contiguous values in a row."""
+    arrays = (xc, xscale, y)
+    if any(a.dtype != np.float32 or a.ndim != 2 or a.strides[1] != 4 or a.strides[0] % 4 for a in arrays):
+        return False
+    return xc.shape[0] == xscale.shape[0] == y.shape[0]
+
+
+def _aligned(size: int) -> np.ndarray:
+    """``size`` zero bytes starting on a 64-byte boundary (a cache line: a vector load never straddles two)."""
+    raw = np.zeros(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + size]

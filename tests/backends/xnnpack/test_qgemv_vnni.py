@@ -1,6 +1,7 @@
-"""The VNNI QB4W GEMM (edgetorch/backends/xnnpack/qgemv_vnni.py) against the QB4W node's float32 arithmetic in its
-written order, bit for bit, and against the integer GEMV of qgemv.py on the same layer; random shapes that are
-not multiples of its tile, the extreme inputs and weights. Skipped on a host without AVX512-VNNI."""
+"""The VNNI QB4W GEMM and GEMV (edgetorch/backends/xnnpack/qgemv_vnni.py) against the QB4W node's float32 arithmetic
+in its written order, bit for bit, and against the integer GEMV of qgemv.py on the same layer; random shapes that
+are not multiples of their tiles, the extreme inputs and weights; the GEMV as IntegerLinear's tuning candidate.
+Skipped on a host without AVX512-VNNI."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from edgetorch.backends.xnnpack import qgemv, qgemv_vnni
 from edgetorch.errors import InvalidInputError
-from edgetorch.runtime import policy
+from edgetorch.runtime import policy, tuning
 from tests.backends.xnnpack.test_qgemv import _pack, _qb4w_float32
 
 needs_vnni = pytest.mark.skipif(not qgemv_vnni.available(), reason="the host has no AVX512-VNNI (or no llvmlite)")
@@ -84,3 +85,146 @@ def test_program_on_the_vnni_path_equals_the_gemv_path(monkeypatch, set_policy):
         results[name] = Runtime.get().load_program(pte).load_method("forward").execute(inputs)[0]
         assert bool(calls) == (name == "vnni")
     np.testing.assert_array_equal(results["vnni"], results["gemv"])
+
+
+def _gemv_case(rng, m, k, n, block, bf16=False):
+    """A layer and an input for the GEMV: ``_layer``'s extremes, plus a row of one repeated value (the offset
+    then maps every input to byte 0) and weights of a block all -8 or all 7 (the channel sums' extremes); with
+    ``bf16`` scales that are bfloat16 values (the GEMV then stores 16 bits of each)."""
+    xc, _, w, scales = _layer(rng, m, k, n, block)
+    if bf16:
+        scales = (scales.view(np.uint32) & 0xFFFF0000).view(np.float32)
+    if m > 2:
+        xc[2] = -255 if m % 2 else 255
+    w[-1, :block] = 7
+    xscale = rng.uniform(0.001, 0.05, (m, 1)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    return xc, w, scales, xscale, bias
+
+
+def _gemv(layer, xc, xscale, bias, lo, hi):
+    y = np.full((xc.shape[0], layer.n), np.nan, np.float32)
+    layer.step(xc, xscale, np.zeros(0, np.float32) if bias is None else bias, y, lo, hi)()
+    return y
+
+
+@needs_vnni
+@pytest.mark.parametrize(("n", "k"), [(960, 576), (576, 576), (1536, 576), (576, 1536)])
+@pytest.mark.parametrize("bf16", [True, False])
+def test_gemv_bit_for_bit_on_smollm2_shapes(n, k, bf16):
+    """SmolLM2-135M's decode GEMVs (block 32), one row, with and without bias and clamps, bfloat16 scales (as
+    its programs have) or not."""
+    rng = np.random.default_rng(n + k)
+    xc, w, scales, xscale, bias = _gemv_case(rng, 1, k, n, 32, bf16)
+    layer = qgemv_vnni.VnniGemvQB4W(_pack(w), scales, 32, n, k)
+    assert layer.bf16 == bf16
+    for b, lo, hi in ((bias, -np.inf, np.inf), (None, -np.inf, np.inf), (bias, -0.5, 0.25)):
+        want = _qb4w_float32(xc, w, scales, 32, xscale, b, lo, hi)
+        np.testing.assert_array_equal(_gemv(layer, xc, xscale, b, lo, hi).view(np.int32), want.view(np.int32))
+
+
+@needs_vnni
+@pytest.mark.parametrize("seed", range(10))
+def test_gemv_bit_for_bit_on_edge_shapes(seed):
+    """N off the 64-channel tile (1 to 200), K of one block to five, blocks of 8 to 4096 inputs, 1 to 4 rows read
+    from a wider array (a row stride that is not K)."""
+    rng = np.random.default_rng(100 + seed)
+    block = int(rng.choice([8, 16, 32, 64, 256])) if seed else 4096
+    m, k, n = int(rng.integers(1, 5)), block * int(rng.integers(1, 6) if seed else 1), int(rng.integers(1, 200))
+    xc, w, scales, xscale, bias = _gemv_case(rng, m, k, n, block, bf16=seed % 2 == 0)
+    wide = np.zeros((m, k + 24), np.float32)
+    wide[:, 8 : 8 + k] = xc
+    layer = qgemv_vnni.VnniGemvQB4W(_pack(w), scales, block, n, k)
+    for b in (bias, None):
+        want = _qb4w_float32(xc, w, scales, block, xscale, b, -np.inf, np.inf)
+        got = _gemv(layer, wide[:, 8 : 8 + k], xscale, b, -np.inf, np.inf)
+        np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+@needs_vnni
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+@pytest.mark.parametrize(("m", "k", "n", "block"), [(1, 576, 576, 32), (1, 64, 70, 64), (3, 192, 130, 32)])
+def test_gemv_equals_the_integer_gemv(m, k, n, block, set_policy):
+    set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 16))
+    rng = np.random.default_rng(m + k + n)
+    xc, w, scales, xscale, bias = _gemv_case(rng, m, k, n, block)
+    layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, block, n, k, bias)
+    y = np.full((m, n), np.nan, np.float32)
+    for step in layer.steps(xc, xscale, y, -1.0, 1.0):
+        step()
+    got = _gemv(layer.vnni_gemv_layer(), xc, xscale, bias, -1.0, 1.0)
+    np.testing.assert_array_equal(got.view(np.int32), y.view(np.int32))
+
+
+def test_gemv_rejects_what_it_does_not_take():
+    with pytest.raises(InvalidInputError, match="multiples of 8"):
+        qgemv_vnni.VnniGemvQB4W(np.zeros((4, 6), np.uint8), np.ones((4, 3), np.float32), 4, 4, 12)
+    if not qgemv_vnni.available():
+        return
+    layer = qgemv_vnni.VnniGemvQB4W(np.zeros((4, 16), np.uint8), np.ones((4, 1), np.float32), 32, 4, 32)
+    xscale, y = np.ones((1, 1), np.float32), np.empty((1, 4), np.float32)
+    for xc in (np.zeros((1, 32), np.float64), np.zeros((1, 64), np.float32)[:, ::2], np.zeros((1, 16), np.float32)):
+        with pytest.raises(InvalidInputError, match="contiguous rows"):
+            layer.step(xc, xscale, np.zeros(0, np.float32), y, -np.inf, np.inf)
+
+
+@pytest.fixture
+def tuned(tmp_path, monkeypatch):
+    """Tuning on, with an empty cache directory of its own."""
+    monkeypatch.setenv("EDGETORCH_CACHE_DIR", str(tmp_path))
+    tuning.forget()
+    yield
+    tuning.forget()
+
+
+@needs_vnni
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy):
+    """The host times ``vnni-gemv`` beside the integer GEMV for a row (not for more than GEMV_ROWS rows); the
+    steps are the VNNI GEMV's exactly when it is chosen, with the same values, and its layout is kept only then."""
+    n, k = 70, 128
+    rng = np.random.default_rng(3)
+    xc, w, scales, xscale, bias = _gemv_case(rng, 1, k, n, 32)
+    set_policy(tune=True, kernel_choices={}, gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 16))
+    layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, n, k, bias)
+    with tuning.recording() as log:
+        layer.uses_gemv(1, "here")
+        layer.uses_gemv(qgemv_vnni.GEMV_ROWS + 1, "there")
+    assert "vnni-gemv" in log[0][1].times and "vnni-gemv" not in log[1][1].times
+    values = {}
+    for choice in ("vnni-gemv", "gemv"):
+        set_policy(kernel_choices={"qgemv": choice})
+        layer.chosen.clear()
+        assert layer.uses_gemv(1)
+        y = np.full((1, n), np.nan, np.float32)
+        steps = layer.steps(xc, xscale, y, -np.inf, np.inf)
+        assert (steps[0].func is qgemv_vnni.gemv_kernel(False)) == (choice == "vnni-gemv")
+        assert (layer.vnni_gemv is not None) == (choice == "vnni-gemv")  # its copy of the weights only if run
+        for step in steps:
+            step()
+        values[choice] = y
+    np.testing.assert_array_equal(values["vnni-gemv"].view(np.int32), values["gemv"].view(np.int32))
+
+
+@needs_vnni
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+def test_program_on_the_vnni_gemv_equals_the_gemv_path(tuned, monkeypatch, set_policy):
+    """An 8da4w program (8 input rows, the integer GEMV's limit raised to them) with its 4-bit layers on the VNNI GEMV,
+    tuning's choice fixed, gives the integer GEMV's values bit for bit."""
+    from edgetorch.runtime import Runtime
+    from tests.backends.xnnpack.test_qgemv import _edgetorch_written
+
+    args, _, pte = _edgetorch_written("mlp", "8da4w")
+    inputs = [a.numpy() for a in args]
+    calls: list[int] = []
+    step = qgemv_vnni.VnniGemvQB4W.step
+    monkeypatch.setattr(qgemv_vnni.VnniGemvQB4W, "step", lambda self, *a: calls.append(1) or step(self, *a))
+    results = {}
+    for name in ("vnni-gemv", "gemv"):
+        set_policy(
+            tune=True, kernel_choices={"qgemv": name}, gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8)
+        )
+        calls.clear()
+        results[name] = Runtime.get().load_program(pte).load_method("forward").execute(inputs)[0]
+        assert bool(calls) == (name == "vnni-gemv")
+    np.testing.assert_array_equal(results["vnni-gemv"].view(np.int32), results["gemv"].view(np.int32))
