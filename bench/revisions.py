@@ -2,9 +2,9 @@
 change that claims to cost nothing (a refactor) or to gain something.
 
 The programs are exported once, by the working tree's edgetorch (the file format does not change between the
-revisions compared), into ``--workdir``. The older revision is checked out beside it (``git worktree add
---detach``, removed at the end). Every measurement is a fresh process that imports edgetorch from one checkout
-and no torch: 2 threads, the median wall time of ``--runs`` runs; 1 thread (``EDGETORCH_NUM_THREADS=1``, BLAS on
+revisions compared), into ``--workdir``. The older revision is checked out in a folder of this run's own under it
+(``git worktree add --detach``, removed at the end with the run's numba and tuning caches). Every measurement
+is a fresh process that imports edgetorch from one checkout and no torch: 2 threads, the median wall time of ``--runs`` runs; 1 thread (``EDGETORCH_NUM_THREADS=1``, BLAS on
 one thread), the least CPU time (``time.process_time``), which a busy machine disturbs less. Revisions and
 programs are taken in turn, ``--rounds`` times, so a change in the machine's load reaches both alike; the table
 gives each cell's median over the rounds and the ratio after / before. Each checkout keeps its own numba cache
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -120,11 +121,14 @@ def main() -> None:
         from bench.tuning import export
 
         paths = export(args.models.split(","), workdir)  # the programs and their inputs, exported once
-    trees = {"before": checkout(args.before, workdir)}
-    trees["after"] = checkout(args.after, workdir) if args.after else ROOT
+    # This run's checkouts and numba/tuning caches in a folder of its own: two runs sharing --workdir (the
+    # exported programs) must not share a worktree or a cache filled by another revision's kernels.
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
+    trees = {"before": checkout(args.before, run_dir)}
+    trees["after"] = checkout(args.after, run_dir) if args.after else ROOT
     made = [tree for tree in trees.values() if tree != ROOT]
     try:
-        caches = {side: workdir / f"cache-{side}" for side in trees}
+        caches = {side: run_dir / f"cache-{side}" for side in trees}
         for side, tree in trees.items():  # untimed: numba compiles, tuning measures, both cached
             for path in paths.values():
                 measure(tree, path, 1, 1, caches[side], decode)
@@ -140,6 +144,7 @@ def main() -> None:
     finally:
         for tree in made:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+        shutil.rmtree(run_dir, ignore_errors=True)
     names = {"before": args.before, "after": args.after or "working tree"}
     print(f"load average (1 min) before each round: {', '.join(f'{v:.1f}' for v in loads)}")
     print(f"| model | program | setting | {names['before']} | {names['after']} | after / before |")
