@@ -646,6 +646,9 @@ class IntegerLinear:
         key = f"{kind}{'-kept' if self.keep else ''}:{rows}x{self.k}x{self.n}{'+vnni' if vnni else ''}"
         self.chosen[rows] = tuning.choose("qgemv", key, names, candidates, where).kernel
         self._release()
+        # the chosen layout made now, while the schedule is built (at load for the declared shapes), also when
+        # the decision came from the cache: not in the first call, where it would count in the first token's time
+        {"vnni": self.vnni_layer, "vnni-gemv": self.vnni_gemv_layer}.get(self.chosen[rows], lambda: None)()
         return self.chosen[rows]
 
     def _takes_vnni(self) -> bool:
@@ -709,6 +712,8 @@ class IntegerLinear:
         chosen = tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
         self.gemm_chosen |= chosen
         self._release()
+        if chosen:  # made now, while the schedule is built, as in _few_rows
+            self.vnni_layer()
         return chosen
 
     def vnni_matmul(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> None:
