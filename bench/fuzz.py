@@ -82,6 +82,20 @@ def make_seeds() -> dict[str, tuple[str, bytes]]:
         def forward(self, x):
             return torch.nn.functional.max_pool2d(torch.relu(self.bn(self.c(x))), 2).flatten(1)
 
+    class LlmBlock(torch.nn.Module):
+        """A language model's RMSNorm (the mean as a 1 / K linear, as edgetorch's LLMs write it) and SwiGLU gate:
+        the XNNPACK delegate runs each as one fused step (backends/xnnpack/runtime/chains.py)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+            self.register_buffer("mean_row", torch.full((1, 8), 1 / 8))
+            self.w1, self.w3, self.w2 = torch.nn.Linear(8, 16), torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            h = self.weight * (x * torch.rsqrt(torch.nn.functional.linear(x.pow(2), self.mean_row) + 1e-5))
+            return x + self.w2(torch.nn.functional.silu(self.w1(h)) * self.w3(h))
+
     class Cond(torch.nn.Module):
         def forward(self, x):
             return torch.cond(x.sum() > 0, lambda v: v.sin(), lambda v: v.cos(), (x,))
@@ -94,7 +108,7 @@ def make_seeds() -> dict[str, tuple[str, bytes]]:
     dyn = torch.export.export(Mlp().eval(), x_mlp, dynamic_shapes=({0: n},))
     seeds["dynamic.pte"] = ("pte", to_edge(dyn).to_executorch().buffer)
     seeds["cond.pte"] = ("pte", to_edge(torch.export.export(Cond(), (torch.randn(4),))).to_executorch().buffer)
-    for name, model, args in (("mlp", Mlp(), x_mlp), ("cnn", Cnn(), x_cnn)):
+    for name, model, args in (("mlp", Mlp(), x_mlp), ("cnn", Cnn(), x_cnn), ("llm", LlmBlock(), (torch.randn(3, 8),))):
         lowered = to_edge_transform_and_lower(
             torch.export.export(model.eval(), args), partitioner=[XnnpackPartitioner()]
         )
