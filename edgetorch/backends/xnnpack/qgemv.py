@@ -648,7 +648,10 @@ class IntegerLinear:
         self._release()
         # the chosen layout made now, while the schedule is built (at load for the declared shapes), also when
         # the decision came from the cache: not in the first call, where it would count in the first token's time
-        {"vnni": self.vnni_layer, "vnni-gemv": self.vnni_gemv_layer}.get(self.chosen[rows], lambda: None)()
+        if self.chosen[rows] == "vnni":
+            self.vnni_layer()
+        elif self.chosen[rows] == "vnni-gemv":
+            self.vnni_gemv_layer()
         return self.chosen[rows]
 
     def _takes_vnni(self) -> bool:
@@ -670,10 +673,7 @@ class IntegerLinear:
         if not self._takes_vnni():
             return None
         if self.vnni is None:
-            w, block, s = self.weights
-            packed = _unarrange_qb4w(w, self.n, self.k)
-            scales = s.transpose(0, 2, 1).reshape(-1, s.shape[1])[: self.n]
-            self.vnni = qgemv_vnni.VnniQB4W(packed, scales, block, self.n, self.k)
+            self.vnni = qgemv_vnni.VnniQB4W(*self._xnnpack_qb4w(), self.n, self.k)
         return self.vnni
 
     def vnni_gemv_layer(self) -> Any:
@@ -682,10 +682,14 @@ class IntegerLinear:
         if not self._takes_vnni():
             return None
         if self.vnni_gemv is None:
-            w, block, s = self.weights
-            scales = s.transpose(0, 2, 1).reshape(-1, s.shape[1])[: self.n]
-            self.vnni_gemv = qgemv_vnni.VnniGemvQB4W(_unarrange_qb4w(w, self.n, self.k), scales, block, self.n, self.k)
+            self.vnni_gemv = qgemv_vnni.VnniGemvQB4W(*self._xnnpack_qb4w(), self.n, self.k)
         return self.vnni_gemv
+
+    def _xnnpack_qb4w(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """This QB4W layer's weights back in XNNPACK's form, which the VNNI layouts start from: the bytes [N, K / 2],
+        the block scales [N, K / block] and the block."""
+        w, block, s = self.weights
+        return _unarrange_qb4w(w, self.n, self.k), s.transpose(0, 2, 1).reshape(-1, s.shape[1])[: self.n], block
 
     def uses_vnni(self, rows: int, where: str = "") -> bool:
         """Whether an input of ``rows`` rows (more than the GEMV takes) runs the VNNI GEMM rather than sgemm on

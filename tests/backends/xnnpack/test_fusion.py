@@ -186,15 +186,19 @@ class RmsNorms(nn.Module):
         return self.w2 * (y * torch.rsqrt(means + 1e-6)), means
 
 
-def _absorbed(delegate) -> list[bool]:
-    """For each XNNSquare node of the delegate: whether it runs no step of its own (its norm was fused)."""
-    plan = next(iter(delegate.schedules.values()))
-    starts = [0, *plan.ends[:-1]]
-    return [
-        start == end
-        for node, start, end in zip(delegate.xnodes, starts, plan.ends)
-        if isinstance(node.xnode_union, xs.XNNSquare)
-    ]
+def _absorbed(delegates, kind: type = xs.XNNSquare) -> list[bool]:
+    """For each node of ``kind`` in the delegates, in order: whether it runs no step of its own (its chain was fused
+    into a later node)."""
+    found = []
+    for delegate in delegates:
+        plan = next(iter(delegate.schedules.values()))
+        starts = [0, *plan.ends[:-1]]
+        found += [
+            start == end
+            for node, start, end in zip(delegate.xnodes, starts, plan.ends)
+            if isinstance(node.xnode_union, kind)
+        ]
+    return found
 
 
 @pytest.mark.parametrize(
@@ -208,8 +212,7 @@ def test_an_rms_norm_chain_runs_as_one_step(tier, rows, monkeypatch, set_policy)
     with torch.no_grad():
         for got, want in zip(outs, module(x)):
             np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-6)
-    absorbed = [fused for delegate in delegates for fused in _absorbed(delegate)]
-    assert absorbed == [True, False], "the first norm fuses; the one whose mean is an output does not"
+    assert _absorbed(delegates) == [True, False], "the first norm fuses; the one whose mean is an output does not"
 
 
 def test_an_rms_norm_of_a_zero_row_gives_eagers_values(monkeypatch, set_policy):
@@ -237,19 +240,6 @@ class Gates(nn.Module):
         return shared * x, shared
 
 
-def _sigmoids_absorbed(delegates) -> list[bool]:
-    found = []
-    for delegate in delegates:
-        plan = next(iter(delegate.schedules.values()))
-        starts = [0, *plan.ends[:-1]]
-        found += [
-            start == end
-            for node, start, end in zip(delegate.xnodes, starts, plan.ends)
-            if isinstance(node.xnode_union, xs.XNNSigmoid)
-        ]
-    return found
-
-
 @pytest.mark.parametrize(
     "tier", [False, pytest.param(True, marks=pytest.mark.skipif(not policy.compiled_tier(), reason="numba"))]
 )
@@ -262,7 +252,7 @@ def test_a_swiglu_gate_runs_as_one_step(tier, rows, monkeypatch, set_policy):
     with torch.no_grad():
         for got, want in zip(outs, module(x)):
             np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-6)
-    assert _sigmoids_absorbed(delegates) == [True, False], "the gate fuses; the SiLU that is an output does not"
+    assert _absorbed(delegates, xs.XNNSigmoid) == [True, False], "the gate fuses; the SiLU that is an output does not"
 
 
 def test_a_fused_norm_refuses_an_input_whose_rows_do_not_fit_its_weight(monkeypatch, set_policy):
@@ -271,7 +261,7 @@ def test_a_fused_norm_refuses_an_input_whose_rows_do_not_fit_its_weight(monkeypa
     from edgetorch.errors import InvalidInputError
 
     _, delegates = run(RmsNorms().eval(), torch.randn(2, 16), policy.compiled_tier(), monkeypatch, set_policy)
-    fused = next(d for d in delegates if True in _absorbed(d))
+    fused = next(d for d in delegates if True in _absorbed([d]))
     args = [np.zeros((2, 15), np.float32)] + [np.zeros((2, 16), np.float32)] * (fused.graph.arg_count - 1)
     with pytest.raises(InvalidInputError, match="does not end in the weight's 16 channels"):
         fused.execute(args)

@@ -69,22 +69,35 @@ def test_rejects_layouts_it_does_not_take():
 @pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 def test_program_on_the_vnni_path_equals_the_gemv_path(monkeypatch, set_policy):
     """An 8da4w program with its 8 input rows on the VNNI GEMM (tuning's choice fixed) gives the GEMV's values."""
+
+    def settings(name: str) -> dict:
+        rows = dict.fromkeys(policy.current().gemv_max_rows, 8 if name == "gemv" else 1)
+        return {"gemv_max_rows": rows, "kernel_choices": {"qgemv": name, "qb4w-vnni": name}}
+
+    results = _program_on_each_path(
+        monkeypatch, set_policy, qgemv.IntegerLinear, "vnni_matmul", ("vnni", "gemv"), settings
+    )
+    np.testing.assert_array_equal(results["vnni"], results["gemv"])
+
+
+def _program_on_each_path(monkeypatch, set_policy, owner: type, method: str, names: tuple, settings) -> dict:
+    """The output of the 8da4w MLP program for each path name, run under the policy ``settings(name)``;
+    checks that ``owner.method`` (the kernel of the first path) runs on the first path and on no other."""
     from edgetorch.runtime import Runtime
     from tests.backends.xnnpack.test_qgemv import _edgetorch_written
 
     args, _, pte = _edgetorch_written("mlp", "8da4w")
     inputs = [a.numpy() for a in args]
     calls: list[int] = []
-    vnni_matmul = qgemv.IntegerLinear.vnni_matmul
-    monkeypatch.setattr(qgemv.IntegerLinear, "vnni_matmul", lambda self, *a: calls.append(1) or vnni_matmul(self, *a))
+    original = getattr(owner, method)
+    monkeypatch.setattr(owner, method, lambda self, *a: calls.append(1) or original(self, *a))
     results = {}
-    for name in ("vnni", "gemv"):
-        set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8 if name == "gemv" else 1))
-        set_policy(kernel_choices={"qgemv": name, "qb4w-vnni": name})
+    for name in names:
+        set_policy(**settings(name))
         calls.clear()
         results[name] = Runtime.get().load_program(pte).load_method("forward").execute(inputs)[0]
-        assert bool(calls) == (name == "vnni")
-    np.testing.assert_array_equal(results["vnni"], results["gemv"])
+        assert bool(calls) == (name == names[0])
+    return results
 
 
 def _gemv_case(rng, m, k, n, block, bf16=False):
@@ -211,20 +224,11 @@ def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy)
 def test_program_on_the_vnni_gemv_equals_the_gemv_path(tuned, monkeypatch, set_policy):
     """An 8da4w program (8 input rows, the integer GEMV's limit raised to them) with its 4-bit layers on the VNNI GEMV,
     tuning's choice fixed, gives the integer GEMV's values bit for bit."""
-    from edgetorch.runtime import Runtime
-    from tests.backends.xnnpack.test_qgemv import _edgetorch_written
 
-    args, _, pte = _edgetorch_written("mlp", "8da4w")
-    inputs = [a.numpy() for a in args]
-    calls: list[int] = []
-    step = qgemv_vnni.VnniGemvQB4W.step
-    monkeypatch.setattr(qgemv_vnni.VnniGemvQB4W, "step", lambda self, *a: calls.append(1) or step(self, *a))
-    results = {}
-    for name in ("vnni-gemv", "gemv"):
-        set_policy(
-            tune=True, kernel_choices={"qgemv": name}, gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 8)
-        )
-        calls.clear()
-        results[name] = Runtime.get().load_program(pte).load_method("forward").execute(inputs)[0]
-        assert bool(calls) == (name == "vnni-gemv")
+    def settings(name: str) -> dict:
+        rows = dict.fromkeys(policy.current().gemv_max_rows, 8)
+        return {"tune": True, "kernel_choices": {"qgemv": name}, "gemv_max_rows": rows}
+
+    names = ("vnni-gemv", "gemv")
+    results = _program_on_each_path(monkeypatch, set_policy, qgemv_vnni.VnniGemvQB4W, "step", names, settings)
     np.testing.assert_array_equal(results["vnni-gemv"].view(np.int32), results["gemv"].view(np.int32))
