@@ -12,7 +12,7 @@ from functools import partial
 
 import numpy as np
 
-from edgetorch.backends.xnnpack.qgemv_vnni import jit
+from edgetorch.runtime.kernels.llvm_jit import jit
 
 R, V = 4, 2  # rows, 16-channel vectors per tile
 

@@ -36,20 +36,19 @@ Imports only NumPy at import time; llvmlite on the first compile.
 from __future__ import annotations
 
 import ctypes
-import threading
 from functools import partial
 from typing import Any
 
 import numpy as np
 
 from edgetorch.errors import InvalidInputError
+from edgetorch.runtime import policy
 from edgetorch.runtime.host import host
+from edgetorch.runtime.kernels import llvm_jit, workers
 
 ROWS, LANES, VECTORS = 4, 16, 2  # a tile: ROWS rows x VECTORS * LANES channels
 TILE_N = LANES * VECTORS
 
-_lock = threading.Lock()
-_kernels: dict[str, tuple[Any, Any]] = {}
 
 
 def available() -> bool:
@@ -185,34 +184,8 @@ def gemv_kernel(bf16: bool = False) -> Any:
 
 
 def _compiled(name: str, ir: Any, proto: Any) -> Any:
-    """The function ``name`` of the IR ``ir()`` as ``proto``, compiled once per process."""
-    if not available():
-        return None
-    with _lock:
-        if name not in _kernels:
-            engine, _ = jit(ir(), assembly=False)
-            _kernels[name] = (proto(engine.get_function_address(name)), engine)  # the engine owns the code
-    return _kernels[name][0]
-
-
-def jit(ir: str, assembly: bool = True) -> tuple[Any, str | None]:
-    """LLVM IR compiled for this host's CPU and features at -O3: the execution engine (which owns the code;
-    keep it alive while its functions are called) and, when ``assembly``, the assembly text (for probes that
-    check which instructions were emitted; None otherwise). Needs llvmlite."""
-    import llvmlite.binding as llvm
-
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    module = llvm.parse_assembly(ir)
-    module.verify()
-    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
-    passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
-    passes.getModulePassManager().run(module, passes)
-    text = machine.emit_assembly(module) if assembly else None
-    engine = llvm.create_mcjit_compiler(module, machine)
-    engine.finalize_object()
-    return engine, text
+    """The function ``name`` of the IR ``ir()`` as ``proto``, compiled once per process; None without VNNI."""
+    return llvm_jit.function(name, ir, proto) if available() else None
 
 
 class VnniQB4W:
@@ -260,10 +233,12 @@ class VnniQB4W:
 GEMV_VECTORS = 4
 GEMV_TILE = LANES * GEMV_VECTORS
 GEMV_ROWS = 16
+GEMV_SPLIT_MACS = 200_000
+PARTS_PER_THREAD = 1
 
 # The GEMV's argument block (int64 each, ``VnniGemvQB4W.step``): pointers and sizes, in this order.
 GEMV_ARGS = ("xc", "xstride", "w", "xscale", "sstride", "bias", "with_bias", "y", "ystride", "a", "e", "bounds",
-             "rows", "channels", "k8", "kb8", "nb")  # fmt: skip
+             "rows", "channels", "k8", "kb8", "nb", "n0", "n1")  # fmt: skip
 
 
 def _gemv_ir(bf16: bool) -> str:
@@ -366,7 +341,7 @@ def _gemv_ir(bf16: bool) -> str:
     add("  %yoff = mul i64 %m, %ystride\n  %yrow = getelementptr inbounds float, float* %y.ptr, i64 %yoff")
     add("  br label %tile")
     # --- per tile of channels: the blocks' dots into float32 totals
-    add("tile:\n  %n = phi i64 [0, %rowready], [%nnext, %tileend]")
+    add("tile:\n  %n = phi i64 [%n0, %rowready], [%nnext, %tileend]")
     add(f"  %t = udiv i64 %n, {GEMV_TILE}\n  %tb = mul i64 %t, %tilebytes")
     add("  %tp = getelementptr inbounds i8, i8* %w.ptr, i64 %tb\n  br label %block")
     add("block:\n  %b = phi i64 [0, %tile], [%bnext, %blockend]")
@@ -447,7 +422,7 @@ def _gemv_ir(bf16: bool) -> str:
         )
         add(f"  call void @llvm.masked.store.v16f32.p0v16f32(<16 x float> %v{v}, <16 x float>* %yvp{v}, i32 4, "
             f"<16 x i1> %keep{v})")  # fmt: skip
-    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %channels")
+    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %n1")
     add("  br i1 %ndone, label %rowend, label %tile")
     add("rowend:\n  %mnext = add i64 %m, 1\n  %mdone = icmp eq i64 %mnext, %rows")
     add("  br i1 %mdone, label %exit, label %row")
@@ -483,10 +458,14 @@ class VnniGemvQB4W:
         self.stream[..., :words_bytes] = words.reshape(tiles, nb, -1)
         self.stream[..., words_bytes:] = np.ascontiguousarray(scale_bytes).view(np.uint8)
 
-    def step(self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float) -> Any:
+    def step(
+        self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float, parts: int = 0
+    ) -> Any:
         """A call that computes y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales
         ``xscale`` [M, 1], ``lo``, ``hi``) with ``bias`` [N] (or empty): the float32 values of qgemv's integer
-        GEMV. ``xc`` and ``y`` float32 with rows of contiguous values; the call allocates nothing."""
+        GEMV. ``xc`` and ``y`` float32 with rows of contiguous values; the call allocates nothing. In ``parts``
+        ranges of tiles run by the thread pool (runtime/kernels/workers.py; 0: :func:`gemv_parts` decides), each
+        with its own scratch; the same bits in any number of parts."""
         fn = gemv_kernel(self.bf16)
         if fn is None:
             raise InvalidInputError("VNNI QB4W GEMV: expected a host with avx512_vnni; found none; use the GEMV")
@@ -497,22 +476,46 @@ class VnniGemvQB4W:
                 f"VNNI QB4W GEMV: expected float32 xc [M, {self.k}], xscale [M, 1] and y [M, {self.n}] with "
                 f"contiguous rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
             )
-        nb = self.k // self.block
+        tiles, nb = self.npad // GEMV_TILE, self.k // self.block
+        pool = None
+        if parts != 1:
+            threads = policy.current().thread_count()
+            parts = min(parts or gemv_parts(m, self.n, self.k, threads), tiles)
+            pool = workers.pool(threads - 1) if parts > 1 else None
+        parts = parts if pool is not None else 1
         padded = np.zeros(self.npad, np.float32)
         padded[: bias.shape[0]] = bias
         bounds = np.array([lo, hi], np.float32)
-        a, e = _aligned(self.k), np.zeros(nb, np.int32)
-        fields = {
-            "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
-            "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "bias": padded.ctypes.data,
-            "with_bias": int(bias.shape[0] > 0), "y": y.ctypes.data, "ystride": y.strides[0] // 4,
-            "a": a.ctypes.data, "e": e.ctypes.data, "bounds": bounds.ctypes.data, "rows": m, "channels": self.n,
-            "k8": self.k // 8, "kb8": self.block // 8, "nb": nb,
-        }  # fmt: skip
-        block = np.array([fields[name] for name in GEMV_ARGS], np.int64)
-        args = _Arguments(block.ctypes.data)
-        args.keep = (block, padded, bounds, a, e, self.stream, *arrays)
-        return partial(fn, args)
+        blocks = np.empty((parts, len(GEMV_ARGS)), np.int64)
+        scratch = []
+        for part in range(parts):
+            a, e = _aligned(self.k), np.zeros(nb, np.int32)
+            scratch += (a, e)
+            fields = {
+                "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
+                "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "bias": padded.ctypes.data,
+                "with_bias": int(bias.shape[0] > 0), "y": y.ctypes.data, "ystride": y.strides[0] // 4,
+                "a": a.ctypes.data, "e": e.ctypes.data, "bounds": bounds.ctypes.data, "rows": m, "channels": self.n,
+                "k8": self.k // 8, "kb8": self.block // 8, "nb": nb,
+                "n0": tiles * part // parts * GEMV_TILE, "n1": min(tiles * (part + 1) // parts * GEMV_TILE, self.n),
+            }  # fmt: skip
+            blocks[part] = [fields[name] for name in GEMV_ARGS]
+        keep = (blocks, padded, bounds, *scratch, self.stream, *arrays)
+        if pool is None:
+            args = _Arguments(blocks.ctypes.data)
+            args.keep = keep
+            return partial(fn, args)
+        job = workers.Job(ctypes.cast(fn, ctypes.c_void_p).value or 0, blocks, parts, keep)
+        return partial(pool.run, job)
+
+
+def gemv_parts(rows: int, n: int, k: int, threads: int) -> int:
+    """Parts a GEMV of ``rows`` x ``k`` inputs and ``n`` channels is split in on ``threads`` threads: one below
+    GEMV_SPLIT_MACS multiply-adds, else PARTS_PER_THREAD a thread (so that the threads that finish first take
+    the rest of a late one's share)."""
+    if threads < 2 or rows * n * k < GEMV_SPLIT_MACS:
+        return 1
+    return threads * PARTS_PER_THREAD
 
 
 def _padded(

@@ -1,0 +1,53 @@
+"""LLVM IR compiled for this host by llvmlite's JIT (numba's code generator, present with the [fast] tier).
+
+For the few kernels no numba loop becomes (an instruction numba does not emit, such as VNNI's ``vpdpbusd``, or
+atomics and futex waits: workers.py's thread pool). Imports llvmlite on the first compile only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_lock = threading.Lock()
+_compiled: dict[str, tuple[Any, Any]] = {}
+
+
+def usable() -> bool:
+    """Whether llvmlite imports."""
+    try:
+        import llvmlite.binding  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def jit(ir: str, assembly: bool = True) -> tuple[Any, str | None]:
+    """LLVM IR compiled for this host's CPU and features at -O3: the execution engine (which owns the code;
+    keep it alive while its functions are called) and, when ``assembly``, the assembly text (for probes that
+    check which instructions were emitted; None otherwise). Needs llvmlite."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly(ir)
+    module.verify()
+    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
+    passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    passes.getModulePassManager().run(module, passes)
+    text = machine.emit_assembly(module) if assembly else None
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    return engine, text
+
+
+def function(name: str, ir: Callable[[], str], proto: Any) -> Any:
+    """The function ``name`` of the IR ``ir()`` as the ctypes prototype ``proto``, compiled once per process
+    (the engine that owns its code is kept for the process's life)."""
+    with _lock:
+        if name not in _compiled:
+            engine, _ = jit(ir(), assembly=False)
+            _compiled[name] = (proto(engine.get_function_address(name)), engine)
+    return _compiled[name][0]
