@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.backends.xnnpack import fast, qgemv_vnni
+from edgetorch.backends.xnnpack import fast, qgemv_vnni, qgemv_vnni8
 from edgetorch.runtime import policy, tuning
 from edgetorch.runtime.kernels import compiled as compiled_kernels
 
@@ -625,7 +625,7 @@ class IntegerLinear:
         vnni = self._takes_vnni()
         if vnni:
             names += ("vnni",)
-        vnni_gemv = vnni and rows <= qgemv_vnni.GEMV_ROWS
+        vnni_gemv = self._takes_vnni_gemv() and rows <= qgemv_vnni.GEMV_ROWS
         if vnni_gemv:
             names += ("vnni-gemv",)
 
@@ -643,7 +643,7 @@ class IntegerLinear:
                 runs["vnni-gemv"] = self.vnni_gemv_layer().step(xc, xscale, self.bias, y, -np.inf, np.inf)
             return runs
 
-        key = f"{kind}{'-kept' if self.keep else ''}:{rows}x{self.k}x{self.n}{'+vnni' if vnni else ''}"
+        key = f"{kind}{'-kept' if self.keep else ''}:{rows}x{self.k}x{self.n}{'+vnni' if vnni or vnni_gemv else ''}"
         self.chosen[rows] = tuning.choose("qgemv", key, names, candidates, where).kernel
         self._release()
         # the chosen layout made now, while the schedule is built (at load for the declared shapes), also when
@@ -658,6 +658,13 @@ class IntegerLinear:
         """Whether the VNNI GEMM and GEMV take this layer: QB4W (blocks of 16, K a multiple of them) on a host with
         AVX512-VNNI."""
         return len(self.weights) == 3 and qgemv_vnni.available()
+
+    def _takes_vnni_gemv(self) -> bool:
+        """Whether a VNNI GEMV takes this layer: the QB4W one where the VNNI GEMM does, the QC8W one
+        (qgemv_vnni8.py) for K a multiple of 4 on a host with AVX512-VNNI."""
+        if len(self.weights) == 3:
+            return self._takes_vnni()
+        return qgemv_vnni.available() and self.k % 4 == 0 and qgemv_vnni8.takes(self.n, self.k)
 
     def _release(self) -> None:
         """Drops the VNNI layouts (each a copy of the weights) that no decision so far runs: made to be measured,
@@ -677,12 +684,16 @@ class IntegerLinear:
         return self.vnni
 
     def vnni_gemv_layer(self) -> Any:
-        """The QB4W weights laid out for the VNNI GEMV (qgemv_vnni.py), made on first use; None for QC8W or on a
-        host without AVX512-VNNI."""
-        if not self._takes_vnni():
+        """The weights laid out for a VNNI GEMV (qgemv_vnni.py for QB4W, qgemv_vnni8.py for QC8W), made on first
+        use; None where none takes the layer (``_takes_vnni_gemv``)."""
+        if not self._takes_vnni_gemv():
             return None
         if self.vnni_gemv is None:
-            self.vnni_gemv = qgemv_vnni.VnniGemvQB4W(*self._xnnpack_qb4w(), self.n, self.k)
+            if len(self.weights) == 3:
+                self.vnni_gemv = qgemv_vnni.VnniGemvQB4W(*self._xnnpack_qb4w(), self.n, self.k)
+            else:
+                w, wscale = self.weights
+                self.vnni_gemv = qgemv_vnni8.VnniGemvQC8W(w, wscale, self.n, self.k)
         return self.vnni_gemv
 
     def _xnnpack_qb4w(self) -> tuple[np.ndarray, np.ndarray, int]:

@@ -50,7 +50,6 @@ ROWS, LANES, VECTORS = 4, 16, 2  # a tile: ROWS rows x VECTORS * LANES channels
 TILE_N = LANES * VECTORS
 
 
-
 def available() -> bool:
     """Whether this host has AVX512-VNNI and llvmlite imports."""
     if "avx512_vnni" not in host().flags:
@@ -477,36 +476,43 @@ class VnniGemvQB4W:
                 f"contiguous rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
             )
         tiles, nb = self.npad // GEMV_TILE, self.k // self.block
-        pool = None
-        if parts != 1:
-            threads = policy.current().thread_count()
-            parts = min(parts or gemv_parts(m, self.n, self.k, threads), tiles)
-            pool = workers.pool(threads - 1) if parts > 1 else None
-        parts = parts if pool is not None else 1
         padded = np.zeros(self.npad, np.float32)
         padded[: bias.shape[0]] = bias
         bounds = np.array([lo, hi], np.float32)
-        blocks = np.empty((parts, len(GEMV_ARGS)), np.int64)
-        scratch = []
-        for part in range(parts):
+
+        def block(n0: int, n1: int) -> tuple[list[int], tuple]:
             a, e = _aligned(self.k), np.zeros(nb, np.int32)
-            scratch += (a, e)
             fields = {
                 "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
                 "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "bias": padded.ctypes.data,
                 "with_bias": int(bias.shape[0] > 0), "y": y.ctypes.data, "ystride": y.strides[0] // 4,
                 "a": a.ctypes.data, "e": e.ctypes.data, "bounds": bounds.ctypes.data, "rows": m, "channels": self.n,
-                "k8": self.k // 8, "kb8": self.block // 8, "nb": nb,
-                "n0": tiles * part // parts * GEMV_TILE, "n1": min(tiles * (part + 1) // parts * GEMV_TILE, self.n),
+                "k8": self.k // 8, "kb8": self.block // 8, "nb": nb, "n0": n0, "n1": n1,
             }  # fmt: skip
-            blocks[part] = [fields[name] for name in GEMV_ARGS]
-        keep = (blocks, padded, bounds, *scratch, self.stream, *arrays)
-        if pool is None:
-            args = _Arguments(blocks.ctypes.data)
-            args.keep = keep
-            return partial(fn, args)
-        job = workers.Job(ctypes.cast(fn, ctypes.c_void_p).value or 0, blocks, parts, keep)
-        return partial(pool.run, job)
+            return [fields[name] for name in GEMV_ARGS], (a, e)
+
+        return split_step(fn, block, m, self.n, self.k, tiles, parts, (padded, bounds, self.stream, *arrays))
+
+
+def split_step(fn: Any, block: Any, m: int, n: int, k: int, tiles: int, parts: int, keep: tuple) -> Any:
+    """The call of a GEMV kernel ``fn`` (ctypes, one argument block) over ``tiles`` tiles of GEMV_TILE channels,
+    in ``parts`` ranges of tiles on the thread pool (runtime/kernels/workers.py; 0: :func:`gemv_parts`
+    decides; one range where the pool cannot run). ``block(n0, n1)`` gives a range's argument block (int64
+    values) and the scratch arrays it points into (a part's own); ``keep`` holds what every block points into."""
+    pool = None
+    if parts != 1:
+        threads = policy.current().thread_count()
+        parts = min(parts or gemv_parts(m, n, k, threads), tiles)
+        pool = workers.pool(threads - 1) if parts > 1 else None
+    parts = parts if pool is not None else 1
+    made = [block(tiles * p // parts * GEMV_TILE, min(tiles * (p + 1) // parts * GEMV_TILE, n)) for p in range(parts)]
+    blocks = np.array([values for values, _ in made], np.int64)
+    keep = (blocks, *keep, *(a for _, scratch in made for a in scratch))
+    if pool is None:
+        args = _Arguments(blocks.ctypes.data)
+        args.keep = keep
+        return partial(fn, args)
+    return partial(pool.run, workers.Job(ctypes.cast(fn, ctypes.c_void_p).value or 0, blocks, parts, keep))
 
 
 def gemv_parts(rows: int, n: int, k: int, threads: int) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.runtime import policy
+from edgetorch.runtime.kernels import workers
 from edgetorch.runtime.ops.numeric import ERFC_EXPONENT
 
 _compiled: dict[str, Any] = {}  # the compiled kernels by name
@@ -125,6 +126,7 @@ def split(serial: Any, parallel: Any, limit: int) -> None:
     if threads < 2 or SPLITS is False:
         serial()
         return
+    workers.park()
     choice = _choice(parallel) if mode.split_adapts else None
     if choice is None:
         parallel(min(threads, limit))

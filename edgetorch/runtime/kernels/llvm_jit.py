@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 _lock = threading.Lock()
-_compiled: dict[str, tuple[Any, Any]] = {}
+_engines: dict[str, Any] = {}  # by module: the engine that owns its code, kept for the process's life
+_functions: dict[str, Any] = {}
 
 
 def usable() -> bool:
@@ -43,11 +44,13 @@ def jit(ir: str, assembly: bool = True) -> tuple[Any, str | None]:
     return engine, text
 
 
-def function(name: str, ir: Callable[[], str], proto: Any) -> Any:
-    """The function ``name`` of the IR ``ir()`` as the ctypes prototype ``proto``, compiled once per process
-    (the engine that owns its code is kept for the process's life)."""
+def function(name: str, ir: Callable[[], str], proto: Any, module: str = "") -> Any:
+    """The function ``name`` of the IR ``ir()`` as the ctypes prototype ``proto``; the IR is compiled once per
+    process under ``module`` (default: ``name``), so functions of one module share one compile."""
+    module = module or name
     with _lock:
-        if name not in _compiled:
-            engine, _ = jit(ir(), assembly=False)
-            _compiled[name] = (proto(engine.get_function_address(name)), engine)
-    return _compiled[name][0]
+        if module not in _engines:
+            _engines[module] = jit(ir(), assembly=False)[0]
+        if name not in _functions:
+            _functions[name] = proto(_engines[module].get_function_address(name))
+    return _functions[name]

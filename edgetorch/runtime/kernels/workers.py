@@ -46,18 +46,27 @@ SPIN_US = 300
 attention and the cache updates between two delegates take 50-100 us), shorter than what a busy neighbour
 would notice (docs/benchmarks.md, "A pool for the decode's GEMVs")."""
 YIELD_US = 50
-"""How long a caller waits for a worker's part spinning before it yields its core at each check."""
+"""How long a caller waits for a worker's part spinning (or as long as its job ran, if longer) before it
+takes the worker to have lost its core: it yields its own core at each check then, and the workers rest."""
+JUMP_US = 100
+"""A spinning worker whose cycle counter jumps by more than this between two checks was descheduled: it rests."""
+REST_MS = 20
+"""How long a worker that lost its core sleeps, whatever jobs come (the caller runs their parts): on a machine
+whose cores are all busy a spinning worker only takes time from the caller and the neighbours."""
 MAX_PARTS = 1 << 15
 
-# The state block (int64 words): each field the threads write on a cache line of its own.
-_TICKET, _FN, _BASE, _STRIDE, _DONE, _SLEEPERS, _STOP, _OWNER, _SPIN, _YIELD = 0, 8, 9, 10, 16, 24, 32, 40, 48, 49
-_WORDS = 56
+# The state block (int64 words): each word the threads write on a cache line of its own; the settings (spin,
+# yield, jump, the rest's timespec) share one line, written once.
+_TICKET, _FN, _BASE, _STRIDE, _DONE, _SLEEPERS, _STOP, _OWNER = 0, 8, 9, 10, 16, 24, 32, 40
+_SPIN, _YIELD, _JUMP, _REST_S, _REST_NS = 48, 49, 50, 51, 52
+_PARK, _CONTENDED, _REST = 56, 64, 72
+_WORDS = 80
+_FUTEX_WAIT, _FUTEX_WAKE, _SYS_FUTEX, _SYS_YIELD = 128, 129, 202, 24  # the _PRIVATE futex operations
 
 
 def _ir() -> str:
     """``pool_run(state, job)``: run the job [fn, base, stride, parts] (int64 each); ``pool_worker(state)``: a
     worker's loop, until the state's stop word is set; ``pool_clock()``: the cycle counter."""
-    i64p = "i64*"
     lines = [
         "declare void @llvm.x86.sse2.pause()",
         "declare i64 @llvm.readcyclecounter()",
@@ -65,22 +74,32 @@ def _ir() -> str:
         "define i64 @pool_clock() {\n  %c = call i64 @llvm.readcyclecounter()\n  ret i64 %c\n}",
     ]
     add = lines.append
+    words = {"ticket": _TICKET, "fnw": _FN, "basew": _BASE, "stridew": _STRIDE, "done": _DONE,
+             "sleepers": _SLEEPERS, "stop": _STOP, "owner": _OWNER, "spinw": _SPIN, "yieldw": _YIELD,
+             "jumpw": _JUMP, "rests": _REST_S, "park": _PARK, "contended": _CONTENDED, "rest": _REST}  # fmt: skip
 
-    def field(name: str, word: int) -> None:
-        add(f"  %{name} = getelementptr inbounds i64, {i64p} %s, i64 {word}")
+    def fields() -> None:
+        for name, word in words.items():
+            add(f"  %{name} = getelementptr inbounds i64, i64* %s, i64 {word}")
+        add("  %t8 = bitcast i64* %ticket to i8*\n  %hi8 = getelementptr inbounds i8, i8* %t8, i64 4")
+        add("  %gen32 = bitcast i8* %hi8 to i32*\n  %rest32 = bitcast i64* %rest to i32*")
 
     def run_part(tag: str, index: str, fn: str, base: str, stride: str) -> None:
         add(f"  %{tag}off = mul i64 {index}, {stride}\n  %{tag}arg = add i64 {base}, %{tag}off")
         add(f"  %{tag}fp = inttoptr i64 {fn} to void (i8*)*\n  %{tag}ap = inttoptr i64 %{tag}arg to i8*")
         add(f"  call void %{tag}fp(i8* %{tag}ap)")
 
-    # --- the caller
-    add(f"define void @pool_run({i64p} %s, {i64p} %job) {{\nentry:")
+    def unclaimed(tag: str, ticket: str) -> None:  # %{tag}: whether ``ticket`` has a part left to claim
+        add(
+            f"  %{tag}i = and i64 {ticket}, 65535\n  %{tag}p0 = lshr i64 {ticket}, 16\n  %{tag}p = and i64 %{tag}p0, 65535"
+        )
+        add(f"  %{tag} = icmp ult i64 %{tag}i, %{tag}p")
+
+    # --- the caller: publish, claim parts, wait for the workers' parts
+    add("define void @pool_run(i64* %s, i64* %job) {\nentry:")
     for i, name in enumerate(("fn", "base", "stride", "parts")):
-        add(f"  %{name}.p = getelementptr inbounds i64, {i64p} %job, i64 {i}\n  %{name} = load i64, {i64p} %{name}.p")
-    for name, word in (("ticket", _TICKET), ("fnw", _FN), ("basew", _BASE), ("stridew", _STRIDE), ("done", _DONE),
-                       ("sleepers", _SLEEPERS), ("owner", _OWNER), ("yieldw", _YIELD)):  # fmt: skip
-        field(name, word)
+        add(f"  %{name}.p = getelementptr inbounds i64, i64* %job, i64 {i}\n  %{name} = load i64, i64* %{name}.p")
+    fields()
     add("  %own = cmpxchg i64* %owner, i64 0, i64 1 acquire monotonic\n  %owned = extractvalue { i64, i1 } %own, 1")
     add("  br i1 %owned, label %publish, label %serial")
     add("serial:\n  %si = phi i64 [0, %entry], [%sinext, %serialpart]")
@@ -89,8 +108,9 @@ def _ir() -> str:
     run_part("s", "%si", "%fn", "%base", "%stride")
     add("  %sinext = add i64 %si, 1\n  br label %serial")
     add("publish:")
+    add("  %pub = call i64 @llvm.readcyclecounter()")
     add("  store i64 %fn, i64* %fnw\n  store i64 %base, i64* %basew\n  store i64 %stride, i64* %stridew")
-    add("  store atomic i64 0, i64* %done monotonic, align 8")
+    add("  store atomic i64 0, i64* %done monotonic, align 8\n  store atomic i64 0, i64* %park monotonic, align 8")
     add("  %old = load atomic i64, i64* %ticket monotonic, align 8")
     add("  %gen0 = lshr i64 %old, 32\n  %gen1 = add i64 %gen0, 1\n  %gen = and i64 %gen1, 4294967295")
     add("  %genhi = shl i64 %gen, 32\n  %partshi = shl i64 %parts, 16\n  %new = or i64 %genhi, %partshi")
@@ -98,9 +118,9 @@ def _ir() -> str:
     add("  %asleep = load atomic i64, i64* %sleepers seq_cst, align 8")
     add("  %wake = icmp sgt i64 %asleep, 0\n  br i1 %wake, label %wakeup, label %claim")
     add("wakeup:")
-    add("  %t8 = bitcast i64* %ticket to i8*\n  %hi8 = getelementptr inbounds i8, i8* %t8, i64 4")
-    add("  %hi = bitcast i8* %hi8 to i32*")
-    add("  %woke = call i64 (i64, ...) @syscall(i64 202, i32* %hi, i32 129, i32 2147483647, i8* null)")
+    add(
+        f"  %woke = call i64 (i64, ...) @syscall(i64 {_SYS_FUTEX}, i32* %gen32, i32 {_FUTEX_WAKE}, i32 2147483647, i8* null)"
+    )
     add("  br label %claim")
     add("claim:")
     add("  %got = atomicrmw add i64* %ticket, i64 1 acq_rel")
@@ -108,55 +128,70 @@ def _ir() -> str:
     add("part:")
     run_part("c", "%ci", "%fn", "%base", "%stride")
     add("  %d = atomicrmw add i64* %done, i64 1 release\n  br label %claim")
+    # a wait longer than both YIELD_US and the job so far means a worker lost its core mid-part: tell the
+    # workers to rest (``contended``) and yield this core at each check
     add("wait:")
-    add("  %ylimit = load i64, i64* %yieldw\n  %w0 = call i64 @llvm.readcyclecounter()\n  br label %waitloop")
+    add("  %ylimit0 = load i64, i64* %yieldw\n  %w0 = call i64 @llvm.readcyclecounter()\n  %ran = sub i64 %w0, %pub")
+    add("  %ranlong = icmp ugt i64 %ran, %ylimit0\n  %ylimit = select i1 %ranlong, i64 %ran, i64 %ylimit0")
+    add("  br label %waitloop")
     add("waitloop:")
     add("  %finished = load atomic i64, i64* %done acquire, align 8")
     add("  %all = icmp uge i64 %finished, %parts\n  br i1 %all, label %release, label %waitmore")
     add("waitmore:")
     add("  call void @llvm.x86.sse2.pause()\n  %w1 = call i64 @llvm.readcyclecounter()\n  %wt = sub i64 %w1, %w0")
     add("  %long = icmp ugt i64 %wt, %ylimit\n  br i1 %long, label %yield, label %waitloop")
-    add("yield:\n  %y = call i64 (i64, ...) @syscall(i64 24)\n  br label %waitloop")
+    add("yield:\n  store atomic i64 1, i64* %contended monotonic, align 8")
+    add(f"  %y = call i64 (i64, ...) @syscall(i64 {_SYS_YIELD})\n  br label %waitloop")
     add("release:\n  store atomic i64 0, i64* %owner release, align 8\n  br label %exit")
     add("exit:\n  ret void\n}")
 
-    # --- a worker
-    add(f"define void @pool_worker({i64p} %s) {{\nentry:")
-    for name, word in (("ticket", _TICKET), ("fnw", _FN), ("basew", _BASE), ("stridew", _STRIDE), ("done", _DONE),
-                       ("sleepers", _SLEEPERS), ("stop", _STOP), ("spinw", _SPIN)):  # fmt: skip
-        field(name, word)
-    add("  %t8 = bitcast i64* %ticket to i8*\n  %hi8 = getelementptr inbounds i8, i8* %t8, i64 4")
-    add("  %hi = bitcast i8* %hi8 to i32*\n  br label %idle")
-    add("idle:\n  %slimit = load i64, i64* %spinw\n  %i0 = call i64 @llvm.readcyclecounter()\n  br label %spin")
-    add("spin:")
+    # --- a worker: spin, claim, run; sleep when idle or parked; rest when it finds it lost its core
+    add("define void @pool_worker(i64* %s) {\nentry:")
+    fields()
+    add("  %timespec = bitcast i64* %rests to i8*\n  br label %idle")
+    add("idle:")
+    add("  %slimit = load i64, i64* %spinw\n  %jlimit = load i64, i64* %jumpw")
+    add("  %i0 = call i64 @llvm.readcyclecounter()\n  br label %spin")
+    add("spin:\n  %prev = phi i64 [%i0, %idle], [%i1, %still]")
     add("  %stopped = load atomic i64, i64* %stop monotonic, align 8")
     add("  %halt = icmp ne i64 %stopped, 0\n  br i1 %halt, label %exit, label %look")
-    add("look:")
-    add("  %t = load atomic i64, i64* %ticket acquire, align 8")
-    add("  %ti = and i64 %t, 65535\n  %tp0 = lshr i64 %t, 16\n  %tp = and i64 %tp0, 65535")
-    add("  %work = icmp ult i64 %ti, %tp\n  br i1 %work, label %claim, label %nowork")
+    add("look:\n  %t = load atomic i64, i64* %ticket acquire, align 8")
+    unclaimed("work", "%t")
+    add("  br i1 %work, label %claim, label %nowork")
     add("nowork:")
-    add("  call void @llvm.x86.sse2.pause()\n  %i1 = call i64 @llvm.readcyclecounter()\n  %it = sub i64 %i1, %i0")
-    add("  %tired = icmp ugt i64 %it, %slimit\n  br i1 %tired, label %sleep, label %spin")
+    add("  call void @llvm.x86.sse2.pause()\n  %i1 = call i64 @llvm.readcyclecounter()")
+    add(
+        "  %gap = sub i64 %i1, %prev\n  %jumped = icmp ugt i64 %gap, %jlimit\n  br i1 %jumped, label %resting, label %still"
+    )
+    add("still:\n  %it = sub i64 %i1, %i0\n  %tired = icmp ugt i64 %it, %slimit")
+    add("  %parking = load atomic i64, i64* %park monotonic, align 8\n  %parked = icmp ne i64 %parking, 0")
+    add("  %quit = or i1 %tired, %parked\n  br i1 %quit, label %sleep, label %spin")
     add("claim:")
     add("  %got = atomicrmw add i64* %ticket, i64 1 acq_rel")
-    add("  %gi = and i64 %got, 65535\n  %gp0 = lshr i64 %got, 16\n  %gp = and i64 %gp0, 65535")
-    add("  %mine = icmp ult i64 %gi, %gp\n  br i1 %mine, label %part, label %idle")
+    unclaimed("mine", "%got")
+    add("  br i1 %mine, label %part, label %idle")
     add("part:")
     add("  %fn = load i64, i64* %fnw\n  %base = load i64, i64* %basew\n  %stride = load i64, i64* %stridew")
-    run_part("w", "%gi", "%fn", "%base", "%stride")
-    add("  %d = atomicrmw add i64* %done, i64 1 release\n  br label %claim")
+    run_part("w", "%minei", "%fn", "%base", "%stride")
+    add("  %d = atomicrmw add i64* %done, i64 1 release")
+    add("  %told = load atomic i64, i64* %contended monotonic, align 8\n  %lost = icmp ne i64 %told, 0")
+    add("  br i1 %lost, label %resting, label %claim")
     add("sleep:")
     add("  %z = atomicrmw add i64* %sleepers, i64 1 seq_cst")
     add("  %again = load atomic i64, i64* %ticket seq_cst, align 8")
-    add("  %ai = and i64 %again, 65535\n  %ap0 = lshr i64 %again, 16\n  %ap = and i64 %ap0, 65535")
-    add("  %awork = icmp ult i64 %ai, %ap")
+    unclaimed("awork", "%again")
     add("  %astop = load atomic i64, i64* %stop seq_cst, align 8\n  %astopped = icmp ne i64 %astop, 0")
     add("  %skip = or i1 %awork, %astopped\n  br i1 %skip, label %awake, label %block")
-    add("block:")
-    add("  %g64 = lshr i64 %again, 32\n  %g = trunc i64 %g64 to i32")
-    add("  %r = call i64 (i64, ...) @syscall(i64 202, i32* %hi, i32 128, i32 %g, i8* null)\n  br label %awake")
+    add("block:\n  %g64 = lshr i64 %again, 32\n  %g = trunc i64 %g64 to i32")
+    add(f"  %r = call i64 (i64, ...) @syscall(i64 {_SYS_FUTEX}, i32* %gen32, i32 {_FUTEX_WAIT}, i32 %g, i8* null)")
+    add("  br label %awake")
     add("awake:\n  %z2 = atomicrmw sub i64* %sleepers, i64 1 seq_cst\n  br label %idle")
+    # resting: not woken by jobs (the caller runs their parts), only by the timeout or a stop
+    add("resting:\n  store atomic i64 0, i64* %contended monotonic, align 8")
+    add(
+        f"  %rr = call i64 (i64, ...) @syscall(i64 {_SYS_FUTEX}, i32* %rest32, i32 {_FUTEX_WAIT}, i32 0, i8* %timespec)"
+    )
+    add("  br label %idle")
     add("exit:\n  ret void\n}")
     return "\n".join(lines)
 
@@ -168,9 +203,9 @@ def supported() -> bool:
 
 def _functions() -> tuple[Any, Any, Any]:
     ptr = ctypes.c_void_p
-    run = llvm_jit.function("pool_run", _ir, ctypes.CFUNCTYPE(None, ptr, ptr))
-    worker = llvm_jit.function("pool_worker", _ir, ctypes.CFUNCTYPE(None, ptr))
-    clock = llvm_jit.function("pool_clock", _ir, ctypes.CFUNCTYPE(ctypes.c_int64))
+    run = llvm_jit.function("pool_run", _ir, ctypes.CFUNCTYPE(None, ptr, ptr), module="pool")
+    worker = llvm_jit.function("pool_worker", _ir, ctypes.CFUNCTYPE(None, ptr), module="pool")
+    clock = llvm_jit.function("pool_clock", _ir, ctypes.CFUNCTYPE(ctypes.c_int64), module="pool")
     return run, worker, clock
 
 
@@ -193,6 +228,8 @@ class Pool:
         rate = _cycles_per_us(clock)
         self.state[_SPIN] = int(SPIN_US * rate)
         self.state[_YIELD] = int(YIELD_US * rate)
+        self.state[_JUMP] = int(JUMP_US * rate)
+        self.state[_REST_S], self.state[_REST_NS] = divmod(REST_MS * 1_000_000, 1_000_000_000)
         self.address = self.state.ctypes.data
         self.threads: list[threading.Thread] = []
         self.lock = threading.Lock()
@@ -224,11 +261,22 @@ class Pool:
         if not self.threads:
             return
         self.state[_STOP] = 1
+        self.state[_REST] = 1  # a resting worker's futex no longer waits
         self.run(Job(_NOTHING, np.zeros((1, 1), np.int64), 1))  # a new generation wakes sleeping workers
+        self._wake_resting()
         for thread in self.threads:
             thread.join(timeout=5)
         self.threads = []
-        self.state[_STOP] = 0
+        self.state[_STOP] = self.state[_REST] = 0
+
+    def _wake_resting(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall(_SYS_FUTEX, ctypes.c_void_p(self.state[_REST:].ctypes.data), _FUTEX_WAKE, 2147483647, None)
+
+    def park(self) -> None:
+        """Let spinning workers sleep now, until the next job: another pool (numba's OpenMP threads) is about
+        to want the cores, and a worker spinning on one would delay that pool's thread by a time slice."""
+        self.state[_PARK] = 1
 
     def run(self, job: Job) -> None:
         """Run ``job``'s parts on this thread and the workers."""
@@ -253,6 +301,12 @@ class Job:
 _NOTHING = 0  # set to a native no-op's address when the pool starts (the job that wakes workers to stop)
 _pool: Pool | None = None
 _pool_lock = threading.Lock()
+
+
+def park() -> None:
+    """:meth:`Pool.park` on the process's pool, if it has started."""
+    if _pool is not None and _pool.threads:
+        _pool.park()
 
 
 def _noop_ir() -> str:

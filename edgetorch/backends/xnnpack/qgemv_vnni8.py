@@ -1,0 +1,224 @@
+"""A one-row GEMV for QC8W weights (int8, a scale per channel) on AVX512-VNNI ``vpdpbusd``: a language model's
+head (SmolLM2's 49152 x 576, the largest layer of its decode step) where qgemv.py's integer GEMV ran on numba's
+OpenMP threads. ``IntegerLinear`` offers it to tuning as ``vnni-gemv`` beside that GEMV, as it does
+qgemv_vnni.py's QB4W GEMV, and it splits over the same thread pool (runtime/kernels/workers.py).
+
+Arithmetic: a row's centred input ``xc`` (integers spanning at most 255) is shifted by ``off`` = minus its
+least value into unsigned bytes a = xc + off; per channel the lanes sum a times the int8 weights, 4 inputs a
+``vpdpbusd``, in int32, and the exact dot of xc and the weights is that sum minus off times the channel's sum of
+weights (made at load). Then as qgemv's ``_qc8w``: float32(dot) times the row's scale times the channel's scale
+(in that order, no fused multiply-add), plus the bias, clamped: the same float32 bits.
+
+Layout: per tile of GEMV_TILE channels, per step of 4 inputs, the 4 bytes of each channel (an int32 lane),
+front to back; N padded with zero weights, K with zero weights to a multiple of 4.
+
+Imports only NumPy at import time; llvmlite on the first compile.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from edgetorch.backends.xnnpack.qgemv_vnni import GEMV_TILE, LANES, _aligned, available, gemv_fits, split_step
+from edgetorch.errors import InvalidInputError
+from edgetorch.runtime.kernels import llvm_jit
+
+VECTORS = GEMV_TILE // LANES
+MAX_K = 60_000  # K x 255 x 128 stays within int32
+
+# The argument block (int64 each), in this order.
+ARGS = ("xc", "xstride", "w", "xscale", "sstride", "wscale", "csum", "bias", "with_bias", "y", "ystride", "a",
+        "bounds", "rows", "channels", "k4", "n0", "n1")  # fmt: skip
+
+
+def _ir() -> str:
+    """``qc8w_gemv(args)``, ``args`` the int64 block of ARGS: per row, ``off`` and the bytes a (into the
+    scratch ``a``), then per tile of GEMV_TILE channels in [n0, n1) the lanes' dots, corrected by off times
+    ``csum``, scaled, biased (when ``with_bias``) and clamped to ``bounds``; channels past ``channels`` are not
+    stored."""
+    v16, vs = "<16 x i32>", range(VECTORS)
+    lines = [
+        f"declare {v16} @llvm.x86.avx512.vpdpbusd.512({v16}, {v16}, {v16})",
+        "declare void @llvm.masked.store.v16f32.p0v16f32(<16 x float>, <16 x float>*, i32, <16 x i1>)",
+        "declare i32 @llvm.vector.reduce.smin.v4i32(<4 x i32>)",
+        "define void @qc8w_gemv(i64* noalias %args) {",
+        "entry:",
+    ]
+    add = lines.append
+
+    def splat(name: str, scalar: str, kind: str = "i32", width: int = 16) -> None:
+        add(f"  %{name}1 = insertelement <{width} x {kind}> undef, {kind} {scalar}, i32 0")
+        add(
+            f"  %{name} = shufflevector <{width} x {kind}> %{name}1, <{width} x {kind}> undef, <{width} x i32> zeroinitializer"
+        )
+
+    for i, name in enumerate(ARGS):
+        add(f"  %{name}.p = getelementptr inbounds i64, i64* %args, i64 {i}\n  %{name} = load i64, i64* %{name}.p")
+    for name, kind in (("xc", "float"), ("w", "i8"), ("xscale", "float"), ("wscale", "float"), ("csum", "i32"),
+                       ("bias", "float"), ("y", "float"), ("a", "i32"), ("bounds", "float")):  # fmt: skip
+        add(f"  %{name}.ptr = inttoptr i64 %{name} to {kind}*")
+    for name, at in (("lo", 0), ("hi", 1)):
+        add(
+            f"  %{name}.q = getelementptr inbounds float, float* %bounds.ptr, i64 {at}\n  %{name} = load float, float* %{name}.q"
+        )
+        splat(f"{name}v", f"%{name}", "float")
+    add("  %biased = icmp ne i64 %with_bias, 0")
+    add(f"  %lanes = bitcast {v16} <{', '.join(f'i32 {i}' for i in range(16))}> to {v16}")
+    add(f"  %tilebytes = mul i64 %k4, {4 * GEMV_TILE}\n  br label %row")
+    # --- per row: off and the bytes
+    add("row:\n  %m = phi i64 [0, %entry], [%mnext, %rowend]")
+    add("  %xoff = mul i64 %m, %xstride\n  %xrow = getelementptr inbounds float, float* %xc.ptr, i64 %xoff")
+    add("  br label %minloop")
+    add("minloop:\n  %mj = phi i64 [0, %row], [%mjnext, %minloop]")
+    add("  %mlow = phi <4 x i32> [<i32 2147483647, i32 2147483647, i32 2147483647, i32 2147483647>, %row], "
+        "[%mlownext, %minloop]")  # fmt: skip
+    add("  %mx0 = mul i64 %mj, 4\n  %mxp = getelementptr inbounds float, float* %xrow, i64 %mx0")
+    add("  %mxv = bitcast float* %mxp to <4 x float>*\n  %mxf = load <4 x float>, <4 x float>* %mxv, align 4")
+    add("  %mxi = fptosi <4 x float> %mxf to <4 x i32>")
+    add("  %mlt = icmp slt <4 x i32> %mxi, %mlow\n  %mlownext = select <4 x i1> %mlt, <4 x i32> %mxi, <4 x i32> %mlow")
+    add(
+        "  %mjnext = add i64 %mj, 1\n  %mjdone = icmp eq i64 %mjnext, %k4\n  br i1 %mjdone, label %minend, label %minloop"
+    )
+    add("minend:")
+    add("  %least = call i32 @llvm.vector.reduce.smin.v4i32(<4 x i32> %mlownext)\n  %off = sub i32 0, %least")
+    splat("off4", "%off", width=4)
+    splat("offv", "%off")
+    add("  br label %bytes")
+    add("bytes:\n  %bj = phi i64 [0, %minend], [%bjnext, %bytes]")
+    add("  %bx0 = mul i64 %bj, 4\n  %bxp = getelementptr inbounds float, float* %xrow, i64 %bx0")
+    add("  %bxv = bitcast float* %bxp to <4 x float>*\n  %bxf = load <4 x float>, <4 x float>* %bxv, align 4")
+    add("  %bxi = fptosi <4 x float> %bxf to <4 x i32>\n  %bxa = add <4 x i32> %bxi, %off4")
+    add("  %bx8 = trunc <4 x i32> %bxa to <4 x i8>\n  %bword = bitcast <4 x i8> %bx8 to i32")
+    add("  %bap = getelementptr inbounds i32, i32* %a.ptr, i64 %bj\n  store i32 %bword, i32* %bap")
+    add(
+        "  %bjnext = add i64 %bj, 1\n  %bjdone = icmp eq i64 %bjnext, %k4\n  br i1 %bjdone, label %rowready, label %bytes"
+    )
+    add("rowready:")
+    add("  %sp0 = mul i64 %m, %sstride\n  %sp = getelementptr inbounds float, float* %xscale.ptr, i64 %sp0")
+    add("  %s = load float, float* %sp")
+    splat("sv", "%s", "float")
+    add("  %yoff = mul i64 %m, %ystride\n  %yrow = getelementptr inbounds float, float* %y.ptr, i64 %yoff")
+    add("  br label %tile")
+    # --- per tile: the dots over all K
+    add("tile:\n  %n = phi i64 [%n0, %rowready], [%nnext, %tileend]")
+    add(f"  %t = udiv i64 %n, {GEMV_TILE}\n  %tb = mul i64 %t, %tilebytes")
+    add("  %tp = getelementptr inbounds i8, i8* %w.ptr, i64 %tb\n  br label %step")
+    add("step:\n  %j = phi i64 [0, %tile], [%jnext, %step]")
+    for v in vs:
+        add(f"  %acc{v} = phi {v16} [zeroinitializer, %tile], [%d{v}, %step]")
+    add("  %ap = getelementptr inbounds i32, i32* %a.ptr, i64 %j\n  %aw = load i32, i32* %ap")
+    splat("av", "%aw")
+    add(f"  %wb = mul i64 %j, {4 * GEMV_TILE}\n  %wp8 = getelementptr inbounds i8, i8* %tp, i64 %wb")
+    add(f"  %wp = bitcast i8* %wp8 to {v16}*")
+    for v in vs:
+        add(
+            f"  %wp{v} = getelementptr inbounds {v16}, {v16}* %wp, i64 {v}\n  %w{v} = load {v16}, {v16}* %wp{v}, align 64"
+        )
+        add(f"  %d{v} = call {v16} @llvm.x86.avx512.vpdpbusd.512({v16} %acc{v}, {v16} %av, {v16} %w{v})")
+    add("  %jnext = add i64 %j, 1\n  %jdone = icmp eq i64 %jnext, %k4\n  br i1 %jdone, label %tileend, label %step")
+    # --- the epilogue: correct, scale, bias, clamp, store the channels that exist
+    add("tileend:")
+    for v in vs:
+        add(f"  %c{v} = add i64 %n, {LANES * v}")
+        for name, kind in (("cs", "i32"), ("ws", "float"), ("bi", "float")):
+            src = {"cs": "csum", "ws": "wscale", "bi": "bias"}[name]
+            add(f"  %{name}p{v} = getelementptr inbounds {kind}, {kind}* %{src}.ptr, i64 %c{v}")
+            add(f"  %{name}vp{v} = bitcast {kind}* %{name}p{v} to <16 x {kind}>*")
+            add(f"  %{name}{v} = load <16 x {kind}>, <16 x {kind}>* %{name}vp{v}")
+        add(f"  %fix{v} = mul {v16} %offv, %cs{v}\n  %dot{v} = sub {v16} %d{v}, %fix{v}")
+        add(f"  %f{v} = sitofp {v16} %dot{v} to <16 x float>\n  %fs{v} = fmul <16 x float> %f{v}, %sv")
+        add(f"  %fw{v} = fmul <16 x float> %fs{v}, %ws{v}\n  %fb{v} = fadd <16 x float> %fw{v}, %bi{v}")
+        add(f"  %u{v} = select i1 %biased, <16 x float> %fb{v}, <16 x float> %fw{v}")
+        add(
+            f"  %l{v} = fcmp olt <16 x float> %u{v}, %lov\n  %ml{v} = select <16 x i1> %l{v}, <16 x float> %lov, <16 x float> %u{v}"
+        )
+        add(
+            f"  %h{v} = fcmp ogt <16 x float> %ml{v}, %hiv\n  %o{v} = select <16 x i1> %h{v}, <16 x float> %hiv, <16 x float> %ml{v}"
+        )
+        add(f"  %left{v} = sub i64 %channels, %c{v}\n  %left{v}t = trunc i64 %left{v} to i32")
+        splat(f"left{v}v", f"%left{v}t")
+        add(f"  %keep{v} = icmp slt {v16} %lanes, %left{v}v")
+        add(
+            f"  %yp{v} = getelementptr float, float* %yrow, i64 %c{v}\n  %yvp{v} = bitcast float* %yp{v} to <16 x float>*"
+        )
+        add(f"  call void @llvm.masked.store.v16f32.p0v16f32(<16 x float> %o{v}, <16 x float>* %yvp{v}, i32 4, "
+            f"<16 x i1> %keep{v})")  # fmt: skip
+    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %n1")
+    add("  br i1 %ndone, label %rowend, label %tile")
+    add("rowend:\n  %mnext = add i64 %m, 1\n  %mdone = icmp eq i64 %mnext, %rows")
+    add("  br i1 %mdone, label %exit, label %row")
+    add("exit:\n  ret void\n}")
+    return "\n".join(lines)
+
+
+def kernel() -> Any:
+    """The GEMV ``qc8w_gemv(args)`` (a ctypes function), compiled on the first call; None without VNNI."""
+    return llvm_jit.function("qc8w_gemv", _ir, ctypes.CFUNCTYPE(None, ctypes.c_void_p)) if available() else None
+
+
+def takes(n: int, k: int) -> bool:
+    """Whether the GEMV takes a layer of ``n`` channels and ``k`` inputs."""
+    return n > 0 and 0 < k <= MAX_K
+
+
+class VnniGemvQC8W:
+    """QC8W weights laid out for the GEMV (``_ir``): from int8 weights [N, K] and their scales [N]."""
+
+    def __init__(self, w: np.ndarray, wscale: np.ndarray, n: int, k: int):
+        if not takes(n, k) or w.shape != (n, k) or wscale.shape != (n,):
+            raise InvalidInputError(
+                f"VNNI QC8W GEMV: expected int8 weights [N, K] with K <= {MAX_K} and scales [N]; found weights "
+                f"{w.shape}, scales {wscale.shape}; use the integer GEMV"
+            )
+        self.n, self.k = n, k
+        self.k4 = -(-k // 4)
+        self.npad = -(-n // GEMV_TILE) * GEMV_TILE
+        tiles = self.npad // GEMV_TILE
+        padded = np.zeros((self.npad, self.k4 * 4), np.int8)
+        padded[:n, :k] = w
+        words = padded.reshape(tiles, GEMV_TILE, self.k4, 4).transpose(0, 2, 1, 3)
+        self.stream = _aligned(padded.size)
+        self.stream[:] = np.ascontiguousarray(words).reshape(-1).view(np.uint8)
+        self.csum = np.zeros(self.npad, np.int32)
+        self.csum[:n] = w.astype(np.int32).sum(axis=1)
+        self.wscale = np.zeros(self.npad, np.float32)
+        self.wscale[:n] = wscale
+
+    def step(
+        self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float, parts: int = 0
+    ) -> Any:
+        """A call that computes y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales
+        ``xscale`` [M, 1]) with ``bias`` [N] (or empty): qgemv's ``_qc8w`` values bit for bit, in ``parts``
+        ranges of channels on the thread pool (qgemv_vnni.split_step). Allocates nothing a call."""
+        fn = kernel()
+        if fn is None:
+            raise InvalidInputError("VNNI QC8W GEMV: expected a host with avx512_vnni; found none; use the GEMV")
+        m = xc.shape[0]
+        arrays = (xc, xscale, y)
+        if not gemv_fits(xc, xscale, y) or xc.shape[1] != self.k or y.shape[1] != self.n:
+            raise InvalidInputError(
+                f"VNNI QC8W GEMV: expected float32 xc [M, {self.k}], xscale [M, 1] and y [M, {self.n}] with "
+                f"contiguous rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
+            )
+        if self.k4 * 4 != self.k:  # the kernel reads whole steps of 4 inputs: a padded copy of each row
+            raise InvalidInputError(f"VNNI QC8W GEMV: expected K a multiple of 4; found {self.k}; use the integer GEMV")
+        padded = np.zeros(self.npad, np.float32)
+        padded[: bias.shape[0]] = bias
+        bounds = np.array([lo, hi], np.float32)
+
+        def block(n0: int, n1: int) -> tuple[list[int], tuple]:
+            a = _aligned(4 * self.k4)
+            fields = {
+                "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
+                "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "wscale": self.wscale.ctypes.data,
+                "csum": self.csum.ctypes.data, "bias": padded.ctypes.data, "with_bias": int(bias.shape[0] > 0),
+                "y": y.ctypes.data, "ystride": y.strides[0] // 4, "a": a.ctypes.data, "bounds": bounds.ctypes.data,
+                "rows": m, "channels": self.n, "k4": self.k4, "n0": n0, "n1": n1,
+            }  # fmt: skip
+            return [fields[name] for name in ARGS], (a,)
+
+        keep = (padded, bounds, self.stream, self.csum, self.wscale, *arrays)
+        return split_step(fn, block, m, self.n, self.k, self.npad // GEMV_TILE, parts, keep)
