@@ -42,9 +42,8 @@ from typing import Any
 import numpy as np
 
 from edgetorch.errors import InvalidInputError
-from edgetorch.runtime import policy
 from edgetorch.runtime.host import host
-from edgetorch.runtime.kernels import llvm_jit, workers
+from edgetorch.runtime.kernels import llvm_jit
 
 ROWS, LANES, VECTORS = 4, 16, 2  # a tile: ROWS rows x VECTORS * LANES channels
 TILE_N = LANES * VECTORS
@@ -232,12 +231,10 @@ class VnniQB4W:
 GEMV_VECTORS = 4
 GEMV_TILE = LANES * GEMV_VECTORS
 GEMV_ROWS = 16
-GEMV_SPLIT_MACS = 200_000
-PARTS_PER_THREAD = 1
 
 # The GEMV's argument block (int64 each, ``VnniGemvQB4W.step``): pointers and sizes, in this order.
 GEMV_ARGS = ("xc", "xstride", "w", "xscale", "sstride", "bias", "with_bias", "y", "ystride", "a", "e", "bounds",
-             "rows", "channels", "k8", "kb8", "nb", "n0", "n1")  # fmt: skip
+             "rows", "channels", "k8", "kb8", "nb")  # fmt: skip
 
 
 def _gemv_ir(bf16: bool) -> str:
@@ -340,7 +337,7 @@ def _gemv_ir(bf16: bool) -> str:
     add("  %yoff = mul i64 %m, %ystride\n  %yrow = getelementptr inbounds float, float* %y.ptr, i64 %yoff")
     add("  br label %tile")
     # --- per tile of channels: the blocks' dots into float32 totals
-    add("tile:\n  %n = phi i64 [%n0, %rowready], [%nnext, %tileend]")
+    add("tile:\n  %n = phi i64 [0, %rowready], [%nnext, %tileend]")
     add(f"  %t = udiv i64 %n, {GEMV_TILE}\n  %tb = mul i64 %t, %tilebytes")
     add("  %tp = getelementptr inbounds i8, i8* %w.ptr, i64 %tb\n  br label %block")
     add("block:\n  %b = phi i64 [0, %tile], [%bnext, %blockend]")
@@ -421,7 +418,7 @@ def _gemv_ir(bf16: bool) -> str:
         )
         add(f"  call void @llvm.masked.store.v16f32.p0v16f32(<16 x float> %v{v}, <16 x float>* %yvp{v}, i32 4, "
             f"<16 x i1> %keep{v})")  # fmt: skip
-    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %n1")
+    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %channels")
     add("  br i1 %ndone, label %rowend, label %tile")
     add("rowend:\n  %mnext = add i64 %m, 1\n  %mdone = icmp eq i64 %mnext, %rows")
     add("  br i1 %mdone, label %exit, label %row")
@@ -457,14 +454,10 @@ class VnniGemvQB4W:
         self.stream[..., :words_bytes] = words.reshape(tiles, nb, -1)
         self.stream[..., words_bytes:] = np.ascontiguousarray(scale_bytes).view(np.uint8)
 
-    def step(
-        self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float, parts: int = 0
-    ) -> Any:
+    def step(self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float) -> Any:
         """A call that computes y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales
         ``xscale`` [M, 1], ``lo``, ``hi``) with ``bias`` [N] (or empty): the float32 values of qgemv's integer
-        GEMV. ``xc`` and ``y`` float32 with rows of contiguous values; the call allocates nothing. In ``parts``
-        ranges of tiles run by the thread pool (runtime/kernels/workers.py; 0: :func:`gemv_parts` decides), each
-        with its own scratch; the same bits in any number of parts."""
+        GEMV. ``xc`` and ``y`` float32 with rows of contiguous values; the call allocates nothing."""
         fn = gemv_kernel(self.bf16)
         if fn is None:
             raise InvalidInputError("VNNI QB4W GEMV: expected a host with avx512_vnni; found none; use the GEMV")
@@ -475,53 +468,28 @@ class VnniGemvQB4W:
                 f"VNNI QB4W GEMV: expected float32 xc [M, {self.k}], xscale [M, 1] and y [M, {self.n}] with "
                 f"contiguous rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
             )
-        tiles, nb = self.npad // GEMV_TILE, self.k // self.block
+        nb = self.k // self.block
         padded = np.zeros(self.npad, np.float32)
         padded[: bias.shape[0]] = bias
         bounds = np.array([lo, hi], np.float32)
-
-        def block(n0: int, n1: int) -> tuple[list[int], tuple]:
-            a, e = _aligned(self.k), np.zeros(nb, np.int32)
-            fields = {
-                "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
-                "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "bias": padded.ctypes.data,
-                "with_bias": int(bias.shape[0] > 0), "y": y.ctypes.data, "ystride": y.strides[0] // 4,
-                "a": a.ctypes.data, "e": e.ctypes.data, "bounds": bounds.ctypes.data, "rows": m, "channels": self.n,
-                "k8": self.k // 8, "kb8": self.block // 8, "nb": nb, "n0": n0, "n1": n1,
-            }  # fmt: skip
-            return [fields[name] for name in GEMV_ARGS], (a, e)
-
-        return split_step(fn, block, m, self.n, self.k, tiles, parts, (padded, bounds, self.stream, *arrays))
+        a, e = _aligned(self.k), np.zeros(nb, np.int32)
+        fields = {
+            "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
+            "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "bias": padded.ctypes.data,
+            "with_bias": int(bias.shape[0] > 0), "y": y.ctypes.data, "ystride": y.strides[0] // 4,
+            "a": a.ctypes.data, "e": e.ctypes.data, "bounds": bounds.ctypes.data, "rows": m, "channels": self.n,
+            "k8": self.k // 8, "kb8": self.block // 8, "nb": nb,
+        }  # fmt: skip
+        return bound_call(fn, [fields[name] for name in GEMV_ARGS], (padded, bounds, a, e, self.stream, *arrays))
 
 
-def split_step(fn: Any, block: Any, m: int, n: int, k: int, tiles: int, parts: int, keep: tuple) -> Any:
-    """The call of a GEMV kernel ``fn`` (ctypes, one argument block) over ``tiles`` tiles of GEMV_TILE channels,
-    in ``parts`` ranges of tiles on the thread pool (runtime/kernels/workers.py; 0: :func:`gemv_parts`
-    decides; one range where the pool cannot run). ``block(n0, n1)`` gives a range's argument block (int64
-    values) and the scratch arrays it points into (a part's own); ``keep`` holds what every block points into."""
-    pool = None
-    if parts != 1:
-        threads = policy.current().thread_count()
-        parts = min(parts or gemv_parts(m, n, k, threads), tiles)
-        pool = workers.pool(threads - 1) if parts > 1 else None
-    parts = parts if pool is not None else 1
-    made = [block(tiles * p // parts * GEMV_TILE, min(tiles * (p + 1) // parts * GEMV_TILE, n)) for p in range(parts)]
-    blocks = np.array([values for values, _ in made], np.int64)
-    keep = (blocks, *keep, *(a for _, scratch in made for a in scratch))
-    if pool is None:
-        args = _Arguments(blocks.ctypes.data)
-        args.keep = keep
-        return partial(fn, args)
-    return partial(pool.run, workers.Job(ctypes.cast(fn, ctypes.c_void_p).value or 0, blocks, parts, keep))
-
-
-def gemv_parts(rows: int, n: int, k: int, threads: int) -> int:
-    """Parts a GEMV of ``rows`` x ``k`` inputs and ``n`` channels is split in on ``threads`` threads: one below
-    GEMV_SPLIT_MACS multiply-adds, else PARTS_PER_THREAD a thread (so that the threads that finish first take
-    the rest of a late one's share)."""
-    if threads < 2 or rows * n * k < GEMV_SPLIT_MACS:
-        return 1
-    return threads * PARTS_PER_THREAD
+def bound_call(fn: Any, values: list[int], keep: tuple) -> Any:
+    """The call of the GEMV kernel ``fn`` (ctypes) on the argument block of ``values`` (int64 each, pointers into
+    the arrays ``keep`` holds alive as long as the call)."""
+    block = np.array(values, np.int64)
+    args = _Arguments(block.ctypes.data)
+    args.keep = (block, *keep)
+    return partial(fn, args)
 
 
 def _padded(

@@ -1,7 +1,6 @@
 """A one-row GEMV for QC8W weights (int8, a scale per channel) on AVX512-VNNI ``vpdpbusd``: a language model's
-head (SmolLM2's 49152 x 576, the largest layer of its decode step) where qgemv.py's integer GEMV ran on numba's
-OpenMP threads. ``IntegerLinear`` offers it to tuning as ``vnni-gemv`` beside that GEMV, as it does
-qgemv_vnni.py's QB4W GEMV, and it splits over the same thread pool (runtime/kernels/workers.py).
+head (SmolLM2's 49152 x 576, the largest layer of its decode step), which ran qgemv.py's integer GEMV.
+``IntegerLinear`` offers it to tuning as ``vnni-gemv`` beside that GEMV, as it does qgemv_vnni.py's QB4W GEMV.
 
 Arithmetic: a row's centred input ``xc`` (integers spanning at most 255) is shifted by ``off`` = minus its
 least value into unsigned bytes a = xc + off; per channel the lanes sum a times the int8 weights, 4 inputs a
@@ -22,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.backends.xnnpack.qgemv_vnni import GEMV_TILE, LANES, _aligned, available, gemv_fits, split_step
+from edgetorch.backends.xnnpack.qgemv_vnni import GEMV_TILE, LANES, _aligned, available, bound_call, gemv_fits
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime.kernels import llvm_jit
 
@@ -31,12 +30,12 @@ MAX_K = 60_000  # K x 255 x 128 stays within int32
 
 # The argument block (int64 each), in this order.
 ARGS = ("xc", "xstride", "w", "xscale", "sstride", "wscale", "csum", "bias", "with_bias", "y", "ystride", "a",
-        "bounds", "rows", "channels", "k4", "n0", "n1")  # fmt: skip
+        "bounds", "rows", "channels", "k4")  # fmt: skip
 
 
 def _ir() -> str:
     """``qc8w_gemv(args)``, ``args`` the int64 block of ARGS: per row, ``off`` and the bytes a (into the
-    scratch ``a``), then per tile of GEMV_TILE channels in [n0, n1) the lanes' dots, corrected by off times
+    scratch ``a``), then per tile of GEMV_TILE channels the lanes' dots, corrected by off times
     ``csum``, scaled, biased (when ``with_bias``) and clamped to ``bounds``; channels past ``channels`` are not
     stored."""
     v16, vs = "<16 x i32>", range(VECTORS)
@@ -103,7 +102,7 @@ def _ir() -> str:
     add("  %yoff = mul i64 %m, %ystride\n  %yrow = getelementptr inbounds float, float* %y.ptr, i64 %yoff")
     add("  br label %tile")
     # --- per tile: the dots over all K
-    add("tile:\n  %n = phi i64 [%n0, %rowready], [%nnext, %tileend]")
+    add("tile:\n  %n = phi i64 [0, %rowready], [%nnext, %tileend]")
     add(f"  %t = udiv i64 %n, {GEMV_TILE}\n  %tb = mul i64 %t, %tilebytes")
     add("  %tp = getelementptr inbounds i8, i8* %w.ptr, i64 %tb\n  br label %step")
     add("step:\n  %j = phi i64 [0, %tile], [%jnext, %step]")
@@ -146,7 +145,7 @@ def _ir() -> str:
         )
         add(f"  call void @llvm.masked.store.v16f32.p0v16f32(<16 x float> %o{v}, <16 x float>* %yvp{v}, i32 4, "
             f"<16 x i1> %keep{v})")  # fmt: skip
-    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %n1")
+    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %channels")
     add("  br i1 %ndone, label %rowend, label %tile")
     add("rowend:\n  %mnext = add i64 %m, 1\n  %mdone = icmp eq i64 %mnext, %rows")
     add("  br i1 %mdone, label %exit, label %row")
@@ -187,12 +186,10 @@ class VnniGemvQC8W:
         self.wscale = np.zeros(self.npad, np.float32)
         self.wscale[:n] = wscale
 
-    def step(
-        self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float, parts: int = 0
-    ) -> Any:
+    def step(self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float) -> Any:
         """A call that computes y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales
-        ``xscale`` [M, 1]) with ``bias`` [N] (or empty): qgemv's ``_qc8w`` values bit for bit, in ``parts``
-        ranges of channels on the thread pool (qgemv_vnni.split_step). Allocates nothing a call."""
+        ``xscale`` [M, 1]) with ``bias`` [N] (or empty): qgemv's ``_qc8w`` values bit for bit; allocates nothing
+        a call."""
         fn = kernel()
         if fn is None:
             raise InvalidInputError("VNNI QC8W GEMV: expected a host with avx512_vnni; found none; use the GEMV")
@@ -209,16 +206,13 @@ class VnniGemvQC8W:
         padded[: bias.shape[0]] = bias
         bounds = np.array([lo, hi], np.float32)
 
-        def block(n0: int, n1: int) -> tuple[list[int], tuple]:
-            a = _aligned(4 * self.k4)
-            fields = {
-                "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
-                "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "wscale": self.wscale.ctypes.data,
-                "csum": self.csum.ctypes.data, "bias": padded.ctypes.data, "with_bias": int(bias.shape[0] > 0),
-                "y": y.ctypes.data, "ystride": y.strides[0] // 4, "a": a.ctypes.data, "bounds": bounds.ctypes.data,
-                "rows": m, "channels": self.n, "k4": self.k4, "n0": n0, "n1": n1,
-            }  # fmt: skip
-            return [fields[name] for name in ARGS], (a,)
-
-        keep = (padded, bounds, self.stream, self.csum, self.wscale, *arrays)
-        return split_step(fn, block, m, self.n, self.k, self.npad // GEMV_TILE, parts, keep)
+        a = _aligned(4 * self.k4)
+        fields = {
+            "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
+            "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "wscale": self.wscale.ctypes.data,
+            "csum": self.csum.ctypes.data, "bias": padded.ctypes.data, "with_bias": int(bias.shape[0] > 0),
+            "y": y.ctypes.data, "ystride": y.strides[0] // 4, "a": a.ctypes.data, "bounds": bounds.ctypes.data,
+            "rows": m, "channels": self.n, "k4": self.k4,
+        }  # fmt: skip
+        keep = (padded, bounds, a, self.stream, self.csum, self.wscale, *arrays)
+        return bound_call(fn, [fields[name] for name in ARGS], keep)

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from edgetorch.runtime import policy
-from edgetorch.runtime.kernels import workers
 from edgetorch.runtime.ops.numeric import ERFC_EXPONENT
 
 _compiled: dict[str, Any] = {}  # the compiled kernels by name
@@ -126,7 +125,6 @@ def split(serial: Any, parallel: Any, limit: int) -> None:
     if threads < 2 or SPLITS is False:
         serial()
         return
-    workers.park()
     choice = _choice(parallel) if mode.split_adapts else None
     if choice is None:
         parallel(min(threads, limit))

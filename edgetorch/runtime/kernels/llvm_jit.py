@@ -1,7 +1,7 @@
 """LLVM IR compiled for this host by llvmlite's JIT (numba's code generator, present with the [fast] tier).
 
-For the few kernels no numba loop becomes (an instruction numba does not emit, such as VNNI's ``vpdpbusd``, or
-atomics and futex waits: workers.py's thread pool). Imports llvmlite on the first compile only.
+For the few kernels no numba loop becomes: an instruction numba does not emit, such as VNNI's ``vpdpbusd``
+(the XNNPACK delegate's qgemv_vnni.py and qgemv_vnni8.py). Imports llvmlite on the first compile only.
 """
 
 from __future__ import annotations

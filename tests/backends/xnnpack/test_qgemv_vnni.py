@@ -80,13 +80,16 @@ def test_program_on_the_vnni_path_equals_the_gemv_path(monkeypatch, set_policy):
     np.testing.assert_array_equal(results["vnni"], results["gemv"])
 
 
-def _program_on_each_path(monkeypatch, set_policy, owner: type, method: str, names: tuple, settings) -> dict:
-    """The output of the 8da4w MLP program for each path name, run under the policy ``settings(name)``;
-    checks that ``owner.method`` (the kernel of the first path) runs on the first path and on no other."""
+def _program_on_each_path(
+    monkeypatch, set_policy, owner: type, method: str, names: tuple, settings, scheme: str = "8da4w"
+) -> dict:
+    """The output of the MLP program quantized by ``scheme`` for each path name, run under the policy
+    ``settings(name)``; checks that ``owner.method`` (the kernel of the first path) runs on the first path and on
+    no other."""
     from edgetorch.runtime import Runtime
     from tests.backends.xnnpack.test_qgemv import _edgetorch_written
 
-    args, _, pte = _edgetorch_written("mlp", "8da4w")
+    args, _, pte = _edgetorch_written("mlp", scheme)
     inputs = [a.numpy() for a in args]
     calls: list[int] = []
     original = getattr(owner, method)
