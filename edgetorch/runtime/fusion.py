@@ -63,7 +63,8 @@ class _FusionContext:
     def __init__(self, ex: Any):
         self.ex = ex
         self.readers = ex.facts.readers
-        self.protected = set(ex.plan.outputs) | set(ex.plan.inputs) | ex.facts.view_bases()
+        self.inputs = set(ex.plan.inputs)
+        self.protected = set(ex.plan.outputs) | self.inputs | ex.facts.view_bases()
         self.writers = ex.facts.writers
         self.root: dict[int, int] = {}  # a value made a view by copy elision -> the value whose memory it reads
         self._ranges: dict[int, tuple[int, int, int] | None] = {}
@@ -144,7 +145,7 @@ def _int(ctx: _FusionContext, j: int) -> int:
     v = ctx.ex.bound[j]
     if isinstance(v, bool) or not isinstance(v, int) or j in ctx.ex.slots:
         raise _NoMatch
-    if j in ctx.writers:
+    if j in ctx.writers or j in ctx.inputs:
         raise _NoMatch
     return v
 
@@ -392,6 +393,16 @@ def _reader(ex: Any, j: int) -> Callable[[], Any]:
     return lambda: vals[j]
 
 
+def _cut(ctx: _FusionContext, axis: int, start: int, end: int) -> Callable[[], tuple]:
+    """The index ``[..., start:end]`` along ``axis``: made once when both bounds are fixed at load (an int or
+    None that no instruction writes and no input sets), else read at run time."""
+    lo, hi, lead = _reader(ctx.ex, start), _reader(ctx.ex, end), (slice(None),) * axis
+    if not {start, end} & (ctx.writers.keys() | ctx.inputs):
+        fixed = lead + (slice(lo(), hi()),)
+        return lambda: fixed
+    return lambda: lead + (slice(lo(), hi()),)
+
+
 def _sizes(ex: Any, j: int) -> ListRef:
     """A ``view_copy`` size argument: a list of integers, fixed at load or symbolic (read at run time)."""
     ref = ex.bound[j]
@@ -423,12 +434,12 @@ def _slice_copy(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     axis, rank = _int(ctx, dim), len(ex.slots[x].sizes) if x in ex.slots else 0
     if not -rank <= axis < rank:
         raise _NoMatch  # the kernel reports it
-    lo, hi = _reader(ex, start), _reader(ex, end)
+    cut = _cut(ctx, axis % rank, start, end)
     _elidable(ctx, pc, x, y)
-    vals, lead = ex.vals, (slice(None),) * (axis % rank)
+    vals = ex.vals
 
     def view_slice() -> None:
-        vals[y] = vals[x][lead + (slice(lo(), hi()),)]
+        vals[y] = vals[x][cut()]
 
     return 1, view_slice
 
@@ -507,15 +518,15 @@ def _copy_slice(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
         raise _NoMatch
     rank = _rank(ex, x, y)
     axis = _axis(_int(ctx, dim), rank)
-    lo, hi = _reader(ex, start), _reader(ex, end)
-    vals, store, lead, unfused = ex.vals, _store(ex, y), (slice(None),) * axis, ex.steps[pc]
+    cut = _cut(ctx, axis, start, end)
+    vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc]
 
     def copy_slice() -> None:
         xv = vals[x]
         if xv.ndim != rank:
             unfused()
             return
-        part = xv[lead + (slice(lo(), hi()),)]
+        part = xv[cut()]
         np.copyto(store(part.shape), part)
 
     return 1, copy_slice
@@ -534,6 +545,50 @@ def _copy_view(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
         np.copyto(store(view.shape), view)
 
     return 1, copy_view
+
+
+def _split_heads(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
+    """``view_copy(h, size)`` read only by the ``slice_copy`` steps right after it (a fused q/k/v product cut
+    into heads): each slice cut from ``h`` seen at ``size`` and copied into its out, with no copy of the whole.
+
+    The planner may give one slice's out some of ``h``'s memory (the whole view was a copy, so ``h`` was dead by
+    then); that slice is copied last (NumPy's copy reads an overlapping source before writing), and the outs may
+    not share memory with each other."""
+    ex = ctx.ex
+    ((h, size, a),) = _Chain(ex, pc, ["aten::view_copy.out"]).args
+    ref = _sizes(ex, size)
+    readers = ctx.readers.get(a, set()) - {pc}
+    count = len(readers)
+    if count < 2 or readers != set(range(pc + 1, pc + 1 + count)) or a in ctx.protected:
+        raise _NoMatch
+    rank = _rank(ex, a, a)
+    _rank(ex, h, a)
+    if rank != len(ref.items) or ctx.writers.get(a) != {pc}:
+        raise _NoMatch
+    root = ctx.root.get(h, h)
+    memory = ctx.planned_range(root)
+    parts, last = [], []
+    outs: list[int] = []
+    for x, dim, start, end, step, y in _Chain(ex, pc + 1, ["aten::slice_copy.Tensor_out"] * count).args:
+        if x != a or _int(ctx, step) != 1 or _rank(ex, a, y) != rank or y in (h, root, a):
+            raise _NoMatch
+        if y in outs or any(r is not None and ctx.overlaps(y, r) for r in map(ctx.planned_range, outs)):
+            raise _NoMatch
+        outs.append(y)
+        part = (_cut(ctx, _axis(_int(ctx, dim), rank), start, end), _store(ex, y))
+        (last if memory is not None and ctx.overlaps(y, memory) else parts).append(part)
+    if len(last) > 1:
+        raise _NoMatch
+    parts += last
+    vals = ex.vals
+
+    def split_heads() -> None:
+        whole = vals[h].reshape(ref.resolve(vals))
+        for cut, store in parts:
+            part = whole[cut()]
+            np.copyto(store(part.shape), part)
+
+    return 1 + count, split_heads
 
 
 def _index_select(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
@@ -607,6 +662,6 @@ def _put_row(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
 
 
 _PATTERNS = (
-    _rms_norm, _rope, _swiglu, _add, _mean, _view_copy, _slice_copy, _into_view, _copy_slice, _copy_view,
+    _rms_norm, _rope, _swiglu, _add, _mean, _view_copy, _slice_copy, _into_view, _split_heads, _copy_slice, _copy_view,
     _index_select, _put_row,
 )  # fmt: skip
