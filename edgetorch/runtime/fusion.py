@@ -653,7 +653,10 @@ def _put_row(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
             i = p.item()
             if -n <= i < n:
                 i += n if i < 0 else 0
-                cache[lead + (slice(i, i + 1),)] = vals[v]
+                try:
+                    cache[lead + (slice(i, i + 1),)] = vals[v]
+                except ValueError:  # values that do not broadcast (nothing written): the kernel's error
+                    unfused()
                 vals[t] = cache
                 return
         unfused()
