@@ -567,7 +567,8 @@ def _split_heads(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
         raise _NoMatch
     root = ctx.root.get(h, h)
     memory = ctx.planned_range(root)
-    parts, last = [], []
+    parts: list[tuple[Callable[[], tuple], Callable]] = []
+    last: list[tuple[Callable[[], tuple], Callable]] = []
     outs: list[int] = []
     for x, dim, start, end, step, y in _Chain(ex, pc + 1, ["aten::slice_copy.Tensor_out"] * count).args:
         if x != a or _int(ctx, step) != 1 or _rank(ex, a, y) != rank or y in (h, root, a):
