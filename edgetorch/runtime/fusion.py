@@ -602,19 +602,25 @@ def _index_select(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     slot = ex.slots.get(index)
     if slot is None or slot.dtype.kind not in "iu":
         raise _NoMatch
-    known = ex.bound[index].reshape(-1) if slot.constant else None
+    known: Any = ex.bound[index].reshape(-1) if slot.constant else None
     # the size the axis must exceed for ``known`` to be in range (0 < the size: never when an entry is negative)
     limit = (int(known.max()) if known.min() >= 0 else 1 << 62) if known is not None and known.size else 0
     vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc]
+    seen: Any = None  # the last input shape for which ``known`` was in range, and the result's shape then
+    shape: tuple[int, ...] = ()
 
     def index_select() -> None:
+        nonlocal seen, shape
         xv = vals[x]
+        if xv.shape == seen:
+            np.take(xv, known, axis=axis, out=store(shape), mode="clip")
+            return
         if xv.ndim != rank:
             unfused()
             return
         if known is not None and limit < xv.shape[axis]:
-            out = store(xv.shape[:axis] + (known.size,) + xv.shape[axis + 1 :])
-            np.take(xv, known, axis=axis, out=out, mode="clip")
+            seen, shape = xv.shape, xv.shape[:axis] + (known.size,) + xv.shape[axis + 1 :]
+            np.take(xv, known, axis=axis, out=store(shape), mode="clip")
             return
         iv = vals[index].reshape(-1)
         np.take(xv, iv, axis=axis, out=store(xv.shape[:axis] + (iv.size,) + xv.shape[axis + 1 :]))
