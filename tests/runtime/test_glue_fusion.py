@@ -15,6 +15,7 @@ from edgetorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
 from edgetorch.extension.llm.export import export_llm
 from edgetorch.runtime import Runtime
 from tests.extension.llm.conftest import random_checkpoint
+from tests.runtime.test_copy_elision import assert_same_llm_steps
 
 
 def _load(pte: bytes, fused: bool = True):
@@ -45,16 +46,8 @@ def test_llm_glue_steps_give_the_unfused_bits(backend, sdpa, compiled, set_polic
         assert counts["split_heads"] == layers
     else:
         assert counts["copy_view"] >= 1 and counts["copy_slice"] >= 1
-    rng = np.random.default_rng(0)
-    pos = 0
-    for n in (5, 1, 1, 3, 1, 8, 1):  # a prefill of 5 rows (several positions: the kernel), decodes of 1 row
-        if pos + n > 32:
-            break
-        tokens = rng.integers(0, 100, (1, n))
-        got = fused.execute([tokens, np.array([pos])])[0]
-        want = plain.execute([tokens, np.array([pos])])[0]
-        np.testing.assert_array_equal(got, want)
-        pos += n
+    # a prefill of 5 rows (several positions: the kernel's index_put_), decodes of 1 row, a prefill of the most
+    assert_same_llm_steps(fused, plain, (5, 1, 1, 3, 1, 8, 1))
 
 
 class _Glue(torch.nn.Module):
