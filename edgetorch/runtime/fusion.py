@@ -63,7 +63,8 @@ class _FusionContext:
     def __init__(self, ex: Any):
         self.ex = ex
         self.readers = ex.facts.readers
-        self.protected = set(ex.plan.outputs) | set(ex.plan.inputs) | ex.facts.view_bases()
+        self.inputs = set(ex.plan.inputs)
+        self.protected = set(ex.plan.outputs) | self.inputs | ex.facts.view_bases()
         self.writers = ex.facts.writers
         self.root: dict[int, int] = {}  # a value made a view by copy elision -> the value whose memory it reads
         self._ranges: dict[int, tuple[int, int, int] | None] = {}
@@ -144,7 +145,7 @@ def _int(ctx: _FusionContext, j: int) -> int:
     v = ctx.ex.bound[j]
     if isinstance(v, bool) or not isinstance(v, int) or j in ctx.ex.slots:
         raise _NoMatch
-    if j in ctx.writers:
+    if j in ctx.writers or j in ctx.inputs:
         raise _NoMatch
     return v
 
@@ -162,12 +163,18 @@ def _none(ex: Any, j: int) -> None:
 
 
 def _store(ex: Any, r: int) -> Callable[[tuple[int, ...]], np.ndarray]:
-    bound, vals = ex.bound, ex.vals
+    """Value ``r``'s planned slot resized to a shape (and stored as its value); the view made for one shape is
+    kept and handed out again while the shape stays the same, as it does from one decode step to the next."""
+    planned, vals = ex.bound[r], ex.vals
+    last_shape: Any = None
+    last = planned
 
     def out(shape: tuple[int, ...]) -> np.ndarray:
-        o = resize(bound[r], shape)
-        vals[r] = o
-        return o
+        nonlocal last_shape, last
+        if shape != last_shape:
+            last, last_shape = resize(planned, shape), shape
+        vals[r] = last
+        return last
 
     return out
 
@@ -386,6 +393,16 @@ def _reader(ex: Any, j: int) -> Callable[[], Any]:
     return lambda: vals[j]
 
 
+def _cut(ctx: _FusionContext, axis: int, start: int, end: int) -> Callable[[], tuple]:
+    """The index ``[..., start:end]`` along ``axis``: made once when both bounds are fixed at load (an int or
+    None that no instruction writes and no input sets), else read at run time."""
+    lo, hi, lead = _reader(ctx.ex, start), _reader(ctx.ex, end), (slice(None),) * axis
+    if not {start, end} & (ctx.writers.keys() | ctx.inputs):
+        fixed = lead + (slice(lo(), hi()),)
+        return lambda: fixed
+    return lambda: lead + (slice(lo(), hi()),)
+
+
 def _sizes(ex: Any, j: int) -> ListRef:
     """A ``view_copy`` size argument: a list of integers, fixed at load or symbolic (read at run time)."""
     ref = ex.bound[j]
@@ -417,12 +434,12 @@ def _slice_copy(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     axis, rank = _int(ctx, dim), len(ex.slots[x].sizes) if x in ex.slots else 0
     if not -rank <= axis < rank:
         raise _NoMatch  # the kernel reports it
-    lo, hi = _reader(ex, start), _reader(ex, end)
+    cut = _cut(ctx, axis % rank, start, end)
     _elidable(ctx, pc, x, y)
-    vals, lead = ex.vals, (slice(None),) * (axis % rank)
+    vals = ex.vals
 
     def view_slice() -> None:
-        vals[y] = vals[x][lead + (slice(lo(), hi()),)]
+        vals[y] = vals[x][cut()]
 
     return 1, view_slice
 
@@ -451,7 +468,8 @@ def _into_view(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     if into.dtype != planned.dtype or into.size != planned.size or not into.flags.c_contiguous:
         raise _NoMatch
     memory = ctx.planned_range(y)
-    if ctx.writers.get(y) != {pc + 1} or memory is None:
+    # the view writes it first (a delegate reading it later counts as writing it: that is after the view)
+    if min(ctx.writers.get(y) or {pc}) != pc + 1 or memory is None:
         raise _NoMatch
     if any(j != x and ctx.overlaps(ctx.root.get(j, j), memory) for j in ex.facts.items(params)):
         raise _NoMatch
@@ -470,4 +488,190 @@ def _into_view(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
     return 2, into_view
 
 
-_PATTERNS = (_rms_norm, _rope, _swiglu, _add, _mean, _view_copy, _slice_copy, _into_view)
+# ---------------------------------------------------------------------------------------------- glue between delegates
+# A decode step's remaining copies (those a view cannot replace), the rotary embedding's index_select and the KV
+# caches' index_put_ move a few KB each; the generic step spends more on reading arguments, re-checking the
+# dimension and re-making the out view than on the bytes. These steps make the same NumPy call as the kernel with
+# what can be settled at load settled there, and hand anything outside their fast path to the kernel's own step
+# (which also raises the errors).
+
+
+def _rank(ex: Any, x: int, y: int) -> int:
+    """The rank of tensor ``x``, whose result ``y`` holds its dtype (so a plain copy is the kernel's cast)."""
+    source, result = ex.slots.get(x), ex.slots.get(y)
+    if source is None or result is None or source.dtype != result.dtype:
+        raise _NoMatch
+    return len(source.sizes)
+
+
+def _axis(dim: int, rank: int) -> int:
+    if not -rank <= dim < rank:
+        raise _NoMatch  # the kernel reports it
+    return dim % rank
+
+
+def _copy_slice(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
+    """``slice_copy(x, dim, start, end, 1)`` that stays a copy: ``x[..., start:end]`` copied into its out."""
+    ex = ctx.ex
+    ((x, dim, start, end, step, y),) = _Chain(ex, pc, ["aten::slice_copy.Tensor_out"]).args
+    if _int(ctx, step) != 1:
+        raise _NoMatch
+    rank = _rank(ex, x, y)
+    axis = _axis(_int(ctx, dim), rank)
+    cut = _cut(ctx, axis, start, end)
+    vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc]
+
+    def copy_slice() -> None:
+        xv = vals[x]
+        if xv.ndim != rank:
+            unfused()
+            return
+        part = xv[cut()]
+        np.copyto(store(part.shape), part)
+
+    return 1, copy_slice
+
+
+def _copy_view(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
+    """``view_copy(x, size)`` that stays a copy: ``x.reshape(size)`` copied into its out."""
+    ex = ctx.ex
+    ((x, size, y),) = _Chain(ex, pc, ["aten::view_copy.out"]).args
+    ref = _sizes(ex, size)
+    _rank(ex, x, y)
+    vals, store = ex.vals, _store(ex, y)
+
+    def copy_view() -> None:
+        view = vals[x].reshape(ref.resolve(vals))
+        np.copyto(store(view.shape), view)
+
+    return 1, copy_view
+
+
+def _split_heads(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
+    """``view_copy(h, size)`` read only by the ``slice_copy`` steps right after it (a fused q/k/v product cut
+    into heads): each slice cut from ``h`` seen at ``size`` and copied into its out, with no copy of the whole.
+
+    The planner may give one slice's out some of ``h``'s memory (the whole view was a copy, so ``h`` was dead by
+    then); that slice is copied last (NumPy's copy reads an overlapping source before writing), and the outs may
+    not share memory with each other."""
+    ex = ctx.ex
+    ((h, size, a),) = _Chain(ex, pc, ["aten::view_copy.out"]).args
+    ref = _sizes(ex, size)
+    readers = ctx.readers.get(a, set()) - {pc}
+    count = len(readers)
+    if count < 2 or readers != set(range(pc + 1, pc + 1 + count)) or a in ctx.protected:
+        raise _NoMatch
+    rank = _rank(ex, a, a)
+    _rank(ex, h, a)
+    if rank != len(ref.items) or ctx.writers.get(a) != {pc}:
+        raise _NoMatch
+    root = ctx.root.get(h, h)
+    memory = ctx.planned_range(root)
+    parts: list[tuple[Callable[[], tuple], Callable]] = []
+    last: list[tuple[Callable[[], tuple], Callable]] = []
+    outs: list[int] = []
+    for x, dim, start, end, step, y in _Chain(ex, pc + 1, ["aten::slice_copy.Tensor_out"] * count).args:
+        if x != a or _int(ctx, step) != 1 or _rank(ex, a, y) != rank or y in (h, root, a):
+            raise _NoMatch
+        if y in outs or any(r is not None and ctx.overlaps(y, r) for r in map(ctx.planned_range, outs)):
+            raise _NoMatch
+        outs.append(y)
+        part = (_cut(ctx, _axis(_int(ctx, dim), rank), start, end), _store(ex, y))
+        (last if memory is not None and ctx.overlaps(y, memory) else parts).append(part)
+    if len(last) > 1:
+        raise _NoMatch
+    parts += last
+    vals = ex.vals
+
+    def split_heads() -> None:
+        whole = vals[h].reshape(ref.resolve(vals))
+        for cut, store in parts:
+            part = whole[cut()]
+            np.copyto(store(part.shape), part)
+
+    return 1 + count, split_heads
+
+
+def _index_select(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
+    """``index_select(x, dim, index)``; a constant index whose entries all lie inside ``x`` skips the bounds
+    check per element (NumPy's ``mode='clip'`` then takes the same elements without buffering the out)."""
+    ex = ctx.ex
+    ((x, dim, index, y),) = _Chain(ex, pc, ["aten::index_select.out"]).args
+    rank = _rank(ex, x, y)
+    axis = _axis(_int(ctx, dim), rank)
+    slot = ex.slots.get(index)
+    if slot is None or slot.dtype.kind not in "iu":
+        raise _NoMatch
+    known: Any = ex.bound[index].reshape(-1) if slot.constant else None
+    # the size the axis must exceed for ``known`` to be in range (0 < the size: never when an entry is negative)
+    limit = (int(known.max()) if known.min() >= 0 else 1 << 62) if known is not None and known.size else 0
+    vals, store, unfused = ex.vals, _store(ex, y), ex.steps[pc]
+    seen: Any = None  # the last input shape for which ``known`` was in range, and the result's shape then
+    shape: tuple[int, ...] = ()
+
+    def index_select() -> None:
+        nonlocal seen, shape
+        xv = vals[x]
+        if xv.shape == seen:
+            np.take(xv, known, axis=axis, out=store(shape), mode="clip")
+            return
+        if xv.ndim != rank:
+            unfused()
+            return
+        if known is not None and limit < xv.shape[axis]:
+            seen, shape = xv.shape, xv.shape[:axis] + (known.size,) + xv.shape[axis + 1 :]
+            np.take(xv, known, axis=axis, out=store(shape), mode="clip")
+            return
+        iv = vals[index].reshape(-1)
+        np.take(xv, iv, axis=axis, out=store(xv.shape[:axis] + (iv.size,) + xv.shape[axis + 1 :]))
+
+    return 1, index_select
+
+
+def _put_row(ctx: _FusionContext, pc: int) -> tuple[int, Callable]:
+    """``index_put_(cache, [None, .., None, pos], values, False)`` with ``pos`` one in-range position (a decode
+    step's KV-cache write) as the slice assignment ``cache[.., pos:pos + 1] = values``: the same elements written,
+    without NumPy's fancy indexing. Other positions (a prefill's several, one out of range) take the kernel."""
+    ex = ctx.ex
+    a = ex.instructions[pc].instr_args
+    if not isinstance(a, fbp.KernelCall) or ex.operators[a.op_index] != "aten::index_put_":
+        raise _NoMatch
+    nargs = ex.kernels[a.op_index][1]
+    if nargs != 4 or len(a.args) != 5 or a.args[4] != a.args[0]:
+        raise _NoMatch
+    t, indices, v, accumulate = a.args[:4]
+    ref = ex.bound[indices]
+    if ex.bound[accumulate] is not False or accumulate in ctx.writers or not isinstance(ref, ListRef):
+        raise _NoMatch
+    *nones, pos = ref.items
+    if any(j >= 0 and (ex.bound[j] is not None or j in ctx.writers) for j in nones):
+        raise _NoMatch
+    target, values, where = ex.slots.get(t), ex.slots.get(v), ex.slots.get(pos)
+    if target is None or values is None or where is None or target.constant or values.dtype != target.dtype:
+        raise _NoMatch
+    if where.dtype.kind != "i" or len(target.sizes) <= len(nones):
+        raise _NoMatch
+    cache, lead, unfused, vals = ex.bound[t], (slice(None),) * len(nones), ex.steps[pc], ex.vals
+    n = cache.shape[len(nones)]
+
+    def put_row() -> None:
+        p = vals[pos]
+        if p.shape == (1,):
+            i = p.item()
+            if -n <= i < n:
+                i += n if i < 0 else 0
+                try:
+                    cache[lead + (slice(i, i + 1),)] = vals[v]
+                except ValueError:  # values that do not broadcast (nothing written): the kernel's error
+                    unfused()
+                vals[t] = cache
+                return
+        unfused()
+
+    return 1, put_row
+
+
+_PATTERNS = (
+    _rms_norm, _rope, _swiglu, _add, _mean, _view_copy, _slice_copy, _into_view, _split_heads, _copy_slice, _copy_view,
+    _index_select, _put_row,
+)  # fmt: skip

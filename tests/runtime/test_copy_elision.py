@@ -35,9 +35,15 @@ def test_llm_decode_takes_views_and_gives_the_unfused_bits():
     # q/k/v heads cut from the fused product are views; the attention writes into its view's memory.
     assert names.count("view_slice") >= 3 * layers
     assert names.count("llama::custom_sdpa.out into view") == layers
+    assert_same_llm_steps(fused, plain, (6, 1, 1, 3, 1, 1))
+
+
+def assert_same_llm_steps(fused, plain, rows: tuple[int, ...]) -> None:
+    """Run two loaded LLM methods on the same random tokens, ``rows`` of them a step at successive positions,
+    and require the same logits bit for bit."""
     rng = np.random.default_rng(0)
     pos = 0
-    for n in (6, 1, 1, 3, 1, 1):
+    for n in rows:
         tokens = rng.integers(0, 100, (1, n))
         got = fused.execute([tokens, np.array([pos])])[0]
         want = plain.execute([tokens, np.array([pos])])[0]
