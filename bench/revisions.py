@@ -13,6 +13,11 @@ and tuning cache (an untimed pass fills both before the first round).
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/revisions.py --before REV \\
         [--after REV] [--models mobilenet_v2,resnet18] [--rounds 3] [--runs 10]
 
+``--executorch`` adds ExecuTorch's XNNPACK runtime (1.5.1, its C++ runtime through the pybindings) on the
+program ExecuTorch's own flow writes from the same export (bench/profile_xnnpack.py lowers it), measured in
+the same rounds, each in a fresh process with torch: a third column beside the XNNPACK programs, and the ratio
+after / ExecuTorch. (ExecuTorch's thread pool takes the cores it finds; its 1-thread figure is its CPU time.)
+
 ``--decode PTE`` measures a language model's decode step instead (a program taking [tokens [1, 1], input_pos
 [1]], as ``edgetorch export-llm`` writes with a KV cache): ``--runs`` steps a process at successive positions
 after 20 untimed ones, the same statistics per step.
@@ -37,21 +42,24 @@ COMPILERS = ("edgetorch-xnnpack", "edgetorch-portable")
 SETTINGS = {"2 threads, wall ms": 2, "1 thread, CPU ms": 1}
 
 
-def child(path: str, threads: int, runs: int, root: str, decode: bool) -> None:
-    """In a fresh process: load the program with the edgetorch of ``root``, run it ``runs`` times after one
-    warm-up (a decode program: 20 warm-up steps, then ``runs`` steps at the next positions), print JSON (wall
-    median at 2 threads, CPU minimum at 1)."""
+def child(path: str, threads: int, runs: int, root: str, decode: bool, executorch: bool) -> None:
+    """In a fresh process: load the program with the edgetorch of ``root`` (with ``executorch``, ExecuTorch's
+    runtime instead), run it ``runs`` times after one warm-up (a decode program: 20 warm-up steps, then ``runs``
+    steps at the next positions), print JSON (wall median at 2 threads, CPU minimum at 1)."""
     import time
 
     import numpy as np
 
-    import edgetorch
-    from edgetorch.runtime import Runtime
+    if executorch:
+        method = _executorch_method(path, threads)
+    else:
+        import edgetorch
+        from edgetorch.runtime import Runtime
 
-    here = pathlib.Path(edgetorch.__file__).resolve()
-    if not here.is_relative_to(pathlib.Path(root).resolve()):
-        raise SystemExit(f"expected edgetorch from {root}, imported {here}")
-    method = Runtime.get().load_program(path).load_method("forward")
+        here = pathlib.Path(edgetorch.__file__).resolve()
+        if not here.is_relative_to(pathlib.Path(root).resolve()):
+            raise SystemExit(f"expected edgetorch from {root}, imported {here}")
+        method = Runtime.get().load_program(path).load_method("forward")
     if decode:
         token = np.asarray([[42]], np.int64)
         calls = [[token, np.asarray([p], np.int64)] for p in range(20 + runs)]
@@ -59,7 +67,7 @@ def child(path: str, threads: int, runs: int, root: str, decode: bool) -> None:
             method.execute(inputs)
         calls = calls[20:]
     else:
-        stored = np.load(path.rsplit("-edgetorch-", 1)[0] + "-inputs.npz")
+        stored = np.load(path.rsplit("-executorch-" if executorch else "-edgetorch-", 1)[0] + "-inputs.npz")
         calls = [[stored[f"arr_{i}"] for i in range(len(stored.files))]] * runs
         method.execute(calls[0])
     wall, cpu = [], []
@@ -68,17 +76,44 @@ def child(path: str, threads: int, runs: int, root: str, decode: bool) -> None:
         method.execute(inputs)
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
-    assert "torch" not in sys.modules, "the runtime imported torch"
+    assert executorch or "torch" not in sys.modules, "the runtime imported torch"
     print(json.dumps({"s": statistics.median(wall) if threads > 1 else min(cpu)}))
 
 
+def _executorch_method(path: str, threads: int):
+    """``forward`` of the program at ``path`` on ExecuTorch's runtime, called with NumPy arrays."""
+    import torch
+    from executorch.runtime import Runtime
+
+    torch.set_num_threads(threads)
+    data = pathlib.Path(path).read_bytes()  # ExecuTorch's program reads this buffer as long as it runs
+    program = Runtime.get().load_program(data)
+    method = program.load_method("forward")
+
+    class Method:
+        keep = (data, program)
+
+        @staticmethod
+        def execute(inputs):
+            return method.execute([torch.from_numpy(a) for a in inputs])
+
+    return Method
+
+
 def measure(
-    checkout: pathlib.Path, path: pathlib.Path, threads: int, runs: int, cache: pathlib.Path, decode: bool = False
+    checkout: pathlib.Path,
+    path: pathlib.Path,
+    threads: int,
+    runs: int,
+    cache: pathlib.Path,
+    decode: bool = False,
+    executorch: bool = False,
 ) -> float:
     env = dict(os.environ, EDGETORCH_NUM_THREADS=str(threads), EDGETORCH_CACHE_DIR=str(cache))
     env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), PYTHONPATH=str(checkout))
     command = [sys.executable, str(ROOT / "bench" / "revisions.py"), "--child", str(path)]
     command += ["--threads", str(threads), "--runs", str(runs), "--root", str(checkout)] + ["--decode-child"] * decode
+    command += ["--executorch-child"] * executorch
     out = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"{checkout.name} on {path.name} failed:\n{out.stderr[-2000:]}")
@@ -102,13 +137,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="timed runs a process")
     parser.add_argument("--workdir", default=str(pathlib.Path(tempfile.gettempdir()) / "edgetorch-bench-revisions"))
     parser.add_argument("--decode", help="a language model's .pte: time its decode step instead of the suite")
+    parser.add_argument("--executorch", action="store_true", help="also ExecuTorch's XNNPACK runtime on its program")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--decode-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--executorch-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.threads, args.runs, args.root, args.decode_child)
+        child(args.child, args.threads, args.runs, args.root, args.decode_child, args.executorch_child)
         return
     if not args.before:
         parser.error("--before REV is required")
@@ -121,6 +158,7 @@ def main() -> None:
         from bench.tuning import export
 
         paths = export(args.models.split(","), workdir)  # the programs and their inputs, exported once
+    theirs = _executorch_programs(paths, workdir) if args.executorch and not decode else {}
     # This run's checkouts and numba/tuning caches in a folder of its own: two runs sharing --workdir (the
     # exported programs) must not share a worktree or a cache filled by another revision's kernels.
     run_dir = pathlib.Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
@@ -141,22 +179,50 @@ def main() -> None:
                     for side, tree in trees.items():
                         s = measure(tree, path, threads, args.runs, caches[side], decode)
                         times.setdefault((*key, setting, side), []).append(s)
+                    if key in theirs:
+                        s = measure(ROOT, theirs[key], threads, args.runs, run_dir, executorch=True)
+                        times.setdefault((*key, setting, "executorch"), []).append(s)
     finally:
         for tree in made:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
         shutil.rmtree(run_dir, ignore_errors=True)
     names = {"before": args.before, "after": args.after or "working tree"}
     print(f"load average (1 min) before each round: {', '.join(f'{v:.1f}' for v in loads)}")
-    print(f"| model | program | setting | {names['before']} | {names['after']} | after / before |")
-    print("|---|---|---|---|---|---|")
-    ratios = []
+    extra = " ExecuTorch XNNPACK | after / ExecuTorch |" if theirs else ""
+    print(f"| model | program | setting | {names['before']} | {names['after']} | after / before |{extra}")
+    print("|---|---|---|---|---|---|" + "---|---|" * bool(theirs))
+    ratios, against = [], []
     for model, compiler in paths:
         for setting in SETTINGS:
             before, after = (statistics.median(times[model, compiler, setting, s]) for s in ("before", "after"))
             ratios.append(after / before)
             program = compiler.removeprefix("edgetorch-")
-            print(f"| {model} | {program} | {setting} | {before * 1e3:.2f} | {after * 1e3:.2f} | {ratios[-1]:.3f} |")
+            row = f"| {model} | {program} | {setting} | {before * 1e3:.2f} | {after * 1e3:.2f} | {ratios[-1]:.3f} |"
+            if (model, compiler, setting, "executorch") in times:
+                et = statistics.median(times[model, compiler, setting, "executorch"])
+                against.append(after / et)
+                row += f" {et * 1e3:.2f} | {against[-1]:.2f} |"
+            elif theirs:
+                row += " | |"
+            print(row)
     print(f"geomean after / before: {statistics.geometric_mean(ratios):.3f}")
+    if against:
+        print(f"geomean after / ExecuTorch XNNPACK: {statistics.geometric_mean(against):.3f}")
+
+
+def _executorch_programs(paths: dict, workdir: pathlib.Path) -> dict:
+    """For each XNNPACK program, the one ExecuTorch's flow writes from the same export (lowered by
+    bench/profile_xnnpack.py in a child, its inputs the edgetorch program's): key -> path."""
+    theirs = {}
+    for model, compiler in paths:
+        if compiler != "edgetorch-xnnpack":
+            continue
+        path = workdir / f"{model}-executorch-xnnpack.pte"
+        if not path.exists():
+            command = [sys.executable, str(ROOT / "bench" / "profile_xnnpack.py"), "--lower", model, "executorch"]
+            subprocess.run([*command, str(path)], cwd=ROOT, check=True)
+        theirs[model, compiler] = path
+    return theirs
 
 
 if __name__ == "__main__":
