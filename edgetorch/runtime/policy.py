@@ -12,8 +12,10 @@ Imports only the standard library and NumPy (numba is imported on the first ques
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -323,11 +325,35 @@ def compiled_tier() -> bool:
     if _numba is None:
         _numba = _numba_found()
         if _numba:
+            _load_tbb()
             try:
                 import numba  # noqa: F401
             except ImportError:
                 _numba = False
     return _numba
+
+
+def _load_tbb() -> None:
+    """Load TBB's library where the ``tbb`` wheel (``edgetorch[fast]``) put it, so that numba runs its parallel
+    loops on TBB's threads rather than OpenMP's: pip installs the library into the environment's ``lib/``,
+    which the dynamic loader does not search, so numba would not find it by name. TBB's workers keep working
+    between parallel loops that follow each other within microseconds and give the cores back under load, where
+    OpenMP's (``GOMP_SPINCOUNT=0`` above) sleep after every loop: MobileNetV2 at 2 threads 7.3 -> 5.4 ms
+    (docs/benchmarks.md, "numba on TBB"). Nothing happens when the user chose a layer
+    (``NUMBA_THREADING_LAYER``), off Linux, or without the wheel."""
+    if "NUMBA_THREADING_LAYER" in os.environ or sys.platform != "linux":
+        return
+    try:
+        dist = importlib.metadata.distribution("tbb")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    for file in dist.files or ():
+        if file.name == "libtbb.so.12":
+            try:
+                ctypes.CDLL(str(dist.locate_file(file)), mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                pass
+            return
 
 
 class TierOffError(EdgetorchError, RuntimeError):

@@ -46,3 +46,46 @@ def test_a_split_before_numba_names_its_threading_layer(monkeypatch, kernel_thre
     ran = []
     compiled.split(lambda: ran.append("serial"), ran.append, 4)
     assert ran == [2] and compiled.SPLITS is None
+
+
+_LAYER = (
+    "import numpy as np\n"
+    "from edgetorch.runtime import policy\n"
+    "assert policy.compiled_tier()\n"
+    "import numba\n"
+    "@numba.njit(parallel=True)\n"
+    "def f(a):\n"
+    "    for i in numba.prange(a.shape[0]):\n"
+    "        a[i] += 1\n"
+    "f(np.zeros(64))\n"
+    "print(numba.threading_layer())\n"
+)
+
+
+def _layer(**env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run([sys.executable, "-c", _LAYER], env={**base, **env}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def _tbb_installed() -> bool:
+    try:
+        import importlib.metadata
+
+        importlib.metadata.distribution("tbb")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return sys.platform == "linux" and policy.compiled_tier()
+
+
+@pytest.mark.skipif(not _tbb_installed(), reason="needs numba and the tbb wheel (edgetorch[fast]) on Linux")
+def test_numba_runs_on_tbb_when_the_wheel_is_installed():
+    """pip puts TBB's library in the environment's lib/, where the loader does not look: the runtime loads it
+    before numba starts a threading layer, so numba's parallel loops run on TBB."""
+    assert _layer() == "tbb"
+
+
+@pytest.mark.skipif(not _tbb_installed(), reason="needs numba and the tbb wheel (edgetorch[fast]) on Linux")
+def test_the_users_threading_layer_is_kept():
+    assert _layer(NUMBA_THREADING_LAYER="workqueue") == "workqueue"
