@@ -661,10 +661,10 @@ class IntegerLinear:
 
     def _takes_vnni_gemv(self) -> bool:
         """Whether a VNNI GEMV takes this layer: the QB4W one where the VNNI GEMM does, the QC8W one
-        (qgemv_vnni8.py) for K a multiple of 4 on a host with AVX512-VNNI."""
+        (qgemv_vnni8.py) for the shapes it takes (``qgemv_vnni8.takes``) on a host with AVX512-VNNI."""
         if len(self.weights) == 3:
             return self._takes_vnni()
-        return qgemv_vnni.available() and self.k % 4 == 0 and qgemv_vnni8.takes(self.n, self.k)
+        return qgemv_vnni.available() and qgemv_vnni8.takes(self.n, self.k)
 
     def _release(self) -> None:
         """Drops the VNNI layouts (each a copy of the weights) that no decision so far runs: made to be measured,

@@ -9,7 +9,7 @@ weights (made at load). Then as qgemv's ``_qc8w``: float32(dot) times the row's 
 (in that order, no fused multiply-add), plus the bias, clamped: the same float32 bits.
 
 Layout: per tile of GEMV_TILE channels, per step of 4 inputs, the 4 bytes of each channel (an int32 lane),
-front to back; N padded with zero weights, K with zero weights to a multiple of 4.
+front to back; N padded with zero weights. K must be a multiple of 4 (``takes``).
 
 Imports only NumPy at import time; llvmlite on the first compile.
 """
@@ -159,8 +159,9 @@ def kernel() -> Any:
 
 
 def takes(n: int, k: int) -> bool:
-    """Whether the GEMV takes a layer of ``n`` channels and ``k`` inputs."""
-    return n > 0 and 0 < k <= MAX_K
+    """Whether the GEMV takes a layer of ``n`` channels and ``k`` inputs: whole steps of 4 inputs, a sum that
+    fits int32."""
+    return n > 0 and 0 < k <= MAX_K and k % 4 == 0
 
 
 class VnniGemvQC8W:
@@ -169,15 +170,14 @@ class VnniGemvQC8W:
     def __init__(self, w: np.ndarray, wscale: np.ndarray, n: int, k: int):
         if not takes(n, k) or w.shape != (n, k) or wscale.shape != (n,):
             raise InvalidInputError(
-                f"VNNI QC8W GEMV: expected int8 weights [N, K] with K <= {MAX_K} and scales [N]; found weights "
-                f"{w.shape}, scales {wscale.shape}; use the integer GEMV"
+                f"VNNI QC8W GEMV: expected int8 weights [N, K], K a multiple of 4 up to {MAX_K}, and scales [N]; "
+                f"found weights {w.shape}, scales {wscale.shape}; use the integer GEMV"
             )
-        self.n, self.k = n, k
-        self.k4 = -(-k // 4)
+        self.n, self.k, self.k4 = n, k, k // 4
         self.npad = -(-n // GEMV_TILE) * GEMV_TILE
         tiles = self.npad // GEMV_TILE
-        padded = np.zeros((self.npad, self.k4 * 4), np.int8)
-        padded[:n, :k] = w
+        padded = np.zeros((self.npad, k), np.int8)
+        padded[:n] = w
         words = padded.reshape(tiles, GEMV_TILE, self.k4, 4).transpose(0, 2, 1, 3)
         self.stream = _aligned(padded.size)
         self.stream[:] = np.ascontiguousarray(words).reshape(-1).view(np.uint8)
@@ -200,13 +200,10 @@ class VnniGemvQC8W:
                 f"VNNI QC8W GEMV: expected float32 xc [M, {self.k}], xscale [M, 1] and y [M, {self.n}] with "
                 f"contiguous rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
             )
-        if self.k4 * 4 != self.k:  # the kernel reads whole steps of 4 inputs: a padded copy of each row
-            raise InvalidInputError(f"VNNI QC8W GEMV: expected K a multiple of 4; found {self.k}; use the integer GEMV")
         padded = np.zeros(self.npad, np.float32)
         padded[: bias.shape[0]] = bias
         bounds = np.array([lo, hi], np.float32)
-
-        a = _aligned(4 * self.k4)
+        a = _aligned(self.k)
         fields = {
             "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
             "xscale": xscale.ctypes.data, "sstride": xscale.strides[0] // 4, "wscale": self.wscale.ctypes.data,
