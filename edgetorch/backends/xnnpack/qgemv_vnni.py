@@ -405,25 +405,41 @@ def _gemv_ir(bf16: bool) -> str:
         )
         add(f"  %v{v}b = fadd <16 x float> %v{v}s, %bi{v}")
         add(f"  %v{v}u = select i1 %biased, <16 x float> %v{v}b, <16 x float> %v{v}s")
-        add(f"  %v{v}l = fcmp olt <16 x float> %v{v}u, %lov")
-        add(f"  %v{v}m = select <16 x i1> %v{v}l, <16 x float> %lov, <16 x float> %v{v}u")
-        add(f"  %v{v}h = fcmp ogt <16 x float> %v{v}m, %hiv")
-        add(f"  %v{v} = select <16 x i1> %v{v}h, <16 x float> %hiv, <16 x float> %v{v}m")
-        add(f"  %left{v} = sub i64 %channels, %c{v}\n  %left{v}t = trunc i64 %left{v} to i32")
-        add(f"  %left{v}1 = insertelement {v16} undef, i32 %left{v}t, i32 0")
-        add(f"  %left{v}v = shufflevector {v16} %left{v}1, {v16} undef, <16 x i32> zeroinitializer")
-        add(f"  %keep{v} = icmp slt {v16} %lanes, %left{v}v")
-        add(
-            f"  %yp{v} = getelementptr float, float* %yrow, i64 %c{v}\n  %yvp{v} = bitcast float* %yp{v} to <16 x float>*"
-        )
-        add(f"  call void @llvm.masked.store.v16f32.p0v16f32(<16 x float> %v{v}, <16 x float>* %yvp{v}, i32 4, "
-            f"<16 x i1> %keep{v})")  # fmt: skip
-    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %channels")
-    add("  br i1 %ndone, label %rowend, label %tile")
-    add("rowend:\n  %mnext = add i64 %m, 1\n  %mdone = icmp eq i64 %mnext, %rows")
-    add("  br i1 %mdone, label %exit, label %row")
-    add("exit:\n  ret void\n}")
+        lines += clamped_store_ir(v, f"%v{v}u")
+    lines += tile_loop_end_ir()
     return "\n".join(lines)
+
+
+def clamped_store_ir(v: int, value: str) -> list[str]:
+    """IR of a GEMV's last step for the v-th vector of a tile: ``value`` (16 floats) clamped to %lov / %hiv and
+    stored at %yrow + %n + 16 v, masked to the channels that exist (%channels, %lanes)."""
+    v16 = "<16 x i32>"
+    return [
+        f"  %st{v}l = fcmp olt <16 x float> {value}, %lov",
+        f"  %st{v}m = select <16 x i1> %st{v}l, <16 x float> %lov, <16 x float> {value}",
+        f"  %st{v}h = fcmp ogt <16 x float> %st{v}m, %hiv",
+        f"  %st{v} = select <16 x i1> %st{v}h, <16 x float> %hiv, <16 x float> %st{v}m",
+        f"  %st{v}c = add i64 %n, {LANES * v}\n  %st{v}left = sub i64 %channels, %st{v}c",
+        f"  %st{v}lt = trunc i64 %st{v}left to i32\n  %st{v}l1 = insertelement {v16} undef, i32 %st{v}lt, i32 0",
+        f"  %st{v}lv = shufflevector {v16} %st{v}l1, {v16} undef, <16 x i32> zeroinitializer",
+        f"  %st{v}keep = icmp slt {v16} %lanes, %st{v}lv",
+        f"  %st{v}p = getelementptr float, float* %yrow, i64 %st{v}c",
+        f"  %st{v}vp = bitcast float* %st{v}p to <16 x float>*",
+        f"  call void @llvm.masked.store.v16f32.p0v16f32(<16 x float> %st{v}, <16 x float>* %st{v}vp, i32 4, "
+        f"<16 x i1> %st{v}keep)",
+    ]
+
+
+def tile_loop_end_ir() -> list[str]:
+    """IR that closes a GEMV's loops: the next tile of GEMV_TILE channels (label ``tile``) until %channels, the
+    next row (label ``row``) until %rows, then return."""
+    return [
+        f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %channels",
+        "  br i1 %ndone, label %rowend, label %tile",
+        "rowend:\n  %mnext = add i64 %m, 1\n  %mdone = icmp eq i64 %mnext, %rows",
+        "  br i1 %mdone, label %exit, label %row",
+        "exit:\n  ret void\n}",
+    ]
 
 
 class _Arguments(ctypes.c_void_p):
@@ -459,19 +475,8 @@ class VnniGemvQB4W:
         ``xscale`` [M, 1], ``lo``, ``hi``) with ``bias`` [N] (or empty): the float32 values of qgemv's integer
         GEMV. ``xc`` and ``y`` float32 with rows of contiguous values; the call allocates nothing."""
         fn = gemv_kernel(self.bf16)
-        if fn is None:
-            raise InvalidInputError("VNNI QB4W GEMV: expected a host with avx512_vnni; found none; use the GEMV")
-        m = xc.shape[0]
-        arrays = (xc, xscale, y)
-        if not gemv_fits(xc, xscale, y) or xc.shape[1] != self.k or y.shape[1] != self.n:
-            raise InvalidInputError(
-                f"VNNI QB4W GEMV: expected float32 xc [M, {self.k}], xscale [M, 1] and y [M, {self.n}] with "
-                f"contiguous rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
-            )
-        nb = self.k // self.block
-        padded = np.zeros(self.npad, np.float32)
-        padded[: bias.shape[0]] = bias
-        bounds = np.array([lo, hi], np.float32)
+        padded, bounds = gemv_operands("QB4W", fn, xc, xscale, y, self.k, self.n, self.npad, bias, lo, hi)
+        m, nb, arrays = xc.shape[0], self.k // self.block, (xc, xscale, y)
         a, e = _aligned(self.k), np.zeros(nb, np.int32)
         fields = {
             "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,
@@ -481,6 +486,26 @@ class VnniGemvQB4W:
             "k8": self.k // 8, "kb8": self.block // 8, "nb": nb,
         }  # fmt: skip
         return bound_call(fn, [fields[name] for name in GEMV_ARGS], (padded, bounds, a, e, self.stream, *arrays))
+
+
+def gemv_operands(
+    kind: str, fn: Any, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, k: int, n: int, npad: int,
+    bias: np.ndarray, lo: float, hi: float,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """What a VNNI GEMV step of weights ``kind`` checks and makes before its argument block: the compiled kernel
+    ``fn`` exists, the buffers are ones it takes (float32 xc [M, k], xscale [M, 1], y [M, n], contiguous rows);
+    then the bias padded to the ``npad`` channels and the clamp's bounds [lo, hi] (float32 each)."""
+    if fn is None:
+        raise InvalidInputError(f"VNNI {kind} GEMV: expected a host with avx512_vnni; found none; use the GEMV")
+    arrays = (xc, xscale, y)
+    if not gemv_fits(xc, xscale, y) or xc.shape[1] != k or y.shape[1] != n:
+        raise InvalidInputError(
+            f"VNNI {kind} GEMV: expected float32 xc [M, {k}], xscale [M, 1] and y [M, {n}] with contiguous "
+            f"rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
+        )
+    padded = np.zeros(npad, np.float32)
+    padded[: bias.shape[0]] = bias
+    return padded, np.array([lo, hi], np.float32)
 
 
 def bound_call(fn: Any, values: list[int], keep: tuple) -> Any:

@@ -21,7 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from edgetorch.backends.xnnpack.qgemv_vnni import GEMV_TILE, LANES, _aligned, available, bound_call, gemv_fits
+from edgetorch.backends.xnnpack.qgemv_vnni import (
+    GEMV_TILE,
+    LANES,
+    _aligned,
+    available,
+    bound_call,
+    clamped_store_ir,
+    gemv_operands,
+    tile_loop_end_ir,
+)
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime.kernels import llvm_jit
 
@@ -131,25 +140,8 @@ def _ir() -> str:
         add(f"  %f{v} = sitofp {v16} %dot{v} to <16 x float>\n  %fs{v} = fmul <16 x float> %f{v}, %sv")
         add(f"  %fw{v} = fmul <16 x float> %fs{v}, %ws{v}\n  %fb{v} = fadd <16 x float> %fw{v}, %bi{v}")
         add(f"  %u{v} = select i1 %biased, <16 x float> %fb{v}, <16 x float> %fw{v}")
-        add(
-            f"  %l{v} = fcmp olt <16 x float> %u{v}, %lov\n  %ml{v} = select <16 x i1> %l{v}, <16 x float> %lov, <16 x float> %u{v}"
-        )
-        add(
-            f"  %h{v} = fcmp ogt <16 x float> %ml{v}, %hiv\n  %o{v} = select <16 x i1> %h{v}, <16 x float> %hiv, <16 x float> %ml{v}"
-        )
-        add(f"  %left{v} = sub i64 %channels, %c{v}\n  %left{v}t = trunc i64 %left{v} to i32")
-        splat(f"left{v}v", f"%left{v}t")
-        add(f"  %keep{v} = icmp slt {v16} %lanes, %left{v}v")
-        add(
-            f"  %yp{v} = getelementptr float, float* %yrow, i64 %c{v}\n  %yvp{v} = bitcast float* %yp{v} to <16 x float>*"
-        )
-        add(f"  call void @llvm.masked.store.v16f32.p0v16f32(<16 x float> %o{v}, <16 x float>* %yvp{v}, i32 4, "
-            f"<16 x i1> %keep{v})")  # fmt: skip
-    add(f"  %nnext = add i64 %n, {GEMV_TILE}\n  %ndone = icmp uge i64 %nnext, %channels")
-    add("  br i1 %ndone, label %rowend, label %tile")
-    add("rowend:\n  %mnext = add i64 %m, 1\n  %mdone = icmp eq i64 %mnext, %rows")
-    add("  br i1 %mdone, label %exit, label %row")
-    add("exit:\n  ret void\n}")
+        lines += clamped_store_ir(v, f"%u{v}")
+    lines += tile_loop_end_ir()
     return "\n".join(lines)
 
 
@@ -191,18 +183,8 @@ class VnniGemvQC8W:
         ``xscale`` [M, 1]) with ``bias`` [N] (or empty): qgemv's ``_qc8w`` values bit for bit; allocates nothing
         a call."""
         fn = kernel()
-        if fn is None:
-            raise InvalidInputError("VNNI QC8W GEMV: expected a host with avx512_vnni; found none; use the GEMV")
-        m = xc.shape[0]
-        arrays = (xc, xscale, y)
-        if not gemv_fits(xc, xscale, y) or xc.shape[1] != self.k or y.shape[1] != self.n:
-            raise InvalidInputError(
-                f"VNNI QC8W GEMV: expected float32 xc [M, {self.k}], xscale [M, 1] and y [M, {self.n}] with "
-                f"contiguous rows; found {[(a.dtype, a.shape, a.strides) for a in arrays]}; use the integer GEMV"
-            )
-        padded = np.zeros(self.npad, np.float32)
-        padded[: bias.shape[0]] = bias
-        bounds = np.array([lo, hi], np.float32)
+        padded, bounds = gemv_operands("QC8W", fn, xc, xscale, y, self.k, self.n, self.npad, bias, lo, hi)
+        m, arrays = xc.shape[0], (xc, xscale, y)
         a = _aligned(self.k)
         fields = {
             "xc": xc.ctypes.data, "xstride": xc.strides[0] // 4, "w": self.stream.ctypes.data,

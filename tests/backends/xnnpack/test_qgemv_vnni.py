@@ -184,15 +184,6 @@ def test_gemv_rejects_what_it_does_not_take():
             layer.step(xc, xscale, np.zeros(0, np.float32), y, -np.inf, np.inf)
 
 
-@pytest.fixture
-def tuned(tmp_path, monkeypatch):
-    """Tuning on, with an empty cache directory of its own."""
-    monkeypatch.setenv("EDGETORCH_CACHE_DIR", str(tmp_path))
-    tuning.forget()
-    yield
-    tuning.forget()
-
-
 @needs_vnni
 @pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy):
@@ -207,14 +198,20 @@ def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy)
         layer.uses_gemv(1, "here")
         layer.uses_gemv(qgemv_vnni.GEMV_ROWS + 1, "there")
     assert "vnni-gemv" in log[0][1].times and "vnni-gemv" not in log[1][1].times
+    _steps_follow_the_choice(set_policy, layer, xc, xscale, qgemv_vnni.gemv_kernel(False))
+
+
+def _steps_follow_the_choice(set_policy, layer, xc, xscale, kernel) -> None:
+    """With tuning's choice fixed to each of ``vnni-gemv`` and ``gemv``, ``layer``'s steps for one row are the
+    VNNI ``kernel``'s exactly when it is chosen, its layout kept only then, and both give the same bits."""
     values = {}
     for choice in ("vnni-gemv", "gemv"):
         set_policy(kernel_choices={"qgemv": choice})
         layer.chosen.clear()
         assert layer.uses_gemv(1)
-        y = np.full((1, n), np.nan, np.float32)
+        y = np.full((1, layer.n), np.nan, np.float32)
         steps = layer.steps(xc, xscale, y, -np.inf, np.inf)
-        assert (steps[0].func is qgemv_vnni.gemv_kernel(False)) == (choice == "vnni-gemv")
+        assert (steps[0].func is kernel) == (choice == "vnni-gemv")
         assert (layer.vnni_gemv is not None) == (choice == "vnni-gemv")  # its copy of the weights only if run
         for step in steps:
             step()

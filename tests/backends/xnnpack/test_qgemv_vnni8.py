@@ -11,7 +11,7 @@ import pytest
 from edgetorch.backends.xnnpack import qgemv, qgemv_vnni, qgemv_vnni8
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime import policy, tuning
-from tests.backends.xnnpack.test_qgemv_vnni import _program_on_each_path
+from tests.backends.xnnpack.test_qgemv_vnni import _program_on_each_path, _steps_follow_the_choice
 
 needs_vnni = pytest.mark.skipif(not qgemv_vnni.available(), reason="the host has no AVX512-VNNI (or no llvmlite)")
 needs_numba = pytest.mark.skipif(
@@ -99,15 +99,6 @@ def test_layers_whose_inputs_are_not_whole_steps_keep_the_integer_gemv(set_polic
     assert layer._few_rows(1, "") != "vnni-gemv"
 
 
-@pytest.fixture
-def tuned(tmp_path, monkeypatch):
-    """Tuning on, with an empty cache directory of its own."""
-    monkeypatch.setenv("EDGETORCH_CACHE_DIR", str(tmp_path))
-    tuning.forget()
-    yield
-    tuning.forget()
-
-
 @needs_vnni
 @needs_numba
 def test_tuning_measures_it_and_steps_follow_its_choice(tuned, set_policy):
@@ -120,19 +111,7 @@ def test_tuning_measures_it_and_steps_follow_its_choice(tuned, set_policy):
     with tuning.recording() as log:
         layer.uses_gemv(1, "here")
     assert "vnni-gemv" in log[0][1].times
-    values = {}
-    for choice in ("vnni-gemv", "gemv"):
-        set_policy(kernel_choices={"qgemv": choice})
-        layer.chosen.clear()
-        assert layer.uses_gemv(1)
-        y = np.full((1, n), np.nan, np.float32)
-        steps = layer.steps(xc, xscale, y, -np.inf, np.inf)
-        assert (steps[0].func is qgemv_vnni8.kernel()) == (choice == "vnni-gemv")
-        assert (layer.vnni_gemv is not None) == (choice == "vnni-gemv")
-        for step in steps:
-            step()
-        values[choice] = y
-    np.testing.assert_array_equal(values["vnni-gemv"].view(np.int32), values["gemv"].view(np.int32))
+    _steps_follow_the_choice(set_policy, layer, xc, xscale, qgemv_vnni8.kernel())
 
 
 @needs_vnni
