@@ -506,39 +506,48 @@ def _rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
 def _decode_attention(q, keys, values, n, scale, out, scores):  # pragma: no cover - compiled
     """One query position's attention over the first ``n`` rows of a KV cache: ``q`` [heads, head_dim],
     ``keys``/``values`` [length, kv_heads, head_dim] (query head h reads kv head h // (heads / kv_heads)),
-    ``out`` [heads, head_dim], ``scores`` an [n] float32 scratch. Softmax shifted by the maximum; the dot
-    products and sums may run in SIMD lanes (reassociation), so results equal the NumPy path's within float32
-    rounding. A decode step's whole attention in one pass instead of a dozen NumPy calls."""
+    ``out`` [heads, head_dim], ``scores`` a float32 scratch of at least (heads / kv_heads) * n. Softmax
+    shifted by the maximum; the dot products and sums may run in SIMD lanes (reassociation), so results equal
+    the NumPy path's within float32 rounding. A decode step's whole attention in one pass instead of a dozen
+    NumPy calls; the query heads that share a key/value head go together, so each cache row is read once for
+    the group, and the exponentials are a loop without branches (one vector of lanes at a time)."""
     f = np.float32
     heads, dim = q.shape
     group = heads // keys.shape[1]
-    for h in range(heads):
-        kh = h // group
-        qh = q[h]
-        m = f(-np.inf)
+    weights = scores[: group * n].reshape((group, n))
+    for kh in range(keys.shape[1]):
+        first = kh * group
         for j in range(n):
             kj = keys[j, kh]
-            s = f(0)
-            for d in range(dim):
-                s += qh[d] * kj[d]
-            s *= scale
-            scores[j] = s
-            m = s if s > m else m
-        total = f(0)
+            for g in range(group):
+                qh = q[first + g]
+                s = f(0)
+                for d in range(dim):
+                    s += qh[d] * kj[d]
+                weights[g, j] = s * scale
+        for g in range(group):
+            row = weights[g]
+            m = f(-np.inf)
+            for j in range(n):
+                m = row[j] if row[j] > m else m
+            total = f(0)
+            for j in range(n):
+                v = row[j] - m
+                e = _exp(max(v, f(_EXP_MIN)))
+                e = e if v >= f(_EXP_MIN) else f(0)
+                row[j] = e
+                total += e
+            r = f(1) / total
+            for j in range(n):
+                row[j] *= r
+            out[first + g, :] = f(0)
         for j in range(n):
-            v = scores[j] - m
-            e = f(0) if v < f(_EXP_MIN) else _exp(v)
-            scores[j] = e
-            total += e
-        r = f(1) / total
-        o = out[h]
-        for d in range(dim):
-            o[d] = f(0)
-        for j in range(n):
-            w = scores[j] * r
             vj = values[j, kh]
-            for d in range(dim):
-                o[d] += w * vj[d]
+            for g in range(group):
+                w = weights[g, j]
+                o = out[first + g]
+                for d in range(dim):
+                    o[d] += w * vj[d]
 
 
 def _depthwise3x3(xp, w, stride, out, tmp, lo, hi):  # pragma: no cover - compiled

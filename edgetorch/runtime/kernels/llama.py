@@ -52,7 +52,7 @@ def _attention(
             fused = compiled.kernel_if_loaded("decode_attention")
             if fused is None:  # the general path below without its batch and sequence axes
                 return _decode_attention(query, keys, values, n_keys, kv_heads, group, factor, out)
-            scores = np.empty(n_keys, np.float32)  # one compiled pass (compiled.py), if numba is loaded anyway
+            scores = np.empty(group * n_keys, np.float32)  # one compiled pass (compiled.py), if numba is loaded
             fused(
                 query.reshape(heads, head_dim), keys[0], values[0], n_keys, factor, out.reshape(heads, head_dim), scores
             )
