@@ -125,9 +125,10 @@ class SplitChoice:
 
     One slow call cannot decide: a time counts at most :attr:`OUTLIER` times the estimate it updates, so a
     site that splits stops only after several slow calls in a row (a busy neighbour that stays), not after
-    one descheduled moment. And the loser is tried again after :attr:`MAX_WAIT_NS` at the latest, however few
-    calls the site has had (a site called once a token or once an image would otherwise wait hundreds of
-    them).
+    one descheduled moment. And a site that runs serially tries splitting again after :attr:`MAX_WAIT_NS` at the
+    latest, however few calls it has had (a site called once a token or once an image would otherwise wait
+    hundreds of them after a busy neighbour left); those trials draw on the budget. A site that splits needs no
+    such deadline: its own calls keep measuring the parallel variant, and a slower one switches it.
 
     Pure bookkeeping, no clock of its own: the caller passes the clock and each call's duration in nanoseconds
     (so the decision logic is tested without timing anything)."""
@@ -142,7 +143,9 @@ class SplitChoice:
     does not change the choice, up to :attr:`MAX_INTERVAL`."""
     MAX_INTERVAL = 512
     MAX_WAIT_NS = 250_000_000
-    """Nanoseconds after which a trial of the losing variant is due whatever the calls since the last one."""
+    """Nanoseconds after which a site running serially tries the parallel variant whatever its calls since the
+    last trial. Not the other way round: with a deadline on serial trials, a site called once an inference of
+    about that length (GPT-2's) ran every other inference serially (docs/benchmarks.md, "Split trials")."""
     OUTLIER = 2.0
     """The most a call's time counts for, as a multiple of the estimate it updates."""
 
@@ -163,7 +166,7 @@ class SplitChoice:
         if self.countdown < 0:  # exploring: the variant with fewer calls so far, serial first
             serial, parallel = self.samples
             return len(parallel) < len(serial) and self.budget.allows(now_ns)
-        if self.countdown > 0 and now_ns - self.since >= self.MAX_WAIT_NS:
+        if self.countdown > 0 and not self.parallel and now_ns - self.since >= self.MAX_WAIT_NS:
             self.countdown = 0
         if self.countdown == 0 and (self.parallel or self.budget.allows(now_ns)):
             self.trying = True

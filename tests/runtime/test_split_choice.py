@@ -119,6 +119,14 @@ def test_a_site_called_seldom_tries_the_loser_again_after_max_wait():
     assert True in ran[:5] and choice.parallel
 
 
+def test_a_site_that_splits_keeps_splitting_when_called_seldom():
+    """A site called once an inference of about MAX_WAIT_NS (GPT-2's layers) whose split wins: no serial trial
+    comes due by the clock, so the inferences do not alternate between split and serial."""
+    choice = _explored(5000, 1000)  # parallel chosen
+    ran = _drive(choice, 5000, 1000, 20, gap_ns=SplitChoice.MAX_WAIT_NS)
+    assert ran.count(False) <= 1 and choice.parallel
+
+
 def test_the_budget_holds_back_parallel_trials_that_lose():
     """A loaded machine: every parallel call loses 1.5 ms. With many sites sharing one budget, the time lost
     in trials stays within the budget's rate of the wall time (plus its burst and one call)."""
