@@ -226,11 +226,13 @@ def write_report(results: dict, out: pathlib.Path) -> pathlib.Path:
         "have parked); at least 5 runs (ExecuTorch portable: 2 within 40 s). The 1-minute load average was "
         f"{meta['load_average_start']} at the start and {meta['load_average_end']} at the end: with more runnable "
         "processes than cores, multi-threaded runtimes wait at every barrier for a descheduled thread, so a high "
-        "load inflates all numbers, PyTorch eager's most. torch loads libgomp before edgetorch is imported, so "
-        f"OpenMP workers (ours included) spin as GOMP_SPINCOUNT={meta.get('gomp_spincount', 'unset')} says "
-        "(unset: libgomp's default, 300,000); a torch-free edgetorch process spins 0 "
-        "(docs/benchmarks.md, 'How long a worker spins'). Each CPU the suite runs on keeps a section of its own "
-        "in this file; a run replaces only its own CPU's.",
+        "load inflates all numbers, PyTorch eager's most. edgetorch's compiled kernels ran their parallel loops "
+        f"on numba's {meta.get('numba_layer', 'unrecorded')} threading layer (tbb: the tbb wheel of "
+        "edgetorch[fast], docs/benchmarks.md 'numba on TBB'). torch loads libgomp before edgetorch is imported, "
+        f"so OpenMP workers (torch's, and numba's on its omp layer) spin as GOMP_SPINCOUNT="
+        f"{meta.get('gomp_spincount', 'unset')} says (unset: libgomp's default, 300,000); a torch-free edgetorch "
+        "process spins 0 (docs/benchmarks.md, 'How long a worker spins'). Each CPU the suite runs on keeps a "
+        "section of its own in this file; a run replaces only its own CPU's.",
         "### Contenders\n\n" + "\n".join(f"- **{LABELS[c]}**: {WHAT[c]}" for c in results["contenders"]),
         "### Time ratios",
         "edgetorch's time divided by the other's: **below 1 means edgetorch is faster**. Geometric mean over "
@@ -381,10 +383,21 @@ def main(argv: list[str] | None = None) -> None:
         **_meta(args),
         "load_average_start": load_start,
         "gomp_spincount": _spin_at_start(),
+        "numba_layer": _numba_layer(),
     }
     path = write_report(results, args.out)
     print("\n" + ratio_table(results) + "\n\n" + latency_table(results))
     print(f"\nwrote {path}")
+
+
+def _numba_layer() -> str:
+    """The threading layer numba ran this process's parallel loops on, or why there is none."""
+    if "numba" not in sys.modules:
+        return "none (numba not loaded)"
+    try:
+        return str(sys.modules["numba"].threading_layer())
+    except ValueError:
+        return "none (no parallel loop ran)"
 
 
 if __name__ == "__main__":
