@@ -51,13 +51,7 @@ TILE_N = LANES * VECTORS
 
 def available() -> bool:
     """Whether this host has AVX512-VNNI and llvmlite imports."""
-    if "avx512_vnni" not in host().flags:
-        return False
-    try:
-        import llvmlite.binding  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return "avx512_vnni" in host().flags and llvm_jit.usable()
 
 
 def _ir() -> str:

@@ -11,8 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 _lock = threading.Lock()
-_engines: dict[str, Any] = {}  # by module: the engine that owns its code, kept for the process's life
-_functions: dict[str, Any] = {}
+_functions: dict[str, tuple[Any, Any]] = {}  # name -> (the ctypes function, the engine that owns its code)
 
 
 def usable() -> bool:
@@ -44,13 +43,11 @@ def jit(ir: str, assembly: bool = True) -> tuple[Any, str | None]:
     return engine, text
 
 
-def function(name: str, ir: Callable[[], str], proto: Any, module: str = "") -> Any:
-    """The function ``name`` of the IR ``ir()`` as the ctypes prototype ``proto``; the IR is compiled once per
-    process under ``module`` (default: ``name``), so functions of one module share one compile."""
-    module = module or name
+def function(name: str, ir: Callable[[], str], proto: Any) -> Any:
+    """The function ``name`` of the IR ``ir()`` as the ctypes prototype ``proto``, compiled once per process
+    (the engine that owns its code is kept for the process's life)."""
     with _lock:
-        if module not in _engines:
-            _engines[module] = jit(ir(), assembly=False)[0]
         if name not in _functions:
-            _functions[name] = proto(_engines[module].get_function_address(name))
-    return _functions[name]
+            engine = jit(ir(), assembly=False)[0]
+            _functions[name] = (proto(engine.get_function_address(name)), engine)
+    return _functions[name][0]
