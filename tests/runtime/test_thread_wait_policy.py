@@ -89,3 +89,31 @@ def test_numba_runs_on_tbb_when_the_wheel_is_installed():
 @pytest.mark.skipif(not _tbb_installed(), reason="needs numba and the tbb wheel (edgetorch[fast]) on Linux")
 def test_the_users_threading_layer_is_kept():
     assert _layer(NUMBA_THREADING_LAYER="workqueue") == "workqueue"
+
+
+_FORK = (
+    "import os, numpy as np\n"
+    "from edgetorch.runtime import policy\n"
+    "assert policy.compiled_tier()\n"
+    "import numba\n"
+    "@numba.njit(parallel=True)\n"
+    "def f(a):\n"
+    "    for i in numba.prange(a.shape[0]):\n"
+    "        a[i] += 1\n"
+    "a = np.zeros(64)\n"
+    "f(a)\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    f(a)\n"
+    "    os._exit(0 if a.sum() == 128 else 3)\n"
+    "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+)
+
+
+@pytest.mark.skipif(not _tbb_installed(), reason="needs numba and the tbb wheel (edgetorch[fast]) on Linux")
+def test_a_forked_child_runs_parallel_loops():
+    """On TBB a process that ran parallel loops may fork and the child run them too (on GNU OpenMP, numba's
+    other layer, the child is terminated: "fork() called from a process already using GNU OpenMP")."""
+    base = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run([sys.executable, "-c", _FORK], env=base, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "0", out.stderr[-2000:]
