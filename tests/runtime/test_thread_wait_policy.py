@@ -48,8 +48,9 @@ def test_a_split_before_numba_names_its_threading_layer(monkeypatch, kernel_thre
     assert ran == [2] and compiled.SPLITS is None
 
 
-_LAYER = (
-    "import numpy as np\n"
+# A parallel loop run once, after the runtime has set up its compiled tier (and loaded TBB, where installed).
+_LOOP = (
+    "import os, numpy as np\n"
     "from edgetorch.runtime import policy\n"
     "assert policy.compiled_tier()\n"
     "import numba\n"
@@ -57,14 +58,24 @@ _LAYER = (
     "def f(a):\n"
     "    for i in numba.prange(a.shape[0]):\n"
     "        a[i] += 1\n"
-    "f(np.zeros(64))\n"
-    "print(numba.threading_layer())\n"
+    "a = np.zeros(64)\n"
+    "f(a)\n"
+)
+_LAYER = _LOOP + "print(numba.threading_layer())\n"
+# Then a fork whose child runs the loop again: prints the child's exit code.
+_FORK = _LOOP + (
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    f(a)\n"
+    "    os._exit(0 if a.sum() == 128 else 3)\n"
+    "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
 )
 
 
-def _layer(**env: str) -> str:
+def _last_line(code: str, **env: str) -> str:
+    """The last line ``code`` prints in a fresh process (without the caller's NUMBA_THREADING_LAYER)."""
     base = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
-    out = subprocess.run([sys.executable, "-c", _LAYER], env={**base, **env}, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.strip().splitlines()[-1]
 
@@ -83,37 +94,16 @@ def _tbb_installed() -> bool:
 def test_numba_runs_on_tbb_when_the_wheel_is_installed():
     """pip puts TBB's library in the environment's lib/, where the loader does not look: the runtime loads it
     before numba starts a threading layer, so numba's parallel loops run on TBB."""
-    assert _layer() == "tbb"
+    assert _last_line(_LAYER) == "tbb"
 
 
 @pytest.mark.skipif(not _tbb_installed(), reason="needs numba and the tbb wheel (edgetorch[fast]) on Linux")
 def test_the_users_threading_layer_is_kept():
-    assert _layer(NUMBA_THREADING_LAYER="workqueue") == "workqueue"
-
-
-_FORK = (
-    "import os, numpy as np\n"
-    "from edgetorch.runtime import policy\n"
-    "assert policy.compiled_tier()\n"
-    "import numba\n"
-    "@numba.njit(parallel=True)\n"
-    "def f(a):\n"
-    "    for i in numba.prange(a.shape[0]):\n"
-    "        a[i] += 1\n"
-    "a = np.zeros(64)\n"
-    "f(a)\n"
-    "pid = os.fork()\n"
-    "if pid == 0:\n"
-    "    f(a)\n"
-    "    os._exit(0 if a.sum() == 128 else 3)\n"
-    "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
-)
+    assert _last_line(_LAYER, NUMBA_THREADING_LAYER="workqueue") == "workqueue"
 
 
 @pytest.mark.skipif(not _tbb_installed(), reason="needs numba and the tbb wheel (edgetorch[fast]) on Linux")
 def test_a_forked_child_runs_parallel_loops():
     """On TBB a process that ran parallel loops may fork and the child run them too (on GNU OpenMP, numba's
     other layer, the child is terminated: "fork() called from a process already using GNU OpenMP")."""
-    base = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
-    out = subprocess.run([sys.executable, "-c", _FORK], env=base, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "0", out.stderr[-2000:]
+    assert _last_line(_FORK) == "0"
