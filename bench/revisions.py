@@ -34,6 +34,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import types
+from functools import partial
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if "--child" not in sys.argv:  # a child imports edgetorch from the checkout it is given (PYTHONPATH)
@@ -89,15 +91,15 @@ def _executorch_method(path: str, threads: int):
     data = pathlib.Path(path).read_bytes()  # ExecuTorch's program reads this buffer as long as it runs
     program = Runtime.get().load_program(data)
     method = program.load_method("forward")
+    execute = partial(_execute_torch, method.execute)
+    return types.SimpleNamespace(execute=execute, keep=(data, program))
 
-    class Method:
-        keep = (data, program)
 
-        @staticmethod
-        def execute(inputs):
-            return method.execute([torch.from_numpy(a) for a in inputs])
+def _execute_torch(execute, inputs):
+    """``execute`` (ExecuTorch's) on NumPy ``inputs`` as torch tensors (which share their memory)."""
+    import torch
 
-    return Method
+    return execute([torch.from_numpy(a) for a in inputs])
 
 
 def measure(

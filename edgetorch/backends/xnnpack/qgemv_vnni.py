@@ -36,6 +36,7 @@ Imports only NumPy at import time; llvmlite on the first compile.
 from __future__ import annotations
 
 import ctypes
+import functools
 from functools import partial
 from typing import Any
 
@@ -49,8 +50,9 @@ ROWS, LANES, VECTORS = 4, 16, 2  # a tile: ROWS rows x VECTORS * LANES channels
 TILE_N = LANES * VECTORS
 
 
+@functools.cache
 def available() -> bool:
-    """Whether this host has AVX512-VNNI and llvmlite imports."""
+    """Whether this host has AVX512-VNNI and llvmlite imports (asked once a process)."""
     return "avx512_vnni" in host().flags and llvm_jit.usable()
 
 
@@ -71,10 +73,7 @@ def _ir() -> str:
     for r, v in tiles:
         add(f"  %acc{r}{v} = alloca <16 x i32>, align 64")
         add(f"  %tot{r}{v} = alloca <16 x float>, align 64")
-    add("  %mask1 = insertelement <16 x i32> undef, i32 252645135, i32 0")  # 0x0F0F0F0F
-    add("  %mask = shufflevector <16 x i32> %mask1, <16 x i32> undef, <16 x i32> zeroinitializer")
-    add("  %four1 = insertelement <16 x i32> undef, i32 4, i32 0")
-    add("  %four = shufflevector <16 x i32> %four1, <16 x i32> undef, <16 x i32> zeroinitializer")
+    lines += splat_ir("mask", "252645135") + splat_ir("four", "4")  # 0x0F0F0F0F
     add("  br label %mloop")
     add("mloop:\n  %m = phi i64 [0, %entry], [%mnext, %mend]\n  br label %nloop")
     add("nloop:\n  %n = phi i64 [0, %mloop], [%nnext, %nend]")
@@ -106,8 +105,7 @@ def _ir() -> str:
                 add(f"  %aio{r} = add i64 %ai{r}, 1")
             add(f"  %ap{half}{r} = getelementptr inbounds i32, i32* %A, i64 {idx}")
             add(f"  %as{half}{r} = load i32, i32* %ap{half}{r}, align 4")
-            add(f"  %in{half}{r} = insertelement <16 x i32> undef, i32 %as{half}{r}, i32 0")
-            add(f"  %bc{half}{r} = shufflevector <16 x i32> %in{half}{r}, <16 x i32> undef, <16 x i32> zeroinitializer")
+            lines += splat_ir(f"bc{half}{r}", f"%as{half}{r}")
         for v in range(VECTORS):
             add(f"  %o{r}{v} = load <16 x i32>, <16 x i32>* %acc{r}{v}")
             call = "call <16 x i32> @llvm.x86.avx512.vpdpbusd.512"
@@ -129,12 +127,10 @@ def _ir() -> str:
         add(f"  %em{r} = mul i64 %mr{r}, %nb\n  %eb{r} = add i64 %em{r}, %b")
         add(f"  %ep{r} = getelementptr inbounds i32, i32* %e, i64 %eb{r}")
         add(f"  %es{r} = load i32, i32* %ep{r}, align 4")
-        add(f"  %ei{r} = insertelement <16 x i32> undef, i32 %es{r}, i32 0")
-        add(f"  %ev{r} = shufflevector <16 x i32> %ei{r}, <16 x i32> undef, <16 x i32> zeroinitializer")
+        lines += splat_ir(f"ev{r}", f"%es{r}")
         add(f"  %fp{r} = getelementptr inbounds i32, i32* %off, i64 %mr{r}")
         add(f"  %fs{r} = load i32, i32* %fp{r}, align 4")
-        add(f"  %fi{r} = insertelement <16 x i32> undef, i32 %fs{r}, i32 0")
-        add(f"  %fv{r} = shufflevector <16 x i32> %fi{r}, <16 x i32> undef, <16 x i32> zeroinitializer")
+        lines += splat_ir(f"fv{r}", f"%fs{r}")
         for v in range(VECTORS):
             add(f"  %s{r}{v} = load <16 x i32>, <16 x i32>* %acc{r}{v}")
             add(f"  %t{r}{v} = sub <16 x i32> %s{r}{v}, %ev{r}")
@@ -255,29 +251,15 @@ def _gemv_ir(bf16: bool) -> str:
         "entry:",
     ]
     add = lines.append
-    for i, name in enumerate(GEMV_ARGS):
-        add(f"  %{name}.p = getelementptr inbounds i64, i64* %args, i64 {i}")
-        add(f"  %{name} = load i64, i64* %{name}.p")
-    for name, kind in (("xc", "float"), ("w", "i8"), ("xscale", "float"), ("bias", "float"), ("y", "float"),
-                       ("a", "i8"), ("e", "i32"), ("bounds", "float")):  # fmt: skip
-        add(f"  %{name}.ptr = inttoptr i64 %{name} to {kind}*")
-    add("  %lo.p = getelementptr inbounds float, float* %bounds.ptr, i64 0\n  %lo = load float, float* %lo.p")
-    add("  %hi.p = getelementptr inbounds float, float* %bounds.ptr, i64 1\n  %hi = load float, float* %hi.p")
-    add("  %lo1 = insertelement <16 x float> undef, float %lo, i32 0")
-    add("  %lov = shufflevector <16 x float> %lo1, <16 x float> undef, <16 x i32> zeroinitializer")
-    add("  %hi1 = insertelement <16 x float> undef, float %hi, i32 0")
-    add("  %hiv = shufflevector <16 x float> %hi1, <16 x float> undef, <16 x i32> zeroinitializer")
-    add("  %biased = icmp ne i64 %with_bias, 0")
-    add(f"  %mask1 = insertelement {v16} undef, i32 252645135, i32 0")  # 0x0F0F0F0F
-    add(f"  %mask = shufflevector {v16} %mask1, {v16} undef, <16 x i32> zeroinitializer")
-    add(f"  %four1 = insertelement {v16} undef, i32 4, i32 0")
-    add(f"  %four = shufflevector {v16} %four1, {v16} undef, <16 x i32> zeroinitializer")
-    lane_ids = ", ".join(f"i32 {i}" for i in range(16))
-    add(f"  %lanes = bitcast {v16} <{lane_ids}> to {v16}")
+    lines += gemv_prologue_ir(
+        GEMV_ARGS,
+        {"xc": "float", "w": "i8", "xscale": "float", "bias": "float", "y": "float", "a": "i8", "e": "i32"},
+    )
+    lines += splat_ir("mask", "252645135")  # 0x0F0F0F0F
+    lines += splat_ir("four", "4")
     scale_bytes = (2 if bf16 else 4) * GEMV_TILE
     add(f"  %blockbytes0 = mul i64 %kb8, {4 * GEMV_TILE}\n  %blockbytes = add i64 %blockbytes0, {scale_bytes}")
-    add(f"  %ones1 = insertelement {v16} undef, i32 16843009, i32 0")  # 0x01010101
-    add(f"  %ones = shufflevector {v16} %ones1, {v16} undef, <16 x i32> zeroinitializer")
+    lines += splat_ir("ones", "16843009")  # 0x01010101
     add("  %tilebytes = mul i64 %blockbytes, %nb")
     add("  br label %row")
     # --- per row: the offset, the bytes and the block sums
@@ -297,10 +279,7 @@ def _gemv_ir(bf16: bool) -> str:
     )
     add("minend:")
     add("  %least = call i32 @llvm.vector.reduce.smin.v8i32(<8 x i32> %mlownext)\n  %off = sub i32 0, %least")
-    add("  %off1 = insertelement <8 x i32> undef, i32 %off, i32 0")
-    add("  %offv8 = shufflevector <8 x i32> %off1, <8 x i32> undef, <8 x i32> zeroinitializer")
-    add(f"  %offw1 = insertelement {v16} undef, i32 %off, i32 0")
-    add(f"  %offv = shufflevector {v16} %offw1, {v16} undef, <16 x i32> zeroinitializer")
+    lines += splat_ir("offv8", "%off", width=8) + splat_ir("offv", "%off")
     add("  br label %sumblock")
     add("sumblock:\n  %sb = phi i64 [0, %minend], [%sbnext, %sumend]")
     add("  %sj0 = mul i64 %sb, %kb8\n  %sj1 = add i64 %sj0, %kb8\n  br label %sumloop")
@@ -324,16 +303,8 @@ def _gemv_ir(bf16: bool) -> str:
     add("  %ep = getelementptr inbounds i32, i32* %e.ptr, i64 %sb\n  store i32 %bsum8, i32* %ep")
     add("  %sbnext = add i64 %sb, 1\n  %sbdone = icmp eq i64 %sbnext, %nb")
     add("  br i1 %sbdone, label %rowready, label %sumblock")
-    add("rowready:")
-    add("  %sptr0 = mul i64 %m, %sstride\n  %sp = getelementptr inbounds float, float* %xscale.ptr, i64 %sptr0")
-    add("  %s = load float, float* %sp\n  %s1 = insertelement <16 x float> undef, float %s, i32 0")
-    add("  %sv = shufflevector <16 x float> %s1, <16 x float> undef, <16 x i32> zeroinitializer")
-    add("  %yoff = mul i64 %m, %ystride\n  %yrow = getelementptr inbounds float, float* %y.ptr, i64 %yoff")
-    add("  br label %tile")
     # --- per tile of channels: the blocks' dots into float32 totals
-    add("tile:\n  %n = phi i64 [0, %rowready], [%nnext, %tileend]")
-    add(f"  %t = udiv i64 %n, {GEMV_TILE}\n  %tb = mul i64 %t, %tilebytes")
-    add("  %tp = getelementptr inbounds i8, i8* %w.ptr, i64 %tb\n  br label %block")
+    lines += tile_start_ir("block")
     add("block:\n  %b = phi i64 [0, %tile], [%bnext, %blockend]")
     for v in vs:
         add(f"  %tot{v} = phi <16 x float> [zeroinitializer, %tile], [%totn{v}, %blockend]")
@@ -347,8 +318,7 @@ def _gemv_ir(bf16: bool) -> str:
     add("  %ap8 = getelementptr inbounds i8, i8* %a.ptr, i64 %ab\n  %ap = bitcast i8* %ap8 to i32*")
     for half, at in (("e", 0), ("o", 1)):
         add(f"  %a{half}p = getelementptr inbounds i32, i32* %ap, i64 {at}\n  %a{half} = load i32, i32* %a{half}p")
-        add(f"  %a{half}1 = insertelement {v16} undef, i32 %a{half}, i32 0")
-        add(f"  %a{half}v = shufflevector {v16} %a{half}1, {v16} undef, <16 x i32> zeroinitializer")
+        lines += splat_ir(f"a{half}v", f"%a{half}")
     add(f"  %wb = mul i64 %j, {4 * GEMV_TILE}\n  %wp8 = getelementptr inbounds i8, i8* %bp, i64 %wb")
     add(f"  %wp = bitcast i8* %wp8 to {v16}*")
     call = f"call {v16} @llvm.x86.avx512.vpdpbusd.512"
@@ -370,8 +340,7 @@ def _gemv_ir(bf16: bool) -> str:
     scale = "<16 x i16>" if bf16 else "<16 x float>"
     add(f"  %scp = bitcast i8* %scp8 to {scale}*")
     add("  %eb = getelementptr inbounds i32, i32* %e.ptr, i64 %b\n  %ebs = load i32, i32* %eb")
-    add(f"  %eb1 = insertelement {v16} undef, i32 %ebs, i32 0")
-    add(f"  %ebv = shufflevector {v16} %eb1, {v16} undef, <16 x i32> zeroinitializer")
+    lines += splat_ir("ebv", "%ebs")
     for v in vs:
         add(f"  %scp{v} = getelementptr inbounds {scale}, {scale}* %scp, i64 {v}")
         if bf16:
@@ -404,6 +373,53 @@ def _gemv_ir(bf16: bool) -> str:
     return "\n".join(lines)
 
 
+def splat_ir(name: str, scalar: str, kind: str = "i32", width: int = 16) -> list[str]:
+    """IR making %``name``, a vector of ``width`` ``kind`` lanes each ``scalar``."""
+    vec = f"<{width} x {kind}>"
+    return [
+        f"  %{name}1 = insertelement {vec} undef, {kind} {scalar}, i32 0",
+        f"  %{name} = shufflevector {vec} %{name}1, {vec} undef, <{width} x i32> zeroinitializer",
+    ]
+
+
+def gemv_prologue_ir(names: tuple[str, ...], pointers: dict[str, str]) -> list[str]:
+    """IR of a GEMV's entry: each of ``names`` loaded from the int64 argument block %args (in that order), the
+    ones in ``pointers`` also as %name.ptr of the element type given, and from the block's ``bounds``,
+    ``with_bias`` and lane numbers: %lov / %hiv (the clamp's bounds in every lane), %biased and %lanes."""
+    lines = [
+        f"  %{name}.p = getelementptr inbounds i64, i64* %args, i64 {i}\n  %{name} = load i64, i64* %{name}.p"
+        for i, name in enumerate(names)
+    ]
+    lines += [
+        f"  %{name}.ptr = inttoptr i64 %{name} to {kind}*" for name, kind in {**pointers, "bounds": "float"}.items()
+    ]
+    for name, at in (("lo", 0), ("hi", 1)):
+        lines.append(
+            f"  %{name}.q = getelementptr inbounds float, float* %bounds.ptr, i64 {at}\n"
+            f"  %{name} = load float, float* %{name}.q"
+        )
+        lines += splat_ir(f"{name}v", f"%{name}", "float")
+    lanes = ", ".join(f"i32 {i}" for i in range(16))
+    return [*lines, "  %biased = icmp ne i64 %with_bias, 0", f"  %lanes = bitcast <16 x i32> <{lanes}> to <16 x i32>"]
+
+
+def tile_start_ir(first: str) -> list[str]:
+    """IR from a GEMV row's label ``rowready`` (its input prepared) to the start of a tile: the row's scale in
+    every lane (%sv), its output row (%yrow), then label ``tile`` with %n its first channel and %tp its part of
+    the weight stream (%tilebytes a tile), branching to label ``first``."""
+    return [
+        "rowready:",
+        "  %sp0 = mul i64 %m, %sstride\n  %sp = getelementptr inbounds float, float* %xscale.ptr, i64 %sp0",
+        "  %s = load float, float* %sp",
+        *splat_ir("sv", "%s", "float"),
+        "  %yoff = mul i64 %m, %ystride\n  %yrow = getelementptr inbounds float, float* %y.ptr, i64 %yoff",
+        "  br label %tile",
+        "tile:\n  %n = phi i64 [0, %rowready], [%nnext, %tileend]",
+        f"  %t = udiv i64 %n, {GEMV_TILE}\n  %tb = mul i64 %t, %tilebytes",
+        f"  %tp = getelementptr inbounds i8, i8* %w.ptr, i64 %tb\n  br label %{first}",
+    ]
+
+
 def clamped_store_ir(v: int, value: str) -> list[str]:
     """IR of a GEMV's last step for the v-th vector of a tile: ``value`` (16 floats) clamped to %lov / %hiv and
     stored at %yrow + %n + 16 v, masked to the channels that exist (%channels, %lanes)."""
@@ -414,8 +430,8 @@ def clamped_store_ir(v: int, value: str) -> list[str]:
         f"  %st{v}h = fcmp ogt <16 x float> %st{v}m, %hiv",
         f"  %st{v} = select <16 x i1> %st{v}h, <16 x float> %hiv, <16 x float> %st{v}m",
         f"  %st{v}c = add i64 %n, {LANES * v}\n  %st{v}left = sub i64 %channels, %st{v}c",
-        f"  %st{v}lt = trunc i64 %st{v}left to i32\n  %st{v}l1 = insertelement {v16} undef, i32 %st{v}lt, i32 0",
-        f"  %st{v}lv = shufflevector {v16} %st{v}l1, {v16} undef, <16 x i32> zeroinitializer",
+        f"  %st{v}lt = trunc i64 %st{v}left to i32",
+        *splat_ir(f"st{v}lv", f"%st{v}lt"),
         f"  %st{v}keep = icmp slt {v16} %lanes, %st{v}lv",
         f"  %st{v}p = getelementptr float, float* %yrow, i64 %st{v}c",
         f"  %st{v}vp = bitcast float* %st{v}p to <16 x float>*",

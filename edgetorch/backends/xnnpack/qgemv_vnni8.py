@@ -29,7 +29,10 @@ from edgetorch.backends.xnnpack.qgemv_vnni import (
     bound_call,
     clamped_store_ir,
     gemv_operands,
+    gemv_prologue_ir,
+    splat_ir,
     tile_loop_end_ir,
+    tile_start_ir,
 )
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime.kernels import llvm_jit
@@ -57,24 +60,9 @@ def _ir() -> str:
     ]
     add = lines.append
 
-    def splat(name: str, scalar: str, kind: str = "i32", width: int = 16) -> None:
-        add(f"  %{name}1 = insertelement <{width} x {kind}> undef, {kind} {scalar}, i32 0")
-        add(
-            f"  %{name} = shufflevector <{width} x {kind}> %{name}1, <{width} x {kind}> undef, <{width} x i32> zeroinitializer"
-        )
-
-    for i, name in enumerate(ARGS):
-        add(f"  %{name}.p = getelementptr inbounds i64, i64* %args, i64 {i}\n  %{name} = load i64, i64* %{name}.p")
-    for name, kind in (("xc", "float"), ("w", "i8"), ("xscale", "float"), ("wscale", "float"), ("csum", "i32"),
-                       ("bias", "float"), ("y", "float"), ("a", "i32"), ("bounds", "float")):  # fmt: skip
-        add(f"  %{name}.ptr = inttoptr i64 %{name} to {kind}*")
-    for name, at in (("lo", 0), ("hi", 1)):
-        add(
-            f"  %{name}.q = getelementptr inbounds float, float* %bounds.ptr, i64 {at}\n  %{name} = load float, float* %{name}.q"
-        )
-        splat(f"{name}v", f"%{name}", "float")
-    add("  %biased = icmp ne i64 %with_bias, 0")
-    add(f"  %lanes = bitcast {v16} <{', '.join(f'i32 {i}' for i in range(16))}> to {v16}")
+    pointers = {"xc": "float", "w": "i8", "xscale": "float", "wscale": "float", "csum": "i32", "bias": "float",
+                "y": "float", "a": "i32"}  # fmt: skip
+    lines += gemv_prologue_ir(ARGS, pointers)
     add(f"  %tilebytes = mul i64 %k4, {4 * GEMV_TILE}\n  br label %row")
     # --- per row: off and the bytes
     add("row:\n  %m = phi i64 [0, %entry], [%mnext, %rowend]")
@@ -92,8 +80,8 @@ def _ir() -> str:
     )
     add("minend:")
     add("  %least = call i32 @llvm.vector.reduce.smin.v4i32(<4 x i32> %mlownext)\n  %off = sub i32 0, %least")
-    splat("off4", "%off", width=4)
-    splat("offv", "%off")
+    lines += splat_ir("off4", "%off", width=4)
+    lines += splat_ir("offv", "%off")
     add("  br label %bytes")
     add("bytes:\n  %bj = phi i64 [0, %minend], [%bjnext, %bytes]")
     add("  %bx0 = mul i64 %bj, 4\n  %bxp = getelementptr inbounds float, float* %xrow, i64 %bx0")
@@ -104,21 +92,13 @@ def _ir() -> str:
     add(
         "  %bjnext = add i64 %bj, 1\n  %bjdone = icmp eq i64 %bjnext, %k4\n  br i1 %bjdone, label %rowready, label %bytes"
     )
-    add("rowready:")
-    add("  %sp0 = mul i64 %m, %sstride\n  %sp = getelementptr inbounds float, float* %xscale.ptr, i64 %sp0")
-    add("  %s = load float, float* %sp")
-    splat("sv", "%s", "float")
-    add("  %yoff = mul i64 %m, %ystride\n  %yrow = getelementptr inbounds float, float* %y.ptr, i64 %yoff")
-    add("  br label %tile")
     # --- per tile: the dots over all K
-    add("tile:\n  %n = phi i64 [0, %rowready], [%nnext, %tileend]")
-    add(f"  %t = udiv i64 %n, {GEMV_TILE}\n  %tb = mul i64 %t, %tilebytes")
-    add("  %tp = getelementptr inbounds i8, i8* %w.ptr, i64 %tb\n  br label %step")
+    lines += tile_start_ir("step")
     add("step:\n  %j = phi i64 [0, %tile], [%jnext, %step]")
     for v in vs:
         add(f"  %acc{v} = phi {v16} [zeroinitializer, %tile], [%d{v}, %step]")
     add("  %ap = getelementptr inbounds i32, i32* %a.ptr, i64 %j\n  %aw = load i32, i32* %ap")
-    splat("av", "%aw")
+    lines += splat_ir("av", "%aw")
     add(f"  %wb = mul i64 %j, {4 * GEMV_TILE}\n  %wp8 = getelementptr inbounds i8, i8* %tp, i64 %wb")
     add(f"  %wp = bitcast i8* %wp8 to {v16}*")
     for v in vs:
@@ -170,11 +150,12 @@ class VnniGemvQC8W:
         tiles = self.npad // GEMV_TILE
         padded = np.zeros((self.npad, k), np.int8)
         padded[:n] = w
-        words = padded.reshape(tiles, GEMV_TILE, self.k4, 4).transpose(0, 2, 1, 3)
-        self.stream = _aligned(padded.size)
-        self.stream[:] = np.ascontiguousarray(words).reshape(-1).view(np.uint8)
+        self.stream = _aligned(padded.size)  # written in place, tile by tile: no third copy of the weights
+        self.stream.view(np.int8).reshape(tiles, self.k4, GEMV_TILE, 4)[...] = padded.reshape(
+            tiles, GEMV_TILE, self.k4, 4
+        ).transpose(0, 2, 1, 3)
         self.csum = np.zeros(self.npad, np.int32)
-        self.csum[:n] = w.astype(np.int32).sum(axis=1)
+        self.csum[:n] = w.sum(axis=1, dtype=np.int32)  # no int32 copy of the weights
         self.wscale = np.zeros(self.npad, np.float32)
         self.wscale[:n] = wscale
 
