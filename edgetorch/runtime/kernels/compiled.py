@@ -18,6 +18,7 @@ import dataclasses
 import math
 import sys
 import time
+import types
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -209,6 +210,8 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 
         if not COMPILING.listening:
             COMPILING.listen(numba.core.event)
+        if options.get("parallel"):
+            fn = _parallel_twin(fn)
         try:
             got = numba.njit(cache=True, nogil=True, **options)(fn)
         except RuntimeError:  # no writable cache location (read-only install, no home, NUMBA_CACHE_DIR unusable)
@@ -216,6 +219,17 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
             got = numba.njit(nogil=True, **options)(fn)
         _compiled[name] = got
     return got
+
+
+def _parallel_twin(fn: Any) -> Any:
+    """``fn`` under a name of its own for its ``parallel=True`` build. numba's disk cache keys a function's
+    builds by its module, name, line, signature and bytecode, not by the options, so a kernel compiled both
+    serially and with numba's threads (gemm's ``_bmm``, im2col_gemm's ``_convolve``) would otherwise load
+    whichever build was saved last for both."""
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    twin.__qualname__ = f"{fn.__qualname__}_threaded"
+    twin.__module__, twin.__doc__ = fn.__module__, fn.__doc__
+    return twin
 
 
 _told_no_cache = False
