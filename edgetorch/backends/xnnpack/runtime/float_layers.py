@@ -19,7 +19,7 @@ from edgetorch.backends.xnnpack.runtime.geometry import Window, conv_window, nhw
 from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
 from edgetorch.runtime import policy
-from edgetorch.runtime.kernels import gemm, winograd
+from edgetorch.runtime.kernels import gemm, im2col_gemm, winograd
 from edgetorch.runtime.ops import conv as conv_op
 from edgetorch.runtime.ops import pool as pool_op
 
@@ -141,6 +141,11 @@ def _convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO
             kernel = gemm.choose_packed(fused, m, f"convolution, node {node.debug_handle}").kernel
         if fused is not None and pointwise:
             return [fused.step(x.reshape(m, c), y2, kernel)]
+        if fused is not None and im2col_gemm.takes(fused):  # columns and GEMM a block at a time, in cache
+            window = (oh, ow, win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
+            step = im2col_gemm.step(fused, x, y2, window, kernel)
+            if step is not None:
+                return [step]
         if fused is not None:  # the windows' columns, then the packed GEMM with the bias and clamp
             cols = np.empty((m, k), x.dtype)
             return [*_im2col(x, cols.reshape(nb, oh, ow, win.kh, win.kw, c), win), fused.step(cols, y2, kernel)]
