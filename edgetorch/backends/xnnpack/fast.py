@@ -1,7 +1,8 @@
 """The XNNPACK runtime half's own compiled kernels (``pip install edgetorch[fast]``): the ones no other runtime
-needs. A residual add with its clamp (``add_clamp``) in one pass with NumPy's bits, and transposes that keep
-the last axis last (``permute``: attention's head transposes) copied in runs of it, both over the threads
-from the policy's ``split_outputs`` values on.
+needs. A residual add with its clamp (``add_clamp``) in one pass with NumPy's bits, transposes that keep
+the last axis last (``permute``: attention's head transposes) copied in runs of it, and transposes that move
+a short axis last (``gather``: an NCHW image to NHWC), all over the threads from the policy's
+``split_outputs`` values on.
 
 The delegate's other kernels are the op layer's, shared with the portable runtime: depthwise convolution and
 im2col (edgetorch/runtime/ops/conv.py), pooling (ops/pool.py), GEMM epilogues (ops/epilogue.py), GELU and
@@ -79,7 +80,46 @@ def _permute_split(x, y, s0, s1, s2, parts):  # pragma: no cover - compiled
         _permute_rows(x, y, s0, s1, s2, first, min(rows, first + step))
 
 
-# The fewest output values (rows x columns x channels) a depthwise layer splits across threads at.
+def _gather_rows(x, y, s0, s1, s2, s3, first, last):  # pragma: no cover - compiled
+    """Rows ``first`` .. ``last`` (of D0 x D1) of y [D0, D1, D2, L] = the view of ``x`` whose element (a, b, c, q)
+    sits at flat offset a*s0 + b*s1 + c*s2 + q*s3 of ``x``, for a short last axis read at a stride (an NCHW
+    image's channels): written in order, each of the L values read from its own plane (unsigned offsets, as
+    ``_permute_rows``)."""
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    d1, d2, run = y.shape[1], y.shape[2], y.shape[3]
+    for r in range(first, last):
+        a = r // d1
+        b = r % d1
+        dst = np.uint64(r * d2 * run)
+        src = np.uint64(a * s0 + b * s1)
+        step, plane = np.uint64(s2), np.uint64(s3)
+        if run == 3:  # RGB, unrolled: a loop of three values a pixel costs three times the copy
+            for c in range(np.uint64(d2)):
+                at = src + c * step
+                yf[dst] = xf[at]
+                yf[dst + np.uint64(1)] = xf[at + plane]
+                yf[dst + np.uint64(2)] = xf[at + plane + plane]
+                dst += np.uint64(3)
+        else:
+            for c in range(np.uint64(d2)):
+                at = src + c * step
+                for q in range(np.uint64(run)):
+                    yf[dst + q] = xf[at + q * plane]
+                dst += np.uint64(run)
+
+
+def _gather(x, y, s0, s1, s2, s3):  # pragma: no cover - compiled
+    _gather_rows(x, y, s0, s1, s2, s3, 0, y.shape[0] * y.shape[1])
+
+
+def _gather_split(x, y, s0, s1, s2, s3, parts):  # pragma: no cover - compiled
+    rows = y.shape[0] * y.shape[1]
+    step = -(-rows // parts)
+    for p in prange(parts):
+        first = min(rows, p * step)
+        _gather_rows(x, y, s0, s1, s2, s3, first, min(rows, first + step))
+
+
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
 
 
@@ -117,7 +157,25 @@ def permute(x: Any, view: Any, y: Any) -> Any:
     )
 
 
+def gather(x: Any, view: Any, y: Any) -> Any:
+    """The step copying ``view``, a permutation of the float32 C-contiguous ``x`` that moves a short axis last
+    (NCHW -> NHWC of an image), into the C-contiguous ``y``, in runs along the next-to-last axis and over the
+    threads from the policy's ``split_outputs`` values. The tier must be on; None when the view has more than
+    four axes longer than 1, or fewer than two."""
+    HELPERS.require("gather")
+    kept = [(d, st // view.itemsize) for d, st in zip(view.shape, view.strides) if d != 1]
+    if not flat_float32(x, y) or not 2 <= len(kept) <= 4:
+        return None
+    kept = [(1, 0)] * (4 - len(kept)) + kept
+    args = (x, y.reshape(*(d for d, _ in kept)), *(st for _, st in kept))
+    serial = partial(compiled("gather", _gather), *args)
+    parallel = compiled("gather_split", _gather_split, parallel=True)
+    return compiled_kernels.split_step(
+        serial, parallel, args, kept[0][0] * kept[1][0], y.size >= policy.current().split_outputs
+    )
+
+
 # ``fn`` compiled with numba and kept under ``name``, or None when the policy turns the tier off: the one
 # compile cache of the runtime (kernels/compiled.py), shared with the portable kernels.
 compiled = compiled_kernels.compiled
-HELPERS = compiled_kernels.Helpers(globals(), compile=("_permute_rows", "_add_clamp_part"))
+HELPERS = compiled_kernels.Helpers(globals(), compile=("_permute_rows", "_gather_rows", "_add_clamp_part"))

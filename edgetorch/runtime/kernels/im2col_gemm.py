@@ -11,9 +11,9 @@ cache. The weights are read once a block, which is why it is only taken where th
 (:func:`takes`): a layer whose weights are larger than ``gemm.GROUP_BYTES`` keeps the two-step form, whose
 GEMM reads each group of weights once for all rows.
 
-The input is read through its strides, so the NCHW -> NHWC transpose in front of a model's first convolution
-can be a view (backends/xnnpack/runtime/views.py). Each output is its K products summed in order by the same
-tiles as the two-step form: the same bits.
+The input may be at any strides (a channel axis that is not the last in memory is read one value at a time,
+slower than a contiguous NHWC input's runs). Each output is its K products summed in order by the same tiles
+as the two-step form: the same bits.
 
 Imports only NumPy, compiled.py, gemm.py and the policy (numba and llvmlite on the first compile).
 """

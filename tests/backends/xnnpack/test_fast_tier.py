@@ -345,6 +345,30 @@ def test_compiled_permute_declines_a_moved_last_axis():
     assert fast.permute(x, view, np.empty(view.shape, np.float32)) is None
 
 
+@needs_numba
+@pytest.mark.parametrize(
+    ("shape", "perm"),
+    [((1, 3, 9, 11), (0, 2, 3, 1)), ((2, 3, 5, 4), (0, 2, 3, 1)), ((1, 4, 6, 7), (0, 2, 3, 1)),
+     ((2, 5, 3), (0, 2, 1)), ((3, 2, 4, 5), (1, 3, 0, 2)), ((2, 1, 3, 2, 4, 3), (0, 3, 4, 5, 1, 2))],
+)  # fmt: skip
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_gather_moves_a_short_axis_last_exactly(shape, perm, threads, set_policy, kernel_threads):
+    """NCHW -> NHWC of RGB images (the unrolled three values a pixel), of four and five channels (the loop),
+    and other permutations with a short strided last axis: the view's values, in place of np.copyto's; more
+    than four axes longer than 1 are declined."""
+    x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    view = x.transpose(perm)
+    y = np.full(view.shape, np.nan, np.float32)
+    set_policy(split_outputs=1)
+    step = fast.gather(x, view, y)
+    if sum(d != 1 for d in view.shape) > 4:
+        assert step is None
+        return
+    kernel_threads(threads)
+    step()
+    np.testing.assert_array_equal(y, view)
+
+
 class _DynamicMlp(torch.nn.Module):
     def __init__(self):
         super().__init__()

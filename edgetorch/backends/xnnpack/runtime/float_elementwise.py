@@ -188,7 +188,11 @@ def _transpose(n: Any, node: xs.XNode, g: Graph) -> Planner:
         runs = fast.permute(x, view, y) if long_runs and g.compiled else None
         if runs is not None:  # the fast tier: runs of the last axis, over the threads
             return [runs]
-        if 1 < view.shape[-1] <= _SHORT_LAST_AXIS and view.ndim > 1 and view.strides[-1] != view.itemsize:
+        short = 1 < view.shape[-1] <= _SHORT_LAST_AXIS and view.ndim > 1 and view.strides[-1] != view.itemsize
+        gathered = fast.gather(x, view, y) if short and g.compiled else None
+        if gathered is not None:  # the fast tier: the short axis gathered value by value, over the threads
+            return [gathered]
+        if short:
             # NCHW -> NHWC of an image (C = 3): one copy per channel, each reading a plane in order, instead of
             # NumPy's loop over C-long rows gathered from three planes
             return [partial(np.copyto, y[..., i], view[..., i]) for i in range(view.shape[-1])]
