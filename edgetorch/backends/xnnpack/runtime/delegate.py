@@ -13,6 +13,7 @@ import numpy as np
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.blob import BlobError, XnnpackBlob, parse_blob
+from edgetorch.backends.xnnpack.runtime.blocks import fuse_blocks
 from edgetorch.backends.xnnpack.runtime.chains import fuse_chains
 from edgetorch.backends.xnnpack.runtime.clamps import fuse_clamps, fuse_float_clamps
 from edgetorch.backends.xnnpack.runtime.epilogues import min_max, with_activation
@@ -104,7 +105,9 @@ class XnnpackDelegate:
         self.reads = [read_ids(node.xnode_union) for node in self.xnodes]
         fuse_clamps(self.graph, self.xnodes, self.reads)
         compiled = fuse_chains(self.graph, fuse_float_clamps(self.graph, self.xnodes, self.reads), self.reads)
-        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(compiled)]
+        # The nodes as compiled, after the load-time fusions (a fused node at its last node, Absorbed before it).
+        self.compiled_nodes = fuse_blocks(self.graph, compiled, self.reads)
+        self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(self.compiled_nodes)]
         self.last_use = last_reads(self.reads)
         self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
         self.schedules: OrderedDict[tuple, _Schedule] = OrderedDict()

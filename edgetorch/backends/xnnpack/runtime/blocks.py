@@ -1,0 +1,179 @@
+"""MobileNet's inverted residual blocks, each run as one step on the fast tier.
+
+A pointwise convolution that expands the channels, a depthwise convolution and a pointwise convolution that
+projects them back (MobileNetV2, EfficientNet-Lite and their kin: the ``Conv2d -> DepthwiseConv2d -> Conv2d``
+of ``edgetorch inspect``) become one node whose step is runtime/kernels/inverted_residual.py: the expanded
+values stay in the cache instead of going to memory and back twice, and the block is one parallel region instead
+of three. Each output has the same bits as layer by layer.
+
+A block is fused on the compiled tier only, where both pointwise layers are 1x1 convolutions of stride 1 with no
+padding and one group, the depthwise layer has a channel multiplier of 1, every filter and bias is a float32
+constant, and each value between the layers is read by the next layer alone (through the copy a fused clamp
+leaves) and is neither an external value nor quantized. The residual add after the block stays its own node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from edgetorch.backends.xnnpack import schema as xs
+from edgetorch.backends.xnnpack.runtime.chains import Absorbed
+from edgetorch.backends.xnnpack.runtime.epilogues import min_max
+from edgetorch.backends.xnnpack.runtime.geometry import conv_window, nhwc
+from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
+from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
+from edgetorch.runtime.kernels import depthwise, gemm, inverted_residual
+
+
+@dataclasses.dataclass(frozen=True)
+class InvertedResidual:
+    """``output = project(depthwise(expand(input)))``, each layer the node it was with its clamp (field names
+    as the schema's, so ``read_ids`` reads the input)."""
+
+    input_id: int
+    output_id: int
+    layers: tuple[xs.XNode, xs.XNode, xs.XNode]
+    flags: int = 0
+
+
+def fuse_blocks(g: Graph, nodes: list, reads: list) -> list:
+    """``nodes`` with every inverted residual block made one node (``InvertedResidual``) at its projecting
+    layer and ``Absorbed`` nodes before it; ``reads`` is updated to match. Nothing is fused off the tier."""
+    if not g.compiled:
+        return nodes
+    readers: dict[int, list[int]] = defaultdict(list)
+    for i, ids in enumerate(reads):
+        for vid in ids:
+            readers[vid].append(i)
+    external = {vid for _, vid in g.inputs + g.outputs}
+    out = list(nodes)
+
+    def next_layer(vid: int, kind: type) -> tuple[list[int], int] | None:
+        """The nodes from value ``vid`` (a copy a fused clamp left, if any) to the one ``kind`` layer reading
+        it as its input, each the only reader of the value before it; None if there is no such chain."""
+        passed: list[int] = []
+        while True:
+            users = readers.get(vid, [])
+            if len(users) != 1 or vid in external or vid in g.quant or g.dtype(vid) != np.float32:
+                return None
+            n = out[users[0]].xnode_union
+            if isinstance(n, xs.XNNCopy) and out[users[0]].output_min_max is None:
+                passed.append(users[0])
+                vid = n.output_id
+                continue
+            if isinstance(n, kind) and n.input1_id == vid:
+                return passed, users[0]
+            return None
+
+    for i, node in enumerate(nodes):
+        expand = node.xnode_union
+        if not _pointwise(g, expand) or expand.input1_id in g.quant:
+            continue
+        found = next_layer(expand.output_id, xs.XNNDepthwiseConv2d)
+        if found is None or not _depthwise(g, out[found[1]].xnode_union):
+            continue
+        first, d = found
+        found = next_layer(out[d].xnode_union.output_id, xs.XNNConv2d)
+        if found is None or not _pointwise(g, out[found[1]].xnode_union):
+            continue
+        second, p = found
+        project = out[p]
+        sizes = (expand.group_input_channels, expand.group_output_channels, project.xnode_union.group_output_channels)
+        if project.xnode_union.output_id in g.quant or not inverted_residual.takes(*sizes):
+            continue
+        for a in [i, *first, d, *second]:
+            out[a] = dataclasses.replace(
+                out[a], xnode_union=Absorbed(out[a].xnode_union.output_id), output_min_max=None
+            )
+            reads[a] = []
+        fused = InvertedResidual(expand.input1_id, project.xnode_union.output_id, (node, nodes[d], project))
+        out[p] = dataclasses.replace(project, xnode_union=fused, output_min_max=None)
+        reads[p] = [expand.input1_id]
+    return out
+
+
+def _constant(g: Graph, vid: int, optional: bool = False) -> bool:
+    if vid == xs.INVALID_VALUE_ID:
+        return optional
+    a = g.constants.get(vid)
+    return a is not None and a.dtype == np.float32 and vid not in g.quant
+
+
+def _pointwise(g: Graph, n: Any) -> bool:
+    return (
+        isinstance(n, xs.XNNConv2d)
+        and n.groups == 1
+        and n.kernel_height == n.kernel_width == n.subsampling_height == n.subsampling_width == 1
+        and n.dilation_height == n.dilation_width == 1
+        and not (n.padding_top or n.padding_bottom or n.padding_left or n.padding_right)
+        and not n.flags & xs.FLAG_TENSORFLOW_SAME_PADDING
+        and _constant(g, n.filter_id)
+        and _constant(g, n.bias_id, optional=True)
+        and n.filter_id not in g.exact
+    )
+
+
+def _depthwise(g: Graph, n: Any) -> bool:
+    return (
+        n.group_input_channels == 1
+        and n.group_output_channels == 1
+        and not n.flags & xs.FLAG_TENSORFLOW_SAME_PADDING
+        and _constant(g, n.filter_id)
+        and _constant(g, n.bias_id, optional=True)
+    )
+
+
+def _packed(g: Graph, node: xs.XNode) -> gemm.PackedGemm:
+    n = node.xnode_union
+    w = g.constant(n.filter_id, "filter")
+    w = w.reshape(n.group_output_channels, n.group_input_channels).T
+    bias = g.constants.get(n.bias_id) if n.bias_id != xs.INVALID_VALUE_ID else None
+    return gemm.PackedGemm(np.ascontiguousarray(w), None if bias is None else bias.reshape(-1), *min_max(node))
+
+
+def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner:
+    first, middle, last = n.layers
+    expand, project = _packed(g, first), _packed(g, last)
+    d = middle.xnode_union
+    win = conv_window(d)
+    channels = d.groups
+    if expand.n != channels or project.k != channels:
+        raise Unsupported(
+            f"the block expands to {expand.n} channels, its depthwise layer takes {channels} and its projection "
+            f"{project.k}"
+        )
+    taps = np.ascontiguousarray(g.constant(d.filter_id, "filter").reshape(win.kh * win.kw, channels))
+    bias = g.constants.get(d.bias_id) if d.bias_id != xs.INVALID_VALUE_ID else None
+    bias = np.empty(0, np.float32) if bias is None else np.ascontiguousarray(bias.reshape(-1))
+    lo, hi = min_max(middle)
+    geometry = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
+
+    def plan(env: Env) -> list:
+        x = env[n.input_id]
+        nb, h, wd, c = nhwc(x, "inverted residual block")
+        if c != expand.k:
+            raise ValueError(f"the block's first layer expects {expand.k} input channels, found input shape {x.shape}")
+        oh, ow = win.out_hw(h, wd)
+        y = env.empty(n.output_id, (nb, oh, ow, project.n))
+        where = f"depthwise convolution, node {middle.debug_handle}"
+        ex = np.empty((1, h, wd, channels), np.float32)  # the shapes the depthwise kernels are measured on
+        kernel = depthwise.choose(ex, taps, bias, np.empty((1, oh, ow, channels), np.float32), *geometry, lo, hi,
+                                  where=where).kernel  # fmt: skip
+        kernels = (
+            gemm.choose_packed(expand, nb * h * wd, f"convolution, node {first.debug_handle}").kernel,
+            gemm.choose_packed(project, nb * oh * ow, f"convolution, node {last.debug_handle}").kernel,
+        )
+        layer = inverted_residual.Depthwise(taps, bias, geometry, lo, hi, kernel)
+        step = inverted_residual.step(expand, layer, project, x, y, kernels)
+        if step is None:
+            raise Unsupported(f"the fused block cannot take input {list(x.shape)} to output {list(y.shape)}")
+        return [step]
+
+    return plan
+
+
+PLANNERS = {InvertedResidual: _inverted_residual}

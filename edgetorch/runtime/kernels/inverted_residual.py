@@ -1,0 +1,170 @@
+"""MobileNet's inverted residual block as one pass, in the optional compiled tier (numba,
+``pip install edgetorch[fast]``): a pointwise convolution that expands the channels, a depthwise convolution on
+the expanded values, and a pointwise convolution that projects them back, ``y = project(depthwise(expand(x)))``
+with each layer's bias and clamp.
+
+Run layer by layer, the expanded tensor (six times the block's input: 112 x 112 x 96 floats, 4.8 MB, in
+MobileNetV2's second block) is written to memory by the first layer and read back by the second, and the
+depthwise output again by the third; each layer is also a parallel region of its own. Here each thread takes a
+band of output rows and works through it a few rows at a time: it expands the input rows the next output rows'
+windows need into a scratch buffer (``EXPANDED_BYTES``, so that they stay in the L2 cache), keeping the rows the
+previous window shares instead of computing them again, runs the depthwise kernel on them into a second
+buffer, and projects that into the output. A band's first rows are expanded by both threads that need them.
+
+The layers are the existing kernels, called on the buffers: gemm.py's packed GEMM tiles for both pointwise
+layers, depthwise.py's kernels (the one the host's measurement picked for the layer) for the depthwise one. Each
+output is therefore computed as layer by layer, with the same bits.
+
+Imports only NumPy, the policy, compiled.py, gemm.py and depthwise.py (numba and llvmlite on the first compile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from edgetorch.runtime import policy
+from edgetorch.runtime.kernels import compiled, depthwise, gemm
+
+EXPANDED_BYTES = 512 * 1024  # expanded rows a pass reads: half a 1 MB L2 (measured best of 128 KB to 1 MB)
+WEIGHT_BYTES = 512 * 1024  # pointwise weights a fused block may read at each pass (as much as the expanded rows)
+KINDS = {"rows": 0, "vector": 1, "vector16": 2}  # depthwise.py's kernels, as the compiled loop names them
+
+
+def takes(channels: int, expanded: int, out: int) -> bool:
+    """Whether a block of ``channels`` -> ``expanded`` -> ``out`` channels is run as one pass: its pointwise
+    weights, as packed (panels of 16 channels), take at most ``WEIGHT_BYTES``. A pass reads them again from the
+    cache. MobileNetV2's blocks up to 96 -> 576 -> 96 channels fit, and EfficientNet-Lite0's up to 80 -> 480."""
+    panels = gemm.WIDTH * (-(-expanded // gemm.WIDTH) * channels + -(-out // gemm.WIDTH) * expanded)
+    return 4 * panels <= WEIGHT_BYTES
+
+
+@dataclass(frozen=True)
+class Depthwise:
+    """The block's depthwise layer as depthwise.py takes it: ``taps`` [KH * KW, C], ``bias`` [C] or empty,
+    ``window`` (kh, kw, sh, sw, dh, dw, top, left), the clamp, and the kernel the host's measurement picked."""
+
+    taps: np.ndarray
+    bias: np.ndarray
+    window: tuple[int, int, int, int, int, int, int, int]
+    lo: float
+    hi: float
+    kernel: str
+
+
+def step(
+    expand: gemm.PackedGemm,
+    dw: Depthwise,
+    project: gemm.PackedGemm,
+    x: np.ndarray,
+    y: np.ndarray,
+    kernels: tuple[str, str] = ("packed", "packed"),
+) -> Callable[[], None] | None:
+    """The step computing the block from the C-contiguous float32 NHWC ``x`` into ``y`` (its output shape);
+    ``kernels`` are the packed GEMM variants (``gemm.packed_kernels()``) of the expand and project layers. From
+    the policy's ``split_macs`` multiply-adds on, bands of output rows are split over the threads. None when
+    the arrays do not fit the layers."""
+    HELPERS.require("inverted residual block")
+    kh, kw, sh, sw, dh, dw_, top, left = dw.window
+    if x.ndim != 4 or y.ndim != 4 or not compiled.flat_float32(x, y) or x.shape[0] != y.shape[0]:
+        return None
+    nb, h, wd, c = x.shape
+    e = expand.n
+    if c != expand.k or dw.taps.shape != (kh * kw, e) or project.k != e or y.shape[3] != project.n:
+        return None
+    oh, ow = y.shape[1], y.shape[2]
+    held = max(1, EXPANDED_BYTES // (wd * e * 4))  # expanded rows a thread keeps, at least one window's
+    span = (kh - 1) * dh + 1
+    chunk = max(1, (held - span) // sh + 1)  # output rows a pass
+    rows = (chunk - 1) * sh + span
+    args = (y, x, expand.wp, expand.bias, expand.lo, expand.hi, dw.taps, dw.bias, np.float32(dw.lo),
+            np.float32(dw.hi), project.wp, project.bias, project.lo, project.hi, kh, kw, sh, sw, dh, dw_, top, left,
+            KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", chunk, rows)  # fmt: skip
+    serial = partial(compiled.compiled("inverted_residual", _block), *args, 1)
+    parallel = compiled.compiled("inverted_residual_split", _block, parallel=True)
+    macs = nb * (h * wd * c * e + oh * ow * e * (kh * kw + project.n))
+    return compiled.split_step(serial, parallel, args, nb * oh, macs >= policy.current().split_macs)
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+
+_gemm_blocks: Any = None
+_depthwise_rows: Any = None
+_vector_rows: Any = None
+prange: Any = range
+
+
+def _band(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
+          wide_e, wide_p, chunk, rows, first, last):  # fmt: skip  # pragma: no cover - compiled
+    """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the block, ``chunk`` rows a pass
+    (module docstring); the expanded rows a pass needs go into a buffer of ``rows`` rows, whose first rows are
+    the previous pass's last when the windows share them."""
+    nb, h, wd, c = x.shape
+    oh, ow, e = y.shape[1], y.shape[2], taps.shape[1]
+    x2 = x.reshape(nb * h * wd, c)
+    y2 = y.reshape(nb * oh * ow, y.shape[3])
+    capacity = 2 * rows  # the kept rows move to the buffer's front only when a pass would run past its end
+    expanded = np.empty(capacity * wd * e, np.float32)
+    filtered = np.empty(chunk * ow * e, np.float32)
+    plane = wd * e
+    image, held_lo, held_hi, base = -1, 0, 0, 0  # rows held_lo .. held_hi of ``image`` from buffer row ``base``
+    r = first
+    while r < last:
+        n, i0 = r // oh, r % oh
+        i1 = min(oh, i0 + chunk, i0 + last - r)
+        g0 = max(0, i0 * sh - top)
+        g1 = max(g0, min(h, (i1 - 1) * sh - top + (kh - 1) * dh + 1))
+        start = g0
+        if image == n and held_lo <= g0 < held_hi:  # the rows the last pass expanded and this one reads
+            start = held_hi
+            at = base + g0 - held_lo
+            if at + g1 - g0 > capacity:
+                expanded[: (held_hi - g0) * plane] = expanded[at * plane : (at + held_hi - g0) * plane]
+                at = 0
+        else:
+            at = 0
+        base = at
+        if g1 > start:
+            out = expanded[(at + start - g0) * plane : (at + g1 - g0) * plane].reshape((g1 - start) * wd, e)
+            src = x2[(n * h + start) * wd : (n * h + g1) * wd]
+            _gemm_blocks(src, we, be, loe, hie, out, 0, (g1 - start) * wd, 0, we.shape[0], wide_e)
+        image, held_lo, held_hi = n, g0, g1
+        ex = expanded[at * plane : (at + g1 - g0) * plane].reshape(1, g1 - g0, wd, e)
+        fl = filtered[: (i1 - i0) * ow * e].reshape(1, i1 - i0, ow, e)
+        shifted = top + g0 - i0 * sh  # the window's top padding, counted from the buffer's first row
+        if kind == 0:
+            _depthwise_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, 0, i1 - i0)
+        else:
+            _vector_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, 0, i1 - i0, kind == 2)
+        pixels = (i1 - i0) * ow
+        dst = y2[(n * oh + i0) * ow : (n * oh + i1) * ow]
+        _gemm_blocks(fl.reshape(pixels, e), wp, bp, lop, hip, dst, 0, pixels, 0, wp.shape[0], wide_p)
+        r += i1 - i0
+
+
+def _block(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
+           wide_e, wide_p, chunk, rows, parts):  # fmt: skip  # pragma: no cover - compiled
+    """The block over ``parts`` bands of output rows. Compiled twice: serially (``prange`` runs as ``range``)
+    and with numba's threads."""
+    total = y.shape[0] * y.shape[1]
+    run = -(-total // parts)
+    for t in prange(parts):
+        first = min(total, t * run)
+        _band(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
+              wide_e, wide_p, chunk, rows, first, min(total, first + run))  # fmt: skip
+
+
+HELPERS = compiled.Helpers(
+    globals(),
+    compile=("_band",),
+    build={
+        "_gemm_blocks": lambda: gemm._gemm_blocks,
+        "_depthwise_rows": lambda: depthwise._depthwise_rows,
+        "_vector_rows": lambda: depthwise._vector_rows,
+    },
+    after=(gemm.HELPERS, depthwise.HELPERS),
+)

@@ -1,0 +1,109 @@
+"""Inverted residual blocks fused at load (edgetorch/backends/xnnpack/runtime/blocks.py): found in a lowered
+MobileNet-style model (through the copies the fused clamps leave), run as one step each with the same bits as
+the unfused delegate and eager's values within rounding; a block whose middle value has another reader, or whose
+weights are too large, keeps its layers; off the compiled tier nothing is fused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from edgetorch.backends.xnnpack import XnnpackPartitioner
+from edgetorch.backends.xnnpack.runtime import XnnpackBackend
+from edgetorch.backends.xnnpack.runtime import delegate as delegate_module
+from edgetorch.exir import to_edge_transform_and_lower
+from edgetorch.runtime import Runtime, policy
+
+needs_tier = pytest.mark.skipif(
+    not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
+)
+
+
+def _bn(c):
+    bn = nn.BatchNorm2d(c)
+    bn.running_mean.uniform_(-0.5, 0.5)
+    bn.running_var.uniform_(0.5, 2.0)
+    return bn
+
+
+class Block(nn.Module):
+    def __init__(self, c, e, co, k, stride, shared=False):
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(c, e, 1, bias=False), _bn(e), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(e, e, k, stride, k // 2, groups=e, bias=False), _bn(e), nn.ReLU6())
+        self.project = nn.Sequential(nn.Conv2d(e, co, 1, bias=False), _bn(co))
+        self.residual, self.shared = stride == 1 and c == co, shared
+
+    def forward(self, x):
+        mid = self.dw(self.expand(x))
+        y = self.project(mid)
+        y = x + y if self.residual else y
+        return (y, mid.mean()) if self.shared else y
+
+
+class Net(nn.Module):
+    """A stem, three blocks (a residual one, stride 2 with a 5x5 window, a large last one), a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), _bn(8), nn.ReLU6())
+        self.blocks = nn.Sequential(Block(8, 48, 8, 3, 1), Block(8, 48, 16, 5, 2), Block(16, 960, 160, 3, 1))
+        self.head = nn.Linear(160, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+def _load(module, x, fuse, monkeypatch):
+    pte = to_edge_transform_and_lower(torch.export.export(module.eval(), (x,)), partitioner=[XnnpackPartitioner()])
+    delegates, init = [], XnnpackBackend.init
+
+    def capture(self, *args):
+        handle = init(self, *args)
+        delegates.append(handle)
+        return handle
+
+    monkeypatch.setattr(XnnpackBackend, "init", capture)
+    if not fuse:
+        monkeypatch.setattr(delegate_module, "fuse_blocks", lambda g, nodes, reads: nodes)
+    method = Runtime.get().load_program(pte.to_executorch().buffer).load_method("forward")
+    monkeypatch.undo()
+    outs = [np.array(o) for o in method.execute([x.numpy()])]
+    return outs, delegates
+
+
+@needs_tier
+@pytest.mark.parametrize("batch", [1, 2])
+def test_blocks_fuse_with_the_bits_of_their_layers(batch, monkeypatch):
+    torch.manual_seed(0)
+    module, x = Net().eval(), torch.randn(batch, 3, 30, 26)
+    fused, (delegate,) = _load(module, x, True, monkeypatch)
+    kinds = [type(n.xnode_union).__name__ for n in delegate.compiled_nodes]
+    assert kinds.count("InvertedResidual") == 2, kinds  # the 16 -> 960 -> 160 block's weights are too large
+    layers, _ = _load(module, x, False, monkeypatch)
+    np.testing.assert_array_equal(fused[0], layers[0])
+    with torch.no_grad():
+        np.testing.assert_allclose(fused[0], module(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+@needs_tier
+def test_a_middle_value_with_another_reader_keeps_the_layers(monkeypatch):
+    torch.manual_seed(1)
+    module, x = Block(8, 32, 8, 3, 1, shared=True).eval(), torch.randn(1, 8, 12, 12)
+    outs, (delegate,) = _load(module, x, True, monkeypatch)
+    assert not any(type(n.xnode_union).__name__ == "InvertedResidual" for n in delegate.compiled_nodes)
+    with torch.no_grad():
+        want = module(x)
+    np.testing.assert_allclose(outs[0], want[0].numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_nothing_fuses_off_the_tier(monkeypatch, set_policy):
+    set_policy(compiled=False)
+    torch.manual_seed(2)
+    module, x = Net().eval(), torch.randn(1, 3, 18, 18)
+    outs, (delegate,) = _load(module, x, True, monkeypatch)
+    assert not any(type(n.xnode_union).__name__ == "InvertedResidual" for n in delegate.compiled_nodes)
+    with torch.no_grad():
+        np.testing.assert_allclose(outs[0], module(x).numpy(), rtol=1e-4, atol=1e-5)
