@@ -76,7 +76,8 @@ def _load(module, x, fuse, monkeypatch):
 
 @needs_tier
 @pytest.mark.parametrize("batch", [1, 2])
-def test_blocks_fuse_with_the_bits_of_their_layers(batch, monkeypatch):
+def test_blocks_fuse_with_the_bits_of_their_layers(batch, monkeypatch, tuned):
+    """With an empty tuning cache, so that the layers' kernels are measured while the block is planned."""
     torch.manual_seed(0)
     module, x = Net().eval(), torch.randn(batch, 3, 30, 26)
     fused, (delegate,) = _load(module, x, True, monkeypatch)

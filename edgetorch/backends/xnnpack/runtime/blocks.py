@@ -150,6 +150,7 @@ def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner
     bias = g.constants.get(d.bias_id) if d.bias_id != xs.INVALID_VALUE_ID else None
     bias = np.empty(0, np.float32) if bias is None else np.ascontiguousarray(bias.reshape(-1))
     lo, hi = min_max(middle)
+    bounds = np.float32(lo), np.float32(hi)  # as the kernels take them (the layer's own step passes float32)
     geometry = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
 
     def plan(env: Env) -> list:
@@ -161,8 +162,8 @@ def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner
         y = env.empty(n.output_id, (nb, oh, ow, project.n))
         where = f"depthwise convolution, node {middle.debug_handle}"
         ex = np.empty((1, h, wd, channels), np.float32)  # the shapes the depthwise kernels are measured on
-        kernel = depthwise.choose(ex, taps, bias, np.empty((1, oh, ow, channels), np.float32), *geometry, lo, hi,
-                                  where=where).kernel  # fmt: skip
+        mid = np.empty((1, oh, ow, channels), np.float32)
+        kernel = depthwise.choose(ex, taps, bias, mid, *geometry, *bounds, where=where).kernel
         kernels = (
             gemm.choose_packed(expand, nb * h * wd, f"convolution, node {first.debug_handle}").kernel,
             gemm.choose_packed(project, nb * oh * ow, f"convolution, node {last.debug_handle}").kernel,
