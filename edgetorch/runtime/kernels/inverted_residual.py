@@ -36,8 +36,9 @@ KINDS = {"rows": 0, "vector": 1, "vector16": 2}  # depthwise.py's kernels, as th
 
 
 def takes(channels: int, expanded: int, out: int) -> bool:
-    """Whether a block of ``channels`` -> ``expanded`` -> ``out`` channels is run as one pass: its pointwise
-    weights, as packed (panels of 16 channels), take at most ``WEIGHT_BYTES``. A pass reads them again from the
+    """Whether a block of ``channels`` -> ``expanded`` -> ``out`` channels (``channels`` 0: a block without the
+    expanding layer) is run as one pass: its pointwise weights, as packed (panels of 16 channels), take at most
+    ``WEIGHT_BYTES``. A pass reads them again from the
     cache. MobileNetV2's blocks up to 96 -> 576 -> 96 channels fit, and EfficientNet-Lite0's up to 80 -> 480."""
     panels = gemm.WIDTH * (-(-expanded // gemm.WIDTH) * channels + -(-out // gemm.WIDTH) * expanded)
     return 4 * panels <= WEIGHT_BYTES
@@ -57,7 +58,7 @@ class Depthwise:
 
 
 def step(
-    expand: gemm.PackedGemm,
+    expand: gemm.PackedGemm | None,
     dw: Depthwise,
     project: gemm.PackedGemm,
     x: np.ndarray,
@@ -65,6 +66,7 @@ def step(
     kernels: tuple[str, str] = ("packed", "packed"),
 ) -> Callable[[], None] | None:
     """The step computing the block from the C-contiguous float32 NHWC ``x`` into ``y`` (its output shape);
+    without ``expand`` (MobileNetV2's first block) the depthwise layer reads ``x``'s rows where they lie.
     ``kernels`` are the packed GEMM variants (``gemm.packed_kernels()``) of the expand and project layers. From
     the policy's ``split_macs`` multiply-adds on, bands of output rows are split over the threads. None when
     the arrays do not fit the layers."""
@@ -73,20 +75,26 @@ def step(
     if x.ndim != 4 or y.ndim != 4 or not compiled.flat_float32(x, y) or x.shape[0] != y.shape[0]:
         return None
     nb, h, wd, c = x.shape
-    e = expand.n
-    if c != expand.k or dw.taps.shape != (kh * kw, e) or project.k != e or y.shape[3] != project.n:
+    e = c if expand is None else expand.n
+    if (
+        (expand is not None and c != expand.k)
+        or dw.taps.shape != (kh * kw, e)
+        or project.k != e
+        or y.shape[3] != project.n
+    ):
         return None
     oh, ow = y.shape[1], y.shape[2]
     held = max(1, EXPANDED_BYTES // (wd * e * 4))  # expanded rows a thread keeps, at least one window's
     span = (kh - 1) * dh + 1
     chunk = max(1, (held - span) // sh + 1)  # output rows a pass
     rows = (chunk - 1) * sh + span
-    args = (y, x, expand.wp, expand.bias, expand.lo, expand.hi, dw.taps, dw.bias, np.float32(dw.lo),
+    none = gemm.PackedGemm(np.zeros((1, 1), np.float32), None) if expand is None else expand  # not read
+    args = (y, x, expand is not None, none.wp, none.bias, none.lo, none.hi, dw.taps, dw.bias, np.float32(dw.lo),
             np.float32(dw.hi), project.wp, project.bias, project.lo, project.hi, kh, kw, sh, sw, dh, dw_, top, left,
             KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", chunk, rows)  # fmt: skip
     serial = partial(compiled.compiled("inverted_residual", _block), *args, 1)
     parallel = compiled.compiled("inverted_residual_split", _block, parallel=True)
-    macs = nb * (h * wd * c * e + oh * ow * e * (kh * kw + project.n))
+    macs = nb * ((expand is not None) * h * wd * c * e + oh * ow * e * (kh * kw + project.n))
     return compiled.split_step(serial, parallel, args, nb * oh, macs >= policy.current().split_macs)
 
 
@@ -98,7 +106,7 @@ _vector_rows: Any = None
 prange: Any = range
 
 
-def _band(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
+def _band(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
           wide_e, wide_p, chunk, rows, first, last):  # fmt: skip  # pragma: no cover - compiled
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the block, ``chunk`` rows a pass
     (module docstring); the expanded rows a pass needs go into a buffer of ``rows`` rows, whose first rows are
@@ -107,7 +115,8 @@ def _band(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, 
     oh, ow, e = y.shape[1], y.shape[2], taps.shape[1]
     x2 = x.reshape(nb * h * wd, c)
     y2 = y.reshape(nb * oh * ow, y.shape[3])
-    capacity = 2 * rows  # the kept rows move to the buffer's front only when a pass would run past its end
+    # the kept rows move to the buffer's front only when a pass would run past its end
+    capacity = 2 * rows if expanding else 0
     expanded = np.empty(capacity * wd * e, np.float32)
     filtered = np.empty(chunk * ow * e, np.float32)
     plane = wd * e
@@ -119,21 +128,25 @@ def _band(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, 
         g0 = max(0, i0 * sh - top)
         g1 = max(g0, min(h, (i1 - 1) * sh - top + (kh - 1) * dh + 1))
         start = g0
-        if image == n and held_lo <= g0 < held_hi:  # the rows the last pass expanded and this one reads
+        at = 0
+        if not expanding:  # the depthwise layer reads the input's own rows
+            start = g1
+        elif image == n and held_lo <= g0 < held_hi:  # the rows the last pass expanded and this one reads
             start = held_hi
             at = base + g0 - held_lo
             if at + g1 - g0 > capacity:
                 expanded[: (held_hi - g0) * plane] = expanded[at * plane : (at + held_hi - g0) * plane]
                 at = 0
-        else:
-            at = 0
         base = at
         if g1 > start:
             out = expanded[(at + start - g0) * plane : (at + g1 - g0) * plane].reshape((g1 - start) * wd, e)
             src = x2[(n * h + start) * wd : (n * h + g1) * wd]
             _gemm_blocks(src, we, be, loe, hie, out, 0, (g1 - start) * wd, 0, we.shape[0], wide_e)
         image, held_lo, held_hi = n, g0, g1
-        ex = expanded[at * plane : (at + g1 - g0) * plane].reshape(1, g1 - g0, wd, e)
+        if expanding:
+            ex = expanded[at * plane : (at + g1 - g0) * plane].reshape(1, g1 - g0, wd, e)
+        else:
+            ex = x[n, g0:g1].reshape(1, g1 - g0, wd, e)
         fl = filtered[: (i1 - i0) * ow * e].reshape(1, i1 - i0, ow, e)
         shifted = top + g0 - i0 * sh  # the window's top padding, counted from the buffer's first row
         if kind == 0:
@@ -146,7 +159,7 @@ def _band(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, 
         r += i1 - i0
 
 
-def _block(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
+def _block(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
            wide_e, wide_p, chunk, rows, parts):  # fmt: skip  # pragma: no cover - compiled
     """The block over ``parts`` bands of output rows. Compiled twice: serially (``prange`` runs as ``range``)
     and with numba's threads."""
@@ -154,7 +167,7 @@ def _block(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw,
     run = -(-total // parts)
     for t in prange(parts):
         first = min(total, t * run)
-        _band(y, x, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
+        _band(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
               wide_e, wide_p, chunk, rows, first, min(total, first + run))  # fmt: skip
 
 

@@ -30,11 +30,12 @@ def _block(c, e, co, kh, stride, pad, seed=0, bias=True):
 
 
 def _layer_by_layer(expand, dw, project, x, oh, ow, kernels):
-    """The three layers' own steps, one after the other."""
+    """The layers' own steps, one after the other (no expanding layer: the depthwise one reads ``x``)."""
     nb, h, wd, c = x.shape
-    e = expand.n
-    ex = np.empty((nb, h, wd, e), np.float32)
-    expand.step(x.reshape(-1, c), ex.reshape(-1, e), kernels[0])()
+    e = c if expand is None else expand.n
+    ex = x if expand is None else np.empty((nb, h, wd, e), np.float32)
+    if expand is not None:
+        expand.step(x.reshape(-1, c), ex.reshape(-1, e), kernels[0])()
     mid = np.empty((nb, oh, ow, e), np.float32)
     depthwise._step(dw.kernel, ex, dw.taps, dw.bias, mid, *dw.window, np.float32(dw.lo), np.float32(dw.hi))()
     y = np.empty((nb, oh, ow, project.n), np.float32)
@@ -50,6 +51,8 @@ CASES = [
     (1, 9, 12, 8, 40, 16, 5, 1, 2),  # channels that end inside a vector and a panel
     (1, 7, 7, 16, 64, 16, 3, 1, 1),  # a late block's small image
     (1, 10, 10, 8, 32, 8, 3, 1, 0),  # no padding
+    (2, 14, 12, 24, 0, 16, 3, 2, 1),  # no expanding layer (MobileNetV2's first block), two images
+    (1, 11, 13, 16, 0, 8, 3, 1, 1),
 ]
 
 
@@ -61,9 +64,10 @@ def test_the_same_bits_as_layer_by_layer(case, kernel, held, monkeypatch):
     """One pass per row (``held`` 0: the buffer holds one window, so every pass moves the rows it keeps) or
     passes as the module sizes them; one part, and bands for two and three threads: each output equal to the
     three layers' bit for bit."""
-    nb, h, wd, c, e, co, kh, stride, pad = case
+    nb, h, wd, c, e, co, kh, stride, pad = case  # e 0: no expanding layer
     monkeypatch.setattr(inverted_residual, "EXPANDED_BYTES", held)
-    expand, taps, b, project = _block(c, e, co, kh, stride, pad, bias=kernel != "rows")
+    expand, taps, b, project = _block(c, e or c, co, kh, stride, pad, bias=kernel != "rows")
+    expand = expand if e else None
     oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kh) // stride + 1
     dw = inverted_residual.Depthwise(taps, b, (kh, kh, stride, stride, 1, 1, pad, pad), 0.0, 6.0, kernel)
     kernels = (gemm.packed_kernels()[-1], gemm.packed_kernels()[0])

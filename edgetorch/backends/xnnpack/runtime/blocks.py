@@ -4,7 +4,8 @@ A pointwise convolution that expands the channels, a depthwise convolution and a
 projects them back (MobileNetV2, EfficientNet-Lite and their kin: the ``Conv2d -> DepthwiseConv2d -> Conv2d``
 of ``edgetorch inspect``) become one node whose step is runtime/kernels/inverted_residual.py: the expanded
 values stay in the cache instead of going to memory and back twice, and the block is one parallel region instead
-of three. Each output has the same bits as layer by layer.
+of three. A block without the expanding layer (MobileNetV2's first: depthwise, then the projection) is fused
+the same way. Each output has the same bits as layer by layer.
 
 A block is fused on the compiled tier only, where both pointwise layers are 1x1 convolutions of stride 1 with no
 padding and one group, the depthwise layer has a channel multiplier of 1, every filter and bias is a float32
@@ -31,12 +32,12 @@ from edgetorch.runtime.kernels import depthwise, gemm, inverted_residual
 
 @dataclasses.dataclass(frozen=True)
 class InvertedResidual:
-    """``output = project(depthwise(expand(input)))``, each layer the node it was with its clamp (field names
-    as the schema's, so ``read_ids`` reads the input)."""
+    """``output = project(depthwise(expand(input)))``, each layer the node it was with its clamp, ``expand``
+    None for a block without one (field names as the schema's, so ``read_ids`` reads the input)."""
 
     input_id: int
     output_id: int
-    layers: tuple[xs.XNode, xs.XNode, xs.XNode]
+    layers: tuple[xs.XNode | None, xs.XNode, xs.XNode]
     flags: int = 0
 
 
@@ -93,6 +94,30 @@ def fuse_blocks(g: Graph, nodes: list, reads: list) -> list:
         fused = InvertedResidual(expand.input1_id, project.xnode_union.output_id, (node, nodes[d], project))
         out[p] = dataclasses.replace(project, xnode_union=fused, output_min_max=None)
         reads[p] = [expand.input1_id]
+
+    for d in range(len(nodes)):  # the blocks that do not expand: a depthwise layer, then the projection
+        dw = out[d].xnode_union
+        if not isinstance(dw, xs.XNNDepthwiseConv2d) or not _depthwise(g, dw) or dw.input1_id in g.quant:
+            continue
+        if g.dtype(dw.input1_id) != np.float32:
+            continue
+        found = next_layer(dw.output_id, xs.XNNConv2d)
+        if found is None or not _pointwise(g, out[found[1]].xnode_union):
+            continue
+        second, p = found
+        project = out[p]
+        if project.xnode_union.output_id in g.quant or not inverted_residual.takes(
+            0, dw.groups, project.xnode_union.group_output_channels
+        ):
+            continue
+        for a in [d, *second]:
+            out[a] = dataclasses.replace(
+                out[a], xnode_union=Absorbed(out[a].xnode_union.output_id), output_min_max=None
+            )
+            reads[a] = []
+        fused = InvertedResidual(dw.input1_id, project.xnode_union.output_id, (None, nodes[d], project))
+        out[p] = dataclasses.replace(project, xnode_union=fused, output_min_max=None)
+        reads[p] = [dw.input1_id]
     return out
 
 
@@ -137,11 +162,11 @@ def _packed(g: Graph, node: xs.XNode) -> gemm.PackedGemm:
 
 def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner:
     first, middle, last = n.layers
-    expand, project = _packed(g, first), _packed(g, last)
+    expand, project = None if first is None else _packed(g, first), _packed(g, last)
     d = middle.xnode_union
     win = conv_window(d)
     channels = d.groups
-    if expand.n != channels or project.k != channels:
+    if (expand is not None and expand.n != channels) or project.k != channels:
         raise Unsupported(
             f"the block expands to {expand.n} channels, its depthwise layer takes {channels} and its projection "
             f"{project.k}"
@@ -156,8 +181,10 @@ def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner
     def plan(env: Env) -> list:
         x = env[n.input_id]
         nb, h, wd, c = nhwc(x, "inverted residual block")
-        if c != expand.k:
-            raise ValueError(f"the block's first layer expects {expand.k} input channels, found input shape {x.shape}")
+        if c != (channels if expand is None else expand.k):
+            raise ValueError(
+                f"the block expects {channels if expand is None else expand.k} input channels, found input shape {x.shape}"
+            )
         oh, ow = win.out_hw(h, wd)
         y = env.empty(n.output_id, (nb, oh, ow, project.n))
         where = f"depthwise convolution, node {middle.debug_handle}"
@@ -165,7 +192,9 @@ def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner
         mid = np.empty((1, oh, ow, channels), np.float32)
         kernel = depthwise.choose(ex, taps, bias, mid, *geometry, *bounds, where=where).kernel
         kernels = (
-            gemm.choose_packed(expand, nb * h * wd, f"convolution, node {first.debug_handle}").kernel,
+            "packed"
+            if expand is None
+            else gemm.choose_packed(expand, nb * h * wd, f"convolution, node {first.debug_handle}").kernel,
             gemm.choose_packed(project, nb * oh * ow, f"convolution, node {last.debug_handle}").kernel,
         )
         layer = inverted_residual.Depthwise(taps, bias, geometry, lo, hi, kernel)
