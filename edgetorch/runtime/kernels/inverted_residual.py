@@ -9,7 +9,8 @@ depthwise output again by the third; each layer is also a parallel region of its
 band of output rows and works through it a few rows at a time: it expands the input rows the next output rows'
 windows need into a scratch buffer (``EXPANDED_BYTES``, so that they stay in the L2 cache), keeping the rows the
 previous window shares instead of computing them again, runs the depthwise kernel on them into a second
-buffer, and projects that into the output. A band's first rows are expanded by both threads that need them.
+buffer, and projects that into the output (adding the block's input to it, for the residual add after a stride-1
+block). A band's first rows are expanded by both threads that need them.
 
 The layers are the existing kernels, called on the buffers: gemm.py's packed GEMM tiles for both pointwise
 layers, depthwise.py's kernels (the one the host's measurement picked for the layer) for the depthwise one. Each
@@ -64,12 +65,14 @@ def step(
     x: np.ndarray,
     y: np.ndarray,
     kernels: tuple[str, str] = ("packed", "packed"),
+    residual: bool = False,
 ) -> Callable[[], None] | None:
     """The step computing the block from the C-contiguous float32 NHWC ``x`` into ``y`` (its output shape);
     without ``expand`` (MobileNetV2's first block) the depthwise layer reads ``x``'s rows where they lie.
     ``kernels`` are the packed GEMM variants (``gemm.packed_kernels()``) of the expand and project layers. From
-    the policy's ``split_macs`` multiply-adds on, bands of output rows are split over the threads. None when
-    the arrays do not fit the layers."""
+    the policy's ``split_macs`` multiply-adds on, bands of output rows are split over the threads. With
+    ``residual`` the block's input is added to the projection (``x`` and ``y`` of one shape). None when the
+    arrays do not fit the layers."""
     HELPERS.require("inverted residual block")
     kh, kw, sh, sw, dh, dw_, top, left = dw.window
     if x.ndim != 4 or y.ndim != 4 or not compiled.flat_float32(x, y) or x.shape[0] != y.shape[0]:
@@ -84,6 +87,8 @@ def step(
     ):
         return None
     oh, ow = y.shape[1], y.shape[2]
+    if residual and x.shape != y.shape:
+        return None
     held = max(1, EXPANDED_BYTES // (wd * e * 4))  # expanded rows a thread keeps, at least one window's
     span = (kh - 1) * dh + 1
     chunk = max(1, (held - span) // sh + 1)  # output rows a pass
@@ -91,7 +96,7 @@ def step(
     none = gemm.PackedGemm(np.zeros((1, 1), np.float32), None) if expand is None else expand  # not read
     args = (y, x, expand is not None, none.wp, none.bias, none.lo, none.hi, dw.taps, dw.bias, np.float32(dw.lo),
             np.float32(dw.hi), project.wp, project.bias, project.lo, project.hi, kh, kw, sh, sw, dh, dw_, top, left,
-            KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", chunk, rows)  # fmt: skip
+            KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", residual, chunk, rows)  # fmt: skip
     serial = partial(compiled.compiled("inverted_residual", _block), *args, 1)
     parallel = compiled.compiled("inverted_residual_split", _block, parallel=True)
     macs = nb * ((expand is not None) * h * wd * c * e + oh * ow * e * (kh * kw + project.n))
@@ -107,7 +112,7 @@ prange: Any = range
 
 
 def _band(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
-          wide_e, wide_p, chunk, rows, first, last):  # fmt: skip  # pragma: no cover - compiled
+          wide_e, wide_p, residual, chunk, rows, first, last):  # fmt: skip  # pragma: no cover - compiled
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the block, ``chunk`` rows a pass
     (module docstring); the expanded rows a pass needs go into a buffer of ``rows`` rows, whose first rows are
     the previous pass's last when the windows share them."""
@@ -156,11 +161,16 @@ def _band(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hi
         pixels = (i1 - i0) * ow
         dst = y2[(n * oh + i0) * ow : (n * oh + i1) * ow]
         _gemm_blocks(fl.reshape(pixels, e), wp, bp, lop, hip, dst, 0, pixels, 0, wp.shape[0], wide_p)
+        if residual:  # the add after the block: the output rows' own input rows (stride 1, one shape)
+            df = dst.reshape(-1)
+            xf = x2[(n * h + i0) * wd : (n * h + i1) * wd].reshape(-1)
+            for q in range(df.shape[0]):
+                df[q] += xf[q]
         r += i1 - i0
 
 
 def _block(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
-           wide_e, wide_p, chunk, rows, parts):  # fmt: skip  # pragma: no cover - compiled
+           wide_e, wide_p, residual, chunk, rows, parts):  # fmt: skip  # pragma: no cover - compiled
     """The block over ``parts`` bands of output rows. Compiled twice: serially (``prange`` runs as ``range``)
     and with numba's threads."""
     total = y.shape[0] * y.shape[1]
@@ -168,7 +178,7 @@ def _block(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, h
     for t in prange(parts):
         first = min(total, t * run)
         _band(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
-              wide_e, wide_p, chunk, rows, first, min(total, first + run))  # fmt: skip
+              wide_e, wide_p, residual, chunk, rows, first, min(total, first + run))  # fmt: skip
 
 
 HELPERS = compiled.Helpers(

@@ -1,5 +1,6 @@
 """Inverted residual blocks fused at load (edgetorch/backends/xnnpack/runtime/blocks.py): found in a lowered
-MobileNet-style model (through the copies the fused clamps leave), run as one step each with the same bits as
+MobileNet-style model (through the copies the fused clamps leave, with the residual add after a block), run as
+one step each with the same bits as
 the unfused delegate and eager's values within rounding; a block whose middle value has another reader, or whose
 weights are too large, keeps its layers; off the compiled tier nothing is fused."""
 
@@ -84,8 +85,9 @@ def test_blocks_fuse_with_the_bits_of_their_layers(batch, monkeypatch, tuned):
     torch.manual_seed(0)
     module, x = Net().eval(), torch.randn(batch, 3, 30, 26)
     fused, (delegate,) = _load(module, x, True, monkeypatch)
-    kinds = [type(n.xnode_union).__name__ for n in delegate.compiled_nodes]
-    assert kinds.count("InvertedResidual") == 3, kinds  # the 16 -> 960 -> 160 block's weights are too large
+    fused_nodes = [n.xnode_union for n in delegate.compiled_nodes if type(n.xnode_union).__name__ == "InvertedResidual"]
+    assert len(fused_nodes) == 3  # the 16 -> 960 -> 160 block's weights are too large
+    assert [n.residual for n in fused_nodes] == [True, True, False]  # the adds after the stride-1 blocks
     layers, _ = _load(module, x, False, monkeypatch)
     np.testing.assert_array_equal(fused[0], layers[0])
     with torch.no_grad():

@@ -1,7 +1,8 @@
 """MobileNet's inverted residual block in one pass (edgetorch/runtime/kernels/inverted_residual.py): the same bits
 as its three layers run one after the other by the same kernels, for every depthwise kernel, window, stride,
 padding and batch, with passes of a few rows (the kept rows moved to the buffer's front) and bands cut for one,
-two or three threads; declined where the arrays do not fit the layers."""
+two or three threads, with and without the residual add after it; declined where the arrays do not fit the
+layers."""
 
 from __future__ import annotations
 
@@ -84,6 +85,13 @@ def test_the_same_bits_as_layer_by_layer(case, kernel, held, monkeypatch):
         y[:] = np.nan
         threaded(parts)
         np.testing.assert_array_equal(y, want)
+    if x.shape == y.shape:  # with the residual add after the block: the input added to the projection
+        with policy.using(split_macs=0):
+            step = inverted_residual.step(expand, dw, project, x, y, kernels, residual=True)
+        for parts in (1, 2):
+            y[:] = np.nan
+            step.args[1](parts)
+            np.testing.assert_array_equal(y, x + want)
 
 
 @needs_tier
@@ -96,6 +104,11 @@ def test_declines_arrays_that_do_not_fit_the_layers():
     assert inverted_residual.step(expand, dw, project, x, np.empty((1, 6, 6, 16), np.float32)) is None
     assert inverted_residual.step(expand, dw, project, x, np.empty((2, 6, 6, 8), np.float32)) is None
     assert inverted_residual.step(expand, dw, project, x.astype(np.float64), np.empty((1, 6, 6, 8), np.float32)) is None
+    y = np.empty((1, 6, 6, 8), np.float32)
+    assert inverted_residual.step(expand, dw, project, x[:, :, :, :8], y, residual=True) is not None
+    expand, taps, b, project = _block(8, 32, 16, 3, 1, 1)
+    dw = inverted_residual.Depthwise(taps, b, (3, 3, 1, 1, 1, 1, 1, 1), 0.0, 6.0, "rows")
+    assert inverted_residual.step(expand, dw, project, x, np.empty((1, 6, 6, 16), np.float32), residual=True) is None
 
 
 def test_takes_the_blocks_whose_weights_fit_the_cache():

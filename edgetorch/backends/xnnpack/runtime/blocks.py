@@ -10,7 +10,8 @@ the same way. Each output has the same bits as layer by layer.
 A block is fused on the compiled tier only, where both pointwise layers are 1x1 convolutions of stride 1 with no
 padding and one group, the depthwise layer has a channel multiplier of 1, every filter and bias is a float32
 constant, and each value between the layers is read by the next layer alone (through the copy a fused clamp
-leaves) and is neither an external value nor quantized. The residual add after the block stays its own node.
+leaves) and is neither an external value nor quantized. The add of the block's input to its output after a
+stride-1 block is fused with it when it is the projection's only reader and has no clamp.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class InvertedResidual:
     input_id: int
     output_id: int
     layers: tuple[xs.XNode | None, xs.XNode, xs.XNode]
+    residual: bool = False  # the output is the input plus the projection (the add after a stride-1 block)
     flags: int = 0
 
 
@@ -70,6 +72,35 @@ def fuse_blocks(g: Graph, nodes: list, reads: list) -> list:
                 return passed, users[0]
             return None
 
+    def residual_add(x: int, project: int) -> int | None:
+        """The add of the block's input ``x`` to the projection (node ``project``), when it is the projection's
+        only reader, has no clamp and no broadcast, else None."""
+        vid = out[project].xnode_union.output_id
+        users = readers.get(vid, [])
+        if len(users) != 1 or vid in external or vid in g.quant:
+            return None
+        a = out[users[0]]
+        n = a.xnode_union
+        if not isinstance(n, xs.XNNAdd) or a.output_min_max is not None or n.output_id in g.quant:
+            return None
+        if {n.input1_id, n.input2_id} != {x, vid} or x == vid or list(g.value(x).dims) != list(g.value(vid).dims):
+            return None
+        return users[0]
+
+    def fuse(x: int, absorbed: list[int], layers: tuple, project: int) -> None:
+        """Make the nodes ``absorbed`` and the projection one ``InvertedResidual`` node reading ``x``, with the
+        residual add after it when there is one."""
+        add = residual_add(x, project)
+        last = project if add is None else add
+        for a in [*absorbed, project] if add is not None else absorbed:
+            out[a] = dataclasses.replace(
+                out[a], xnode_union=Absorbed(out[a].xnode_union.output_id), output_min_max=None
+            )
+            reads[a] = []
+        fused = InvertedResidual(x, out[last].xnode_union.output_id, layers, add is not None)
+        out[last] = dataclasses.replace(out[last], xnode_union=fused, output_min_max=None)
+        reads[last] = [x]
+
     for i, node in enumerate(nodes):
         expand = node.xnode_union
         if not _pointwise(g, expand) or expand.input1_id in g.quant:
@@ -86,14 +117,7 @@ def fuse_blocks(g: Graph, nodes: list, reads: list) -> list:
         sizes = (expand.group_input_channels, expand.group_output_channels, project.xnode_union.group_output_channels)
         if project.xnode_union.output_id in g.quant or not inverted_residual.takes(*sizes):
             continue
-        for a in [i, *first, d, *second]:
-            out[a] = dataclasses.replace(
-                out[a], xnode_union=Absorbed(out[a].xnode_union.output_id), output_min_max=None
-            )
-            reads[a] = []
-        fused = InvertedResidual(expand.input1_id, project.xnode_union.output_id, (node, nodes[d], project))
-        out[p] = dataclasses.replace(project, xnode_union=fused, output_min_max=None)
-        reads[p] = [expand.input1_id]
+        fuse(expand.input1_id, [i, *first, d, *second], (node, nodes[d], project), p)
 
     for d in range(len(nodes)):  # the blocks that do not expand: a depthwise layer, then the projection
         dw = out[d].xnode_union
@@ -110,14 +134,7 @@ def fuse_blocks(g: Graph, nodes: list, reads: list) -> list:
             0, dw.groups, project.xnode_union.group_output_channels
         ):
             continue
-        for a in [d, *second]:
-            out[a] = dataclasses.replace(
-                out[a], xnode_union=Absorbed(out[a].xnode_union.output_id), output_min_max=None
-            )
-            reads[a] = []
-        fused = InvertedResidual(dw.input1_id, project.xnode_union.output_id, (None, nodes[d], project))
-        out[p] = dataclasses.replace(project, xnode_union=fused, output_min_max=None)
-        reads[p] = [dw.input1_id]
+        fuse(dw.input1_id, [d, *second], (None, nodes[d], project), p)
     return out
 
 
@@ -198,7 +215,7 @@ def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner
             gemm.choose_packed(project, nb * oh * ow, f"convolution, node {last.debug_handle}").kernel,
         )
         layer = inverted_residual.Depthwise(taps, bias, geometry, lo, hi, kernel)
-        step = inverted_residual.step(expand, layer, project, x, y, kernels)
+        step = inverted_residual.step(expand, layer, project, x, y, kernels, n.residual)
         if step is None:
             raise Unsupported(f"the fused block cannot take input {list(x.shape)} to output {list(y.shape)}")
         return [step]
