@@ -204,15 +204,16 @@ def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner
             )
         oh, ow = win.out_hw(h, wd)
         y = env.empty(n.output_id, (nb, oh, ow, project.n))
-        where = f"depthwise convolution, node {middle.debug_handle}"
+        block = f"fused block of nodes {(first or middle).debug_handle}-{last.debug_handle}"  # for inspect --kernels
+        where = f"{block}: depthwise convolution, node {middle.debug_handle}"
         ex = np.empty((1, h, wd, channels), np.float32)  # the shapes the depthwise kernels are measured on
         mid = np.empty((1, oh, ow, channels), np.float32)
         kernel = depthwise.choose(ex, taps, bias, mid, *geometry, *bounds, where=where).kernel
         kernels = (
             "packed"
             if expand is None
-            else gemm.choose_packed(expand, nb * h * wd, f"convolution, node {first.debug_handle}").kernel,
-            gemm.choose_packed(project, nb * oh * ow, f"convolution, node {last.debug_handle}").kernel,
+            else gemm.choose_packed(expand, nb * h * wd, f"{block}: convolution, node {first.debug_handle}").kernel,
+            gemm.choose_packed(project, nb * oh * ow, f"{block}: convolution, node {last.debug_handle}").kernel,
         )
         layer = inverted_residual.Depthwise(taps, bias, geometry, lo, hi, kernel)
         step = inverted_residual.step(expand, layer, project, x, y, kernels, n.residual)
