@@ -21,6 +21,7 @@ Imports only NumPy, the policy, compiled.py, gemm.py and depthwise.py (numba and
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -94,13 +95,42 @@ def step(
     chunk = max(1, (held - span) // sh + 1)  # output rows a pass
     rows = (chunk - 1) * sh + span
     none = gemm.PackedGemm(np.zeros((1, 1), np.float32), None) if expand is None else expand  # not read
-    args = (y, x, expand is not None, none.wp, none.bias, none.lo, none.hi, dw.taps, dw.bias, np.float32(dw.lo),
+    capacity = 2 * rows if expand is not None else 0  # the kept rows move to the front only when it is full
+    sizes = (capacity, wd, e, chunk, ow)
+    args = (y.reshape(-1, y.shape[3]), x.reshape(-1, c), x, expand is not None, none.wp, none.bias, none.lo,
+            none.hi, dw.taps, dw.bias, np.float32(dw.lo),
             np.float32(dw.hi), project.wp, project.bias, project.lo, project.hi, kh, kw, sh, sw, dh, dw_, top, left,
-            KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", residual, chunk, rows)  # fmt: skip
-    serial = partial(compiled.compiled("inverted_residual", _block), *args, 1)
-    parallel = compiled.compiled("inverted_residual_split", _block, parallel=True)
+            KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", residual, chunk, oh, ow)  # fmt: skip
+    kernel = compiled.compiled("inverted_residual_split", _block, parallel=True)
+    parallel = partial(_with_buffers, kernel, sizes)
+    serial = partial(parallel, *args, 1)  # one build: a second, serial one would double the first run's compile
     macs = nb * ((expand is not None) * h * wd * c * e + oh * ow * e * (kh * kw + project.n))
     return compiled.split_step(serial, parallel, args, nb * oh, macs >= policy.current().split_macs)
+
+
+_SCRATCH = threading.local()
+
+
+def _with_buffers(kernel: Any, sizes: tuple[int, ...], *args: Any) -> None:
+    """``kernel(*args[:-1], buffers..., parts)`` with each part's expanded and filtered rows in the calling
+    thread's scratch buffer, which every block shares (grown to the largest): as 2-d and 4-d views made here,
+    since a reshape to a tuple in the compiled kernel costs seconds of its first compile."""
+    capacity, wd, e, chunk, ow = sizes
+    parts = args[-1]
+    expanded, filtered = capacity * wd * e, chunk * ow * e
+    need = parts * (expanded + filtered)
+    buffer = getattr(_SCRATCH, "buffer", None)
+    if buffer is None or buffer.size < need:
+        buffer = _SCRATCH.buffer = np.empty(need, np.float32)
+    ex, fl = buffer[: parts * expanded], buffer[parts * expanded : need]
+    kernel(
+        *args[:-1],
+        ex.reshape(parts, capacity * wd, e),
+        ex.reshape(parts, capacity, wd, e),
+        fl.reshape(parts, chunk * ow, e),
+        fl.reshape(parts, chunk, ow, e),
+        parts,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ kernels
@@ -111,20 +141,14 @@ _vector_rows: Any = None
 prange: Any = range
 
 
-def _band(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
-          wide_e, wide_p, residual, chunk, rows, first, last):  # fmt: skip  # pragma: no cover - compiled
+def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
+          wide_e, wide_p, residual, chunk, oh, ow, e2, e4, f2, f4, first, last):  # fmt: skip  # pragma: no cover
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the block, ``chunk`` rows a pass
-    (module docstring); the expanded rows a pass needs go into a buffer of ``rows`` rows, whose first rows are
-    the previous pass's last when the windows share them."""
+    (module docstring); ``y2`` and ``x2`` are the output and input as [pixels, channels]. The expanded rows a
+    pass needs go into ``e2`` / ``e4`` (one buffer as [rows * W, E] and [rows, W, E]), the previous pass's last
+    rows kept when the windows share them; the depthwise output into ``f2`` / ``f4``."""
     nb, h, wd, c = x.shape
-    oh, ow, e = y.shape[1], y.shape[2], taps.shape[1]
-    x2 = x.reshape(nb * h * wd, c)
-    y2 = y.reshape(nb * oh * ow, y.shape[3])
-    # the kept rows move to the buffer's front only when a pass would run past its end
-    capacity = 2 * rows if expanding else 0
-    expanded = np.empty(capacity * wd * e, np.float32)
-    filtered = np.empty(chunk * ow * e, np.float32)
-    plane = wd * e
+    capacity = e4.shape[0]
     image, held_lo, held_hi, base = -1, 0, 0, 0  # rows held_lo .. held_hi of ``image`` from buffer row ``base``
     r = first
     while r < last:
@@ -140,19 +164,21 @@ def _band(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hi
             start = held_hi
             at = base + g0 - held_lo
             if at + g1 - g0 > capacity:
-                expanded[: (held_hi - g0) * plane] = expanded[at * plane : (at + held_hi - g0) * plane]
+                for q in range((held_hi - g0) * wd):  # apart: at > capacity / 2 >= held_hi - g0 rows
+                    for ch in range(e2.shape[1]):  # (a slice assignment costs seconds of first compile)
+                        e2[q, ch] = e2[at * wd + q, ch]
                 at = 0
         base = at
         if g1 > start:
-            out = expanded[(at + start - g0) * plane : (at + g1 - g0) * plane].reshape((g1 - start) * wd, e)
+            out = e2[(at + start - g0) * wd : (at + g1 - g0) * wd]
             src = x2[(n * h + start) * wd : (n * h + g1) * wd]
             _gemm_blocks(src, we, be, loe, hie, out, 0, (g1 - start) * wd, 0, we.shape[0], wide_e)
         image, held_lo, held_hi = n, g0, g1
         if expanding:
-            ex = expanded[at * plane : (at + g1 - g0) * plane].reshape(1, g1 - g0, wd, e)
+            ex = e4[at : at + g1 - g0][None]
         else:
-            ex = x[n, g0:g1].reshape(1, g1 - g0, wd, e)
-        fl = filtered[: (i1 - i0) * ow * e].reshape(1, i1 - i0, ow, e)
+            ex = x[n, g0:g1][None]
+        fl = f4[: i1 - i0][None]
         shifted = top + g0 - i0 * sh  # the window's top padding, counted from the buffer's first row
         if kind == 0:
             _depthwise_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, 0, i1 - i0)
@@ -160,25 +186,25 @@ def _band(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hi
             _vector_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, 0, i1 - i0, kind == 2)
         pixels = (i1 - i0) * ow
         dst = y2[(n * oh + i0) * ow : (n * oh + i1) * ow]
-        _gemm_blocks(fl.reshape(pixels, e), wp, bp, lop, hip, dst, 0, pixels, 0, wp.shape[0], wide_p)
+        _gemm_blocks(f2[:pixels], wp, bp, lop, hip, dst, 0, pixels, 0, wp.shape[0], wide_p)
         if residual:  # the add after the block: the output rows' own input rows (stride 1, one shape)
-            df = dst.reshape(-1)
-            xf = x2[(n * h + i0) * wd : (n * h + i1) * wd].reshape(-1)
-            for q in range(df.shape[0]):
-                df[q] += xf[q]
+            src = x2[(n * h + i0) * wd : (n * h + i1) * wd]
+            for p in range(pixels):
+                for q in range(dst.shape[1]):
+                    dst[p, q] += src[p, q]
         r += i1 - i0
 
 
-def _block(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
-           wide_e, wide_p, residual, chunk, rows, parts):  # fmt: skip  # pragma: no cover - compiled
-    """The block over ``parts`` bands of output rows. Compiled twice: serially (``prange`` runs as ``range``)
-    and with numba's threads."""
-    total = y.shape[0] * y.shape[1]
+def _block(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
+           wide_e, wide_p, residual, chunk, oh, ow, e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
+    """The block over ``parts`` bands of output rows. Compiled once, with numba's threads; one part runs on
+    the calling thread."""
+    total = x.shape[0] * oh
     run = -(-total // parts)
     for t in prange(parts):
         first = min(total, t * run)
-        _band(y, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
-              wide_e, wide_p, residual, chunk, rows, first, min(total, first + run))  # fmt: skip
+        _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
+              wide_e, wide_p, residual, chunk, oh, ow, e2[t], e4[t], f2[t], f4[t], first, min(total, first + run))  # fmt: skip
 
 
 HELPERS = compiled.Helpers(

@@ -4,11 +4,18 @@ False and binds nothing."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 
 from edgetorch.backends.xnnpack import fast, qgemv
 from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled, depthwise, gemm, windows, winograd
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 MODULES = (compiled, windows, depthwise, gemm, winograd, fast, qgemv)
 
@@ -71,3 +78,25 @@ def test_a_step_builder_called_with_the_tier_off_says_so_instead_of_returning_no
     if policy.compiled_tier():  # with the tier on the same calls build (or decline these arrays with None)
         for build in builders.values():
             build()
+
+
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+def test_serial_and_threaded_builds_have_their_own_cache_entries(tmp_path):
+    """numba's disk cache does not key a build by its options: a kernel compiled serially and with numba's
+    threads (gemm's batched product) must be cached under two names, or a later process loads one build for
+    both (attention's products then ran serially at 2 threads)."""
+    script = (
+        "import numpy as np\n"
+        "from edgetorch.runtime import policy\n"
+        "from edgetorch.runtime.kernels import gemm\n"
+        "policy.compiled_tier()\n"
+        "a, b = np.ones((2, 12, 8), np.float32), np.ones((2, 8, 16), np.float32)\n"
+        "with policy.using(split_macs=0, batch_macs=0):\n"
+        "    step = gemm.batch_matmul(a, b, np.empty((2, 12, 16), np.float32))\n"
+        "step.args[0]()\n"
+        "step.args[1](2)\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=600)
+    names = {p.name.split("-")[0] for p in tmp_path.rglob("*.nbi") if "_bmm" in p.name}
+    assert names == {"gemm._bmm", "gemm._bmm_threaded"}, names

@@ -1,14 +1,8 @@
 """The convolution as im2col and the packed GEMM in one pass (edgetorch/runtime/kernels/im2col_gemm.py): the same
 bits as the two-step form (the whole im2col buffer, then the packed GEMM) on every window it takes, from an input
-at any strides, on one thread or two; declined where it does not apply; and its threaded build kept apart from
-its serial one in numba's cache."""
+at any strides, on one thread or two; declined where it does not apply."""
 
 from __future__ import annotations
-
-import os
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,8 +13,6 @@ from edgetorch.runtime.kernels import compiled, gemm, im2col_gemm, windows
 needs_tier = pytest.mark.skipif(
     not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
 )
-
-ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def _layer(nb, h, wd, c, oc, kh, kw, seed=0):
@@ -94,28 +86,3 @@ def test_declines_what_it_cannot_take():
     assert im2col_gemm.step(packed, x, np.empty((64, 16), np.float32), window) is None
     assert im2col_gemm.step(packed, x.astype(np.float64), np.empty((64, 32), np.float32), window) is None
     assert im2col_gemm.step(packed, x[..., :2], np.empty((64, 32), np.float32), window) is None
-
-
-@needs_tier
-def test_serial_and_threaded_builds_have_their_own_cache_entries(tmp_path):
-    """numba's disk cache does not key a build by its options: a kernel compiled serially and with numba's
-    threads must be cached under two names, or a later process loads one build for both."""
-    script = (
-        "from edgetorch.runtime import policy\n"
-        "policy.compiled_tier()\n"
-        "from edgetorch.runtime.kernels import compiled, im2col_gemm\n"
-        "im2col_gemm.HELPERS.require('test')\n"
-        "import numpy as np\n"
-        "from edgetorch.runtime.kernels import gemm\n"
-        "x = np.zeros((1, 4, 4, 3), np.float32)\n"
-        "p = gemm.PackedGemm(np.zeros((27, 16), np.float32), None)\n"
-        "y = np.empty((16, 16), np.float32)\n"
-        "with policy.using(split_macs=0):\n"
-        "    step = im2col_gemm.step(p, x, y, (4, 4, 3, 3, 1, 1, 1, 1, 1, 1))\n"
-        "step.args[0]()\n"
-        "step.args[1](2)\n"
-    )
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=600)
-    names = {p.name.split("-")[0] for p in tmp_path.rglob("*.nbi") if "_convolve" in p.name}
-    assert names == {"im2col_gemm._convolve", "im2col_gemm._convolve_threaded"}, names
