@@ -92,7 +92,7 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
             where = f"fully connected, node {node.debug_handle}"
             kernel = gemm.choose_linear(fused, w, y2.shape[0], where).kernel
             if kernel != "sgemm":
-                return [fused.step(x.reshape(-1, ic), y2, kernel)]
+                return [gemm.linear_step(fused, x.reshape(-1, ic), y2, kernel)]
         return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + bias_act_steps(y2, env, n.bias_id, act)
 
     return plan
