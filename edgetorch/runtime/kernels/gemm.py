@@ -321,17 +321,18 @@ def _bmm(out, a, b, wp, bias, parts):  # pragma: no cover - compiled
             first = upto
 
 
-ROW_PANELS = 8  # panels a call of the one-row kernel on 16 lanes (half as many on 8): 8 accumulators
+ROW_PANELS = 8  # panels a call of the one-row kernel
 
 
 def _row_intrinsic(lanes: int = 8) -> Any:
     """``row(x, wp, p, count, bias, lo, hi, out)``, a numba intrinsic over ``lanes``-float vectors (8 or 16):
-    for the ``count`` (a literal, 1 to ``ROW_PANELS`` with 16 lanes, half that with 8) panels from ``p`` on,
+    for the ``count`` (a literal, 1 to ``ROW_PANELS``) panels from ``p`` on,
     out[16 q : 16 q + 16] = clamp(x @ wp[q] + bias[16 q : 16 q + 16], lo, hi), the whole padded panel. ``x``
     [K] and ``out`` [16 P] float32, ``wp`` and ``bias`` from :func:`pack`. The tiles' arithmetic (each output
     its K fused multiply-adds in order from zero, then the bias, then the clamp), so the same bits; but one
-    row of a tile is one chain of dependent multiply-adds, waiting on each one's latency, where here every
-    panel's vectors are chains of their own, in flight together while the weights stream from memory."""
+    row of a tile is one chain of dependent multiply-adds, waiting on each one's latency, where here the
+    vectors of 8 panels (16 lanes; of 4 panels a pass over K on 8 lanes) are chains of their own, in flight
+    together while the weights stream from memory."""
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -343,11 +344,11 @@ def _row_intrinsic(lanes: int = 8) -> Any:
     undef = ir.Constant(vec, ir.Undefined)
     lane0 = ir.Constant(ir.VectorType(i32, lanes), [ir.Constant(i32, 0)] * lanes)
     per_panel = WIDTH // lanes
-    most = ROW_PANELS * lanes // WIDTH
+    most = ROW_PANELS * lanes // WIDTH  # panels a pass over K: 8 accumulators
 
     @intrinsic(prefer_literal=True)
     def row(typingctx, x, wp, p, count, bias, lo, hi, out):
-        if not isinstance(count, types.IntegerLiteral) or not 1 <= count.literal_value <= most:
+        if not isinstance(count, types.IntegerLiteral) or not 1 <= count.literal_value <= ROW_PANELS:
             return None
         if any(t.layout != "C" or t.dtype != types.float32 for t in (x, wp, bias, out)):
             return None
@@ -373,26 +374,27 @@ def _row_intrinsic(lanes: int = 8) -> Any:
                 return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
 
             stride = builder.mul(k, const(WIDTH))  # floats a panel
-            starts = [builder.mul(builder.add(first, const(g)), stride) for g in range(panels)]
-            acc = [cgutils.alloca_once_value(builder, zero) for _ in range(panels * per_panel)]
-            with cgutils.for_range(builder, k) as loop:
-                xb = splat(builder.load(builder.gep(xa.data, [loop.index], inbounds=True)))
-                at = builder.mul(loop.index, const(WIDTH))
-                for g in range(panels):
-                    for h in range(per_panel):
-                        w = builder.load(
-                            vector(wa.data, builder.add(starts[g], builder.add(at, const(lanes * h)))), align=4
-                        )
-                        a = acc[g * per_panel + h]
-                        builder.store(builder.call(fma, [xb, w, builder.load(a)]), a)
             low, high = splat(args[5]), splat(args[6])
-            col = builder.mul(first, const(WIDTH))
-            for j, a in enumerate(acc):
-                at = builder.add(col, const(lanes * j))
-                v = builder.fadd(builder.load(a), builder.load(vector(ba.data, at), align=4))
-                v = builder.select(builder.fcmp_ordered("<", v, low), low, v)
-                v = builder.select(builder.fcmp_ordered(">", v, high), high, v)
-                builder.store(v, vector(oa.data, at), align=4)
+            for g0 in range(0, panels, most):
+                group = range(g0, min(panels, g0 + most))
+                starts = [builder.mul(builder.add(first, const(g)), stride) for g in group]
+                acc = [cgutils.alloca_once_value(builder, zero) for _ in range(len(group) * per_panel)]
+                with cgutils.for_range(builder, k) as loop:
+                    xb = splat(builder.load(builder.gep(xa.data, [loop.index], inbounds=True)))
+                    at = builder.mul(loop.index, const(WIDTH))
+                    for j, a in enumerate(acc):
+                        w = vector(
+                            wa.data,
+                            builder.add(starts[j // per_panel], builder.add(at, const(lanes * (j % per_panel)))),
+                        )
+                        builder.store(builder.call(fma, [xb, builder.load(w, align=4), builder.load(a)]), a)
+                col = builder.mul(builder.add(first, const(g0)), const(WIDTH))
+                for j, a in enumerate(acc):
+                    at = builder.add(col, const(lanes * j))
+                    v = builder.fadd(builder.load(a), builder.load(vector(ba.data, at), align=4))
+                    v = builder.select(builder.fcmp_ordered("<", v, low), low, v)
+                    v = builder.select(builder.fcmp_ordered(">", v, high), high, v)
+                    builder.store(v, vector(oa.data, at), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -401,74 +403,59 @@ def _row_intrinsic(lanes: int = 8) -> Any:
 
 
 _row: Any = None
-_row_wide: Any = None
 
 
-def _row_panels(x, wp, bias, lo, hi, out, p0, p1, wide):  # pragma: no cover - compiled
-    """Panels p0 .. p1 of the one-row product into the padded ``out``, ``ROW_PANELS`` at a time (16 lanes, when
-    ``wide``) or half as many (8 lanes), then the panels left."""
+def _row_panels(x, wp, bias, lo, hi, out, p0, p1):  # pragma: no cover - compiled
+    """Panels p0 .. p1 of the one-row product into the padded ``out``, ``ROW_PANELS`` at a time, then the
+    panels left in calls of 4, 2 and 1."""
     p = p0
-    if wide:
-        while p + ROW_PANELS <= p1:
-            _row_wide(x, wp, p, 8, bias, lo, hi, out)
-            p += ROW_PANELS
-        left = p1 - p
-        if left >= 4:
-            _row_wide(x, wp, p, 4, bias, lo, hi, out)
-            p += 4
-            left -= 4
-        if left >= 2:
-            _row_wide(x, wp, p, 2, bias, lo, hi, out)
-            p += 2
-            left -= 2
-        if left == 1:
-            _row_wide(x, wp, p, 1, bias, lo, hi, out)
-        return
-    while p + ROW_PANELS // 2 <= p1:
+    while p + ROW_PANELS <= p1:
+        _row(x, wp, p, 8, bias, lo, hi, out)
+        p += ROW_PANELS
+    if p1 - p >= 4:
         _row(x, wp, p, 4, bias, lo, hi, out)
-        p += ROW_PANELS // 2
-    left = p1 - p
-    if left >= 2:
+        p += 4
+    if p1 - p >= 2:
         _row(x, wp, p, 2, bias, lo, hi, out)
         p += 2
-        left -= 2
-    if left == 1:
+    if p1 - p == 1:
         _row(x, wp, p, 1, bias, lo, hi, out)
 
 
-def _gemv_part(y, x, wp, bias, lo, hi, out, wide, p0, p1):  # pragma: no cover - compiled
+def _gemv_part(y, x, wp, bias, lo, hi, out, p0, p1):  # pragma: no cover - compiled
     """Panels p0 .. p1 of ``y`` [1, N] = clamp(x @ w + bias, lo, hi), through the padded row ``out``."""
-    _row_panels(x[0], wp, bias, lo, hi, out, p0, p1, wide)
+    _row_panels(x[0], wp, bias, lo, hi, out, p0, p1)
     n = y.shape[1]
     for c in range(min(n, p0 * WIDTH), min(n, p1 * WIDTH)):
         y[0, c] = out[c]
 
 
-def _gemv(y, x, wp, bias, lo, hi, out, wide):  # pragma: no cover - compiled
+def _gemv(y, x, wp, bias, lo, hi, out):  # pragma: no cover - compiled
     """The one-row product on the calling thread."""
-    _gemv_part(y, x, wp, bias, lo, hi, out, wide, 0, wp.shape[0])
+    _gemv_part(y, x, wp, bias, lo, hi, out, 0, wp.shape[0])
 
 
-def _gemv_split(y, x, wp, bias, lo, hi, out, wide, parts):  # pragma: no cover - compiled
+def _gemv_split(y, x, wp, bias, lo, hi, out, parts):  # pragma: no cover - compiled
     """The one-row product cut into ``parts`` runs of panels, run on numba's threads."""
     panels = wp.shape[0]
     run = -(-panels // parts)
     for t in prange(parts):
         p0 = min(panels, t * run)
-        _gemv_part(y, x, wp, bias, lo, hi, out, wide, p0, min(panels, p0 + run))
+        _gemv_part(y, x, wp, bias, lo, hi, out, p0, min(panels, p0 + run))
 
 
-def row_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray, kernel: str = "packed") -> Callable[[], None]:
+def row_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray) -> Callable[[], None]:
     """The call that computes the one row ``y2`` [1, N] from ``x2`` [1, K] (both float32, C-contiguous) as
-    ``packed.step`` does, with its bits (``kernel`` of :func:`packed_kernels`: ``"packed16"`` on 16 lanes), by
-    the one-row kernel: a layer with one input row (a classifier, a decode step) reads each weight once, so the
-    product runs at the speed the weights stream in when many panels are summed at once. Split over the
-    threads ``compiled.split`` gives it, by panels, from the policy's ``split_macs`` multiply-adds."""
+    ``packed.step`` does, with its bits, by the one-row kernel: a layer with one input row (a classifier, a
+    decode step) reads each weight once, so the product runs at the speed the weights stream in when many
+    panels are summed at once. On the host's widest vectors (16 lanes with AVX-512, else 8; the same bits).
+    Split over the threads ``compiled.split`` gives it, by panels, from the policy's ``split_macs``
+    multiply-adds."""
     if x2.shape != (1, packed.k) or y2.shape != (1, packed.n) or not compiled.flat_float32(x2, y2):
         raise ValueError(f"one-row product of [1, {packed.k}] x [{packed.k}, {packed.n}]: got {x2.shape} -> {y2.shape}")
     HELPERS.require("row_step")
     out = np.empty(packed.wp.shape[0] * WIDTH, np.float32)
-    args = (y2, x2, packed.wp, packed.bias, packed.lo, packed.hi, out, kernel == "packed16")
+    args = (y2, x2, packed.wp, packed.bias, packed.lo, packed.hi, out)
     serial = partial(compiled.compiled("gemv", _gemv), *args)
     parallel = compiled.compiled("gemv_split", _gemv_split, parallel=True)
     worth = packed.k * packed.n >= policy.current().split_macs
@@ -477,9 +464,9 @@ def row_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray, kernel: str = "
 
 def linear_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray, kernel: str = "packed") -> Callable[[], None]:
     """The packed layer's step from ``x2`` [M, K] to ``y2`` [M, N]: :func:`row_step` for one float32 row,
-    ``packed.step`` otherwise; the same bits either way."""
+    ``packed.step`` by ``kernel`` otherwise; the same bits either way."""
     if x2.shape[0] == 1 and compiled.flat_float32(x2):
-        return row_step(packed, x2, y2, kernel)
+        return row_step(packed, x2, y2)
     return packed.step(x2, y2, kernel)
 
 
@@ -656,7 +643,6 @@ HELPERS = compiled.Helpers(
     build={
         "_tile": _tile_intrinsic,
         "_tile_wide": partial(_tile_intrinsic, 16),
-        "_row": _row_intrinsic,
-        "_row_wide": partial(_row_intrinsic, 16),
+        "_row": lambda: _row_intrinsic(16 if this_host().vector_bits >= 512 else 8),
     },
 )

@@ -41,10 +41,31 @@ def test_one_row_gives_the_tiles_bits(k, n, bias, kernel, threads, set_policy, k
     set_policy(split_macs=1)
     kernel_threads(threads)
     got = np.full((1, n), 9.0, np.float32)
-    step = gemm.row_step(packed, x, got, kernel)
+    step = gemm.row_step(packed, x, got)
     for _ in range(8):  # the split site times both variants in its first calls
         step()
         np.testing.assert_array_equal(got, want)
+
+
+@needs_tier
+def test_the_8_lane_row_kernel_takes_its_panels_in_passes_of_4_with_the_same_bits():
+    """The kernel runs on the host's widest vectors; its 8-lane form (two passes over K for 8 panels) is
+    compiled here on its own so that an AVX-512 host tests it too."""
+    import numba
+
+    row = gemm._row_intrinsic(8)
+
+    @numba.njit
+    def eight_then_three(x, wp, bias, lo, hi, out):
+        row(x, wp, 0, 8, bias, lo, hi, out)
+        row(x, wp, 8, 3, bias, lo, hi, out)
+
+    x, packed = layer(37, 11 * 16 - 5, True, seed=5)
+    want = np.empty((1, packed.n), np.float32)
+    packed.step(x, want)()
+    out = np.full(packed.wp.shape[0] * 16, 9.0, np.float32)
+    eight_then_three(x[0], packed.wp, packed.bias, packed.lo, packed.hi, out)
+    np.testing.assert_array_equal(out[: packed.n], want[0])
 
 
 @needs_tier
