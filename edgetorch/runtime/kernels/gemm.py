@@ -321,6 +321,155 @@ def _bmm(out, a, b, wp, bias, parts):  # pragma: no cover - compiled
             first = upto
 
 
+ROW_PANELS = 8  # panels a call of the one-row kernel
+
+
+def _row_intrinsic(lanes: int = 8) -> Any:
+    """``row(x, wp, p, count, bias, lo, hi, out)``, a numba intrinsic over ``lanes``-float vectors (8 or 16):
+    for the ``count`` (a literal, 1 to ``ROW_PANELS``) panels from ``p`` on,
+    out[16 q : 16 q + 16] = clamp(x @ wp[q] + bias[16 q : 16 q + 16], lo, hi), the whole padded panel. ``x``
+    [K] and ``out`` [16 P] float32, ``wp`` and ``bias`` from :func:`pack`. The tiles' arithmetic (each output
+    its K fused multiply-adds in order from zero, then the bias, then the clamp), so the same bits; but one
+    row of a tile is one chain of dependent multiply-adds, waiting on each one's latency, where here the
+    vectors of 8 panels (16 lanes; of 4 panels a pass over K on 8 lanes) are chains of their own, in flight
+    together while the weights stream from memory."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    vec = ir.VectorType(f32, lanes)
+    zero = ir.Constant(vec, [ir.Constant(f32, 0.0)] * lanes)
+    undef = ir.Constant(vec, ir.Undefined)
+    lane0 = ir.Constant(ir.VectorType(i32, lanes), [ir.Constant(i32, 0)] * lanes)
+    per_panel = WIDTH // lanes
+    most = ROW_PANELS * lanes // WIDTH  # panels a pass over K: 8 accumulators
+
+    @intrinsic(prefer_literal=True)
+    def row(typingctx, x, wp, p, count, bias, lo, hi, out):
+        if not isinstance(count, types.IntegerLiteral) or not 1 <= count.literal_value <= ROW_PANELS:
+            return None
+        if any(t.layout != "C" or t.dtype != types.float32 for t in (x, wp, bias, out)):
+            return None
+        panels = count.literal_value
+        sig = types.void(x, wp, p, count, bias, lo, hi, out)
+
+        def codegen(context, builder, signature, args):
+            intp = context.get_value_type(types.intp)
+            xa, wa, ba, oa = (context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 1, 4, 7))
+            first = context.cast(builder, args[2], signature.args[2], types.intp)
+            k = builder.extract_value(xa.shape, 0)
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{lanes}f32"
+            )
+
+            def const(v):
+                return ir.Constant(intp, v)
+
+            def vector(data, at):
+                return builder.bitcast(builder.gep(data, [at], inbounds=True), vec.as_pointer())
+
+            def splat(s):
+                return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
+
+            stride = builder.mul(k, const(WIDTH))  # floats a panel
+            low, high = splat(args[5]), splat(args[6])
+            for g0 in range(0, panels, most):
+                group = range(g0, min(panels, g0 + most))
+                starts = [builder.mul(builder.add(first, const(g)), stride) for g in group]
+                acc = [cgutils.alloca_once_value(builder, zero) for _ in range(len(group) * per_panel)]
+                with cgutils.for_range(builder, k) as loop:
+                    xb = splat(builder.load(builder.gep(xa.data, [loop.index], inbounds=True)))
+                    at = builder.mul(loop.index, const(WIDTH))
+                    for j, a in enumerate(acc):
+                        w = vector(
+                            wa.data,
+                            builder.add(starts[j // per_panel], builder.add(at, const(lanes * (j % per_panel)))),
+                        )
+                        builder.store(builder.call(fma, [xb, builder.load(w, align=4), builder.load(a)]), a)
+                col = builder.mul(builder.add(first, const(g0)), const(WIDTH))
+                for j, a in enumerate(acc):
+                    at = builder.add(col, const(lanes * j))
+                    v = builder.fadd(builder.load(a), builder.load(vector(ba.data, at), align=4))
+                    v = builder.select(builder.fcmp_ordered("<", v, low), low, v)
+                    v = builder.select(builder.fcmp_ordered(">", v, high), high, v)
+                    builder.store(v, vector(oa.data, at), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return row
+
+
+_row: Any = None
+
+
+def _row_panels(x, wp, bias, lo, hi, out, p0, p1):  # pragma: no cover - compiled
+    """Panels p0 .. p1 of the one-row product into the padded ``out``, ``ROW_PANELS`` at a time, then the
+    panels left in calls of 4, 2 and 1."""
+    p = p0
+    while p + ROW_PANELS <= p1:
+        _row(x, wp, p, 8, bias, lo, hi, out)
+        p += ROW_PANELS
+    if p1 - p >= 4:
+        _row(x, wp, p, 4, bias, lo, hi, out)
+        p += 4
+    if p1 - p >= 2:
+        _row(x, wp, p, 2, bias, lo, hi, out)
+        p += 2
+    if p1 - p == 1:
+        _row(x, wp, p, 1, bias, lo, hi, out)
+
+
+def _gemv_part(y, x, wp, bias, lo, hi, out, p0, p1):  # pragma: no cover - compiled
+    """Panels p0 .. p1 of ``y`` [1, N] = clamp(x @ w + bias, lo, hi), through the padded row ``out``."""
+    _row_panels(x[0], wp, bias, lo, hi, out, p0, p1)
+    n = y.shape[1]
+    for c in range(min(n, p0 * WIDTH), min(n, p1 * WIDTH)):
+        y[0, c] = out[c]
+
+
+def _gemv(y, x, wp, bias, lo, hi, out):  # pragma: no cover - compiled
+    """The one-row product on the calling thread."""
+    _gemv_part(y, x, wp, bias, lo, hi, out, 0, wp.shape[0])
+
+
+def _gemv_split(y, x, wp, bias, lo, hi, out, parts):  # pragma: no cover - compiled
+    """The one-row product cut into ``parts`` runs of panels, run on numba's threads."""
+    panels = wp.shape[0]
+    run = -(-panels // parts)
+    for t in prange(parts):
+        p0 = min(panels, t * run)
+        _gemv_part(y, x, wp, bias, lo, hi, out, p0, min(panels, p0 + run))
+
+
+def row_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray) -> Callable[[], None]:
+    """The call that computes the one row ``y2`` [1, N] from ``x2`` [1, K] (both float32, C-contiguous) as
+    ``packed.step`` does, with its bits, by the one-row kernel: a layer with one input row (a classifier, a
+    decode step) reads each weight once, so the product runs at the speed the weights stream in when many
+    panels are summed at once. On the host's widest vectors (16 lanes with AVX-512, else 8; the same bits).
+    Split over the threads ``compiled.split`` gives it, by panels, from the policy's ``split_macs``
+    multiply-adds."""
+    if x2.shape != (1, packed.k) or y2.shape != (1, packed.n) or not compiled.flat_float32(x2, y2):
+        raise ValueError(f"one-row product of [1, {packed.k}] x [{packed.k}, {packed.n}]: got {x2.shape} -> {y2.shape}")
+    HELPERS.require("row_step")
+    out = np.empty(packed.wp.shape[0] * WIDTH, np.float32)
+    args = (y2, x2, packed.wp, packed.bias, packed.lo, packed.hi, out)
+    serial = partial(compiled.compiled("gemv", _gemv), *args)
+    parallel = compiled.compiled("gemv_split", _gemv_split, parallel=True)
+    worth = packed.k * packed.n >= policy.current().split_macs
+    return compiled.split_step(serial, parallel, args, packed.wp.shape[0], worth)
+
+
+def linear_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray, kernel: str = "packed") -> Callable[[], None]:
+    """The packed layer's step from ``x2`` [M, K] to ``y2`` [M, N]: :func:`row_step` for one float32 row,
+    ``packed.step`` by ``kernel`` otherwise; the same bits either way."""
+    if x2.shape[0] == 1 and compiled.flat_float32(x2):
+        return row_step(packed, x2, y2)
+    return packed.step(x2, y2, kernel)
+
+
 class PackedGemm:
     """``y = clamp(x @ w + bias, lo, hi)`` for a constant ``w`` [K, N], packed once at construction (which
     requires the tier: ``policy.compiled_tier()``); :meth:`step` binds it to an input and an output."""
@@ -481,6 +630,19 @@ def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:
 
 HELPERS = compiled.Helpers(
     globals(),
-    compile=("_gemm_part", "_gemm_blocks", "_panel", "_half_panel", "_wide_panel", "_pack_batch"),
-    build={"_tile": _tile_intrinsic, "_tile_wide": partial(_tile_intrinsic, 16)},
+    compile=(
+        "_gemm_part",
+        "_gemm_blocks",
+        "_panel",
+        "_half_panel",
+        "_wide_panel",
+        "_pack_batch",
+        "_row_panels",
+        "_gemv_part",
+    ),
+    build={
+        "_tile": _tile_intrinsic,
+        "_tile_wide": partial(_tile_intrinsic, 16),
+        "_row": lambda: _row_intrinsic(16 if this_host().vector_bits >= 512 else 8),
+    },
 )

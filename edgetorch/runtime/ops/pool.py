@@ -10,6 +10,9 @@ The formulation each tier keeps:
   planes). A maximum is exact and NaN wins in each formulation, so all of them give the same bits.
 - average pooling: the taps summed in the window's row order in the compute dtype, then divided by each
   window's tap count (:func:`window.window_counts`) or ``divisor_override``; the same bits in both layouts.
+- global average pooling (channels last): the pixels summed in order into each channel, then scaled by the
+  reciprocal of their count; compiled tier, float32 with several channels: one call (kernels/global_pool.py),
+  otherwise NumPy's reduce and multiply, with the same bits.
 
 Imports NumPy, the policy and the runtime's kernels; never torch.
 """
@@ -25,7 +28,7 @@ import numpy as np
 from edgetorch.errors import InvalidArgumentError
 from edgetorch.runtime import policy
 from edgetorch.runtime.dtypes import LOW_PRECISION, store
-from edgetorch.runtime.kernels import compiled, windows
+from edgetorch.runtime.kernels import compiled, global_pool, windows
 from edgetorch.runtime.ops import window
 
 Step = Callable[[], object]
@@ -118,6 +121,29 @@ def avg_pool(
         return steps + _fold(np.add, views, y) + [partial(np.divide, y, scale, out=y)]
     lo = [p[0] for p in padding]
     return [partial(_nchw_avg, x, y, list(kernel), list(stride), lo, dilation, ct, divisor)]
+
+
+def global_avg_pool(x: np.ndarray, y: np.ndarray) -> list[Step]:
+    """The steps computing ``y``, the mean over every axis of ``x`` between the first (batch) and the last
+    (channels), ``y`` of shape [N, C] or with those axes kept as 1. The steps read ``x`` when run."""
+    axes = tuple(range(1, x.ndim - 1))
+    kept = (x.shape[0],) + (1,) * len(axes) + (x.shape[-1],)
+    pixels = math.prod(x.shape[a] for a in axes)
+    if x.ndim < 3 or y.shape not in (kept, (x.shape[0], x.shape[-1])) or pixels == 0:
+        raise InvalidArgumentError(
+            f"global average pooling expects an input with spatial dims and an output of shape {kept} or "
+            f"{(x.shape[0], x.shape[-1])}, found shapes {x.shape} and {y.shape}"
+        )
+    scale = y.dtype.type(1.0 / pixels)
+    # NumPy adds the pixels one by one only while the channels are the inner loop: with one channel it sums
+    # them pairwise, so that case keeps NumPy's reduce
+    if policy.compiled_tier() and compiled.flat_float32(x, y) and x.shape[-1] > 1:
+        channels = x.shape[-1]
+        return [
+            global_pool.global_average_step(x.reshape(x.shape[0], pixels, channels), y.reshape(-1, channels), scale)
+        ]
+    yk = y.reshape(kept)
+    return [partial(np.add.reduce, x, axis=axes, keepdims=True, out=yk), partial(np.multiply, yk, scale, out=yk)]
 
 
 def _check(x: np.ndarray, y: np.ndarray, kernel: Sequence[int], layout: str, what: str) -> None:

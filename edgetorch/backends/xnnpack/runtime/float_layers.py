@@ -5,7 +5,6 @@ grouped, depthwise, transposed), pooling, batch matmul and attention, their weig
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -93,7 +92,7 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
             where = f"fully connected, node {node.debug_handle}"
             kernel = gemm.choose_linear(fused, w, y2.shape[0], where).kernel
             if kernel != "sgemm":
-                return [fused.step(x.reshape(-1, ic), y2, kernel)]
+                return [gemm.linear_step(fused, x.reshape(-1, ic), y2, kernel)]
         return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + bias_act_steps(y2, env, n.bias_id, act)
 
     return plan
@@ -270,18 +269,16 @@ def _pooling(n: Any, node: xs.XNode, g: Graph, average: bool) -> Planner:
 
 
 def _global_average_pooling(n: Any, node: xs.XNode, g: Graph) -> Planner:
+    """The op layer's global average pooling over the spatial dims (edgetorch/runtime/ops/pool.py)."""
     keep = bool(n.flags & xs.FLAG_KEEP_DIMS)
 
     def plan(env: Env) -> list:
         x = env[n.input_id]
         if x.ndim < 3:
             raise ValueError(f"global average pooling expects an input with spatial dims, found shape {x.shape}")
-        axes = tuple(range(1, x.ndim - 1))
-        kept = (x.shape[0],) + (1,) * len(axes) + (x.shape[-1],)
+        kept = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)
         y = env.empty(n.output_id, kept if keep else (x.shape[0], x.shape[-1]))
-        yk = y.reshape(kept)
-        scale = y.dtype.type(1.0 / math.prod(x.shape[a] for a in axes))
-        return [partial(np.add.reduce, x, axis=axes, keepdims=True, out=yk), partial(np.multiply, yk, scale, out=yk)]
+        return pool_op.global_avg_pool(x, y)
 
     return plan
 
