@@ -40,8 +40,8 @@ KINDS = {"rows": 0, "vector": 1, "vector16": 2}  # depthwise.py's kernels, as th
 def takes(channels: int, expanded: int, out: int) -> bool:
     """Whether a block of ``channels`` -> ``expanded`` -> ``out`` channels (``channels`` 0: a block without the
     expanding layer) is run as one pass: its pointwise weights, as packed (panels of 16 channels), take at most
-    ``WEIGHT_BYTES``. A pass reads them again from the
-    cache. MobileNetV2's blocks up to 96 -> 576 -> 96 channels fit, and EfficientNet-Lite0's up to 80 -> 480."""
+    ``WEIGHT_BYTES``, since each pass reads them again from the cache. MobileNetV2's blocks up to 96 -> 576 -> 96
+    channels fit, and EfficientNet-Lite0's up to 80 -> 480."""
     panels = gemm.WIDTH * (-(-expanded // gemm.WIDTH) * channels + -(-out // gemm.WIDTH) * expanded)
     return 4 * panels <= WEIGHT_BYTES
 
@@ -97,9 +97,11 @@ def step(
     none = gemm.PackedGemm(np.zeros((1, 1), np.float32), None) if expand is None else expand  # not read
     capacity = 2 * rows if expand is not None else 0  # the kept rows move to the front only when it is full
     sizes = (capacity, wd, e, chunk, ow)
-    args = (y.reshape(-1, y.shape[3]), x.reshape(-1, c), x, expand is not None, none.wp, none.bias, none.lo,
-            none.hi, dw.taps, dw.bias, np.float32(dw.lo),
-            np.float32(dw.hi), project.wp, project.bias, project.lo, project.hi, kh, kw, sh, sw, dh, dw_, top, left,
+    args = (y.reshape(-1, y.shape[3]), x.reshape(-1, c), x,
+            expand is not None, none.wp, none.bias, none.lo, none.hi,
+            dw.taps, dw.bias, np.float32(dw.lo), np.float32(dw.hi),
+            project.wp, project.bias, project.lo, project.hi,
+            kh, kw, sh, sw, dh, dw_, top, left,
             KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", residual, chunk, oh, ow)  # fmt: skip
     kernel = compiled.compiled("inverted_residual_split", _block, parallel=True)
     parallel = partial(_with_buffers, kernel, sizes)
@@ -141,8 +143,9 @@ _vector_rows: Any = None
 prange: Any = range
 
 
-def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
-          wide_e, wide_p, residual, chunk, oh, ow, e2, e4, f2, f4, first, last):  # fmt: skip  # pragma: no cover
+def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
+          kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
+          e2, e4, f2, f4, first, last):  # fmt: skip  # pragma: no cover - compiled
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the block, ``chunk`` rows a pass
     (module docstring); ``y2`` and ``x2`` are the output and input as [pixels, channels]. The expanded rows a
     pass needs go into ``e2`` / ``e4`` (one buffer as [rows * W, E] and [rows, W, E]), the previous pass's last
@@ -195,16 +198,18 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         r += i1 - i0
 
 
-def _block(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
-           wide_e, wide_p, residual, chunk, oh, ow, e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
+def _block(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
+           kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
+           e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
     """The block over ``parts`` bands of output rows. Compiled once, with numba's threads; one part runs on
     the calling thread."""
     total = x.shape[0] * oh
     run = -(-total // parts)
     for t in prange(parts):
         first = min(total, t * run)
-        _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip, kh, kw, sh, sw, dh, dw, top, left, kind,
-              wide_e, wide_p, residual, chunk, oh, ow, e2[t], e4[t], f2[t], f4[t], first, min(total, first + run))  # fmt: skip
+        _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
+              kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
+              e2[t], e4[t], f2[t], f4[t], first, min(total, first + run))  # fmt: skip
 
 
 HELPERS = compiled.Helpers(

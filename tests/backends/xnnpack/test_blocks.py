@@ -113,3 +113,30 @@ def test_nothing_fuses_off_the_tier(monkeypatch, set_policy):
     assert not any(type(n.xnode_union).__name__ == "InvertedResidual" for n in delegate.compiled_nodes)
     with torch.no_grad():
         np.testing.assert_allclose(outs[0], module(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+class Chain(nn.Module):
+    """1x1, depthwise, 1x1, depthwise, 1x1: the middle 1x1 layer could end the first block or begin a second."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Conv2d(8, 24, 1), nn.Conv2d(24, 16, 1), nn.Conv2d(16, 8, 1)
+        self.d1, self.d2 = nn.Conv2d(24, 24, 3, 1, 1, groups=24), nn.Conv2d(16, 16, 3, 2, 1, groups=16)
+
+    def forward(self, x):
+        return self.c(self.d2(self.b(self.d1(self.a(x)))))
+
+
+@needs_tier
+def test_a_layer_ends_one_block_only(monkeypatch):
+    """The middle 1x1 layer ends the first block; the second depthwise layer and the last 1x1 make a block
+    without an expanding layer that reads the first block's output."""
+    torch.manual_seed(3)
+    module, x = Chain().eval(), torch.randn(1, 8, 11, 9)
+    fused, (delegate,) = _load(module, x, True, monkeypatch)
+    kinds = [type(n.xnode_union).__name__ for n in delegate.compiled_nodes]
+    assert kinds.count("InvertedResidual") == 2, kinds
+    layers, _ = _load(module, x, False, monkeypatch)
+    np.testing.assert_array_equal(fused[0], layers[0])
+    with torch.no_grad():
+        np.testing.assert_allclose(fused[0], module(x).numpy(), rtol=1e-4, atol=1e-5)

@@ -101,9 +101,10 @@ def fuse_blocks(g: Graph, nodes: list, reads: list) -> list:
         out[last] = dataclasses.replace(out[last], xnode_union=fused, output_min_max=None)
         reads[last] = [x]
 
-    for i, node in enumerate(nodes):
+    for i in range(len(nodes)):
+        node = out[i]  # as fused so far: a layer of an earlier block is not also the first of the next
         expand = node.xnode_union
-        if not _pointwise(g, expand) or expand.input1_id in g.quant:
+        if not _pointwise(g, expand) or expand.input1_id in g.quant or g.dtype(expand.input1_id) != np.float32:
             continue
         found = next_layer(expand.output_id, xs.XNNDepthwiseConv2d)
         if found is None or not _depthwise(g, out[found[1]].xnode_union):
@@ -115,7 +116,7 @@ def fuse_blocks(g: Graph, nodes: list, reads: list) -> list:
         second, p = found
         project = out[p]
         sizes = (expand.group_input_channels, expand.group_output_channels, project.xnode_union.group_output_channels)
-        if project.xnode_union.output_id in g.quant or not inverted_residual.takes(*sizes):
+        if not _float_output(g, project) or not inverted_residual.takes(*sizes):
             continue
         fuse(expand.input1_id, [i, *first, d, *second], (node, nodes[d], project), p)
 
@@ -130,12 +131,17 @@ def fuse_blocks(g: Graph, nodes: list, reads: list) -> list:
             continue
         second, p = found
         project = out[p]
-        if project.xnode_union.output_id in g.quant or not inverted_residual.takes(
+        if not _float_output(g, project) or not inverted_residual.takes(
             0, dw.groups, project.xnode_union.group_output_channels
         ):
             continue
         fuse(dw.input1_id, [d, *second], (None, nodes[d], project), p)
     return out
+
+
+def _float_output(g: Graph, node: xs.XNode) -> bool:
+    vid = node.xnode_union.output_id
+    return vid not in g.quant and g.dtype(vid) == np.float32
 
 
 def _constant(g: Graph, vid: int, optional: bool = False) -> bool:
