@@ -59,8 +59,8 @@ def step(
     block = max(tile, BLOCK_BYTES // (4 * k) // tile * tile)
     flat, strides = _flat(x)
     args = (y2, flat, strides, packed.wp, packed.bias, packed.lo, packed.hi, wide, *window, block)
+    serial = partial(compiled.compiled("im2col_gemm", _convolve), *args, 1)
     parallel = compiled.compiled("im2col_gemm_split", _convolve, parallel=True)
-    serial = partial(parallel, *args, 1)  # one build: a second, serial one would add to the first run's compile
     limit = -(-rows // tile)
     return compiled.split_step(serial, parallel, args, limit, rows * k * packed.n >= policy.current().split_macs)
 
@@ -129,7 +129,8 @@ def _columns(x, strides, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first,
 def _convolve(y, x, strides, wp, bias, lo, hi, wide, oh, ow, kh, kw, sh, sw, dh, dw, top, left, block, parts):  # noqa: E501 # pragma: no cover
     """The layer over ``parts`` runs of output pixels (whole tiles a run), each in blocks of ``block`` pixels:
     the block's columns into the part's scratch, then the GEMM's tiles from it into the block's rows of ``y``.
-    Compiled once, with numba's threads; one part runs on the calling thread."""
+    Compiled twice: serially (``prange`` runs as ``range``) and with numba's threads (whose build run with
+    one part would still wake the threads)."""
     m, k = y.shape[0], wp.shape[1]
     tile = WIDE_ROWS if wide else ROWS
     share = -(-m // parts)

@@ -103,9 +103,9 @@ def step(
             project.wp, project.bias, project.lo, project.hi,
             kh, kw, sh, sw, dh, dw_, top, left,
             KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", residual, chunk, oh, ow)  # fmt: skip
-    kernel = compiled.compiled("inverted_residual_split", _block, parallel=True)
-    parallel = partial(_with_buffers, kernel, sizes)
-    serial = partial(parallel, *args, 1)  # one build: a second, serial one would double the first run's compile
+    parallel = partial(_with_buffers, compiled.compiled("inverted_residual_split", _block, parallel=True), sizes)
+    # On the calling thread: a parallel build run with one part would still wake numba's threads.
+    serial = partial(_with_buffers, compiled.compiled("inverted_residual", _one_band), sizes, *args, 1)
     macs = nb * ((expand is not None) * h * wd * c * e + oh * ow * e * (kh * kw + project.n))
     return compiled.split_step(serial, parallel, args, nb * oh, macs >= policy.current().split_macs)
 
@@ -201,8 +201,7 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
 def _block(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
            kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
            e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
-    """The block over ``parts`` bands of output rows. Compiled once, with numba's threads; one part runs on
-    the calling thread."""
+    """The block over ``parts`` bands of output rows, on numba's threads."""
     total = x.shape[0] * oh
     run = -(-total // parts)
     for t in prange(parts):
@@ -210,6 +209,16 @@ def _block(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, l
         _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
               kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
               e2[t], e4[t], f2[t], f4[t], first, min(total, first + run))  # fmt: skip
+
+
+def _one_band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
+              kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
+              e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
+    """The block as one band, serially (``parts`` is 1): a small build beside ``_block``'s threaded one,
+    since both call the compiled ``_band``."""
+    _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
+          kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
+          e2[0], e4[0], f2[0], f4[0], 0, x.shape[0] * oh)  # fmt: skip
 
 
 HELPERS = compiled.Helpers(
