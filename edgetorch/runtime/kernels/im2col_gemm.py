@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from edgetorch.runtime import policy
-from edgetorch.runtime.kernels import compiled, gemm
+from edgetorch.runtime.kernels import compiled, gemm, windows
 
 # Bytes of columns a block: with a group of weights (gemm.GROUP_BYTES) within a 512 KB share of L2 per thread.
 BLOCK_BYTES = 64 * 1024
@@ -78,20 +78,18 @@ def _flat(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # ------------------------------------------------------------------------------------------------ kernels
 
 _gemm_blocks: Any = None
+_kernel_row: Any = None
 prange: Any = range
 
 
 def _columns(x, strides, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first, last):  # pragma: no cover
     """cols[p - first, (ki, kj, c)] = x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c] for the output pixels
     p = (n * OH + i) * OW + j from ``first`` to ``last``, zero outside the input; ``x`` is the flat memory of an
-    [N, H, W, C] array whose ``strides`` (in elements) are given. Indexed flat with unsigned offsets, as
-    windows.py's im2col, for the copy loops to vectorise; with contiguous channels and dilation 1, a kernel
-    row inside the input is one run of KW x C values."""
+    [N, H, W, C] array whose ``strides`` (in elements) are given; a kernel row at a time by windows.py's
+    ``_kernel_row``, as its im2col."""
     h, wd, c = strides[4], strides[5], strides[6]
     sn, sr, sc, sk = np.uint64(strides[0]), np.uint64(strides[1]), np.uint64(strides[2]), np.uint64(strides[3])
-    run = np.uint64(kw * c)
-    width = np.uint64(kh * kw * c)
-    dense = sk == 1 and sc == np.uint64(c) and dw == 1
+    run, width = kw * c, np.uint64(kh * kw * c)
     n, r = first // (oh * ow), first % (oh * ow)
     i, j = r // ow, r % ow
     for p in range(first, last):
@@ -100,29 +98,11 @@ def _columns(x, strides, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first,
             if i == oh:
                 i, n = 0, n + 1
         c0 = j * sw - left
-        whole = dense and c0 >= 0 and c0 + kw <= wd
-        o = np.uint64(p - first) * width
         for ki in range(kh):
             row = i * sh - top + ki * dh
-            if row < 0 or row >= h:
-                for q in range(run):
-                    cols[o + q] = 0.0
-            elif whole:
-                at = np.uint64(n) * sn + np.uint64(row) * sr + np.uint64(c0) * sc
-                for q in range(run):
-                    cols[o + q] = x[at + q]
-            else:
-                for kj in range(kw):
-                    col = c0 + kj * dw
-                    d = o + np.uint64(kj * c)
-                    if col < 0 or col >= wd:
-                        for q in range(np.uint64(c)):
-                            cols[d + q] = 0.0
-                    else:
-                        at = np.uint64(n) * sn + np.uint64(row) * sr + np.uint64(col) * sc
-                        for q in range(np.uint64(c)):
-                            cols[d + q] = x[at + q * sk]
-            o += run
+            o = np.uint64(p - first) * width + np.uint64(ki * run)
+            at = np.uint64(n) * sn + np.uint64(row) * sr if 0 <= row < h else np.uint64(0)
+            _kernel_row(x, cols, o, at, c0, kw, dw, wd, c, sc, sk, row < 0 or row >= h)
         j += 1
 
 
@@ -148,6 +128,6 @@ def _convolve(y, x, strides, wp, bias, lo, hi, wide, oh, ow, kh, kw, sh, sw, dh,
 HELPERS = compiled.Helpers(
     globals(),
     compile=("_columns",),
-    build={"_gemm_blocks": lambda: gemm._gemm_blocks},
-    after=(gemm.HELPERS,),
+    build={"_gemm_blocks": lambda: gemm._gemm_blocks, "_kernel_row": lambda: windows._kernel_row},
+    after=(gemm.HELPERS, windows.HELPERS),
 )

@@ -22,42 +22,51 @@ prange: Any = range  # numba's, bound before the first compile (importing this m
 
 def _im2col_rows(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first, last):  # pragma: no cover - compiled
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the im2col buffer: cols[pixel,
-    (ki, kj, c)] = x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c], zero outside the input. With dilation 1
-    a kernel row of taps inside the input is one run of KW x C contiguous values, copied as one loop.
+    (ki, kj, c)] = x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c], zero outside the input, a kernel row at a
+    time (:func:`_kernel_row`).
 
     Both arrays are indexed flat with unsigned offsets: numba checks a signed index for wraparound, which keeps
     the copy loops from vectorising, and a view a run (a slice) costs more than a short run's copy."""
     nb, h, wd, c = x.shape
     run, width = kw * c, kh * kw * c
     xf, cf = x.reshape(-1), cols.reshape(-1)
-    zero = np.float32(0)
+    one, pixel = np.uint64(1), np.uint64(c)
     for r in range(first, last):
         n = r // oh
         i = r % oh
         for j in range(ow):
             c0 = j * sw - left
-            whole = dw == 1 and c0 >= 0 and c0 + kw <= wd
             for ki in range(kh):
                 row = i * sh - top + ki * dh
                 o = np.uint64((r * ow + j) * width + ki * run)
-                if row < 0 or row >= h:
-                    for q in range(np.uint64(run)):
-                        cf[o + q] = zero
-                elif whole:
-                    at = np.uint64(((n * h + row) * wd + c0) * c)
-                    for q in range(np.uint64(run)):
-                        cf[o + q] = xf[at + q]
-                else:
-                    for kj in range(kw):
-                        col = c0 + kj * dw
-                        d = o + np.uint64(kj * c)
-                        if col < 0 or col >= wd:
-                            for q in range(np.uint64(c)):
-                                cf[d + q] = zero
-                        else:
-                            at = np.uint64(((n * h + row) * wd + col) * c)
-                            for q in range(np.uint64(c)):
-                                cf[d + q] = xf[at + q]
+                at = np.uint64(((n * h + row) * wd) * c) if 0 <= row < h else np.uint64(0)
+                _kernel_row(xf, cf, o, at, c0, kw, dw, wd, c, pixel, one, row < 0 or row >= h)
+
+
+def _kernel_row(xf, cf, o, at, c0, kw, dw, wd, c, sc, sk, outside):  # pragma: no cover - compiled (inlined)
+    """cf[o : o + KW * C] = one kernel row of a window: the taps at columns c0 + kj * dw of the input row that
+    starts at flat offset ``at`` of ``xf`` (a column ``sc`` values after the last, a channel ``sk``), zero for
+    the columns outside the input and for the whole row when it is ``outside``. With contiguous pixels and
+    dilation 1, a row of taps inside the input is one run of KW x C values, copied as one loop."""
+    run = np.uint64(kw * c)
+    if outside:
+        for q in range(run):
+            cf[o + q] = 0.0
+    elif sk == 1 and sc == c and dw == 1 and c0 >= 0 and c0 + kw <= wd:
+        src = at + np.uint64(c0) * sc
+        for q in range(run):
+            cf[o + q] = xf[src + q]
+    else:
+        for kj in range(kw):
+            col = c0 + kj * dw
+            d = o + np.uint64(kj * c)
+            if col < 0 or col >= wd:
+                for q in range(np.uint64(c)):
+                    cf[d + q] = 0.0
+            else:
+                src = at + np.uint64(col) * sc
+                for q in range(np.uint64(c)):
+                    cf[d + q] = xf[src + q * sk]
 
 
 def _im2col(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left):  # pragma: no cover - compiled
@@ -150,4 +159,6 @@ def max_pool_step(x: Any, y: Any, *window: Any) -> Any:
     )
 
 
-HELPERS = compiled_kernels.Helpers(globals(), compile=("_im2col_rows", "_max_pool_rows"), inline=("_larger",))
+HELPERS = compiled_kernels.Helpers(
+    globals(), compile=("_im2col_rows", "_max_pool_rows"), inline=("_larger", "_kernel_row")
+)

@@ -11,11 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from edgetorch.backends.xnnpack import XnnpackPartitioner
-from edgetorch.backends.xnnpack.runtime import XnnpackBackend
 from edgetorch.backends.xnnpack.runtime import delegate as delegate_module
-from edgetorch.exir import to_edge_transform_and_lower
-from edgetorch.runtime import Runtime, policy
+from edgetorch.runtime import policy
+from tests.backends.xnnpack.test_fusion import run
 
 needs_tier = pytest.mark.skipif(
     not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
@@ -60,45 +58,35 @@ class Net(nn.Module):
         return self.head(self.blocks(self.stem(x)).mean((2, 3)))
 
 
-def _load(module, x, fuse, monkeypatch):
-    pte = to_edge_transform_and_lower(torch.export.export(module.eval(), (x,)), partitioner=[XnnpackPartitioner()])
-    delegates, init = [], XnnpackBackend.init
-
-    def capture(self, *args):
-        handle = init(self, *args)
-        delegates.append(handle)
-        return handle
-
-    monkeypatch.setattr(XnnpackBackend, "init", capture)
-    if not fuse:
-        monkeypatch.setattr(delegate_module, "fuse_blocks", lambda g, nodes, reads: nodes)
-    method = Runtime.get().load_program(pte.to_executorch().buffer).load_method("forward")
-    monkeypatch.undo()
-    outs = [np.array(o) for o in method.execute([x.numpy()])]
-    return outs, delegates
+def _load(module, x, fuse, monkeypatch, set_policy, tier=True):
+    """test_fusion's ``run`` (outputs and delegates), with the block fusion turned off when not ``fuse``."""
+    with monkeypatch.context() as patch:
+        if not fuse:
+            patch.setattr(delegate_module, "fuse_blocks", lambda g, nodes, reads: nodes)
+        return run(module, x, tier, patch, set_policy)
 
 
 @needs_tier
 @pytest.mark.parametrize("batch", [1, 2])
-def test_blocks_fuse_with_the_bits_of_their_layers(batch, monkeypatch, tuned):
+def test_blocks_fuse_with_the_bits_of_their_layers(batch, monkeypatch, set_policy, tuned):
     """With an empty tuning cache, so that the layers' kernels are measured while the block is planned."""
     torch.manual_seed(0)
     module, x = Net().eval(), torch.randn(batch, 3, 30, 26)
-    fused, (delegate,) = _load(module, x, True, monkeypatch)
+    fused, (delegate,) = _load(module, x, True, monkeypatch, set_policy)
     fused_nodes = [n.xnode_union for n in delegate.compiled_nodes if type(n.xnode_union).__name__ == "InvertedResidual"]
     assert len(fused_nodes) == 3  # the 16 -> 960 -> 160 block's weights are too large
     assert [n.residual for n in fused_nodes] == [True, True, False]  # the adds after the stride-1 blocks
-    layers, _ = _load(module, x, False, monkeypatch)
+    layers, _ = _load(module, x, False, monkeypatch, set_policy)
     np.testing.assert_array_equal(fused[0], layers[0])
     with torch.no_grad():
         np.testing.assert_allclose(fused[0], module(x).numpy(), rtol=1e-4, atol=1e-5)
 
 
 @needs_tier
-def test_a_middle_value_with_another_reader_keeps_the_layers(monkeypatch):
+def test_a_middle_value_with_another_reader_keeps_the_layers(monkeypatch, set_policy):
     torch.manual_seed(1)
     module, x = Block(8, 32, 8, 3, 1, shared=True).eval(), torch.randn(1, 8, 12, 12)
-    outs, (delegate,) = _load(module, x, True, monkeypatch)
+    outs, (delegate,) = _load(module, x, True, monkeypatch, set_policy)
     assert not any(type(n.xnode_union).__name__ == "InvertedResidual" for n in delegate.compiled_nodes)
     with torch.no_grad():
         want = module(x)
@@ -106,10 +94,9 @@ def test_a_middle_value_with_another_reader_keeps_the_layers(monkeypatch):
 
 
 def test_nothing_fuses_off_the_tier(monkeypatch, set_policy):
-    set_policy(compiled=False)
     torch.manual_seed(2)
     module, x = Net().eval(), torch.randn(1, 3, 18, 18)
-    outs, (delegate,) = _load(module, x, True, monkeypatch)
+    outs, (delegate,) = _load(module, x, True, monkeypatch, set_policy, tier=False)
     assert not any(type(n.xnode_union).__name__ == "InvertedResidual" for n in delegate.compiled_nodes)
     with torch.no_grad():
         np.testing.assert_allclose(outs[0], module(x).numpy(), rtol=1e-4, atol=1e-5)
@@ -128,15 +115,15 @@ class Chain(nn.Module):
 
 
 @needs_tier
-def test_a_layer_ends_one_block_only(monkeypatch):
+def test_a_layer_ends_one_block_only(monkeypatch, set_policy):
     """The middle 1x1 layer ends the first block; the second depthwise layer and the last 1x1 make a block
     without an expanding layer that reads the first block's output."""
     torch.manual_seed(3)
     module, x = Chain().eval(), torch.randn(1, 8, 11, 9)
-    fused, (delegate,) = _load(module, x, True, monkeypatch)
+    fused, (delegate,) = _load(module, x, True, monkeypatch, set_policy)
     kinds = [type(n.xnode_union).__name__ for n in delegate.compiled_nodes]
     assert kinds.count("InvertedResidual") == 2, kinds
-    layers, _ = _load(module, x, False, monkeypatch)
+    layers, _ = _load(module, x, False, monkeypatch, set_policy)
     np.testing.assert_array_equal(fused[0], layers[0])
     with torch.no_grad():
         np.testing.assert_allclose(fused[0], module(x).numpy(), rtol=1e-4, atol=1e-5)

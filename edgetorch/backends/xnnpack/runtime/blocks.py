@@ -17,7 +17,6 @@ stride-1 block is fused with it when it is the projection's only reader and has 
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,7 @@ from edgetorch.backends.xnnpack.runtime.chains import Absorbed
 from edgetorch.backends.xnnpack.runtime.epilogues import min_max
 from edgetorch.backends.xnnpack.runtime.geometry import conv_window, nhwc
 from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
-from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
+from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported, readers_of
 from edgetorch.runtime.kernels import depthwise, gemm, inverted_residual
 
 
@@ -48,10 +47,7 @@ def fuse_blocks(g: Graph, nodes: list, reads: list) -> list:
     layer and ``Absorbed`` nodes before it; ``reads`` is updated to match. Nothing is fused off the tier."""
     if not g.compiled:
         return nodes
-    readers: dict[int, list[int]] = defaultdict(list)
-    for i, ids in enumerate(reads):
-        for vid in ids:
-            readers[vid].append(i)
+    readers = readers_of(reads)
     external = {vid for _, vid in g.inputs + g.outputs}
     out = list(nodes)
 

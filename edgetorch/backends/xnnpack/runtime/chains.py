@@ -18,14 +18,13 @@ the pattern says; anything else keeps its nodes.
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
-from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
+from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported, readers_of
 from edgetorch.runtime.ops import activation, normalization
 
 
@@ -70,10 +69,7 @@ def fuse_chains(g: Graph, nodes: list, reads: list) -> list:
     """``nodes`` with every RMSNorm and SwiGLU chain made one node (``RmsNorm``, ``SwiGlu``) at the chain's last
     node and ``Absorbed`` nodes before it; ``reads`` is updated to match (the fused node reads the chain's
     inputs)."""
-    readers: dict[int, list[int]] = defaultdict(list)
-    for i, ids in enumerate(reads):
-        for vid in ids:
-            readers[vid].append(i)
+    readers = readers_of(reads)
     external = {vid for _, vid in g.inputs + g.outputs}
     out = list(nodes)
 

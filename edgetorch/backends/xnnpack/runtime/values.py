@@ -8,6 +8,7 @@ Imports only the standard library, NumPy and the backend's format code.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -199,3 +200,12 @@ def read_ids(n: Any) -> list[int]:
     """The value ids a node reads."""
     ids = (getattr(n, f, xs.INVALID_VALUE_ID) for f in READ_FIELDS)
     return [i for i in ids if i != xs.INVALID_VALUE_ID]
+
+
+def readers_of(reads: list) -> dict[int, list[int]]:
+    """Value id -> the indices of the nodes that read it, from each node's ``reads`` (the load-time fusions)."""
+    readers: dict[int, list[int]] = defaultdict(list)
+    for i, ids in enumerate(reads):
+        for vid in ids:
+            readers[vid].append(i)
+    return readers
