@@ -371,7 +371,8 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
     """The step of ``kernel`` (a name of ``DEPTHWISE_KERNELS``) on these arrays; the tier must be on."""
     HELPERS.require(f"depthwise {kernel}")
     serial_fn, parallel_fn = _FORMS[kernel]
-    args = (x, taps, bias, y, *window) + ((kernel == "vector16",) if kernel != "rows" else ())
+    lo, hi = np.float32(window[8]), np.float32(window[9])  # the vector kernels' IR splats float32 bounds only
+    args = (x, taps, bias, y, *window[:8], lo, hi) + ((kernel == "vector16",) if kernel != "rows" else ())
     name = "rows" if kernel == "rows" else "vector"
     serial = partial(compiled_kernels.compiled(f"depthwise_{name}", serial_fn), *args)
     parallel = compiled_kernels.compiled(f"depthwise_{name}_split", parallel_fn, parallel=True)

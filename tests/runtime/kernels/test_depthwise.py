@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from edgetorch.runtime import policy
+from edgetorch.runtime.kernels import depthwise
 
 pytestmark = pytest.mark.skipif(
     not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
@@ -89,3 +90,19 @@ def test_the_16_lane_kernel_is_a_candidate_only_with_avx512(monkeypatch):
     assert depthwise.kernels() == ("vector", "rows")
     monkeypatch.setattr(depthwise, "this_host", lambda: Host("cpu", "x86_64", frozenset({"avx2", "avx512f"}), 2))
     assert depthwise.kernels() == ("vector", "vector16", "rows")
+
+
+def test_python_float_bounds_run_every_kernel():
+    """Bounds given as Python floats (float64 to numba) run as float32 ones: the vector kernels' IR could only
+    splat float32 bounds and raised TypeError at compile."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 6, 7, 24), dtype=np.float32)
+    taps = rng.standard_normal((9, 24), dtype=np.float32)
+    bias = np.zeros(24, np.float32)
+    window = (3, 3, 1, 1, 1, 1, 1, 1)
+    want = np.empty((1, 6, 7, 24), np.float32)
+    depthwise._step("rows", x, taps, bias, want, *window, np.float32(-0.5), np.float32(0.5))()
+    for kernel in depthwise.kernels():
+        y = np.full_like(want, np.nan)
+        depthwise._step(kernel, x, taps, bias, y, *window, -0.5, 0.5)()
+        np.testing.assert_array_equal(y, want)
