@@ -111,9 +111,9 @@ def test_weights_read_in_place_are_packed_all_or_none_within_the_budget(monkeypa
     graph.packs_in_place = float_layers.packs_in_place(graph, layers)
     none = schema.INVALID_VALUE_ID
     assert not graph.packs_in_place
-    assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP, in_place=True) is None
+    assert float_layers.packed_gemm(w, graph, none, epilogues.NO_CLAMP, in_place=True) is None
     # a weight sgemm would copy anyway ([N, K] stored) is packed whatever the budget
-    assert float_layers._packed_gemm(w, graph, none, epilogues.NO_CLAMP) is not None
+    assert float_layers.packed_gemm(w, graph, none, epilogues.NO_CLAMP) is not None
 
 
 class Attention(torch.nn.Module):

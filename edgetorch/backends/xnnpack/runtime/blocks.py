@@ -24,6 +24,7 @@ import numpy as np
 from edgetorch.backends.xnnpack import schema as xs
 from edgetorch.backends.xnnpack.runtime.chains import Absorbed
 from edgetorch.backends.xnnpack.runtime.epilogues import min_max
+from edgetorch.backends.xnnpack.runtime.float_layers import packed_gemm
 from edgetorch.backends.xnnpack.runtime.geometry import conv_window, nhwc
 from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported, readers_of
@@ -172,11 +173,13 @@ def _depthwise(g: Graph, n: Any) -> bool:
 
 
 def _packed(g: Graph, node: xs.XNode) -> gemm.PackedGemm:
+    """A 1x1 layer's packed GEMM with its bias and clamp, as the layer's own planner packs it."""
     n = node.xnode_union
-    w = g.constant(n.filter_id, "filter")
-    w = w.reshape(n.group_output_channels, n.group_input_channels).T
-    bias = g.constants.get(n.bias_id) if n.bias_id != xs.INVALID_VALUE_ID else None
-    return gemm.PackedGemm(np.ascontiguousarray(w), None if bias is None else bias.reshape(-1), *min_max(node))
+    w = g.constant(n.filter_id, "filter").reshape(n.group_output_channels, n.group_input_channels)
+    packed = packed_gemm(np.ascontiguousarray(w.T), g, n.bias_id, min_max(node))
+    if packed is None:
+        raise Unsupported(f"the block's 1x1 layer (node {node.debug_handle}) has no float32 filter and bias")
+    return packed
 
 
 def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner:
@@ -187,14 +190,13 @@ def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner
     channels = d.groups
     if (expand is not None and expand.n != channels) or project.k != channels:
         raise Unsupported(
-            f"the block expands to {expand.n} channels, its depthwise layer takes {channels} and its projection "
-            f"{project.k}"
+            f"the block's depthwise layer takes {channels} channels, its projection {project.k} and its expanding "
+            f"layer gives {expand.n if expand is not None else 'none'}"
         )
     taps = np.ascontiguousarray(g.constant(d.filter_id, "filter").reshape(win.kh * win.kw, channels))
     bias = g.constants.get(d.bias_id) if d.bias_id != xs.INVALID_VALUE_ID else None
     bias = np.empty(0, np.float32) if bias is None else np.ascontiguousarray(bias.reshape(-1))
     lo, hi = min_max(middle)
-    bounds = np.float32(lo), np.float32(hi)  # as the kernels take them (the layer's own step passes float32)
     geometry = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw, win.top, win.left)
 
     def plan(env: Env) -> list:
@@ -210,7 +212,7 @@ def _inverted_residual(n: InvertedResidual, node: xs.XNode, g: Graph) -> Planner
         where = f"{block}: depthwise convolution, node {middle.debug_handle}"
         ex = np.empty((1, h, wd, channels), np.float32)  # the shapes the depthwise kernels are measured on
         mid = np.empty((1, oh, ow, channels), np.float32)
-        kernel = depthwise.choose(ex, taps, bias, mid, *geometry, *bounds, where=where).kernel
+        kernel = depthwise.choose(ex, taps, bias, mid, *geometry, lo, hi, where=where).kernel
         kernels = (
             "packed"
             if expand is None

@@ -23,7 +23,7 @@ from edgetorch.runtime.ops import conv as conv_op
 from edgetorch.runtime.ops import pool as pool_op
 
 
-def _packed_gemm(
+def packed_gemm(
     w: np.ndarray, g: Graph, bias_id: int, act: tuple[float, float], in_place: bool = False
 ) -> gemm.PackedGemm | None:
     """The fast tier's GEMM (edgetorch/runtime/kernels/gemm.py) for the float32 constant ``w`` [K, N] with its
@@ -72,7 +72,7 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
     if n.filter_id in g.constants:
         w = g.constants[n.filter_id]
         if g.compiled:
-            fused = _packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed)
+            fused = packed_gemm(w if transposed else w.T, g, n.bias_id, act, in_place=transposed)
         if fused is None:
             packed = np.ascontiguousarray(w if transposed else w.T)  # [in, out] for x @ w
 
@@ -113,7 +113,7 @@ def _convolution(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] = NO
     def packed(form: str) -> Any:
         if form not in forms:
             forms[form] = (
-                _winograd_weights(n, g, ocg, icg) if form == "winograd" else _packed_gemm(w[0], g, n.bias_id, act)
+                _winograd_weights(n, g, ocg, icg) if form == "winograd" else packed_gemm(w[0], g, n.bias_id, act)
             )
         return forms[form]
 
