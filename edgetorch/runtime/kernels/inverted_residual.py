@@ -116,22 +116,35 @@ _SCRATCH = threading.local()
 def _with_buffers(kernel: Any, sizes: tuple[int, ...], *args: Any) -> None:
     """``kernel(*args[:-1], buffers..., parts)`` with each part's expanded and filtered rows in the calling
     thread's scratch buffer, which every block shares (grown to the largest): as 2-d and 4-d views made here,
-    since a reshape to a tuple in the compiled kernel costs seconds of its first compile."""
-    capacity, wd, e, chunk, ow = sizes
+    since a reshape to a tuple in the compiled kernel costs seconds of its first compile. The views are kept
+    per block shape and part count until the buffer grows (four reshapes cost 1.1 us a call)."""
     parts = args[-1]
+    views = getattr(_SCRATCH, "views", None)
+    if views is None:
+        views = _SCRATCH.views = {}
+    got = views.get((sizes, parts))
+    if got is None or got[0] is not getattr(_SCRATCH, "buffer", None):
+        got = views[sizes, parts] = _views(sizes, parts)
+    kernel(*args[:-1], *got[1:], parts)
+
+
+def _views(sizes: tuple[int, ...], parts: int) -> tuple:
+    """The thread's scratch buffer (grown to fit) and its four views for ``parts`` parts of a block of
+    ``sizes`` (capacity, W, E, chunk, OW)."""
+    capacity, wd, e, chunk, ow = sizes
     expanded, filtered = capacity * wd * e, chunk * ow * e
     need = parts * (expanded + filtered)
     buffer = getattr(_SCRATCH, "buffer", None)
     if buffer is None or buffer.size < need:
         buffer = _SCRATCH.buffer = np.empty(need, np.float32)
+        _SCRATCH.views.clear()  # the other blocks' views of the old buffer: made again when next called
     ex, fl = buffer[: parts * expanded], buffer[parts * expanded : need]
-    kernel(
-        *args[:-1],
+    return (
+        buffer,
         ex.reshape(parts, capacity * wd, e),
         ex.reshape(parts, capacity, wd, e),
         fl.reshape(parts, chunk * ow, e),
         fl.reshape(parts, chunk, ow, e),
-        parts,
     )
 
 
