@@ -73,6 +73,27 @@ def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray
     return np.ascontiguousarray(wp.reshape(k, panels, WIDTH).transpose(1, 0, 2)), bp
 
 
+def _ir_helpers(builder: Any, vec: Any, intp: Any) -> tuple[Callable, Callable, Callable]:
+    """The IR the GEMM's intrinsics build with ``builder`` for vectors of type ``vec``: an ``intp`` constant,
+    a ``vec`` pointer ``at`` floats past a float pointer, and a vector of one float in every lane."""
+    from llvmlite import ir
+
+    i32 = ir.IntType(32)
+    undef = ir.Constant(vec, ir.Undefined)
+    lane0 = ir.Constant(ir.VectorType(i32, vec.count), [ir.Constant(i32, 0)] * vec.count)
+
+    def const(v: int) -> Any:
+        return ir.Constant(intp, v)
+
+    def vector(data: Any, at: Any) -> Any:
+        return builder.bitcast(builder.gep(data, [at], inbounds=True), vec.as_pointer())
+
+    def splat(s: Any) -> Any:
+        return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
+
+    return const, vector, splat
+
+
 def _tile_intrinsic(lanes: int = 8) -> Any:
     """``tile(a, i, wp, p, bias, lo, hi, y, rows, halves)``, a numba intrinsic over ``lanes``-float vectors (8:
     AVX2's registers, 16: AVX-512's, which LLVM splits in two where the CPU has no AVX-512, correct but slow):
@@ -86,11 +107,9 @@ def _tile_intrinsic(lanes: int = 8) -> Any:
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    f32, i32 = ir.FloatType(), ir.IntType(32)
+    f32 = ir.FloatType()
     v8 = ir.VectorType(f32, lanes)
     zero = ir.Constant(v8, [ir.Constant(f32, 0.0)] * lanes)
-    undef = ir.Constant(v8, ir.Undefined)
-    lane0 = ir.Constant(ir.VectorType(i32, lanes), [ir.Constant(i32, 0)] * lanes)
     most = ROWS if lanes == 8 else WIDE_ROWS
 
     @intrinsic(prefer_literal=True)
@@ -114,20 +133,13 @@ def _tile_intrinsic(lanes: int = 8) -> Any:
                 builder.module, ir.FunctionType(v8, [v8, v8, v8]), f"llvm.fma.v{lanes}f32"
             )
 
-            def const(v):
-                return ir.Constant(intp, v)
+            const, vector, splat = _ir_helpers(builder, v8, intp)
 
             def row(arr, r):
                 """A float pointer to row ``first + r`` of the 2-D ``arr``."""
                 at = builder.mul(builder.add(first, const(r)), builder.extract_value(arr.strides, 0))
                 start = builder.gep(builder.bitcast(arr.data, ir.IntType(8).as_pointer()), [at], inbounds=True)
                 return builder.bitcast(start, f32.as_pointer())
-
-            def splat(s):
-                return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
-
-            def vector(ptr, at):
-                return builder.bitcast(builder.gep(ptr, [at], inbounds=True), v8.as_pointer())
 
             xs = [row(x, r) for r in range(count)]
             base = builder.gep(w.data, [builder.mul(panel, builder.mul(k, const(WIDTH)))], inbounds=True)
@@ -338,11 +350,9 @@ def _row_intrinsic(lanes: int = 8) -> Any:
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    f32, i32 = ir.FloatType(), ir.IntType(32)
+    f32 = ir.FloatType()
     vec = ir.VectorType(f32, lanes)
     zero = ir.Constant(vec, [ir.Constant(f32, 0.0)] * lanes)
-    undef = ir.Constant(vec, ir.Undefined)
-    lane0 = ir.Constant(ir.VectorType(i32, lanes), [ir.Constant(i32, 0)] * lanes)
     per_panel = WIDTH // lanes
     most = ROW_PANELS * lanes // WIDTH  # panels a pass over K: 8 accumulators
 
@@ -364,15 +374,7 @@ def _row_intrinsic(lanes: int = 8) -> Any:
                 builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{lanes}f32"
             )
 
-            def const(v):
-                return ir.Constant(intp, v)
-
-            def vector(data, at):
-                return builder.bitcast(builder.gep(data, [at], inbounds=True), vec.as_pointer())
-
-            def splat(s):
-                return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
-
+            const, vector, splat = _ir_helpers(builder, vec, intp)
             stride = builder.mul(k, const(WIDTH))  # floats a panel
             low, high = splat(args[5]), splat(args[6])
             for g0 in range(0, panels, most):
