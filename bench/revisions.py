@@ -111,7 +111,7 @@ def measure(
     decode: bool = False,
     executorch: bool = False,
 ) -> float:
-    env = dict(os.environ, EDGETORCH_NUM_THREADS=str(threads), EDGETORCH_CACHE_DIR=str(cache))
+    env = dict(os.environ, EDGETORCH_NUM_THREADS=str(threads), EDGETORCH_CACHE_DIR=str(cache), EDGETORCH_COMPILE="wait")
     env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), PYTHONPATH=str(checkout))
     command = [sys.executable, str(ROOT / "bench" / "revisions.py"), "--child", str(path)]
     command += ["--threads", str(threads), "--runs", str(runs), "--root", str(checkout)] + ["--decode-child"] * decode

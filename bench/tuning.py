@@ -79,7 +79,9 @@ def child(path: str, runs: int) -> None:
 
 
 def measure(path: pathlib.Path, config: str, cache: pathlib.Path, runs: int) -> dict:
-    env = dict(os.environ, EDGETORCH_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ, EDGETORCH_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", EDGETORCH_COMPILE="wait"
+    )
     env["EDGETORCH_TUNE"] = "0" if config == "off" else "1"
     with tempfile.TemporaryDirectory(prefix="edgetorch-tuning-cold-") as cold:
         env["EDGETORCH_CACHE_DIR"] = cold if config == "cold" else str(cache)

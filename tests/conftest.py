@@ -12,6 +12,10 @@ import pytest
 # Kernel choice by timing (runtime/tuning.py) stays off in tests, so results never depend on the host's
 # timings; tests of tuning turn it on with their own cache directory.
 os.environ.setdefault("EDGETORCH_TUNE", "0")
+# The fast tier compiles in the process that loads a program (not in a background process while this one runs the
+# NumPy tier, runtime/warm.py), so that tests of compiled kernels run them; tests/runtime/test_warm.py tests the
+# background start with its own cache directory.
+os.environ.setdefault("EDGETORCH_COMPILE", "wait")
 
 
 def pytest_addoption(parser):

@@ -271,6 +271,10 @@ class Policy:
     tune: bool = True
     """Choose among candidate kernels by timing them on this host when a program loads, the decisions cached on
     disk (runtime/tuning.py; off: ``EDGETORCH_TUNE=0``, and the thresholds above decide)."""
+    compile_in_background: bool = True
+    """A program loaded from a file whose fast-tier kernels are not compiled on this machine yet starts their
+    compile in a background process and runs this process on the NumPy tier (runtime/warm.py); off
+    (``EDGETORCH_COMPILE=wait``): they compile in this process, before its first run."""
     kernel_choices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Fixed decisions that override tuning: ``"family"`` or ``"family:key"`` (e.g. ``"gemm"``,
     ``"gemm:64x128x256"``) -> the kernel's name, for tests and benchmarks that must not depend on timing."""
@@ -289,7 +293,9 @@ class Policy:
 
 
 _current = Policy(
-    compiled=os.environ.get("EDGETORCH_FAST", "1") != "0", tune=os.environ.get("EDGETORCH_TUNE", "1") != "0"
+    compiled=os.environ.get("EDGETORCH_FAST", "1") != "0",
+    tune=os.environ.get("EDGETORCH_TUNE", "1") != "0",
+    compile_in_background=os.environ.get("EDGETORCH_COMPILE", "background").strip() != "wait",
 )
 _numba: bool | None = None  # None: not tried; then whether numba imported
 

@@ -19,7 +19,7 @@ from edgetorch.format.flatbuffer import FlatbufferError
 from edgetorch.format.program import ScalarType
 from edgetorch.format.ptd import load_ptd
 from edgetorch.format.pte import FormatError, PteFile, load_pte
-from edgetorch.runtime import tuning
+from edgetorch.runtime import tuning, warm
 from edgetorch.runtime.backends import BackendRegistry
 from edgetorch.runtime.bundled import bundled_expected_outputs, bundled_inputs, get_program_data, verify_outputs
 from edgetorch.runtime.dtypes import SCALAR_TO_NUMPY
@@ -709,6 +709,8 @@ class Runtime:
             raise ProgramLoadError(str(e)) from None
         if verification is Verification.InternalConsistency:
             check_internal_consistency(pte)
+        if isinstance(data, (str, os.PathLike)):
+            warm.start(data, data_files)
         program = Program(pte, keepalive, self, verification)
         if max_memory is not None:
             if max_memory < 0:
