@@ -370,6 +370,12 @@ class TierOffError(EdgetorchError, RuntimeError):
     Step builders answer None only for "this kernel does not take these arrays", so the two never mix."""
 
 
+def compiled_tier_possible() -> bool:
+    """Whether the policy allows compiled kernels and numba is installed, without importing numba (a process
+    about to run on the NumPy tier need not pay for it): :func:`compiled_tier` may still find it unusable."""
+    return _current.compiled and (_numba if _numba is not None else _numba_found())
+
+
 def compiled_tier_loaded() -> bool:
     """Whether compiled kernels may be used and numba is already imported: for a kernel whose gain is smaller
     than what importing numba costs a process (~150 MB resident)."""

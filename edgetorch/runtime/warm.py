@@ -57,7 +57,7 @@ def start(program: str | os.PathLike, data_files: Sequence[Any] = ()) -> None:
     program's kernels are compiled here (or must compile in place), else starts or joins a background compile
     and turns the tier off for this process (module docstring)."""
     mode = policy.current()
-    if not (mode.compiled and mode.compile_in_background) or not policy.compiled_tier():
+    if not (mode.compile_in_background and policy.compiled_tier_possible()):
         return
     if not all(isinstance(f, (str, os.PathLike)) for f in data_files):
         return
