@@ -138,6 +138,7 @@ class MethodExecutor:
         self.fused = fuse_static(self) if self.static else fuse_steps(self)
         # whether BLAS keeps to one thread while the fused steps run (the packed GEMM's threads take the cores)
         self.own_threads = self.fused is not None and compiled.own_threads(self.fused[0])
+        self.blas = blas_threads.Adaptive()  # BLAS's threads or one, as timed here when no kernel splits
         self.tracer: Any = None
         self._by_pc: list[Callable | None] | None = None  # traced runs: each instruction's step, if it has one
 
@@ -440,9 +441,15 @@ class MethodExecutor:
                 self.vals[j] = view
 
     def run(self) -> None:
-        if self.tracer is not None:
-            self._run_traced(self.tracer)
-            return
+        # the packed GEMM's threads and BLAS's would take each other's cores; where no kernel splits, BLAS's own
+        # threads wait for each other beside a busy neighbour (blas_threads.py)
+        with blas_threads.held(self.own_threads, self.blas):
+            if self.tracer is not None:
+                self._run_traced(self.tracer)
+            else:
+                self._run()
+
+    def _run(self) -> None:
         pc, step_pcs = 0, self.step_pcs
         try:
             if self.static and self.fused is None:
@@ -451,10 +458,8 @@ class MethodExecutor:
                 return
             if self.fused is not None:  # fused steps: a method with no jumps
                 steps, step_pcs = self.fused
-                # the packed GEMM's threads and BLAS's would take each other's cores (blas_threads.py)
-                with blas_threads.held(self.own_threads):
-                    for pc, step in enumerate(steps):  # noqa: B007  (pc names the failing step below)
-                        step()
+                for pc, step in enumerate(steps):  # noqa: B007  (pc names the failing step below)
+                    step()
                 return
             # Dynamic methods bind a step to every instruction, so a step's index is its instruction's.
             steps, n, jumps, limit = self.steps, len(self.steps), 0, self.jump_budget.limit

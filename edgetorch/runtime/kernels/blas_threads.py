@@ -10,7 +10,13 @@ spins. The count is set through OpenBLAS's C API (``openblas_set_num_threads``, 
 loaded, under the names its builds export), about a microsecond a call; with another BLAS (MKL, Accelerate)
 nothing is found and nothing changes.
 
-Imports only the standard library, NumPy and compiled.py.
+Where nothing of the run splits over numba's threads (the NumPy tier, a portable program), BLAS's own threads are
+the only ones, and they too wait for each other: beside a busy neighbour (another process on a core), OpenBLAS
+on 2 threads ran MobileNetV2's NumPy-tier program at 460 ms a run against 27 ms on one thread (21.6 ms on 2
+threads when quiet). :class:`Adaptive` makes that a choice per call site, timed as the compiled kernels' splits
+are (``compiled.split``): BLAS on its threads or on one, whichever has been faster there.
+
+Imports only the standard library, NumPy, the policy and compiled.py.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ import ctypes
 import glob
 import os
 import threading
+import time
 from typing import Any
 
 import numpy as np
 
+from edgetorch.runtime import policy
 from edgetorch.runtime.kernels import compiled
 
 _api: Any = None  # (get, set) once looked up; False when NumPy's BLAS is not an OpenBLAS found here
@@ -84,7 +92,47 @@ ONE_THREAD = OneThread()
 _FREE = contextlib.nullcontext()
 
 
-def held(active: bool) -> Any:
-    """``ONE_THREAD`` when ``active`` (the code about to run splits kernels over numba's threads) and the runtime
-    may use more than one thread (``compiled.get_num_threads``), else a context that changes nothing."""
-    return ONE_THREAD if active and compiled.get_num_threads() > 1 else _FREE
+class Adaptive:
+    """``with site:`` runs its body (a method's run, a delegate's steps) with NumPy's OpenBLAS on one thread or
+    on the threads it has, as the site's :class:`~edgetorch.runtime.policy.SplitChoice` decides from how long
+    the body took with each (module docstring); on one thread whenever the runtime may use only one
+    (``compiled.get_num_threads``), and as found when the policy's ``split_adapts`` is off. Inside another
+    site's body (a delegate run by a method) it changes nothing: the outermost body is the one timed."""
+
+    __slots__ = ("choice", "mode", "start")
+    _depth = 0  # process-wide: adaptive bodies under way
+
+    def __init__(self, budget: policy.TrialBudget | None = None) -> None:
+        self.choice = policy.SplitChoice(budget)  # trials draw on the process's budget unless given another
+        self.mode = 0  # this entry: 0 inner or left as found, 1 one thread, 2 one thread timed, 3 threads timed
+        self.start = 0
+
+    def __enter__(self) -> None:
+        Adaptive._depth += 1
+        self.mode = 0
+        if Adaptive._depth > 1:
+            return
+        if compiled.get_num_threads() < 2:
+            self.mode = 1
+        elif policy.current().split_adapts:
+            self.start = time.perf_counter_ns()
+            self.mode = 3 if self.choice.next_parallel(self.start) else 2
+        if self.mode in (1, 2):
+            ONE_THREAD.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        Adaptive._depth -= 1
+        if self.mode in (1, 2):
+            ONE_THREAD.__exit__()
+        if self.mode >= 2 and not exc[0]:
+            end = time.perf_counter_ns()
+            self.choice.record(self.mode == 3, end - self.start, end)
+
+
+def held(active: bool, site: Adaptive | None = None) -> Any:
+    """``ONE_THREAD`` when ``active`` (the code about to run splits kernels over numba's threads) or when the
+    runtime may use only one thread (``compiled.get_num_threads``: ``set_num_threads(1)`` holds for BLAS too);
+    else the call site's :class:`Adaptive` choice, or, without one, a context that changes nothing."""
+    if active or compiled.get_num_threads() < 2:
+        return ONE_THREAD
+    return _FREE if site is None else site

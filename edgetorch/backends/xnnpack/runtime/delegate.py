@@ -82,6 +82,7 @@ class _Schedule:
     outputs: list  # arrays holding the external outputs after the steps run
     ends: list = field(default_factory=list)  # per node: the index after its last step (for traced runs)
     own_threads: bool = False  # whether BLAS keeps to one thread while the steps run (compiled.own_threads)
+    blas: blas_threads.Adaptive = field(default_factory=blas_threads.Adaptive)  # else: its threads or one, as timed
 
 
 class XnnpackDelegate:
@@ -157,7 +158,7 @@ class XnnpackDelegate:
                 ) from None
             for dst, src in zip(schedule.inputs, ins):
                 np.copyto(dst, src)
-            with blas_threads.held(schedule.own_threads):
+            with blas_threads.held(schedule.own_threads, schedule.blas):
                 if etdump.tracing():
                     self._traced(schedule)
                 else:
