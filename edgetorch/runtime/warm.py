@@ -21,9 +21,9 @@ follows). While a background compile runs, ``compiled/KEY.lock`` holds its proce
 
 ``EDGETORCH_COMPILE=wait`` (the policy's ``compile_in_background`` off) compiles in the process that needs the
 kernels, with a message while it does (compiled.py); tests and benchmarks use it. A program loaded from bytes
-has no file for a background process to read and also compiles in place. ``edgetorch warmup PROGRAM`` compiles
-in the foreground, ahead of time, and writes the marker too. A process that started on the NumPy tier stays on
-it; the next one gets the compiled kernels.
+has no file for a background process to read and also compiles in place, as does every program off POSIX
+systems. ``edgetorch warmup PROGRAM`` compiles in the foreground, ahead of time, and writes the marker too. A
+process that started on the NumPy tier stays on it; the next one gets the compiled kernels.
 
 Imports only the standard library, NumPy, the policy and tuning.py (for the cache directory and the host).
 """
@@ -57,8 +57,8 @@ def start(program: str | os.PathLike, data_files: Sequence[Any] = ()) -> None:
     program's kernels are compiled here (or must compile in place), else starts or joins a background compile
     and turns the tier off for this process (module docstring)."""
     mode = policy.current()
-    if not (mode.compile_in_background and policy.compiled_tier_possible()):
-        return
+    if os.name != "posix" or not (mode.compile_in_background and policy.compiled_tier_possible()):
+        return  # elsewhere os.kill(pid, 0) is no liveness check, and there is no os.nice
     if not all(isinstance(f, (str, os.PathLike)) for f in data_files):
         return
     files = [Path(os.fspath(program)), *(Path(os.fspath(f)) for f in data_files)]
