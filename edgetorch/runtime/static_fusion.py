@@ -54,7 +54,7 @@ import numpy as np
 from edgetorch.format import program as fbp
 from edgetorch.runtime import policy, rewrite_checks
 from edgetorch.runtime.fusion import _F32, _FusionContext, _int, _NoMatch, apply_patterns
-from edgetorch.runtime.kernels import compiled, gemm
+from edgetorch.runtime.kernels import blas_threads, compiled, gemm
 from edgetorch.runtime.ops import activation, window
 from edgetorch.runtime.ops import epilogue as ops_epilogue
 from edgetorch.runtime.ops import pool as ops_pool
@@ -370,7 +370,7 @@ def _packed(
     packed = gemm.PackedGemm(rhs, bias)
     kernel = gemm.choose_linear(packed, rhs, lhs.shape[0], f"instruction {pc}").kernel
     if kernel == "sgemm":
-        return gemm.sgemm_step(lhs, rhs, bias, -np.inf, np.inf, out)
+        return blas_threads.widened(gemm.sgemm_step(lhs, rhs, bias, -np.inf, np.inf, out), out.size * lhs.shape[1])
     return packed.step(lhs, out, kernel)
 
 

@@ -27,6 +27,7 @@ import glob
 import os
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -127,6 +128,30 @@ class Adaptive:
         if self.mode >= 2 and not exc[0]:
             end = time.perf_counter_ns()
             self.choice.record(self.mode == 3, end - self.start, end)
+
+
+WIDE_MACS = 1 << 22
+"""Multiply-adds from which a BLAS call inside a ``ONE_THREAD`` hold runs on BLAS's threads (:func:`widened`)."""
+
+
+def widened(step: Any, macs: int) -> Any:
+    """``step``, a BLAS call of ``macs`` multiply-adds, made to run on BLAS's own threads (as many as it had
+    before the hold, at most the runtime's) when it runs inside a ``ONE_THREAD`` hold: a large product that
+    sgemm computes faster than the packed GEMM (GPT-2's 128 x 768 x 50257 head, a third of its multiply-adds)
+    would otherwise run on one thread in a delegate whose other layers split over numba's threads. Those are
+    idle while it runs. Small products keep the hold (two calls into OpenBLAS cost about a microsecond each)."""
+    return step if macs < WIDE_MACS else partial(_widened, step)
+
+
+def _widened(step: Any) -> Any:
+    threads = min(ONE_THREAD.before, compiled.get_num_threads())
+    if ONE_THREAD.depth == 0 or threads < 2:
+        return step()
+    _api[1](threads)
+    try:
+        return step()
+    finally:
+        _api[1](1)
 
 
 def held(active: bool, site: Adaptive | None = None) -> Any:

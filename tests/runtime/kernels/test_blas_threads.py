@@ -92,3 +92,18 @@ def test_a_method_run_times_its_site(two_blas_threads):
     np.testing.assert_allclose(out, (args[0] @ args[1]).numpy(), rtol=1e-5, atol=1e-4)
     site = method._executor.blas
     assert site.choice.countdown >= 0  # both variants timed and one chosen
+
+
+def test_a_large_product_inside_a_hold_gets_blas_threads_back(two_blas_threads):
+    seen: list[list[int]] = []
+    large = blas_threads.widened(lambda: seen.append(_numpys()), blas_threads.WIDE_MACS)
+    small = blas_threads.widened(lambda: seen.append(_numpys()), blas_threads.WIDE_MACS - 1)
+    with policy.using(threads=2), blas_threads.ONE_THREAD:
+        large()
+        small()
+        assert _numpys() == [1]
+    with policy.using(threads=1), blas_threads.ONE_THREAD:  # one runtime thread (tuning's timings) stays one
+        large()
+    large()  # outside a hold: as found
+    assert seen == [[2], [1], [1], [2]]
+    assert _numpys() == [2]

@@ -18,7 +18,7 @@ from edgetorch.backends.xnnpack.runtime.geometry import Window, conv_window, nhw
 from edgetorch.backends.xnnpack.runtime.memory import Env, Planner
 from edgetorch.backends.xnnpack.runtime.values import Graph, Unsupported
 from edgetorch.runtime import policy
-from edgetorch.runtime.kernels import gemm, im2col_gemm, winograd
+from edgetorch.runtime.kernels import blas_threads, gemm, im2col_gemm, winograd
 from edgetorch.runtime.ops import conv as conv_op
 from edgetorch.runtime.ops import pool as pool_op
 
@@ -93,7 +93,8 @@ def _fully_connected(n: Any, node: xs.XNode, g: Graph, act: tuple[float, float] 
             kernel = gemm.choose_linear(fused, w, y2.shape[0], where).kernel
             if kernel != "sgemm":
                 return [gemm.linear_step(fused, x.reshape(-1, ic), y2, kernel)]
-        return [partial(np.matmul, x.reshape(-1, ic), w, out=y2)] + bias_act_steps(y2, env, n.bias_id, act)
+        product = blas_threads.widened(partial(np.matmul, x.reshape(-1, ic), w, out=y2), y2.size * ic)
+        return [product, *bias_act_steps(y2, env, n.bias_id, act)]
 
     return plan
 
