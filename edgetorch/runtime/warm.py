@@ -63,10 +63,14 @@ def start(program: str | os.PathLike, data_files: Sequence[Any] = ()) -> None:
         return
     files = [Path(os.fspath(program)), *(Path(os.fspath(f)) for f in data_files)]
     try:
-        where = marker_dir()
-        key = program_key(files)
-    except OSError:
+        _start(files)
+    except OSError:  # no cache directory to write (a read-only home): compile in place, as before
         return
+
+
+def _start(files: list[Path]) -> None:
+    where = marker_dir()
+    key = program_key(files)
     state = _read_state(where / f"{key}.json")
     if state is not None:
         return  # done: the kernels load from disk; failed: compile here, numba's messages in view

@@ -173,3 +173,12 @@ def test_the_compile_process_records_a_failure_and_frees_the_lock(background, tm
     assert warm.main(Runtime.get(), ["--key", "k", str(bad)]) == 1
     assert json.loads((where / "k.json").read_text())["state"] == "failed"
     assert not (where / "k.lock").exists()
+
+
+def test_an_unwritable_cache_directory_compiles_in_place(background, gelu_pte, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("EDGETORCH_CACHE_DIR", str(blocker / "edgetorch"))  # under a file: no directory can be made
+    Runtime.get().load_program(str(gelu_pte))
+    assert background == []
+    assert policy.compiled_tier()
