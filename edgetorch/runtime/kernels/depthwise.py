@@ -372,13 +372,21 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
     HELPERS.require(f"depthwise {kernel}")
     serial_fn, parallel_fn = _FORMS[kernel]
     lo, hi = np.float32(window[8]), np.float32(window[9])  # the vector kernels' IR splats float32 bounds only
-    args = (x, taps, bias, y, *window[:8], lo, hi) + ((kernel == "vector16",) if kernel != "rows" else ())
+    args = (x, read_only(taps), read_only(bias), y, *window[:8], lo, hi) + ((kernel == "vector16",) if kernel != "rows" else ())
     name = "rows" if kernel == "rows" else "vector"
     serial = partial(compiled_kernels.compiled(f"depthwise_{name}", serial_fn), *args)
     parallel = compiled_kernels.compiled(f"depthwise_{name}_split", parallel_fn, parallel=True)
     return compiled_kernels.split_step(
         serial, parallel, args, y.shape[0] * y.shape[1], y.size >= policy.current().split_outputs
     )
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` as a read-only view: numba types a read-only array apart from a writable one, so that weights read
+    from the file mapping and weights computed at load would each compile the kernels once more."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def choose(x: Any, taps: Any, bias: Any, y: Any, *window: Any, where: str = "") -> tuning.Decision:

@@ -99,13 +99,14 @@ def step(
     sizes = (capacity, wd, e, chunk, ow)
     args = (y.reshape(-1, y.shape[3]), x.reshape(-1, c), x,
             expand is not None, none.wp, none.bias, none.lo, none.hi,
-            dw.taps, dw.bias, np.float32(dw.lo), np.float32(dw.hi),
+            depthwise.read_only(dw.taps), depthwise.read_only(dw.bias), np.float32(dw.lo), np.float32(dw.hi),
             project.wp, project.bias, project.lo, project.hi,
             kh, kw, sh, sw, dh, dw_, top, left,
             KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", residual, chunk, oh, ow)  # fmt: skip
     parallel = partial(_with_buffers, compiled.compiled("inverted_residual_split", _block, parallel=True), sizes)
-    # On the calling thread: a parallel build run with one part would still wake numba's threads.
-    serial = partial(_with_buffers, compiled.compiled("inverted_residual", _one_band), sizes, *args, 1)
+    # On the calling thread by the compiled _band itself: a parallel build run with one part would still wake
+    # numba's threads, and a serial build of its own would optimise _band's code once more.
+    serial = partial(_in_one_band, sizes, nb * oh, *args)
     macs = nb * ((expand is not None) * h * wd * c * e + oh * ow * e * (kh * kw + project.n))
     return compiled.split_step(serial, parallel, args, nb * oh, macs >= policy.current().split_macs)
 
@@ -115,22 +116,33 @@ _SCRATCH = threading.local()
 
 def _with_buffers(kernel: Any, sizes: tuple[int, ...], *args: Any) -> None:
     """``kernel(*args[:-1], buffers..., parts)`` with each part's expanded and filtered rows in the calling
-    thread's scratch buffer, which every block shares (grown to the largest): as 2-d and 4-d views made here,
-    since a reshape to a tuple in the compiled kernel costs seconds of its first compile. The views are kept
-    per block shape and part count until the buffer grows (four reshapes cost 1.1 us a call)."""
+    thread's scratch buffer (:func:`_scratch`)."""
     parts = args[-1]
+    kernel(*args[:-1], *_scratch(sizes, parts)[1:5], parts)
+
+
+def _in_one_band(sizes: tuple[int, ...], rows: int, *args: Any) -> None:
+    """``_band`` over all ``rows`` output rows on the calling thread, with one part's scratch buffers."""
+    _band(*args, *_scratch(sizes, 1)[5:], 0, rows)
+
+
+def _scratch(sizes: tuple[int, ...], parts: int) -> tuple:
+    """:func:`_views` of the calling thread's scratch buffer, which every block shares (grown to the largest):
+    2-d and 4-d views made here, since a reshape to a tuple in the compiled kernel costs seconds of its first
+    compile. They are kept per block shape and part count until the buffer grows (four reshapes cost 1.1 us a
+    call)."""
     views = getattr(_SCRATCH, "views", None)
     if views is None:
         views = _SCRATCH.views = {}
     got = views.get((sizes, parts))
     if got is None or got[0] is not getattr(_SCRATCH, "buffer", None):
         got = views[sizes, parts] = _views(sizes, parts)
-    kernel(*args[:-1], *got[1:], parts)
+    return got
 
 
 def _views(sizes: tuple[int, ...], parts: int) -> tuple:
-    """The thread's scratch buffer (grown to fit) and its four views for ``parts`` parts of a block of
-    ``sizes`` (capacity, W, E, chunk, OW)."""
+    """The thread's scratch buffer (grown to fit), its four views for ``parts`` parts of a block of ``sizes``
+    (capacity, W, E, chunk, OW), and the first part's four."""
     capacity, wd, e, chunk, ow = sizes
     expanded, filtered = capacity * wd * e, chunk * ow * e
     need = parts * (expanded + filtered)
@@ -139,13 +151,13 @@ def _views(sizes: tuple[int, ...], parts: int) -> tuple:
         buffer = _SCRATCH.buffer = np.empty(need, np.float32)
         _SCRATCH.views.clear()  # the other blocks' views of the old buffer: made again when next called
     ex, fl = buffer[: parts * expanded], buffer[parts * expanded : need]
-    return (
-        buffer,
+    split = (
         ex.reshape(parts, capacity * wd, e),
         ex.reshape(parts, capacity, wd, e),
         fl.reshape(parts, chunk * ow, e),
         fl.reshape(parts, chunk, ow, e),
     )
+    return (buffer, *split, *(view[0] for view in split))
 
 
 # ------------------------------------------------------------------------------------------------ kernels
@@ -222,16 +234,6 @@ def _block(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, l
         _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
               kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
               e2[t], e4[t], f2[t], f4[t], first, min(total, first + run))  # fmt: skip
-
-
-def _one_band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-              kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
-              e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
-    """The block as one band, serially (``parts`` is 1): a small build beside ``_block``'s threaded one,
-    since both call the compiled ``_band``."""
-    _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-          kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
-          e2[0], e4[0], f2[0], f4[0], 0, x.shape[0] * oh)  # fmt: skip
 
 
 HELPERS = compiled.Helpers(
