@@ -372,7 +372,8 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
     HELPERS.require(f"depthwise {kernel}")
     serial_fn, parallel_fn = _FORMS[kernel]
     lo, hi = np.float32(window[8]), np.float32(window[9])  # the vector kernels' IR splats float32 bounds only
-    args = (x, read_only(taps), read_only(bias), y, *window[:8], lo, hi) + ((kernel == "vector16",) if kernel != "rows" else ())
+    wide = (kernel == "vector16",) if kernel != "rows" else ()
+    args = (x, read_only(taps), read_only(bias), y, *window[:8], lo, hi, *wide)
     name = "rows" if kernel == "rows" else "vector"
     serial = partial(compiled_kernels.compiled(f"depthwise_{name}", serial_fn), *args)
     parallel = compiled_kernels.compiled(f"depthwise_{name}_split", parallel_fn, parallel=True)
