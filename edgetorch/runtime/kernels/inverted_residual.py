@@ -103,15 +103,17 @@ def step(
             project.wp, project.bias, project.lo, project.hi,
             kh, kw, sh, sw, dh, dw_, top, left,
             KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", residual, chunk, oh, ow)  # fmt: skip
-    parallel = partial(_with_buffers, compiled.compiled("inverted_residual_split", _block, parallel=True), sizes)
+    band = compiled.address(_band, *args, *_ARRAYS, 0, nb * oh)  # the threads call the serial build
+    parallel = partial(_with_buffers, compiled.compiled("inverted_residual_split", _block, parallel=True), sizes, band)
     # On the calling thread by the compiled _band itself: a parallel build run with one part would still wake
     # numba's threads, and a serial build of its own would optimise _band's code once more.
-    serial = partial(_in_one_band, sizes, nb * oh, *args)
+    serial = partial(_in_one_band, _band, sizes, nb * oh, *args)
     macs = nb * ((expand is not None) * h * wd * c * e + oh * ow * e * (kh * kw + project.n))
     return compiled.split_step(serial, parallel, args, nb * oh, macs >= policy.current().split_macs)
 
 
 _SCRATCH = threading.local()
+_ARRAYS = tuple(np.empty((0,) * d, np.float32) for d in (2, 3, 2, 3))  # the scratch views' types, for address
 
 
 def _with_buffers(kernel: Any, sizes: tuple[int, ...], *args: Any) -> None:
@@ -121,9 +123,10 @@ def _with_buffers(kernel: Any, sizes: tuple[int, ...], *args: Any) -> None:
     kernel(*args[:-1], *_scratch(sizes, parts)[1:5], parts)
 
 
-def _in_one_band(sizes: tuple[int, ...], rows: int, *args: Any) -> None:
-    """``_band`` over all ``rows`` output rows on the calling thread, with one part's scratch buffers."""
-    _band(*args, *_scratch(sizes, 1)[5:], 0, rows)
+def _in_one_band(band: Any, sizes: tuple[int, ...], rows: int, *args: Any) -> None:
+    """``band`` (the compiled ``_band``) over all ``rows`` output rows on the calling thread, with one part's
+    scratch buffers."""
+    band(*args, *_scratch(sizes, 1)[5:], 0, rows)
 
 
 def _scratch(sizes: tuple[int, ...], parts: int) -> tuple:
@@ -166,6 +169,7 @@ _gemm_blocks: Any = None
 _depthwise_rows: Any = None
 _vector_rows: Any = None
 prange: Any = range
+call_at: Any = None
 
 
 def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
@@ -223,17 +227,18 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         r += i1 - i0
 
 
-def _block(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
+def _block(band, y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
            kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
            e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
-    """The block over ``parts`` bands of output rows, on numba's threads."""
+    """The block over ``parts`` bands of output rows, on numba's threads: ``_band`` at ``band``, its
+    :func:`compiled.address` for these arguments."""
     total = x.shape[0] * oh
     run = -(-total // parts)
     for t in prange(parts):
         first = min(total, t * run)
-        _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-              kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
-              e2[t], e4[t], f2[t], f4[t], first, min(total, first + run))  # fmt: skip
+        call_at(_band, band, (y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
+                       kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
+                       e2[t], e4[t], f2[t], f4[t], first, min(total, first + run)))  # fmt: skip
 
 
 HELPERS = compiled.Helpers(
