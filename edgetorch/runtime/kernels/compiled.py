@@ -288,8 +288,11 @@ def _call_at() -> Any:
             )
 
         def codegen(context, builder, signature, values):
-            kinds = list(args.types)
-            members = [builder.extract_value(values[2], n) for n in range(len(kinds))]
+            kinds = [types.unliteral(t) for t in args.types]  # a constant argument as its type's value
+            members = [
+                context.cast(builder, builder.extract_value(values[2], n), t, kind)
+                for n, (t, kind) in enumerate(zip(args.types, kinds))
+            ]
             entry = builder.inttoptr(values[1], context.call_conv.get_function_type(types.void, kinds).as_pointer())
             status, _ = context.call_conv.call_function(builder, entry, types.void, kinds, members)
             with builder.if_then(status.is_error, likely=False):
