@@ -40,26 +40,25 @@ CHAINS = 4  # independent sums the micro-kernel keeps at least (channel vectors 
 DEPTHWISE_KERNELS = ("vector", "vector16", "rows")
 
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
+call_at: Any = None
 
 
-def _depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi):  # pragma: no cover - compiled
-    """y[n, i, j, c] = sum over taps (ki, kj) of x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c] * w[tap, c]
-    (out-of-range input pixels read as zero), plus bias[c], clamped to [lo, hi]; channel multiplier 1."""
-    _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, 0, y.shape[0] * y.shape[1])
-
-
-def _depthwise_split(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, parts):  # pragma: no cover
-    """``_depthwise_nhwc`` with its output rows cut into ``parts`` runs, run on numba's threads (each output
-    computed as on one thread)."""
+def _depthwise_split(rows_at, x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, parts):  # noqa: E501 # pragma: no cover
+    """``_depthwise_rows`` over all output rows cut into ``parts`` runs, run on numba's threads (each output
+    computed as on one thread); called at ``rows_at``, its ``compiled_kernels.address`` for these arguments,
+    so that its code is compiled once, not again inside this build."""
     rows = y.shape[0] * y.shape[1]
     step = -(-rows // parts)
     for p in prange(parts):
         first = min(rows, p * step)
-        _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, min(rows, first + step))
+        last = min(rows, first + step)
+        call_at(_depthwise_rows, rows_at, (x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last))
 
 
 def _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last):  # pragma: no cover
-    """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of ``_depthwise_nhwc``.
+    """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the convolution:
+    y[n, i, j, c] = sum over taps (ki, kj) of x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c] * w[tap, c]
+    (out-of-range input pixels read as zero), plus bias[c], clamped to [lo, hi]; channel multiplier 1.
 
     A 3x3 window whose taps all fall inside the input (every pixel but the border ones) is summed in one
     expression per channel: nine loads, one store, the sum in a register (faster than accumulating tap by tap
@@ -226,24 +225,21 @@ _pixels: Any = None
 _pixels_wide: Any = None
 
 
-def _vector_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide):  # pragma: no cover
-    """``_depthwise_nhwc`` by the vector micro-kernel (module docstring), 16 lanes first when ``wide``."""
-    _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, 0, y.shape[0] * y.shape[1], wide)
-
-
-def _vector_split(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide, parts):  # pragma: no cover
-    """``_vector_nhwc`` with its output rows cut into ``parts`` runs, run on numba's threads."""
+def _vector_split(rows_at, x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide, parts):  # noqa: E501 # pragma: no cover
+    """``_vector_rows`` (16 lanes first when ``wide``) over all output rows cut into ``parts`` runs, run on
+    numba's threads; called at ``rows_at`` (as ``_depthwise_split`` calls its rows)."""
     rows = y.shape[0] * y.shape[1]
     step = -(-rows // parts)
     for p in prange(parts):
         first = min(rows, p * step)
         last = min(rows, first + step)
-        _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide)
+        call_at(_vector_rows, rows_at, (x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide))
 
 
 def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide):  # pragma: no cover
-    """Output rows ``first`` .. ``last`` (of all images' rows) by the vector micro-kernel: per row, the run of
-    columns whose windows lie inside the input in groups of ``PIXELS``, each border column on its own."""
+    """Output rows ``first`` .. ``last`` (of all images' rows) of ``_depthwise_rows``'s convolution by the
+    vector micro-kernel (module docstring), 16 lanes first when ``wide``: per row, the run of columns whose
+    windows lie inside the input in groups of ``PIXELS``, each border column on its own."""
     nb, h, wd, c = x.shape
     _, oh, ow, _ = y.shape
     xf, yf, wf = x.reshape(-1), y.reshape(-1), w.reshape(-1)
@@ -344,8 +340,8 @@ def _pixel_block(
 
 
 def nhwc_step(x: Any, taps: Any, bias: Any, y: Any, *window: Any, where: str = "") -> Any:
-    """The step of ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``
-    (``window`` is kh .. hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty) by the kernel of :func:`kernels` the
+    """The step of the convolution ``_depthwise_rows`` computes on all of ``y`` from ``x`` (``window`` is
+    kh, kw, sh, sw, dh, dw, top, left, lo, hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty) by the kernel of :func:`kernels` the
     host's measurement picks (:func:`choose`), its rows split over the threads ``compiled_kernels.split`` gives
     it at each call when the output is large enough; the tier must be on. ``where`` names the layer for
     ``edgetorch inspect --kernels``."""
@@ -360,25 +356,24 @@ def kernels() -> tuple[str, ...]:
     return tuple(k for k in DEPTHWISE_KERNELS if k != "vector16" or this_host().vector_bits >= 512)
 
 
-_FORMS = {
-    "vector": (_vector_nhwc, _vector_split),
-    "vector16": (_vector_nhwc, _vector_split),
-    "rows": (_depthwise_nhwc, _depthwise_split),
-}
-
-
 def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
     """The step of ``kernel`` (a name of ``DEPTHWISE_KERNELS``) on these arrays; the tier must be on."""
     HELPERS.require(f"depthwise {kernel}")
-    serial_fn, parallel_fn = _FORMS[kernel]
     lo, hi = np.float32(window[8]), np.float32(window[9])  # the vector kernels' IR splats float32 bounds only
-    wide = (kernel == "vector16",) if kernel != "rows" else ()
-    args = (x, read_only(taps), read_only(bias), y, *window[:8], lo, hi, *wide)
-    name = "rows" if kernel == "rows" else "vector"
-    serial = partial(compiled_kernels.compiled(f"depthwise_{name}", serial_fn), *args)
-    parallel = compiled_kernels.compiled(f"depthwise_{name}_split", parallel_fn, parallel=True)
+    args = (x, read_only(taps), read_only(bias), y, *window[:8], lo, hi)
+    rows = y.shape[0] * y.shape[1]
+    if kernel == "rows":
+        name, rows_kernel, split_form, wide = "rows", _depthwise_rows, _depthwise_split, ()
+    else:
+        name, rows_kernel, split_form, wide = "vector", _vector_rows, _vector_split, (kernel == "vector16",)
+    whole = (*args, 0, rows, *wide)
+    parallel = compiled_kernels.compiled(f"depthwise_{name}_split", split_form, parallel=True)
     return compiled_kernels.split_step(
-        serial, parallel, args, y.shape[0] * y.shape[1], y.size >= policy.current().split_outputs
+        partial(rows_kernel, *whole),
+        parallel,
+        (compiled_kernels.address(rows_kernel, *whole), *args, *wide),
+        rows,
+        y.size >= policy.current().split_outputs,
     )
 
 

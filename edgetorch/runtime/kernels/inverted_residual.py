@@ -181,6 +181,7 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
     rows kept when the windows share them; the depthwise output into ``f2`` / ``f4``."""
     nb, h, wd, c = x.shape
     capacity = e4.shape[0]
+    zero = np.intp(0)  # an int64, not a constant: the helpers' one build for every caller (compiled.address)
     image, held_lo, held_hi, base = -1, 0, 0, 0  # rows held_lo .. held_hi of ``image`` from buffer row ``base``
     r = first
     while r < last:
@@ -204,7 +205,7 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         if g1 > start:
             out = e2[(at + start - g0) * wd : (at + g1 - g0) * wd]
             src = x2[(n * h + start) * wd : (n * h + g1) * wd]
-            _gemm_blocks(src, we, be, loe, hie, out, 0, (g1 - start) * wd, 0, we.shape[0], wide_e)
+            _gemm_blocks(src, we, be, loe, hie, out, zero, (g1 - start) * wd, zero, we.shape[0], wide_e)
         image, held_lo, held_hi = n, g0, g1
         if expanding:
             ex = e4[at : at + g1 - g0][None]
@@ -213,12 +214,12 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         fl = f4[: i1 - i0][None]
         shifted = top + g0 - i0 * sh  # the window's top padding, counted from the buffer's first row
         if kind == 0:
-            _depthwise_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, 0, i1 - i0)
+            _depthwise_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, zero, i1 - i0)
         else:
-            _vector_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, 0, i1 - i0, kind == 2)
+            _vector_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, zero, i1 - i0, kind == 2)
         pixels = (i1 - i0) * ow
         dst = y2[(n * oh + i0) * ow : (n * oh + i1) * ow]
-        _gemm_blocks(f2[:pixels], wp, bp, lop, hip, dst, 0, pixels, 0, wp.shape[0], wide_p)
+        _gemm_blocks(f2[:pixels], wp, bp, lop, hip, dst, zero, pixels, zero, wp.shape[0], wide_p)
         if residual:  # the add after the block: the output rows' own input rows (stride 1, one shape)
             src = x2[(n * h + i0) * wd : (n * h + i1) * wd]
             for p in range(pixels):
