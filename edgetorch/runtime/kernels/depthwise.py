@@ -362,10 +362,10 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
     lo, hi = np.float32(window[8]), np.float32(window[9])  # the vector kernels' IR splats float32 bounds only
     args = (x, read_only(taps), read_only(bias), y, *window[:8], lo, hi)
     rows = y.shape[0] * y.shape[1]
-    if kernel == "rows":
-        name, rows_kernel, split_form, wide = "rows", _depthwise_rows, _depthwise_split, ()
-    else:
-        name, rows_kernel, split_form, wide = "vector", _vector_rows, _vector_split, (kernel == "vector16",)
+    rows_kernel: Any = _depthwise_rows if kernel == "rows" else _vector_rows
+    split_form: Any = _depthwise_split if kernel == "rows" else _vector_split
+    name = "rows" if kernel == "rows" else "vector"
+    wide: tuple[bool, ...] = () if kernel == "rows" else (kernel == "vector16",)
     whole = (*args, 0, rows, *wide)
     parallel = compiled_kernels.compiled(f"depthwise_{name}_split", split_form, parallel=True)
     return compiled_kernels.split_step(
