@@ -250,30 +250,28 @@ def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first
     inner_lo = min(ow, -(-left // sw))
     inner_hi = max(inner_lo, min(ow, (wd - 1 - (kw - 1) * dw + left) // sw + 1))
     step = sw * c
+    count = 0
     for r in range(first, last):
         n = r // oh
         i = r % oh
         r0 = i * sh - top
         j = 0
-        while j < ow:
-            if j == inner_lo and inner_hi > inner_lo:  # the inner run: every column of the rows in range
-                count = _tap_list(ids, offsets, n, r0, inner_lo * sw - left, 0, kw, kh, kw, dh, dw, h, wd, c)
-                yo = (r * ow + j) * c
-                while j < inner_hi:
-                    xo = (j - inner_lo) * step
-                    left_over = inner_hi - j
-                    todo = 8 if left_over >= 8 else 4 if left_over >= 4 else 2 if left_over >= 2 else 1
-                    _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide)
-                    j += todo
-                    yo += todo * c
-                continue
-            c0 = j * sw - left
-            lo_kj = 0 if c0 >= 0 else -(c0 // dw)  # the first column in range: ceil(-c0 / dw)
-            hi_kj = min(kw, (wd - 1 - c0) // dw + 1) if c0 < wd else 0
-            count = _tap_list(ids, offsets, n, r0, c0, lo_kj, max(lo_kj, hi_kj), kh, kw, dh, dw, h, wd, c)
+        while j < ow:  # one call of the inlined _pixel_block, whose micro-kernels are most of this build's code
+            if inner_lo <= j < inner_hi:  # the inner run: every column of the rows in range, one tap list
+                if j == inner_lo:
+                    count = _tap_list(ids, offsets, n, r0, inner_lo * sw - left, 0, kw, kh, kw, dh, dw, h, wd, c)
+                xo = (j - inner_lo) * step
+                left_over = inner_hi - j
+                todo = 8 if left_over >= 8 else 4 if left_over >= 4 else 2 if left_over >= 2 else 1
+            else:
+                c0 = j * sw - left
+                lo_kj = 0 if c0 >= 0 else -(c0 // dw)  # the first column in range: ceil(-c0 / dw)
+                hi_kj = min(kw, (wd - 1 - c0) // dw + 1) if c0 < wd else 0
+                count = _tap_list(ids, offsets, n, r0, c0, lo_kj, max(lo_kj, hi_kj), kh, kw, dh, dw, h, wd, c)
+                xo, todo = 0, 1
             yo = (r * ow + j) * c
-            _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, 0, step, yo, c, lo, hi, 1, wide)
-            j += 1
+            _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide)
+            j += todo
 
 
 def _tap_list(ids, offsets, n, r0, c0, kj0, kj1, kh, kw, dh, dw, h, wd, c):  # pragma: no cover - compiled
