@@ -249,9 +249,9 @@ def _no_cache_notice() -> None:
 
 def address(kernel: Any, *args: Any) -> int:
     """Where the build of the compiled ``kernel`` for these arguments' types starts (compiled now, or loaded
-    from numba's cache, if it was not yet), for another kernel to call it through ``call_at(kernel, address, (args,))``
-    (:class:`Helpers` binds ``call_at``): the caller must pass arguments of the same types, which is the
-    caller's test to keep.
+    from numba's cache, if it was not yet), for another kernel to call it through
+    ``call_at(kernel, address, (args,))`` (:class:`Helpers` binds ``call_at``), with arguments of the same
+    types (``call_at`` refuses to compile otherwise).
 
     numba links a callee's code into every kernel that calls it and optimises and compiles it there again;
     called at an address, a large kernel (the fused block's band) is compiled once, not again in each of the

@@ -181,7 +181,7 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
     rows kept when the windows share them; the depthwise output into ``f2`` / ``f4``."""
     nb, h, wd, c = x.shape
     capacity = e4.shape[0]
-    zero = np.intp(0)  # an int64, not a constant: the helpers' one build for every caller (compiled.address)
+    zero = np.intp(0)  # an int64, not the constant 0: the helpers' build the standalone layers' steps use
     image, held_lo, held_hi, base = -1, 0, 0, 0  # rows held_lo .. held_hi of ``image`` from buffer row ``base``
     r = first
     while r < last:
