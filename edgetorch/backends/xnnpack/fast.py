@@ -40,15 +40,14 @@ def _add_clamp_part(a, b, y, lo, hi, first, last):  # pragma: no cover - compile
         yf[q] = v
 
 
-def _add_clamp(a, b, y, lo, hi):  # pragma: no cover - compiled
-    _add_clamp_part(a, b, y, lo, hi, 0, y.size)
-
-
-def _add_clamp_split(a, b, y, lo, hi, parts):  # pragma: no cover - compiled
+# The kernels over numba's threads: each part a run of rows (elements for add_clamp) computed by the serial
+# kernel, called at its address (``compiled_kernels.address``, passed first) so that its code is compiled once,
+# not again inside the threaded build.
+def _add_clamp_split(part_at, a, b, y, lo, hi, parts):  # pragma: no cover - compiled
     step = -(-y.size // parts)
     for p in prange(parts):
         first = min(y.size, p * step)
-        _add_clamp_part(a, b, y, lo, hi, first, min(y.size, first + step))
+        call_at(_add_clamp_part, part_at, (a, b, y, lo, hi, first, min(y.size, first + step)))
 
 
 def _permute_rows(x, y, s0, s1, s2, first, last):  # pragma: no cover - compiled
@@ -68,16 +67,12 @@ def _permute_rows(x, y, s0, s1, s2, first, last):  # pragma: no cover - compiled
                 yf[dst + q] = xf[src + q]
 
 
-def _permute(x, y, s0, s1, s2):  # pragma: no cover - compiled
-    _permute_rows(x, y, s0, s1, s2, 0, y.shape[0] * y.shape[1])
-
-
-def _permute_split(x, y, s0, s1, s2, parts):  # pragma: no cover - compiled
+def _permute_split(rows_at, x, y, s0, s1, s2, parts):  # pragma: no cover - compiled
     rows = y.shape[0] * y.shape[1]
     step = -(-rows // parts)
     for p in prange(parts):
         first = min(rows, p * step)
-        _permute_rows(x, y, s0, s1, s2, first, min(rows, first + step))
+        call_at(_permute_rows, rows_at, (x, y, s0, s1, s2, first, min(rows, first + step)))
 
 
 def _gather_rows(x, y, s0, s1, s2, s3, first, last):  # pragma: no cover - compiled
@@ -108,19 +103,26 @@ def _gather_rows(x, y, s0, s1, s2, s3, first, last):  # pragma: no cover - compi
                 dst += np.uint64(run)
 
 
-def _gather(x, y, s0, s1, s2, s3):  # pragma: no cover - compiled
-    _gather_rows(x, y, s0, s1, s2, s3, 0, y.shape[0] * y.shape[1])
-
-
-def _gather_split(x, y, s0, s1, s2, s3, parts):  # pragma: no cover - compiled
+def _gather_split(rows_at, x, y, s0, s1, s2, s3, parts):  # pragma: no cover - compiled
     rows = y.shape[0] * y.shape[1]
     step = -(-rows // parts)
     for p in prange(parts):
         first = min(rows, p * step)
-        _gather_rows(x, y, s0, s1, s2, s3, first, min(rows, first + step))
+        call_at(_gather_rows, rows_at, (x, y, s0, s1, s2, s3, first, min(rows, first + step)))
 
 
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
+call_at: Any = None
+
+
+def _split_step(part: Any, split_form: Any, name: str, args: tuple, count: int, limit: int, worth: bool) -> Any:
+    """The step computing rows (elements) 0 .. ``count`` of ``part`` (a compiled kernel taking ``args``, then
+    its first and last row): serially ``part`` itself; split, ``split_form`` (compiled as ``name``) calling it
+    over at most ``limit`` parts (``compiled_kernels.split_step``)."""
+    whole = (*args, 0, count)
+    parallel = compiled(name, split_form, parallel=True)
+    at = compiled_kernels.address(part, *whole)
+    return compiled_kernels.split_step(partial(part, *whole), parallel, (at, *args), limit, worth)
 
 
 def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
@@ -131,10 +133,9 @@ def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
     if not flat_float32(a, b, y) or not a.shape == b.shape == y.shape:
         return None
     args = (a, b, y, np.float32(lo), np.float32(hi))
-    serial = partial(compiled("add_clamp", _add_clamp), *args)
-    parallel = compiled("add_clamp_split", _add_clamp_split, parallel=True)
     limit = -(-y.size // policy.current().split_outputs)
-    return compiled_kernels.split_step(serial, parallel, args, limit, y.size >= 2 * policy.current().split_outputs)
+    worth = y.size >= 2 * policy.current().split_outputs
+    return _split_step(_add_clamp_part, _add_clamp_split, "add_clamp_split", args, y.size, limit, worth)
 
 
 def permute(x: Any, view: Any, y: Any) -> Any:
@@ -150,11 +151,9 @@ def permute(x: Any, view: Any, y: Any) -> Any:
         return None
     kept = [(1, 0)] * (3 - len(kept)) + kept
     args = (x, y.reshape(*(d for d, _ in kept), view.shape[-1]), *(st for _, st in kept))
-    serial = partial(compiled("permute", _permute), *args)
-    parallel = compiled("permute_split", _permute_split, parallel=True)
-    return compiled_kernels.split_step(
-        serial, parallel, args, kept[0][0] * kept[1][0], y.size >= policy.current().split_outputs
-    )
+    rows = kept[0][0] * kept[1][0]
+    worth = y.size >= policy.current().split_outputs
+    return _split_step(_permute_rows, _permute_split, "permute_split", args, rows, rows, worth)
 
 
 def gather(x: Any, view: Any, y: Any) -> Any:
@@ -168,11 +167,9 @@ def gather(x: Any, view: Any, y: Any) -> Any:
         return None
     kept = [(1, 0)] * (4 - len(kept)) + kept
     args = (x, y.reshape(*(d for d, _ in kept)), *(st for _, st in kept))
-    serial = partial(compiled("gather", _gather), *args)
-    parallel = compiled("gather_split", _gather_split, parallel=True)
-    return compiled_kernels.split_step(
-        serial, parallel, args, kept[0][0] * kept[1][0], y.size >= policy.current().split_outputs
-    )
+    rows = kept[0][0] * kept[1][0]
+    worth = y.size >= policy.current().split_outputs
+    return _split_step(_gather_rows, _gather_split, "gather_split", args, rows, rows, worth)
 
 
 # ``fn`` compiled with numba and kept under ``name``, or None when the policy turns the tier off: the one

@@ -247,6 +247,63 @@ def _no_cache_notice() -> None:
         )
 
 
+def address(kernel: Any, *args: Any) -> int:
+    """Where the build of the compiled ``kernel`` for these arguments' types starts (compiled now, or loaded
+    from numba's cache, if it was not yet), for another kernel to call it through
+    ``call_at(kernel, address, (args,))`` (:class:`Helpers` binds ``call_at``), with arguments of the same
+    types (``call_at`` refuses to compile otherwise).
+
+    numba links a callee's code into every kernel that calls it and optimises and compiles it there again;
+    called at an address, a large kernel (the fused block's band) is compiled once, not again in each of the
+    libraries a ``parallel=True`` build is made of. An address, unlike a link, is passed at each call, so the
+    caller's build stays valid in numba's cache across processes."""
+    import numba
+
+    signature = tuple(map(numba.typeof, args))
+    kernel.compile(signature)
+    built = kernel.overloads[signature]
+    return int(built.library.get_pointer_to_function(built.fndesc.mangled_name))
+
+
+def _call_at() -> Any:
+    """``call_at(kernel, address, args)``, a numba intrinsic: the call of the compiled ``kernel`` at
+    ``address`` (an integer, from :func:`address`) on the members of the tuple ``args``, with numba's calling
+    convention; an exception the kernel raises is the caller's. A caller whose arguments are not the types of
+    a build of ``kernel`` (the one :func:`address` made) fails to compile, rather than call it wrongly."""
+    from numba import types
+    from numba.core.errors import TypingError
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def call_at(typingctx, kernel, where, args):
+        if not isinstance(kernel, types.Dispatcher) or not isinstance(where, types.Integer):
+            return None
+        if not isinstance(args, types.BaseTuple):
+            return None
+        if tuple(map(types.unliteral, args.types)) not in kernel.dispatcher.overloads:
+            raise TypingError(
+                f"call_at: expected the types of a build of {kernel.dispatcher.py_func.__qualname__} "
+                f"({', '.join(map(str, kernel.dispatcher.signatures))}), found {args}; make the caller pass "
+                "the arguments address() was given"
+            )
+
+        def codegen(context, builder, signature, values):
+            kinds = [types.unliteral(t) for t in args.types]  # a constant argument as its type's value
+            members = [
+                context.cast(builder, builder.extract_value(values[2], n), t, kind)
+                for n, (t, kind) in enumerate(zip(args.types, kinds))
+            ]
+            entry = builder.inttoptr(values[1], context.call_conv.get_function_type(types.void, kinds).as_pointer())
+            status, _ = context.call_conv.call_function(builder, entry, types.void, kinds, members)
+            with builder.if_then(status.is_error, likely=False):
+                context.call_conv.return_status_propagate(builder, status)
+            return context.get_dummy_value()
+
+        return types.void(kernel, where, args), codegen
+
+    return call_at
+
+
 def kernel_if_loaded(name: str) -> Any:
     """:func:`kernel` ``name`` when numba is already imported (another kernel of the program needed it), else
     None: for a kernel whose gain is smaller than what importing numba costs a process (~150 MB resident)."""
@@ -276,7 +333,8 @@ class Helpers:
     module declares its helpers once with this, and asks :meth:`ready` (the tier switch and the binding in one
     call) before it builds a compiled step; no module rebinds its own globals.
 
-    ``namespace`` is the module's ``globals()``. Its ``prange`` (if it has one) becomes numba's; the names in
+    ``namespace`` is the module's ``globals()``. Its ``prange`` (if it has one) becomes numba's, its
+    ``call_at`` the intrinsic that calls a kernel at an :func:`address`; the names in
     ``inline`` become numba functions inlined into their callers (with ``inline_options``); the names in
     ``compile`` are compiled (:func:`compiled`, kept under the module's and the helper's name); each ``build``
     entry sets its name to what its function returns (an intrinsic, or a kernel of another module). ``after``:
@@ -311,6 +369,8 @@ class Helpers:
             space = self.namespace
             if "prange" in space:
                 space["prange"] = numba.prange
+            if "call_at" in space:
+                space["call_at"] = _call_at()
             inline = numba.njit(cache=True, nogil=True, inline="always", **self.inline_options)
             for name in self.inline:
                 space[name] = inline(space[name])

@@ -40,26 +40,25 @@ CHAINS = 4  # independent sums the micro-kernel keeps at least (channel vectors 
 DEPTHWISE_KERNELS = ("vector", "vector16", "rows")
 
 prange: Any = range  # numba's, bound before the first compile (importing this module must not import numba)
+call_at: Any = None
 
 
-def _depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi):  # pragma: no cover - compiled
-    """y[n, i, j, c] = sum over taps (ki, kj) of x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c] * w[tap, c]
-    (out-of-range input pixels read as zero), plus bias[c], clamped to [lo, hi]; channel multiplier 1."""
-    _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, 0, y.shape[0] * y.shape[1])
-
-
-def _depthwise_split(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, parts):  # pragma: no cover
-    """``_depthwise_nhwc`` with its output rows cut into ``parts`` runs, run on numba's threads (each output
-    computed as on one thread)."""
+def _depthwise_split(rows_at, x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, parts):  # noqa: E501 # pragma: no cover
+    """``_depthwise_rows`` over all output rows cut into ``parts`` runs, run on numba's threads (each output
+    computed as on one thread); called at ``rows_at``, its ``compiled_kernels.address`` for these arguments,
+    so that its code is compiled once, not again inside this build."""
     rows = y.shape[0] * y.shape[1]
     step = -(-rows // parts)
     for p in prange(parts):
         first = min(rows, p * step)
-        _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, min(rows, first + step))
+        last = min(rows, first + step)
+        call_at(_depthwise_rows, rows_at, (x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last))
 
 
 def _depthwise_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last):  # pragma: no cover
-    """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of ``_depthwise_nhwc``.
+    """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the convolution:
+    y[n, i, j, c] = sum over taps (ki, kj) of x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c] * w[tap, c]
+    (out-of-range input pixels read as zero), plus bias[c], clamped to [lo, hi]; channel multiplier 1.
 
     A 3x3 window whose taps all fall inside the input (every pixel but the border ones) is summed in one
     expression per channel: nine loads, one store, the sum in a register (faster than accumulating tap by tap
@@ -226,24 +225,21 @@ _pixels: Any = None
 _pixels_wide: Any = None
 
 
-def _vector_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide):  # pragma: no cover
-    """``_depthwise_nhwc`` by the vector micro-kernel (module docstring), 16 lanes first when ``wide``."""
-    _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, 0, y.shape[0] * y.shape[1], wide)
-
-
-def _vector_split(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide, parts):  # pragma: no cover
-    """``_vector_nhwc`` with its output rows cut into ``parts`` runs, run on numba's threads."""
+def _vector_split(rows_at, x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide, parts):  # noqa: E501 # pragma: no cover
+    """``_vector_rows`` (16 lanes first when ``wide``) over all output rows cut into ``parts`` runs, run on
+    numba's threads; called at ``rows_at`` (as ``_depthwise_split`` calls its rows)."""
     rows = y.shape[0] * y.shape[1]
     step = -(-rows // parts)
     for p in prange(parts):
         first = min(rows, p * step)
         last = min(rows, first + step)
-        _vector_rows(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide)
+        call_at(_vector_rows, rows_at, (x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide))
 
 
 def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide):  # pragma: no cover
-    """Output rows ``first`` .. ``last`` (of all images' rows) by the vector micro-kernel: per row, the run of
-    columns whose windows lie inside the input in groups of ``PIXELS``, each border column on its own."""
+    """Output rows ``first`` .. ``last`` (of all images' rows) of ``_depthwise_rows``'s convolution by the
+    vector micro-kernel (module docstring), 16 lanes first when ``wide``: per row, the run of columns whose
+    windows lie inside the input in groups of ``PIXELS``, each border column on its own."""
     nb, h, wd, c = x.shape
     _, oh, ow, _ = y.shape
     xf, yf, wf = x.reshape(-1), y.reshape(-1), w.reshape(-1)
@@ -254,30 +250,28 @@ def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first
     inner_lo = min(ow, -(-left // sw))
     inner_hi = max(inner_lo, min(ow, (wd - 1 - (kw - 1) * dw + left) // sw + 1))
     step = sw * c
+    count = 0
     for r in range(first, last):
         n = r // oh
         i = r % oh
         r0 = i * sh - top
         j = 0
-        while j < ow:
-            if j == inner_lo and inner_hi > inner_lo:  # the inner run: every column of the rows in range
-                count = _tap_list(ids, offsets, n, r0, inner_lo * sw - left, 0, kw, kh, kw, dh, dw, h, wd, c)
-                yo = (r * ow + j) * c
-                while j < inner_hi:
-                    xo = (j - inner_lo) * step
-                    left_over = inner_hi - j
-                    todo = 8 if left_over >= 8 else 4 if left_over >= 4 else 2 if left_over >= 2 else 1
-                    _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide)
-                    j += todo
-                    yo += todo * c
-                continue
-            c0 = j * sw - left
-            lo_kj = 0 if c0 >= 0 else -(c0 // dw)  # the first column in range: ceil(-c0 / dw)
-            hi_kj = min(kw, (wd - 1 - c0) // dw + 1) if c0 < wd else 0
-            count = _tap_list(ids, offsets, n, r0, c0, lo_kj, max(lo_kj, hi_kj), kh, kw, dh, dw, h, wd, c)
+        while j < ow:  # one call of the inlined _pixel_block, whose micro-kernels are most of this build's code
+            if inner_lo <= j < inner_hi:  # the inner run: every column of the rows in range, one tap list
+                if j == inner_lo:
+                    count = _tap_list(ids, offsets, n, r0, inner_lo * sw - left, 0, kw, kh, kw, dh, dw, h, wd, c)
+                xo = (j - inner_lo) * step
+                left_over = inner_hi - j
+                todo = 8 if left_over >= 8 else 4 if left_over >= 4 else 2 if left_over >= 2 else 1
+            else:
+                c0 = j * sw - left
+                lo_kj = 0 if c0 >= 0 else -(c0 // dw)  # the first column in range: ceil(-c0 / dw)
+                hi_kj = min(kw, (wd - 1 - c0) // dw + 1) if c0 < wd else 0
+                count = _tap_list(ids, offsets, n, r0, c0, lo_kj, max(lo_kj, hi_kj), kh, kw, dh, dw, h, wd, c)
+                xo, todo = 0, 1
             yo = (r * ow + j) * c
-            _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, 0, step, yo, c, lo, hi, 1, wide)
-            j += 1
+            _pixel_block(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide)
+            j += todo
 
 
 def _tap_list(ids, offsets, n, r0, c0, kj0, kj1, kh, kw, dh, dw, h, wd, c):  # pragma: no cover - compiled
@@ -344,8 +338,8 @@ def _pixel_block(
 
 
 def nhwc_step(x: Any, taps: Any, bias: Any, y: Any, *window: Any, where: str = "") -> Any:
-    """The step of ``_depthwise_nhwc(x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)``
-    (``window`` is kh .. hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty) by the kernel of :func:`kernels` the
+    """The step of the convolution ``_depthwise_rows`` computes on all of ``y`` from ``x`` (``window`` is
+    kh, kw, sh, sw, dh, dw, top, left, lo, hi; ``taps`` [KH*KW, C], ``bias`` [C] or empty) by the kernel of :func:`kernels` the
     host's measurement picks (:func:`choose`), its rows split over the threads ``compiled_kernels.split`` gives
     it at each call when the output is large enough; the tier must be on. ``where`` names the layer for
     ``edgetorch inspect --kernels``."""
@@ -360,25 +354,33 @@ def kernels() -> tuple[str, ...]:
     return tuple(k for k in DEPTHWISE_KERNELS if k != "vector16" or this_host().vector_bits >= 512)
 
 
-_FORMS = {
-    "vector": (_vector_nhwc, _vector_split),
-    "vector16": (_vector_nhwc, _vector_split),
-    "rows": (_depthwise_nhwc, _depthwise_split),
-}
-
-
 def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> Any:
     """The step of ``kernel`` (a name of ``DEPTHWISE_KERNELS``) on these arrays; the tier must be on."""
     HELPERS.require(f"depthwise {kernel}")
-    serial_fn, parallel_fn = _FORMS[kernel]
     lo, hi = np.float32(window[8]), np.float32(window[9])  # the vector kernels' IR splats float32 bounds only
-    args = (x, taps, bias, y, *window[:8], lo, hi) + ((kernel == "vector16",) if kernel != "rows" else ())
+    args = (x, read_only(taps), read_only(bias), y, *window[:8], lo, hi)
+    rows = y.shape[0] * y.shape[1]
+    rows_kernel: Any = _depthwise_rows if kernel == "rows" else _vector_rows
+    split_form: Any = _depthwise_split if kernel == "rows" else _vector_split
     name = "rows" if kernel == "rows" else "vector"
-    serial = partial(compiled_kernels.compiled(f"depthwise_{name}", serial_fn), *args)
-    parallel = compiled_kernels.compiled(f"depthwise_{name}_split", parallel_fn, parallel=True)
+    wide: tuple[bool, ...] = () if kernel == "rows" else (kernel == "vector16",)
+    whole = (*args, 0, rows, *wide)
+    parallel = compiled_kernels.compiled(f"depthwise_{name}_split", split_form, parallel=True)
     return compiled_kernels.split_step(
-        serial, parallel, args, y.shape[0] * y.shape[1], y.size >= policy.current().split_outputs
+        partial(rows_kernel, *whole),
+        parallel,
+        (compiled_kernels.address(rows_kernel, *whole), *args, *wide),
+        rows,
+        y.size >= policy.current().split_outputs,
     )
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` as a read-only view: numba types a read-only array apart from a writable one, so that weights read
+    from the file mapping and weights computed at load would each compile the kernels once more."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def choose(x: Any, taps: Any, bias: Any, y: Any, *window: Any, where: str = "") -> tuning.Decision:

@@ -187,6 +187,7 @@ def _tile_intrinsic(lanes: int = 8) -> Any:
 _tile: Any = None
 _tile_wide: Any = None
 prange: Any = range
+call_at: Any = None
 
 
 def _gemm_part(a, wp, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - compiled
@@ -277,13 +278,14 @@ def _half_panel(a, wp, p, bias, lo, hi, y, i0, i1):  # pragma: no cover - compil
         _tile(a, i, wp, p, bias, lo, hi, y, 5, 1)
 
 
-def _gemm(out, a, wp, bias, lo, hi, wide):  # pragma: no cover - compiled
+def _gemm(out, a, wp, bias, lo, hi, wide, blocks):  # pragma: no cover - compiled
     """out = clamp(a @ w + bias, lo, hi) on the calling thread (``out`` first, as the other kernels' steps),
-    by the 16-lane tiles when ``wide``."""
-    _gemm_blocks(a, wp, bias, lo, hi, out, 0, a.shape[0], 0, wp.shape[0], wide)
+    by the 16-lane tiles when ``wide``: ``_gemm_blocks`` at ``blocks``, its ``compiled.address`` for these
+    arguments, so that its code is compiled once, not again inside this build and ``_gemm_split``'s."""
+    call_at(_gemm_blocks, blocks, (a, wp, bias, lo, hi, out, 0, a.shape[0], 0, wp.shape[0], wide))
 
 
-def _gemm_split(out, a, wp, bias, lo, hi, wide, parts):  # pragma: no cover - compiled
+def _gemm_split(out, a, wp, bias, lo, hi, wide, blocks, parts):  # pragma: no cover - compiled
     """``_gemm`` cut into ``parts`` runs of panels (weights larger than the input) or of rows (in whole
     tiles), run on numba's threads."""
     m, panels = a.shape[0], wp.shape[0]
@@ -297,10 +299,10 @@ def _gemm_split(out, a, wp, bias, lo, hi, wide, parts):  # pragma: no cover - co
     for t in prange(parts):
         if by_panels:
             p0 = min(panels, t * run)
-            _gemm_blocks(a, wp, bias, lo, hi, out, 0, m, p0, min(panels, p0 + run), wide)
+            call_at(_gemm_blocks, blocks, (a, wp, bias, lo, hi, out, 0, m, p0, min(panels, p0 + run), wide))
         else:
             r0 = min(m, t * run)
-            _gemm_blocks(a, wp, bias, lo, hi, out, r0, min(m, r0 + run), 0, panels, wide)
+            call_at(_gemm_blocks, blocks, (a, wp, bias, lo, hi, out, r0, min(m, r0 + run), 0, panels, wide))
 
 
 def _pack_batch(b, wp, bi):  # pragma: no cover - compiled
@@ -502,7 +504,9 @@ class PackedGemm:
         if not compiled.flat_float32(x2):
             flat = np.empty(x2.shape, np.float32)
             return partial(_in_turn, partial(np.copyto, flat, x2), self.step(flat, y2, kernel))
-        args = (y2, x2, self.wp, self.bias, self.lo, self.hi, kernel == "packed16")
+        wide = kernel == "packed16"
+        blocks = compiled.address(_gemm_blocks, x2, self.wp, self.bias, self.lo, self.hi, y2, 0, 0, 0, 0, wide)
+        args = (y2, x2, self.wp, self.bias, self.lo, self.hi, wide, blocks)
         serial = partial(compiled.compiled("gemm", _gemm), *args)
         parallel = compiled.compiled("gemm_split", _gemm_split, parallel=True)
         limit = max(self.wp.shape[0], -(-x2.shape[0] // ROWS))

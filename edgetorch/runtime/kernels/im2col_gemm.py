@@ -58,7 +58,12 @@ def step(
     tile = WIDE_ROWS if wide else ROWS
     block = max(tile, BLOCK_BYTES // (4 * k) // tile * tile)
     flat, strides = _flat(x)
-    args = (y2, flat, strides, packed.wp, packed.bias, packed.lo, packed.hi, wide, *window, block)
+    cols = np.empty((0, 0), np.float32)  # a block's columns, as the kernel makes them (for their type)
+    at = (
+        compiled.address(_columns, flat, strides, cols.reshape(-1), *window, 0, 0),
+        compiled.address(_gemm_blocks, cols, packed.wp, packed.bias, packed.lo, packed.hi, y2, 0, 0, 0, 0, wide),
+    )
+    args = (*at, y2, flat, strides, packed.wp, packed.bias, packed.lo, packed.hi, wide, *window, block)
     serial = partial(compiled.compiled("im2col_gemm", _convolve), *args, 1)
     parallel = compiled.compiled("im2col_gemm_split", _convolve, parallel=True)
     limit = -(-rows // tile)
@@ -80,6 +85,7 @@ def _flat(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _gemm_blocks: Any = None
 _kernel_row: Any = None
 prange: Any = range
+call_at: Any = None
 
 
 def _columns(x, strides, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first, last):  # pragma: no cover
@@ -106,11 +112,14 @@ def _columns(x, strides, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first,
         j += 1
 
 
-def _convolve(y, x, strides, wp, bias, lo, hi, wide, oh, ow, kh, kw, sh, sw, dh, dw, top, left, block, parts):  # noqa: E501 # pragma: no cover
+def _convolve(
+    columns, blocks, y, x, strides, wp, bias, lo, hi, wide, oh, ow, kh, kw, sh, sw, dh, dw, top, left, block, parts
+):  # noqa: E501 # pragma: no cover
     """The layer over ``parts`` runs of output pixels (whole tiles a run), each in blocks of ``block`` pixels:
-    the block's columns into the part's scratch, then the GEMM's tiles from it into the block's rows of ``y``.
-    Compiled twice: serially (``prange`` runs as ``range``) and with numba's threads (whose build run with
-    one part would still wake the threads)."""
+    the block's columns into the part's scratch, then the GEMM's tiles from it into the block's rows of ``y``,
+    by ``_columns`` and ``_gemm_blocks`` at ``columns`` and ``blocks`` (their ``compiled.address``: compiled
+    once, not again inside both builds of this kernel). Compiled twice: serially (``prange`` runs as
+    ``range``) and with numba's threads (whose build run with one part would still wake the threads)."""
     m, k = y.shape[0], wp.shape[1]
     tile = WIDE_ROWS if wide else ROWS
     share = -(-m // parts)
@@ -121,8 +130,10 @@ def _convolve(y, x, strides, wp, bias, lo, hi, wide, oh, ow, kh, kw, sh, sw, dh,
         r1 = min(m, r0 + run)
         for i0 in range(r0, r1, block):
             i1 = min(r1, i0 + block)
-            _columns(x, strides, cols.reshape(-1), oh, ow, kh, kw, sh, sw, dh, dw, top, left, i0, i1)
-            _gemm_blocks(cols, wp, bias, lo, hi, y[i0:i1], 0, i1 - i0, 0, wp.shape[0], wide)
+            call_at(
+                _columns, columns, (x, strides, cols.reshape(-1), oh, ow, kh, kw, sh, sw, dh, dw, top, left, i0, i1)
+            )
+            call_at(_gemm_blocks, blocks, (cols, wp, bias, lo, hi, y[i0:i1], 0, i1 - i0, 0, wp.shape[0], wide))
 
 
 HELPERS = compiled.Helpers(

@@ -99,38 +99,53 @@ def step(
     sizes = (capacity, wd, e, chunk, ow)
     args = (y.reshape(-1, y.shape[3]), x.reshape(-1, c), x,
             expand is not None, none.wp, none.bias, none.lo, none.hi,
-            dw.taps, dw.bias, np.float32(dw.lo), np.float32(dw.hi),
+            depthwise.read_only(dw.taps), depthwise.read_only(dw.bias), np.float32(dw.lo), np.float32(dw.hi),
             project.wp, project.bias, project.lo, project.hi,
             kh, kw, sh, sw, dh, dw_, top, left,
             KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", residual, chunk, oh, ow)  # fmt: skip
-    parallel = partial(_with_buffers, compiled.compiled("inverted_residual_split", _block, parallel=True), sizes)
-    # On the calling thread: a parallel build run with one part would still wake numba's threads.
-    serial = partial(_with_buffers, compiled.compiled("inverted_residual", _one_band), sizes, *args, 1)
+    band = compiled.address(_band, *args, *_ARRAYS, 0, nb * oh)  # the threads call the serial build
+    parallel = partial(_with_buffers, compiled.compiled("inverted_residual_split", _block, parallel=True), sizes, band)
+    # On the calling thread by the compiled _band itself: a parallel build run with one part would still wake
+    # numba's threads, and a serial build of its own would optimise _band's code once more.
+    serial = partial(_in_one_band, _band, sizes, nb * oh, *args)
     macs = nb * ((expand is not None) * h * wd * c * e + oh * ow * e * (kh * kw + project.n))
     return compiled.split_step(serial, parallel, args, nb * oh, macs >= policy.current().split_macs)
 
 
 _SCRATCH = threading.local()
+_ARRAYS = tuple(np.empty((0,) * d, np.float32) for d in (2, 3, 2, 3))  # the scratch views' types, for address
 
 
 def _with_buffers(kernel: Any, sizes: tuple[int, ...], *args: Any) -> None:
     """``kernel(*args[:-1], buffers..., parts)`` with each part's expanded and filtered rows in the calling
-    thread's scratch buffer, which every block shares (grown to the largest): as 2-d and 4-d views made here,
-    since a reshape to a tuple in the compiled kernel costs seconds of its first compile. The views are kept
-    per block shape and part count until the buffer grows (four reshapes cost 1.1 us a call)."""
+    thread's scratch buffer (:func:`_scratch`)."""
     parts = args[-1]
+    kernel(*args[:-1], *_scratch(sizes, parts)[1:5], parts)
+
+
+def _in_one_band(band: Any, sizes: tuple[int, ...], rows: int, *args: Any) -> None:
+    """``band`` (the compiled ``_band``) over all ``rows`` output rows on the calling thread, with one part's
+    scratch buffers."""
+    band(*args, *_scratch(sizes, 1)[5:], 0, rows)
+
+
+def _scratch(sizes: tuple[int, ...], parts: int) -> tuple:
+    """:func:`_views` of the calling thread's scratch buffer, which every block shares (grown to the largest):
+    2-d and 4-d views made here, since a reshape to a tuple in the compiled kernel costs seconds of its first
+    compile. They are kept per block shape and part count until the buffer grows (four reshapes cost 1.1 us a
+    call)."""
     views = getattr(_SCRATCH, "views", None)
     if views is None:
         views = _SCRATCH.views = {}
     got = views.get((sizes, parts))
     if got is None or got[0] is not getattr(_SCRATCH, "buffer", None):
         got = views[sizes, parts] = _views(sizes, parts)
-    kernel(*args[:-1], *got[1:], parts)
+    return got
 
 
 def _views(sizes: tuple[int, ...], parts: int) -> tuple:
-    """The thread's scratch buffer (grown to fit) and its four views for ``parts`` parts of a block of
-    ``sizes`` (capacity, W, E, chunk, OW)."""
+    """The thread's scratch buffer (grown to fit), its four views for ``parts`` parts of a block of ``sizes``
+    (capacity, W, E, chunk, OW), and the first part's four."""
     capacity, wd, e, chunk, ow = sizes
     expanded, filtered = capacity * wd * e, chunk * ow * e
     need = parts * (expanded + filtered)
@@ -139,13 +154,13 @@ def _views(sizes: tuple[int, ...], parts: int) -> tuple:
         buffer = _SCRATCH.buffer = np.empty(need, np.float32)
         _SCRATCH.views.clear()  # the other blocks' views of the old buffer: made again when next called
     ex, fl = buffer[: parts * expanded], buffer[parts * expanded : need]
-    return (
-        buffer,
+    split = (
         ex.reshape(parts, capacity * wd, e),
         ex.reshape(parts, capacity, wd, e),
         fl.reshape(parts, chunk * ow, e),
         fl.reshape(parts, chunk, ow, e),
     )
+    return (buffer, *split, *(view[0] for view in split))
 
 
 # ------------------------------------------------------------------------------------------------ kernels
@@ -154,6 +169,7 @@ _gemm_blocks: Any = None
 _depthwise_rows: Any = None
 _vector_rows: Any = None
 prange: Any = range
+call_at: Any = None
 
 
 def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
@@ -165,6 +181,7 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
     rows kept when the windows share them; the depthwise output into ``f2`` / ``f4``."""
     nb, h, wd, c = x.shape
     capacity = e4.shape[0]
+    zero = np.intp(0)  # an int64, not the constant 0: the helpers' build the standalone layers' steps use
     image, held_lo, held_hi, base = -1, 0, 0, 0  # rows held_lo .. held_hi of ``image`` from buffer row ``base``
     r = first
     while r < last:
@@ -188,7 +205,7 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         if g1 > start:
             out = e2[(at + start - g0) * wd : (at + g1 - g0) * wd]
             src = x2[(n * h + start) * wd : (n * h + g1) * wd]
-            _gemm_blocks(src, we, be, loe, hie, out, 0, (g1 - start) * wd, 0, we.shape[0], wide_e)
+            _gemm_blocks(src, we, be, loe, hie, out, zero, (g1 - start) * wd, zero, we.shape[0], wide_e)
         image, held_lo, held_hi = n, g0, g1
         if expanding:
             ex = e4[at : at + g1 - g0][None]
@@ -197,12 +214,12 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         fl = f4[: i1 - i0][None]
         shifted = top + g0 - i0 * sh  # the window's top padding, counted from the buffer's first row
         if kind == 0:
-            _depthwise_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, 0, i1 - i0)
+            _depthwise_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, zero, i1 - i0)
         else:
-            _vector_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, 0, i1 - i0, kind == 2)
+            _vector_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, zero, i1 - i0, kind == 2)
         pixels = (i1 - i0) * ow
         dst = y2[(n * oh + i0) * ow : (n * oh + i1) * ow]
-        _gemm_blocks(f2[:pixels], wp, bp, lop, hip, dst, 0, pixels, 0, wp.shape[0], wide_p)
+        _gemm_blocks(f2[:pixels], wp, bp, lop, hip, dst, zero, pixels, zero, wp.shape[0], wide_p)
         if residual:  # the add after the block: the output rows' own input rows (stride 1, one shape)
             src = x2[(n * h + i0) * wd : (n * h + i1) * wd]
             for p in range(pixels):
@@ -211,27 +228,18 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         r += i1 - i0
 
 
-def _block(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
+def _block(band, y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
            kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
            e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
-    """The block over ``parts`` bands of output rows, on numba's threads."""
+    """The block over ``parts`` bands of output rows, on numba's threads: ``_band`` at ``band``, its
+    :func:`compiled.address` for these arguments."""
     total = x.shape[0] * oh
     run = -(-total // parts)
     for t in prange(parts):
         first = min(total, t * run)
-        _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-              kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
-              e2[t], e4[t], f2[t], f4[t], first, min(total, first + run))  # fmt: skip
-
-
-def _one_band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-              kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
-              e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
-    """The block as one band, serially (``parts`` is 1): a small build beside ``_block``'s threaded one,
-    since both call the compiled ``_band``."""
-    _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-          kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
-          e2[0], e4[0], f2[0], f4[0], 0, x.shape[0] * oh)  # fmt: skip
+        call_at(_band, band, (y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
+                       kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
+                       e2[t], e4[t], f2[t], f4[t], first, min(total, first + run)))  # fmt: skip
 
 
 HELPERS = compiled.Helpers(

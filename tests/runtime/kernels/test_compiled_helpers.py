@@ -100,3 +100,30 @@ def test_serial_and_threaded_builds_have_their_own_cache_entries(tmp_path):
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=600)
     names = {p.name.split("-")[0] for p in tmp_path.rglob("*.nbi") if "_bmm" in p.name}
     assert names == {"gemm._bmm", "gemm._bmm_threaded"}, names
+
+
+def _twice(x, y):  # pragma: no cover - compiled
+    for i in range(x.shape[0]):
+        y[i] = 2 * x[i]
+
+
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+def test_a_kernel_called_at_its_address_runs_for_its_types_only():
+    """``call_at`` calls the build ``address`` made (the fused block's threads call its band so); a caller
+    passing other types does not compile, instead of calling that build with arguments it cannot read."""
+    import numba
+    import numpy as np
+    from numba.core.errors import TypingError
+
+    call_at, twice = compiled._call_at(), numba.njit(_twice)
+
+    def caller(at, x, y):  # pragma: no cover - compiled
+        call_at(twice, at, (x, y))
+
+    x = np.arange(5, dtype=np.float32)
+    y = np.zeros(5, np.float32)
+    at = compiled.address(twice, x, y)
+    numba.njit(caller)(at, x, y)
+    np.testing.assert_array_equal(y, 2 * x)
+    with pytest.raises(TypingError, match="expected the types of a build of _twice"):
+        numba.njit(caller)(at, x.astype(np.float64), y.astype(np.float64))
