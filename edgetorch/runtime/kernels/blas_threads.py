@@ -98,10 +98,11 @@ class Adaptive:
     on the threads it has, as the site's :class:`~edgetorch.runtime.policy.SplitChoice` decides from how long
     the body took with each (module docstring); on one thread whenever the runtime may use only one
     (``compiled.get_num_threads``), and as found when the policy's ``split_adapts`` is off. Inside another
-    site's body (a delegate run by a method) it changes nothing: the outermost body is the one timed."""
+    site's body (a delegate run by a method, on the same thread) it changes nothing: the outermost body is the
+    one timed."""
 
     __slots__ = ("choice", "mode", "start")
-    _depth = 0  # process-wide: adaptive bodies under way
+    _bodies = threading.local()  # per thread: adaptive bodies under way (a site in another's body is inner)
 
     def __init__(self, budget: policy.TrialBudget | None = None) -> None:
         self.choice = policy.SplitChoice(budget)  # trials draw on the process's budget unless given another
@@ -109,9 +110,10 @@ class Adaptive:
         self.start = 0
 
     def __enter__(self) -> None:
-        Adaptive._depth += 1
+        depth = getattr(Adaptive._bodies, "depth", 0) + 1
+        Adaptive._bodies.depth = depth
         self.mode = 0
-        if Adaptive._depth > 1:
+        if depth > 1:
             return
         if compiled.get_num_threads() < 2:
             self.mode = 1
@@ -122,7 +124,7 @@ class Adaptive:
             ONE_THREAD.__enter__()
 
     def __exit__(self, *exc: object) -> None:
-        Adaptive._depth -= 1
+        Adaptive._bodies.depth -= 1
         if self.mode in (1, 2):
             ONE_THREAD.__exit__()
         if self.mode >= 2 and not exc[0]:

@@ -107,3 +107,20 @@ def test_a_large_product_inside_a_hold_gets_blas_threads_back(two_blas_threads):
     large()  # outside a hold: as found
     assert seen == [[2], [1], [1], [2]]
     assert _numpys() == [2]
+
+
+def test_a_failing_body_leaves_no_hold_and_threads_count_their_own_bodies(two_blas_threads):
+    import threading
+
+    site = blas_threads.Adaptive()
+    with policy.using(threads=2, split_adapts=True):
+        for _ in range(4):  # serial and parallel turns while exploring
+            with pytest.raises(RuntimeError), blas_threads.held(False, site):
+                raise RuntimeError("a kernel failed")
+        assert _numpys() == [2]
+        seen = []
+        with blas_threads.held(False, blas_threads.Adaptive()):  # this thread's body does not make another's inner
+            other = threading.Thread(target=lambda: seen.append(blas_threads.Adaptive._bodies.__dict__.get("depth")))
+            other.start()
+            other.join()
+    assert seen == [None] and blas_threads.Adaptive._bodies.depth == 0
