@@ -96,40 +96,37 @@ _FREE = contextlib.nullcontext()
 class Adaptive:
     """``with site:`` runs its body (a method's run, a delegate's steps) with NumPy's OpenBLAS on one thread or
     on the threads it has, as the site's :class:`~edgetorch.runtime.policy.SplitChoice` decides from how long
-    the body took with each (module docstring); on one thread whenever the runtime may use only one
-    (``compiled.get_num_threads``), and as found when the policy's ``split_adapts`` is off. Inside another
-    site's body (a delegate run by a method, on the same thread) it changes nothing: the outermost body is the
-    one timed."""
+    the body took with each (module docstring); as found when the policy's ``split_adapts`` is off. Entered
+    through :func:`held`, which holds BLAS to one thread instead where the runtime may use only one. Inside
+    another site's body (a delegate run by a method, on the same thread) it changes nothing: the outermost body
+    is the one timed."""
 
     __slots__ = ("choice", "mode", "start")
     _bodies = threading.local()  # per thread: adaptive bodies under way (a site in another's body is inner)
 
     def __init__(self, budget: policy.TrialBudget | None = None) -> None:
         self.choice = policy.SplitChoice(budget)  # trials draw on the process's budget unless given another
-        self.mode = 0  # this entry: 0 inner or left as found, 1 one thread, 2 one thread timed, 3 threads timed
+        self.mode = 0  # this entry: 0 inner or untimed, 1 one thread timed, 2 BLAS's threads timed
         self.start = 0
 
     def __enter__(self) -> None:
         depth = getattr(Adaptive._bodies, "depth", 0) + 1
         Adaptive._bodies.depth = depth
         self.mode = 0
-        if depth > 1:
+        if depth > 1 or not policy.current().split_adapts:
             return
-        if compiled.get_num_threads() < 2:
-            self.mode = 1
-        elif policy.current().split_adapts:
-            self.start = time.perf_counter_ns()
-            self.mode = 3 if self.choice.next_parallel(self.start) else 2
-        if self.mode in (1, 2):
+        self.start = time.perf_counter_ns()
+        self.mode = 2 if self.choice.next_parallel(self.start) else 1
+        if self.mode == 1:
             ONE_THREAD.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         Adaptive._bodies.depth -= 1
-        if self.mode in (1, 2):
+        if self.mode == 1:
             ONE_THREAD.__exit__()
-        if self.mode >= 2 and not exc[0]:
+        if self.mode and not exc[0]:
             end = time.perf_counter_ns()
-            self.choice.record(self.mode == 3, end - self.start, end)
+            self.choice.record(self.mode == 2, end - self.start, end)
 
 
 WIDE_MACS = 1 << 22
