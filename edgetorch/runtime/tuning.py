@@ -11,7 +11,17 @@ Bounded: candidates are timed on one thread (NumPy's BLAS and the compiled tier'
 the best of a few calls, for at most ``SHAPE_SECONDS`` a shape after one warm-up call each, and a program load
 (:func:`loading`) spends at most ``LOAD_SECONDS`` on the timed calls (not on the warm-ups, whose first one
 compiles a kernel once a process); past it the default (the first name) runs. A shape with one
-eligible candidate is not timed. With the policy's ``tune`` off the default runs, or the name the policy's
+eligible candidate is not timed.
+
+Timed by the calling thread's CPU time, not the wall clock: on a busy machine (a build, another model beside
+the load) the OS deschedules the loading thread now and then, and a wall-clock time taken then is the
+neighbour's as much as the kernel's. Decisions are cached for good, so one such time made a choice that
+held after the machine went quiet: GPT-2's head ran sgemm (cached: 392 against 560 us), though on a quiet
+machine the packed GEMM measures faster (327 against 367 us), and its XNNPACK program ran 8% slower than its
+portable one.
+A family whose candidates run threads of their own (``own_threads``) is timed by the wall clock.
+
+With the policy's ``tune`` off the default runs, or the name the policy's
 ``kernel_choices`` fixes (tests use these, so their results never depend on timing).
 
 Cached: decisions are kept in one JSON file, ``kernels.json`` in ``EDGETORCH_CACHE_DIR``, else
@@ -49,7 +59,7 @@ from edgetorch.runtime.kernels import blas_threads
 SHAPE_SECONDS = 0.05
 LOAD_SECONDS = 2.0
 REPEATS = 5
-FORMAT = 1
+FORMAT = 2  # 2: times are the thread's CPU time (1: wall clock, re-measured)
 MAX_HOSTS = 8  # host entries one file keeps (a home directory shared between machines)
 FILE_NAME = "kernels.json"
 
@@ -92,18 +102,24 @@ def choose(
     names: Sequence[str],
     build: Callable[[], Mapping[str, Callable[[], object]]],
     where: str = "",
+    own_threads: bool = False,
 ) -> Decision:
     """The kernel of ``names`` (the first is the default) that runs ``family``'s shape ``key``. ``build``
     returns, for each name, a call that runs that candidate once on private operands of the shape; it is
-    called only when the candidates are timed. ``where`` names the node for :func:`recording`."""
-    decision = _decide(family, key, list(names), build)
+    called only when the candidates are timed (by the wall clock where a candidate runs ``own_threads``).
+    ``where`` names the node for :func:`recording`."""
+    decision = _decide(family, key, list(names), build, own_threads)
     for log in _logs():
         log.append((where, decision))
     return decision
 
 
 def _decide(
-    family: str, key: str, names: list[str], build: Callable[[], Mapping[str, Callable[[], object]]]
+    family: str,
+    key: str,
+    names: list[str],
+    build: Callable[[], Mapping[str, Callable[[], object]]],
+    own_threads: bool = False,
 ) -> Decision:
     if not names:
         raise ValueError(f"tuning {family} {key}: no candidates")
@@ -125,17 +141,22 @@ def _decide(
         for run in candidates.values():  # the warm-up (a first call compiles): not charged to the load
             run()
     with _BUDGET.counting():
-        times = measure(candidates, warm_up=False)
+        times = measure(candidates, warm_up=False, own_threads=own_threads)
     _CACHE.put(family, key, times)
     return Decision(family, key, min(names, key=times.__getitem__), MEASURED, MappingProxyType(times))
 
 
 def measure(
-    candidates: Mapping[str, Callable[[], object]], seconds: float = SHAPE_SECONDS, warm_up: bool = True
+    candidates: Mapping[str, Callable[[], object]],
+    seconds: float = SHAPE_SECONDS,
+    warm_up: bool = True,
+    own_threads: bool = False,
 ) -> dict[str, float]:
     """Each candidate's best time (seconds) over up to ``REPEATS`` calls taken in turn, after one warm-up
     call each (compiles, pages in the operands) unless ``warm_up`` is False, stopping once ``seconds`` have
-    passed; on one thread."""
+    passed; on one thread, timed by its CPU time (module docstring), or by the wall clock where the candidates
+    run ``own_threads``."""
+    clock = time.perf_counter_ns if own_threads else time.thread_time_ns
     with policy.using(threads=1), blas_threads.ONE_THREAD:
         start = time.perf_counter()
         for run in candidates.values() if warm_up else ():
@@ -143,9 +164,9 @@ def measure(
         best = dict.fromkeys(candidates, math.inf)
         for _ in range(REPEATS):
             for name, run in candidates.items():
-                t0 = time.perf_counter()
+                t0 = clock()
                 run()
-                best[name] = min(best[name], time.perf_counter() - t0)
+                best[name] = min(best[name], (clock() - t0) * 1e-9)
             if time.perf_counter() - start >= seconds:
                 break
     return best

@@ -20,21 +20,42 @@ def cache(tmp_path, monkeypatch):
 
 
 def _candidates(calls, slow="slow"):
-    """Two candidates: ``slow`` sleeps 2 ms a call, the other returns at once; ``calls`` counts the calls."""
+    """Two candidates: ``slow`` works 2 ms a call (tuning times the thread's CPU time, which a sleep does not
+    spend), the other returns at once; ``calls`` counts the calls."""
 
     def build():
         def fast():
             calls["fast"] = calls.get("fast", 0) + 1
 
-        def sleepy():
+        def busy():
             calls[slow] = calls.get(slow, 0) + 1
-            import time
+            _busy(0.002)
 
-            time.sleep(0.002)
-
-        return {"fast": fast, slow: sleepy}
+        return {"fast": fast, slow: busy}
 
     return build
+
+
+def _busy(seconds):
+    """Keep this thread's CPU busy for ``seconds`` of its own CPU time."""
+    import time
+
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_times_are_the_threads_cpu_time_unless_candidates_run_threads_of_their_own():
+    """A candidate that waits (a sleep: the thread descheduled, as a busy neighbour makes it) costs no CPU time
+    and must not lose to one that works; a family whose candidates run other threads is timed by the wall clock,
+    where the wait counts."""
+    import time
+
+    candidates = {"waits": lambda: time.sleep(0.004), "works": lambda: _busy(0.001)}
+    by_cpu = tuning.measure(candidates, seconds=0.1)
+    assert by_cpu["waits"] < by_cpu["works"], by_cpu
+    by_wall = tuning.measure(candidates, seconds=0.1, own_threads=True)
+    assert by_wall["waits"] > by_wall["works"] >= 0.001, by_wall
 
 
 def test_measures_once_then_reads_the_cache(cache):

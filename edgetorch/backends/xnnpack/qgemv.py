@@ -558,7 +558,8 @@ class IntegerLinear:
                 runs[name] = partial(qb4w(parallel=t > 1), *args, t)
             return runs
 
-        return tuning.choose("qb4w-tiles", f"{n}x{k}:{tiles}", ("split", "one-tile"), candidates).kernel == "split"
+        decision = tuning.choose("qb4w-tiles", f"{n}x{k}:{tiles}", ("split", "one-tile"), candidates, own_threads=True)
+        return decision.kernel == "split"
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
         """Steps for y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales ``xscale``
