@@ -664,7 +664,7 @@ class IntegerLinear:
         (qgemv_vnni8.py) for the shapes it takes (``qgemv_vnni8.takes``) on a host with AVX512-VNNI."""
         if len(self.weights) == 3:
             return self._takes_vnni()
-        return qgemv_vnni.available() and qgemv_vnni8.takes(self.n, self.k)
+        return qgemv_vnni8.available() and qgemv_vnni8.takes(self.n, self.k)
 
     def _release(self) -> None:
         """Drops the VNNI layouts (each a copy of the weights) that no decision so far runs: made to be measured,
