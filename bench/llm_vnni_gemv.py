@@ -3,8 +3,7 @@
 layer (its weights stay in cache), ``streamed`` takes a different copy of the layer each call, enough copies to
 exceed the last-level cache (the weights come from memory, as in a decode step through the whole model). Each
 cell is the least of ``--rounds`` rounds' mean time a call (CPU time of this thread); the outputs of the two
-kernels are checked equal bit for bit first. Needs an x86 host with AVX512-VNNI or AVX2 (the GEMV in its
-dot form, qgemv_vnni.dot()) and numba. Example::
+kernels are checked equal bit for bit first. Needs an x86 host with AVX512-VNNI and numba. Example::
 
     python bench/llm_vnni_gemv.py --rounds 7
 """
@@ -69,7 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     if not qgemv_vnni.available() or not policy.compiled_tier():
-        raise SystemExit("needs a host with avx512_vnni or avx2, llvmlite and numba")
+        raise SystemExit("needs a host with avx512_vnni, llvmlite and numba")
     compiled.set_num_threads(1)
     rng = np.random.default_rng(0)
     print("| layer | weights | integer GEMV (numba) us | VNNI GEMV us | speed-up |")
