@@ -58,7 +58,7 @@ class Dot:
     products of an unsigned byte and a signed byte, and the tiles that fit the form's vector registers."""
 
     flag: str
-    """The host flag it needs (runtime/host.py), also its kernels' names' suffix."""
+    """The host flag it needs (runtime/host.py)."""
     lanes: int
     rows: int
     """The GEMM's tile: ``rows`` rows x ``vectors`` vectors of channels."""
@@ -72,6 +72,11 @@ class Dot:
         return f"<{self.lanes} x i32>"
 
     @property
+    def name(self) -> str:
+        """Its kernels' names' suffix: the flag and the tiles."""
+        return f"{self.flag}_{self.rows}x{self.vectors}_{self.gemv_vectors}"
+
+    @property
     def tile(self) -> int:
         """The GEMM tile's channels."""
         return self.lanes * self.vectors
@@ -83,42 +88,56 @@ class Dot:
 
     def declarations(self) -> list[str]:
         """IR declaring the intrinsics of :meth:`ir`."""
-        if self is VNNI:
+        if self.flag == VNNI.flag:
             return [f"declare {self.vec} @llvm.x86.avx512.vpdpbusd.512({self.vec}, {self.vec}, {self.vec})"]
         return [
             "declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)",
             "declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)",
         ]
 
-    def ir(self, out: str, acc: str, terms: list[tuple[str, str]]) -> list[str]:
-        """IR making %``out``, each lane of ``acc`` plus, for each (a, w) of ``terms`` (int32 vectors), the dot of
-        a's 4 unsigned bytes with w's 4 signed bytes. The AVX2 form adds the terms' pair sums in int16 lanes
-        before one ``vpmaddwd``: exact while the pair sums of all terms together stay within int16, as up to 4
-        terms of bytes by nibbles (0..15) do."""
-        if self is VNNI:
-            lines, last = [], acc
-            for i, (a, w) in enumerate(terms):
-                name = out if i == len(terms) - 1 else f"{out}.{i}"
+    @property
+    def partial(self) -> str:
+        """The IR type of its partial sums (``sums_ir``): int32 lanes with VNNI, int16 pairs with AVX2."""
+        return self.vec if self.flag == VNNI.flag else f"<{2 * self.lanes} x i16>"
+
+    def sums_ir(self, out: str, acc: str, terms: list[tuple[str, str]]) -> list[str]:
+        """IR making the partial sums %``out`` (type :attr:`partial`): ``acc`` plus, for each (a, w) of ``terms``
+        (int32 vectors), the products of a's unsigned bytes with w's signed bytes, 4 a lane (VNNI) or 2 (AVX2, in
+        int16: exact while a lane's sum stays within int16, as the sums of up to 4 terms of bytes by nibbles
+        0..15 do, at most 2 x 255 x 15 = 7650 a term); ``widen_ir`` makes them int32 lanes."""
+        lines, last = [], acc
+        for i, (a, w) in enumerate(terms):
+            name = out if i == len(terms) - 1 else f"{out}.{i}"
+            if self.flag == VNNI.flag:
                 lines.append(f"  %{name} = call {self.vec} @llvm.x86.avx512.vpdpbusd.512({self.vec} {last}, "
                              f"{self.vec} {a}, {self.vec} {w})")  # fmt: skip
-                last = f"%{name}"
-            return lines
-        lines, total = [], ""
-        for i, (a, w) in enumerate(terms):
-            lines += [
-                f"  %{out}.a{i} = bitcast <8 x i32> {a} to <32 x i8>",
-                f"  %{out}.w{i} = bitcast <8 x i32> {w} to <32 x i8>",
-                f"  %{out}.p{i} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %{out}.a{i}, "
-                f"<32 x i8> %{out}.w{i})",
-            ]
-            if i:
-                lines.append(f"  %{out}.s{i} = add <16 x i16> {total}, %{out}.p{i}")
-            total = f"%{out}.s{i}" if i else f"%{out}.p{i}"
+            else:
+                lines += [
+                    f"  %{name}.a = bitcast {self.vec} {a} to <32 x i8>",
+                    f"  %{name}.w = bitcast {self.vec} {w} to <32 x i8>",
+                    f"  %{name}.p = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %{name}.a, <32 x i8> %{name}.w)",
+                    f"  %{name} = add <16 x i16> {last}, %{name}.p",
+                ]
+            last = f"%{name}"
+        return lines
+
+    def widen_ir(self, out: str, sums: str) -> list[str]:
+        """IR making %``out``, the partial sums ``sums`` (``sums_ir``) added up into int32 lanes: each lane the sum
+        of its 4 products."""
+        if self.flag == VNNI.flag:
+            return [f"  %{out} = add {self.vec} {sums}, zeroinitializer"]
         ones = ", ".join(["i16 1"] * 16)
+        return [f"  %{out} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {sums}, <16 x i16> <{ones}>)"]
+
+    def ir(self, out: str, acc: str, terms: list[tuple[str, str]]) -> list[str]:
+        """IR making %``out``, each int32 lane of ``acc`` plus, for each (a, w) of ``terms`` (int32 vectors), the
+        dot of a's 4 unsigned bytes with w's 4 signed bytes (``sums_ir``'s bounds hold for the terms together)."""
+        if self.flag == VNNI.flag:
+            return self.sums_ir(out, acc, terms)
         return [
-            *lines,
-            f"  %{out}.d = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {total}, <16 x i16> <{ones}>)",
-            f"  %{out} = add <8 x i32> {acc}, %{out}.d",
+            *self.sums_ir(f"{out}.s", "zeroinitializer", terms),
+            *self.widen_ir(f"{out}.w", f"%{out}.s"),
+            f"  %{out} = add {self.vec} {acc}, %{out}.w",
         ]
 
 
@@ -146,7 +165,7 @@ def available() -> bool:
 
 
 def _ir(d: Dot) -> str:
-    """The GEMM's LLVM IR: ``qb4w_gemm_<flag>(A, P, cw, sc, e, off, out, Mp, Np, K8, kb8, nb)``.
+    """The GEMM's LLVM IR: ``qb4w_gemm_<d.name>(A, P, cw, sc, e, off, out, Mp, Np, K8, kb8, nb)``.
 
     A [Mp, K8, 2] int32 (a row's 8 inputs of a step as the even four bytes then the odd four), P [K8, Np] int32
     (4 packed bytes of a channel), cw [nb, Np] int32 (sum of nibble - 8 per block), sc [nb, Np] float32, e [Mp, nb]
@@ -154,7 +173,7 @@ def _ir(d: Dot) -> str:
     vec, fvec, lanes = d.vec, f"<{d.lanes} x float>", d.lanes
     lines = [
         *d.declarations(),
-        f"define void @qb4w_gemm_{d.flag}(i32* noalias %A, i32* noalias %P, i32* noalias %cw, float* noalias %sc,"
+        f"define void @qb4w_gemm_{d.name}(i32* noalias %A, i32* noalias %P, i32* noalias %cw, float* noalias %sc,"
         " i32* noalias %e, i32* noalias %off, float* noalias %out, i64 %M, i64 %N, i64 %K8, i64 %kb8, i64 %nb) {",
         "entry:",
     ]
@@ -262,12 +281,12 @@ def gemv_kernel(bf16: bool = False, d: Dot | None = None) -> Any:
 
 
 def _compiled(name: str, d: Dot | None, ir: Any, proto: Any) -> Any:
-    """The function ``name`` of the IR ``ir(d)`` as ``proto`` (named ``name_<flag>`` in the code), compiled once
+    """The function ``name`` of the IR ``ir(d)`` as ``proto`` (named ``name_<d.name>`` in the code), compiled once
     per process; None where the host does not run the form ``d`` (the host's by default)."""
     d = d or dot()
-    if d is None or d not in dots():
+    if d is None or d.flag not in (known.flag for known in dots()):
         return None
-    return llvm_jit.function(f"{name}_{d.flag}", partial(ir, d), proto)
+    return llvm_jit.function(f"{name}_{d.name}", partial(ir, d), proto)
 
 
 class VnniQB4W:
@@ -322,7 +341,7 @@ GEMV_ARGS = ("xc", "xstride", "w", "xscale", "sstride", "bias", "with_bias", "y"
 
 
 def _gemv_ir(d: Dot, bf16: bool) -> str:
-    """The GEMV's LLVM IR in the dot form ``d``: ``qb4w_gemv_<flag>(args)`` (``qb4w_gemv_bf16_<flag>`` with
+    """The GEMV's LLVM IR in the dot form ``d``: ``qb4w_gemv_<d.name>(args)`` (``qb4w_gemv_bf16_<d.name>`` with
     ``bf16``), ``args`` the int64 block of GEMV_ARGS.
 
     Per row: the centred input's least value gives ``off`` (its negation), so a = xc + off is 0..255 (an int8
@@ -341,7 +360,7 @@ def _gemv_ir(d: Dot, bf16: bool) -> str:
         *masked_store_declaration(d),
         "declare i32 @llvm.vector.reduce.smin.v8i32(<8 x i32>)",
         "declare i32 @llvm.vector.reduce.add.v8i32(<8 x i32>)",
-        f"define void @qb4w_gemv{'_bf16' if bf16 else ''}_{d.flag}(i64* noalias %args) {{",
+        f"define void @qb4w_gemv{'_bf16' if bf16 else ''}_{d.name}(i64* noalias %args) {{",
         "entry:",
     ]
     add = lines.append
@@ -408,7 +427,7 @@ def _gemv_ir(d: Dot, bf16: bool) -> str:
     add("step:\n  %j = phi i64 [0, %block], [%jnext, %step]")
     for v in vs:
         add(f"  %acc{v} = phi {v16} [zeroinitializer, %block], [%q{v}, %step]")
-        add(f"  %ns{v} = phi {v16} [zeroinitializer, %block], [%nsn{v}, %step]")
+        add(f"  %ns{v} = phi {d.partial} [zeroinitializer, %block], [%nsn{v}, %step]")
     add("  %jj = add i64 %j0, %j\n  %ab = mul i64 %jj, 8")
     add("  %ap8 = getelementptr inbounds i8, i8* %a.ptr, i64 %ab\n  %ap = bitcast i8* %ap8 to i32*")
     for half, at in (("e", 0), ("o", 1)):
@@ -428,7 +447,7 @@ def _gemv_ir(d: Dot, bf16: bool) -> str:
         lines += d.ir(f"q{v}", f"%acc{v}", [("%aev", f"%wl{v}"), ("%aov", f"%wh{v}")])
         add(f"  %wlb{v} = bitcast {v16} %wl{v} to {b8}\n  %whb{v} = bitcast {v16} %wh{v} to {b8}")
         add(f"  %wnb{v} = add {b8} %wlb{v}, %whb{v}\n  %wn{v} = bitcast {b8} %wnb{v} to {v16}")
-        lines += d.ir(f"nsn{v}", f"%ns{v}", [(f"%wn{v}", "%ones")])
+        lines += d.sums_ir(f"nsn{v}", f"%ns{v}", [(f"%wn{v}", "%ones")])
     add("  %jnext = add i64 %j, 1\n  %jdone = icmp eq i64 %jnext, %kb8\n  br i1 %jdone, label %blockend, label %step")
     add("blockend:")
     add(f"  %scb = mul i64 %kb8, {4 * tile}\n  %scp8 = getelementptr inbounds i8, i8* %bp, i64 %scb")
@@ -445,8 +464,9 @@ def _gemv_ir(d: Dot, bf16: bool) -> str:
             add(f"  %sc{v} = bitcast {v16} %scs{v} to {f16}")
         else:
             add(f"  %sc{v} = load {f16}, {f16}* %scp{v}, align {4 * lanes}")
+        lines += d.widen_ir(f"nsw{v}", f"%nsn{v}")
         add(
-            f"  %x{v}a = sub {v16} %q{v}, %ebv\n  %x{v}c = mul {v16} %offv, %nsn{v}\n  %x{v} = sub {v16} %x{v}a, %x{v}c"
+            f"  %x{v}a = sub {v16} %q{v}, %ebv\n  %x{v}c = mul {v16} %offv, %nsw{v}\n  %x{v} = sub {v16} %x{v}a, %x{v}c"
         )
         add(f"  %xf{v} = sitofp {v16} %x{v} to {f16}\n  %xs{v} = fmul {f16} %xf{v}, %sc{v}")
         add(f"  %totn{v} = fadd {f16} %tot{v}, %xs{v}")
