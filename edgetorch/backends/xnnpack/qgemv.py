@@ -617,7 +617,7 @@ class IntegerLinear:
 
     def _few_rows(self, rows: int, where: str) -> str:
         """The host's choice for ``rows`` up to the policy's ``gemv_tuned_rows``: ``gemv``, ``sgemm`` or, for QB4W on a host with
-        AVX512-VNNI, ``vnni`` (the GEMM) or, up to ``qgemv_vnni.GEMV_ROWS`` rows, ``vnni-gemv`` (family ``qgemv``;
+        a dot form of qgemv_vnni.py (AVX512-VNNI or AVX2), ``vnni`` (the GEMM) or, up to ``qgemv_vnni.GEMV_ROWS`` rows, ``vnni-gemv`` (family ``qgemv``;
         the decision is cached, so asking again is cheap)."""
         fixed = rows <= self.max_rows
         kind = "qc8w" if len(self.weights) == 2 else "qb4w"
@@ -655,15 +655,17 @@ class IntegerLinear:
         return self.chosen[rows]
 
     def _takes_vnni(self) -> bool:
-        """Whether the VNNI GEMM and GEMV take this layer: QB4W (blocks of 16, K a multiple of them) on a host with
-        AVX512-VNNI."""
+        """Whether the int8-dot ("VNNI") GEMM takes this layer: QB4W (blocks of 16, K a multiple of them) on a host
+        with a dot form of qgemv_vnni.py (AVX512-VNNI or AVX2)."""
         return len(self.weights) == 3 and qgemv_vnni.available()
 
     def _takes_vnni_gemv(self) -> bool:
-        """Whether a VNNI GEMV takes this layer: the QB4W one where the VNNI GEMM does, the QC8W one
-        (qgemv_vnni8.py) for the shapes it takes (``qgemv_vnni8.takes``) on a host with AVX512-VNNI."""
+        """Whether an int8-dot ("VNNI") GEMV takes this layer: the QB4W one where the GEMM does, for blocks up to
+        its dot form's ``max_block``; the QC8W one (qgemv_vnni8.py) for the shapes it takes (``qgemv_vnni8.takes``)
+        on a host with AVX512-VNNI."""
+        d = qgemv_vnni.dot()
         if len(self.weights) == 3:
-            return self._takes_vnni()
+            return d is not None and self._takes_vnni() and self.weights[1] <= d.max_block
         return qgemv_vnni8.available() and qgemv_vnni8.takes(self.n, self.k)
 
     def _release(self) -> None:
@@ -676,7 +678,7 @@ class IntegerLinear:
 
     def vnni_layer(self) -> Any:
         """The QB4W weights laid out for the VNNI GEMM (qgemv_vnni.py), made on first use; None for QC8W or on a
-        host without AVX512-VNNI."""
+        host without a dot form (AVX512-VNNI or AVX2)."""
         if not self._takes_vnni():
             return None
         if self.vnni is None:

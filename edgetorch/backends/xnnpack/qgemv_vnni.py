@@ -96,6 +96,12 @@ class Dot:
         ]
 
     @property
+    def max_block(self) -> int:
+        """The largest QB4W block (inputs) the GEMV takes: with AVX2 a block's nibble sums are int16 partial sums
+        (``sums_ir``), at most 2 x 30 a step of 8 inputs."""
+        return 1 << 30 if self.flag == VNNI.flag else 4096
+
+    @property
     def partial(self) -> str:
         """The IR type of its partial sums (``sums_ir``): int32 lanes with VNNI, int16 pairs with AVX2."""
         return self.vec if self.flag == VNNI.flag else f"<{2 * self.lanes} x i16>"
@@ -145,12 +151,15 @@ VNNI = Dot("avx512_vnni", lanes=16, rows=4, vectors=2, gemv_vectors=4)
 AVX2 = Dot("avx2", lanes=8, rows=4, vectors=2, gemv_vectors=4)
 
 
+def forms(flags: frozenset[str]) -> tuple[Dot, ...]:
+    """The dot forms a CPU with the extensions ``flags`` runs, the preferred first."""
+    return tuple(d for d in (VNNI, AVX2) if d.flag in flags)
+
+
 @functools.cache
 def dots() -> tuple[Dot, ...]:
-    """The dot forms this host runs, the preferred first; none without llvmlite (asked once a process)."""
-    if not llvm_jit.usable():
-        return ()
-    return tuple(d for d in (VNNI, AVX2) if d.flag in host().flags)
+    """The dot forms this host runs (``forms``); none without llvmlite (asked once a process)."""
+    return forms(host().flags) if llvm_jit.usable() else ()
 
 
 def dot() -> Dot | None:
@@ -589,6 +598,11 @@ class VnniGemvQB4W:
         self.dot = d or dot() or VNNI
         tile = self.dot.gemv_tile
         b = _padded(packed, scales, block, n, k, tile, "GEMV", "the integer GEMV")
+        if block > self.dot.max_block:
+            raise InvalidInputError(
+                f"int8-dot QB4W GEMV ({self.dot.flag}): expected blocks of up to {self.dot.max_block} inputs; "
+                f"found {block}; use the integer GEMV"
+            )
         self.n, self.k, self.block = n, k, block
         self.npad = b.shape[0]
         tiles, nb, kb8 = self.npad // tile, k // block, block // 8
