@@ -174,24 +174,31 @@ def available() -> bool:
 
 
 def _ir(d: Dot) -> str:
-    """The GEMM's LLVM IR: ``qb4w_gemm_<d.name>(A, P, cw, sc, e, off, out, Mp, Np, K8, kb8, nb)``.
+    """The GEMM's LLVM IR: ``qb4w_gemm_<d.name>(A, P, cw, sc, off, out, Mp, Np, K8, kb8, nb)``, every argument
+    an int64 (the arrays' addresses).
 
-    A [Mp, K8, 2] int32 (a row's 8 inputs of a step as the even four bytes then the odd four), P [K8, Np] int32
-    (4 packed bytes of a channel), cw [nb, Np] int32 (sum of nibble - 8 per block), sc [nb, Np] float32, e [Mp, nb]
-    int32 (8 times the row's block sum of a), off [Mp] int32, out [Mp, Np] float32; kb8 steps a block."""
+    A [Mp, K8, 2] int32 (a row's bytes a, 4 a word), P [K8, Np] int32 (4 bytes of a channel: the low nibbles for
+    the step's first 4 inputs, the high ones for its last 4), cw [nb, Np] int32 (sum of nibble - 8 per block),
+    sc [nb, Np] float32, off [Mp] int32, out [Mp, Np] float32; kb8 steps a block. The lanes multiply a by the
+    signed nibble - 8 (a byte subtraction after the mask), so that a block's dot needs only off times cw
+    subtracted: no sum of a."""
     vec, fvec, lanes = d.vec, f"<{d.lanes} x float>", d.lanes
     lines = [
         *d.declarations(),
-        f"define void @qb4w_gemm_{d.name}(i32* noalias %A, i32* noalias %P, i32* noalias %cw, float* noalias %sc,"
-        " i32* noalias %e, i32* noalias %off, float* noalias %out, i64 %M, i64 %N, i64 %K8, i64 %kb8, i64 %nb) {",
+        f"define void @qb4w_gemm_{d.name}(i64 %Ai, i64 %Pi, i64 %cwi, i64 %sci, i64 %offi, i64 %outi, i64 %M, i64 %N,"
+        " i64 %K8, i64 %kb8, i64 %nb) {",
         "entry:",
     ]
     add = lines.append
+    for name, kind in (("A", "i32"), ("P", "i32"), ("cw", "i32"), ("sc", "float"), ("off", "i32"), ("out", "float")):
+        add(f"  %{name} = inttoptr i64 %{name}i to {kind}*")
     tiles = [(r, v) for r in range(d.rows) for v in range(d.vectors)]
     for r, v in tiles:
         add(f"  %acc{r}{v} = alloca {vec}, align 64")
         add(f"  %tot{r}{v} = alloca {fvec}, align 64")
     lines += splat_ir("mask", "252645135", width=lanes) + splat_ir("four", "4", width=lanes)  # 0x0F0F0F0F
+    b8 = f"<{4 * lanes} x i8>"
+    eights = f"<{', '.join(['i8 8'] * 4 * lanes)}>"
     add("  br label %mloop")
     add("mloop:\n  %m = phi i64 [0, %entry], [%mnext, %mend]\n  br label %nloop")
     add("nloop:\n  %n = phi i64 [0, %mloop], [%nnext, %nend]")
@@ -209,9 +216,12 @@ def _ir(d: Dot) -> str:
         add(f"  %wp{v} = getelementptr inbounds i32, i32* %P, i64 %wo{v}")
         add(f"  %wvp{v} = bitcast i32* %wp{v} to {vec}*")
         add(f"  %w{v} = load {vec}, {vec}* %wvp{v}, align 4")
-        add(f"  %lo{v} = and {vec} %w{v}, %mask")
+        add(f"  %ln{v} = and {vec} %w{v}, %mask")
         add(f"  %hs{v} = lshr {vec} %w{v}, %four")
-        add(f"  %hi{v} = and {vec} %hs{v}, %mask")
+        add(f"  %hn{v} = and {vec} %hs{v}, %mask")
+        for half in ("l", "h"):
+            add(f"  %{half}b{v} = bitcast {vec} %{half}n{v} to {b8}\n  %{half}x{v} = sub {b8} %{half}b{v}, {eights}")
+        add(f"  %lo{v} = bitcast {b8} %lx{v} to {vec}\n  %hi{v} = bitcast {b8} %hx{v} to {vec}")
     for r in range(d.rows):
         add(f"  %mr{r} = add i64 %m, {r}")
         add(f"  %ar{r} = mul i64 %mr{r}, %K8")
@@ -240,16 +250,11 @@ def _ir(d: Dot) -> str:
         add(f"  %scvp{v} = bitcast float* %scp{v} to {fvec}*")
         add(f"  %scv{v} = load {fvec}, {fvec}* %scvp{v}, align 4")
     for r in range(d.rows):
-        add(f"  %em{r} = mul i64 %mr{r}, %nb\n  %eb{r} = add i64 %em{r}, %b")
-        add(f"  %ep{r} = getelementptr inbounds i32, i32* %e, i64 %eb{r}")
-        add(f"  %es{r} = load i32, i32* %ep{r}, align 4")
-        lines += splat_ir(f"ev{r}", f"%es{r}", width=lanes)
         add(f"  %fp{r} = getelementptr inbounds i32, i32* %off, i64 %mr{r}")
         add(f"  %fs{r} = load i32, i32* %fp{r}, align 4")
         lines += splat_ir(f"fv{r}", f"%fs{r}", width=lanes)
         for v in range(d.vectors):
-            add(f"  %s{r}{v} = load {vec}, {vec}* %acc{r}{v}")
-            add(f"  %t{r}{v} = sub {vec} %s{r}{v}, %ev{r}")
+            add(f"  %t{r}{v} = load {vec}, {vec}* %acc{r}{v}")
             add(f"  %c{r}{v} = mul {vec} %fv{r}, %cwv{v}")
             add(f"  %x{r}{v} = sub {vec} %t{r}{v}, %c{r}{v}")
             add(f"  %xf{r}{v} = sitofp {vec} %x{r}{v} to {fvec}")
@@ -277,8 +282,7 @@ def _ir(d: Dot) -> str:
 def kernel(d: Dot | None = None) -> Any:
     """The GEMM of the dot form ``d`` (the host's by default) as a ctypes function, compiled on the first call;
     None where the host does not run that form."""
-    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    return _compiled("qb4w_gemm", d, _ir, ctypes.CFUNCTYPE(None, *([ptr] * 7), *([i64] * 5)))
+    return _compiled("qb4w_gemm", d, _ir, ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 11)))
 
 
 def gemv_kernel(bf16: bool = False, d: Dot | None = None) -> Any:
@@ -307,9 +311,11 @@ class VnniQB4W:
         b = _padded(packed, scales, block, n, k, self.dot.tile, "GEMM", "the sgemm path")
         self.n, self.k, self.block = n, k, block
         npad = b.shape[0]
-        self.p = np.ascontiguousarray(b.reshape(npad, k // 8, 4).transpose(1, 0, 2)).view(np.int32)[..., 0]
-        nibbles = np.stack([b & 15, b >> 4], axis=-1).reshape(npad, k).astype(np.int32) - 8
-        self.cw = np.ascontiguousarray(nibbles.reshape(npad, k // block, block).sum(axis=2).T, np.int32)
+        nibbles = np.stack([b & 15, b >> 4], axis=-1).reshape(npad, k // 8, 2, 4)  # a step's first 4, last 4
+        words = nibbles[:, :, 0] | nibbles[:, :, 1] << 4
+        self.p = np.ascontiguousarray(words.transpose(1, 0, 2)).view(np.int32)[..., 0]
+        signed = nibbles.reshape(npad, k).astype(np.int32) - 8
+        self.cw = np.ascontiguousarray(signed.reshape(npad, k // block, block).sum(axis=2).T, np.int32)
         sc = np.zeros((npad, k // block), np.float32)
         sc[:n] = scales
         self.sc = np.ascontiguousarray(sc.T)
@@ -330,12 +336,9 @@ class VnniQB4W:
         off[:m] = np.asarray(zp, np.int32).reshape(-1) + 128
         a = np.zeros((mp, k), np.uint8)
         np.add(xc, off[:m, None], out=a[:m], casting="unsafe")
-        nb = k // self.block
-        e = np.ascontiguousarray(a.reshape(mp, nb, self.block).sum(axis=2, dtype=np.int32) * 8)
-        ar = np.ascontiguousarray(a.reshape(mp, k // 8, 4, 2).transpose(0, 1, 3, 2))
         out = np.empty((mp, self.p.shape[1]), np.float32)
-        fn(*(t.ctypes.data for t in (ar, self.p, self.cw, self.sc, e, off, out)), mp, out.shape[1], k // 8,
-           self.block // 8, nb)  # fmt: skip
+        fn(*(t.ctypes.data for t in (a, self.p, self.cw, self.sc, off, out)), mp, out.shape[1], k // 8,
+           self.block // 8, k // self.block)  # fmt: skip
         return out[:m, : self.n]
 
 
