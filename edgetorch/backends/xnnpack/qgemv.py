@@ -281,6 +281,18 @@ def _qb4w_threaded(
         _qb4w_run(p, parts, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)
 
 
+def _dot_gemm_threaded(fn, a, p, cw, sc, off, out, mp, npad, k8, kb8, nb, rows, parts):  # pragma: no cover - compiled
+    """qgemv_vnni.py's int8-dot GEMM ``fn`` (a ctypes function of the arrays' addresses, then the sizes,
+    ``GemmCall.args``) on ``parts`` runs of its tiles of ``rows`` rows, one a thread: a run is a call on the
+    addresses of its rows (the bytes ``a`` [Mp, 8 k8], ``off`` [Mp] int32, ``out`` [Mp, npad] float32), so every
+    row is computed as in one call."""
+    for i in prange(parts):
+        first, last = _share(i, parts, mp // rows)
+        if last > first:
+            r = first * rows
+            fn(a + r * k8 * 8, p, cw, sc, off + r * 4, out + r * npad * 4, (last - first) * rows, npad, k8, kb8, nb)
+
+
 def _qb4w_input(xc, xe, xd, fix):  # pragma: no cover - compiled
     """Each row's even inputs ``xe``, odd - 16 even ``xd`` and 8 times each 16 inputs' sum ``fix``."""
     m, k = xc.shape
@@ -638,7 +650,7 @@ class IntegerLinear:
             gemv = self._gemv_steps(xc, xscale, y, -np.inf, np.inf)
             runs = {"gemv": partial(_run_all, gemv), "sgemm": partial(self.matmul, xa, y)}
             if vnni:
-                runs["vnni"] = partial(self.vnni_matmul, xc, np.zeros((rows, 1), np.float32), xscale, y)
+                runs["vnni"] = partial(_run_all, self.vnni_steps(xc, np.zeros((rows, 1), np.float32), xscale, y))
             if vnni_gemv:
                 runs["vnni-gemv"] = self.vnni_gemv_layer().step(xc, xscale, self.bias, y, -np.inf, np.inf)
             return runs
@@ -723,7 +735,8 @@ class IntegerLinear:
             xscale = np.full((bucket, 1), 0.01, np.float32)
             xa = np.ones((bucket, self.k + 1), np.float32)
             y = np.empty((bucket, self.n), np.float32)
-            return {"vnni": partial(self.vnni_matmul, xc, zp, xscale, y), "sgemm": partial(self.matmul, xa, y)}
+            vnni = partial(_run_all, self.vnni_steps(xc, zp, xscale, y))
+            return {"vnni": vnni, "sgemm": partial(self.matmul, xa, y)}
 
         key = f"{self.n}x{self.k}:{bucket}"
         chosen = tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
@@ -736,9 +749,24 @@ class IntegerLinear:
     def vnni_matmul(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> None:
         """y [M, N] = the node (before its clamp) on the centred input ``xc`` [M, K] (q - zp) with the rows' zero
         points ``zp`` and scales ``xscale`` [M, 1], by the VNNI GEMM: the same float32 values as :meth:`steps`."""
-        np.multiply(self.vnni_layer().totals(xc, zp), xscale, out=y)
+        _run_all(self.vnni_steps(xc, zp, xscale, y))
+
+    def vnni_steps(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> list:
+        """Steps for :meth:`vnni_matmul` on these buffers (read at each run), with buffers of their own: the
+        input's bytes, the GEMM, its totals times the row scales, plus the bias. The GEMM's tiles of rows are
+        split across threads (``compiled_kernels.split``, which keeps a split only while it is faster at this
+        site) from the policy's ``gemv_split_macs`` multiply-adds on, not in a small program (``keep``, as the
+        GEMV's ``steps``)."""
+        call = self.vnni_layer().bound(xc, zp)
+        m, tiles = xc.shape[0], call.args[6] // call.rows
+        serial = partial(call.fn, *call.args)
+        worth = not self.keep and tiles > 1 and m * self.n * self.k >= policy.current().gemv_split_macs
+        threaded = fast.compiled("qb4w_dot_gemm_threaded", _dot_gemm_threaded, parallel=True) if worth else None
+        gemm = compiled_kernels.split_step(serial, threaded, (call.fn, *call.args, call.rows), tiles, worth)
+        steps = [call.prepare, gemm, partial(np.multiply, call.totals, xscale, out=y)]
         if self.bias.shape[0]:
-            np.add(y, self.bias, out=y)
+            steps.append(partial(np.add, y, self.bias, out=y))
+        return steps
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @

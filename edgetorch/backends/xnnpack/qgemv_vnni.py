@@ -320,26 +320,52 @@ class VnniQB4W:
         sc[:n] = scales
         self.sc = np.ascontiguousarray(sc.T)
 
-    def totals(self, xc: np.ndarray, zp: np.ndarray) -> np.ndarray:
-        """For the centred input ``xc`` [M, K] (q - zp, per row, any numeric dtype) and the rows' zero points
-        ``zp`` [M] or [M, 1]: [M, N] float32, sum over blocks of float32(int dot) times the block scale, in block
-        order (multiply by the row's input scale and add the bias for the layer's output)."""
+    def bound(self, xc: np.ndarray, zp: np.ndarray) -> GemmCall:
+        """The GEMM on the centred input ``xc`` [M, K] (q - zp, per row, any numeric dtype) and the rows' zero
+        points ``zp`` [M] or [M, 1] (arrays read at each call, not now)."""
         fn = kernel(self.dot)
         if fn is None:
             raise InvalidInputError(f"int8-dot QB4W GEMM: expected a host with {self.dot.flag}; found none; use sgemm")
         m, k = xc.shape
         if k != self.k:
             raise InvalidInputError(f"int8-dot QB4W GEMM: expected {self.k} inputs a row, found {k}")
-        rows = self.dot.rows
-        mp = -(-m // rows) * rows
-        off = np.zeros(mp, np.int32)
-        off[:m] = np.asarray(zp, np.int32).reshape(-1) + 128
-        a = np.zeros((mp, k), np.uint8)
-        np.add(xc, off[:m, None], out=a[:m], casting="unsafe")
-        out = np.empty((mp, self.p.shape[1]), np.float32)
-        fn(*(t.ctypes.data for t in (a, self.p, self.cw, self.sc, off, out)), mp, out.shape[1], k // 8,
-           self.block // 8, k // self.block)  # fmt: skip
-        return out[:m, : self.n]
+        return GemmCall(self, fn, xc, zp)
+
+    def totals(self, xc: np.ndarray, zp: np.ndarray) -> np.ndarray:
+        """For the centred input ``xc`` [M, K] (q - zp, per row, any numeric dtype) and the rows' zero points
+        ``zp`` [M] or [M, 1]: [M, N] float32, sum over blocks of float32(int dot) times the block scale, in block
+        order (multiply by the row's input scale and add the bias for the layer's output)."""
+        call = self.bound(xc, zp)
+        call.prepare()
+        call.fn(*call.args)
+        return call.totals
+
+
+class GemmCall:
+    """The GEMM of a ``VnniQB4W`` layer bound to its input ``xc`` [M, K] and zero points ``zp``, with buffers of its
+    own: :meth:`prepare` writes the input's bytes, then ``fn(*args)`` (the kernel on all rows, ``args`` the
+    addresses of its arrays then its sizes) writes :attr:`totals`. A run of whole tiles of ``rows`` rows is the
+    same call with the addresses of its rows (how qgemv.py splits it across threads)."""
+
+    def __init__(self, layer: VnniQB4W, fn: Any, xc: np.ndarray, zp: np.ndarray):
+        m, k = xc.shape
+        self.rows = layer.dot.rows
+        mp = -(-m // self.rows) * self.rows
+        self.fn, self.xc, self.zp = fn, xc, np.asarray(zp).reshape(-1)
+        self.off = np.zeros(mp, np.int32)
+        self.a = np.zeros((mp, k), np.uint8)
+        self.out = np.empty((mp, layer.p.shape[1]), np.float32)
+        self.totals = self.out[:m, : layer.n]
+        arrays = (self.a, layer.p, layer.cw, layer.sc, self.off, self.out)
+        self.args = (*(t.ctypes.data for t in arrays), mp, self.out.shape[1], k // 8, layer.block // 8,
+                     k // layer.block)  # fmt: skip
+        self.keep = layer  # its weights, which ``args`` points into
+
+    def prepare(self) -> None:
+        """The bytes a = xc + off (off = zero point + 128 a row: 0..255)."""
+        m = self.xc.shape[0]
+        np.add(self.zp, 128, out=self.off[:m], casting="unsafe")
+        np.add(self.xc, self.off[:m, None], out=self.a[:m], casting="unsafe")
 
 
 # The one-row GEMV (``VnniGemvQB4W``): inputs of up to GEMV_ROWS rows (a pass over the weights each, yet faster

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from edgetorch.backends.xnnpack import qgemv, qgemv_vnni
+from edgetorch.backends.xnnpack import fast, qgemv, qgemv_vnni
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime import policy, tuning
 from edgetorch.runtime.host import host
@@ -89,7 +89,7 @@ def test_program_on_the_vnni_path_equals_the_gemv_path(monkeypatch, set_policy):
         return {"gemv_max_rows": rows, "kernel_choices": {"qgemv": name, "qb4w-vnni": name}}
 
     results = _program_on_each_path(
-        monkeypatch, set_policy, qgemv.IntegerLinear, "vnni_matmul", ("vnni", "gemv"), settings
+        monkeypatch, set_policy, qgemv.IntegerLinear, "vnni_steps", ("vnni", "gemv"), settings
     )
     np.testing.assert_array_equal(results["vnni"], results["gemv"])
 
@@ -298,3 +298,23 @@ def test_layers_offer_the_gemv_for_the_blocks_the_form_takes(form, monkeypatch):
         packed, scales = np.zeros((4, block), np.uint8), np.ones((4, 2), np.float32)
         layer = qgemv.IntegerLinear.qb4w(packed, scales, block, 4, 2 * block, None)
         assert layer._takes_vnni() and layer._takes_vnni_gemv() == offered
+
+
+@each_form
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+@pytest.mark.parametrize("parts", [1, 2, 3, 5])
+def test_gemm_split_across_threads_gives_the_same_bits(parts, form):
+    """The GEMM's tiles of rows split into runs, one a thread (qgemv's driver, as ``vnni_steps`` runs it), some
+    runs empty when there are more parts than tiles: every total as in one call."""
+    rng = np.random.default_rng(parts)
+    m, k, n, block = 4 * form.rows + 1, 256, 70, 32
+    xc, zp, w, scales = _layer(rng, m, k, n, block)
+    layer = qgemv_vnni.VnniQB4W(_pack(w), scales, block, n, k, form)
+    want = layer.totals(xc, zp).copy()
+    call = layer.bound(xc, zp)
+    call.prepare()
+    call.out[:] = np.nan
+    qgemv.HELPERS.require("the int8-dot GEMM's threads")
+    threaded = fast.compiled("qb4w_dot_gemm_threaded", qgemv._dot_gemm_threaded, parallel=True)
+    threaded(call.fn, *call.args, call.rows, parts)
+    np.testing.assert_array_equal(call.totals.view(np.int32), want.view(np.int32))
