@@ -485,6 +485,15 @@ def _scratch_buffer(size: int) -> np.ndarray:
     return buf[:size]
 
 
+def _dot_gemm_threads(fn: Any) -> Any:
+    """The compiled ``_dot_gemm_threaded``, built for the int8-dot GEMM ``fn`` (a ctypes function; the build
+    serves every kernel of its prototype) by a call on no parts."""
+    HELPERS.require("the int8-dot GEMM's threads")
+    threaded = fast.compiled("qb4w_dot_gemm_threaded", _dot_gemm_threaded, parallel=True)
+    threaded(fn, *([1] * 12), 0)
+    return threaded
+
+
 def _run_all(steps: list) -> None:
     for step in steps:
         step()
@@ -695,6 +704,8 @@ class IntegerLinear:
             return None
         if self.vnni is None:
             self.vnni = qgemv_vnni.VnniQB4W(*self._xnnpack_qb4w(), self.n, self.k)
+            if not self.keep:  # the threads' driver compiled (or loaded from numba's cache) now, not in a first call
+                _dot_gemm_threads(qgemv_vnni.kernel(self.vnni.dot))
         return self.vnni
 
     def vnni_gemv_layer(self) -> Any:
@@ -761,7 +772,7 @@ class IntegerLinear:
         m, tiles = xc.shape[0], call.args[6] // call.rows
         serial = partial(call.fn, *call.args)
         worth = not self.keep and tiles > 1 and m * self.n * self.k >= policy.current().gemv_split_macs
-        threaded = fast.compiled("qb4w_dot_gemm_threaded", _dot_gemm_threaded, parallel=True) if worth else None
+        threaded = _dot_gemm_threads(call.fn) if worth else None
         gemm = compiled_kernels.split_step(serial, threaded, (call.fn, *call.args, call.rows), tiles, worth)
         steps = [call.prepare, gemm, partial(np.multiply, call.totals, xscale, out=y)]
         if self.bias.shape[0]:

@@ -319,6 +319,7 @@ class VnniQB4W:
         sc = np.zeros((npad, k // block), np.float32)
         sc[:n] = scales
         self.sc = np.ascontiguousarray(sc.T)
+        kernel(self.dot)  # compiled now, with the layout (at load), not in a first call
 
     def bound(self, xc: np.ndarray, zp: np.ndarray) -> GemmCall:
         """The GEMM on the centred input ``xc`` [M, K] (q - zp, per row, any numeric dtype) and the rows' zero
@@ -645,6 +646,7 @@ class VnniGemvQB4W:
         words = b.reshape(tiles, tile, nb, kb8, 4).transpose(0, 2, 3, 1, 4)
         self.stream[..., :words_bytes] = words.reshape(tiles, nb, -1)
         self.stream[..., words_bytes:] = np.ascontiguousarray(scale_bytes).view(np.uint8)
+        gemv_kernel(self.bf16, self.dot)  # compiled now, with the layout (at load), not in a first call
 
     def step(self, xc: np.ndarray, xscale: np.ndarray, bias: np.ndarray, y: np.ndarray, lo: float, hi: float) -> Any:
         """A call that computes y [M, N] = clamp(the node on the centred input ``xc`` [M, K] with row scales

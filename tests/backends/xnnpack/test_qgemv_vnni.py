@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from edgetorch.backends.xnnpack import fast, qgemv, qgemv_vnni
+from edgetorch.backends.xnnpack import qgemv, qgemv_vnni
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime import policy, tuning
 from edgetorch.runtime.host import host
@@ -314,7 +314,5 @@ def test_gemm_split_across_threads_gives_the_same_bits(parts, form):
     call = layer.bound(xc, zp)
     call.prepare()
     call.out[:] = np.nan
-    qgemv.HELPERS.require("the int8-dot GEMM's threads")
-    threaded = fast.compiled("qb4w_dot_gemm_threaded", qgemv._dot_gemm_threaded, parallel=True)
-    threaded(call.fn, *call.args, call.rows, parts)
+    qgemv._dot_gemm_threads(call.fn)(call.fn, *call.args, call.rows, parts)
     np.testing.assert_array_equal(call.totals.view(np.int32), want.view(np.int32))
