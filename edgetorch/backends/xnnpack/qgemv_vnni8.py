@@ -1,7 +1,9 @@
-"""A one-row GEMV for QC8W weights (int8, a scale per channel) on AVX512-VNNI ``vpdpbusd`` (qgemv_vnni.py's ``VNNI``
-dot form; not its AVX2 one, whose int16 pair sums would saturate): a language model's
-head (SmolLM2's 49152 x 576, the largest layer of its decode step), which ran qgemv.py's integer GEMV.
-``IntegerLinear`` offers it to tuning as ``vnni-gemv`` beside that GEMV, as it does qgemv_vnni.py's QB4W GEMV.
+"""A one-row GEMV for QC8W weights (int8, a scale per channel) on AVX512-VNNI ``vpdpbusd`` (qgemv_vnni.py's
+``VNNI`` dot form): a language model's head (SmolLM2's 49152 x 576, the largest layer of its decode step), which
+ran qgemv.py's integer GEMV. ``IntegerLinear`` offers it to tuning as ``vnni-gemv`` beside that GEMV, as it does
+qgemv_vnni.py's QB4W GEMV. Not in the AVX2 form: ``vpmaddubsw`` sums two products of an unsigned byte and an int8
+weight in int16, which saturates (2 x 255 x 128 > 32767); on such a host the head keeps the integer GEMV, which
+streams its 28 MB near the bandwidth one core gets.
 
 Arithmetic: a row's centred input ``xc`` (integers spanning at most 255) is shifted by ``off`` = minus its
 least value into unsigned bytes a = xc + off; per channel the lanes sum a times the int8 weights, 4 inputs a
