@@ -281,18 +281,6 @@ def _qb4w_threaded(
         _qb4w_run(p, parts, xe, xd, fix, w, block, scales, xscale, bias, lo, hi, y, part, acc, total)
 
 
-def _dot_gemm_threaded(fn, a, p, cw, sc, off, out, mp, npad, k8, kb8, nb, rows, parts):  # pragma: no cover - compiled
-    """qgemv_vnni.py's int8-dot GEMM ``fn`` (a ctypes function of the arrays' addresses, then the sizes,
-    ``GemmCall.args``) on ``parts`` runs of its tiles of ``rows`` rows, one a thread: a run is a call on the
-    addresses of its rows (the bytes ``a`` [Mp, 8 k8], ``off`` [Mp] int32, ``out`` [Mp, npad] float32), so every
-    row is computed as in one call."""
-    for i in prange(parts):
-        first, last = _share(i, parts, mp // rows)
-        if last > first:
-            r = first * rows
-            fn(a + r * k8 * 8, p, cw, sc, off + r * 4, out + r * npad * 4, (last - first) * rows, npad, k8, kb8, nb)
-
-
 def _qb4w_input(xc, xe, xd, fix):  # pragma: no cover - compiled
     """Each row's even inputs ``xe``, odd - 16 even ``xd`` and 8 times each 16 inputs' sum ``fix``."""
     m, k = xc.shape
@@ -483,15 +471,6 @@ def _scratch_buffer(size: int) -> np.ndarray:
     if buf is None or buf.size < size:
         buf = _scratch.buf = np.empty(size, np.float32)
     return buf[:size]
-
-
-def _dot_gemm_threads(fn: Any) -> Any:
-    """The compiled ``_dot_gemm_threaded``, built for the int8-dot GEMM ``fn`` (a ctypes function; the build
-    serves every kernel of its prototype) by a call on no parts."""
-    HELPERS.require("the int8-dot GEMM's threads")
-    threaded = fast.compiled("qb4w_dot_gemm_threaded", _dot_gemm_threaded, parallel=True)
-    threaded(fn, *([1] * 12), 0)
-    return threaded
 
 
 def _run_all(steps: list) -> None:
@@ -704,8 +683,6 @@ class IntegerLinear:
             return None
         if self.vnni is None:
             self.vnni = qgemv_vnni.VnniQB4W(*self._xnnpack_qb4w(), self.n, self.k)
-            if not self.keep:  # the threads' driver compiled (or loaded from numba's cache) now, not in a first call
-                _dot_gemm_threads(qgemv_vnni.kernel(self.vnni.dot))
         return self.vnni
 
     def vnni_gemv_layer(self) -> Any:
@@ -763,18 +740,12 @@ class IntegerLinear:
         _run_all(self.vnni_steps(xc, zp, xscale, y))
 
     def vnni_steps(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> list:
-        """Steps for :meth:`vnni_matmul` on these buffers (read at each run), with buffers of their own: the
-        input's bytes, the GEMM, its totals times the row scales, plus the bias. The GEMM's tiles of rows are
-        split across threads (``compiled_kernels.split``, which keeps a split only while it is faster at this
-        site) from the policy's ``gemv_split_macs`` multiply-adds on, not in a small program (``keep``, as the
-        GEMV's ``steps``)."""
+        """Steps for :meth:`vnni_matmul` on these buffers (read at each run), with buffers of their own (made
+        once, not at each call): the input's bytes, the GEMM, its totals times the row scales, plus the bias. On
+        one thread: split across two (by tiles of rows) it gave the same bits and lost or tied, on VNNI and on
+        AVX2 (docs/benchmarks.md)."""
         call = self.vnni_layer().bound(xc, zp)
-        m, tiles = xc.shape[0], call.args[6] // call.rows
-        serial = partial(call.fn, *call.args)
-        worth = not self.keep and tiles > 1 and m * self.n * self.k >= policy.current().gemv_split_macs
-        threaded = _dot_gemm_threads(call.fn) if worth else None
-        gemm = compiled_kernels.split_step(serial, threaded, (call.fn, *call.args, call.rows), tiles, worth)
-        steps = [call.prepare, gemm, partial(np.multiply, call.totals, xscale, out=y)]
+        steps = [call.prepare, partial(call.fn, *call.args), partial(np.multiply, call.totals, xscale, out=y)]
         if self.bias.shape[0]:
             steps.append(partial(np.add, y, self.bias, out=y))
         return steps

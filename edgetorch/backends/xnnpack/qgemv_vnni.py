@@ -345,13 +345,11 @@ class VnniQB4W:
 class GemmCall:
     """The GEMM of a ``VnniQB4W`` layer bound to its input ``xc`` [M, K] and zero points ``zp``, with buffers of its
     own: :meth:`prepare` writes the input's bytes, then ``fn(*args)`` (the kernel on all rows, ``args`` the
-    addresses of its arrays then its sizes) writes :attr:`totals`. A run of whole tiles of ``rows`` rows is the
-    same call with the addresses of its rows (how qgemv.py splits it across threads)."""
+    addresses of its arrays then its sizes) writes :attr:`totals`."""
 
     def __init__(self, layer: VnniQB4W, fn: Any, xc: np.ndarray, zp: np.ndarray):
         m, k = xc.shape
-        self.rows = layer.dot.rows
-        mp = -(-m // self.rows) * self.rows
+        mp = -(-m // layer.dot.rows) * layer.dot.rows
         self.fn, self.xc, self.zp = fn, xc, np.asarray(zp).reshape(-1)
         self.off = np.zeros(mp, np.int32)
         self.a = np.zeros((mp, k), np.uint8)

@@ -298,21 +298,3 @@ def test_layers_offer_the_gemv_for_the_blocks_the_form_takes(form, monkeypatch):
         packed, scales = np.zeros((4, block), np.uint8), np.ones((4, 2), np.float32)
         layer = qgemv.IntegerLinear.qb4w(packed, scales, block, 4, 2 * block, None)
         assert layer._takes_vnni() and layer._takes_vnni_gemv() == offered
-
-
-@each_form
-@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
-@pytest.mark.parametrize("parts", [1, 2, 3, 5])
-def test_gemm_split_across_threads_gives_the_same_bits(parts, form):
-    """The GEMM's tiles of rows split into runs, one a thread (qgemv's driver, as ``vnni_steps`` runs it), some
-    runs empty when there are more parts than tiles: every total as in one call."""
-    rng = np.random.default_rng(parts)
-    m, k, n, block = 4 * form.rows + 1, 256, 70, 32
-    xc, zp, w, scales = _layer(rng, m, k, n, block)
-    layer = qgemv_vnni.VnniQB4W(_pack(w), scales, block, n, k, form)
-    want = layer.totals(xc, zp).copy()
-    call = layer.bound(xc, zp)
-    call.prepare()
-    call.out[:] = np.nan
-    qgemv._dot_gemm_threads(call.fn)(call.fn, *call.args, call.rows, parts)
-    np.testing.assert_array_equal(call.totals.view(np.int32), want.view(np.int32))
