@@ -271,12 +271,15 @@ def test_forms_follow_the_cpu_flags():
 @pytest.mark.parametrize("kernel", ["gemm", "gemv"])
 def test_each_form_lowers_to_its_instructions(form, cpu, wanted, unwanted, kernel):
     """On any x86 host: the GEMM's and the GEMV's IR in each dot form, compiled for a CPU that has it, multiply
-    with the form's instructions and not the other's (the AVX2 form on 256-bit registers only)."""
+    with the form's instructions and not the other's (the AVX2 form on 256-bit registers only); the GEMV
+    prefetches its weights where its form says so."""
     ir = qgemv_vnni._ir(form) if kernel == "gemm" else qgemv_vnni._gemv_ir(form, bf16=True)
     text = llvm_jit.jit(ir, cpu=cpu)[1]
     assert text is not None
-    assert wanted <= set(re.findall(r"^\s+(\w+)", text, re.MULTILINE))
+    words = set(re.findall(r"^\s+(\w+)", text, re.MULTILINE))
+    assert wanted <= words
     assert not [word for word in unwanted if word in text]
+    assert ("prefetcht0" in words) == (kernel == "gemv" and form.ahead > 0)  # the GEMV's stream, ahead of use
 
 
 def test_avx2_gemv_takes_blocks_up_to_its_int16_sums():
