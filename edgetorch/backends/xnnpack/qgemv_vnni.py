@@ -11,12 +11,12 @@ the host's (``dot``: VNNI where the host has it); the tiles are the form's, size
 kernel gives each lane an output channel and broadcasts 4 input bytes of a row to all lanes:
 
 * Inputs: the centred input ``xc`` (q - zero point, per row) is shifted by ``off`` = zero point + 128 into
-  0..255 (the quantized value + 128, an unsigned byte), and its 8 inputs of a step are reordered to the even
-  four then the odd four, to match the nibbles below.
-* Weights stay 4-bit: 4 bytes of a channel (8 inputs) are one int32 lane; ``& 0x0F0F0F0F`` gives the even
-  inputs' nibbles, ``>> 4 & 0x0F0F0F0F`` the odd ones', each 0..15 (the stored value + 8), a signed byte.
-* Per block of inputs the exact dot of (a - off) and (nibble - 8) is the lanes' sum minus 8 sum(a) (the row's
-  block sum) minus off times sum(nibble - 8) (the channel's, at load): all int32, exact.
+  0..255 (the quantized value + 128, an unsigned byte), a = xc + off, in its order.
+* Weights stay 4-bit, repacked at load: 4 bytes of a channel (8 inputs) are one int32 lane, the low nibbles the
+  step's first 4 inputs, the high ones its last 4; ``& 0x0F0F0F0F`` and ``>> 4 & 0x0F0F0F0F`` give them (the
+  stored value + 8), less 8 a byte: the signed weight.
+* Per block of inputs the exact dot of xc = a - off and the weights is the lanes' sum minus off times the
+  channel's sum of weights (made at load): all int32, exact.
 * Then, as qgemv's ``_qb4w``, float32(dot) times the block's scale is added into a float32 total in block order
   (no fused multiply-add: the IR has separate fmul and fadd without fast-math flags), so the totals equal the
   GEMV's bit for bit; the caller scales by the row's input scale and adds the bias.
@@ -25,9 +25,11 @@ Tiles of ``Dot.rows`` rows x ``Dot.vectors`` vectors of channels (int32 and floa
 rows are padded to the tile's rows and channels to its width (zero scales) in the buffers.
 
 The GEMV (``VnniGemvQB4W``, a decode step's one row; ``IntegerLinear`` offers it to tuning beside its integer
-GEMV) is the same arithmetic for one row at a time, shaped for a call of a few microseconds: tiles of
-``Dot.gemv_vectors`` vectors of channels, the weights, the channels' sums and the scales of a tile in one
-stream read front to back; the input's bytes and block sums are made in the kernel, with the offset taken from
+GEMV) computes the same exact block dots for one row at a time, shaped for a call of a few microseconds: tiles
+of ``Dot.gemv_vectors`` vectors of channels, the weights (in XNNPACK's nibble order, unsigned: the row's bytes
+are reordered to the even four then the odd four of a step, and 8 times the block's sum of xc and off times the
+channels' nibble sums, made in the kernel, are taken off) and the scales of a tile in one stream read front to
+back; the input's bytes and block sums are made in the kernel, with the offset taken from
 the row's least value (an int8 row's centred values span at most 255), so it needs no zero point; the scale,
 bias and clamp are applied in the kernel; a call passes one pointer to a block of arguments fixed when the step
 is made, and allocates nothing. Written as LLVM IR compiled by llvmlite's JIT (numba's
@@ -111,8 +113,8 @@ class Dot:
     def sums_ir(self, out: str, acc: str, terms: list[tuple[str, str]]) -> list[str]:
         """IR making the partial sums %``out`` (type :attr:`partial`): ``acc`` plus, for each (a, w) of ``terms``
         (int32 vectors), the products of a's unsigned bytes with w's signed bytes, 4 a lane (VNNI) or 2 (AVX2, in
-        int16: exact while a lane's sum stays within int16, as the sums of up to 4 terms of bytes by nibbles
-        0..15 do, at most 2 x 255 x 15 = 7650 a term); ``widen_ir`` makes them int32 lanes."""
+        int16: exact while a lane's sum stays within int16, as the sums of up to 4 terms of bytes by 4-bit
+        weights (0..15 or -8..7) do, at most 2 x 255 x 15 = 7650 a term); ``widen_ir`` makes them int32 lanes."""
         lines, last = [], acc
         for i, (a, w) in enumerate(terms):
             name = out if i == len(terms) - 1 else f"{out}.{i}"
