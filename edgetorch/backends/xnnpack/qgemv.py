@@ -618,7 +618,7 @@ class IntegerLinear:
 
     def _few_rows(self, rows: int, where: str) -> str:
         """The host's choice for ``rows`` up to the policy's ``gemv_tuned_rows``: ``gemv``, ``sgemm`` or, for QB4W on a host with
-        AVX512-VNNI, ``vnni`` (the GEMM) or, up to ``qgemv_vnni.GEMV_ROWS`` rows, ``vnni-gemv`` (family ``qgemv``;
+        a dot form of qgemv_vnni.py (AVX512-VNNI or AVX2), ``vnni`` (the GEMM) or, up to ``qgemv_vnni.GEMV_ROWS`` rows, ``vnni-gemv`` (family ``qgemv``;
         the decision is cached, so asking again is cheap)."""
         fixed = rows <= self.max_rows
         kind = "qc8w" if len(self.weights) == 2 else "qb4w"
@@ -639,7 +639,7 @@ class IntegerLinear:
             gemv = self._gemv_steps(xc, xscale, y, -np.inf, np.inf)
             runs = {"gemv": partial(_run_all, gemv), "sgemm": partial(self.matmul, xa, y)}
             if vnni:
-                runs["vnni"] = partial(self.vnni_matmul, xc, np.zeros((rows, 1), np.float32), xscale, y)
+                runs["vnni"] = partial(_run_all, self.vnni_steps(xc, np.zeros((rows, 1), np.float32), xscale, y))
             if vnni_gemv:
                 runs["vnni-gemv"] = self.vnni_gemv_layer().step(xc, xscale, self.bias, y, -np.inf, np.inf)
             return runs
@@ -656,16 +656,18 @@ class IntegerLinear:
         return self.chosen[rows]
 
     def _takes_vnni(self) -> bool:
-        """Whether the VNNI GEMM and GEMV take this layer: QB4W (blocks of 16, K a multiple of them) on a host with
-        AVX512-VNNI."""
+        """Whether the int8-dot ("VNNI") GEMM takes this layer: QB4W (blocks of 16, K a multiple of them) on a host
+        with a dot form of qgemv_vnni.py (AVX512-VNNI or AVX2)."""
         return len(self.weights) == 3 and qgemv_vnni.available()
 
     def _takes_vnni_gemv(self) -> bool:
-        """Whether a VNNI GEMV takes this layer: the QB4W one where the VNNI GEMM does, the QC8W one
-        (qgemv_vnni8.py) for the shapes it takes (``qgemv_vnni8.takes``) on a host with AVX512-VNNI."""
+        """Whether an int8-dot ("VNNI") GEMV takes this layer: the QB4W one where the GEMM does, for blocks up to
+        its dot form's ``max_block``; the QC8W one (qgemv_vnni8.py) for the shapes it takes (``qgemv_vnni8.takes``)
+        on a host with AVX512-VNNI."""
+        d = qgemv_vnni.dot()
         if len(self.weights) == 3:
-            return self._takes_vnni()
-        return qgemv_vnni.available() and qgemv_vnni8.takes(self.n, self.k)
+            return d is not None and self._takes_vnni() and self.weights[1] <= d.max_block
+        return qgemv_vnni8.available() and qgemv_vnni8.takes(self.n, self.k)
 
     def _release(self) -> None:
         """Drops the VNNI layouts (each a copy of the weights) that no decision so far runs: made to be measured,
@@ -677,7 +679,7 @@ class IntegerLinear:
 
     def vnni_layer(self) -> Any:
         """The QB4W weights laid out for the VNNI GEMM (qgemv_vnni.py), made on first use; None for QC8W or on a
-        host without AVX512-VNNI."""
+        host without a dot form (AVX512-VNNI or AVX2)."""
         if not self._takes_vnni():
             return None
         if self.vnni is None:
@@ -722,7 +724,8 @@ class IntegerLinear:
             xscale = np.full((bucket, 1), 0.01, np.float32)
             xa = np.ones((bucket, self.k + 1), np.float32)
             y = np.empty((bucket, self.n), np.float32)
-            return {"vnni": partial(self.vnni_matmul, xc, zp, xscale, y), "sgemm": partial(self.matmul, xa, y)}
+            vnni = partial(_run_all, self.vnni_steps(xc, zp, xscale, y))
+            return {"vnni": vnni, "sgemm": partial(self.matmul, xa, y)}
 
         key = f"{self.n}x{self.k}:{bucket}"
         chosen = tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
@@ -735,9 +738,18 @@ class IntegerLinear:
     def vnni_matmul(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> None:
         """y [M, N] = the node (before its clamp) on the centred input ``xc`` [M, K] (q - zp) with the rows' zero
         points ``zp`` and scales ``xscale`` [M, 1], by the VNNI GEMM: the same float32 values as :meth:`steps`."""
-        np.multiply(self.vnni_layer().totals(xc, zp), xscale, out=y)
+        _run_all(self.vnni_steps(xc, zp, xscale, y))
+
+    def vnni_steps(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> list:
+        """Steps for :meth:`vnni_matmul` on these buffers (read at each run), with buffers of their own (made
+        once, not at each call): the input's bytes, the GEMM, its totals times the row scales, plus the bias. On
+        one thread: split across two (by tiles of rows) it gave the same bits and lost or tied, on VNNI and on
+        AVX2 (docs/benchmarks.md)."""
+        call = self.vnni_layer().bound(xc, zp)
+        steps = [call.prepare, partial(call.fn, *call.args), partial(np.multiply, call.totals, xscale, out=y)]
         if self.bias.shape[0]:
-            np.add(y, self.bias, out=y)
+            steps.append(partial(np.add, y, self.bias, out=y))
+        return steps
 
     def dequantized(self) -> np.ndarray:
         """The float32 weights as [N, K + 1], bias in column K: what the sgemm path multiplies, ``x_ones @

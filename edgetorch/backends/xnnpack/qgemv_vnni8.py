@@ -1,6 +1,9 @@
-"""A one-row GEMV for QC8W weights (int8, a scale per channel) on AVX512-VNNI ``vpdpbusd``: a language model's
-head (SmolLM2's 49152 x 576, the largest layer of its decode step), which ran qgemv.py's integer GEMV.
-``IntegerLinear`` offers it to tuning as ``vnni-gemv`` beside that GEMV, as it does qgemv_vnni.py's QB4W GEMV.
+"""A one-row GEMV for QC8W weights (int8, a scale per channel) on AVX512-VNNI ``vpdpbusd`` (qgemv_vnni.py's
+``VNNI`` dot form): a language model's head (SmolLM2's 49152 x 576, the largest layer of its decode step), which
+ran qgemv.py's integer GEMV. ``IntegerLinear`` offers it to tuning as ``vnni-gemv`` beside that GEMV, as it does
+qgemv_vnni.py's QB4W GEMV. Not in the AVX2 form: ``vpmaddubsw`` sums two products of an unsigned byte and an int8
+weight in int16, which saturates (2 x 255 x 128 > 32767); on such a host the head keeps the integer GEMV, which
+streams its 28 MB near the bandwidth one core gets.
 
 Arithmetic: a row's centred input ``xc`` (integers spanning at most 255) is shifted by ``off`` = minus its
 least value into unsigned bytes a = xc + off; per channel the lanes sum a times the int8 weights, 4 inputs a
@@ -22,14 +25,14 @@ from typing import Any
 import numpy as np
 
 from edgetorch.backends.xnnpack.qgemv_vnni import (
-    GEMV_TILE,
-    LANES,
+    VNNI,
     _aligned,
-    available,
     bound_call,
     clamped_store_ir,
+    dots,
     gemv_operands,
     gemv_prologue_ir,
+    masked_store_declaration,
     splat_ir,
     tile_loop_end_ir,
     tile_start_ir,
@@ -37,7 +40,7 @@ from edgetorch.backends.xnnpack.qgemv_vnni import (
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime.kernels import llvm_jit
 
-VECTORS = GEMV_TILE // LANES
+GEMV_TILE, LANES, VECTORS = VNNI.gemv_tile, VNNI.lanes, VNNI.gemv_vectors
 MAX_K = 60_000  # K x 255 x 128 stays within int32
 
 # The argument block (int64 each), in this order.
@@ -52,8 +55,8 @@ def _ir() -> str:
     stored."""
     v16, vs = "<16 x i32>", range(VECTORS)
     lines = [
-        f"declare {v16} @llvm.x86.avx512.vpdpbusd.512({v16}, {v16}, {v16})",
-        "declare void @llvm.masked.store.v16f32.p0v16f32(<16 x float>, <16 x float>*, i32, <16 x i1>)",
+        *VNNI.declarations(),
+        *masked_store_declaration(VNNI),
         "declare i32 @llvm.vector.reduce.smin.v4i32(<4 x i32>)",
         "define void @qc8w_gemv(i64* noalias %args) {",
         "entry:",
@@ -62,7 +65,7 @@ def _ir() -> str:
 
     pointers = {"xc": "float", "w": "i8", "xscale": "float", "wscale": "float", "csum": "i32", "bias": "float",
                 "y": "float", "a": "i32"}  # fmt: skip
-    lines += gemv_prologue_ir(ARGS, pointers)
+    lines += gemv_prologue_ir(ARGS, pointers, VNNI)
     add(f"  %tilebytes = mul i64 %k4, {4 * GEMV_TILE}\n  br label %row")
     # --- per row: off and the bytes
     add("row:\n  %m = phi i64 [0, %entry], [%mnext, %rowend]")
@@ -93,7 +96,7 @@ def _ir() -> str:
         "  %bjnext = add i64 %bj, 1\n  %bjdone = icmp eq i64 %bjnext, %k4\n  br i1 %bjdone, label %rowready, label %bytes"
     )
     # --- per tile: the dots over all K
-    lines += tile_start_ir("step")
+    lines += tile_start_ir("step", VNNI)
     add("step:\n  %j = phi i64 [0, %tile], [%jnext, %step]")
     for v in vs:
         add(f"  %acc{v} = phi {v16} [zeroinitializer, %tile], [%d{v}, %step]")
@@ -105,7 +108,7 @@ def _ir() -> str:
         add(
             f"  %wp{v} = getelementptr inbounds {v16}, {v16}* %wp, i64 {v}\n  %w{v} = load {v16}, {v16}* %wp{v}, align 64"
         )
-        add(f"  %d{v} = call {v16} @llvm.x86.avx512.vpdpbusd.512({v16} %acc{v}, {v16} %av, {v16} %w{v})")
+        lines += VNNI.ir(f"d{v}", f"%acc{v}", [("%av", f"%w{v}")])
     add("  %jnext = add i64 %j, 1\n  %jdone = icmp eq i64 %jnext, %k4\n  br i1 %jdone, label %tileend, label %step")
     # --- the epilogue: correct, scale, bias, clamp, store the channels that exist
     add("tileend:")
@@ -120,9 +123,15 @@ def _ir() -> str:
         add(f"  %f{v} = sitofp {v16} %dot{v} to <16 x float>\n  %fs{v} = fmul <16 x float> %f{v}, %sv")
         add(f"  %fw{v} = fmul <16 x float> %fs{v}, %ws{v}\n  %fb{v} = fadd <16 x float> %fw{v}, %bi{v}")
         add(f"  %u{v} = select i1 %biased, <16 x float> %fb{v}, <16 x float> %fw{v}")
-        lines += clamped_store_ir(v, f"%u{v}")
-    lines += tile_loop_end_ir()
+        lines += clamped_store_ir(v, f"%u{v}", VNNI)
+    lines += tile_loop_end_ir(VNNI)
     return "\n".join(lines)
+
+
+def available() -> bool:
+    """Whether this host runs the GEMV: AVX512-VNNI and llvmlite. Not AVX2's dot form: its int16 pair sums of
+    unsigned bytes times int8 weights saturate (2 x 255 x 128 > 32767)."""
+    return VNNI in dots()
 
 
 def kernel() -> Any:

@@ -1,7 +1,7 @@
 """LLVM IR compiled for this host by llvmlite's JIT (numba's code generator, present with the [fast] tier).
 
-For the few kernels no numba loop becomes: an instruction numba does not emit, such as VNNI's ``vpdpbusd``
-(the XNNPACK delegate's qgemv_vnni.py and qgemv_vnni8.py). Imports llvmlite on the first compile only.
+For the few kernels no numba loop becomes: an instruction numba does not emit, such as VNNI's ``vpdpbusd`` or
+AVX2's ``vpmaddubsw`` (the XNNPACK delegate's qgemv_vnni.py and qgemv_vnni8.py). Imports llvmlite on the first compile only.
 """
 
 from __future__ import annotations
@@ -23,17 +23,19 @@ def usable() -> bool:
     return True
 
 
-def jit(ir: str, assembly: bool = True) -> tuple[Any, str | None]:
+def jit(ir: str, assembly: bool = True, cpu: str | None = None) -> tuple[Any, str | None]:
     """LLVM IR compiled for this host's CPU and features at -O3: the execution engine (which owns the code;
     keep it alive while its functions are called) and, when ``assembly``, the assembly text (for probes that
-    check which instructions were emitted; None otherwise). Needs llvmlite."""
+    check which instructions were emitted; None otherwise). With ``cpu`` (an LLVM CPU name such as
+    ``icelake-server``) the code is for that CPU and its features instead, to read, not to run here. Needs
+    llvmlite."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     module = llvm.parse_assembly(ir)
     module.verify()
-    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    cpu, features = (cpu, "") if cpu else (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
     machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
     passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
     passes.getModulePassManager().run(module, passes)

@@ -1,9 +1,13 @@
-"""The VNNI QB4W GEMM and GEMV (edgetorch/backends/xnnpack/qgemv_vnni.py) against the QB4W node's float32 arithmetic
-in its written order, bit for bit, and against the integer GEMV of qgemv.py on the same layer; random shapes that
-are not multiples of their tiles, the extreme inputs and weights; the GEMV as IntegerLinear's tuning candidate.
-Skipped on a host without AVX512-VNNI."""
+"""The int8-dot ("VNNI") QB4W GEMM and GEMV (edgetorch/backends/xnnpack/qgemv_vnni.py) against the QB4W node's
+float32 arithmetic in its written order, bit for bit, and against the integer GEMV of qgemv.py on the same layer;
+random shapes that are not multiples of their tiles, the extreme inputs and weights; the GEMV as IntegerLinear's
+tuning candidate. The kernels run in each dot form the host has (AVX512-VNNI's ``vpdpbusd``, AVX2's ``vpmaddubsw``
+then ``vpmaddwd``); skipped on a host with neither. Each form's IR is checked to lower to its instructions on
+any x86 host."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -11,9 +15,19 @@ import pytest
 from edgetorch.backends.xnnpack import qgemv, qgemv_vnni
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime import policy, tuning
+from edgetorch.runtime.host import host
+from edgetorch.runtime.kernels import llvm_jit
 from tests.backends.xnnpack.test_qgemv import _pack, _qb4w_float32
 
-needs_vnni = pytest.mark.skipif(not qgemv_vnni.available(), reason="the host has no AVX512-VNNI (or no llvmlite)")
+needs_dot = pytest.mark.skipif(
+    not qgemv_vnni.available(), reason="the host has neither AVX512-VNNI nor AVX2 (or no llvmlite)"
+)
+# every dot form the host runs (a host with AVX512-VNNI runs the AVX2 form too)
+each_form = pytest.mark.parametrize(
+    "form",
+    qgemv_vnni.dots() or [pytest.param(None, marks=pytest.mark.skip(reason="no dot form on this host"))],
+    ids=lambda d: d.flag if d else "none",
+)
 
 
 def _layer(rng, m, k, n, block):
@@ -30,20 +44,20 @@ def _layer(rng, m, k, n, block):
     return xc, zp, w, scales
 
 
-@needs_vnni
+@each_form
 @pytest.mark.parametrize("seed", range(8))
-def test_totals_round_bit_for_bit(seed):
+def test_totals_round_bit_for_bit(seed, form):
     rng = np.random.default_rng(seed)
     block = int(rng.choice([8, 16, 32, 64, 128]))
     m, k, n = int(rng.integers(1, 40)), block * int(rng.integers(1, 6)), int(rng.integers(1, 100))
     xc, zp, w, scales = _layer(rng, m, k, n, block)
-    got = qgemv_vnni.VnniQB4W(_pack(w), scales, block, n, k).totals(xc, zp)
+    got = qgemv_vnni.VnniQB4W(_pack(w), scales, block, n, k, form).totals(xc, zp)
     ones = np.ones((m, 1), np.float32)
     want = _qb4w_float32(xc, w, scales, block, ones, None, -np.inf, np.inf)
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
 
 
-@needs_vnni
+@needs_dot
 @pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 def test_equals_the_integer_gemv(set_policy):
     set_policy(gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 16))
@@ -65,7 +79,7 @@ def test_rejects_layouts_it_does_not_take():
         qgemv_vnni.VnniQB4W(np.zeros((4, 6), np.uint8), np.ones((4, 3), np.float32), 4, 4, 12)
 
 
-@needs_vnni
+@needs_dot
 @pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 def test_program_on_the_vnni_path_equals_the_gemv_path(monkeypatch, set_policy):
     """An 8da4w program with its 8 input rows on the VNNI GEMM (tuning's choice fixed) gives the GEMV's values."""
@@ -75,7 +89,7 @@ def test_program_on_the_vnni_path_equals_the_gemv_path(monkeypatch, set_policy):
         return {"gemv_max_rows": rows, "kernel_choices": {"qgemv": name, "qb4w-vnni": name}}
 
     results = _program_on_each_path(
-        monkeypatch, set_policy, qgemv.IntegerLinear, "vnni_matmul", ("vnni", "gemv"), settings
+        monkeypatch, set_policy, qgemv.IntegerLinear, "vnni_steps", ("vnni", "gemv"), settings
     )
     np.testing.assert_array_equal(results["vnni"], results["gemv"])
 
@@ -124,40 +138,41 @@ def _gemv(layer, xc, xscale, bias, lo, hi):
     return y
 
 
-@needs_vnni
+@each_form
 @pytest.mark.parametrize(("n", "k"), [(960, 576), (576, 576), (1536, 576), (576, 1536)])
 @pytest.mark.parametrize("bf16", [True, False])
-def test_gemv_bit_for_bit_on_smollm2_shapes(n, k, bf16):
+def test_gemv_bit_for_bit_on_smollm2_shapes(n, k, bf16, form):
     """SmolLM2-135M's decode GEMVs (block 32), one row, with and without bias and clamps, bfloat16 scales (as
     its programs have) or not."""
     rng = np.random.default_rng(n + k)
     xc, w, scales, xscale, bias = _gemv_case(rng, 1, k, n, 32, bf16)
-    layer = qgemv_vnni.VnniGemvQB4W(_pack(w), scales, 32, n, k)
+    layer = qgemv_vnni.VnniGemvQB4W(_pack(w), scales, 32, n, k, form)
     assert layer.bf16 == bf16
     for b, lo, hi in ((bias, -np.inf, np.inf), (None, -np.inf, np.inf), (bias, -0.5, 0.25)):
         want = _qb4w_float32(xc, w, scales, 32, xscale, b, lo, hi)
         np.testing.assert_array_equal(_gemv(layer, xc, xscale, b, lo, hi).view(np.int32), want.view(np.int32))
 
 
-@needs_vnni
+@each_form
 @pytest.mark.parametrize("seed", range(10))
-def test_gemv_bit_for_bit_on_edge_shapes(seed):
-    """N off the 64-channel tile (1 to 200), K of one block to five, blocks of 8 to 4096 inputs, 1 to 4 rows read
-    from a wider array (a row stride that is not K)."""
+def test_gemv_bit_for_bit_on_edge_shapes(seed, form):
+    """N off the tile (1 to 200), K of one block to five, blocks of 8 to 4096 inputs (AVX2's largest: its int16
+    sums of a block's nibbles then reach 30720 on the weights of 7), 1 to 4 rows read from a wider array (a row
+    stride that is not K)."""
     rng = np.random.default_rng(100 + seed)
     block = int(rng.choice([8, 16, 32, 64, 256])) if seed else 4096
     m, k, n = int(rng.integers(1, 5)), block * int(rng.integers(1, 6) if seed else 1), int(rng.integers(1, 200))
     xc, w, scales, xscale, bias = _gemv_case(rng, m, k, n, block, bf16=seed % 2 == 0)
     wide = np.zeros((m, k + 24), np.float32)
     wide[:, 8 : 8 + k] = xc
-    layer = qgemv_vnni.VnniGemvQB4W(_pack(w), scales, block, n, k)
+    layer = qgemv_vnni.VnniGemvQB4W(_pack(w), scales, block, n, k, form)
     for b in (bias, None):
         want = _qb4w_float32(xc, w, scales, block, xscale, b, -np.inf, np.inf)
         got = _gemv(layer, wide[:, 8 : 8 + k], xscale, b, -np.inf, np.inf)
         np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
 
 
-@needs_vnni
+@needs_dot
 @pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 @pytest.mark.parametrize(("m", "k", "n", "block"), [(1, 576, 576, 32), (1, 64, 70, 64), (3, 192, 130, 32)])
 def test_gemv_equals_the_integer_gemv(m, k, n, block, set_policy):
@@ -184,7 +199,7 @@ def test_gemv_rejects_what_it_does_not_take():
             layer.step(xc, xscale, np.zeros(0, np.float32), y, -np.inf, np.inf)
 
 
-@needs_vnni
+@needs_dot
 @pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy):
     """The host times ``vnni-gemv`` beside the integer GEMV for a row (not for more than GEMV_ROWS rows); the
@@ -219,7 +234,7 @@ def _steps_follow_the_choice(set_policy, layer, xc, xscale, kernel) -> None:
     np.testing.assert_array_equal(values["vnni-gemv"].view(np.int32), values["gemv"].view(np.int32))
 
 
-@needs_vnni
+@needs_dot
 @pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
 def test_program_on_the_vnni_gemv_equals_the_gemv_path(tuned, monkeypatch, set_policy):
     """An 8da4w program (8 input rows, the integer GEMV's limit raised to them) with its 4-bit layers on the VNNI GEMV,
@@ -232,3 +247,57 @@ def test_program_on_the_vnni_gemv_equals_the_gemv_path(tuned, monkeypatch, set_p
     names = ("vnni-gemv", "gemv")
     results = _program_on_each_path(monkeypatch, set_policy, qgemv_vnni.VnniGemvQB4W, "step", names, settings)
     np.testing.assert_array_equal(results["vnni-gemv"].view(np.int32), results["gemv"].view(np.int32))
+
+
+def test_forms_follow_the_cpu_flags():
+    """VNNI first where the CPU has it, AVX2 on its own, nothing on a CPU with neither; the host's forms are its
+    flags' (with llvmlite)."""
+    vnni, avx2 = qgemv_vnni.VNNI, qgemv_vnni.AVX2
+    assert qgemv_vnni.forms(frozenset({"avx2", "avx512f", "avx512_vnni"})) == (vnni, avx2)
+    assert qgemv_vnni.forms(frozenset({"avx", "avx2", "fma"})) == (avx2,)
+    assert qgemv_vnni.forms(frozenset({"sse4_2", "avx", "asimddp"})) == ()
+    assert qgemv_vnni.dots() == (qgemv_vnni.forms(host().flags) if llvm_jit.usable() else ())
+
+
+@pytest.mark.skipif(host().machine != "x86_64" or not llvm_jit.usable(), reason="needs x86 code generation (llvmlite)")
+@pytest.mark.parametrize(
+    ("form", "cpu", "wanted", "unwanted"),
+    [
+        (qgemv_vnni.VNNI, "icelake-server", {"vpdpbusd"}, ("vpmaddubsw", "vpmaddwd")),
+        (qgemv_vnni.AVX2, "znver3", {"vpmaddubsw", "vpmaddwd"}, ("vpdpbusd", "zmm")),
+    ],
+    ids=["avx512_vnni", "avx2"],
+)
+@pytest.mark.parametrize("kernel", ["gemm", "gemv"])
+def test_each_form_lowers_to_its_instructions(form, cpu, wanted, unwanted, kernel):
+    """On any x86 host: the GEMM's and the GEMV's IR in each dot form, compiled for a CPU that has it, multiply
+    with the form's instructions and not the other's (the AVX2 form on 256-bit registers only); the GEMV
+    prefetches its weights where its form says so."""
+    ir = qgemv_vnni._ir(form) if kernel == "gemm" else qgemv_vnni._gemv_ir(form, bf16=True)
+    text = llvm_jit.jit(ir, cpu=cpu)[1]
+    assert text is not None
+    words = set(re.findall(r"^\s+(\w+)", text, re.MULTILINE))
+    assert wanted <= words
+    assert not [word for word in unwanted if word in text]
+    assert ("prefetcht0" in words) == (kernel == "gemv" and form.ahead > 0)  # the GEMV's stream, ahead of use
+
+
+def test_avx2_gemv_takes_blocks_up_to_its_int16_sums():
+    """The AVX2 GEMV sums a block's nibbles in int16 lanes: it refuses blocks past 4096 inputs, which the VNNI
+    form's layout takes (a layout is made on any host; only its call needs the instructions)."""
+    packed, scales = np.zeros((4, 4096), np.uint8), np.ones((4, 1), np.float32)
+    with pytest.raises(InvalidInputError, match="blocks of up to 4096"):
+        qgemv_vnni.VnniGemvQB4W(packed, scales, 8192, 4, 8192, qgemv_vnni.AVX2)
+    assert qgemv_vnni.VnniGemvQB4W(packed, scales, 8192, 4, 8192, qgemv_vnni.VNNI).npad == 64
+
+
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+@pytest.mark.parametrize("form", [qgemv_vnni.VNNI, qgemv_vnni.AVX2], ids=["avx512_vnni", "avx2"])
+def test_layers_offer_the_gemv_for_the_blocks_the_form_takes(form, monkeypatch):
+    """IntegerLinear offers the GEMV of the host's form only for blocks that form takes (decided without
+    compiling: runs on any host)."""
+    monkeypatch.setattr(qgemv_vnni, "dot", lambda: form)
+    for block, offered in ((4096, True), (8192, form is qgemv_vnni.VNNI)):
+        packed, scales = np.zeros((4, block), np.uint8), np.ones((4, 2), np.float32)
+        layer = qgemv.IntegerLinear.qb4w(packed, scales, block, 4, 2 * block, None)
+        assert layer._takes_vnni() and layer._takes_vnni_gemv() == offered

@@ -1,7 +1,7 @@
 """The VNNI QC8W GEMV (edgetorch/backends/xnnpack/qgemv_vnni8.py) against qgemv.py's integer GEMV on the same
 layer, bit for bit: a language model's head shape, shapes that are not multiples of the tile, the extreme
 inputs and weights, bias and clamps; as IntegerLinear's tuning candidate; and a whole program whose 8-bit
-layers run it. Skipped on a host without AVX512-VNNI."""
+layers run it. Skipped on a host without AVX512-VNNI; on one with AVX2 alone it is not offered."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from edgetorch.errors import InvalidInputError
 from edgetorch.runtime import policy, tuning
 from tests.backends.xnnpack.test_qgemv_vnni import _program_on_each_path, _steps_follow_the_choice
 
-needs_vnni = pytest.mark.skipif(not qgemv_vnni.available(), reason="the host has no AVX512-VNNI (or no llvmlite)")
+needs_vnni = pytest.mark.skipif(not qgemv_vnni8.available(), reason="the host has no AVX512-VNNI (or no llvmlite)")
 needs_numba = pytest.mark.skipif(
     not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])"
 )
@@ -129,3 +129,16 @@ def test_program_of_8_bit_layers_on_the_vnni_gemv_equals_the_gemv_path(tuned, mo
         monkeypatch, set_policy, qgemv_vnni8.VnniGemvQC8W, "step", names, settings, scheme="8da8w"
     )
     np.testing.assert_array_equal(results["vnni-gemv"].view(np.int32), results["gemv"].view(np.int32))
+
+
+@needs_numba
+def test_not_offered_on_a_host_with_avx2_alone(monkeypatch, set_policy):
+    """AVX2's dot form sums pairs of byte products in int16, which int8 weights overflow (2 x 255 x 128): a QC8W
+    layer keeps the integer GEMV there, the choice is not measured, and no kernel is compiled."""
+    monkeypatch.setattr(qgemv_vnni8, "dots", lambda: (qgemv_vnni.AVX2,))
+    assert not qgemv_vnni8.available() and qgemv_vnni8.kernel() is None
+    set_policy(tune=True, kernel_choices={"qgemv": "vnni-gemv"})
+    w, wscale = np.ones((8, 64), np.int8), np.ones(8, np.float32)
+    layer = qgemv.IntegerLinear.qc8w(w, wscale, None)
+    assert layer.vnni_gemv_layer() is None
+    assert layer._few_rows(1, "") != "vnni-gemv"

@@ -209,7 +209,7 @@ def _dynamic_fully_connected(
     With the [fast] tier the weights stay integers: up to ``max_rows`` input rows (a decode step) run the
     integer GEMV of qgemv.py; a larger input (a prefill) runs sgemm on the weights dequantized, kept after the
     first such call in a small model, redone per call in a large one (see the policy's ``gemv_float_budget``), or, for
-    4-bit weights on a host with AVX512-VNNI, the int8 GEMM of qgemv_vnni.py, as tuning measures. Without the tier
+    4-bit weights on a host with AVX512-VNNI or AVX2, the int8 GEMM of qgemv_vnni.py, as tuning measures. Without the tier
     they are dequantized once, at load, and every call runs sgemm."""
     ic, oc = shape
     integer = _integer_weights(g, n, wq, bias, shape, transposed, four_bit) if g.compiled else None
@@ -236,9 +236,9 @@ def _dynamic_fully_connected(
 
         if integer is not None and integer.uses_vnni(x2.shape[0], f"dynamic fully connected, node {node.debug_handle}"):
             if c is not None and c.flags.c_contiguous:
-                return [partial(integer.vnni_matmul, c.reshape(x2.shape), zp, scale, y2)] + clamp
+                return integer.vnni_steps(c.reshape(x2.shape), zp, scale, y2) + clamp
             xc = np.empty(x2.shape, np.float32)
-            return [partial(np.subtract, x2, zp, out=xc), partial(integer.vnni_matmul, xc, zp, scale, y2)] + clamp
+            return [partial(np.subtract, x2, zp, out=xc), *integer.vnni_steps(xc, zp, scale, y2)] + clamp
 
         def gemm(xin: np.ndarray) -> Step:
             if integer is None:
