@@ -1,9 +1,11 @@
-"""The one-row VNNI QB4W GEMV (qgemv_vnni.VnniGemvQB4W) against the integer GEMV it replaces in a decode step
-(qgemv.py's ``_qb4w``, numba) on SmolLM2-135M's 8da4w linear shapes (block 32), one thread: ``hot`` repeats one
+"""The one-row int8-dot ("VNNI") QB4W GEMV (qgemv_vnni.VnniGemvQB4W, in the host's dot form: AVX512-VNNI, else
+AVX2) against the integer GEMV it replaces in a decode step (qgemv.py's ``_qb4w``, numba) on SmolLM2-135M's 8da4w
+linear shapes (block 32), one thread: ``hot`` repeats one
 layer (its weights stay in cache), ``streamed`` takes a different copy of the layer each call, enough copies to
 exceed the last-level cache (the weights come from memory, as in a decode step through the whole model). Each
 cell is the least of ``--rounds`` rounds' mean time a call (CPU time of this thread); the outputs of the two
-kernels are checked equal bit for bit first. Needs an x86 host with AVX512-VNNI and numba. Example::
+kernels are checked equal bit for bit first. Needs an x86 host with AVX512-VNNI or AVX2, llvmlite and numba.
+Example::
 
     python bench/llm_vnni_gemv.py --rounds 7
 """
@@ -68,7 +70,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     if not qgemv_vnni.available() or not policy.compiled_tier():
-        raise SystemExit("needs a host with avx512_vnni, llvmlite and numba")
+        raise SystemExit("needs an x86 host with avx512_vnni or avx2, llvmlite and numba")
     compiled.set_num_threads(1)
     rng = np.random.default_rng(0)
     print("| layer | weights | integer GEMV (numba) us | VNNI GEMV us | speed-up |")
