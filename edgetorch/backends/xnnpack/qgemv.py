@@ -381,12 +381,6 @@ def arrange_qb4w(
     return w, np.ascontiguousarray(s.reshape(tiles, per, -1).transpose(0, 2, 1))
 
 
-def _unarrange_qb4w(w: np.ndarray, n: int, k: int) -> np.ndarray:
-    """XNNPACK's QB4W bytes [N, K / 2] back from ``arrange_qb4w``'s tiles [T, K / 16, P / G, 8, G]."""
-    tiles, _, groups, _, group = w.shape
-    return np.ascontiguousarray(w.transpose(0, 2, 4, 1, 3).reshape(tiles * groups * group, k // 2)[:n])
-
-
 # Bound by ``HELPERS`` before the kernels' first compile (making them imports numba, which importing this module
 # must not): numba's ``prange`` for the threaded drivers, the dot products of ``_qc8w`` (``_madd_intrinsic``)
 # and the compiled parts the drivers call.
@@ -488,17 +482,41 @@ class IntegerLinear:
     the sgemm's time."""
 
     def __init__(
-        self, kernel: Any, weights: tuple, shape: tuple[int, int], bias: np.ndarray | None, max_rows: int, keep: bool
+        self,
+        kernel: Any,
+        weights: tuple | None,
+        shape: tuple[int, int],
+        bias: np.ndarray | None,
+        max_rows: int,
+        keep: bool,
+        source: tuple | None = None,
     ):
         # ``kernel(parallel)``: the serial or the threaded compiled kernel (``qc8w`` or ``qb4w``)
-        self.kernel, self.weights, self.max_rows, self.keep = kernel, weights, max_rows, keep
+        self.kernel, self.max_rows, self.keep = kernel, max_rows, keep
+        self.four_bit = kernel is qb4w
+        # QB4W: XNNPACK's bytes, the block scales, the block and the tiles, from which the integer GEMV's layout
+        # is made when first needed (``weights``) and made again after ``_release`` dropped it
+        self.source = source
+        self._weights = weights
+        self.block = source[2] if source is not None else weights[1] if self.four_bit and weights else 0
         self.n, self.k = shape
         self.floats: np.ndarray | None = None  # the dequantized weights, once made, when ``keep``
         self.vnni: Any = None  # the VNNI GEMM's layout of QB4W weights, once made (``vnni_layer``)
         self.vnni_gemv: Any = None  # the VNNI GEMV's, once made (``vnni_gemv_layer``)
         self.chosen: dict[int, str] = {}  # rows -> the host's choice (``_few_rows``), once asked
         self.gemm_chosen = False  # whether ``uses_vnni`` chose the VNNI GEMM for more rows than tuned one by one
+        self.sgemm_chosen = False  # whether it chose sgemm (on weights dequantized from the integer GEMV's layout)
         self.bias = np.zeros(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+
+    @property
+    def weights(self) -> tuple:
+        """The integer GEMV's layout: QC8W (weights, channel scales); QB4W (``arrange_qb4w``'s bytes, the block,
+        its scales), made from ``source`` when first needed since the int8-dot layouts were chosen."""
+        if self._weights is None:
+            packed, scales, block, tiles = self.source
+            w, s = arrange_qb4w(packed, scales, self.n, self.k, tiles)
+            self._weights = (w, block, s)
+        return self._weights
 
     @classmethod
     def qc8w(
@@ -538,8 +556,8 @@ class IntegerLinear:
         tiles = min(compiled_kernels.get_num_threads(), -(-n // GROUP)) if split else 1
         if tiles > 1 and not cls._tiles_pay(packed, scales, block, n, k, tiles):
             tiles = 1
-        w, s = arrange_qb4w(packed, scales, n, k, tiles)
-        return cls(qb4w, (w, block, s), (n, k), bias, rows, keep)
+        scales = np.ascontiguousarray(scales, np.float32)
+        return cls(qb4w, None, (n, k), bias, rows, keep, (packed, scales, block, tiles))
 
     @classmethod
     def _tiles_pay(cls, packed: np.ndarray, scales: np.ndarray, block: int, n: int, k: int, tiles: int) -> bool:
@@ -584,7 +602,7 @@ class IntegerLinear:
         # Not in a small program (``keep``: one that holds float32 weights), whose float layers run sgemm on BLAS's
         # threads between its GEMVs: OpenMP's worker spins a while after each split and takes the core BLAS's
         # second thread needs (bench/models.py's MLP as 8da4w ran several times slower at 2 threads than at 1).
-        limit = self.n // GROUP if len(self.weights) == 2 else self.weights[0].shape[0]  # whole tiles
+        limit = self.weights[0].shape[0] if self.four_bit else self.n // GROUP  # whole tiles
         if self.keep or limit < 2 or m * self.n * self.k < policy.current().gemv_split_macs:
             return [serial]
         return [partial(compiled_kernels.split, serial, partial(self.kernel(parallel=True), *args), limit)]
@@ -593,7 +611,7 @@ class IntegerLinear:
         """The kernel's arguments on these buffers, but for the part count."""
         m = xc.shape[0]
         lo32, hi32 = np.float32(lo), np.float32(hi)
-        if len(self.weights) == 2:
+        if not self.four_bit:
             w, wscale = self.weights
             xi, dots = np.empty((m, self.k), np.int16), np.empty(m * self.n, np.int32)
             ahead = 0 if self.keep else AHEAD
@@ -621,7 +639,7 @@ class IntegerLinear:
         a dot form of qgemv_vnni.py (AVX512-VNNI or AVX2), ``vnni`` (the GEMM) or, up to ``qgemv_vnni.GEMV_ROWS`` rows, ``vnni-gemv`` (family ``qgemv``;
         the decision is cached, so asking again is cheap)."""
         fixed = rows <= self.max_rows
-        kind = "qc8w" if len(self.weights) == 2 else "qb4w"
+        kind = "qb4w" if self.four_bit else "qc8w"
         names: tuple[str, ...] = ("gemv", "sgemm") if fixed else ("sgemm", "gemv")
         vnni = self._takes_vnni()
         if vnni:
@@ -658,24 +676,29 @@ class IntegerLinear:
     def _takes_vnni(self) -> bool:
         """Whether the int8-dot ("VNNI") GEMM takes this layer: QB4W (blocks of 16, K a multiple of them) on a host
         with a dot form of qgemv_vnni.py (AVX512-VNNI or AVX2)."""
-        return len(self.weights) == 3 and qgemv_vnni.available()
+        return self.four_bit and qgemv_vnni.available()
 
     def _takes_vnni_gemv(self) -> bool:
         """Whether an int8-dot ("VNNI") GEMV takes this layer: the QB4W one where the GEMM does, for blocks up to
         its dot form's ``max_block``; the QC8W one (qgemv_vnni8.py) for the shapes it takes (``qgemv_vnni8.takes``)
         on a host with AVX512-VNNI."""
         d = qgemv_vnni.dot()
-        if len(self.weights) == 3:
-            return d is not None and self._takes_vnni() and self.weights[1] <= d.max_block
+        if self.four_bit:
+            return d is not None and self._takes_vnni() and self.block <= d.max_block
         return qgemv_vnni8.available() and qgemv_vnni8.takes(self.n, self.k)
 
     def _release(self) -> None:
-        """Drops the VNNI layouts (each a copy of the weights) that no decision so far runs: made to be measured,
-        or never asked for since they are made on first use."""
-        if "vnni-gemv" not in self.chosen.values():
+        """Drops the layouts (each a copy of the weights) that no decision so far runs: the VNNI ones made to be
+        measured, or never asked for since they are made on first use; the integer GEMV's QB4W layout where the
+        int8-dot kernels took every row count (SmolLM2 8da4w: 41 MB less anonymous memory, of 445), made again from
+        ``source`` if a later decision wants it."""
+        chosen = set(self.chosen.values())
+        if "vnni-gemv" not in chosen:
             self.vnni_gemv = None
-        if "vnni" not in self.chosen.values() and not self.gemm_chosen:
+        if "vnni" not in chosen and not self.gemm_chosen:
             self.vnni = None
+        if self.source is not None and not chosen & {"gemv", "sgemm"} and not self.sgemm_chosen:
+            self._weights = None
 
     def vnni_layer(self) -> Any:
         """The QB4W weights laid out for the VNNI GEMM (qgemv_vnni.py), made on first use; None for QC8W or on a
@@ -692,7 +715,7 @@ class IntegerLinear:
         if not self._takes_vnni_gemv():
             return None
         if self.vnni_gemv is None:
-            if len(self.weights) == 3:
+            if self.four_bit:
                 self.vnni_gemv = qgemv_vnni.VnniGemvQB4W(*self._xnnpack_qb4w(), self.n, self.k)
             else:
                 w, wscale = self.weights
@@ -702,8 +725,8 @@ class IntegerLinear:
     def _xnnpack_qb4w(self) -> tuple[np.ndarray, np.ndarray, int]:
         """This QB4W layer's weights back in XNNPACK's form, which the VNNI layouts start from: the bytes [N, K / 2],
         the block scales [N, K / block] and the block."""
-        w, block, s = self.weights
-        return _unarrange_qb4w(w, self.n, self.k), s.transpose(0, 2, 1).reshape(-1, s.shape[1])[: self.n], block
+        packed, scales, block, _ = self.source
+        return np.asarray(packed, np.uint8).reshape(self.n, self.k // 2), scales, block
 
     def uses_vnni(self, rows: int, where: str = "") -> bool:
         """Whether an input of ``rows`` rows (more than the GEMV takes) runs the VNNI GEMM rather than sgemm on
@@ -730,6 +753,7 @@ class IntegerLinear:
         key = f"{self.n}x{self.k}:{bucket}"
         chosen = tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
         self.gemm_chosen |= chosen
+        self.sgemm_chosen |= not chosen
         self._release()
         if chosen:  # made now, while the schedule is built, as in _few_rows
             self.vnni_layer()
@@ -759,7 +783,7 @@ class IntegerLinear:
             return self.floats
         size = self.n * (self.k + 1)
         buf = np.empty(size, np.float32) if self.keep else _scratch_buffer(size)
-        if len(self.weights) == 2:
+        if not self.four_bit:
             w, wscale = self.weights
             out = buf.reshape(self.n, self.k + 1)
             fast.compiled("qc8w_dequantize", _dequantize_qc8w)(w, wscale, self.bias, out)

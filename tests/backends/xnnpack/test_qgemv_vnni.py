@@ -218,7 +218,8 @@ def test_tuning_measures_the_gemv_and_steps_follow_its_choice(tuned, set_policy)
 
 def _steps_follow_the_choice(set_policy, layer, xc, xscale, kernel) -> None:
     """With tuning's choice fixed to each of ``vnni-gemv`` and ``gemv``, ``layer``'s steps for one row are the
-    VNNI ``kernel``'s exactly when it is chosen, its layout kept only then, and both give the same bits."""
+    VNNI ``kernel``'s exactly when it is chosen, its layout kept only then (and the integer GEMV's QB4W layout only
+    when that is chosen), and both give the same bits."""
     values = {}
     for choice in ("vnni-gemv", "gemv"):
         set_policy(kernel_choices={"qgemv": choice})
@@ -228,6 +229,8 @@ def _steps_follow_the_choice(set_policy, layer, xc, xscale, kernel) -> None:
         steps = layer.steps(xc, xscale, y, -np.inf, np.inf)
         assert (steps[0].func is kernel) == (choice == "vnni-gemv")
         assert (layer.vnni_gemv is not None) == (choice == "vnni-gemv")  # its copy of the weights only if run
+        if layer.source is not None:  # QB4W: the integer GEMV's layout dropped while no decision runs it, then remade
+            assert (layer._weights is None) == (choice == "vnni-gemv")
         for step in steps:
             step()
         values[choice] = y
