@@ -19,7 +19,8 @@ neighbour's as much as the kernel's. Decisions are cached for good, so one such 
 held after the machine went quiet: GPT-2's head ran sgemm (cached: 392 against 560 us), though on a quiet
 machine the packed GEMM measures faster (327 against 367 us), and its XNNPACK program ran 8% slower than its
 portable one.
-A family whose candidates run threads of their own (``own_threads``) is timed by the wall clock.
+A family whose candidates run threads of their own (``own_threads``) is timed by the wall clock, as is every
+family where the thread's CPU clock is coarser than a microsecond (Windows).
 
 With the policy's ``tune`` off the default runs, or the name the policy's
 ``kernel_choices`` fixes (tests use these, so their results never depend on timing).
@@ -146,6 +147,11 @@ def _decide(
     return Decision(family, key, min(names, key=times.__getitem__), MEASURED, MappingProxyType(times))
 
 
+# A thread CPU clock that resolves microseconds (Linux: nanoseconds); Windows' counts in 15.6 ms ticks, which would
+# time every kernel at 0, so there the wall clock stays.
+_FINE_THREAD_CLOCK = time.get_clock_info("thread_time").resolution <= 1e-6
+
+
 def measure(
     candidates: Mapping[str, Callable[[], object]],
     seconds: float = SHAPE_SECONDS,
@@ -156,7 +162,7 @@ def measure(
     call each (compiles, pages in the operands) unless ``warm_up`` is False, stopping once ``seconds`` have
     passed; on one thread, timed by its CPU time (module docstring), or by the wall clock where the candidates
     run ``own_threads``."""
-    clock = time.perf_counter_ns if own_threads else time.thread_time_ns
+    clock = time.perf_counter_ns if own_threads or not _FINE_THREAD_CLOCK else time.thread_time_ns
     with policy.using(threads=1), blas_threads.ONE_THREAD:
         start = time.perf_counter()
         for run in candidates.values() if warm_up else ():

@@ -45,6 +45,7 @@ def _busy(seconds):
         pass
 
 
+@pytest.mark.skipif(not tuning._FINE_THREAD_CLOCK, reason="the thread CPU clock is coarser than a microsecond here")
 def test_times_are_the_threads_cpu_time_unless_candidates_run_threads_of_their_own():
     """A candidate that waits (a sleep: the thread descheduled, as a busy neighbour makes it) costs no CPU time
     and must not lose to one that works; a family whose candidates run other threads is timed by the wall clock,
