@@ -174,7 +174,7 @@ def splits(step: Any) -> bool:
 
 # The kernels of the packed GEMM family (gemm.py's GEMM, winograd.py's convolution), by their names here: a step
 # that calls one claims the cores for numba's threads even when this call stays on the calling thread.
-_GEMM_FAMILY = ("gemm", "winograd")
+_GEMM_FAMILY = ("edgetorch.runtime.kernels.gemm._gemm_blocks", "winograd")
 
 
 def own_threads(steps: Iterable[Any]) -> bool:

@@ -226,7 +226,7 @@ _pixels_wide: Any = None
 
 
 def _vector_split(rows_at, x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide, parts):  # noqa: E501 # pragma: no cover
-    """``_vector_rows`` (16 lanes first when ``wide``) over all output rows cut into ``parts`` runs, run on
+    """``_vector_rows`` (16 lanes first where ``wide`` is True) over all output rows cut into ``parts`` runs, run on
     numba's threads; called at ``rows_at`` (as ``_depthwise_split`` calls its rows)."""
     rows = y.shape[0] * y.shape[1]
     step = -(-rows // parts)
@@ -238,8 +238,10 @@ def _vector_split(rows_at, x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, 
 
 def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide):  # pragma: no cover
     """Output rows ``first`` .. ``last`` (of all images' rows) of ``_depthwise_rows``'s convolution by the
-    vector micro-kernel (module docstring), 16 lanes first when ``wide``: per row, the run of columns whose
-    windows lie inside the input in groups of ``PIXELS``, each border column on its own."""
+    vector micro-kernel (module docstring): per row, the run of columns whose windows lie inside the input in
+    groups of ``PIXELS``, each border column on its own. ``wide`` is None for the 8-lane micro-kernel, True for
+    16 lanes first: a type, not a value, so that numba prunes the 16-lane code from the 8-lane build (compiling
+    it, on a CPU whose vectors LLVM splits, took a large share of this build)."""
     nb, h, wd, c = x.shape
     _, oh, ow, _ = y.shape
     xf, yf, wf = x.reshape(-1), y.reshape(-1), w.reshape(-1)
@@ -293,7 +295,7 @@ def _tap_list(ids, offsets, n, r0, c0, kj0, kj1, kh, kw, dh, dw, h, wd, c):  # p
 def _pixel_block(
     xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide
 ):  # pragma: no cover
-    """``todo`` (1, 2, 4 or ``PIXELS``) pixels by the micro-kernel (16 lanes first when ``wide``, then 8), the
+    """``todo`` (1, 2, 4 or ``PIXELS``) pixels by the micro-kernel (16 lanes first where ``wide`` is True, then 8), the
     channels past its whole vectors by a scalar loop in the same order; a window with no tap in range is the
     bias alone."""
     if count == 0:
@@ -303,7 +305,7 @@ def _pixel_block(
                 yf[yo + p * c + ch] = min(max(v, lo), hi) if v == v else v
         return
     done = 0
-    if wide:
+    if wide is not None:
         done = c // 16 * 16
         if todo == 8:
             _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 8, 0)
@@ -363,7 +365,7 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
     rows_kernel: Any = _depthwise_rows if kernel == "rows" else _vector_rows
     split_form: Any = _depthwise_split if kernel == "rows" else _vector_split
     name = "rows" if kernel == "rows" else "vector"
-    wide: tuple[bool, ...] = () if kernel == "rows" else (kernel == "vector16",)
+    wide: tuple[bool | None, ...] = () if kernel == "rows" else (wide_lanes(kernel),)
     whole = (*args, 0, rows, *wide)
     parallel = compiled_kernels.compiled(f"depthwise_{name}_split", split_form, parallel=True)
     return compiled_kernels.split_step(
@@ -373,6 +375,12 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
         rows,
         y.size >= policy.current().split_outputs,
     )
+
+
+def wide_lanes(kernel: str) -> bool | None:
+    """``_vector_rows``'s ``wide`` for a vector kernel of ``DEPTHWISE_KERNELS``: True for ``"vector16"``, else
+    None."""
+    return True if kernel == "vector16" else None
 
 
 def read_only(a: np.ndarray) -> np.ndarray:

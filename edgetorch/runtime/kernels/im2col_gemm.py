@@ -54,14 +54,14 @@ def step(
     rows, k = nb * oh * ow, kh * kw * c
     if x.dtype != np.float32 or k != packed.k or y2.shape != (rows, packed.n) or not compiled.flat_float32(y2):
         return None
-    wide = kernel == "packed16"
-    tile = WIDE_ROWS if wide else ROWS
+    wide = gemm.wide_tiles(kernel)
+    tile = ROWS if wide is None else WIDE_ROWS
     block = max(tile, BLOCK_BYTES // (4 * k) // tile * tile)
     flat, strides = _flat(x)
     cols = np.empty((0, 0), np.float32)  # a block's columns, as the kernel makes them (for their type)
     at = (
         compiled.address(_columns, flat, strides, cols.reshape(-1), *window, 0, 0),
-        compiled.address(_gemm_blocks, cols, packed.wp, packed.bias, packed.lo, packed.hi, y2, 0, 0, 0, 0, wide),
+        compiled.address(_gemm_blocks, y2, cols, packed.wp, packed.bias, packed.lo, packed.hi, 0, 0, 0, 0, wide),
     )
     args = (*at, y2, flat, strides, packed.wp, packed.bias, packed.lo, packed.hi, wide, *window, block)
     serial = partial(compiled.compiled("im2col_gemm", _convolve), *args, 1)
@@ -121,7 +121,7 @@ def _convolve(
     once, not again inside both builds of this kernel). Compiled twice: serially (``prange`` runs as
     ``range``) and with numba's threads (whose build run with one part would still wake the threads)."""
     m, k = y.shape[0], wp.shape[1]
-    tile = WIDE_ROWS if wide else ROWS
+    tile = ROWS if wide is None else WIDE_ROWS
     share = -(-m // parts)
     run = -(-share // tile) * tile
     for t in prange(parts):
@@ -133,7 +133,7 @@ def _convolve(
             call_at(
                 _columns, columns, (x, strides, cols.reshape(-1), oh, ow, kh, kw, sh, sw, dh, dw, top, left, i0, i1)
             )
-            call_at(_gemm_blocks, blocks, (cols, wp, bias, lo, hi, y[i0:i1], 0, i1 - i0, 0, wp.shape[0], wide))
+            call_at(_gemm_blocks, blocks, (y[i0:i1], cols, wp, bias, lo, hi, 0, i1 - i0, 0, wp.shape[0], wide))
 
 
 HELPERS = compiled.Helpers(
