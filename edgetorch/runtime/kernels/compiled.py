@@ -304,6 +304,28 @@ def _call_at() -> Any:
     return call_at
 
 
+def ir_helpers(builder: Any, vec: Any, intp: Any) -> tuple[Any, Any, Any]:
+    """The IR the kernels' LLVM intrinsics (gemm.py's, depthwise.py's, winograd.py's) build with ``builder`` for
+    vectors of type ``vec``: an ``intp`` constant, a ``vec`` pointer ``at`` floats past a float pointer, and a
+    vector of one float in every lane."""
+    from llvmlite import ir
+
+    i32 = ir.IntType(32)
+    undef = ir.Constant(vec, ir.Undefined)
+    lane0 = ir.Constant(ir.VectorType(i32, vec.count), [ir.Constant(i32, 0)] * vec.count)
+
+    def const(v: int) -> Any:
+        return ir.Constant(intp, v)
+
+    def vector(data: Any, at: Any) -> Any:
+        return builder.bitcast(builder.gep(data, [at], inbounds=True), vec.as_pointer())
+
+    def splat(s: Any) -> Any:
+        return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
+
+    return const, vector, splat
+
+
 def kernel_if_loaded(name: str) -> Any:
     """:func:`kernel` ``name`` when numba is already imported (another kernel of the program needed it), else
     None: for a kernel whose gain is smaller than what importing numba costs a process (~150 MB resident)."""

@@ -131,10 +131,7 @@ def _pixels_intrinsic(lanes: int = LANES) -> Any:
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-    v8 = ir.VectorType(f32, lanes)
-    undef = ir.Constant(v8, ir.Undefined)
-    lane0 = ir.Constant(ir.VectorType(i32, lanes), [ir.Constant(i32, 0)] * lanes)
+    v8 = ir.VectorType(ir.FloatType(), lanes)
 
     @intrinsic(prefer_literal=True)
     def pixels(typingctx, x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count, ch0):
@@ -157,14 +154,7 @@ def _pixels_intrinsic(lanes: int = LANES) -> Any:
                 context.cast(builder, args[n], signature.args[n], types.intp) for n in (7, 8, 9, 10, 11, 15)
             )
 
-            def const(v):
-                return ir.Constant(intp, v)
-
-            def vector(data, at):
-                return builder.bitcast(builder.gep(data, [at], inbounds=True), v8.as_pointer())
-
-            def splat(s):
-                return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
+            const, vector, splat = compiled_kernels.ir_helpers(builder, v8, intp)
 
             def tap(t, ch):
                 """The weights of list entry ``t`` at channel ``ch`` and the input offset of its first pixel."""

@@ -73,27 +73,6 @@ def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray
     return np.ascontiguousarray(wp.reshape(k, panels, WIDTH).transpose(1, 0, 2)), bp
 
 
-def _ir_helpers(builder: Any, vec: Any, intp: Any) -> tuple[Callable, Callable, Callable]:
-    """The IR the GEMM's intrinsics build with ``builder`` for vectors of type ``vec``: an ``intp`` constant,
-    a ``vec`` pointer ``at`` floats past a float pointer, and a vector of one float in every lane."""
-    from llvmlite import ir
-
-    i32 = ir.IntType(32)
-    undef = ir.Constant(vec, ir.Undefined)
-    lane0 = ir.Constant(ir.VectorType(i32, vec.count), [ir.Constant(i32, 0)] * vec.count)
-
-    def const(v: int) -> Any:
-        return ir.Constant(intp, v)
-
-    def vector(data: Any, at: Any) -> Any:
-        return builder.bitcast(builder.gep(data, [at], inbounds=True), vec.as_pointer())
-
-    def splat(s: Any) -> Any:
-        return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
-
-    return const, vector, splat
-
-
 def _tile_intrinsic(lanes: int = 8) -> Any:
     """``tile(a, i, wp, p, bias, lo, hi, y, rows, halves)``, a numba intrinsic over ``lanes``-float vectors (8:
     AVX2's registers, 16: AVX-512's, which LLVM splits in two where the CPU has no AVX-512, correct but slow):
@@ -133,7 +112,7 @@ def _tile_intrinsic(lanes: int = 8) -> Any:
                 builder.module, ir.FunctionType(v8, [v8, v8, v8]), f"llvm.fma.v{lanes}f32"
             )
 
-            const, vector, splat = _ir_helpers(builder, v8, intp)
+            const, vector, splat = compiled.ir_helpers(builder, v8, intp)
 
             def row(arr, r):
                 """A float pointer to row ``first + r`` of the 2-D ``arr``."""
@@ -373,7 +352,7 @@ def _row_intrinsic(lanes: int = 8) -> Any:
                 builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{lanes}f32"
             )
 
-            const, vector, splat = _ir_helpers(builder, vec, intp)
+            const, vector, splat = compiled.ir_helpers(builder, vec, intp)
             stride = builder.mul(k, const(WIDTH))  # floats a panel
             low, high = splat(args[5]), splat(args[6])
             for g0 in range(0, panels, most):
