@@ -403,25 +403,22 @@ def _row_panels(x, wp, bias, lo, hi, out, p0, p1):  # pragma: no cover - compile
 
 
 def _gemv_part(y, x, wp, bias, lo, hi, out, p0, p1):  # pragma: no cover - compiled
-    """Panels p0 .. p1 of ``y`` [1, N] = clamp(x @ w + bias, lo, hi), through the padded row ``out``."""
+    """Panels p0 .. p1 of ``y`` [1, N] = clamp(x @ w + bias, lo, hi), through the padded row ``out``: the
+    one-row product's serial step (all panels); its threads call it at its address."""
     _row_panels(x[0], wp, bias, lo, hi, out, p0, p1)
     n = y.shape[1]
     for c in range(min(n, p0 * WIDTH), min(n, p1 * WIDTH)):
         y[0, c] = out[c]
 
 
-def _gemv(y, x, wp, bias, lo, hi, out):  # pragma: no cover - compiled
-    """The one-row product on the calling thread."""
-    _gemv_part(y, x, wp, bias, lo, hi, out, 0, wp.shape[0])
-
-
-def _gemv_split(y, x, wp, bias, lo, hi, out, parts):  # pragma: no cover - compiled
-    """The one-row product cut into ``parts`` runs of panels, run on numba's threads."""
+def _gemv_split(part, y, x, wp, bias, lo, hi, out, parts):  # pragma: no cover - compiled
+    """The one-row product cut into ``parts`` runs of panels, each by ``_gemv_part`` at ``part`` (its
+    ``compiled.address`` for these arguments), on numba's threads."""
     panels = wp.shape[0]
     run = -(-panels // parts)
     for t in prange(parts):
         p0 = min(panels, t * run)
-        _gemv_part(y, x, wp, bias, lo, hi, out, p0, min(panels, p0 + run))
+        call_at(_gemv_part, part, (y, x, wp, bias, lo, hi, out, p0, min(panels, p0 + run)))
 
 
 def row_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray) -> Callable[[], None]:
@@ -436,10 +433,11 @@ def row_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray) -> Callable[[],
     HELPERS.require("row_step")
     out = np.empty(packed.wp.shape[0] * WIDTH, np.float32)
     args = (y2, x2, packed.wp, packed.bias, packed.lo, packed.hi, out)
-    serial = partial(compiled.compiled("gemv", _gemv), *args)
+    whole = (*args, 0, packed.wp.shape[0])
     parallel = compiled.compiled("gemv_split", _gemv_split, parallel=True)
     worth = packed.k * packed.n >= policy.current().split_macs
-    return compiled.split_step(serial, parallel, args, packed.wp.shape[0], worth)
+    at = compiled.address(_gemv_part, *whole)
+    return compiled.split_step(partial(_gemv_part, *whole), parallel, (at, *args), packed.wp.shape[0], worth)
 
 
 def linear_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray, kernel: str = "packed") -> Callable[[], None]:
@@ -620,8 +618,8 @@ def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:
 
 HELPERS = compiled.Helpers(
     globals(),
-    compile=("_gemm_part", "_gemm_blocks", "_pack_batch", "_row_panels", "_gemv_part"),
-    inline=("_panel", "_half_panel", "_wide_panel"),  # each called at one place: no build of their own
+    compile=("_gemm_part", "_gemm_blocks", "_pack_batch", "_gemv_part"),
+    inline=("_panel", "_half_panel", "_wide_panel", "_row_panels"),  # each called at one place: no build of its own
     build={
         "_tile": _tile_intrinsic,
         "_tile_wide": partial(_tile_intrinsic, 16),

@@ -112,10 +112,12 @@ def step(
     filtered = (x, taps, bd, f4[None], kh, kw, sh, sw, dh, dw_, top, left, lod, hid, 0, 0)
     rows_at = compiled.address(depthwise._depthwise_rows, *filtered)
     vector_at = compiled.address(depthwise._vector_rows, *filtered, wide_d)
-    args = (y2, x2, x, expand is not None, none.wp, none.bias, none.lo, none.hi, taps, bd, lod, hid,
-            project.wp, project.bias, project.lo, project.hi, kh, kw, sh, sw, dh, dw_, top, left,
-            dw.kernel == "rows", wide_e, wide_d, wide_p, expand_at, rows_at if dw.kernel == "rows" else vector_at,
-            project_at, residual, chunk, oh, ow)  # fmt: skip
+    # The block's numbers as two arrays (_band's ``numbers`` and ``clamps``): every argument of the threaded build
+    # costs its compile time.
+    numbers = np.array([kh, kw, sh, sw, dh, dw_, top, left, chunk, oh, ow, expand is not None, dw.kernel == "rows",
+                        residual, expand_at, rows_at if dw.kernel == "rows" else vector_at, project_at], np.int64)  # fmt: skip
+    clamps = np.array([none.lo, none.hi, dw.lo, dw.hi, project.lo, project.hi], np.float32)
+    args = (y2, x2, x, none.wp, none.bias, taps, bd, project.wp, project.bias, numbers, clamps, wide_e, wide_d, wide_p)
     band = compiled.address(_band, *args, *_ARRAYS, 0, nb * oh)  # the threads call the serial build
     parallel = partial(_with_buffers, compiled.compiled("inverted_residual_split", _block, parallel=True), sizes, band)
     # On the calling thread by the compiled _band itself: a parallel build run with one part would still wake
@@ -185,17 +187,23 @@ prange: Any = range
 call_at: Any = None
 
 
-def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-          kh, kw, sh, sw, dh, dw, top, left, rows, wide_e, wide_d, wide_p, expand_at, depthwise_at, project_at,
-          residual, chunk, oh, ow, e2, e4, f2, f4, first, last):  # fmt: skip  # pragma: no cover - compiled
+def _band(y2, x2, x, we, be, taps, bd, wp, bp, numbers, clamps, wide_e, wide_d, wide_p,
+          e2, e4, f2, f4, first, last):  # fmt: skip  # pragma: no cover - compiled
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the block, ``chunk`` rows a pass
     (module docstring); ``y2`` and ``x2`` are the output and input as [pixels, channels]. The expanded rows a
     pass needs go into ``e2`` / ``e4`` (one buffer as [rows * W, E] and [rows, W, E]), the previous pass's last
-    rows kept when the windows share them; the depthwise output into ``f2`` / ``f4``.
+    rows kept when the windows share them; the depthwise output into ``f2`` / ``f4``. ``numbers`` holds the
+    depthwise window (kh, kw, sh, sw, dh, dw, top, left), ``chunk``, OH, OW, whether the block expands, runs
+    the depthwise ``rows`` kernel and adds its input, and the layers' kernels' addresses; ``clamps`` the three
+    layers' bounds.
 
     The layers are the kernels of gemm.py and depthwise.py called at their addresses (``compiled.address``), so
     that their code is compiled once, not again inside this build: ``_gemm_blocks`` at ``expand_at`` and
     ``project_at``, and at ``depthwise_at`` ``_depthwise_rows`` where ``rows``, else ``_vector_rows``."""
+    kh, kw, sh, sw, dh, dw, top, left, chunk, oh, ow = numbers[:11]
+    expanding, rows, residual = numbers[11] != 0, numbers[12] != 0, numbers[13] != 0
+    expand_at, depthwise_at, project_at = numbers[14:17]
+    loe, hie, lod, hid, lop, hip = clamps[:6]
     nb, h, wd, c = x.shape
     capacity = e4.shape[0]
     image, held_lo, held_hi, base = -1, 0, 0, 0  # rows held_lo .. held_hi of ``image`` from buffer row ``base``
@@ -245,18 +253,15 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         r += i1 - i0
 
 
-def _block(band, y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-           kh, kw, sh, sw, dh, dw, top, left, rows, wide_e, wide_d, wide_p, expand_at, depthwise_at, project_at,
-           residual, chunk, oh, ow, e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
+def _block(band, y2, x2, x, we, be, taps, bd, wp, bp, numbers, clamps, wide_e, wide_d, wide_p,
+           e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
     """The block over ``parts`` bands of output rows, on numba's threads: ``_band`` at ``band``, its
     :func:`compiled.address` for these arguments."""
-    total = x.shape[0] * oh
+    total = x.shape[0] * numbers[9]
     run = -(-total // parts)
     for t in prange(parts):
         first = min(total, t * run)
-        call_at(_band, band, (y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-                              kh, kw, sh, sw, dh, dw, top, left, rows, wide_e, wide_d, wide_p,
-                              expand_at, depthwise_at, project_at, residual, chunk, oh, ow,
+        call_at(_band, band, (y2, x2, x, we, be, taps, bd, wp, bp, numbers, clamps, wide_e, wide_d, wide_p,
                               e2[t], e4[t], f2[t], f4[t], first, min(total, first + run)))  # fmt: skip
 
 
