@@ -224,8 +224,8 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 def _parallel_twin(fn: Any) -> Any:
     """``fn`` under a name of its own for its ``parallel=True`` build. numba's disk cache keys a function's
     builds by its module, name, line, signature and bytecode, not by the options, so a kernel compiled both
-    serially and with numba's threads (gemm's ``_bmm``, im2col_gemm's ``_convolve``) would otherwise load
-    whichever build was saved last for both."""
+    serially and with numba's threads (gemm's ``_bmm``) would otherwise load whichever build was saved last for
+    both."""
     twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     twin.__qualname__ = f"{fn.__qualname__}_threaded"
     twin.__module__, twin.__doc__ = fn.__module__, fn.__doc__
