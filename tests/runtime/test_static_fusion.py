@@ -240,7 +240,7 @@ def _runs_packed_gemm(step) -> bool:
     """Whether a fused step is the packed GEMM (gemm.PackedGemm.step: its serial kernel, or split over threads)."""
     if getattr(step, "func", None) is compiled.split:
         step = step.args[0]
-    return getattr(step, "func", None) is compiled.compiled("gemm", gemm._gemm)
+    return getattr(step, "func", None) is gemm._gemm_blocks
 
 
 class _Relus(torch.nn.Module):
@@ -399,7 +399,7 @@ def test_a_method_of_linear_layers_and_one_small_convolution_runs_its_products_o
     assert ex.own_threads
     steps = ex.fused[0]
     assert sum(_runs(s, "bmm", gemm._batched) for s in steps) == 2  # scores and weighted values
-    assert any(_runs(s, "gemm", gemm._gemm) for s in steps)
+    assert any(_runs(s, "edgetorch.runtime.kernels.gemm._gemm_blocks", gemm._gemm_blocks) for s in steps)
     for seed in range(2):
         inp = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(seed)).numpy()
         np.testing.assert_allclose(fused.execute([inp])[0], plain.execute([inp])[0], rtol=1e-4, atol=1e-5)
@@ -451,7 +451,9 @@ def test_an_expanded_constant_weight_and_its_bmm_run_one_packed_gemm():
     names = [ex.operators[ex.instructions[pc].instr_args.op_index] for pc in ex.step_pcs]
     assert "aten::expand_copy.out" in names and "aten::bmm.out" in names  # the decomposition this is about
     steps, pcs = ex.fused
-    gemms = [pc for s, pc in zip(steps, pcs) if _runs(s, "gemm", gemm._gemm)]
+    gemms = [
+        pc for s, pc in zip(steps, pcs) if _runs(s, "edgetorch.runtime.kernels.gemm._gemm_blocks", gemm._gemm_blocks)
+    ]
     assert [ex.operators[ex.instructions[pc].instr_args.op_index] for pc in gemms] == ["aten::expand_copy.out"]
     for seed in range(2):
         inp = torch.randn(3, 24, 10, generator=torch.Generator().manual_seed(seed)).numpy()

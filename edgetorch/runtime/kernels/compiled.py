@@ -174,7 +174,7 @@ def splits(step: Any) -> bool:
 
 # The kernels of the packed GEMM family (gemm.py's GEMM, winograd.py's convolution), by their names here: a step
 # that calls one claims the cores for numba's threads even when this call stays on the calling thread.
-_GEMM_FAMILY = ("gemm", "winograd")
+_GEMM_FAMILY = ("edgetorch.runtime.kernels.gemm._gemm_blocks", "winograd")
 
 
 def own_threads(steps: Iterable[Any]) -> bool:
@@ -224,8 +224,8 @@ def compiled(name: str, fn: Any, **options: Any) -> Any:
 def _parallel_twin(fn: Any) -> Any:
     """``fn`` under a name of its own for its ``parallel=True`` build. numba's disk cache keys a function's
     builds by its module, name, line, signature and bytecode, not by the options, so a kernel compiled both
-    serially and with numba's threads (gemm's ``_bmm``, im2col_gemm's ``_convolve``) would otherwise load
-    whichever build was saved last for both."""
+    serially and with numba's threads (gemm's ``_bmm``) would otherwise load whichever build was saved last for
+    both."""
     twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     twin.__qualname__ = f"{fn.__qualname__}_threaded"
     twin.__module__, twin.__doc__ = fn.__module__, fn.__doc__
@@ -302,6 +302,28 @@ def _call_at() -> Any:
         return types.void(kernel, where, args), codegen
 
     return call_at
+
+
+def ir_helpers(builder: Any, vec: Any, intp: Any) -> tuple[Any, Any, Any]:
+    """The IR the kernels' LLVM intrinsics (gemm.py's, depthwise.py's, winograd.py's) build with ``builder`` for
+    vectors of type ``vec``: an ``intp`` constant, a ``vec`` pointer ``at`` floats past a float pointer, and a
+    vector of one float in every lane."""
+    from llvmlite import ir
+
+    i32 = ir.IntType(32)
+    undef = ir.Constant(vec, ir.Undefined)
+    lane0 = ir.Constant(ir.VectorType(i32, vec.count), [ir.Constant(i32, 0)] * vec.count)
+
+    def const(v: int) -> Any:
+        return ir.Constant(intp, v)
+
+    def vector(data: Any, at: Any) -> Any:
+        return builder.bitcast(builder.gep(data, [at], inbounds=True), vec.as_pointer())
+
+    def splat(s: Any) -> Any:
+        return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
+
+    return const, vector, splat
 
 
 def kernel_if_loaded(name: str) -> Any:

@@ -131,10 +131,7 @@ def _pixels_intrinsic(lanes: int = LANES) -> Any:
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-    v8 = ir.VectorType(f32, lanes)
-    undef = ir.Constant(v8, ir.Undefined)
-    lane0 = ir.Constant(ir.VectorType(i32, lanes), [ir.Constant(i32, 0)] * lanes)
+    v8 = ir.VectorType(ir.FloatType(), lanes)
 
     @intrinsic(prefer_literal=True)
     def pixels(typingctx, x, y, w, bias, with_bias, taps, offsets, ntaps, xo, xstep, yo, channels, lo, hi, count, ch0):
@@ -157,14 +154,7 @@ def _pixels_intrinsic(lanes: int = LANES) -> Any:
                 context.cast(builder, args[n], signature.args[n], types.intp) for n in (7, 8, 9, 10, 11, 15)
             )
 
-            def const(v):
-                return ir.Constant(intp, v)
-
-            def vector(data, at):
-                return builder.bitcast(builder.gep(data, [at], inbounds=True), v8.as_pointer())
-
-            def splat(s):
-                return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
+            const, vector, splat = compiled_kernels.ir_helpers(builder, v8, intp)
 
             def tap(t, ch):
                 """The weights of list entry ``t`` at channel ``ch`` and the input offset of its first pixel."""
@@ -226,7 +216,7 @@ _pixels_wide: Any = None
 
 
 def _vector_split(rows_at, x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, wide, parts):  # noqa: E501 # pragma: no cover
-    """``_vector_rows`` (16 lanes first when ``wide``) over all output rows cut into ``parts`` runs, run on
+    """``_vector_rows`` (16 lanes first where ``wide`` is True) over all output rows cut into ``parts`` runs, run on
     numba's threads; called at ``rows_at`` (as ``_depthwise_split`` calls its rows)."""
     rows = y.shape[0] * y.shape[1]
     step = -(-rows // parts)
@@ -238,8 +228,10 @@ def _vector_split(rows_at, x, taps, bias, y, kh, kw, sh, sw, dh, dw, top, left, 
 
 def _vector_rows(x, w, bias, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi, first, last, wide):  # pragma: no cover
     """Output rows ``first`` .. ``last`` (of all images' rows) of ``_depthwise_rows``'s convolution by the
-    vector micro-kernel (module docstring), 16 lanes first when ``wide``: per row, the run of columns whose
-    windows lie inside the input in groups of ``PIXELS``, each border column on its own."""
+    vector micro-kernel (module docstring): per row, the run of columns whose windows lie inside the input in
+    groups of ``PIXELS``, each border column on its own. ``wide`` is None for the 8-lane micro-kernel, True for
+    16 lanes first: a type, not a value, so that numba prunes the 16-lane code from the 8-lane build (compiling
+    it, on a CPU whose vectors LLVM splits, took a large share of this build)."""
     nb, h, wd, c = x.shape
     _, oh, ow, _ = y.shape
     xf, yf, wf = x.reshape(-1), y.reshape(-1), w.reshape(-1)
@@ -293,7 +285,7 @@ def _tap_list(ids, offsets, n, r0, c0, kj0, kj1, kh, kw, dh, dw, h, wd, c):  # p
 def _pixel_block(
     xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, todo, wide
 ):  # pragma: no cover
-    """``todo`` (1, 2, 4 or ``PIXELS``) pixels by the micro-kernel (16 lanes first when ``wide``, then 8), the
+    """``todo`` (1, 2, 4 or ``PIXELS``) pixels by the micro-kernel (16 lanes first where ``wide`` is True, then 8), the
     channels past its whole vectors by a scalar loop in the same order; a window with no tap in range is the
     bias alone."""
     if count == 0:
@@ -303,7 +295,7 @@ def _pixel_block(
                 yf[yo + p * c + ch] = min(max(v, lo), hi) if v == v else v
         return
     done = 0
-    if wide:
+    if wide is not None:
         done = c // 16 * 16
         if todo == 8:
             _pixels_wide(xf, yf, wf, b, with_bias, ids, offsets, count, xo, step, yo, c, lo, hi, 8, 0)
@@ -363,7 +355,7 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
     rows_kernel: Any = _depthwise_rows if kernel == "rows" else _vector_rows
     split_form: Any = _depthwise_split if kernel == "rows" else _vector_split
     name = "rows" if kernel == "rows" else "vector"
-    wide: tuple[bool, ...] = () if kernel == "rows" else (kernel == "vector16",)
+    wide: tuple[bool | None, ...] = () if kernel == "rows" else (wide_lanes(kernel),)
     whole = (*args, 0, rows, *wide)
     parallel = compiled_kernels.compiled(f"depthwise_{name}_split", split_form, parallel=True)
     return compiled_kernels.split_step(
@@ -373,6 +365,12 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
         rows,
         y.size >= policy.current().split_outputs,
     )
+
+
+def wide_lanes(kernel: str) -> bool | None:
+    """``_vector_rows``'s ``wide`` for a vector kernel of ``DEPTHWISE_KERNELS``: True for ``"vector16"``, else
+    None."""
+    return True if kernel == "vector16" else None
 
 
 def read_only(a: np.ndarray) -> np.ndarray:

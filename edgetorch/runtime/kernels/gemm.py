@@ -73,27 +73,6 @@ def pack(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray
     return np.ascontiguousarray(wp.reshape(k, panels, WIDTH).transpose(1, 0, 2)), bp
 
 
-def _ir_helpers(builder: Any, vec: Any, intp: Any) -> tuple[Callable, Callable, Callable]:
-    """The IR the GEMM's intrinsics build with ``builder`` for vectors of type ``vec``: an ``intp`` constant,
-    a ``vec`` pointer ``at`` floats past a float pointer, and a vector of one float in every lane."""
-    from llvmlite import ir
-
-    i32 = ir.IntType(32)
-    undef = ir.Constant(vec, ir.Undefined)
-    lane0 = ir.Constant(ir.VectorType(i32, vec.count), [ir.Constant(i32, 0)] * vec.count)
-
-    def const(v: int) -> Any:
-        return ir.Constant(intp, v)
-
-    def vector(data: Any, at: Any) -> Any:
-        return builder.bitcast(builder.gep(data, [at], inbounds=True), vec.as_pointer())
-
-    def splat(s: Any) -> Any:
-        return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
-
-    return const, vector, splat
-
-
 def _tile_intrinsic(lanes: int = 8) -> Any:
     """``tile(a, i, wp, p, bias, lo, hi, y, rows, halves)``, a numba intrinsic over ``lanes``-float vectors (8:
     AVX2's registers, 16: AVX-512's, which LLVM splits in two where the CPU has no AVX-512, correct but slow):
@@ -133,7 +112,7 @@ def _tile_intrinsic(lanes: int = 8) -> Any:
                 builder.module, ir.FunctionType(v8, [v8, v8, v8]), f"llvm.fma.v{lanes}f32"
             )
 
-            const, vector, splat = _ir_helpers(builder, v8, intp)
+            const, vector, splat = compiled.ir_helpers(builder, v8, intp)
 
             def row(arr, r):
                 """A float pointer to row ``first + r`` of the 2-D ``arr``."""
@@ -192,15 +171,18 @@ call_at: Any = None
 
 def _gemm_part(a, wp, bias, lo, hi, y, r0, r1, p0, p1):  # pragma: no cover - compiled
     """Rows r0 .. r1 and panels p0 .. p1 of the product by the 8-lane tiles."""
-    _gemm_blocks(a, wp, bias, lo, hi, y, r0, r1, p0, p1, False)
+    _gemm_blocks(y, a, wp, bias, lo, hi, r0, r1, p0, p1, None)
 
 
-def _gemm_blocks(a, wp, bias, lo, hi, y, r0, r1, p0, p1, wide):  # pragma: no cover - compiled
-    """Rows r0 .. r1 and panels p0 .. p1 of the product, blocked for the caches (module docstring), by the
-    16-lane tiles when ``wide``; a last panel of at most 8 columns (N = 24, 40, ...) computes its first half
-    only, by the 8-lane tiles."""
+def _gemm_blocks(y, a, wp, bias, lo, hi, r0, r1, p0, p1, wide):  # pragma: no cover - compiled
+    """Rows r0 .. r1 and panels p0 .. p1 of y = clamp(a @ w + bias, lo, hi), blocked for the caches (module
+    docstring), by the 8-lane tiles where ``wide`` is None and by the 16-lane ones where it is True: a type, not a
+    value, so that numba prunes the 16-lane code from the 8-lane build (on a CPU without AVX-512, LLVM splits
+    those vectors, and compiling them took a large share of this build). A last panel of at most 8 columns
+    (N = 24, 40, ...) computes its first half only, by the 8-lane tiles. The packed GEMM's serial step (``y``
+    first, as the other kernels' steps); its threads and the fused kernels call it at its address."""
     k = a.shape[1]
-    tile = WIDE_ROWS if wide else ROWS
+    tile = ROWS if wide is None else WIDE_ROWS
     group = max(1, GROUP_BYTES // (k * 4 * WIDTH))
     block = max(tile, ROW_BYTES // (4 * k) // tile * tile)
     half = wp.shape[0] * WIDTH - y.shape[1] >= WIDTH // 2
@@ -211,7 +193,7 @@ def _gemm_blocks(a, wp, bias, lo, hi, y, r0, r1, p0, p1, wide):  # pragma: no co
             for p in range(g0, g1):
                 if half and p == wp.shape[0] - 1:
                     _half_panel(a, wp, p, bias, lo, hi, y, i0, i1)
-                elif wide:
+                elif wide is not None:
                     _wide_panel(a, wp, p, bias, lo, hi, y, i0, i1)
                 else:
                     _panel(a, wp, p, bias, lo, hi, y, i0, i1)
@@ -278,18 +260,12 @@ def _half_panel(a, wp, p, bias, lo, hi, y, i0, i1):  # pragma: no cover - compil
         _tile(a, i, wp, p, bias, lo, hi, y, 5, 1)
 
 
-def _gemm(out, a, wp, bias, lo, hi, wide, blocks):  # pragma: no cover - compiled
-    """out = clamp(a @ w + bias, lo, hi) on the calling thread (``out`` first, as the other kernels' steps),
-    by the 16-lane tiles when ``wide``: ``_gemm_blocks`` at ``blocks``, its ``compiled.address`` for these
-    arguments, so that its code is compiled once, not again inside this build and ``_gemm_split``'s."""
-    call_at(_gemm_blocks, blocks, (a, wp, bias, lo, hi, out, 0, a.shape[0], 0, wp.shape[0], wide))
-
-
-def _gemm_split(out, a, wp, bias, lo, hi, wide, blocks, parts):  # pragma: no cover - compiled
-    """``_gemm`` cut into ``parts`` runs of panels (weights larger than the input) or of rows (in whole
-    tiles), run on numba's threads."""
+def _gemm_split(blocks, out, a, wp, bias, lo, hi, wide, parts):  # pragma: no cover - compiled
+    """The product cut into ``parts`` runs of panels (weights larger than the input) or of rows (in whole
+    tiles), each run by ``_gemm_blocks`` at ``blocks``, its ``compiled.address`` for these arguments (compiled
+    once, not again inside this build), on numba's threads."""
     m, panels = a.shape[0], wp.shape[0]
-    tile = WIDE_ROWS if wide else ROWS
+    tile = ROWS if wide is None else WIDE_ROWS
     by_panels = out.shape[1] >= m or m < 2 * tile * parts
     if by_panels:
         run = -(-panels // parts)
@@ -299,10 +275,10 @@ def _gemm_split(out, a, wp, bias, lo, hi, wide, blocks, parts):  # pragma: no co
     for t in prange(parts):
         if by_panels:
             p0 = min(panels, t * run)
-            call_at(_gemm_blocks, blocks, (a, wp, bias, lo, hi, out, 0, m, p0, min(panels, p0 + run), wide))
+            call_at(_gemm_blocks, blocks, (out, a, wp, bias, lo, hi, 0, m, p0, min(panels, p0 + run), wide))
         else:
             r0 = min(m, t * run)
-            call_at(_gemm_blocks, blocks, (a, wp, bias, lo, hi, out, r0, min(m, r0 + run), 0, panels, wide))
+            call_at(_gemm_blocks, blocks, (out, a, wp, bias, lo, hi, r0, min(m, r0 + run), 0, panels, wide))
 
 
 def _pack_batch(b, wp, bi):  # pragma: no cover - compiled
@@ -376,7 +352,7 @@ def _row_intrinsic(lanes: int = 8) -> Any:
                 builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{lanes}f32"
             )
 
-            const, vector, splat = _ir_helpers(builder, vec, intp)
+            const, vector, splat = compiled.ir_helpers(builder, vec, intp)
             stride = builder.mul(k, const(WIDTH))  # floats a panel
             low, high = splat(args[5]), splat(args[6])
             for g0 in range(0, panels, most):
@@ -427,25 +403,22 @@ def _row_panels(x, wp, bias, lo, hi, out, p0, p1):  # pragma: no cover - compile
 
 
 def _gemv_part(y, x, wp, bias, lo, hi, out, p0, p1):  # pragma: no cover - compiled
-    """Panels p0 .. p1 of ``y`` [1, N] = clamp(x @ w + bias, lo, hi), through the padded row ``out``."""
+    """Panels p0 .. p1 of ``y`` [1, N] = clamp(x @ w + bias, lo, hi), through the padded row ``out``: the
+    one-row product's serial step (all panels); its threads call it at its address."""
     _row_panels(x[0], wp, bias, lo, hi, out, p0, p1)
     n = y.shape[1]
     for c in range(min(n, p0 * WIDTH), min(n, p1 * WIDTH)):
         y[0, c] = out[c]
 
 
-def _gemv(y, x, wp, bias, lo, hi, out):  # pragma: no cover - compiled
-    """The one-row product on the calling thread."""
-    _gemv_part(y, x, wp, bias, lo, hi, out, 0, wp.shape[0])
-
-
-def _gemv_split(y, x, wp, bias, lo, hi, out, parts):  # pragma: no cover - compiled
-    """The one-row product cut into ``parts`` runs of panels, run on numba's threads."""
+def _gemv_split(part, y, x, wp, bias, lo, hi, out, parts):  # pragma: no cover - compiled
+    """The one-row product cut into ``parts`` runs of panels, each by ``_gemv_part`` at ``part`` (its
+    ``compiled.address`` for these arguments), on numba's threads."""
     panels = wp.shape[0]
     run = -(-panels // parts)
     for t in prange(parts):
         p0 = min(panels, t * run)
-        _gemv_part(y, x, wp, bias, lo, hi, out, p0, min(panels, p0 + run))
+        call_at(_gemv_part, part, (y, x, wp, bias, lo, hi, out, p0, min(panels, p0 + run)))
 
 
 def row_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray) -> Callable[[], None]:
@@ -460,10 +433,11 @@ def row_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray) -> Callable[[],
     HELPERS.require("row_step")
     out = np.empty(packed.wp.shape[0] * WIDTH, np.float32)
     args = (y2, x2, packed.wp, packed.bias, packed.lo, packed.hi, out)
-    serial = partial(compiled.compiled("gemv", _gemv), *args)
+    whole = (*args, 0, packed.wp.shape[0])
     parallel = compiled.compiled("gemv_split", _gemv_split, parallel=True)
     worth = packed.k * packed.n >= policy.current().split_macs
-    return compiled.split_step(serial, parallel, args, packed.wp.shape[0], worth)
+    at = compiled.address(_gemv_part, *whole)
+    return compiled.split_step(partial(_gemv_part, *whole), parallel, (at, *args), packed.wp.shape[0], worth)
 
 
 def linear_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray, kernel: str = "packed") -> Callable[[], None]:
@@ -504,15 +478,23 @@ class PackedGemm:
         if not compiled.flat_float32(x2):
             flat = np.empty(x2.shape, np.float32)
             return partial(_in_turn, partial(np.copyto, flat, x2), self.step(flat, y2, kernel))
-        wide = kernel == "packed16"
-        blocks = compiled.address(_gemm_blocks, x2, self.wp, self.bias, self.lo, self.hi, y2, 0, 0, 0, 0, wide)
-        args = (y2, x2, self.wp, self.bias, self.lo, self.hi, wide, blocks)
-        serial = partial(compiled.compiled("gemm", _gemm), *args)
+        args = (y2, x2, self.wp, self.bias, self.lo, self.hi)
+        whole = (*args, 0, x2.shape[0], 0, self.wp.shape[0], wide_tiles(kernel))
         parallel = compiled.compiled("gemm_split", _gemm_split, parallel=True)
         limit = max(self.wp.shape[0], -(-x2.shape[0] // ROWS))
         return compiled.split_step(
-            serial, parallel, args, limit, x2.shape[0] * self.k * self.n >= policy.current().split_macs
+            partial(_gemm_blocks, *whole),
+            parallel,
+            (compiled.address(_gemm_blocks, *whole), *args, whole[-1]),
+            limit,
+            x2.shape[0] * self.k * self.n >= policy.current().split_macs,
         )
+
+
+def wide_tiles(kernel: str) -> bool | None:
+    """``_gemm_blocks``'s ``wide`` for ``kernel`` (one of :func:`packed_kernels`): True for ``"packed16"``,
+    else None."""
+    return True if kernel == "packed16" else None
 
 
 def packed_kernels() -> tuple[str, ...]:
@@ -636,16 +618,8 @@ def _in_turn(first: Callable[[], Any], then: Callable[[], Any]) -> None:
 
 HELPERS = compiled.Helpers(
     globals(),
-    compile=(
-        "_gemm_part",
-        "_gemm_blocks",
-        "_panel",
-        "_half_panel",
-        "_wide_panel",
-        "_pack_batch",
-        "_row_panels",
-        "_gemv_part",
-    ),
+    compile=("_gemm_part", "_gemm_blocks", "_pack_batch", "_gemv_part"),
+    inline=("_panel", "_half_panel", "_wide_panel", "_row_panels"),  # each called at one place: no build of its own
     build={
         "_tile": _tile_intrinsic,
         "_tile_wide": partial(_tile_intrinsic, 16),

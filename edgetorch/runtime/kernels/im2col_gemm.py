@@ -54,30 +54,36 @@ def step(
     rows, k = nb * oh * ow, kh * kw * c
     if x.dtype != np.float32 or k != packed.k or y2.shape != (rows, packed.n) or not compiled.flat_float32(y2):
         return None
-    wide = kernel == "packed16"
-    tile = WIDE_ROWS if wide else ROWS
+    wide = gemm.wide_tiles(kernel)
+    tile = ROWS if wide is None else WIDE_ROWS
     block = max(tile, BLOCK_BYTES // (4 * k) // tile * tile)
     flat, strides = _flat(x)
+    geometry = np.array([*strides, *window, block], np.int64)  # one argument: each costs the threaded build's compile
     cols = np.empty((0, 0), np.float32)  # a block's columns, as the kernel makes them (for their type)
     at = (
-        compiled.address(_columns, flat, strides, cols.reshape(-1), *window, 0, 0),
-        compiled.address(_gemm_blocks, cols, packed.wp, packed.bias, packed.lo, packed.hi, y2, 0, 0, 0, 0, wide),
+        compiled.address(_columns, flat, geometry, cols.reshape(-1), 0, 0),
+        compiled.address(_gemm_blocks, y2, cols, packed.wp, packed.bias, packed.lo, packed.hi, 0, 0, 0, 0, wide),
     )
-    args = (*at, y2, flat, strides, packed.wp, packed.bias, packed.lo, packed.hi, wide, *window, block)
-    serial = partial(compiled.compiled("im2col_gemm", _convolve), *args, 1)
-    parallel = compiled.compiled("im2col_gemm_split", _convolve, parallel=True)
-    limit = -(-rows // tile)
-    return compiled.split_step(serial, parallel, args, limit, rows * k * packed.n >= policy.current().split_macs)
+    args = (*at, y2, flat, geometry, packed.wp, packed.bias, packed.lo, packed.hi, wide)
+    whole = (*args, 0, rows)
+    parallel = compiled.compiled("im2col_gemm_split", _convolve_split, parallel=True)
+    return compiled.split_step(
+        partial(_convolve_rows, *whole),
+        parallel,
+        (compiled.address(_convolve_rows, *whole), *args),
+        -(-rows // tile),
+        rows * k * packed.n >= policy.current().split_macs,
+    )
 
 
-def _flat(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _flat(x: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """The memory ``x`` spans as a 1-D view from its first element, and its strides in elements followed by its
-    height, width and channels (int64), as :func:`_columns` reads them; ``x``'s strides are non-negative
-    multiples of its item size (as every array a schedule holds)."""
+    height, width and channels, as :func:`_columns` reads them; ``x``'s strides are non-negative multiples of
+    its item size (as every array a schedule holds)."""
     strides = [s // x.itemsize for s in x.strides]
     span = 1 + sum((d - 1) * s for d, s in zip(x.shape, strides))
     flat = np.lib.stride_tricks.as_strided(x, (span,), (x.itemsize,), writeable=False)
-    return flat, np.array([*strides, *x.shape[1:]], np.int64)
+    return flat, [*strides, *x.shape[1:]]
 
 
 # ------------------------------------------------------------------------------------------------ kernels
@@ -88,13 +94,13 @@ prange: Any = range
 call_at: Any = None
 
 
-def _columns(x, strides, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first, last):  # pragma: no cover
+def _columns(x, geometry, cols, first, last):  # pragma: no cover - compiled
     """cols[p - first, (ki, kj, c)] = x[n, i*sh - top + ki*dh, j*sw - left + kj*dw, c] for the output pixels
     p = (n * OH + i) * OW + j from ``first`` to ``last``, zero outside the input; ``x`` is the flat memory of an
-    [N, H, W, C] array whose ``strides`` (in elements) are given; a kernel row at a time by windows.py's
-    ``_kernel_row``, as its im2col."""
-    h, wd, c = strides[4], strides[5], strides[6]
-    sn, sr, sc, sk = np.uint64(strides[0]), np.uint64(strides[1]), np.uint64(strides[2]), np.uint64(strides[3])
+    [N, H, W, C] array, ``geometry`` its strides (in elements), H, W and C, then the window (OH, OW, KH, KW,
+    SH, SW, DH, DW, top, left); a kernel row at a time by windows.py's ``_kernel_row``, as its im2col."""
+    h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, top, left = geometry[4:17]
+    sn, sr, sc, sk = np.uint64(geometry[0]), np.uint64(geometry[1]), np.uint64(geometry[2]), np.uint64(geometry[3])
     run, width = kw * c, np.uint64(kh * kw * c)
     n, r = first // (oh * ow), first % (oh * ow)
     i, j = r // ow, r % ow
@@ -112,33 +118,35 @@ def _columns(x, strides, cols, oh, ow, kh, kw, sh, sw, dh, dw, top, left, first,
         j += 1
 
 
-def _convolve(
-    columns, blocks, y, x, strides, wp, bias, lo, hi, wide, oh, ow, kh, kw, sh, sw, dh, dw, top, left, block, parts
-):  # noqa: E501 # pragma: no cover
-    """The layer over ``parts`` runs of output pixels (whole tiles a run), each in blocks of ``block`` pixels:
-    the block's columns into the part's scratch, then the GEMM's tiles from it into the block's rows of ``y``,
-    by ``_columns`` and ``_gemm_blocks`` at ``columns`` and ``blocks`` (their ``compiled.address``: compiled
-    once, not again inside both builds of this kernel). Compiled twice: serially (``prange`` runs as
-    ``range``) and with numba's threads (whose build run with one part would still wake the threads)."""
-    m, k = y.shape[0], wp.shape[1]
-    tile = WIDE_ROWS if wide else ROWS
+def _convolve_rows(columns, blocks, y, x, geometry, wp, bias, lo, hi, wide, r0, r1):  # pragma: no cover - compiled
+    """Output pixels ``r0`` .. ``r1`` of the layer in blocks of ``block`` pixels (``geometry``'s last number,
+    after :func:`_columns`' geometry): the block's columns into a scratch of its own, then the GEMM's tiles from
+    it into the block's rows of ``y``, by ``_columns`` and ``_gemm_blocks`` at ``columns`` and ``blocks`` (their
+    ``compiled.address``: compiled once, not again inside this build). The layer's serial step (all pixels);
+    its threads call it at its address."""
+    k, block = wp.shape[1], geometry[17]
+    cols = np.empty((block, k), np.float32)
+    for i0 in range(r0, r1, block):
+        i1 = min(r1, i0 + block)
+        call_at(_columns, columns, (x, geometry, cols.reshape(-1), i0, i1))
+        call_at(_gemm_blocks, blocks, (y[i0:i1], cols, wp, bias, lo, hi, 0, i1 - i0, 0, wp.shape[0], wide))
+
+
+def _convolve_split(rows, columns, blocks, y, x, geometry, wp, bias, lo, hi, wide, parts):  # noqa: E501 # pragma: no cover
+    """The layer over ``parts`` runs of output pixels (whole tiles a run) on numba's threads, each by
+    ``_convolve_rows`` at ``rows`` (its ``compiled.address`` for these arguments)."""
+    m = y.shape[0]
+    tile = ROWS if wide is None else WIDE_ROWS
     share = -(-m // parts)
     run = -(-share // tile) * tile
     for t in prange(parts):
-        cols = np.empty((block, k), np.float32)
         r0 = min(m, t * run)
-        r1 = min(m, r0 + run)
-        for i0 in range(r0, r1, block):
-            i1 = min(r1, i0 + block)
-            call_at(
-                _columns, columns, (x, strides, cols.reshape(-1), oh, ow, kh, kw, sh, sw, dh, dw, top, left, i0, i1)
-            )
-            call_at(_gemm_blocks, blocks, (cols, wp, bias, lo, hi, y[i0:i1], 0, i1 - i0, 0, wp.shape[0], wide))
+        call_at(_convolve_rows, rows, (columns, blocks, y, x, geometry, wp, bias, lo, hi, wide, r0, min(m, r0 + run)))
 
 
 HELPERS = compiled.Helpers(
     globals(),
-    compile=("_columns",),
+    compile=("_columns", "_convolve_rows"),
     build={"_gemm_blocks": lambda: gemm._gemm_blocks, "_kernel_row": lambda: windows._kernel_row},
     after=(gemm.HELPERS, windows.HELPERS),
 )

@@ -34,7 +34,6 @@ from edgetorch.runtime.kernels import compiled, depthwise, gemm
 
 EXPANDED_BYTES = 512 * 1024  # expanded rows a pass reads: half a 1 MB L2 (measured best of 128 KB to 1 MB)
 WEIGHT_BYTES = 512 * 1024  # pointwise weights a fused block may read at each pass (as much as the expanded rows)
-KINDS = {"rows": 0, "vector": 1, "vector16": 2}  # depthwise.py's kernels, as the compiled loop names them
 
 
 def takes(channels: int, expanded: int, out: int) -> bool:
@@ -97,12 +96,28 @@ def step(
     none = gemm.PackedGemm(np.zeros((1, 1), np.float32), None) if expand is None else expand  # not read
     capacity = 2 * rows if expand is not None else 0  # the kept rows move to the front only when it is full
     sizes = (capacity, wd, e, chunk, ow)
-    args = (y.reshape(-1, y.shape[3]), x.reshape(-1, c), x,
-            expand is not None, none.wp, none.bias, none.lo, none.hi,
-            depthwise.read_only(dw.taps), depthwise.read_only(dw.bias), np.float32(dw.lo), np.float32(dw.hi),
-            project.wp, project.bias, project.lo, project.hi,
-            kh, kw, sh, sw, dh, dw_, top, left,
-            KINDS[dw.kernel], kernels[0] == "packed16", kernels[1] == "packed16", residual, chunk, oh, ow)  # fmt: skip
+    y2, x2 = y.reshape(-1, y.shape[3]), x.reshape(-1, c)
+    wide_e, wide_p = gemm.wide_tiles(kernels[0]), gemm.wide_tiles(kernels[1])
+    taps, bd = depthwise.read_only(dw.taps), depthwise.read_only(dw.bias)
+    lod, hid = np.float32(dw.lo), np.float32(dw.hi)
+    # The layers' kernels at their addresses, built for the arguments' types _band passes (a scratch view of the
+    # same type stands for a buffer; ``x`` for the depthwise layer's rows, which are either): both depthwise
+    # kernels, since _band's one build holds a call of each (tuning has built them for these types already).
+    e2, _, f2, f4 = _ARRAYS
+    expand_at = compiled.address(gemm._gemm_blocks, e2, x2, none.wp, none.bias, none.lo, none.hi, 0, 0, 0, 0, wide_e)
+    project_at = compiled.address(
+        gemm._gemm_blocks, y2, f2, project.wp, project.bias, project.lo, project.hi, 0, 0, 0, 0, wide_p
+    )
+    wide_d = depthwise.wide_lanes(dw.kernel)
+    filtered = (x, taps, bd, f4[None], kh, kw, sh, sw, dh, dw_, top, left, lod, hid, 0, 0)
+    rows_at = compiled.address(depthwise._depthwise_rows, *filtered)
+    vector_at = compiled.address(depthwise._vector_rows, *filtered, wide_d)
+    # The block's numbers as two arrays (_band's ``numbers`` and ``clamps``): every argument of the threaded build
+    # costs its compile time.
+    numbers = np.array([kh, kw, sh, sw, dh, dw_, top, left, chunk, oh, ow, expand is not None, dw.kernel == "rows",
+                        residual, expand_at, rows_at if dw.kernel == "rows" else vector_at, project_at], np.int64)  # fmt: skip
+    clamps = np.array([none.lo, none.hi, dw.lo, dw.hi, project.lo, project.hi], np.float32)
+    args = (y2, x2, x, none.wp, none.bias, taps, bd, project.wp, project.bias, numbers, clamps, wide_e, wide_d, wide_p)
     band = compiled.address(_band, *args, *_ARRAYS, 0, nb * oh)  # the threads call the serial build
     parallel = partial(_with_buffers, compiled.compiled("inverted_residual_split", _block, parallel=True), sizes, band)
     # On the calling thread by the compiled _band itself: a parallel build run with one part would still wake
@@ -172,16 +187,25 @@ prange: Any = range
 call_at: Any = None
 
 
-def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-          kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
+def _band(y2, x2, x, we, be, taps, bd, wp, bp, numbers, clamps, wide_e, wide_d, wide_p,
           e2, e4, f2, f4, first, last):  # fmt: skip  # pragma: no cover - compiled
     """Output rows ``first`` .. ``last`` (of all images' rows, n * OH + i) of the block, ``chunk`` rows a pass
     (module docstring); ``y2`` and ``x2`` are the output and input as [pixels, channels]. The expanded rows a
     pass needs go into ``e2`` / ``e4`` (one buffer as [rows * W, E] and [rows, W, E]), the previous pass's last
-    rows kept when the windows share them; the depthwise output into ``f2`` / ``f4``."""
+    rows kept when the windows share them; the depthwise output into ``f2`` / ``f4``. ``numbers`` holds the
+    depthwise window (kh, kw, sh, sw, dh, dw, top, left), ``chunk``, OH, OW, whether the block expands, runs
+    the depthwise ``rows`` kernel and adds its input, and the layers' kernels' addresses; ``clamps`` the three
+    layers' bounds.
+
+    The layers are the kernels of gemm.py and depthwise.py called at their addresses (``compiled.address``), so
+    that their code is compiled once, not again inside this build: ``_gemm_blocks`` at ``expand_at`` and
+    ``project_at``, and at ``depthwise_at`` ``_depthwise_rows`` where ``rows``, else ``_vector_rows``."""
+    kh, kw, sh, sw, dh, dw, top, left, chunk, oh, ow = numbers[:11]
+    expanding, rows, residual = numbers[11] != 0, numbers[12] != 0, numbers[13] != 0
+    expand_at, depthwise_at, project_at = numbers[14:17]
+    loe, hie, lod, hid, lop, hip = clamps[:6]
     nb, h, wd, c = x.shape
     capacity = e4.shape[0]
-    zero = np.intp(0)  # an int64, not the constant 0: the helpers' build the standalone layers' steps use
     image, held_lo, held_hi, base = -1, 0, 0, 0  # rows held_lo .. held_hi of ``image`` from buffer row ``base``
     r = first
     while r < last:
@@ -205,7 +229,7 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         if g1 > start:
             out = e2[(at + start - g0) * wd : (at + g1 - g0) * wd]
             src = x2[(n * h + start) * wd : (n * h + g1) * wd]
-            _gemm_blocks(src, we, be, loe, hie, out, zero, (g1 - start) * wd, zero, we.shape[0], wide_e)
+            call_at(_gemm_blocks, expand_at, (out, src, we, be, loe, hie, 0, (g1 - start) * wd, 0, we.shape[0], wide_e))
         image, held_lo, held_hi = n, g0, g1
         if expanding:
             ex = e4[at : at + g1 - g0][None]
@@ -213,13 +237,14 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
             ex = x[n, g0:g1][None]
         fl = f4[: i1 - i0][None]
         shifted = top + g0 - i0 * sh  # the window's top padding, counted from the buffer's first row
-        if kind == 0:
-            _depthwise_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, zero, i1 - i0)
+        filtered = (ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, 0, i1 - i0)
+        if rows:
+            call_at(_depthwise_rows, depthwise_at, filtered)
         else:
-            _vector_rows(ex, taps, bd, fl, kh, kw, sh, sw, dh, dw, shifted, left, lod, hid, zero, i1 - i0, kind == 2)
+            call_at(_vector_rows, depthwise_at, (*filtered, wide_d))
         pixels = (i1 - i0) * ow
         dst = y2[(n * oh + i0) * ow : (n * oh + i1) * ow]
-        _gemm_blocks(f2[:pixels], wp, bp, lop, hip, dst, zero, pixels, zero, wp.shape[0], wide_p)
+        call_at(_gemm_blocks, project_at, (dst, f2[:pixels], wp, bp, lop, hip, 0, pixels, 0, wp.shape[0], wide_p))
         if residual:  # the add after the block: the output rows' own input rows (stride 1, one shape)
             src = x2[(n * h + i0) * wd : (n * h + i1) * wd]
             for p in range(pixels):
@@ -228,18 +253,16 @@ def _band(y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lo
         r += i1 - i0
 
 
-def _block(band, y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-           kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
+def _block(band, y2, x2, x, we, be, taps, bd, wp, bp, numbers, clamps, wide_e, wide_d, wide_p,
            e2, e4, f2, f4, parts):  # fmt: skip  # pragma: no cover - compiled
     """The block over ``parts`` bands of output rows, on numba's threads: ``_band`` at ``band``, its
     :func:`compiled.address` for these arguments."""
-    total = x.shape[0] * oh
+    total = x.shape[0] * numbers[9]
     run = -(-total // parts)
     for t in prange(parts):
         first = min(total, t * run)
-        call_at(_band, band, (y2, x2, x, expanding, we, be, loe, hie, taps, bd, lod, hid, wp, bp, lop, hip,
-                       kh, kw, sh, sw, dh, dw, top, left, kind, wide_e, wide_p, residual, chunk, oh, ow,
-                       e2[t], e4[t], f2[t], f4[t], first, min(total, first + run)))  # fmt: skip
+        call_at(_band, band, (y2, x2, x, we, be, taps, bd, wp, bp, numbers, clamps, wide_e, wide_d, wide_p,
+                              e2[t], e4[t], f2[t], f4[t], first, min(total, first + run)))  # fmt: skip
 
 
 HELPERS = compiled.Helpers(

@@ -188,24 +188,19 @@ def _transforms() -> tuple[Any, Any]:
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-    v8 = ir.VectorType(f32, LANES)
-    undef = ir.Constant(v8, ir.Undefined)
-    lane0 = ir.Constant(ir.VectorType(i32, LANES), [ir.Constant(i32, 0)] * LANES)
+    v8 = ir.VectorType(ir.FloatType(), LANES)
 
     def flat(t: Any) -> bool:
         return isinstance(t, types.Array) and t.ndim == 1 and t.layout == "C" and t.dtype == types.float32
 
     def helpers(context: Any, builder: Any) -> tuple[Any, Any, Any]:
-        intp = context.get_value_type(types.intp)
-
-        def const(value: int) -> Any:
-            return ir.Constant(intp, value)
+        """An ``intp`` constant, the vector at an offset of an array, and a vector of one float in every lane."""
+        const, vector, splat = compiled.ir_helpers(builder, v8, context.get_value_type(types.intp))
 
         def at(array: Any, offset: Any) -> Any:
-            return builder.bitcast(builder.gep(array.data, [offset], inbounds=True), v8.as_pointer())
+            return vector(array.data, offset)
 
-        return intp, const, at
+        return const, at, splat
 
     @intrinsic
     def input_tile(typingctx, src, a, rs, cs, v, o, plane):
@@ -214,7 +209,7 @@ def _transforms() -> tuple[Any, Any]:
         sig = types.void(src, a, rs, cs, v, o, plane)
 
         def codegen(context, builder, signature, args):
-            intp, const, at = helpers(context, builder)
+            const, at, _ = helpers(context, builder)
             s, d = (context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 4))
             base, rstride, cstride, out, stride = (
                 context.cast(builder, args[n], signature.args[n], types.intp) for n in (1, 2, 3, 5, 6)
@@ -263,14 +258,11 @@ def _transforms() -> tuple[Any, Any]:
         sig = types.void(m, p, mp, bias, lo, hi, y, y00, y01, y10, y11, count)
 
         def codegen(context, builder, signature, args):
-            intp, const, at = helpers(context, builder)
+            const, at, splat = helpers(context, builder)
             mm, bb, yy = (context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 3, 6))
             first, stride = (context.cast(builder, args[n], signature.args[n], types.intp) for n in (1, 2))
             outs = [context.cast(builder, args[n], signature.args[n], types.intp) for n in (7, 8, 9, 10)]
             channels = context.cast(builder, args[11], signature.args[11], types.intp)
-
-            def splat(s: Any) -> Any:
-                return builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, lane0)
 
             low, high = splat(args[4]), splat(args[5])
             count = builder.sdiv(channels, const(LANES))
