@@ -19,7 +19,7 @@ neighbour's as much as the kernel's. Decisions are cached for good, so one such 
 held after the machine went quiet: GPT-2's head ran sgemm (cached: 392 against 560 us), though on a quiet
 machine the packed GEMM measures faster (327 against 367 us), and its XNNPACK program ran 8% slower than its
 portable one.
-A family whose candidates run threads of their own (``own_threads``) is timed by the wall clock, as is every
+A family whose candidates run threads of their own (``threaded``) is timed by the wall clock, as is every
 family where the thread's CPU clock is coarser than a microsecond (Windows).
 
 With the policy's ``tune`` off the default runs, or the name the policy's
@@ -103,13 +103,13 @@ def choose(
     names: Sequence[str],
     build: Callable[[], Mapping[str, Callable[[], object]]],
     where: str = "",
-    own_threads: bool = False,
+    threaded: bool = False,
 ) -> Decision:
     """The kernel of ``names`` (the first is the default) that runs ``family``'s shape ``key``. ``build``
     returns, for each name, a call that runs that candidate once on private operands of the shape; it is
-    called only when the candidates are timed (by the wall clock where a candidate runs ``own_threads``).
+    called only when the candidates are timed (by the wall clock where the candidates are ``threaded``).
     ``where`` names the node for :func:`recording`."""
-    decision = _decide(family, key, list(names), build, own_threads)
+    decision = _decide(family, key, list(names), build, threaded)
     for log in _logs():
         log.append((where, decision))
     return decision
@@ -120,7 +120,7 @@ def _decide(
     key: str,
     names: list[str],
     build: Callable[[], Mapping[str, Callable[[], object]]],
-    own_threads: bool = False,
+    threaded: bool = False,
 ) -> Decision:
     if not names:
         raise ValueError(f"tuning {family} {key}: no candidates")
@@ -142,7 +142,7 @@ def _decide(
         for run in candidates.values():  # the warm-up (a first call compiles): not charged to the load
             run()
     with _BUDGET.counting():
-        times = measure(candidates, warm_up=False, own_threads=own_threads)
+        times = measure(candidates, warm_up=False, threaded=threaded)
     _CACHE.put(family, key, times)
     return Decision(family, key, min(names, key=times.__getitem__), MEASURED, MappingProxyType(times))
 
@@ -156,13 +156,13 @@ def measure(
     candidates: Mapping[str, Callable[[], object]],
     seconds: float = SHAPE_SECONDS,
     warm_up: bool = True,
-    own_threads: bool = False,
+    threaded: bool = False,
 ) -> dict[str, float]:
     """Each candidate's best time (seconds) over up to ``REPEATS`` calls taken in turn, after one warm-up
     call each (compiles, pages in the operands) unless ``warm_up`` is False, stopping once ``seconds`` have
     passed; on one thread, timed by its CPU time (module docstring), or by the wall clock where the candidates
-    run ``own_threads``."""
-    clock = time.perf_counter_ns if own_threads or not _FINE_THREAD_CLOCK else time.thread_time_ns
+    run threads of their own (``threaded``)."""
+    clock = time.perf_counter_ns if threaded or not _FINE_THREAD_CLOCK else time.thread_time_ns
     with policy.using(threads=1), blas_threads.ONE_THREAD:
         start = time.perf_counter()
         for run in candidates.values() if warm_up else ():

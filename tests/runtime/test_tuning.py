@@ -46,7 +46,7 @@ def _busy(seconds):
 
 
 @pytest.mark.skipif(not tuning._FINE_THREAD_CLOCK, reason="the thread CPU clock is coarser than a microsecond here")
-def test_times_are_the_threads_cpu_time_unless_candidates_run_threads_of_their_own():
+def test_times_are_the_threads_cpu_time_unless_the_candidates_are_threaded():
     """A candidate that waits (a sleep: the thread descheduled, as a busy neighbour makes it) costs no CPU time
     and must not lose to one that works; a family whose candidates run other threads is timed by the wall clock,
     where the wait counts."""
@@ -55,7 +55,7 @@ def test_times_are_the_threads_cpu_time_unless_candidates_run_threads_of_their_o
     candidates = {"waits": lambda: time.sleep(0.004), "works": lambda: _busy(0.001)}
     by_cpu = tuning.measure(candidates, seconds=0.1)
     assert by_cpu["waits"] < by_cpu["works"], by_cpu
-    by_wall = tuning.measure(candidates, seconds=0.1, own_threads=True)
+    by_wall = tuning.measure(candidates, seconds=0.1, threaded=True)
     assert by_wall["waits"] > by_wall["works"] >= 0.001, by_wall
 
 

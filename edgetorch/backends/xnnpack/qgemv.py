@@ -576,7 +576,7 @@ class IntegerLinear:
                 runs[name] = partial(qb4w(parallel=t > 1), *args, t)
             return runs
 
-        decision = tuning.choose("qb4w-tiles", f"{n}x{k}:{tiles}", ("split", "one-tile"), candidates, own_threads=True)
+        decision = tuning.choose("qb4w-tiles", f"{n}x{k}:{tiles}", ("split", "one-tile"), candidates, threaded=True)
         return decision.kernel == "split"
 
     def steps(self, xc: np.ndarray, xscale: np.ndarray, y: np.ndarray, lo: float, hi: float) -> list:
