@@ -13,14 +13,11 @@ the best of a few calls, for at most ``SHAPE_SECONDS`` a shape after one warm-up
 compiles a kernel once a process); past it the default (the first name) runs. A shape with one
 eligible candidate is not timed.
 
-Timed by the calling thread's CPU time, not the wall clock: on a busy machine (a build, another model beside
-the load) the OS deschedules the loading thread now and then, and a wall-clock time taken then is the
-neighbour's as much as the kernel's. Decisions are cached for good, so one such time made a choice that
-held after the machine went quiet: GPT-2's head ran sgemm (cached: 392 against 560 us), though on a quiet
-machine the packed GEMM measures faster (327 against 367 us), and its XNNPACK program ran 8% slower than its
-portable one.
-A family whose candidates run threads of their own (``threaded``) is timed by the wall clock, as is every
-family where the thread's CPU clock is coarser than a microsecond (Windows).
+Timed by the calling thread's CPU time, not the wall clock: on a busy machine the OS deschedules the loading
+thread now and then, a wall-clock time taken then is the neighbour's as much as the kernel's, and decisions are
+cached for good (docs/benchmarks.md, "Tuning by the thread's CPU time": one such time kept GPT-2's head on the
+slower kernel). A family whose candidates run threads of their own (``threaded``) is timed by the wall clock, as
+is every family where the thread's CPU clock is coarser than a microsecond (Windows).
 
 With the policy's ``tune`` off the default runs, or the name the policy's
 ``kernel_choices`` fixes (tests use these, so their results never depend on timing).
