@@ -16,7 +16,6 @@ detects, imports (on the first compile) and caches numba for every runtime.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -115,16 +114,6 @@ prange: Any = range  # numba's, bound before the first compile (importing this m
 call_at: Any = None
 
 
-def _split_step(part: Any, split_form: Any, name: str, args: tuple, count: int, limit: int, worth: bool) -> Any:
-    """The step computing rows (elements) 0 .. ``count`` of ``part`` (a compiled kernel taking ``args``, then
-    its first and last row): serially ``part`` itself; split, ``split_form`` (compiled as ``name``) calling it
-    over at most ``limit`` parts (``compiled_kernels.split_step``)."""
-    whole = (*args, 0, count)
-    parallel = compiled(name, split_form, parallel=True)
-    at = compiled_kernels.address(part, *whole)
-    return compiled_kernels.split_step(partial(part, *whole), parallel, (at, *args), limit, worth)
-
-
 def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
     """The step y = clamp(a + b, lo, hi) in one pass for float32 C-contiguous arrays of one shape (a residual
     add and its ReLU), from the policy's ``split_outputs`` values on over the
@@ -135,7 +124,9 @@ def add_clamp(a: Any, b: Any, y: Any, lo: float, hi: float) -> Any:
     args = (a, b, y, np.float32(lo), np.float32(hi))
     limit = -(-y.size // policy.current().split_outputs)
     worth = y.size >= 2 * policy.current().split_outputs
-    return _split_step(_add_clamp_part, _add_clamp_split, "add_clamp_split", args, y.size, limit, worth)
+    return compiled_kernels.part_split_step(
+        "add_clamp_split", _add_clamp_split, _add_clamp_part, (*args, 0, y.size), args, limit, worth
+    )
 
 
 def permute(x: Any, view: Any, y: Any) -> Any:
@@ -153,7 +144,9 @@ def permute(x: Any, view: Any, y: Any) -> Any:
     args = (x, y.reshape(*(d for d, _ in kept), view.shape[-1]), *(st for _, st in kept))
     rows = kept[0][0] * kept[1][0]
     worth = y.size >= policy.current().split_outputs
-    return _split_step(_permute_rows, _permute_split, "permute_split", args, rows, rows, worth)
+    return compiled_kernels.part_split_step(
+        "permute_split", _permute_split, _permute_rows, (*args, 0, rows), args, rows, worth
+    )
 
 
 def gather(x: Any, view: Any, y: Any) -> Any:
@@ -169,7 +162,9 @@ def gather(x: Any, view: Any, y: Any) -> Any:
     args = (x, y.reshape(*(d for d, _ in kept)), *(st for _, st in kept))
     rows = kept[0][0] * kept[1][0]
     worth = y.size >= policy.current().split_outputs
-    return _split_step(_gather_rows, _gather_split, "gather_split", args, rows, rows, worth)
+    return compiled_kernels.part_split_step(
+        "gather_split", _gather_split, _gather_rows, (*args, 0, rows), args, rows, worth
+    )
 
 
 # ``fn`` compiled with numba and kept under ``name``, or None when the policy turns the tier off: the one

@@ -167,6 +167,15 @@ def split_step(serial: Any, parallel: Any, args: tuple, limit: int, worth: bool)
     return partial(split, serial, partial(parallel, *args), limit) if worth else serial
 
 
+def part_split_step(name: str, split_form: Any, part: Any, whole: tuple, shared: tuple, limit: int, worth: bool) -> Any:
+    """:func:`split_step` for a kernel whose threads each run a part of the work by a serial kernel ``part``
+    called at its :func:`address`: serially, ``part`` on ``whole`` (its arguments for all of the work);
+    split, ``split_form`` (compiled with numba's threads under ``name``) on that address, then ``shared``, then
+    the part count. The address is of ``part``'s build for ``whole``'s types, which ``split_form`` must pass."""
+    parallel = compiled(name, split_form, parallel=True)
+    return split_step(partial(part, *whole), parallel, (address(part, *whole), *shared), limit, worth)
+
+
 def splits(step: Any) -> bool:
     """Whether ``step`` is a call of :func:`split` (it may run numba's threads)."""
     return isinstance(step, partial) and step.func is split

@@ -356,14 +356,10 @@ def _step(kernel: str, x: Any, taps: Any, bias: Any, y: Any, *window: Any) -> An
     split_form: Any = _depthwise_split if kernel == "rows" else _vector_split
     name = "rows" if kernel == "rows" else "vector"
     wide: tuple[bool | None, ...] = () if kernel == "rows" else (wide_lanes(kernel),)
+    worth = y.size >= policy.current().split_outputs
     whole = (*args, 0, rows, *wide)
-    parallel = compiled_kernels.compiled(f"depthwise_{name}_split", split_form, parallel=True)
-    return compiled_kernels.split_step(
-        partial(rows_kernel, *whole),
-        parallel,
-        (compiled_kernels.address(rows_kernel, *whole), *args, *wide),
-        rows,
-        y.size >= policy.current().split_outputs,
+    return compiled_kernels.part_split_step(
+        f"depthwise_{name}_split", split_form, rows_kernel, whole, (*args, *wide), rows, worth
     )
 
 

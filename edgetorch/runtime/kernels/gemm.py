@@ -433,11 +433,9 @@ def row_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray) -> Callable[[],
     HELPERS.require("row_step")
     out = np.empty(packed.wp.shape[0] * WIDTH, np.float32)
     args = (y2, x2, packed.wp, packed.bias, packed.lo, packed.hi, out)
-    whole = (*args, 0, packed.wp.shape[0])
-    parallel = compiled.compiled("gemv_split", _gemv_split, parallel=True)
     worth = packed.k * packed.n >= policy.current().split_macs
-    at = compiled.address(_gemv_part, *whole)
-    return compiled.split_step(partial(_gemv_part, *whole), parallel, (at, *args), packed.wp.shape[0], worth)
+    whole = (*args, 0, packed.wp.shape[0])
+    return compiled.part_split_step("gemv_split", _gemv_split, _gemv_part, whole, args, packed.wp.shape[0], worth)
 
 
 def linear_step(packed: PackedGemm, x2: np.ndarray, y2: np.ndarray, kernel: str = "packed") -> Callable[[], None]:
@@ -479,16 +477,11 @@ class PackedGemm:
             flat = np.empty(x2.shape, np.float32)
             return partial(_in_turn, partial(np.copyto, flat, x2), self.step(flat, y2, kernel))
         args = (y2, x2, self.wp, self.bias, self.lo, self.hi)
-        whole = (*args, 0, x2.shape[0], 0, self.wp.shape[0], wide_tiles(kernel))
-        parallel = compiled.compiled("gemm_split", _gemm_split, parallel=True)
+        wide = wide_tiles(kernel)
+        whole = (*args, 0, x2.shape[0], 0, self.wp.shape[0], wide)
         limit = max(self.wp.shape[0], -(-x2.shape[0] // ROWS))
-        return compiled.split_step(
-            partial(_gemm_blocks, *whole),
-            parallel,
-            (compiled.address(_gemm_blocks, *whole), *args, whole[-1]),
-            limit,
-            x2.shape[0] * self.k * self.n >= policy.current().split_macs,
-        )
+        worth = x2.shape[0] * self.k * self.n >= policy.current().split_macs
+        return compiled.part_split_step("gemm_split", _gemm_split, _gemm_blocks, whole, (*args, wide), limit, worth)
 
 
 def wide_tiles(kernel: str) -> bool | None:

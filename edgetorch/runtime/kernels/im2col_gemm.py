@@ -21,7 +21,6 @@ Imports only NumPy, compiled.py, gemm.py and the policy (numba and llvmlite on t
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -65,14 +64,9 @@ def step(
         compiled.address(_gemm_blocks, y2, cols, packed.wp, packed.bias, packed.lo, packed.hi, 0, 0, 0, 0, wide),
     )
     args = (*at, y2, flat, geometry, packed.wp, packed.bias, packed.lo, packed.hi, wide)
-    whole = (*args, 0, rows)
-    parallel = compiled.compiled("im2col_gemm_split", _convolve_split, parallel=True)
-    return compiled.split_step(
-        partial(_convolve_rows, *whole),
-        parallel,
-        (compiled.address(_convolve_rows, *whole), *args),
-        -(-rows // tile),
-        rows * k * packed.n >= policy.current().split_macs,
+    worth = rows * k * packed.n >= policy.current().split_macs
+    return compiled.part_split_step(
+        "im2col_gemm_split", _convolve_split, _convolve_rows, (*args, 0, rows), args, -(-rows // tile), worth
     )
 
 
