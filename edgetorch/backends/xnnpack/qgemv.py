@@ -759,14 +759,11 @@ class IntegerLinear:
             self.vnni_layer()
         return chosen
 
-    def vnni_matmul(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> None:
-        """y [M, N] = the node (before its clamp) on the centred input ``xc`` [M, K] (q - zp) with the rows' zero
-        points ``zp`` and scales ``xscale`` [M, 1], by the VNNI GEMM: the same float32 values as :meth:`steps`."""
-        _run_all(self.vnni_steps(xc, zp, xscale, y))
-
     def vnni_steps(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> list:
-        """Steps for :meth:`vnni_matmul` on these buffers (read at each run), with buffers of their own (made
-        once, not at each call): the input's bytes, the GEMM, its totals times the row scales, plus the bias. On
+        """Steps for y [M, N] = the node (before its clamp) on the centred input ``xc`` [M, K] (q - zp) with the
+        rows' zero points ``zp`` and scales ``xscale`` [M, 1] by the VNNI GEMM, the same float32 values as
+        :meth:`steps`; on these buffers (read at each run), with buffers of their own (made once, not at each
+        call): the input's bytes, the GEMM, its totals times the row scales, plus the bias. On
         one thread: split across two (by tiles of rows) it gave the same bits and lost or tied, on VNNI and on
         AVX2 (docs/benchmarks.md)."""
         call = self.vnni_layer().bound(xc, zp)
