@@ -314,3 +314,36 @@ def test_transform_takes_torch_s_pass_manager_and_none_lists():
     pm.add_pass(AddToMul())
     x, y = torch.full((2,), 2.0), torch.full((2,), 3.0)
     assert torch.equal(manager.transform(pm).exported_program().module()(x, y), x * y)
+
+
+def test_decompose_walks_the_dispatchers_composite_ops_once_and_sees_an_op_defined_since(monkeypatch):
+    """torch's run_decompositions walks the dispatcher's CompositeImplicitAutograd ops once per op namespace;
+    to_edge walks them once a call (so an op registered since the last call is seen) and puts torch's
+    function back afterwards."""
+    import importlib
+
+    import torch._export.utils as export_utils
+
+    decompose_module = importlib.import_module("edgetorch.exir.passes.decompose")  # the package exports a function
+    walks = []
+    original = decompose_module._MATERIALIZE_CIA
+    counted = lambda: walks.append(1) or original()  # noqa: E731
+    monkeypatch.setattr(decompose_module, "_MATERIALIZE_CIA", counted)
+    monkeypatch.setattr(export_utils, "_materialize_cpp_cia_ops", counted)  # as at import; torch's again after
+    lib = torch.library.Library("et_test_cia", "DEF")  # noqa: TOR901
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CompositeImplicitAutograd")
+
+    class Twice(nn.Module):
+        def forward(self, x):
+            return torch.ops.et_test_cia.twice(x) + 1
+
+    program = torch.export.export(Twice(), (torch.randn(3),))
+    edge = to_edge(program).exported_program()
+    targets = {str(n.target) for n in edge.graph.nodes if n.op == "call_function"}
+    assert not any("twice" in t for t in targets), targets
+    assert any("mul" in t for t in targets), targets
+    assert walks == [1]
+    assert export_utils._materialize_cpp_cia_ops is counted
+    x = torch.randn(3)
+    assert torch.equal(edge.module()(x), x * 2 + 1)

@@ -5,9 +5,12 @@ May import torch and edgetorch.exir.dialects.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
+import torch._export.utils as _export_utils
 from torch._decomp import get_decompositions
 from torch.export import ExportedProgram
 from torch.export._remove_effect_tokens_pass import _remove_effect_tokens
@@ -76,9 +79,44 @@ def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverloa
     return table
 
 
+# torch's run_decompositions lists the CompositeImplicitAutograd ops it may keep twice a call, and each listing
+# walks every such op of the C++ dispatcher once per op namespace (about 17 walks of ~790 ops, ~4 ms each): about
+# half of a small model's to_edge. The walk only makes each op reachable as torch.ops.NS.OP.OVERLOAD, which nothing
+# undoes, so one walk before the call serves the whole call; inside it the walk is skipped.
+_MATERIALIZE_CIA = getattr(_export_utils, "_materialize_cpp_cia_ops", None)
+_WALK_LOCK = threading.Lock()
+_walk_skippers = 0
+
+
+def _skip_walk() -> None:
+    """Stands in for torch's walk while :func:`_cia_ops_walked_once` is active."""
+
+
+@contextmanager
+def _cia_ops_walked_once() -> Iterator[None]:
+    """Inside the block torch's walk over the dispatcher's CompositeImplicitAutograd ops is done once, at entry
+    (comment above); a torch without that function runs as it is."""
+    global _walk_skippers
+    if _MATERIALIZE_CIA is None:
+        yield
+        return
+    _MATERIALIZE_CIA()
+    with _WALK_LOCK:  # threads share the module: the last one out puts torch's function back
+        _walk_skippers += 1
+        _export_utils._materialize_cpp_cia_ops = _skip_walk
+    try:
+        yield
+    finally:
+        with _WALK_LOCK:
+            _walk_skippers -= 1
+            if not _walk_skippers:
+                _export_utils._materialize_cpp_cia_ops = _MATERIALIZE_CIA
+
+
 def decompose(program: ExportedProgram, ops_to_not_decompose: Iterable[torch._ops.OpOverload] = ()) -> ExportedProgram:
     """A new program whose graph holds only Core ATen ops (plus the ops kept from decomposition)."""
-    program = program.run_decompositions(core_aten_decompositions(ops_to_not_decompose))
+    with _cia_ops_walked_once():
+        program = program.run_decompositions(core_aten_decompositions(ops_to_not_decompose))
     if program.graph_signature.input_tokens and _only_error_checks(program):
         program = _remove_effect_tokens(program)
     erase_calls(program.graph_module, _DROPPED_ASSERTS, prune=False)
