@@ -637,32 +637,38 @@ class IntegerLinear:
     def _few_rows(self, rows: int, where: str) -> str:
         """The host's choice for ``rows`` up to the policy's ``gemv_tuned_rows``: ``gemv``, ``sgemm`` or, for QB4W on a host with
         a dot form of qgemv_vnni.py (AVX512-VNNI or AVX2), ``vnni`` (the GEMM) or, up to ``qgemv_vnni.GEMV_ROWS`` rows, ``vnni-gemv`` (family ``qgemv``;
-        the decision is cached, so asking again is cheap)."""
+        the decision is cached, so asking again is cheap). Above ``GEMV_ROWS`` rows one decision serves a power-of-two
+        bucket of row counts, measured at its top (at most ``gemv_tuned_rows``): a prompt of a length not seen
+        before then costs no new measurement."""
         fixed = rows <= self.max_rows
+        if rows > qgemv_vnni.GEMV_ROWS:
+            measured = min(1 << (rows - 1).bit_length(), policy.current().gemv_tuned_rows)
+        else:
+            measured = rows
         kind = "qb4w" if self.four_bit else "qc8w"
         names: tuple[str, ...] = ("gemv", "sgemm") if fixed else ("sgemm", "gemv")
         vnni = self._takes_vnni()
         if vnni:
             names += ("vnni",)
-        vnni_gemv = self._takes_vnni_gemv() and rows <= qgemv_vnni.GEMV_ROWS
+        vnni_gemv = self._takes_vnni_gemv() and measured <= qgemv_vnni.GEMV_ROWS
         if vnni_gemv:
             names += ("vnni-gemv",)
 
         def candidates() -> dict[str, Any]:
             rng = np.random.default_rng(0)
-            xc = rng.integers(-128, 128, (rows, self.k)).astype(np.float32)
-            xscale = np.full((rows, 1), 0.01, np.float32)
-            xa = np.ones((rows, self.k + 1), np.float32)
-            y = np.empty((rows, self.n), np.float32)
+            xc = rng.integers(-128, 128, (measured, self.k)).astype(np.float32)
+            xscale = np.full((measured, 1), 0.01, np.float32)
+            xa = np.ones((measured, self.k + 1), np.float32)
+            y = np.empty((measured, self.n), np.float32)
             gemv = self._gemv_steps(xc, xscale, y, -np.inf, np.inf)
             runs = {"gemv": partial(_run_all, gemv), "sgemm": partial(self.matmul, xa, y)}
             if vnni:
-                runs["vnni"] = partial(_run_all, self.vnni_steps(xc, np.zeros((rows, 1), np.float32), xscale, y))
+                runs["vnni"] = partial(_run_all, self.vnni_steps(xc, np.zeros((measured, 1), np.float32), xscale, y))
             if vnni_gemv:
                 runs["vnni-gemv"] = self.vnni_gemv_layer().step(xc, xscale, self.bias, y, -np.inf, np.inf)
             return runs
 
-        key = f"{kind}{'-kept' if self.keep else ''}:{rows}x{self.k}x{self.n}{'+vnni' if vnni or vnni_gemv else ''}"
+        key = f"{kind}{'-kept' if self.keep else ''}:{measured}x{self.k}x{self.n}{'+vnni' if vnni or vnni_gemv else ''}"
         self.chosen[rows] = tuning.choose("qgemv", key, names, candidates, where).kernel
         self._release()
         # the chosen layout made now, while the schedule is built (at load for the declared shapes), also when

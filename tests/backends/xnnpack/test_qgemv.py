@@ -411,3 +411,24 @@ def test_thread_count_setting_without_numba():
     )
     env = {**os.environ, "EDGETORCH_FAST": "0", "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@needs_numba
+def test_row_counts_above_the_gemv_rows_share_one_decision_a_power_of_two(tuned, set_policy):
+    """Up to GEMV_ROWS rows every row count is measured on its own; above them one decision serves a power-of-two
+    bucket (measured at its top), so a prompt of a new length costs no new measurement."""
+    from edgetorch.backends.xnnpack import qgemv_vnni
+    from edgetorch.runtime import tuning
+
+    set_policy(tune=True, kernel_choices={})
+    rng = np.random.default_rng(5)
+    w = rng.integers(-127, 128, (24, 40)).astype(np.int8)
+    layer = qgemv.IntegerLinear.qc8w(w, rng.uniform(0.001, 0.02, 24).astype(np.float32), None, False)
+    small = qgemv_vnni.GEMV_ROWS
+    with tuning.recording() as log:
+        for rows in (small - 1, small, small + 1, 30, 32, 33, 64):
+            layer.uses_gemv(rows)
+    keys = [decision.key.split(":")[1].split("x")[0] for _, decision in log]
+    assert keys == [str(small - 1), str(small), "32", "32", "32", "64", "64"]
+    reasons = [decision.reason for _, decision in log]
+    assert reasons == [tuning.MEASURED] * 3 + [tuning.CACHED] * 2 + [tuning.MEASURED, tuning.CACHED]
