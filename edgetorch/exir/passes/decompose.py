@@ -89,11 +89,11 @@ _walk_skippers = 0
 
 
 def _skip_walk() -> None:
-    """Stands in for torch's walk while :func:`_cia_ops_walked_once` is active."""
+    """Stands in for torch's walk while :func:`cia_ops_walked_once` is active."""
 
 
 @contextmanager
-def _cia_ops_walked_once() -> Iterator[None]:
+def cia_ops_walked_once() -> Iterator[None]:
     """Inside the block torch's walk over the dispatcher's CompositeImplicitAutograd ops is done once, at entry
     (comment above); a torch without that function runs as it is."""
     global _walk_skippers
@@ -115,7 +115,7 @@ def _cia_ops_walked_once() -> Iterator[None]:
 
 def decompose(program: ExportedProgram, ops_to_not_decompose: Iterable[torch._ops.OpOverload] = ()) -> ExportedProgram:
     """A new program whose graph holds only Core ATen ops (plus the ops kept from decomposition)."""
-    with _cia_ops_walked_once():
+    with cia_ops_walked_once():
         program = program.run_decompositions(core_aten_decompositions(ops_to_not_decompose))
     if program.graph_signature.input_tokens and _only_error_checks(program):
         program = _remove_effect_tokens(program)
