@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgetorch.exir.passes.decompose import cia_ops_walked_once
+from edgetorch.exir.passes.decompose import trimmed_decompositions
 
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def executorch_pte(
     from executorch.exir import to_edge, to_edge_transform_and_lower
 
     ep = torch.export.export(model.eval(), args, dynamic_shapes=dynamic_shapes, strict=False)
-    with cia_ops_walked_once():
+    with trimmed_decompositions():
         if xnnpack:
             from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 

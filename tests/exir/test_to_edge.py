@@ -1,6 +1,7 @@
 """to_edge: the Edge graph holds only portable-library ops, matches real ExecuTorch's op set, and runs like eager."""
 
 import collections
+import collections.abc
 import operator
 import re
 from pathlib import Path
@@ -319,7 +320,7 @@ def test_transform_takes_torch_s_pass_manager_and_none_lists():
 def test_decompose_walks_the_dispatchers_composite_ops_once_and_sees_an_op_defined_since(monkeypatch):
     """torch's run_decompositions walks the dispatcher's CompositeImplicitAutograd ops once per op namespace;
     to_edge walks them once a call (so an op registered since the last call is seen) and puts torch's
-    function back afterwards."""
+    function, and the annotation its kernel registrations use, back afterwards."""
     import importlib
 
     import torch._export.utils as export_utils
@@ -345,5 +346,6 @@ def test_decompose_walks_the_dispatchers_composite_ops_once_and_sees_an_op_defin
     assert any("mul" in t for t in targets), targets
     assert walks == [1]
     assert export_utils._materialize_cpp_cia_ops is counted
+    assert torch._ops.Callable is collections.abc.Callable  # the annotation torch registers kernels with, back
     x = torch.randn(3)
     assert torch.equal(edge.module()(x), x * 2 + 1)
