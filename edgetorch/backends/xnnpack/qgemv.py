@@ -472,6 +472,12 @@ def _run_all(steps: list) -> None:
         step()
 
 
+def _row_bucket(rows: int, cap: int) -> int:
+    """The power of two at or above ``rows``, at most ``cap``: the row count one tuning decision is measured at and
+    serves."""
+    return min(cap, 1 << max(0, rows - 1).bit_length())
+
+
 class IntegerLinear:
     """A dynamically quantized fully connected's weights held as integers, with the kernel that multiplies them.
 
@@ -586,11 +592,7 @@ class IntegerLinear:
         ``gemv_split_macs`` multiply-adds on; results identical either way (each output's arithmetic is the same)."""
         m = xc.shape[0]
         tuned = policy.current().tune and m <= min(policy.current().gemv_tuned_rows, qgemv_vnni.GEMV_ROWS)
-        if (
-            tuned
-            and qgemv_vnni.gemv_fits(xc, xscale, y)
-            and (self.chosen.get(m) or self._few_rows(m, "")) == "vnni-gemv"
-        ):
+        if tuned and qgemv_vnni.gemv_fits(xc, xscale, y) and self._few_rows(m, "") == "vnni-gemv":
             return [self.vnni_gemv_layer().step(xc, xscale, self.bias, y, lo, hi)]
         return self._gemv_steps(xc, xscale, y, lo, hi)
 
@@ -639,12 +641,12 @@ class IntegerLinear:
         a dot form of qgemv_vnni.py (AVX512-VNNI or AVX2), ``vnni`` (the GEMM) or, up to ``qgemv_vnni.GEMV_ROWS`` rows, ``vnni-gemv`` (family ``qgemv``;
         the decision is cached, so asking again is cheap). Above ``GEMV_ROWS`` rows one decision serves a power-of-two
         bucket of row counts, measured at its top (at most ``gemv_tuned_rows``): a prompt of a length not seen
-        before then costs no new measurement."""
+        before then costs no new measurement. Asked again for the same rows (the GEMV's and the GEMM's questions of one
+        schedule), the layer's first answer."""
+        if rows in self.chosen:
+            return self.chosen[rows]
         fixed = rows <= self.max_rows
-        if rows > qgemv_vnni.GEMV_ROWS:
-            measured = min(1 << (rows - 1).bit_length(), policy.current().gemv_tuned_rows)
-        else:
-            measured = rows
+        measured = _row_bucket(rows, policy.current().gemv_tuned_rows) if rows > qgemv_vnni.GEMV_ROWS else rows
         kind = "qb4w" if self.four_bit else "qc8w"
         names: tuple[str, ...] = ("gemv", "sgemm") if fixed else ("sgemm", "gemv")
         vnni = self._takes_vnni()
@@ -655,15 +657,11 @@ class IntegerLinear:
             names += ("vnni-gemv",)
 
         def candidates() -> dict[str, Any]:
-            rng = np.random.default_rng(0)
-            xc = rng.integers(-128, 128, (measured, self.k)).astype(np.float32)
-            xscale = np.full((measured, 1), 0.01, np.float32)
-            xa = np.ones((measured, self.k + 1), np.float32)
-            y = np.empty((measured, self.n), np.float32)
+            xc, zp, xscale, xa, y = self._operands(measured)
             gemv = self._gemv_steps(xc, xscale, y, -np.inf, np.inf)
             runs = {"gemv": partial(_run_all, gemv), "sgemm": partial(self.matmul, xa, y)}
             if vnni:
-                runs["vnni"] = partial(_run_all, self.vnni_steps(xc, np.zeros((measured, 1), np.float32), xscale, y))
+                runs["vnni"] = partial(_run_all, self.vnni_steps(xc, zp, xscale, y))
             if vnni_gemv:
                 runs["vnni-gemv"] = self.vnni_gemv_layer().step(xc, xscale, self.bias, y, -np.inf, np.inf)
             return runs
@@ -678,6 +676,13 @@ class IntegerLinear:
         elif self.chosen[rows] == "vnni-gemv":
             self.vnni_gemv_layer()
         return self.chosen[rows]
+
+    def _operands(self, rows: int) -> tuple[np.ndarray, ...]:
+        """Private operands of ``rows`` rows for timing this layer's candidates: the centred input (int8 values),
+        its zero points and scales, the input with its ones column for sgemm, and the output."""
+        xc = np.random.default_rng(0).integers(-128, 128, (rows, self.k)).astype(np.float32)
+        zp, xscale = np.zeros((rows, 1), np.float32), np.full((rows, 1), 0.01, np.float32)
+        return xc, zp, xscale, np.ones((rows, self.k + 1), np.float32), np.empty((rows, self.n), np.float32)
 
     def _takes_vnni(self) -> bool:
         """Whether the int8-dot ("VNNI") GEMM takes this layer: QB4W (blocks of 16, K a multiple of them) on a host
@@ -743,16 +748,11 @@ class IntegerLinear:
             return False
         if policy.current().tune and rows <= policy.current().gemv_tuned_rows:
             return self._few_rows(rows, where) == "vnni"
-        bucket = min(128, 1 << max(0, rows - 1).bit_length())
+        bucket = _row_bucket(rows, 128)
         names = ("vnni", "sgemm") if policy.current().tune else ("sgemm", "vnni")
 
         def candidates() -> dict[str, Any]:
-            rng = np.random.default_rng(0)
-            xc = rng.integers(-128, 128, (bucket, self.k)).astype(np.float32)
-            zp = np.zeros((bucket, 1), np.float32)
-            xscale = np.full((bucket, 1), 0.01, np.float32)
-            xa = np.ones((bucket, self.k + 1), np.float32)
-            y = np.empty((bucket, self.n), np.float32)
+            xc, zp, xscale, xa, y = self._operands(bucket)
             vnni = partial(_run_all, self.vnni_steps(xc, zp, xscale, y))
             return {"vnni": vnni, "sgemm": partial(self.matmul, xa, y)}
 
