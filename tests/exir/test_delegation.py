@@ -211,6 +211,23 @@ def test_add_mul_partitioner_gives_two_delegates_that_run_like_eager():
     assert_matches(run_pte(manager.to_executorch().buffer, args), chain(*args))
 
 
+def interleaved(x, y):
+    a = x + y
+    s = torch.sin(a)  # undelegated, between the two nodes of the first partition, and reading its first one
+    b = a * y
+    return s + b  # joins neither: with a and b it would close a cycle through s
+
+
+def test_a_partition_read_between_its_nodes_leaves_a_graph_in_order():
+    args = (torch.randn(2, 2), torch.randn(2, 2))
+    delegated = to_backend(edge(interleaved, args), AddMulPartitionerDemo())
+    assert len(delegate_call_nodes(delegated.graph_module)) == 2
+    delegated.graph.lint()  # every node after what it reads: sin comes after the first delegate's result
+    torch.testing.assert_close(delegated.module()(*args), interleaved(*args))
+    manager = edge_manager_to_backend(to_edge(export(_Wrap(interleaved), args)), AddMulPartitionerDemo)
+    assert_matches(run_pte(manager.to_executorch().buffer, args), interleaved(*args))
+
+
 class Affine(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -202,13 +202,12 @@ def _cut_partitions(
         )
     _check_tagged_inputs_and_output(program)
     cut = _Cutter(program)
-    found = list(nodes_by_tag(program.graph_module))
+    found = nodes_by_tag(program.graph_module)
     missing = [t for t in found if t not in tags]
     if missing:
         raise PartitionerError(f"nodes are tagged {missing}, but partition_tags has no DelegationSpec for them")
-    for tag in found:
-        # Looked up again each time: cutting a partition re-sorts the graph into new nodes.
-        cut.lower(tag, nodes_by_tag(cut.gm)[tag], tags[tag])
+    for tag, nodes in found.items():
+        cut.lower(tag, nodes, tags[tag])
     return cut.finish(), cut.modules
 
 
@@ -358,17 +357,21 @@ class _Cutter:
             self.state_dict.pop(spec.target, None)
             self.constants.pop(spec.target, None)
             graph.erase_node(node)
-        legalize_graph(self.gm)  # sets a new graph on the module
-        output = next(n for n in self.gm.graph.nodes if n.op == "output")
-        last = next(iter(reversed(self.gm.graph.nodes)))
-        if last is not output:  # legalize_graph sorts a dead node (one with no users) after the output
-            last.append(output)
 
     def _next_debug_handle(self) -> int:
         return 1 + max((n.meta.get("debug_handle", 0) for n in self.gm.graph.nodes), default=0)
 
     def finish(self) -> ExportedProgram:
         """The program with its delegate calls (tags removed, signature matching the new graph)."""
+        # A delegate call stands where its partition's last node stood, so an undelegated node that sat between
+        # the partition's nodes and reads its result now comes before the call: sort the graph once, at the end
+        # (sorting after each cut cost a whole new graph and its code per partition).
+        if self.modules:
+            legalize_graph(self.gm)  # sets a new graph on the module
+            output = self.gm.graph.output_node()
+            last = next(iter(reversed(self.gm.graph.nodes)))
+            if last is not output:  # legalize_graph sorts a dead node (one with no users) after the output
+                last.append(output)
         graph = self.gm.graph
         for node in graph.nodes:
             node.meta.pop(TAG, None)
