@@ -4,6 +4,7 @@ import collections
 import collections.abc
 import operator
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -349,3 +350,19 @@ def test_decompose_walks_the_dispatchers_composite_ops_once_and_sees_an_op_defin
     assert torch._ops.Callable is collections.abc.Callable  # the annotation torch registers kernels with, back
     x = torch.randn(3)
     assert torch.equal(edge.module()(x), x * 2 + 1)
+
+
+def test_the_stand_in_for_torchs_callable_answers_isinstance_as_it_does():
+    """Inside trimmed_decompositions torch._ops' ``Callable`` is a stand-in whose subscription builds nothing;
+    torch checks a Python kernel with ``isinstance(handler, Callable)``, which must answer as before."""
+    import importlib
+
+    decompose_module = importlib.import_module("edgetorch.exir.passes.decompose")
+    with decompose_module.trimmed_decompositions():
+        stand_in = torch._ops.Callable
+        assert stand_in is not collections.abc.Callable
+        for thing in (len, lambda: 0, torch.add, nn.ReLU(), 3, "text", None):
+            assert isinstance(thing, stand_in) == isinstance(thing, collections.abc.Callable), thing
+        assert issubclass(nn.ReLU, stand_in) and not issubclass(int, stand_in)
+        assert stand_in[[int], int] is typing.Callable
+    assert torch._ops.Callable is collections.abc.Callable

@@ -88,8 +88,28 @@ def core_aten_decompositions(ops_to_not_decompose: Iterable[torch._ops.OpOverloa
 #   reachable as torch.ops.NS.OP.OVERLOAD, which nothing undoes, so one walk at entry serves the whole call.
 # - It registers and then removes about 5,600 Python kernels on those ops, twice a call. Each registration
 #   (torch._ops' ``py_impl``) defines a function annotated ``collections.abc.Callable[_P, _T]``, and that
-#   subscription is rebuilt every time (~45 of ~147 ms an override); ``typing.Callable`` is the same annotation,
-#   cached, and behaves the same in ``isinstance``.
+#   subscription is rebuilt every time (~45 of ~147 ms an override). Nothing reads those annotations, so inside
+#   the block the name stands for ``_CheapCallable``: subscripting it costs one call, and ``isinstance`` (the
+#   name's one use at run time) answers as ``collections.abc.Callable`` does.
+
+
+class _CheapCallable:
+    """``collections.abc.Callable`` for torch._ops while decompositions run: the same ``isinstance`` and
+    ``issubclass`` answers, and a subscription that builds nothing (it gives ``typing.Callable``)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, params: object) -> object:
+        return typing.Callable
+
+    def __instancecheck__(self, obj: object) -> bool:
+        return isinstance(obj, collections.abc.Callable)
+
+    def __subclasscheck__(self, cls: type) -> bool:
+        return issubclass(cls, collections.abc.Callable)
+
+
+_CHEAP_CALLABLE = _CheapCallable()
 _MATERIALIZE_CIA = getattr(_export_utils, "_materialize_cpp_cia_ops", None)
 _ANNOTATED = torch._ops if getattr(torch._ops, "Callable", None) is collections.abc.Callable else None
 _TRIM_LOCK = threading.Lock()
@@ -103,7 +123,7 @@ def _skip_walk() -> None:
 @contextmanager
 def trimmed_decompositions() -> Iterator[None]:
     """Inside the block torch's decompositions skip the fixed costs above: the walk over the dispatcher's
-    CompositeImplicitAutograd ops is done once, at entry, and kernel registrations use the cached annotation. A
+    CompositeImplicitAutograd ops is done once, at entry, and kernel registrations build no annotation. A
     torch without these names runs as it is. Threads share torch's modules: the last one out puts them back."""
     global _trimmers
     if _MATERIALIZE_CIA is not None:
@@ -113,7 +133,7 @@ def trimmed_decompositions() -> Iterator[None]:
         if _MATERIALIZE_CIA is not None:
             _export_utils._materialize_cpp_cia_ops = _skip_walk
         if _ANNOTATED is not None:
-            _ANNOTATED.Callable = typing.Callable  # type: ignore[attr-defined]
+            _ANNOTATED.Callable = _CHEAP_CALLABLE  # type: ignore[attr-defined]
     try:
         yield
     finally:
