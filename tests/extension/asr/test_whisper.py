@@ -28,17 +28,11 @@ INT8_WER_MARGIN = 0.25  # the int8 transcript's WER may exceed the reference's b
 
 
 class Whisper:
-    """The reference model's answers on the test speech, and edgetorch's programs as files."""
+    """The reference model's answers on the test speech, and edgetorch's programs as files (each made when a test
+    first asks for it: the portable and int8 ones only serve slow tests)."""
 
     def __init__(self, checkpoint: Path, speech: Path, folder: Path) -> None:
-        from edgetorch.extension.asr.whisper import (
-            export_whisper,
-            load_whisper,
-            reference_greedy,
-            whisper_metadata,
-            whisper_programs,
-        )
-        from edgetorch.extension.llm.export.exporter import lower_to_pte
+        from edgetorch.extension.asr.whisper import load_whisper, reference_greedy, whisper_metadata
 
         self.checkpoint = checkpoint
         model = load_whisper(checkpoint)
@@ -49,22 +43,34 @@ class Whisper:
         self.reference_text = self.runner.tokenizer.decode(self.reference_ids).strip()
         with torch.no_grad():
             self.encoder_out = model.model.encoder(torch.from_numpy(self.mel)).last_hidden_state.numpy()
-        self.paths = {name: folder / f"whisper_{name}.pte" for name in PROGRAMS}
-        # The float programs share one export (lowering leaves an exported program as it was); the int8 one goes
-        # through export_whisper, as `edgetorch asr export` does.
-        programs = whisper_programs(model)
-        for name, (backend, quantize) in PROGRAMS.items():
-            if quantize == "none":
-                lower_to_pte(programs, backend, self.metadata, self.paths[name])
-            else:
-                export_whisper(checkpoint, self.paths[name], backend=backend, quantize=quantize)
-
+        self.model, self.folder = model, folder
+        self._exported: dict | None = None
+        self._paths: dict[str, Path] = {}
         self._runners: dict[str, AsrRunner] = {}
+
+    def path(self, name: str) -> Path:
+        """The file of program ``name`` (a key of ``PROGRAMS``), lowered on first use. The float programs share
+        one export (lowering leaves an exported program as it was); the int8 one goes through export_whisper, as
+        `edgetorch asr export` does."""
+        from edgetorch.extension.asr.whisper import export_whisper, whisper_programs
+        from edgetorch.extension.llm.export.exporter import lower_to_pte
+
+        if name not in self._paths:
+            backend, quantize = PROGRAMS[name]
+            path = self.folder / f"whisper_{name}.pte"
+            if quantize == "none":
+                if self._exported is None:
+                    self._exported = whisper_programs(self.model)
+                lower_to_pte(self._exported, backend, self.metadata, path)
+            else:
+                export_whisper(self.checkpoint, path, backend=backend, quantize=quantize)
+            self._paths[name] = path
+        return self._paths[name]
 
     def runner_for(self, name: str) -> AsrRunner:
         """The loaded runner of program ``name`` (one per program: loading costs a second or more)."""
         if name not in self._runners:
-            self._runners[name] = AsrRunner(self.paths[name], self.checkpoint / "tokenizer.json")
+            self._runners[name] = AsrRunner(self.path(name), self.checkpoint / "tokenizer.json")
             self._runners[name].load()
         return self._runners[name]
 
@@ -80,7 +86,9 @@ def test_reference_transcribes_the_speech(whisper):
     assert wer < 0.3, whisper.reference_text
 
 
-@pytest.mark.parametrize("name", ["portable", "xnnpack"])
+# The portable and int8 programs are slow tests: each is a lowering of its own (~10 s), and the portable path and
+# 8-bit quantization are covered on smaller models in the default suite.
+@pytest.mark.parametrize("name", [pytest.param("portable", marks=pytest.mark.slow), "xnnpack"])
 def test_fp32_transcript_equals_the_reference(whisper, speech, name):
     runner = whisper.runner_for(name)
     text = runner.transcribe(speech)
@@ -91,6 +99,7 @@ def test_fp32_transcript_equals_the_reference(whisper, speech, name):
     assert stats.num_generated_tokens == len(whisper.reference_ids) and stats.real_time_factor > 0
 
 
+@pytest.mark.slow
 def test_int8_transcript_is_close(whisper, speech):
     text = whisper.runner_for("xnnpack-int8").transcribe(speech)
     wer, reference_wer = word_error_rate(SPOKEN, text), word_error_rate(SPOKEN, whisper.reference_text)
@@ -111,7 +120,7 @@ def test_asr_run_with_torch_blocked(whisper, speech):
     script = BLOCKER + textwrap.dedent(
         f"""
         from edgetorch.cli import main
-        code = main(["asr", "run", {str(whisper.paths["xnnpack"])!r}, "--audio", {str(speech)!r},
+        code = main(["asr", "run", {str(whisper.path("xnnpack"))!r}, "--audio", {str(speech)!r},
                      "--tokenizer", {str(whisper.checkpoint / "tokenizer.json")!r}])
         assert not any(m.split(".")[0] in ("torch", "executorch") for m in sys.modules), "torch was imported"
         sys.exit(code)
@@ -140,7 +149,7 @@ def test_multimodal_runner_transcribes_raw_audio_and_features(whisper, speech):
         make_token_input,
     )
 
-    runner = MultimodalRunner(whisper.paths["xnnpack"], whisper.checkpoint / "tokenizer.json")
+    runner = MultimodalRunner(whisper.path("xnnpack"), whisper.checkpoint / "tokenizer.json")
     samples, rate = read_wav(speech)
     pieces, seen = [], []
     runner.generate([make_raw_audio_input(samples, rate)], GenerationConfig(), pieces.append, seen.append)
@@ -164,7 +173,7 @@ def test_both_ways_with_executorch(whisper):
     from edgetorch.runtime import Runtime
     from tests.oracle import run_executorch_calls
 
-    pte = whisper.paths["xnnpack"].read_bytes()
+    pte = whisper.path("xnnpack").read_bytes()
     runner = whisper.runner_for("xnnpack")
     (hidden,) = runner.methods["audio_encoder"].execute([whisper.mel])
     ((theirs,),) = run_executorch_calls(pte, [[whisper.mel]], method="audio_encoder")
