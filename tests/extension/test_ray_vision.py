@@ -19,6 +19,7 @@ import pytest
 from bench.models import example_module
 from edgetorch.extension.ray import ProgramPredictor, SampleReader, list_samples
 from edgetorch.runtime import Runtime
+from tests.shared_builds import lite0_programs
 
 pytestmark = pytest.mark.skipif(
     not all(
@@ -35,24 +36,16 @@ INT8_MISSES_ALLOWED = 1  # as the example: the int8 program may differ from fp32
 
 @pytest.fixture(scope="module")
 def vision(tmp_path_factory):
-    """The fp32 and int8 programs (paths), the photo folder, and the example's top-1 per photo and program."""
-    import torch
-
+    """The fp32 and int8 programs (paths; tests/shared_builds.py), the photo folder, and the example's top-1 per
+    photo and program."""
+    built = lite0_programs(tmp_path_factory)
     root = tmp_path_factory.mktemp("vision")
-    lite0, photos = example_module("vision", "lite0"), example_module("vision", "photos")
-    lower = example_module("vision", "export_vision").lower
-    model = lite0.efficientnet_lite0()
+    photos = example_module("vision", "photos")
     inputs = photos.inputs()
-    example = (torch.from_numpy(next(iter(inputs.values()))),)
-    programs = {
-        "fp32": lower(torch.export.export(model, example)),
-        "int8": lower(lite0.quantize_int8(model, inputs.values())),
-    }
-    paths, top1 = {}, {}
-    for name, pte in programs.items():
-        paths[name] = root / f"lite0_{name}.pte"
-        paths[name].write_bytes(pte)
-        method = Runtime.get().load_program(pte).load_method("forward")
+    paths = {"fp32": built / "xnnpack.pte", "int8": built / "int8.pte"}
+    top1 = {}
+    for name, path in paths.items():
+        method = Runtime.get().load_program(path.read_bytes()).load_method("forward")
         top1[name] = {photo: int(np.argmax(method.execute([x])[0])) for photo, x in inputs.items()}
     photos.save_photos(root / "photos")
     return {"programs": paths, "photos": root / "photos", "top1": top1}

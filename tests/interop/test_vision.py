@@ -10,6 +10,7 @@ output's quantization.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -17,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from bench.models import example_module
 from edgetorch.runtime import Runtime
 from tests.oracle import run_executorch_calls
+from tests.shared_builds import lite0_programs
 
 pytestmark = pytest.mark.skipif(
     not all(
@@ -37,45 +38,19 @@ INT8_MISSES_ALLOWED = 1
 
 
 class Vision:
-    """The photos, eager's logits, and edgetorch's three programs; the int8 one also as a ``torch.export`` file."""
+    """The photos, eager's logits, and edgetorch's three programs; the int8 one also as a ``torch.export`` file
+    (made once per test run: tests/shared_builds.py)."""
 
     def __init__(self, folder: Path):
-        from edgetorch.backends.xnnpack import XnnpackPartitioner
-        from edgetorch.exir import to_edge, to_edge_transform_and_lower
-
-        lite0 = example_module("vision", "lite0")
-        model = lite0.efficientnet_lite0()
         self.photos = list(example_module("vision", "photos").inputs().values())
-        with torch.no_grad():
-            self.eager = np.concatenate([model(torch.from_numpy(x)).numpy() for x in self.photos])
-        quantized = lite0.quantize_int8(model, self.photos)
+        self.eager = np.load(folder / "eager.npy")
         self.int8_pt2 = folder / "int8.pt2"
-        torch.export.save(quantized, self.int8_pt2)
-        example = (torch.from_numpy(self.photos[0]),)
-        partitioner = [XnnpackPartitioner()]
-        self.programs = {
-            "portable": to_edge(torch.export.export(model, example)).to_executorch().buffer,
-            "xnnpack": to_edge_transform_and_lower(torch.export.export(model, example), partitioner=partitioner)
-            .to_executorch()
-            .buffer,
-            "int8": to_edge_transform_and_lower(quantized, partitioner=partitioner).to_executorch().buffer,
-        }
-        self.int8_step = _output_step(quantized)
+        self.programs = {name: folder.joinpath(f"{name}.pte").read_bytes() for name in ("portable", "xnnpack", "int8")}
+        self.int8_step = json.loads(folder.joinpath("int8.json").read_text())["output_step"]
 
     def misses(self, logits: np.ndarray) -> list[int]:
         """The photos whose top-1 class differs from eager fp32's."""
         return [i for i, (a, b) in enumerate(zip(logits.argmax(1), self.eager.argmax(1))) if a != b]
-
-
-def _output_step(ep: torch.export.ExportedProgram) -> float:
-    """The scale of the program's last dequantize: one quantization step of the logits."""
-    scales = [
-        n.args[1]
-        for n in ep.graph.nodes
-        if n.op == "call_function" and "dequantize_per_tensor" in str(n.target) and isinstance(n.args[1], float)
-    ]
-    assert scales, "the int8 program has no per-tensor dequantize"
-    return scales[-1]
 
 
 def ours(pte: bytes, photos: list[np.ndarray]) -> np.ndarray:
@@ -105,7 +80,7 @@ def executorch_lowering(program: Path) -> bytes:
 
 @pytest.fixture(scope="session")
 def vision(tmp_path_factory):
-    return Vision(tmp_path_factory.mktemp("vision"))
+    return Vision(lite0_programs(tmp_path_factory))
 
 
 @pytest.mark.parametrize("program", ["portable", "xnnpack"])
