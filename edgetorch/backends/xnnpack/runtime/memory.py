@@ -93,6 +93,7 @@ class Env:
         self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
         self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
         self.fc_input: dict[int, np.ndarray] = {}  # qdint8 value -> its dequantized [rows, K + 1] (qfast.py)
+        self.working: list[np.ndarray] = []  # the node's own buffers (``scratch``), pooled when it is released
         self.cursor = _Cursor()
 
     def __getitem__(self, vid: int) -> np.ndarray:
@@ -125,6 +126,13 @@ class Env:
         self.centred[vid] = a
         return a
 
+    def scratch(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A working buffer only the steps of the node being planned use: back in the pool once it is released."""
+        pool = self.free.get(math.prod(shape) * dtype.itemsize)
+        a = pool.pop().view(dtype).reshape(shape) if pool else self.cursor.take(shape, dtype)
+        self.working.append(a)
+        return a
+
     def ones_column(self, rows: int, k: int) -> tuple[np.ndarray, Step]:
         """A [rows, k + 1] float32 buffer and the step that sets its last column to 1 (the bias row's
         multiplier), run at every call since the memory is shared."""
@@ -147,10 +155,12 @@ class Env:
             self.pinned.add(root)
 
     def release(self, index: int, reads: Sequence[int]) -> None:
-        """After node ``index`` is planned, pool the buffers nothing after it reads."""
+        """After node ``index`` is planned, pool its working buffers and the buffers nothing after it reads."""
+        done, self.working = self.working, []
         for root in {self.root[v] for v in reads if v in self.root}:
             end = self.end.get(root)
             if end is not None and end <= index and root not in self.pinned:
                 del self.end[root]
-                for a in [self.arrays[root], *self.extra.pop(root, [])]:
-                    self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
+                done += [self.arrays[root], *self.extra.pop(root, [])]
+        for a in done:
+            self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
