@@ -154,7 +154,8 @@ class Env:
             self.pinned.add(root)
 
     def release(self, index: int, reads: Sequence[int]) -> None:
-        """After node ``index`` is planned, pool its working buffers and the buffers nothing after it reads."""
+        """After node ``index`` is planned, pool its working buffers and the buffers nothing after it reads
+        (``reads``: the values it reads, or only those it is the last to read, which is enough)."""
         done, self.working = self.working, []
         for v in reads:
             root = self.root.get(v)
