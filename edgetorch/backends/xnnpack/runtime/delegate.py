@@ -120,24 +120,34 @@ class XnnpackDelegate:
             return schedule
         env = Env(self.graph, self.last_use, self.external)
         inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
-        steps, ends = [], []
         # On the tier the delegate loaded with (Graph.compiled), also for the op layer's step builders, which
         # ask the policy: a policy changed since the load does not mix tiers within the delegate.
-        index = 0
-        with policy.using(compiled=self.graph.compiled):
-            try:
-                for index, (planner, dying) in enumerate(zip(self.planners, self.dying)):
-                    steps += planner(env)
-                    ends.append(len(steps))
-                    env.release(index, dying)
-            except (ValueError, Unsupported) as e:  # named after the node it comes from
-                raise _ScheduleError(f"XNNPACK node {index} ({_kind(self.compiled_nodes[index])}): {e}") from None
+        if policy.current().compiled == self.graph.compiled:
+            steps, ends = self._steps(env)
+        else:
+            with policy.using(compiled=self.graph.compiled):
+                steps, ends = self._steps(env)
         outputs = [env[vid] for _, vid in self.graph.outputs]
         schedule = _Schedule(inputs, steps, outputs, ends, compiled_kernels.own_threads(steps))
         self.schedules[shapes] = schedule
         if len(self.schedules) > _MAX_SCHEDULES:
             self.schedules.popitem(last=False)
         return schedule
+
+    def _steps(self, env: Env) -> tuple[list, list]:
+        """Every node's steps on ``env``'s arrays, and per node the index after its last step."""
+        steps: list = []
+        ends: list = []
+        index = 0
+        try:
+            for index, (planner, dying) in enumerate(zip(self.planners, self.dying)):
+                steps += planner(env)
+                ends.append(len(steps))
+                if dying or env.working:
+                    env.release(index, dying)
+        except (ValueError, Unsupported) as e:  # named after the node it comes from
+            raise _ScheduleError(f"XNNPACK node {index} ({_kind(self.compiled_nodes[index])}): {e}") from None
+        return steps, ends
 
     def execute(self, args: Sequence[Any]) -> list | None:
         """Run on ``args`` (inputs then outputs); returns the outputs only when their shapes changed."""

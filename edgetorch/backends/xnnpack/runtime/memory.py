@@ -110,7 +110,7 @@ class Env:
 
     def empty(self, vid: int, shape: Sequence[int], persistent: bool = False) -> np.ndarray:
         """A fresh or recycled C-contiguous array for value ``vid``; ``persistent`` keeps it out of the pool."""
-        shape, dtype = tuple(map(int, shape)), self.graph.dtype(vid)
+        shape, dtype = shape if type(shape) is tuple else tuple(map(int, shape)), self.graph.dtype(vid)
         if persistent:
             a = np.empty(shape, dtype)
             self.pinned.add(vid)
