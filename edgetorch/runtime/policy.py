@@ -315,9 +315,11 @@ def install(policy: Policy) -> None:
 
 @contextmanager
 def using(**changes: Any) -> Iterator[Policy]:
-    """The current policy with ``changes`` (field names of :class:`Policy`) in force inside the block."""
+    """The current policy with ``changes`` (field names of :class:`Policy`) in force inside the block (the same
+    policy when it already has them: an XNNPACK schedule is built under one)."""
     before = _current
-    install(dataclasses.replace(before, **changes))
+    if any(getattr(before, name, using) != value for name, value in changes.items()):
+        install(dataclasses.replace(before, **changes))
     try:
         yield _current
     finally:

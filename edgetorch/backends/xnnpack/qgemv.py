@@ -509,7 +509,9 @@ class IntegerLinear:
         self.floats: np.ndarray | None = None  # the dequantized weights, once made, when ``keep``
         self.vnni: Any = None  # the VNNI GEMM's layout of QB4W weights, once made (``vnni_layer``)
         self.vnni_gemv: Any = None  # the VNNI GEMV's, once made (``vnni_gemv_layer``)
-        self.chosen: dict[int, str] = {}  # rows -> the host's choice (``_few_rows``), once asked
+        # (rows or their bucket, whether the GEMV takes them untuned) -> the host's choice (``_few_rows``), once asked
+        self.chosen: dict[tuple[int, bool], str] = {}
+        self.gemm_buckets: dict[tuple[int, bool], bool] = {}  # (bucket, tune) -> ``uses_vnni``'s answer, once asked
         self.gemm_chosen = False  # whether ``uses_vnni`` chose the VNNI GEMM for more rows than tuned one by one
         self.sgemm_chosen = False  # whether it chose sgemm (on weights dequantized from the integer GEMV's layout)
         self.bias = np.zeros(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
@@ -641,12 +643,13 @@ class IntegerLinear:
         a dot form of qgemv_vnni.py (AVX512-VNNI or AVX2), ``vnni`` (the GEMM) or, up to ``qgemv_vnni.GEMV_ROWS`` rows, ``vnni-gemv`` (family ``qgemv``;
         the decision is cached, so asking again is cheap). Above ``GEMV_ROWS`` rows one decision serves a power-of-two
         bucket of row counts, measured at its top (at most ``gemv_tuned_rows``): a prompt of a length not seen
-        before then costs no new measurement. Asked again for the same rows (the GEMV's and the GEMM's questions of one
-        schedule), the layer's first answer."""
-        if rows in self.chosen:
-            return self.chosen[rows]
+        before then costs no new measurement. Asked again for the same bucket (the GEMV's and the GEMM's questions of
+        one schedule, or another length in it), the layer's first answer, without asking tuning again."""
         fixed = rows <= self.max_rows
         measured = _row_bucket(rows, policy.current().gemv_tuned_rows) if rows > qgemv_vnni.GEMV_ROWS else rows
+        asked = (measured, fixed)
+        if asked in self.chosen:
+            return self.chosen[asked]
         kind = "qb4w" if self.four_bit else "qc8w"
         names: tuple[str, ...] = ("gemv", "sgemm") if fixed else ("sgemm", "gemv")
         vnni = self._takes_vnni()
@@ -667,15 +670,15 @@ class IntegerLinear:
             return runs
 
         key = f"{kind}{'-kept' if self.keep else ''}:{measured}x{self.k}x{self.n}{'+vnni' if vnni or vnni_gemv else ''}"
-        self.chosen[rows] = tuning.choose("qgemv", key, names, candidates, where).kernel
+        chosen = self.chosen[asked] = tuning.choose("qgemv", key, names, candidates, where).kernel
         self._release()
         # the chosen layout made now, while the schedule is built (at load for the declared shapes), also when
         # the decision came from the cache: not in the first call, where it would count in the first token's time
-        if self.chosen[rows] == "vnni":
+        if chosen == "vnni":
             self.vnni_layer()
-        elif self.chosen[rows] == "vnni-gemv":
+        elif chosen == "vnni-gemv":
             self.vnni_gemv_layer()
-        return self.chosen[rows]
+        return chosen
 
     def _operands(self, rows: int) -> tuple[np.ndarray, ...]:
         """Private operands of ``rows`` rows for timing this layer's candidates: the centred input (int8 values),
@@ -743,13 +746,17 @@ class IntegerLinear:
         """Whether an input of ``rows`` rows (more than the GEMV takes) runs the VNNI GEMM rather than sgemm on
         the dequantized weights: where the host has the instruction, as tuning measures it (runtime/tuning.py,
         family ``qb4w-vnni``, one decision per power-of-two bucket of rows up to 128) with the VNNI GEMM the
-        default; never with the policy's ``tune`` off and no ``kernel_choices`` entry (sgemm, as before)."""
+        default; never with the policy's ``tune`` off and no ``kernel_choices`` entry (sgemm, as before). Asked
+        again for the same bucket, the layer's first answer, as in ``_few_rows``."""
         if not self._takes_vnni():
             return False
-        if policy.current().tune and rows <= policy.current().gemv_tuned_rows:
+        tune = policy.current().tune
+        if tune and rows <= policy.current().gemv_tuned_rows:
             return self._few_rows(rows, where) == "vnni"
         bucket = _row_bucket(rows, 128)
-        names = ("vnni", "sgemm") if policy.current().tune else ("sgemm", "vnni")
+        if (bucket, tune) in self.gemm_buckets:
+            return self.gemm_buckets[bucket, tune]
+        names = ("vnni", "sgemm") if tune else ("sgemm", "vnni")
 
         def candidates() -> dict[str, Any]:
             xc, zp, xscale, xa, y = self._operands(bucket)
@@ -757,7 +764,9 @@ class IntegerLinear:
             return {"vnni": vnni, "sgemm": partial(self.matmul, xa, y)}
 
         key = f"{self.n}x{self.k}:{bucket}"
-        chosen = tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
+        chosen = self.gemm_buckets[bucket, tune] = (
+            tuning.choose("qb4w-vnni", key, names, candidates, where).kernel == "vnni"
+        )
         self.gemm_chosen |= chosen
         self.sgemm_chosen |= not chosen
         self._release()
@@ -765,14 +774,16 @@ class IntegerLinear:
             self.vnni_layer()
         return chosen
 
-    def vnni_steps(self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray) -> list:
+    def vnni_steps(
+        self, xc: np.ndarray, zp: np.ndarray, xscale: np.ndarray, y: np.ndarray, buffer: qgemv_vnni.Buffer = np.empty
+    ) -> list:
         """Steps for y [M, N] = the node (before its clamp) on the centred input ``xc`` [M, K] (q - zp) with the
         rows' zero points ``zp`` and scales ``xscale`` [M, 1] by the VNNI GEMM, the same float32 values as
-        :meth:`steps`; on these buffers (read at each run), with buffers of their own (made once, not at each
-        call): the input's bytes, the GEMM, its totals times the row scales, plus the bias. On
+        :meth:`steps`; on these buffers (read at each run), with working buffers from ``buffer`` (made once, not
+        at each call; ``VnniQB4W.bound``): the input's bytes, the GEMM, its totals times the row scales, plus the bias. On
         one thread: split across two (by tiles of rows) it gave the same bits and lost or tied, on VNNI and on
         AVX2 (docs/benchmarks.md)."""
-        call = self.vnni_layer().bound(xc, zp)
+        call = self.vnni_layer().bound(xc, zp, buffer)
         steps = [call.prepare, partial(call.fn, *call.args), partial(np.multiply, call.totals, xscale, out=y)]
         if self.bias.shape[0]:
             steps.append(partial(np.add, y, self.bias, out=y))

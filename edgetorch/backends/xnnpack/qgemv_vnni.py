@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -52,6 +53,14 @@ import numpy as np
 from edgetorch.errors import InvalidInputError
 from edgetorch.runtime.host import host
 from edgetorch.runtime.kernels import llvm_jit
+
+Buffer = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # where a call's working arrays come from
+_BYTES = np.dtype(np.uint8)
+
+
+def _address(a: np.ndarray) -> int:
+    """The address of a writable C-contiguous array's first byte: a third of the time ``a.ctypes.data`` takes."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(a))
 
 
 @dataclass(frozen=True)
@@ -325,18 +334,19 @@ class VnniQB4W:
         sc = np.zeros((npad, k // block), np.float32)
         sc[:n] = scales
         self.sc = np.ascontiguousarray(sc.T)
-        kernel(self.dot)  # compiled now, with the layout (at load), not in a first call
+        self.addresses = tuple(t.ctypes.data for t in (self.p, self.cw, self.sc))
+        self.fn = kernel(self.dot)  # compiled now, with the layout (at load), not in a first call
 
-    def bound(self, xc: np.ndarray, zp: np.ndarray) -> GemmCall:
+    def bound(self, xc: np.ndarray, zp: np.ndarray, buffer: Buffer = np.empty) -> GemmCall:
         """The GEMM on the centred input ``xc`` [M, K] (q - zp, per row, any numeric dtype) and the rows' zero
-        points ``zp`` [M] or [M, 1] (arrays read at each call, not now)."""
-        fn = kernel(self.dot)
-        if fn is None:
+        points ``zp`` [M] or [M, 1] (arrays read at each call, not now); its input bytes and totals in arrays
+        from ``buffer(shape, dtype)`` (fresh ones by default; a schedule's scratch while one is built)."""
+        if self.fn is None:
             raise InvalidInputError(f"int8-dot QB4W GEMM: expected a host with {self.dot.flag}; found none; use sgemm")
         m, k = xc.shape
         if k != self.k:
             raise InvalidInputError(f"int8-dot QB4W GEMM: expected {self.k} inputs a row, found {k}")
-        return GemmCall(self, fn, xc, zp)
+        return GemmCall(self, self.fn, xc, zp, buffer)
 
     def totals(self, xc: np.ndarray, zp: np.ndarray) -> np.ndarray:
         """For the centred input ``xc`` [M, K] (q - zp, per row, any numeric dtype) and the rows' zero points
@@ -351,19 +361,24 @@ class VnniQB4W:
 class GemmCall:
     """The GEMM of a ``VnniQB4W`` layer bound to its input ``xc`` [M, K] and zero points ``zp``, with buffers of its
     own: :meth:`prepare` writes the input's bytes, then ``fn(*args)`` (the kernel on all rows, ``args`` the
-    addresses of its arrays then its sizes) writes :attr:`totals`."""
+    addresses of its arrays then its sizes) writes :attr:`totals`.
 
-    def __init__(self, layer: VnniQB4W, fn: Any, xc: np.ndarray, zp: np.ndarray):
+    The input's bytes ``a`` and the totals ``out`` are taken from ``buffer``, and only read or written by this call's
+    steps, so a schedule lays them in its shared scratch. The rows padding M up to the tile's are computed and not
+    read: each row of ``out`` depends on its own row of ``a`` (any bytes) and its ``off`` (zero: private)."""
+
+    def __init__(self, layer: VnniQB4W, fn: Any, xc: np.ndarray, zp: np.ndarray, buffer: Buffer = np.empty):
         m, k = xc.shape
-        mp = -(-m // layer.dot.rows) * layer.dot.rows
+        mp, np_ = -(-m // layer.dot.rows) * layer.dot.rows, layer.p.shape[1]
         self.fn, self.xc, self.zp = fn, xc, np.asarray(zp).reshape(-1)
         self.off = np.zeros(mp, np.int32)
-        self.a = np.zeros((mp, k), np.uint8)
-        self.out = np.empty((mp, layer.p.shape[1]), np.float32)
+        # ``a`` then ``out`` (on a cache line) in one buffer: one address to read, the costly part of binding a call
+        at = -(-mp * k // 64) * 64
+        both = buffer((at + 4 * mp * np_,), _BYTES)
+        self.a, self.out = both[: mp * k].reshape(mp, k), np.ndarray((mp, np_), np.float32, both, at)
         self.totals = self.out[:m, : layer.n]
-        arrays = (self.a, layer.p, layer.cw, layer.sc, self.off, self.out)
-        self.args = (*(t.ctypes.data for t in arrays), mp, self.out.shape[1], k // 8, layer.block // 8,
-                     k // layer.block)  # fmt: skip
+        a, off = _address(both), _address(self.off)
+        self.args = (a, *layer.addresses, off, a + at, mp, np_, k // 8, layer.block // 8, k // layer.block)
         self.keep = layer  # its weights, which ``args`` points into
 
     def prepare(self) -> None:

@@ -191,15 +191,26 @@ def own_threads(steps: Iterable[Any]) -> bool:
     numba's threads (:func:`splits`) or calls a kernel of the packed GEMM family; a step that runs others in
     turn (a ``partial`` of steps) is looked into. The one rule of the portable runtime's methods and of the
     XNNPACK delegate, derived from the steps themselves, not recorded as they are built."""
-    family = [got for got in map(_compiled.get, _GEMM_FAMILY) if got is not None]
+    family = {id(got) for got in map(_compiled.get, _GEMM_FAMILY) if got is not None}
 
-    def claims(step: Any, depth: int) -> bool:
-        if splits(step) or any(getattr(step, "func", None) is kernel for kernel in family):
+    def claims(step: Any, depth: int) -> bool:  # a loop, not any() of a generator: it runs once a step per schedule
+        func = getattr(step, "func", None)
+        if id(func) in family:
             return True
-        inner = step.args if isinstance(step, partial) and depth < 4 else ()
-        return any(callable(a) and claims(a, depth + 1) for a in inner)
+        if not isinstance(step, partial):
+            return False
+        if func is split:
+            return True
+        if depth < 4:
+            for a in step.args:
+                if callable(a) and claims(a, depth + 1):
+                    return True
+        return False
 
-    return any(claims(step, 0) for step in steps)
+    for step in steps:
+        if claims(step, 0):
+            return True
+    return False
 
 
 def compiled(name: str, fn: Any, **options: Any) -> Any:

@@ -94,6 +94,67 @@ def test_program_on_the_vnni_path_equals_the_gemv_path(monkeypatch, set_policy):
     np.testing.assert_array_equal(results["vnni"], results["gemv"])
 
 
+@needs_dot
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+def test_row_counts_in_one_bucket_share_the_decision_and_the_scratch(set_policy):
+    """An 8da4w program of dynamic rows on the VNNI GEMM, run at row counts of one tuning bucket in turn, gives every
+    call the bits a freshly loaded program gives; its GEMM's working buffers lie in the delegates' shared scratch
+    (not a copy a schedule), and each layer holds one decision for the bucket."""
+    import torch
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, PerGroup, quantize_
+
+    from edgetorch.backends.xnnpack import XnnpackPartitioner
+    from edgetorch.backends.xnnpack.runtime.memory import SCRATCH
+    from edgetorch.exir import to_edge_transform_and_lower
+    from edgetorch.runtime import Runtime
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU(), torch.nn.Linear(96, 32)).eval()
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    rows = torch.export.Dim("rows", min=1, max=64)
+    ep = torch.export.export(model, (torch.randn(24, 64),), dynamic_shapes=({0: rows},))
+    pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    set_policy(
+        tune=True,
+        gemv_max_rows=dict.fromkeys(policy.current().gemv_max_rows, 1),
+        kernel_choices={"qgemv": "vnni", "qb4w-vnni": "vnni"},
+    )
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((m, 64)).astype(np.float32) for m in (20, 27, 20, 31)]  # one bucket: 17 to 32 rows
+    fresh = [Runtime.get().load_program(pte).load_method("forward").execute([x])[0] for x in inputs]
+    method = Runtime.get().load_program(pte).load_method("forward")
+    with tuning.recording() as log:
+        for x, want in zip(inputs, fresh):
+            np.testing.assert_array_equal(method.execute([x])[0], want)
+    assert [decision.family for _, decision in log] == ["qgemv"] * 2  # a layer asks once for the bucket
+    (delegate,) = [handle for _, handle in method._executor.delegates]
+    calls = [
+        step.__self__
+        for schedule in delegate.schedules.values()
+        for step in schedule.steps
+        if isinstance(getattr(step, "__self__", None), qgemv_vnni.GemmCall)
+    ]
+    assert len(calls) == 2 * 4  # two layers, at 64 rows (the bound, at load), 20, 27 and 31
+    assert all(any(np.shares_memory(c.out, chunk) for chunk in SCRATCH) for c in calls)
+
+
+@needs_dot
+@pytest.mark.skipif(not policy.compiled_tier(), reason="numba is not installed (pip install edgetorch[fast])")
+@pytest.mark.parametrize(
+    ("tune", "rows", "buckets"), [(True, (65, 128, 1000), ["128"]), (False, (3, 4, 100, 1000), ["4", "128"])]
+)
+def test_the_gemm_decision_above_the_tuned_rows_is_asked_once_a_bucket(tune, rows, buckets, set_policy):
+    """Past the rows tuned one by one (64 by default), or with tuning off, one ``qb4w-vnni`` decision serves a
+    power-of-two bucket of row counts (the last, 128, all above): the layer answers later lengths itself."""
+    rng = np.random.default_rng(4)
+    _, _, w, scales = _layer(rng, 1, 64, 40, 32)
+    set_policy(tune=tune, gemv_tuned_rows=64, kernel_choices={"qb4w-vnni": "vnni"})
+    layer = qgemv.IntegerLinear.qb4w(_pack(w), scales, 32, 40, 64, None)
+    with tuning.recording() as log:
+        assert all(layer.uses_vnni(m) for m in rows)
+    assert [decision.key.split(":")[1] for _, decision in log] == buckets
+
+
 def _program_on_each_path(
     monkeypatch, set_policy, owner: type, method: str, names: tuple, settings, scheme: str = "8da4w"
 ) -> dict:

@@ -34,12 +34,16 @@ from edgetorch.runtime.plan_analysis import last_reads
 _MAX_SCHEDULES = 8
 
 
-def _compile_node(index: int, node: xs.XNode, g: Graph) -> Planner:
+def _kind(node: xs.XNode) -> str:
     n = node.xnode_union
-    kind = type(n).__name__ if n is not None else "an empty node"
+    return type(n).__name__ if n is not None else "an empty node"
+
+
+def _compile_node(index: int, node: xs.XNode, g: Graph) -> Planner:
+    n, kind = node.xnode_union, _kind(node)
     if n is not None and any(v in g.quant for v in read_ids(n) + [getattr(n, "output_id", xs.INVALID_VALUE_ID)]):
         try:
-            return _named_planner(index, kind, quantized_node(n, node, g))
+            return quantized_node(n, node, g)
         except Unsupported as e:
             raise DelegateLoadError(f"XNNPACK node {index} ({kind}) cannot run here: {e}") from None
     compiler = FLOAT_PLANNERS.get(type(n))
@@ -50,23 +54,11 @@ def _compile_node(index: int, node: xs.XNode, g: Graph) -> Planner:
         )
     try:
         if type(n) in APPLY_ACTIVATION:  # the layer clamps its own output, with its bias where it can
-            return _named_planner(index, kind, compiler(n, node, g, min_max(node)))  # type: ignore[call-arg]
+            return compiler(n, node, g, min_max(node))  # type: ignore[call-arg]
         planner = compiler(n, node, g)
     except Unsupported as e:
         raise DelegateLoadError(f"XNNPACK node {index} ({kind}) cannot run here: {e}") from None
-    return _named_planner(index, kind, with_activation(n, node, planner))
-
-
-def _named_planner(index: int, kind: str, planner: Planner) -> Planner:
-    """Make failures while building a schedule name the node they come from."""
-
-    def plan(env: Env) -> list:
-        try:
-            return planner(env)
-        except (ValueError, Unsupported) as e:
-            raise _ScheduleError(f"XNNPACK node {index} ({kind}): {e}") from None
-
-    return plan
+    return with_activation(n, node, planner)
 
 
 class _ScheduleError(Exception):
@@ -110,6 +102,8 @@ class XnnpackDelegate:
         self.compiled_nodes = fuse_blocks(self.graph, compiled, self.reads)
         self.planners = [_compile_node(i, node, self.graph) for i, node in enumerate(self.compiled_nodes)]
         self.last_use = last_reads(self.reads)
+        # Per node, the values it is the last to read: the only ones whose memory can go back to the pool after it.
+        self.dying = [[v for v in dict.fromkeys(r) if self.last_use[v] == i] for i, r in enumerate(self.reads)]
         self.external = {vid for _, vid in self.graph.inputs + self.graph.outputs}
         self.schedules: OrderedDict[tuple, _Schedule] = OrderedDict()
         declared = tuple(tuple(self.graph.value(vid).dims) for _, vid in self.graph.inputs)
@@ -126,20 +120,34 @@ class XnnpackDelegate:
             return schedule
         env = Env(self.graph, self.last_use, self.external)
         inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
-        steps, ends = [], []
         # On the tier the delegate loaded with (Graph.compiled), also for the op layer's step builders, which
         # ask the policy: a policy changed since the load does not mix tiers within the delegate.
-        with policy.using(compiled=self.graph.compiled):
-            for index, (planner, reads) in enumerate(zip(self.planners, self.reads)):
-                steps += planner(env)
-                ends.append(len(steps))
-                env.release(index, reads)
+        if policy.current().compiled == self.graph.compiled:
+            steps, ends = self._steps(env)
+        else:
+            with policy.using(compiled=self.graph.compiled):
+                steps, ends = self._steps(env)
         outputs = [env[vid] for _, vid in self.graph.outputs]
         schedule = _Schedule(inputs, steps, outputs, ends, compiled_kernels.own_threads(steps))
         self.schedules[shapes] = schedule
         if len(self.schedules) > _MAX_SCHEDULES:
             self.schedules.popitem(last=False)
         return schedule
+
+    def _steps(self, env: Env) -> tuple[list, list]:
+        """Every node's steps on ``env``'s arrays, and per node the index after its last step."""
+        steps: list = []
+        ends: list = []
+        index = 0
+        try:
+            for index, (planner, dying) in enumerate(zip(self.planners, self.dying)):
+                steps += planner(env)
+                ends.append(len(steps))
+                if dying or env.working:
+                    env.release(index, dying)
+        except (ValueError, Unsupported) as e:  # named after the node it comes from
+            raise _ScheduleError(f"XNNPACK node {index} ({_kind(self.compiled_nodes[index])}): {e}") from None
+        return steps, ends
 
     def execute(self, args: Sequence[Any]) -> list | None:
         """Run on ``args`` (inputs then outputs); returns the outputs only when their shapes changed."""

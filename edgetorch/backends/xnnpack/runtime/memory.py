@@ -22,6 +22,7 @@ Step = Callable[[], Any]
 Planner = Callable[["Env"], list]  # compiled from a node at load; returns its steps for the arrays of one schedule
 
 _CHUNK = 4 << 20  # bytes a scratch chunk holds at least
+_FLOAT32 = np.dtype(np.float32)
 
 
 SCRATCH: list[np.ndarray] = []
@@ -57,7 +58,7 @@ class _Cursor:
             chunk, start = SCRATCH[self.index], self.offset
             if start + slot <= chunk.nbytes:
                 self.offset = start + slot
-                return chunk[start : start + size].view(dtype).reshape(shape)
+                return np.ndarray(shape, dtype, chunk, start)
             self.index, self.offset = self.index + 1, 0
 
 
@@ -93,6 +94,7 @@ class Env:
         self.narrowed: set[int] = set()  # values whose producer applied the following clamp's bounds
         self.extra: dict[int, list[np.ndarray]] = {}  # value -> float32 buffers pooled with its own memory
         self.fc_input: dict[int, np.ndarray] = {}  # qdint8 value -> its dequantized [rows, K + 1] (qfast.py)
+        self.working: list[np.ndarray] = []  # the node's own buffers (``scratch``), pooled when it is released
         self.cursor = _Cursor()
 
     def __getitem__(self, vid: int) -> np.ndarray:
@@ -101,34 +103,39 @@ class Env:
             raise Unsupported(f"it reads value {vid} before any node produces it")
         return a
 
+    def _take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A C-contiguous array from the pool if one of its byte size is free, else from the scratch."""
+        pool = self.free.get(math.prod(shape) * dtype.itemsize)
+        return np.ndarray(shape, dtype, pool.pop()) if pool else self.cursor.take(shape, dtype)
+
     def empty(self, vid: int, shape: Sequence[int], persistent: bool = False) -> np.ndarray:
         """A fresh or recycled C-contiguous array for value ``vid``; ``persistent`` keeps it out of the pool."""
-        shape, dtype = tuple(int(d) for d in shape), self.graph.dtype(vid)
-        pool = self.free.get(math.prod(shape) * dtype.itemsize)
+        shape, dtype = shape if type(shape) is tuple else tuple(map(int, shape)), self.graph.dtype(vid)
         if persistent:
             a = np.empty(shape, dtype)
             self.pinned.add(vid)
-        elif pool:
-            a = pool.pop().view(dtype).reshape(shape)
         else:
-            a = self.cursor.take(shape, dtype)
+            a = self._take(shape, dtype)
         self.arrays[vid], self.root[vid], self.end[vid] = a, vid, self.last_use.get(vid, -1)
         return a
 
     def centred_buffer(self, vid: int, shape: Sequence[int]) -> np.ndarray:
         """A float32 buffer for value ``vid``'s centred integers, recorded as ``centred[vid]``; it goes back to
         the pool with ``vid``'s own memory (so quantized graphs reuse memory as float ones do)."""
-        shape = tuple(int(d) for d in shape)
-        pool = self.free.get(4 * math.prod(shape))
-        a = pool.pop().view(np.float32).reshape(shape) if pool else self.cursor.take(shape, np.dtype(np.float32))
+        a = self.centred[vid] = self._take(tuple(map(int, shape)), _FLOAT32)
         self.extra.setdefault(vid, []).append(a)
-        self.centred[vid] = a
+        return a
+
+    def scratch(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A working buffer only the steps of the node being planned use: back in the pool once it is released."""
+        a = self._take(shape, dtype)
+        self.working.append(a)
         return a
 
     def ones_column(self, rows: int, k: int) -> tuple[np.ndarray, Step]:
         """A [rows, k + 1] float32 buffer and the step that sets its last column to 1 (the bias row's
         multiplier), run at every call since the memory is shared."""
-        buf = self.cursor.take((rows, k + 1), np.dtype(np.float32))
+        buf = self.cursor.take((rows, k + 1), _FLOAT32)
         return buf, partial(np.copyto, buf[:, k], np.float32(1))
 
     def hand_over(self, source: int, vid: int) -> None:
@@ -147,10 +154,15 @@ class Env:
             self.pinned.add(root)
 
     def release(self, index: int, reads: Sequence[int]) -> None:
-        """After node ``index`` is planned, pool the buffers nothing after it reads."""
-        for root in {self.root[v] for v in reads if v in self.root}:
-            end = self.end.get(root)
+        """After node ``index`` is planned, pool its working buffers and the buffers nothing after it reads
+        (``reads``: the values it reads, or only those it is the last to read, which is enough)."""
+        done, self.working = self.working, []
+        for v in reads:
+            root = self.root.get(v)
+            end = self.end.get(root) if root is not None else None  # None too once pooled (a value read twice)
             if end is not None and end <= index and root not in self.pinned:
                 del self.end[root]
-                for a in [self.arrays[root], *self.extra.pop(root, [])]:
-                    self.free.setdefault(a.nbytes, []).append(a.reshape(-1).view(np.uint8))
+                done.append(self.arrays[root])
+                done += self.extra.pop(root, ())
+        for a in done:
+            self.free.setdefault(a.nbytes, []).append(np.ndarray(a.nbytes, np.uint8, a))

@@ -236,9 +236,9 @@ def _dynamic_fully_connected(
 
         if integer is not None and integer.uses_vnni(x2.shape[0], f"dynamic fully connected, node {node.debug_handle}"):
             if c is not None and c.flags.c_contiguous:
-                return integer.vnni_steps(c.reshape(x2.shape), zp, scale, y2) + clamp
+                return integer.vnni_steps(c.reshape(x2.shape), zp, scale, y2, env.scratch) + clamp
             xc = np.empty(x2.shape, np.float32)
-            return [partial(np.subtract, x2, zp, out=xc), *integer.vnni_steps(xc, zp, scale, y2)] + clamp
+            return [partial(np.subtract, x2, zp, out=xc), *integer.vnni_steps(xc, zp, scale, y2, env.scratch)] + clamp
 
         def gemm(xin: np.ndarray) -> Step:
             if integer is None:
