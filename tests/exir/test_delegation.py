@@ -395,6 +395,30 @@ def test_getitems_follow_their_multi_output_producer():
     torch.testing.assert_close(got, expected)
 
 
+class TagGetitemApart(Partitioner):
+    """Tags a multi-output op ``tag0`` and one of its getitems, with the node reading it, ``tag1``."""
+
+    def partition(self, exported_program):
+        for node in exported_program.graph.nodes:
+            if node.op == "call_function":
+                node.meta[TAG] = "tag0" if isinstance(node.meta.get("val"), tuple) else "tag1"
+        spec = DelegationSpec("NoRuntimeDemo", [])
+        return PartitionResult(exported_program, {"tag0": spec, "tag1": spec})
+
+
+def test_a_getitem_tagged_apart_from_its_producer_goes_with_the_producer():
+    def fn(x):
+        values, indices = torch.max(x, dim=1)
+        return values * indices
+
+    args = (torch.randn(3, 4),)
+    delegated = to_backend(edge(fn, args), TagGetitemApart())
+    first, second = (getattr(delegated.graph_module, f"lowered_module_{i}").original_module for i in range(2))
+    assert operator.getitem in {n.target for n in first.graph.nodes}
+    assert operator.getitem not in {n.target for n in second.graph.nodes}  # cut out with the first partition
+    torch.testing.assert_close(delegated.module()(*args), fn(*args))
+
+
 def test_format_delegated_graph_shows_each_delegate_and_its_graph():
     delegated = to_backend(edge(chain, (torch.randn(2, 2),) * 3), AddMulPartitionerDemo())
     text = format_delegated_graph(delegated.graph_module)

@@ -243,12 +243,16 @@ class _Cutter:
         self.state_dict = dict(program.state_dict)
         self.constants = dict(program.constants)
         self.modules: list[LoweredBackendModule] = []
+        # Nodes erased so far: a getitem goes with its producer and a copied constant with its last user, whatever
+        # their tags, so a later partition's node list (taken before any cut) must skip them.
+        self.erased: set[Node] = set()
         signature = program.graph_signature
         mutated = set(signature.buffers_to_mutate.values())
         self.mutated = {name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated}
 
     def lower(self, tag: str, nodes: list[Node], spec: DelegationSpec) -> None:
         """Cut the nodes tagged ``tag`` out into a program and call its (yet to be compiled) delegate in their place."""
+        nodes = [n for n in nodes if n not in self.erased]
         # A mutated buffer stays the program's even when tagged: the delegate reads it and returns the new
         # value, which the program writes back (a delegate cannot hold state between calls here).
         owned = [n for n in nodes if n.op == "placeholder" and self._is_constant(n) and n.name not in self.mutated]
@@ -350,6 +354,7 @@ class _Cutter:
             node.replace_all_uses_with(item, delete_user_cb=lambda user: user not in inside)
         for node in reversed(ops):
             graph.erase_node(node)
+        self.erased.update(ops)
         for node in owned:
             if node.users:  # a copied constant that the program still reads
                 continue
@@ -357,6 +362,7 @@ class _Cutter:
             self.state_dict.pop(spec.target, None)
             self.constants.pop(spec.target, None)
             graph.erase_node(node)
+            self.erased.add(node)
 
     def _next_debug_handle(self) -> int:
         return 1 + max((n.meta.get("debug_handle", 0) for n in self.gm.graph.nodes), default=0)
