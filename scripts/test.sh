@@ -7,4 +7,6 @@ bash scripts/setup.sh
 .venv/bin/ruff check edgetorch tests bench examples scripts
 .venv/bin/ruff format --check edgetorch tests bench examples scripts
 .venv/bin/mypy
-exec .venv/bin/python -m pytest tests -q -n "${EDGETORCH_TEST_WORKERS:-auto}" --dist loadfile --durations=15 "$@"
+# --no-loadscope-reorder: the files go out longest first, as tests/conftest.py orders them (tests/file_seconds.json).
+exec .venv/bin/python -m pytest tests -q -n "${EDGETORCH_TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder \
+  --durations=15 "$@"

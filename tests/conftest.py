@@ -5,7 +5,9 @@ Tests marked ``@pytest.mark.slow`` (long sweeps, real pretrained models) run onl
 ``bash scripts/test.sh --slow`` runs everything.
 """
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -27,12 +29,35 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    _longest_files_first(config, items)
     if config.getoption("--slow") or os.environ.get("EDGETORCH_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow test: run with --slow or EDGETORCH_SLOW=1")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def _longest_files_first(config, items) -> None:
+    """Order the files by the seconds they took in a recorded run (tests/file_seconds.json, written by
+    scripts/test_file_seconds.py), longest first, each file's tests in their own order. pytest-xdist with
+    ``--dist loadfile --no-loadscope-reorder`` (scripts/test.sh) then hands the long files out first, so that
+    the workers finish together; its own order (most tests first) left the few-test files that lower real models
+    for the end, one worker busy with them while the other waited. A file not in the record counts as
+    ``_UNRECORDED_SECONDS``."""
+    record = Path(config.rootpath, "tests", "file_seconds.json")
+    if not record.exists():
+        return
+    seconds = json.loads(record.read_text())
+    root = Path(config.rootpath)
+
+    def cost(item) -> float:
+        return seconds.get(Path(item.fspath).relative_to(root).as_posix(), _UNRECORDED_SECONDS)
+
+    items[:] = sorted(items, key=lambda item: -cost(item))  # stable: a file's tests keep their order
+
+
+_UNRECORDED_SECONDS = 5.0  # a new file: ahead of the many small ones, behind the known long ones
 
 
 @pytest.fixture(autouse=True)
