@@ -52,7 +52,9 @@ def _longest_files_first(config, items) -> None:
     root = Path(config.rootpath)
 
     def cost(item) -> float:
-        return seconds.get(Path(item.fspath).relative_to(root).as_posix(), _UNRECORDED_SECONDS)
+        path = Path(item.path)
+        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
+        return seconds.get(name, _UNRECORDED_SECONDS)
 
     items[:] = sorted(items, key=lambda item: -cost(item))  # stable: a file's tests keep their order
 
