@@ -26,9 +26,9 @@ _ROOT = Path(__file__).resolve().parent.parent
 def executorch_pte(
     model: torch.nn.Module, args: tuple, dynamic_shapes: Any = None, xnnpack: bool = False, **kw
 ) -> bytes:
-    """Lower ``model`` with the real ExecuTorch 1.5.1 and return the .pte bytes. torch's walk over the
-    dispatcher's CompositeImplicitAutograd ops is done once a lowering rather than once per op namespace per
-    decomposition (edgetorch.exir.passes.decompose), which changes no result."""
+    """Lower ``model`` with the real ExecuTorch 1.5.1 and return the .pte bytes, under
+    ``trimmed_decompositions`` (edgetorch.exir.passes.decompose): torch's fixed costs of a decomposition
+    trimmed, which changes no result."""
     from executorch.exir import to_edge, to_edge_transform_and_lower
 
     ep = torch.export.export(model.eval(), args, dynamic_shapes=dynamic_shapes, strict=False)

@@ -194,14 +194,9 @@ def own_threads(steps: Iterable[Any]) -> bool:
     family = {id(got) for got in map(_compiled.get, _GEMM_FAMILY) if got is not None}
 
     def claims(step: Any, depth: int) -> bool:  # a loop, not any() of a generator: it runs once a step per schedule
-        func = getattr(step, "func", None)
-        if id(func) in family:
+        if id(getattr(step, "func", None)) in family or splits(step):
             return True
-        if not isinstance(step, partial):
-            return False
-        if func is split:
-            return True
-        if depth < 4:
+        if depth < 4 and isinstance(step, partial):
             for a in step.args:
                 if callable(a) and claims(a, depth + 1):
                     return True

@@ -52,10 +52,10 @@ class Whisper:
         """The file of program ``name`` (a key of ``PROGRAMS``), lowered on first use. The float programs share
         one export (lowering leaves an exported program as it was); the int8 one goes through export_whisper, as
         `edgetorch asr export` does."""
-        from edgetorch.extension.asr.whisper import export_whisper, whisper_programs
-        from edgetorch.extension.llm.export.exporter import lower_to_pte
-
         if name not in self._paths:
+            from edgetorch.extension.asr.whisper import export_whisper, whisper_programs
+            from edgetorch.extension.llm.export.exporter import lower_to_pte
+
             backend, quantize = PROGRAMS[name]
             path = self.folder / f"whisper_{name}.pte"
             if quantize == "none":

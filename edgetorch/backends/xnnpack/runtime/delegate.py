@@ -122,11 +122,8 @@ class XnnpackDelegate:
         inputs = [env.empty(vid, shape) for (_, vid), shape in zip(self.graph.inputs, shapes)]
         # On the tier the delegate loaded with (Graph.compiled), also for the op layer's step builders, which
         # ask the policy: a policy changed since the load does not mix tiers within the delegate.
-        if policy.current().compiled == self.graph.compiled:
+        with policy.using(compiled=self.graph.compiled):
             steps, ends = self._steps(env)
-        else:
-            with policy.using(compiled=self.graph.compiled):
-                steps, ends = self._steps(env)
         outputs = [env[vid] for _, vid in self.graph.outputs]
         schedule = _Schedule(inputs, steps, outputs, ends, compiled_kernels.own_threads(steps))
         self.schedules[shapes] = schedule
